@@ -1,0 +1,1 @@
+"""The ``bulldozer`` command line: thin over the library."""

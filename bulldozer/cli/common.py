@@ -1,0 +1,57 @@
+"""Shared pieces of the command line: consoles, JSON output and the error boundary."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
+
+import typer
+from rich.console import Console
+
+from bulldozer.errors import BulldozerError, SpecError
+
+__all__ = ["console", "err_console", "fail", "handle_errors", "print_json"]
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
+    """Turn every Bulldozer error into one clear message and its exit code — never a
+    traceback for a user mistake."""
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return func(*args, **kwargs)
+        except SpecError as exc:
+            for issue in exc.issues:
+                err_console.print(str(issue), markup=False, soft_wrap=True)
+            raise typer.Exit(exc.exit_code) from None
+        except BulldozerError as exc:
+            raise fail(_escape(str(exc)), exc.exit_code) from None
+        except KeyboardInterrupt:
+            raise fail("interrupted", 130) from None
+
+    return wrapper
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)

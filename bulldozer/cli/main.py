@@ -1,0 +1,48 @@
+"""Entry point of the ``bulldozer`` command."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from bulldozer._version import __version__
+from bulldozer.cli import proto_cmd, spec_cmds, warehouse_cmds
+
+app = typer.Typer(
+    name="bulldozer",
+    help="Move warehouse (Iceberg) tables into an online key-value store as versioned "
+    "namespaces, verified, then atomically switched to with an alias.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"bulldozer {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Bulldozer: batch data movement from Iceberg to a KV DAL."""
+
+
+app.command("validate")(spec_cmds.validate)
+app.command("init")(spec_cmds.init)
+app.command("proto")(proto_cmd.proto)
+app.add_typer(warehouse_cmds.app, name="warehouse")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""``bulldozer proto``: print or write the generated schema, and check compatibility."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from bulldozer.cli.common import console, fail, handle_errors, print_json
+
+
+def _previous_descriptor(path: Path) -> bytes:
+    from bulldozer.schema.compile import compile_proto
+
+    if not path.exists():
+        raise fail(f"{path}: no such file", 2)
+    if path.suffix == ".proto":
+        return compile_proto(path.read_text(encoding="utf-8"), path.name, python=False).descriptor_set
+    return path.read_bytes()
+
+
+@handle_errors
+def proto(
+    spec: Annotated[Path, typer.Argument(help="Job spec (YAML).", show_default=False)],
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Write NAME.proto, NAME.binpb (FileDescriptorSet), NAME_pb2.py and .pyi here."),
+    ] = None,
+    against: Annotated[
+        Path | None,
+        typer.Option(help="A previous schema (.binpb descriptor set or .proto): report every difference; exit 3 if any breaks readers."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON document instead.")] = False,
+    home: Annotated[str | None, typer.Option(help="Embedded state folder.", show_default=False)] = None,
+) -> None:
+    """Generate the KeyMessage / ValueMessage protobuf schema from the spec's table.
+
+    Field numbers are the Iceberg field ids, so renamed and added columns keep old readers
+    working; with --against, a change that would break them (or change key bytes) is refused.
+    """
+    from bulldozer.schema.job import build_job_schema, proto_file_name
+    from bulldozer.spec.loader import load_spec
+    from bulldozer.warehouse.catalog import load_table, open_catalog
+
+    loaded = load_spec(spec)
+    s = loaded.spec
+    if s.data_movement.source.table is None:
+        raise fail("bulldozer proto needs a table source (a query's schema is known only when it runs)", 2)
+    table = load_table(open_catalog(s.data_movement.catalog, home), s.data_movement.source.table)
+    previous = _previous_descriptor(against) if against else None
+    job = build_job_schema(s, table.schema(), f"lake.{s.data_movement.source.table}", previous)
+    written: list[str] = []
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        written = [str(p) for p in job.compiled.write(out)]
+        binpb = out / proto_file_name(s).replace(".proto", ".binpb")
+        binpb.write_bytes(job.descriptor_set)
+        written.append(str(binpb))
+    if as_json:
+        print_json(
+            {
+                "proto": job.text,
+                "files": written,
+                "compatibility": job.compat.as_dict() if job.compat else None,
+            }
+        )
+    else:
+        if out is None:
+            typer.echo(job.text, nl=False)
+        else:
+            for path in written:
+                console.print(f"[green]✓[/] wrote {path}")
+        if job.compat is not None:
+            _print_report(job.compat)
+    if job.compat is not None and job.compat.breaking:
+        raise typer.Exit(3)
+
+
+def _print_report(report: object) -> None:
+    from bulldozer.schema.compat import CompatReport
+
+    assert isinstance(report, CompatReport)
+    if not report.differences:
+        console.print("[green]✓[/] no differences from the previous schema")
+        return
+    table = Table(title="Compatibility with the previous schema")
+    for col in ("field", "change", "verdict", "detail"):
+        table.add_column(col)
+    for d in report.differences:
+        style = "red" if d.verdict == "refused" else "green"
+        table.add_row(d.path, d.change, f"[{style}]{d.verdict}[/]", d.detail)
+    console.print(table)

@@ -1,0 +1,272 @@
+"""The one exception tree of Bulldozer.
+
+Every error a user can cause or meet derives from :class:`BulldozerError`. Each class
+names the gRPC status code it travels as (``grpc_code``, the name of a
+``grpc.StatusCode`` member), so the KV DAL server maps an exception to a status and the
+client maps it back to the *same* class (the class name rides along in the trailing
+metadata key ``bulldozer-error``; the status code alone picks the family's base class).
+
+This module imports nothing heavy: it is safe to import from anywhere.
+
+Tree::
+
+    BulldozerError
+    ├── SpecError                  a job spec is invalid (carries every issue found)
+    ├── CatalogError               the warehouse catalog or a table cannot be used
+    │   └── TableNotFoundError
+    ├── SchemaError                a table cannot be mapped to protobuf
+    │   └── IncompatibleSchemaError    a new schema would break existing readers
+    ├── KvError                    raised by the KV DAL (server, client, engines)
+    │   ├── InvalidArgumentError       malformed request, bad name, empty key
+    │   │   └── InvalidNameError
+    │   ├── NamespaceNotFoundError
+    │   ├── NamespaceExistsError
+    │   ├── NamespaceStateError        wrong lifecycle state for the operation
+    │   ├── AliasNotFoundError
+    │   ├── AliasConflictError         lost compare-and-set
+    │   ├── ResourceExhaustedError     size limits, full disk / map
+    │   ├── BackendUnavailableError    server or storage engine not reachable
+    │   ├── UnauthenticatedError
+    │   └── PermissionDeniedError
+    └── LoadError                  a run failed while loading or verifying
+        ├── SourceDataError            the source rows break a rule (null / duplicate key)
+        │   └── DuplicateKeyError
+        ├── VerificationError          counts / digests differ from what the DAL acknowledged
+        └── QualityGateError           a quality gate of the spec refused the version
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+__all__ = [
+    "AliasConflictError",
+    "AliasNotFoundError",
+    "BackendUnavailableError",
+    "BulldozerError",
+    "CatalogError",
+    "DuplicateKeyError",
+    "IncompatibleSchemaError",
+    "InvalidArgumentError",
+    "InvalidNameError",
+    "KvError",
+    "LoadError",
+    "NamespaceExistsError",
+    "NamespaceNotFoundError",
+    "NamespaceStateError",
+    "PermissionDeniedError",
+    "QualityGateError",
+    "ResourceExhaustedError",
+    "SchemaError",
+    "SourceDataError",
+    "SpecError",
+    "SpecIssue",
+    "TableNotFoundError",
+    "UnauthenticatedError",
+    "VerificationError",
+    "error_class_by_name",
+]
+
+
+class BulldozerError(Exception):
+    """Base of every Bulldozer error. ``str(err)`` is one line a user can act on."""
+
+    grpc_code: ClassVar[str] = "UNKNOWN"
+    #: Process exit code the CLI uses for this error family.
+    exit_code: ClassVar[int] = 1
+
+
+# --------------------------------------------------------------------------- spec
+
+
+@dataclass(frozen=True)
+class SpecIssue:
+    """One problem in a job spec, with where it is."""
+
+    source: str
+    path: str
+    message: str
+    line: int | None = None
+    column: int | None = None
+
+    def __str__(self) -> str:
+        where = self.source
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.column is not None:
+                where += f":{self.column}"
+        field = f" {self.path}:" if self.path else ""
+        return f"{where}:{field} {self.message}"
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "file": self.source,
+            "line": self.line,
+            "column": self.column,
+            "field": self.path,
+            "message": self.message,
+        }
+
+
+class SpecError(BulldozerError):
+    """A job spec is invalid. ``issues`` holds every problem found, not only the first."""
+
+    grpc_code = "INVALID_ARGUMENT"
+    exit_code = 2
+
+    def __init__(self, issues: list[SpecIssue]) -> None:
+        self.issues = list(issues)
+        super().__init__("\n".join(str(i) for i in self.issues) or "invalid job spec")
+
+
+# ------------------------------------------------------------------------ catalog
+
+
+class CatalogError(BulldozerError):
+    """The warehouse catalog cannot be opened, or a table in it cannot be used."""
+
+    grpc_code = "FAILED_PRECONDITION"
+
+
+class TableNotFoundError(CatalogError):
+    """The source table (or its namespace) does not exist in the catalog."""
+
+    grpc_code = "NOT_FOUND"
+
+
+# ------------------------------------------------------------------------- schema
+
+
+class SchemaError(BulldozerError):
+    """A table's schema cannot be turned into protobuf messages (unsupported type, a name
+    clash after sanitizing, a key column of a type whose bytes are not deterministic)."""
+
+    grpc_code = "INVALID_ARGUMENT"
+
+
+class IncompatibleSchemaError(SchemaError):
+    """A newly generated schema would break readers of the previous one. ``differences``
+    lists every refused change."""
+
+    grpc_code = "FAILED_PRECONDITION"
+    exit_code = 3
+
+    def __init__(self, message: str, differences: list[str] | None = None) -> None:
+        self.differences = list(differences or [])
+        super().__init__(message)
+
+
+# ------------------------------------------------------------------------- KV DAL
+
+
+class KvError(BulldozerError):
+    """Raised by the KV DAL: its server, its client and its storage engines."""
+
+    grpc_code = "INTERNAL"
+
+
+class InvalidArgumentError(KvError):
+    """A malformed request: an empty key, an unknown field value, a bad page token."""
+
+    grpc_code = "INVALID_ARGUMENT"
+
+
+class InvalidNameError(InvalidArgumentError):
+    """A namespace, alias or job name is not a valid identifier."""
+
+
+class NamespaceNotFoundError(KvError):
+    """The namespace (or the version an alias was resolved to) does not exist or was dropped."""
+
+    grpc_code = "NOT_FOUND"
+
+
+class NamespaceExistsError(KvError):
+    """A namespace with that name already exists."""
+
+    grpc_code = "ALREADY_EXISTS"
+
+
+class NamespaceStateError(KvError):
+    """The namespace is in the wrong lifecycle state for the operation (e.g. a write to a
+    SEALED version, pointing an alias at a LOADING one)."""
+
+    grpc_code = "FAILED_PRECONDITION"
+
+
+class AliasNotFoundError(KvError):
+    """The alias has never been pointed at a version."""
+
+    grpc_code = "NOT_FOUND"
+
+
+class AliasConflictError(KvError):
+    """A compare-and-set on an alias lost: the alias no longer points where the caller
+    expected (another run or an operator moved it first)."""
+
+    grpc_code = "ABORTED"
+
+
+class ResourceExhaustedError(KvError):
+    """A size limit was hit: key, value or batch too large, or the engine's storage is full."""
+
+    grpc_code = "RESOURCE_EXHAUSTED"
+
+
+class BackendUnavailableError(KvError):
+    """The DAL server or its storage engine cannot be reached."""
+
+    grpc_code = "UNAVAILABLE"
+
+
+class UnauthenticatedError(KvError):
+    """The caller did not prove who it is (missing or unknown credentials)."""
+
+    grpc_code = "UNAUTHENTICATED"
+
+
+class PermissionDeniedError(KvError):
+    """The caller is known but may not perform this operation on this alias."""
+
+    grpc_code = "PERMISSION_DENIED"
+
+
+# --------------------------------------------------------------------------- load
+
+
+class LoadError(BulldozerError):
+    """A run failed while loading or verifying a version. The alias was not moved."""
+
+    grpc_code = "ABORTED"
+
+
+class SourceDataError(LoadError):
+    """The source rows break a rule of the spec (e.g. a null in a key column)."""
+
+
+class DuplicateKeyError(SourceDataError):
+    """Two source rows share a key and the spec's ``duplicate_keys`` policy is ``fail``."""
+
+
+class VerificationError(LoadError):
+    """What the runner sent differs from what the DAL acknowledged (count or digest)."""
+
+
+class QualityGateError(LoadError):
+    """A quality gate of the spec refused the new version."""
+
+
+def _all_subclasses(cls: type[BulldozerError]) -> list[type[BulldozerError]]:
+    out = [cls]
+    for sub in cls.__subclasses__():
+        out.extend(_all_subclasses(sub))
+    return out
+
+
+def error_class_by_name(name: str) -> type[BulldozerError] | None:
+    """The exception class of this tree called ``name`` (for the client's mapping)."""
+    for cls in _all_subclasses(BulldozerError):
+        if cls.__name__ == name:
+            return cls
+    return None

@@ -1,0 +1,1 @@
+"""Loading: the shared row encoder, the engines (local, Spark) and verification."""

@@ -1,0 +1,76 @@
+"""Validated identifiers: job names, aliases and version namespaces.
+
+Nothing a user typed ever reaches a file path, a CQL statement or a key prefix without
+passing through here first. The patterns are deliberately narrow (ASCII lowercase,
+digits, underscore) so a name is safe in every engine as it is.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from datetime import UTC, datetime
+
+from bulldozer.errors import InvalidNameError
+
+__all__ = [
+    "ALIAS_PATTERN",
+    "NAMESPACE_PATTERN",
+    "describe_value",
+    "is_identifier",
+    "new_version_name",
+    "parse_version_name",
+    "validate_alias",
+    "validate_namespace",
+]
+
+#: Job names and aliases: a lowercase letter, then up to 62 lowercase letters, digits or ``_``.
+ALIAS_PATTERN = r"^[a-z][a-z0-9_]{0,62}$"
+#: Namespaces (an alias plus a version suffix): same alphabet, up to 128 characters.
+NAMESPACE_PATTERN = r"^[a-z][a-z0-9_]{0,127}$"
+
+_ALIAS_RE = re.compile(ALIAS_PATTERN)
+_NAMESPACE_RE = re.compile(NAMESPACE_PATTERN)
+_VERSION_RE = re.compile(r"^(?P<alias>[a-z][a-z0-9_]{0,62}?)__v(?P<ts>\d{14})_(?P<id>[0-9a-f]{6})$")
+
+
+def describe_value(value: object, limit: int = 40) -> str:
+    """A short, printable rendering of an untrusted value for an error message."""
+    text = repr(value)
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return text
+
+
+def is_identifier(value: object, pattern: str = ALIAS_PATTERN) -> bool:
+    return isinstance(value, str) and re.fullmatch(pattern, value) is not None
+
+
+def validate_alias(value: object, what: str = "alias") -> str:
+    """Return ``value`` if it is a valid alias / job name, else raise InvalidNameError."""
+    if not isinstance(value, str) or _ALIAS_RE.fullmatch(value) is None:
+        raise InvalidNameError(f"{what} {describe_value(value)} must match {ALIAS_PATTERN}")
+    return value
+
+
+def validate_namespace(value: object, what: str = "namespace") -> str:
+    """Return ``value`` if it is a valid namespace name, else raise InvalidNameError."""
+    if not isinstance(value, str) or _NAMESPACE_RE.fullmatch(value) is None:
+        raise InvalidNameError(f"{what} {describe_value(value)} must match {NAMESPACE_PATTERN}")
+    return value
+
+
+def new_version_name(alias: str, now: datetime | None = None) -> str:
+    """A fresh version namespace ``<alias>__v<UTC yyyymmddHHMMSS>_<6 hex>``; names sort by time."""
+    validate_alias(alias)
+    when = (now or datetime.now(UTC)).astimezone(UTC)
+    return f"{alias}__v{when:%Y%m%d%H%M%S}_{secrets.token_hex(3)}"
+
+
+def parse_version_name(name: str) -> tuple[str, datetime] | None:
+    """``(alias, created)`` for a version namespace name, or None for any other name."""
+    m = _VERSION_RE.fullmatch(name)
+    if m is None:
+        return None
+    ts = datetime.strptime(m.group("ts"), "%Y%m%d%H%M%S").replace(tzinfo=UTC)
+    return m.group("alias"), ts

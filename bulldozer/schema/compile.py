@@ -1,0 +1,125 @@
+"""Compile generated ``.proto`` text in-process with grpcio-tools' protoc, and load
+message classes from a serialized ``FileDescriptorSet``.
+
+The descriptor set (with its imports) is what a version stores in the DAL, so any reader
+can decode that version's values without the ``.proto`` source.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+from bulldozer.errors import SchemaError
+
+__all__ = ["CompiledSchema", "compile_proto", "load_message_classes", "protoc_include_dir"]
+
+_PROTOC_LOCK = threading.Lock()
+
+
+def protoc_include_dir() -> str:
+    """Where grpcio-tools keeps the well-known types (google/protobuf/*.proto)."""
+    import grpc_tools
+
+    return str(Path(grpc_tools.__file__).parent / "_proto")
+
+
+@dataclass
+class CompiledSchema:
+    """The result of compiling one ``.proto`` file."""
+
+    proto_name: str
+    descriptor_set: bytes
+    #: Generated files by relative name (``x_pb2.py``, ``x_pb2.pyi``, ``x.proto``).
+    files: dict[str, bytes] = field(default_factory=dict)
+
+    def write(self, directory: str | os.PathLike[str]) -> list[Path]:
+        out = []
+        for name, data in sorted(self.files.items()):
+            path = Path(directory) / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            out.append(path)
+        return out
+
+
+def _mypy_plugin() -> str | None:
+    beside = Path(sys.executable).parent / "protoc-gen-mypy"
+    if beside.exists():
+        return str(beside)
+    return shutil.which("protoc-gen-mypy")
+
+
+def _run_protoc(args: list[str]) -> tuple[int, str]:
+    """Run protoc in this process, capturing what it writes to stderr (file descriptor 2)."""
+    from grpc_tools import protoc
+
+    with _PROTOC_LOCK, tempfile.TemporaryFile() as err:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        try:
+            os.dup2(err.fileno(), 2)
+            code = protoc.main(["protoc", *args])
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+        err.seek(0)
+        return int(code), err.read().decode("utf-8", "replace")
+
+
+def compile_proto(
+    text: str, proto_name: str, python: bool = True, stubs: bool = True
+) -> CompiledSchema:
+    """Compile ``text`` (saved as ``proto_name``) to a descriptor set and, optionally, to
+    Python modules with ``.pyi`` stubs. Raises SchemaError with protoc's message."""
+    with tempfile.TemporaryDirectory(prefix="bulldozer-protoc-") as tmp:
+        src = Path(tmp) / "src"
+        out = Path(tmp) / "out"
+        (src / proto_name).parent.mkdir(parents=True, exist_ok=True)
+        out.mkdir()
+        (src / proto_name).write_text(text, encoding="utf-8")
+        descriptor = Path(tmp) / "descriptor.binpb"
+        args = [
+            f"-I{src}",
+            f"-I{protoc_include_dir()}",
+            f"--descriptor_set_out={descriptor}",
+            "--include_imports",
+        ]
+        if python:
+            args.append(f"--python_out={out}")
+            plugin = _mypy_plugin()
+            if stubs and plugin:
+                args += [f"--plugin=protoc-gen-mypy={plugin}", f"--mypy_out={out}"]
+        args.append(proto_name)
+        code, err = _run_protoc(args)
+        if code != 0:
+            raise SchemaError(f"protoc refused the generated schema: {err.strip() or f'exit {code}'}")
+        files = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+        files[proto_name] = text.encode("utf-8")
+        return CompiledSchema(proto_name, descriptor.read_bytes(), files)
+
+
+def load_message_classes(descriptor_set: bytes, *full_names: str) -> list[Any]:
+    """Message classes for ``full_names`` (``package.Message``) from a descriptor set,
+    in a private descriptor pool (so versions with different schemas never clash)."""
+    fds = descriptor_pb2.FileDescriptorSet.FromString(descriptor_set)
+    pool = descriptor_pool.DescriptorPool()
+    for file_proto in fds.file:
+        pool.Add(file_proto)
+    classes = []
+    for name in full_names:
+        try:
+            desc = pool.FindMessageTypeByName(name)
+        except KeyError:
+            raise SchemaError(f"the descriptor set has no message {name!r}") from None
+        classes.append(message_factory.GetMessageClass(desc))
+    return classes

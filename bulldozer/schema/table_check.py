@@ -1,0 +1,79 @@
+"""Check a loaded spec against the warehouse: the table exists, every named column
+exists (with a "did you mean"), the filter parses, and the schema maps to protobuf.
+Problems are reported as located spec issues, like the spec's own validation."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from bulldozer.errors import BulldozerError, SchemaError, SpecIssue
+from bulldozer.schema.iceberg import generate_proto
+from bulldozer.spec.loader import LoadedSpec
+from bulldozer.warehouse.catalog import load_table, open_catalog
+
+__all__ = ["check_against_catalog"]
+
+
+def _column_issue(loaded: LoadedSpec, path: tuple[str | int, ...], col: str, names: list[str]) -> SpecIssue:
+    close = difflib.get_close_matches(col, names, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return loaded.issue(path, f"the table has no column {col!r}{hint}")
+
+
+def check_against_catalog(loaded: LoadedSpec, catalog: Any = None, home: str | None = None) -> list[SpecIssue]:
+    """Every problem of ``loaded`` against its catalog (empty when it is fine)."""
+    spec = loaded.spec
+    dm = spec.data_movement
+    if dm.source.table is None:
+        return []  # query sources are checked when the job plans its query
+    try:
+        catalog = catalog or open_catalog(dm.catalog, home)
+        table = load_table(catalog, dm.source.table)
+    except BulldozerError as exc:
+        return [loaded.issue(("data_movement", "source", "table"), str(exc))]
+    schema = table.schema()
+    names = [f.name for f in schema.fields]
+    issues: list[SpecIssue] = []
+    for i, col in enumerate(dm.key_columns):
+        if col not in names:
+            issues.append(_column_issue(loaded, ("data_movement", "key_columns", i), col, names))
+    for i, col in enumerate(dm.value_columns or ()):
+        if col not in names:
+            issues.append(_column_issue(loaded, ("data_movement", "value_columns", i), col, names))
+    for col in dm.renames:
+        if col not in names:
+            issues.append(_column_issue(loaded, ("data_movement", "renames", col), col, names))
+    if dm.duplicate_keys.order_by and dm.duplicate_keys.order_by not in names:
+        issues.append(
+            _column_issue(loaded, ("data_movement", "duplicate_keys", "order_by"), dm.duplicate_keys.order_by, names)
+        )
+    for col in spec.key_value_dal.quality_gates.max_null_fraction:
+        if col not in names:
+            issues.append(
+                _column_issue(loaded, ("key_value_dal", "quality_gates", "max_null_fraction", col), col, names)
+            )
+    if dm.filter is not None:
+        issues.extend(_check_filter(loaded, dm.filter, schema))
+    if dm.snapshot_id is not None and table.snapshot_by_id(dm.snapshot_id) is None:
+        issues.append(loaded.issue(("data_movement", "snapshot_id"), f"the table has no snapshot {dm.snapshot_id}"))
+    if not issues:
+        try:
+            generate_proto(spec, schema, dm.source.table)
+        except SchemaError as exc:
+            issues.append(loaded.issue(("data_movement",), str(exc)))
+    return issues
+
+
+def _check_filter(loaded: LoadedSpec, text: str, schema: Any) -> list[SpecIssue]:
+    from pyiceberg.expressions import parser
+
+    try:
+        expr = parser.parse(text)
+        from pyiceberg.expressions.visitors import bind
+
+        bind(schema, expr, case_sensitive=True)
+    except Exception as exc:  # pyiceberg raises ParseException / ValueError
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return [loaded.issue(("data_movement", "filter"), f"filter does not parse against the table: {first}")]
+    return []

@@ -1,0 +1,328 @@
+"""Load a job spec from YAML, keeping the line and column of every field.
+
+The YAML is composed into nodes (PyYAML's safe resolver), checked for duplicate keys,
+anchor bombs and nesting depth while it is turned into plain Python data, then validated
+by the pydantic models. Every problem becomes a :class:`~bulldozer.errors.SpecIssue` that
+names the file, line, column and dotted field path; all of them are reported at once.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from bulldozer.errors import SpecError, SpecIssue
+from bulldozer.spec.models import JobSpec
+
+__all__ = [
+    "MAX_SPEC_BYTES",
+    "LoadedSpec",
+    "Positions",
+    "format_path",
+    "load_spec",
+    "load_spec_text",
+]
+
+MAX_SPEC_BYTES = 1024 * 1024
+MAX_NODES = 10_000
+MAX_DEPTH = 50
+
+PathT = tuple[str | int, ...]
+_ENV_RE = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def format_path(path: PathT) -> str:
+    """``('key_value_dal', 'alias')`` → ``key_value_dal.alias``; ints become ``[i]``."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+@dataclass
+class Positions:
+    """Where each field of a document stands: ``path -> (line, column)``, both 1-based."""
+
+    marks: dict[PathT, tuple[int, int]] = field(default_factory=dict)
+
+    def locate(self, path: PathT) -> tuple[int, int] | None:
+        """The position of ``path``, or of its nearest ancestor that has one."""
+        for n in range(len(path), -1, -1):
+            found = self.marks.get(tuple(path[:n]))
+            if found is not None:
+                return found
+        return None
+
+
+@dataclass(frozen=True)
+class LoadedSpec:
+    """A valid spec with the file it came from and its field positions."""
+
+    spec: JobSpec
+    source: str
+    text: str
+    positions: Positions
+
+    def issue(self, path: PathT, message: str) -> SpecIssue:
+        """A located issue about ``path`` (used by checks that run after loading)."""
+        pos = self.positions.locate(path)
+        return SpecIssue(
+            self.source,
+            format_path(path),
+            message,
+            pos[0] if pos else None,
+            pos[1] if pos else None,
+        )
+
+
+class _Bail(Exception):
+    """Stop composing: the document itself is unusable (already recorded as an issue)."""
+
+
+class _Builder:
+    def __init__(self, source: str, env: Mapping[str, str]) -> None:
+        self.source = source
+        self.env = env
+        self.positions = Positions()
+        self.issues: list[SpecIssue] = []
+        self.nodes = 0
+        self.constructor = yaml.constructor.SafeConstructor()
+
+    def add(self, mark: yaml.Mark | None, path: PathT, message: str) -> None:
+        line = mark.line + 1 if mark is not None else None
+        col = mark.column + 1 if mark is not None else None
+        self.issues.append(SpecIssue(self.source, format_path(path), message, line, col))
+
+    def build(self, node: yaml.Node, path: PathT, depth: int) -> Any:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            self.add(node.start_mark, path, f"document expands to more than {MAX_NODES} nodes "
+                     "(an alias/anchor bomb?); refusing to load it")
+            raise _Bail
+        if depth > MAX_DEPTH:
+            self.add(node.start_mark, path, f"nested deeper than {MAX_DEPTH} levels")
+            raise _Bail
+        if isinstance(node, yaml.MappingNode):
+            return self._mapping(node, path, depth)
+        if isinstance(node, yaml.SequenceNode):
+            items = []
+            for i, item in enumerate(node.value):
+                self.positions.marks[(*path, i)] = (item.start_mark.line + 1, item.start_mark.column + 1)
+                items.append(self.build(item, (*path, i), depth + 1))
+            return items
+        value = self.constructor.construct_object(node, deep=True)
+        if isinstance(value, str):
+            value = self._interpolate(value, node.start_mark, path)
+        return value
+
+    def _mapping(self, node: yaml.MappingNode, path: PathT, depth: int) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        explicit: set[str] = set()
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                merged = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                for m in merged:
+                    built = self.build(m, path, depth + 1)
+                    if not isinstance(built, dict):
+                        self.add(m.start_mark, path, "a merge key (<<) needs a mapping")
+                        continue
+                    for k, v in built.items():
+                        out.setdefault(k, v)
+                continue
+            if not isinstance(key_node, yaml.ScalarNode):
+                self.add(key_node.start_mark, path, "mapping keys must be plain strings")
+                continue
+            key = str(key_node.value)
+            if key in explicit:
+                self.add(key_node.start_mark, (*path, key), f"duplicate key {key!r} in one mapping")
+                continue
+            explicit.add(key)
+            self.positions.marks[(*path, key)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+            out[key] = self.build(value_node, (*path, key), depth + 1)
+        return out
+
+    def _interpolate(self, value: str, mark: yaml.Mark, path: PathT) -> str:
+        def repl(m: re.Match[str]) -> str:
+            if m.group(0) == "$${":
+                return "${"
+            name, default = m.group(1), m.group(2)
+            if name in self.env:
+                return self.env[name]
+            if default is not None:
+                return default
+            self.add(mark, path, f"environment variable {name} is not set (used as ${{{name}}})")
+            return ""
+
+        return _ENV_RE.sub(repl, value) if "$" in value else value
+
+
+def _parse(text: str, source: str, env: Mapping[str, str]) -> tuple[Any, _Builder]:
+    builder = _Builder(source, env)
+    if not text.strip():
+        builder.add(None, (), "the file is empty; a job spec is a YAML mapping")
+        return None, builder
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        problem = exc.problem or "invalid YAML"
+        context = f" ({exc.context})" if exc.context else ""
+        builder.add(mark, (), f"YAML syntax error: {problem}{context}")
+        return None, builder
+    except yaml.YAMLError as exc:
+        builder.add(None, (), f"YAML error: {exc}")
+        return None, builder
+    finally:
+        loader.dispose()
+    if node is None:
+        builder.add(None, (), "the file holds no document; a job spec is a YAML mapping")
+        return None, builder
+    if not isinstance(node, yaml.MappingNode):
+        builder.add(node.start_mark, (), "the document root must be a mapping of sections")
+        return None, builder
+    try:
+        data = builder.build(node, (), 0)
+    except _Bail:
+        return None, builder
+    return data, builder
+
+
+# ------------------------------------------------------------ pydantic → issues
+
+
+def _unwrap_models(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    origin = typing.get_origin(annotation)
+    if origin is None:
+        return []
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _unwrap_models(args[0])
+    if origin in (typing.Union, types.UnionType):
+        return [m for a in args for m in _unwrap_models(a)]
+    return []
+
+
+def _model_at(path: PathT) -> type[BaseModel] | None:
+    """The model whose fields live at ``path`` (for "did you mean" on unknown fields)."""
+    model: type[BaseModel] = JobSpec
+    for part in path:
+        if isinstance(part, int):
+            continue
+        found = None
+        for name, info in model.model_fields.items():
+            if part in (name, info.alias):
+                models = _unwrap_models(info.annotation)
+                found = models[0] if models else None
+        if found is None:
+            return None
+        model = found
+    return model
+
+
+def _field_names(model: type[BaseModel]) -> list[str]:
+    return [info.alias or name for name, info in model.model_fields.items()]
+
+
+def _message(err: Mapping[str, Any], path: PathT) -> str:
+    kind = err["type"]
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "extra_forbidden":
+        name = str(path[-1]) if path else "?"
+        model = _model_at(path[:-1])
+        known = _field_names(model) if model else []
+        what = "section" if len(path) == 1 else "field"
+        msg = f"unknown {what} {name!r}"
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        if close:
+            return f"{msg}; did you mean {close[0]!r}?"
+        return f"{msg}; expected one of: {', '.join(known)}" if known else msg
+    msg = str(err["msg"])
+    if kind.endswith("_type") or kind in ("int_from_float", "int_parsing"):
+        value = err.get("input")
+        msg = f"{msg}, got {value!r} ({type(value).__name__})"
+    return msg
+
+
+def _issues_from_validation(
+    exc: ValidationError, builder: _Builder, source: str
+) -> list[SpecIssue]:
+    issues = []
+    for err in exc.errors():
+        raw = tuple(err["loc"])
+        path: PathT = tuple(p for p in raw if p != "[key]")
+        # pydantic names the validator step in some locations; drop those parts.
+        path = tuple(p for p in path if not (isinstance(p, str) and p.startswith("function-")))
+        if err["type"] == "missing":
+            pos = builder.positions.locate(path[:-1])
+        else:
+            pos = builder.positions.locate(path)
+        issues.append(
+            SpecIssue(source, format_path(path), _message(err, path), *(pos or (None, None)))
+        )
+    return issues
+
+
+def _sort_key(issue: SpecIssue) -> tuple[int, int, str]:
+    return (issue.line or 0, issue.column or 0, issue.path)
+
+
+def load_spec_text(
+    text: str, source: str = "<string>", env: Mapping[str, str] | None = None
+) -> LoadedSpec:
+    """Validate spec text. Raises :class:`SpecError` with every issue found."""
+    if len(text.encode("utf-8", errors="replace")) > MAX_SPEC_BYTES:
+        raise SpecError([SpecIssue(source, "", f"spec is larger than {MAX_SPEC_BYTES} bytes")])
+    data, builder = _parse(text, source, os.environ if env is None else env)
+    issues = list(builder.issues)
+    spec: JobSpec | None = None
+    if data is not None:
+        try:
+            spec = JobSpec.model_validate(data)
+        except ValidationError as exc:
+            issues.extend(_issues_from_validation(exc, builder, source))
+    if issues or spec is None:
+        raise SpecError(sorted(issues, key=_sort_key))
+    return LoadedSpec(spec=spec, source=source, text=text, positions=builder.positions)
+
+
+def load_spec(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> LoadedSpec:
+    """Read and validate the spec file at ``path``."""
+    p = Path(path)
+    source = str(path)
+    try:
+        size = p.stat().st_size
+        if size > MAX_SPEC_BYTES:
+            raise SpecError(
+                [SpecIssue(source, "", f"spec is {size} bytes; the limit is {MAX_SPEC_BYTES}")]
+            )
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise SpecError([SpecIssue(source, "", "no such file")]) from None
+    except IsADirectoryError:
+        raise SpecError([SpecIssue(source, "", "is a directory, not a spec file")]) from None
+    except PermissionError:
+        raise SpecError([SpecIssue(source, "", "permission denied")]) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(
+            [SpecIssue(source, "", f"not UTF-8 text (byte {exc.start} cannot be decoded)")]
+        ) from None
+    return load_spec_text(text, source, env)

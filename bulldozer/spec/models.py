@@ -1,0 +1,547 @@
+"""The ``MoveDataToKvDal`` job spec (``apiVersion: bulldozer/v1``) as frozen pydantic models.
+
+Three sections, as in the original design, plus ``metadata``:
+
+* ``data_movement`` — what to move: a table or a SQL query, key and value columns,
+  renames, a filter, the duplicate-key policy and an optional pinned snapshot;
+* ``key_value_dal`` — where to: the DAL endpoint, the alias consumers read, write tuning,
+  retention and quality gates;
+* ``bulldozer_protobuf`` — how the generated schema is named and written.
+
+Every model forbids unknown fields. Rules that involve several fields raise a
+``ValidationError`` whose locations point at the offending field, so the loader can name
+its line.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Annotated, Any, Literal
+
+from croniter import croniter
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from bulldozer.names import ALIAS_PATTERN
+
+__all__ = [
+    "API_VERSION",
+    "KIND",
+    "CatalogConfig",
+    "DataMovement",
+    "DuplicateKeys",
+    "JobSpec",
+    "KeyValueDal",
+    "Metadata",
+    "ProtobufConfig",
+    "ProtobufOutput",
+    "QualityGates",
+    "Retention",
+    "Source",
+    "WriteTuning",
+    "parse_duration",
+]
+
+API_VERSION = "bulldozer/v1"
+KIND = "MoveDataToKvDal"
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+# ----------------------------------------------------------------- field helpers
+
+PROTO_IDENT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+PROTO_PACKAGE_PATTERN = r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*$"
+FIELD_NAME_PATTERN = r"^[a-z_][a-z0-9_]{0,127}$"
+TABLE_PART_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+ENDPOINT_PATTERN = r"^(embedded|(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5})$"
+
+#: Words protobuf reserves; a generated message or package part may not be one of them.
+PROTO_KEYWORDS = frozenset(
+    """syntax import weak public package option message enum service rpc returns stream
+    optional repeated required oneof map reserved to max extend extensions true false
+    double float int32 int64 uint32 uint64 sint32 sint64 fixed32 fixed64 sfixed32 sfixed64
+    bool string bytes group edition""".split()
+)
+
+CRON_PRESETS = frozenset(
+    {"@once", "@hourly", "@daily", "@weekly", "@monthly", "@yearly", "@annually", "@continuous"}
+)
+
+
+def _error(message: str, **ctx: Any) -> PydanticCustomError:
+    """A spec error whose text is final (pydantic's templates know no ``!r``)."""
+    return PydanticCustomError("bulldozer", "{msg}", {"msg": message.format(**ctx)})
+
+
+def _matching(pattern: str, hint: str = "") -> Any:
+    compiled = re.compile(pattern)
+
+    def check(value: str) -> str:
+        if compiled.fullmatch(value) is None:
+            extra = f" ({hint})" if hint else ""
+            raise _error("must match {pattern}{extra}, got {value!r}", pattern=pattern, extra=extra, value=value)
+        return value
+
+    return AfterValidator(check)
+
+
+def _not_keyword(value: str) -> str:
+    if value in PROTO_KEYWORDS:
+        raise _error("{value!r} is a protobuf keyword; choose another name", value=value)
+    return value
+
+
+def _as_tuple(value: object) -> object:
+    return tuple(value) if isinstance(value, list) else value
+
+
+ListOf = BeforeValidator(_as_tuple)  # YAML gives lists; the frozen models hold tuples
+
+Identifier = Annotated[
+    str,
+    Field(max_length=200),
+    _matching(ALIAS_PATTERN, "a lowercase ASCII letter, then up to 62 lowercase letters, digits or _"),
+]
+FieldName = Annotated[str, _matching(FIELD_NAME_PATTERN, "a valid protobuf field name")]
+ColumnName = Annotated[str, Field(min_length=1, max_length=255)]
+ProtoMessageName = Annotated[
+    str, Field(max_length=100), _matching(PROTO_IDENT_PATTERN), AfterValidator(_not_keyword)
+]
+
+
+def _check_package(value: str) -> str:
+    for part in value.split("."):
+        _not_keyword(part)
+    return value
+
+
+ProtoPackage = Annotated[
+    str,
+    Field(max_length=200),
+    _matching(PROTO_PACKAGE_PATTERN, "dot-separated lowercase proto identifiers"),
+    AfterValidator(_check_package),
+]
+
+_DURATION_RE = re.compile(r"(\d+)(ms|s|m|h|d|w)")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(value: object) -> timedelta:
+    """``90s``, ``15m``, ``24h``, ``7d``, ``1w``, combinations like ``1h30m``, or seconds."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, bool):
+        raise _error("a duration like 24h, 30m, 7d or a number of seconds")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise _error("a duration cannot be negative")
+        return timedelta(seconds=value)
+    if isinstance(value, str):
+        text = value.strip()
+        pos, total = 0, 0.0
+        for m in _DURATION_RE.finditer(text):
+            if m.start() != pos:
+                break
+            total += int(m.group(1)) * _UNITS[m.group(2)]
+            pos = m.end()
+        if text and pos == len(text):
+            return timedelta(seconds=total)
+    raise _error(
+        "{value!r} is not a duration; write e.g. 24h, 30m, 7d, 1h30m or a number of seconds",
+        value=value,
+    )
+
+
+Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+
+def _check_schedule(value: str | None) -> str | None:
+    if value is None or value in CRON_PRESETS:
+        return value
+    if value.startswith("@"):
+        raise _error(
+            "unknown schedule preset {value!r}; use one of {presets} or a cron expression",
+            value=value,
+            presets=", ".join(sorted(CRON_PRESETS)),
+        )
+    if len(value.split()) != 5 or not croniter.is_valid(value):
+        raise _error(
+            "{value!r} is not a cron expression (5 fields: minute hour day month weekday)",
+            value=value,
+        )
+    return value
+
+
+Schedule = Annotated[str | None, AfterValidator(_check_schedule)]
+
+
+Located = list[tuple[tuple[str | int, ...], str, Any]]
+
+
+def _details(located: Located) -> list[InitErrorDetails]:
+    return [
+        InitErrorDetails(type=_error("{msg}", msg=msg), loc=loc, input=value)
+        for loc, msg, value in located
+    ]
+
+
+def _raise_at(title: str, errors: Located) -> None:
+    """Raise one ValidationError carrying several located errors (all reported at once)."""
+    if errors:
+        raise ValidationError.from_exception_data(title, _details(errors))
+
+
+def _validate_with_checks(
+    title: str, data: Any, handler: Any, checks: Any
+) -> Any:
+    """Run field validation *and* the cross-field ``checks`` on the raw data, so a spec
+    with a bad field still gets its cross-field errors reported in the same pass."""
+    field_errors: list[InitErrorDetails] = []
+    result = None
+    try:
+        result = handler(data)
+    except ValidationError as exc:
+        for err in exc.errors():
+            kind = err["type"]
+            err_type: Any = _error("{msg}", msg=err["msg"]) if kind == "bulldozer" else kind
+            detail = InitErrorDetails(type=err_type, loc=tuple(err["loc"]), input=err.get("input"))
+            if "ctx" in err and kind != "bulldozer":
+                detail["ctx"] = err["ctx"]
+            field_errors.append(detail)
+    extra = checks(data) if isinstance(data, dict) else []
+    if field_errors or extra:
+        raise ValidationError.from_exception_data(title, field_errors + _details(extra))
+    return result
+
+
+def _str_list(value: object) -> list[str] | None:
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return list(value)
+    return None
+
+
+def _duplicates(items: tuple[str, ...] | list[str]) -> list[tuple[int, str]]:
+    seen: set[str] = set()
+    out = []
+    for i, item in enumerate(items):
+        if item in seen:
+            out.append((i, item))
+        seen.add(item)
+    return out
+
+
+# ----------------------------------------------------------------------- metadata
+
+
+class Metadata(BaseModel):
+    """Who owns the job and when it runs."""
+
+    model_config = _FROZEN
+
+    name: Identifier = Field(description="Job name; also the Airflow DAG id.")
+    owner: str = Field(min_length=1, max_length=200)
+    description: str = Field(default="", max_length=4000)
+    schedule: Schedule = Field(default=None, description="Cron expression or @preset.")
+    tags: Annotated[tuple[Annotated[str, Field(min_length=1, max_length=64)], ...], ListOf] = ()
+
+
+# ------------------------------------------------------------------ data_movement
+
+
+class CatalogConfig(BaseModel):
+    """Which Iceberg catalog holds the source. ``embedded`` (the default) is the SQLite
+    catalog under ``$BULLDOZER_HOME`` (``.bulldozer/`` by default); otherwise any
+    properties pyiceberg's ``load_catalog`` accepts (``type``, ``uri``, ``warehouse``, …)."""
+
+    model_config = _FROZEN
+
+    name: Annotated[str, _matching(TABLE_PART_PATTERN)] = "lake"
+    properties: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def embedded(self) -> bool:
+        return not self.properties
+
+
+class Source(BaseModel):
+    """Exactly one of ``table`` (``namespace.table``) or ``query`` (SQL)."""
+
+    model_config = _FROZEN
+
+    table: str | None = None
+    query: str | None = Field(default=None, min_length=1, max_length=100_000)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Source:
+        if (self.table is None) == (self.query is None):
+            which = "both" if self.table is not None else "neither"
+            _raise_at(
+                "Source",
+                [((), f"give exactly one of 'table' or 'query' ({which} given)", None)],
+            )
+        if self.table is not None:
+            parts = self.table.split(".")
+            if len(parts) < 2 or any(not re.fullmatch(TABLE_PART_PATTERN, p) for p in parts):
+                _raise_at(
+                    "Source",
+                    [
+                        (
+                            ("table",),
+                            f"{self.table!r} is not a table identifier; write namespace.table",
+                            self.table,
+                        )
+                    ],
+                )
+        return self
+
+
+class DuplicateKeys(BaseModel):
+    """What to do when two source rows share a key: ``fail`` (default), or ``keep_latest``
+    (keep the row with the greatest ``order_by`` value; ties are an error)."""
+
+    model_config = _FROZEN
+
+    policy: Literal["fail", "keep_latest"] = "fail"
+    order_by: ColumnName | None = None
+
+    @model_validator(mode="after")
+    def _order_by(self) -> DuplicateKeys:
+        if self.policy == "keep_latest" and self.order_by is None:
+            _raise_at("DuplicateKeys", [(("order_by",), "keep_latest needs order_by", None)])
+        if self.policy == "fail" and self.order_by is not None:
+            _raise_at(
+                "DuplicateKeys",
+                [(("order_by",), "order_by only applies to policy keep_latest", self.order_by)],
+            )
+        return self
+
+
+def _duplicate_keys(value: object) -> object:
+    return {"policy": value} if isinstance(value, str) else value
+
+
+class DataMovement(BaseModel):
+    """What data to move."""
+
+    model_config = _FROZEN
+
+    catalog: CatalogConfig = Field(default_factory=CatalogConfig)
+    source: Source
+    key_columns: Annotated[tuple[ColumnName, ...], ListOf] = Field(min_length=1, max_length=32)
+    value_columns: Annotated[tuple[ColumnName, ...], ListOf] | None = Field(
+        default=None, description="Value columns; default: every non-key column."
+    )
+    renames: dict[ColumnName, FieldName] = Field(default_factory=dict)
+    filter: str | None = Field(default=None, min_length=1, max_length=10_000)
+    duplicate_keys: Annotated[DuplicateKeys, BeforeValidator(_duplicate_keys)] = Field(
+        default_factory=DuplicateKeys
+    )
+    snapshot_id: Annotated[int, Field(gt=0)] | None = None
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _columns(cls, data: Any, handler: Any) -> Any:
+        return _validate_with_checks("DataMovement", data, handler, _column_checks)
+
+
+def _column_checks(data: dict[str, Any]) -> Located:
+    """Cross-field rules of ``data_movement``, on the raw mapping (wrong types are skipped:
+    field validation reports those)."""
+    errs: Located = []
+    key_list = _str_list(data.get("key_columns")) or []
+    value_list = _str_list(data.get("value_columns"))
+    for i, col in _duplicates(key_list):
+        errs.append((("key_columns", i), f"{col!r} is listed twice", col))
+    values = value_list or []
+    for i, col in _duplicates(values):
+        errs.append((("value_columns", i), f"{col!r} is listed twice", col))
+    keys = set(key_list)
+    for i, col in enumerate(values):
+        if col in keys:
+            errs.append(
+                (("value_columns", i), f"{col!r} is a key column; a column is a key or a value, not both", col)
+            )
+    renames = data.get("renames")
+    if isinstance(renames, dict):
+        targets: dict[str, str] = {}
+        for src, dst in renames.items():
+            if not isinstance(src, str) or not isinstance(dst, str):
+                continue
+            if value_list is not None and src not in keys and src not in values:
+                errs.append(
+                    (("renames", src), f"renames {src!r}, which is neither a key nor a value column", src)
+                )
+            if dst in targets:
+                errs.append(
+                    (("renames", src), f"{src!r} and {targets[dst]!r} are both renamed to {dst!r}", dst)
+                )
+            targets[dst] = src
+            if value_list is not None:
+                group = key_list if src in keys else values
+                if dst in group and dst not in renames:
+                    errs.append(
+                        (("renames", src), f"renaming {src!r} to {dst!r} clashes with the column {dst!r}", dst)
+                    )
+    source = data.get("source")
+    if isinstance(source, dict) and source.get("query") is not None and data.get("snapshot_id") is not None:
+        errs.append(
+            (
+                ("snapshot_id",),
+                "snapshot_id pins a table source; a query source pins every table it reads at run start",
+                data.get("snapshot_id"),
+            )
+        )
+    dup = data.get("duplicate_keys")
+    if isinstance(dup, dict) and isinstance(dup.get("order_by"), str) and dup["order_by"] in keys:
+        errs.append(
+            (("duplicate_keys", "order_by"), f"{dup['order_by']!r} is a key column; order by a value column", dup["order_by"])
+        )
+    return errs
+
+
+# ------------------------------------------------------------------ key_value_dal
+
+
+class WriteTuning(BaseModel):
+    """How the loader writes into the DAL."""
+
+    model_config = _FROZEN
+
+    batch_size: Annotated[int, Field(ge=1, le=100_000)] = 2_000
+    max_batch_bytes: Annotated[int, Field(ge=1_024, le=64 * 1024 * 1024)] = 4 * 1024 * 1024
+    in_flight_batches: Annotated[int, Field(ge=1, le=64)] = 4
+    records_per_second: Annotated[int, Field(ge=1)] | None = None
+
+
+class Retention(BaseModel):
+    """How many previous versions stay readable (for instant rollback), and for how long
+    a retired version is kept before it is dropped."""
+
+    model_config = _FROZEN
+
+    keep_versions: Annotated[int, Field(ge=0, le=100)] = 2
+    grace_period: Duration = timedelta(hours=24)
+
+
+class QualityGates(BaseModel):
+    """Checks a new version must pass before the alias moves to it."""
+
+    model_config = _FROZEN
+
+    min_rows: Annotated[int, Field(ge=0)] = 1
+    max_row_count_change: Annotated[float, Field(gt=0)] | None = Field(
+        default=None,
+        description="Largest allowed relative change of the row count vs the ACTIVE version "
+        "(0.5 = ±50 %).",
+    )
+    max_null_fraction: dict[ColumnName, Annotated[float, Field(ge=0, le=1)]] = Field(
+        default_factory=dict
+    )
+
+
+class KeyValueDal(BaseModel):
+    """Where the data goes."""
+
+    model_config = _FROZEN
+
+    endpoint: Annotated[str, _matching(ENDPOINT_PATTERN, "embedded or host:port")] = (
+        "embedded"
+    )
+    alias: Identifier
+    token: str | None = Field(default=None, repr=False, description="Bearer token, e.g. ${TOKEN}.")
+    write: WriteTuning = Field(default_factory=WriteTuning)
+    retention: Retention = Field(default_factory=Retention)
+    quality_gates: QualityGates = Field(default_factory=QualityGates)
+
+
+# -------------------------------------------------------------- bulldozer_protobuf
+
+
+class ProtobufOutput(BaseModel):
+    """Where generated files go and the per-language options written into the .proto."""
+
+    model_config = _FROZEN
+
+    directory: str = Field(default="build/proto", min_length=1, max_length=1000)
+    java_package: Annotated[str, _matching(PROTO_PACKAGE_PATTERN)] | None = None
+    go_package: Annotated[str, Field(pattern=r"^[A-Za-z0-9_./;-]+$", max_length=300)] | None = None
+
+
+class ProtobufConfig(BaseModel):
+    """Names of the generated protobuf package and messages."""
+
+    model_config = _FROZEN
+
+    package: ProtoPackage
+    key_message: ProtoMessageName = "KeyMessage"
+    value_message: ProtoMessageName = "ValueMessage"
+    output: ProtobufOutput = Field(default_factory=ProtobufOutput)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> ProtobufConfig:
+        if self.key_message == self.value_message:
+            _raise_at(
+                "ProtobufConfig",
+                [(("value_message",), "key and value messages need different names", self.value_message)],
+            )
+        return self
+
+
+# ------------------------------------------------------------------------ the spec
+
+
+class JobSpec(BaseModel):
+    """A whole ``MoveDataToKvDal`` job."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, populate_by_name=True)
+
+    api_version: Literal["bulldozer/v1"] = Field(alias="apiVersion")
+    kind: Literal["MoveDataToKvDal"]
+    metadata: Metadata
+    data_movement: DataMovement
+    key_value_dal: KeyValueDal
+    bulldozer_protobuf: ProtobufConfig
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _cross_sections(cls, data: Any, handler: Any) -> Any:
+        return _validate_with_checks("JobSpec", data, handler, _section_checks)
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def alias(self) -> str:
+        return self.key_value_dal.alias
+
+
+def _section_checks(data: dict[str, Any]) -> Located:
+    errs: Located = []
+    dm, kv = data.get("data_movement"), data.get("key_value_dal")
+    if not isinstance(dm, dict) or not isinstance(kv, dict):
+        return errs
+    values = _str_list(dm.get("value_columns"))
+    gates = kv.get("quality_gates")
+    nulls = gates.get("max_null_fraction") if isinstance(gates, dict) else None
+    if values is not None and isinstance(nulls, dict):
+        known = set(_str_list(dm.get("key_columns")) or []) | set(values)
+        for col in nulls:
+            if col not in known:
+                errs.append(
+                    (
+                        ("key_value_dal", "quality_gates", "max_null_fraction", col),
+                        f"{col!r} is not one of the job's columns",
+                        col,
+                    )
+                )
+    return errs
