@@ -9,7 +9,10 @@ import typer
 
 from bulldozer.cli.common import console, handle_errors, print_json
 
-app = typer.Typer(help="The embedded Iceberg warehouse (SQLite catalog 'lake' + local folder).", no_args_is_help=True)
+app = typer.Typer(
+    help="The embedded Iceberg warehouse (SQLite catalog 'lake' + local folder).",
+    no_args_is_help=True,
+)
 
 
 @app.command("sample")
@@ -17,8 +20,16 @@ app = typer.Typer(help="The embedded Iceberg warehouse (SQLite catalog 'lake' + 
 def sample(
     rows: Annotated[int, typer.Option(min=0, help="Rows in the sample table.")] = 100_000,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 7,
-    variant: Annotated[int, typer.Option(min=0, help="Shift the values (not the keys) for a visibly new version.")] = 0,
-    home: Annotated[str | None, typer.Option(help="Embedded state folder (default $BULLDOZER_HOME or ./.bulldozer).", show_default=False)] = None,
+    variant: Annotated[
+        int, typer.Option(min=0, help="Shift the values (not the keys) for a visibly new version.")
+    ] = 0,
+    home: Annotated[
+        str | None,
+        typer.Option(
+            help="Embedded state folder (default $BULLDOZER_HOME or ./.bulldozer).",
+            show_default=False,
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
 ) -> None:
     """Create (or replace) the sample table sample.user_item_scores in the embedded catalog.

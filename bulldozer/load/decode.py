@@ -54,6 +54,9 @@ def _leaf(f: ProtoField, value: Any) -> Any:
 def _message(msg: ProtoMessage, m: Message) -> Any:
     if msg.wrapper:
         return _field(msg.fields[0], m)
+    if msg.entry:
+        key, value = msg.fields
+        return (_field(key, m), _field(value, m))
     return {f.column.rsplit(".", 1)[-1].rstrip("[]{}"): _field(f, m) for f in msg.fields}
 
 
@@ -70,7 +73,9 @@ def _field(f: ProtoField, m: Message) -> Any:
     return _leaf(f, value)
 
 
-def decode_row(key_msg: ProtoMessage, value_msg: ProtoMessage, key: Message, value: Message) -> dict[str, Any]:
+def decode_row(
+    key_msg: ProtoMessage, value_msg: ProtoMessage, key: Message, value: Message
+) -> dict[str, Any]:
     """The source row (column → value) that ``key`` and ``value`` were encoded from."""
     row = {f.column: _field(f, key) for f in key_msg.fields}
     row.update({f.column: _field(f, value) for f in value_msg.fields})

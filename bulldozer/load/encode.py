@@ -83,7 +83,9 @@ def _from_matrix(mat: np.ndarray[Any, Any], lengths: np.ndarray[Any, Any]) -> pa
     )
 
 
-def _varint_matrix(values: np.ndarray[Any, Any], prefix: bytes) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+def _varint_matrix(
+    values: np.ndarray[Any, Any], prefix: bytes
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """``prefix`` + varint(v) for every uint64 ``v``: a byte matrix and each row's length."""
     v = values.astype(np.uint64, copy=True)
     n = len(v)
@@ -108,14 +110,18 @@ def _varint_matrix(values: np.ndarray[Any, Any], prefix: bytes) -> tuple[np.ndar
     return mat, nbytes + t
 
 
-def varint_rows(values: np.ndarray[Any, Any], keep: np.ndarray[Any, Any] | None, prefix: bytes = b"") -> pa.Array:
+def varint_rows(
+    values: np.ndarray[Any, Any], keep: np.ndarray[Any, Any] | None, prefix: bytes = b""
+) -> pa.Array:
     mat, lengths = _varint_matrix(values, prefix)
     if keep is not None:
         lengths = np.where(keep, lengths, 0)
     return _from_matrix(mat, lengths)
 
 
-def fixed_rows(raw: np.ndarray[Any, Any], keep: np.ndarray[Any, Any] | None, prefix: bytes = b"") -> pa.Array:
+def fixed_rows(
+    raw: np.ndarray[Any, Any], keep: np.ndarray[Any, Any] | None, prefix: bytes = b""
+) -> pa.Array:
     n, width = raw.shape
     t = len(prefix)
     mat = np.empty((n, t + width), dtype=np.uint8)
@@ -129,7 +135,9 @@ def fixed_rows(raw: np.ndarray[Any, Any], keep: np.ndarray[Any, Any] | None, pre
 
 
 def _lengths(arr: pa.Array) -> np.ndarray[Any, Any]:
-    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset : arr.offset + len(arr) + 1]
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[
+        arr.offset : arr.offset + len(arr) + 1
+    ]
     return np.diff(offsets)
 
 
@@ -161,7 +169,9 @@ def group_rows(elements: pa.Array, counts: np.ndarray[Any, Any]) -> pa.Array:
     np.cumsum(counts, out=bounds[1:])
     offsets = eoff[bounds] if len(eoff) else np.zeros(len(counts) + 1, dtype=np.int64)
     return pa.Array.from_buffers(
-        pa.large_binary(), len(counts), [None, pa.py_buffer(np.ascontiguousarray(offsets)), elements.buffers()[2]]
+        pa.large_binary(),
+        len(counts),
+        [None, pa.py_buffer(np.ascontiguousarray(offsets)), elements.buffers()[2]],
     )
 
 
@@ -173,7 +183,9 @@ def _contiguous(arr: pa.Array) -> pa.Array:
         arr = pc.fill_null(arr, b"")
     if arr.offset != 0 or (len(arr) and np.frombuffer(arr.buffers()[1], dtype=np.int64)[0] != 0):
         arr = pa.concat_arrays([arr])  # copies into fresh buffers
-        if arr.offset != 0 or (len(arr) and np.frombuffer(arr.buffers()[1], dtype=np.int64)[0] != 0):
+        if arr.offset != 0 or (
+            len(arr) and np.frombuffer(arr.buffers()[1], dtype=np.int64)[0] != 0
+        ):
             arr = pa.array(arr.to_pylist(), pa.large_binary())
     if arr.buffers()[2] is None:
         arr = pa.Array.from_buffers(
@@ -218,7 +230,7 @@ def _ints(arr: pa.Array, dtype: Any) -> np.ndarray[Any, Any]:
 
 
 def _uuid_bytes(arr: pa.Array) -> pa.Array:
-    if isinstance(arr.type, pa.ExtensionType):
+    if isinstance(arr.type, pa.BaseExtensionType):
         arr = arr.storage
     if pa.types.is_fixed_size_binary(arr.type):
         return arr.cast(pa.large_binary())
@@ -265,12 +277,18 @@ def _scalar(kind: str, arr: pa.Array) -> _Scalar:
         v = _ints(arr.cast(pa.int64()) if kind == "time" else arr, np.int64)
         return _Scalar(_VARINT, valid, v == 0, varints=v.view(np.uint64))
     if kind in ("float", "double"):
-        dtype, utype, width = (np.float32, np.uint32, 4) if kind == "float" else (np.float64, np.uint64, 8)
+        dtype, utype, width = (
+            (np.float32, np.uint32, 4) if kind == "float" else (np.float64, np.uint64, 8)
+        )
         v = _ints(arr, dtype)
         bits = v.view(utype)
         return _Scalar(
-            _FIXED32 if width == 4 else _FIXED64, valid, bits == 0,
-            fixed=v.astype("<" + np.dtype(dtype).str[1:], copy=False).view(np.uint8).reshape(-1, width),
+            _FIXED32 if width == 4 else _FIXED64,
+            valid,
+            bits == 0,
+            fixed=v.astype("<" + np.dtype(dtype).str[1:], copy=False)
+            .view(np.uint8)
+            .reshape(-1, width),
         )
     if kind == "timestamp":
         payload = _timestamp_payload(arr)
@@ -380,8 +398,9 @@ class RowEncoder:
     def _element_rows(self, f: ProtoField, values: pa.Array, number: int) -> pa.Array:
         """Each element of a non-packed repeated field, encoded as field ``number``."""
         if values.null_count:
+            what = "map value" if f.column.endswith("{}") else "list element"
             raise SourceDataError(
-                f"column {f.column!r} holds a null list element or map value; protobuf "
+                f"column {f.column.removesuffix('{}')!r} holds a null {what}; protobuf "
                 "repeated fields and maps cannot hold nulls (filter or fill them in the source)"
             )
         if f.kind == "scalar":

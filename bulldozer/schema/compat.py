@@ -91,7 +91,9 @@ class _Comparer:
     def add(self, path: str, change: str, verdict: Verdict, detail: str) -> None:
         self.report.differences.append(Difference(path, change, verdict, detail))
 
-    def message(self, old_name: str, new_name: str, path: str, key: bool, seen: set[tuple[str, str]]) -> None:
+    def message(
+        self, old_name: str, new_name: str, path: str, key: bool, seen: set[tuple[str, str]]
+    ) -> None:
         if (old_name, new_name) in seen:
             return
         seen.add((old_name, new_name))
@@ -106,15 +108,24 @@ class _Comparer:
             where = f"{path}.{(n or o).name}" if (n or o) else path  # type: ignore[union-attr]
             if o is None and n is not None:
                 if number in old_reserved:
-                    self.add(where, "reused reserved number", "refused",
-                             f"field number {number} was reserved (a dropped field); old readers would misread it")
+                    self.add(
+                        where,
+                        "reused reserved number",
+                        "refused",
+                        f"field number {number} was reserved (a dropped field); "
+                        "old readers would misread it",
+                    )
                 elif key:
-                    self.add(where, "key field added", "refused", "the bytes of every key would change")
+                    self.add(
+                        where, "key field added", "refused", "the bytes of every key would change"
+                    )
                 else:
                     self.add(where, "field added", "allowed", f"{_type_label(n)} = {number}")
             elif n is None and o is not None:
                 if key:
-                    self.add(where, "key field dropped", "refused", "the bytes of every key would change")
+                    self.add(
+                        where, "key field dropped", "refused", "the bytes of every key would change"
+                    )
                 else:
                     self.add(where, "field dropped", "allowed", f"number {number} becomes reserved")
             elif o is not None and n is not None:
@@ -129,7 +140,9 @@ class _Comparer:
         seen: set[tuple[str, str]],
     ) -> None:
         if o.name != n.name:
-            self.add(where, "field renamed", "allowed", f"{o.name} → {n.name} (wire format unchanged)")
+            self.add(
+                where, "field renamed", "allowed", f"{o.name} → {n.name} (wire format unchanged)"
+            )
         if (o.label == _FDP.LABEL_REPEATED) != (n.label == _FDP.LABEL_REPEATED):
             self.add(where, "repeated changed", "refused", f"{_type_label(o)} → {_type_label(n)}")
             return
@@ -137,15 +150,33 @@ class _Comparer:
             if (o.type, n.type) in _WIDENING and not key:
                 self.add(where, "type widened", "allowed", f"{_type_label(o)} → {_type_label(n)}")
             else:
-                reason = "the bytes of every key would change" if key else "old readers would misread the value"
-                self.add(where, "type changed", "refused", f"{_type_label(o)} → {_type_label(n)}; {reason}")
+                reason = (
+                    "the bytes of every key would change"
+                    if key
+                    else "old readers would misread the value"
+                )
+                self.add(
+                    where,
+                    "type changed",
+                    "refused",
+                    f"{_type_label(o)} → {_type_label(n)}; {reason}",
+                )
             return
         if o.proto3_optional != n.proto3_optional:
             if key:
-                self.add(where, "presence changed", "refused", "the bytes of keys holding zero values would change")
+                self.add(
+                    where,
+                    "presence changed",
+                    "refused",
+                    "the bytes of keys holding zero values would change",
+                )
             else:
-                self.add(where, "presence changed", "allowed",
-                         "optional added" if n.proto3_optional else "optional removed")
+                self.add(
+                    where,
+                    "presence changed",
+                    "allowed",
+                    "optional added" if n.proto3_optional else "optional removed",
+                )
         if o.type == _FDP.TYPE_MESSAGE:
             if o.type_name.startswith(".google.") or n.type_name.startswith(".google."):
                 if o.type_name != n.type_name:
@@ -158,10 +189,18 @@ def check_compatibility(old_descriptor_set: bytes, new_descriptor_set: bytes) ->
     """Every difference between two generated schemas, each with its verdict."""
     old, new = _Index(old_descriptor_set), _Index(new_descriptor_set)
     cmp = _Comparer(old, new)
-    for role, o, n in (("key", old.key_name, new.key_name), ("value", old.value_name, new.value_name)):
+    for role, o, n in (
+        ("key", old.key_name, new.key_name),
+        ("value", old.value_name, new.value_name),
+    ):
         o_short, n_short = o.rsplit(".", 1)[-1], n.rsplit(".", 1)[-1]
         if o_short != n_short:
-            cmp.add(role, "message renamed", "allowed", f"{o_short} → {n_short} (regenerate client code)")
+            cmp.add(
+                role,
+                "message renamed",
+                "allowed",
+                f"{o_short} → {n_short} (regenerate client code)",
+            )
         cmp.message(o, n, n_short, role == "key", set())
     return cmp.report
 

@@ -102,8 +102,12 @@ def compile_proto(
         args.append(proto_name)
         code, err = _run_protoc(args)
         if code != 0:
-            raise SchemaError(f"protoc refused the generated schema: {err.strip() or f'exit {code}'}")
-        files = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+            raise SchemaError(
+                f"protoc refused the generated schema: {err.strip() or f'exit {code}'}"
+            )
+        files = {
+            p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()
+        }
         files[proto_name] = text.encode("utf-8")
         return CompiledSchema(proto_name, descriptor.read_bytes(), files)
 

@@ -98,7 +98,9 @@ class _TypeMapper(SchemaVisitorPerPrimitiveType[Shape]):
         return struct_result
 
     def struct(self, struct: StructType, field_results: list[Shape]) -> Shape:
-        return Shape("struct", str(struct), fields=list(zip(struct.fields, field_results, strict=True)))
+        return Shape(
+            "struct", str(struct), fields=list(zip(struct.fields, field_results, strict=True))
+        )
 
     def field(self, field: NestedField, field_result: Shape) -> Shape:
         return field_result
@@ -275,17 +277,31 @@ class _MessageBuilder:
         base = base or pascal(name)
         if shape.kind == "scalar":
             return ProtoField(
-                name, number, "scalar", iceberg_id, column, scalar=shape.scalar,
-                optional=nullable, iceberg_type=shape.iceberg_type,
+                name,
+                number,
+                "scalar",
+                iceberg_id,
+                column,
+                scalar=shape.scalar,
+                optional=nullable,
+                iceberg_type=shape.iceberg_type,
             )
         if shape.kind == "struct":
             nested = self.message(
-                base, owner, [(nf, s, proto_field_name(nf.name)) for nf, s in shape.fields],
+                base,
+                owner,
+                [(nf, s, proto_field_name(nf.name)) for nf, s in shape.fields],
                 column + ".",
             )
             return ProtoField(
-                name, number, "message", iceberg_id, column, message=nested,
-                optional=nullable, iceberg_type=shape.iceberg_type,
+                name,
+                number,
+                "message",
+                iceberg_id,
+                column,
+                message=nested,
+                optional=nullable,
+                iceberg_type=shape.iceberg_type,
             )
         if nullable:
             # repeated / map fields have no presence: wrap them so null != empty.
@@ -295,7 +311,13 @@ class _MessageBuilder:
             inner_name = "values" if shape.kind == "list" else "entries"
             wrapper.fields.append(self.field(owner, inner_name, 1, 0, column, shape, False, base))
             return ProtoField(
-                name, number, "message", iceberg_id, column, message=wrapper, optional=True,
+                name,
+                number,
+                "message",
+                iceberg_id,
+                column,
+                message=wrapper,
+                optional=True,
                 iceberg_type=shape.iceberg_type,
             )
         if shape.kind == "list":
@@ -312,38 +334,79 @@ class _MessageBuilder:
         value = self.leaf(owner, base + "Value", shape.value, column + "{}", 0)
         if key_kind in MAP_KEY_OK:
             return ProtoField(
-                name, number, "map", iceberg_id, column, scalar=key_kind, value=value,
-                iceberg_type=shape.iceberg_type, elements_nullable=not shape.value_required,
+                name,
+                number,
+                "map",
+                iceberg_id,
+                column,
+                scalar=key_kind,
+                value=value,
+                iceberg_type=shape.iceberg_type,
+                elements_nullable=not shape.value_required,
             )
         # proto maps cannot have this key type: repeated entries instead.
-        entry = ProtoMessage(base + "Entry", parent=owner)
+        entry = ProtoMessage(base + "Entry", parent=owner, entry=True)
         owner.nested.append(entry)
         key = self.leaf(entry, "Key", shape.key, column + "{key}", 0)
         key.name, key.number = "key", 1
         value_in_entry = self.leaf(entry, "Value", shape.value, column + "{}", 0)
         value_in_entry.name, value_in_entry.number = "value", 2
-        value_in_entry.optional = not shape.value_required and value_in_entry.kind != "map" and not value_in_entry.repeated
+        value_in_entry.optional = (
+            not shape.value_required
+            and value_in_entry.kind != "map"
+            and not value_in_entry.repeated
+        )
         entry.fields.extend([key, value_in_entry])
         return ProtoField(
-            name, number, "message", iceberg_id, column, message=entry, repeated=True,
+            name,
+            number,
+            "message",
+            iceberg_id,
+            column,
+            message=entry,
+            repeated=True,
             iceberg_type=shape.iceberg_type,
         )
 
-    def leaf(self, owner: ProtoMessage, wrapper_name: str, shape: Shape, column: str, iceberg_id: int) -> ProtoField:
+    def leaf(
+        self, owner: ProtoMessage, wrapper_name: str, shape: Shape, column: str, iceberg_id: int
+    ) -> ProtoField:
         """A list element or map value: scalars and structs directly, lists and maps wrapped."""
         if shape.kind == "scalar":
-            return ProtoField("", 0, "scalar", iceberg_id, column, scalar=shape.scalar, iceberg_type=shape.iceberg_type)
+            return ProtoField(
+                "",
+                0,
+                "scalar",
+                iceberg_id,
+                column,
+                scalar=shape.scalar,
+                iceberg_type=shape.iceberg_type,
+            )
         if shape.kind == "struct":
             nested = self.message(
-                wrapper_name, owner, [(nf, s, proto_field_name(nf.name)) for nf, s in shape.fields],
+                wrapper_name,
+                owner,
+                [(nf, s, proto_field_name(nf.name)) for nf, s in shape.fields],
                 column + ".",
             )
-            return ProtoField("", 0, "message", iceberg_id, column, message=nested, iceberg_type=shape.iceberg_type)
+            return ProtoField(
+                "",
+                0,
+                "message",
+                iceberg_id,
+                column,
+                message=nested,
+                iceberg_type=shape.iceberg_type,
+            )
         wrapper = ProtoMessage(wrapper_name, parent=owner, wrapper=True)
         owner.nested.append(wrapper)
         inner_name = "values" if shape.kind == "list" else "entries"
-        wrapper.fields.append(self.field(owner, inner_name, 1, 0, column, shape, False, wrapper_name))
-        return ProtoField("", 0, "message", iceberg_id, column, message=wrapper, iceberg_type=shape.iceberg_type)
+        wrapper.fields.append(
+            self.field(owner, inner_name, 1, 0, column, shape, False, wrapper_name)
+        )
+        return ProtoField(
+            "", 0, "message", iceberg_id, column, message=wrapper, iceberg_type=shape.iceberg_type
+        )
 
 
 def _check_nested_names(msg: ProtoMessage, column_prefix: str) -> None:
@@ -365,9 +428,11 @@ def select_columns(spec: JobSpec, schema: Schema) -> tuple[list[NestedField], li
     names = [f.name for f in schema.fields]
     by_name = {f.name: f for f in schema.fields}
     dm = spec.data_movement
-    value_names = list(dm.value_columns) if dm.value_columns is not None else [
-        n for n in names if n not in set(dm.key_columns)
-    ]
+    value_names = (
+        list(dm.value_columns)
+        if dm.value_columns is not None
+        else [n for n in names if n not in set(dm.key_columns)]
+    )
     missing = []
     for col in [*dm.key_columns, *value_names]:
         if col not in by_name:
@@ -387,14 +452,18 @@ def generate_proto(spec: JobSpec, schema: Schema, source: str = "") -> ProtoFile
         shape = shapes[nf.field_id]
         if shape.kind != "scalar" or shape.scalar in _BAD_KEY_KINDS:
             raise SchemaError(
-                f"key column {nf.name!r} has type {nf.field_type}; key bytes must be deterministic, "
+                f"key column {nf.name!r} has type {nf.field_type}; "
+                "key bytes must be deterministic, "
                 "so keys may not be float, double, struct, list or map"
             )
     builder = _MessageBuilder()
     proto = spec.bulldozer_protobuf
 
     def members(cols: list[NestedField]) -> list[tuple[NestedField, Shape, str]]:
-        return [(nf, shapes[nf.field_id], renames.get(nf.name, proto_field_name(nf.name))) for nf in cols]
+        return [
+            (nf, shapes[nf.field_id], renames.get(nf.name, proto_field_name(nf.name)))
+            for nf in cols
+        ]
 
     key = builder.message(proto.key_message, None, members(keys), "", explicit_presence=True)
     value = builder.message(proto.value_message, None, members(values), "")
@@ -404,4 +473,6 @@ def generate_proto(spec: JobSpec, schema: Schema, source: str = "") -> ProtoFile
         options["java_multiple_files"] = "true"
     if proto.output.go_package:
         options["go_package"] = proto.output.go_package
-    return ProtoFile(proto.package, key, value, options=options, remapped=dict(builder.remapped), source=source)
+    return ProtoFile(
+        proto.package, key, value, options=options, remapped=dict(builder.remapped), source=source
+    )

@@ -43,7 +43,9 @@ class JobSchema:
 
     @cached_property
     def classes(self) -> tuple[Any, Any]:
-        key, value = load_message_classes(self.descriptor_set, self.key_full_name, self.value_full_name)
+        key, value = load_message_classes(
+            self.descriptor_set, self.key_full_name, self.value_full_name
+        )
         return key, value
 
 

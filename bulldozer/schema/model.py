@@ -68,8 +68,18 @@ TIMESTAMP = "google.protobuf.Timestamp"
 
 #: How a leaf value is converted from Arrow before it is written.
 ScalarKind = Literal[
-    "bool", "int32", "int64", "float", "double", "string", "bytes",
-    "decimal", "date", "time", "timestamp", "uuid",
+    "bool",
+    "int32",
+    "int64",
+    "float",
+    "double",
+    "string",
+    "bytes",
+    "decimal",
+    "date",
+    "time",
+    "timestamp",
+    "uuid",
 ]
 
 #: proto scalar type name for each ScalarKind (timestamps are the well-known message).
@@ -153,6 +163,8 @@ class ProtoMessage:
     reserved_names: list[str] = field(default_factory=list)
     #: A wrapper holds one field (number 1) with the same data as the field that uses it.
     wrapper: bool = False
+    #: An entry (``key`` = 1, ``value`` = 2) of a map proto cannot express natively.
+    entry: bool = False
 
     @property
     def path(self) -> str:

@@ -109,8 +109,12 @@ class _Builder:
     def build(self, node: yaml.Node, path: PathT, depth: int) -> Any:
         self.nodes += 1
         if self.nodes > MAX_NODES:
-            self.add(node.start_mark, path, f"document expands to more than {MAX_NODES} nodes "
-                     "(an alias/anchor bomb?); refusing to load it")
+            self.add(
+                node.start_mark,
+                path,
+                f"document expands to more than {MAX_NODES} nodes "
+                "(an alias/anchor bomb?); refusing to load it",
+            )
             raise _Bail
         if depth > MAX_DEPTH:
             self.add(node.start_mark, path, f"nested deeper than {MAX_DEPTH} levels")
@@ -120,7 +124,10 @@ class _Builder:
         if isinstance(node, yaml.SequenceNode):
             items = []
             for i, item in enumerate(node.value):
-                self.positions.marks[(*path, i)] = (item.start_mark.line + 1, item.start_mark.column + 1)
+                self.positions.marks[(*path, i)] = (
+                    item.start_mark.line + 1,
+                    item.start_mark.column + 1,
+                )
                 items.append(self.build(item, (*path, i), depth + 1))
             return items
         value = self.constructor.construct_object(node, deep=True)
@@ -133,7 +140,9 @@ class _Builder:
         explicit: set[str] = set()
         for key_node, value_node in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
-                merged = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                merged = (
+                    value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                )
                 for m in merged:
                     built = self.build(m, path, depth + 1)
                     if not isinstance(built, dict):
@@ -150,7 +159,10 @@ class _Builder:
                 self.add(key_node.start_mark, (*path, key), f"duplicate key {key!r} in one mapping")
                 continue
             explicit.add(key)
-            self.positions.marks[(*path, key)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+            self.positions.marks[(*path, key)] = (
+                key_node.start_mark.line + 1,
+                key_node.start_mark.column + 1,
+            )
             out[key] = self.build(value_node, (*path, key), depth + 1)
         return out
 
@@ -194,6 +206,7 @@ def _parse(text: str, source: str, env: Mapping[str, str]) -> tuple[Any, _Builde
     if not isinstance(node, yaml.MappingNode):
         builder.add(node.start_mark, (), "the document root must be a mapping of sections")
         return None, builder
+    builder.positions.marks[()] = (node.start_mark.line + 1, node.start_mark.column + 1)
     try:
         data = builder.build(node, (), 0)
     except _Bail:
@@ -242,7 +255,7 @@ def _field_names(model: type[BaseModel]) -> list[str]:
 def _message(err: Mapping[str, Any], path: PathT) -> str:
     kind = err["type"]
     if kind == "missing":
-        return "required field is missing"
+        return "required section is missing" if len(path) == 1 else "required field is missing"
     if kind == "extra_forbidden":
         name = str(path[-1]) if path else "?"
         model = _model_at(path[:-1])
@@ -254,7 +267,26 @@ def _message(err: Mapping[str, Any], path: PathT) -> str:
             return f"{msg}; did you mean {close[0]!r}?"
         return f"{msg}; expected one of: {', '.join(known)}" if known else msg
     msg = str(err["msg"])
-    if kind.endswith("_type") or kind in ("int_from_float", "int_parsing"):
+    if kind in (
+        "greater_than",
+        "greater_than_equal",
+        "less_than",
+        "less_than_equal",
+        "too_short",
+        "too_long",
+    ):
+        value = err.get("input")
+        shown = (
+            value
+            if not isinstance(value, str | list | tuple) or len(value) < 40
+            else f"{len(value)} long"
+        )
+        msg = (
+            f"{msg}, got {shown!r}"
+            if not isinstance(shown, str) or shown == value
+            else f"{msg} ({shown})"
+        )
+    if kind.endswith("_type") or kind in ("int_from_float", "int_parsing", "literal_error"):
         value = err.get("input")
         msg = f"{msg}, got {value!r} ({type(value).__name__})"
     return msg
@@ -279,6 +311,24 @@ def _issues_from_validation(
     return issues
 
 
+def _refine(found: list[SpecIssue], earlier: list[SpecIssue]) -> list[SpecIssue]:
+    """Drop follow-on noise: a field whose value an earlier issue already explained (an
+    unset variable), and "missing X" next to "unknown field ...; did you mean X"."""
+    explained = {i.path for i in earlier}
+    suggested = set()
+    for issue in found:
+        m = re.search(r"did you mean '([^']+)'\?$", issue.message)
+        if m:
+            parent = issue.path.rsplit(".", 1)[0] if "." in issue.path else ""
+            suggested.add(f"{parent}.{m.group(1)}" if parent else m.group(1))
+    return [
+        i
+        for i in found
+        if i.path not in explained
+        and not (i.message.startswith("required") and i.path in suggested)
+    ]
+
+
 def _sort_key(issue: SpecIssue) -> tuple[int, int, str]:
     return (issue.line or 0, issue.column or 0, issue.path)
 
@@ -296,7 +346,7 @@ def load_spec_text(
         try:
             spec = JobSpec.model_validate(data)
         except ValidationError as exc:
-            issues.extend(_issues_from_validation(exc, builder, source))
+            issues.extend(_refine(_issues_from_validation(exc, builder, source), issues))
     if issues or spec is None:
         raise SpecError(sorted(issues, key=_sort_key))
     return LoadedSpec(spec=spec, source=source, text=text, positions=builder.positions)

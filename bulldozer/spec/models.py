@@ -31,7 +31,7 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from bulldozer.names import ALIAS_PATTERN
+from bulldozer.names import ALIAS_PATTERN, describe_value
 
 __all__ = [
     "API_VERSION",
@@ -66,10 +66,49 @@ ENDPOINT_PATTERN = r"^(embedded|(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5})$
 
 #: Words protobuf reserves; a generated message or package part may not be one of them.
 PROTO_KEYWORDS = frozenset(
-    """syntax import weak public package option message enum service rpc returns stream
-    optional repeated required oneof map reserved to max extend extensions true false
-    double float int32 int64 uint32 uint64 sint32 sint64 fixed32 fixed64 sfixed32 sfixed64
-    bool string bytes group edition""".split()
+    [
+        "syntax",
+        "import",
+        "weak",
+        "public",
+        "package",
+        "option",
+        "message",
+        "enum",
+        "service",
+        "rpc",
+        "returns",
+        "stream",
+        "optional",
+        "repeated",
+        "required",
+        "oneof",
+        "map",
+        "reserved",
+        "to",
+        "max",
+        "extend",
+        "extensions",
+        "true",
+        "false",
+        "double",
+        "float",
+        "int32",
+        "int64",
+        "uint32",
+        "uint64",
+        "sint32",
+        "sint64",
+        "fixed32",
+        "fixed64",
+        "sfixed32",
+        "sfixed64",
+        "bool",
+        "string",
+        "bytes",
+        "group",
+        "edition",
+    ]
 )
 
 CRON_PRESETS = frozenset(
@@ -88,7 +127,12 @@ def _matching(pattern: str, hint: str = "") -> Any:
     def check(value: str) -> str:
         if compiled.fullmatch(value) is None:
             extra = f" ({hint})" if hint else ""
-            raise _error("must match {pattern}{extra}, got {value!r}", pattern=pattern, extra=extra, value=value)
+            raise _error(
+                "must match {pattern}{extra}, got {value}",
+                pattern=pattern,
+                extra=extra,
+                value=describe_value(value),
+            )
         return value
 
     return AfterValidator(check)
@@ -108,8 +152,9 @@ ListOf = BeforeValidator(_as_tuple)  # YAML gives lists; the frozen models hold 
 
 Identifier = Annotated[
     str,
-    Field(max_length=200),
-    _matching(ALIAS_PATTERN, "a lowercase ASCII letter, then up to 62 lowercase letters, digits or _"),
+    _matching(
+        ALIAS_PATTERN, "a lowercase ASCII letter, then up to 62 lowercase letters, digits or _"
+    ),
 ]
 FieldName = Annotated[str, _matching(FIELD_NAME_PATTERN, "a valid protobuf field name")]
 ColumnName = Annotated[str, Field(min_length=1, max_length=255)]
@@ -200,9 +245,7 @@ def _raise_at(title: str, errors: Located) -> None:
         raise ValidationError.from_exception_data(title, _details(errors))
 
 
-def _validate_with_checks(
-    title: str, data: Any, handler: Any, checks: Any
-) -> Any:
+def _validate_with_checks(title: str, data: Any, handler: Any, checks: Any) -> Any:
     """Run field validation *and* the cross-field ``checks`` on the raw data, so a spec
     with a bad field still gets its cross-field errors reported in the same pass."""
     field_errors: list[InitErrorDetails] = []
@@ -368,7 +411,11 @@ def _column_checks(data: dict[str, Any]) -> Located:
     for i, col in enumerate(values):
         if col in keys:
             errs.append(
-                (("value_columns", i), f"{col!r} is a key column; a column is a key or a value, not both", col)
+                (
+                    ("value_columns", i),
+                    f"{col!r} is a key column; a column is a key or a value, not both",
+                    col,
+                )
             )
     renames = data.get("renames")
     if isinstance(renames, dict):
@@ -378,32 +425,53 @@ def _column_checks(data: dict[str, Any]) -> Located:
                 continue
             if value_list is not None and src not in keys and src not in values:
                 errs.append(
-                    (("renames", src), f"renames {src!r}, which is neither a key nor a value column", src)
+                    (
+                        ("renames", src),
+                        f"renames {src!r}, which is neither a key nor a value column",
+                        src,
+                    )
                 )
             if dst in targets:
                 errs.append(
-                    (("renames", src), f"{src!r} and {targets[dst]!r} are both renamed to {dst!r}", dst)
+                    (
+                        ("renames", src),
+                        f"{src!r} and {targets[dst]!r} are both renamed to {dst!r}",
+                        dst,
+                    )
                 )
             targets[dst] = src
             if value_list is not None:
                 group = key_list if src in keys else values
                 if dst in group and dst not in renames:
                     errs.append(
-                        (("renames", src), f"renaming {src!r} to {dst!r} clashes with the column {dst!r}", dst)
+                        (
+                            ("renames", src),
+                            f"renaming {src!r} to {dst!r} clashes with the column {dst!r}",
+                            dst,
+                        )
                     )
     source = data.get("source")
-    if isinstance(source, dict) and source.get("query") is not None and data.get("snapshot_id") is not None:
+    if (
+        isinstance(source, dict)
+        and source.get("query") is not None
+        and data.get("snapshot_id") is not None
+    ):
         errs.append(
             (
                 ("snapshot_id",),
-                "snapshot_id pins a table source; a query source pins every table it reads at run start",
+                "snapshot_id pins a table source; "
+                "a query source pins every table it reads at run start",
                 data.get("snapshot_id"),
             )
         )
     dup = data.get("duplicate_keys")
     if isinstance(dup, dict) and isinstance(dup.get("order_by"), str) and dup["order_by"] in keys:
         errs.append(
-            (("duplicate_keys", "order_by"), f"{dup['order_by']!r} is a key column; order by a value column", dup["order_by"])
+            (
+                ("duplicate_keys", "order_by"),
+                f"{dup['order_by']!r} is a key column; order by a value column",
+                dup["order_by"],
+            )
         )
     return errs
 
@@ -453,9 +521,7 @@ class KeyValueDal(BaseModel):
 
     model_config = _FROZEN
 
-    endpoint: Annotated[str, _matching(ENDPOINT_PATTERN, "embedded or host:port")] = (
-        "embedded"
-    )
+    endpoint: Annotated[str, _matching(ENDPOINT_PATTERN, "embedded or host:port")] = "embedded"
     alias: Identifier
     token: str | None = Field(default=None, repr=False, description="Bearer token, e.g. ${TOKEN}.")
     write: WriteTuning = Field(default_factory=WriteTuning)
@@ -491,7 +557,13 @@ class ProtobufConfig(BaseModel):
         if self.key_message == self.value_message:
             _raise_at(
                 "ProtobufConfig",
-                [(("value_message",), "key and value messages need different names", self.value_message)],
+                [
+                    (
+                        ("value_message",),
+                        "key and value messages need different names",
+                        self.value_message,
+                    )
+                ],
             )
         return self
 

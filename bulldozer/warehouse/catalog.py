@@ -34,7 +34,9 @@ def embedded_catalog_properties(home: str | os.PathLike[str] | None = None) -> d
     }
 
 
-def open_catalog(config: CatalogConfig | None = None, home: str | os.PathLike[str] | None = None) -> Any:
+def open_catalog(
+    config: CatalogConfig | None = None, home: str | os.PathLike[str] | None = None
+) -> Any:
     """The pyiceberg catalog for ``config`` (the embedded one when it has no properties)."""
     from pyiceberg.catalog import load_catalog
 
@@ -59,11 +61,13 @@ def load_table(catalog: Any, identifier: str) -> Any:
     try:
         return catalog.load_table(identifier)
     except (NoSuchTableError, NoSuchNamespaceError):
-        known = []
+        known: list[str] = []
         try:
             for ns in catalog.list_namespaces():
                 known.extend(".".join(t) for t in catalog.list_tables(ns))
         except Exception:  # listing is only a hint
             pass
         hint = f" (tables: {', '.join(sorted(known)[:10])})" if known else ""
-        raise TableNotFoundError(f"table {identifier!r} does not exist in the catalog{hint}") from None
+        raise TableNotFoundError(
+            f"table {identifier!r} does not exist in the catalog{hint}"
+        ) from None

@@ -39,7 +39,13 @@ from pyiceberg.types import (
 from bulldozer.spec.models import CatalogConfig
 from bulldozer.warehouse.catalog import open_catalog
 
-__all__ = ["SAMPLE_NAMESPACE", "SAMPLE_SCHEMA", "SAMPLE_TABLE", "create_sample_warehouse", "generate_sample"]
+__all__ = [
+    "SAMPLE_NAMESPACE",
+    "SAMPLE_SCHEMA",
+    "SAMPLE_TABLE",
+    "create_sample_warehouse",
+    "generate_sample",
+]
 
 SAMPLE_NAMESPACE = "sample"
 SAMPLE_TABLE = "sample.user_item_scores"
@@ -125,7 +131,8 @@ SAMPLE_SCHEMA = Schema(
 
 
 def _mask(n: int, every: int, offset: int = 0) -> np.ndarray[Any, Any]:
-    return ((np.arange(n) + offset) % every) == 0
+    mask: np.ndarray[Any, Any] = ((np.arange(n) + offset) % every) == 0
+    return mask
 
 
 def _offsets(lengths: np.ndarray[Any, Any]) -> pa.Array:
@@ -143,7 +150,9 @@ def _decimal(unscaled: np.ndarray[Any, Any], precision: int, scale: int) -> pa.A
     )
 
 
-def generate_sample(rows: int = 100_000, seed: int = 7, variant: int = 0, start: int = 0) -> pa.Table:
+def generate_sample(
+    rows: int = 100_000, seed: int = 7, variant: int = 0, start: int = 0
+) -> pa.Table:
     """The sample table's rows ``start .. start+rows`` as Arrow, typed as the Iceberg schema."""
     rng = np.random.default_rng(seed + 1000 * variant + start)
     i = np.arange(start, start + rows, dtype=np.int64)
@@ -182,7 +191,9 @@ def generate_sample(rows: int = 100_000, seed: int = 7, variant: int = 0, start:
         ],
         names=["order_id", "amount", "ordered_at"],
     )
-    recent_orders = pa.ListArray.from_arrays(_offsets(order_len), orders, mask=pa.array(_mask(n, 15, 2)))
+    recent_orders = pa.ListArray.from_arrays(
+        _offsets(order_len), orders, mask=pa.array(_mask(n, 15, 2))
+    )
 
     # map of string to struct: 0..2 entries
     attr_len = (i % 3).astype(np.int64)
@@ -223,15 +234,23 @@ def generate_sample(rows: int = 100_000, seed: int = 7, variant: int = 0, start:
         "payload": pa.BinaryArray.from_buffers(
             pa.binary(),
             n,
-            [None, pa.py_buffer(_offsets(payload_len).to_numpy().tobytes()), pa.py_buffer(payload_bytes.tobytes())],
+            [
+                None,
+                pa.py_buffer(_offsets(payload_len).to_numpy().tobytes()),
+                pa.py_buffer(payload_bytes.tobytes()),
+            ],
         ),
         "session_id": pa.ExtensionArray.from_storage(
             pa.uuid(),
             pa.FixedSizeBinaryArray.from_buffers(
-                pa.binary(16), n, [None, pa.py_buffer(rng.integers(0, 256, 16 * n, dtype=np.uint8).tobytes())]
+                pa.binary(16),
+                n,
+                [None, pa.py_buffer(rng.integers(0, 256, 16 * n, dtype=np.uint8).tobytes())],
             ),
         ),
-        "nickname": pa.array(np.char.add("user", (user_id % 9973).astype(str)), mask=_mask(n, 5, 1)),
+        "nickname": pa.array(
+            np.char.add("user", (user_id % 9973).astype(str)), mask=_mask(n, 5, 1)
+        ),
         "profile": profile,
         "recent_orders": recent_orders,
         "attributes": attributes,
@@ -260,12 +279,18 @@ def create_sample_warehouse(
     if catalog.table_exists(SAMPLE_TABLE):
         if not replace:
             return catalog.load_table(SAMPLE_TABLE)
-        catalog.purge_table(SAMPLE_TABLE) if hasattr(catalog, "purge_table") else catalog.drop_table(SAMPLE_TABLE)
+        catalog.purge_table(SAMPLE_TABLE) if hasattr(
+            catalog, "purge_table"
+        ) else catalog.drop_table(SAMPLE_TABLE)
     table = catalog.create_table(SAMPLE_TABLE, schema=SAMPLE_SCHEMA)
     written = 0
     while written < rows or rows == 0:
         size = min(chunk_rows, rows - written)
-        table.append(_as_table_schema(table, generate_sample(size, seed=seed, variant=variant, start=written)))
+        table.append(
+            _as_table_schema(
+                table, generate_sample(size, seed=seed, variant=variant, start=written)
+            )
+        )
         written += size
         if rows == 0:
             break

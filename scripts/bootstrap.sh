@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Create .venv and install Bulldozer with the extras the tests need. Idempotent: a second
+# run with an unchanged pyproject.toml takes a fraction of a second.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+EXTRAS=${BULLDOZER_EXTRAS:-dev,sql}
+
+find_python() {
+  for candidate in "${PYTHON:-}" python3.12 python3.11 python3; do
+    [ -n "$candidate" ] || continue
+    if command -v "$candidate" >/dev/null 2>&1 &&
+      "$candidate" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null; then
+      echo "$candidate"
+      return 0
+    fi
+  done
+  echo "bootstrap: Python 3.11 or newer is required (set PYTHON=/path/to/python3.11)" >&2
+  return 1
+}
+
+if [ ! -x .venv/bin/python ]; then
+  py=$(find_python)
+  echo "bootstrap: creating .venv with $($py --version)"
+  "$py" -m venv .venv
+fi
+
+stamp=.venv/.bulldozer-installed
+want="$(sha256sum pyproject.toml | cut -c1-16) $EXTRAS"
+if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
+  echo "bootstrap: installing bulldozer[$EXTRAS] into .venv"
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -e ".[$EXTRAS]"
+  echo "$want" > "$stamp"
+fi

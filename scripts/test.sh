@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The whole test command: installs what it needs, then lint, format, types, generated-code
+# freshness and the test suite. Extra arguments go to pytest (e.g. -k spec, -m "not slow").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/bootstrap.sh
+export PATH="$PWD/.venv/bin:$PATH"
+
+echo "== ruff"
+ruff check bulldozer tests scripts bench dags
+ruff format --check bulldozer tests scripts bench dags
+echo "== mypy"
+mypy
+echo "== pytest"
+pytest "$@"

@@ -1,0 +1,39 @@
+"""Shared fixtures: the repository root and a small embedded sample warehouse."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SPECS = REPO / "tests" / "specs"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test touches the developer's ./.bulldozer by accident."""
+    monkeypatch.setenv("BULLDOZER_HOME", str(tmp_path / "bulldozer-home"))
+
+
+@pytest.fixture(scope="session")
+def sample_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An embedded warehouse with a 2 000-row sample table (shared, treat as read-only)."""
+    from bulldozer.warehouse.sample import create_sample_warehouse
+
+    home = tmp_path_factory.mktemp("sample-home")
+    create_sample_warehouse(home, rows=2_000)
+    return home
+
+
+@pytest.fixture(scope="session")
+def sample_table(sample_home: Path):  # type: ignore[no-untyped-def]
+    from bulldozer.spec.models import CatalogConfig
+    from bulldozer.warehouse.catalog import open_catalog
+
+    return open_catalog(CatalogConfig(), sample_home).load_table("sample.user_item_scores")
+
+
+def update_goldens() -> bool:
+    return os.environ.get("BULLDOZER_UPDATE_GOLDENS") == "1"

@@ -1,0 +1,130 @@
+"""The foundation commands against a real embedded Iceberg catalog (SQLite + local files)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bulldozer import __version__
+from bulldozer.cli.main import app
+from tests.conftest import REPO, SPECS
+
+pytestmark = pytest.mark.integration
+runner = CliRunner()
+TEMPLATE = str(REPO / "templates" / "move_data_to_kv_dal.yaml")
+
+
+def test_version() -> None:
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and __version__ in result.stdout
+
+
+@pytest.mark.parametrize(
+    "command", [[], ["validate"], ["init"], ["proto"], ["warehouse", "sample"]]
+)
+def test_help_explains_each_command(command: list[str]) -> None:
+    result = runner.invoke(app, [*command, "--help"])
+    assert result.exit_code == 0
+    assert "Usage" in result.stdout and len(result.stdout) > 200
+
+
+def test_template_validates_against_the_sample_catalog(sample_home: Path) -> None:
+    result = runner.invoke(app, ["validate", TEMPLATE, "--catalog", "--home", str(sample_home)])
+    assert result.exit_code == 0, result.output
+    assert "valid against its catalog" in result.stdout
+
+
+def test_validate_json_report(sample_home: Path) -> None:
+    bad = str(SPECS / "bad" / "alias_traversal.yaml")
+    result = runner.invoke(app, ["validate", TEMPLATE, bad, "--json"])
+    assert result.exit_code == 2
+    report = json.loads(result.stdout)
+    assert report["valid"] is False
+    assert [s["valid"] for s in report["specs"]] == [True, False]
+    issue = report["specs"][1]["issues"][0]
+    assert issue["field"] == "key_value_dal.alias" and issue["line"] == 12
+
+
+def _spec_with(tmp_path: Path, old: str, new: str) -> str:
+    text = (SPECS / "good" / "minimal.yaml").read_text().replace(old, new)
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_catalog_check_suggests_near_misses(sample_home: Path, tmp_path: Path) -> None:
+    spec = _spec_with(
+        tmp_path, "value_columns: [rating, price]", "value_columns: [ratings, price, nick_name]"
+    )
+    result = runner.invoke(app, ["validate", spec, "--catalog", "--home", str(sample_home)])
+    assert result.exit_code == 2
+    assert (
+        "job.yaml:10:19: data_movement.value_columns[0]: the table has no column 'ratings'; did you mean 'rating'?"
+        in result.stderr
+    )
+    assert "did you mean 'nickname'?" in result.stderr
+
+
+def test_catalog_check_missing_table(sample_home: Path, tmp_path: Path) -> None:
+    spec = _spec_with(tmp_path, "table: sample.user_item_scores", "table: sample.user_item_score")
+    result = runner.invoke(app, ["validate", spec, "--catalog", "--home", str(sample_home)])
+    assert result.exit_code == 2
+    assert (
+        "data_movement.source.table: table 'sample.user_item_score' does not exist" in result.stderr
+    )
+    assert "sample.user_item_scores" in result.stderr  # the hint lists what exists
+
+
+def test_catalog_check_bad_filter(sample_home: Path, tmp_path: Path) -> None:
+    spec = _spec_with(
+        tmp_path,
+        "  value_columns: [rating, price]\n",
+        "  value_columns: [rating, price]\n  filter: no_such_col > 3\n",
+    )
+    result = runner.invoke(app, ["validate", spec, "--catalog", "--home", str(sample_home)])
+    assert result.exit_code == 2
+    assert "data_movement.filter: filter does not parse against the table" in result.stderr
+
+
+def test_catalog_check_unmappable_key(sample_home: Path, tmp_path: Path) -> None:
+    spec = _spec_with(
+        tmp_path,
+        "key_columns: [user_id, item_id, locale]\n  value_columns: [rating, price]",
+        "key_columns: [rating]\n  value_columns: [price]",
+    )
+    result = runner.invoke(app, ["validate", spec, "--catalog", "--home", str(sample_home)])
+    assert result.exit_code == 2
+    assert "key column 'rating' has type double" in result.stderr
+
+
+def test_init_writes_a_valid_spec(tmp_path: Path, sample_home: Path) -> None:
+    out = tmp_path / "clicks.yaml"
+    result = runner.invoke(app, ["init", "clicks", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert re.search(r"(?m)^  name: clicks\s", text) and re.search(r"(?m)^  alias: clicks\s", text)
+    assert "package: bulldozer.jobs.clicks" in text and "user_item_scores;" not in text
+    check = runner.invoke(app, ["validate", str(out), "--catalog", "--home", str(sample_home)])
+    assert check.exit_code == 0, check.output
+    again = runner.invoke(app, ["init", "clicks", "--out", str(out)])
+    assert again.exit_code == 1 and "--force" in again.stderr
+
+
+def test_init_refuses_a_bad_name(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["init", "../evil", "--out", str(tmp_path / "x.yaml")])
+    assert result.exit_code == 2 and not (tmp_path / "x.yaml").exists()
+
+
+def test_warehouse_sample_command(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    result = runner.invoke(
+        app, ["warehouse", "sample", "--rows", "500", "--home", str(home), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["rows"] == 500 and summary["snapshot_id"]
+    assert (home / "catalog.db").exists()

@@ -1,0 +1,89 @@
+"""``bulldozer proto`` against a real catalog whose table evolves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pyiceberg.types import DoubleType, StringType
+from typer.testing import CliRunner
+
+from bulldozer.cli.main import app
+from bulldozer.spec.models import CatalogConfig
+from bulldozer.warehouse.catalog import open_catalog
+from bulldozer.warehouse.sample import create_sample_warehouse
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.integration
+runner = CliRunner()
+TEMPLATE = str(REPO / "templates" / "move_data_to_kv_dal.yaml")
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    create_sample_warehouse(tmp_path, rows=100)
+    return tmp_path
+
+
+def test_prints_and_writes_the_schema(home: Path, tmp_path: Path) -> None:
+    printed = runner.invoke(app, ["proto", TEMPLATE, "--home", str(home)])
+    assert printed.exit_code == 0, printed.output
+    assert (
+        "message KeyMessage {" in printed.stdout and "optional int64 user_id = 1;" in printed.stdout
+    )
+    out = tmp_path / "out"
+    written = runner.invoke(app, ["proto", TEMPLATE, "--home", str(home), "--out", str(out)])
+    assert written.exit_code == 0, written.output
+    names = sorted(p.name for p in out.iterdir())
+    assert names == [
+        "user_item_scores.binpb",
+        "user_item_scores.proto",
+        "user_item_scores_pb2.py",
+        "user_item_scores_pb2.pyi",
+    ]
+
+
+def test_against_previous_schema_allows_added_column_and_refuses_breaking_change(
+    home: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "v1"
+    assert (
+        runner.invoke(app, ["proto", TEMPLATE, "--home", str(home), "--out", str(out)]).exit_code
+        == 0
+    )
+    previous = out / "user_item_scores.binpb"
+    table = open_catalog(CatalogConfig(), home).load_table("sample.user_item_scores")
+
+    # a value column dropped from the spec is allowed, and reported
+    spec = tmp_path / "job.yaml"
+    spec.write_text(Path(TEMPLATE).read_text().replace("    - payload\n", ""))
+    result = runner.invoke(
+        app, ["proto", str(spec), "--home", str(home), "--against", str(previous), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)["compatibility"]
+    assert report["breaking"] is False
+    assert {
+        "path": "ValueMessage.payload",
+        "change": "field dropped",
+        "verdict": "allowed",
+        "detail": "number 11 becomes reserved",
+    } in report["differences"]
+    assert 'reserved "payload";' in json.loads(result.stdout)["proto"]
+
+    # Iceberg allows float -> double, but the wire changes from fixed32 to fixed64: exit 3
+    # (and --against accepts the .proto form too)
+    with table.update_schema() as update:
+        update.update_column("score", DoubleType())
+        update.add_column("extra", StringType())
+    result = runner.invoke(
+        app,
+        ["proto", TEMPLATE, "--home", str(home), "--against", str(out / "user_item_scores.proto")],
+    )
+    assert result.exit_code == 3, result.output
+    assert (
+        "refused" in result.stdout
+        and "score" in result.stdout
+        and "float → double" in result.stdout
+    )
