@@ -83,20 +83,14 @@ def _per_row(table: pa.Table, job: Any) -> None:
     for batch in table.to_batches(max_chunksize=65_536):
         for row in batch.to_pylist():
             key_cls(**{f.name: row[f.column] for f in keys}).SerializeToString()
-            value_cls(
-                **{f.name: row[f.column] for f in values if row[f.column] is not None}
-            ).SerializeToString()
+            value_cls(**{f.name: row[f.column] for f in values if row[f.column] is not None}).SerializeToString()
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument(
-        "--quick", action="store_true", help="tiny sizes, to check the benchmark runs"
-    )
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, to check the benchmark runs")
     args = parser.parse_args()
     rows, repeat = (2_000, 1) if args.quick else (args.rows, args.repeat)
 
@@ -128,9 +122,7 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|")
     for name, encode, iterate, per_row in results:
         per_row_text = f"{per_row:,.0f}" if per_row == per_row else "n/a"
-        print(
-            f"| {name} | {encode:,.0f} | {iterate:,.0f} | {per_row_text} | {encode / iterate:.2f}× |"
-        )
+        print(f"| {name} | {encode:,.0f} | {iterate:,.0f} | {per_row_text} | {encode / iterate:.2f}× |")
     print("\nTarget: ≥ 300,000 flat rows/s per core.")
 
 

@@ -10,6 +10,8 @@ export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff"
 ruff check bulldozer tests scripts bench dags
 ruff format --check bulldozer tests scripts bench dags
+echo "== generated code"
+python scripts/gen_kv_proto.py --check
 echo "== mypy"
 mypy
 echo "== pytest"

@@ -92,9 +92,7 @@ ALL_TYPES = Schema(
     F(
         21,
         "by_name",
-        MapType(
-            37, StringType(), 38, StructType(F(39, "v", LongType(), True)), value_required=True
-        ),
+        MapType(37, StringType(), 38, StructType(F(39, "v", LongType(), True)), value_required=True),
     ),
     F(
         22,

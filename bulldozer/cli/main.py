@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from bulldozer._version import __version__
-from bulldozer.cli import proto_cmd, spec_cmds, warehouse_cmds
+from bulldozer.cli import proto_cmd, serve_cmd, spec_cmds, warehouse_cmds
 
 app = typer.Typer(
     name="bulldozer",
@@ -29,9 +29,7 @@ def _version(value: bool) -> None:
 def _root(
     version: Annotated[
         bool,
-        typer.Option(
-            "--version", callback=_version, is_eager=True, help="Print the version and exit."
-        ),
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
     ] = False,
 ) -> None:
     """Bulldozer: batch data movement from Iceberg to a KV DAL."""
@@ -40,6 +38,7 @@ def _root(
 app.command("validate")(spec_cmds.validate)
 app.command("init")(spec_cmds.init)
 app.command("proto")(proto_cmd.proto)
+app.command("serve")(serve_cmd.serve)
 app.add_typer(warehouse_cmds.app, name="warehouse")
 
 

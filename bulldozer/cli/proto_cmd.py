@@ -17,9 +17,7 @@ def _previous_descriptor(path: Path) -> bytes:
     if not path.exists():
         raise fail(f"{path}: no such file", 2)
     if path.suffix == ".proto":
-        return compile_proto(
-            path.read_text(encoding="utf-8"), path.name, python=False
-        ).descriptor_set
+        return compile_proto(path.read_text(encoding="utf-8"), path.name, python=False).descriptor_set
     return path.read_bytes()
 
 
@@ -28,9 +26,7 @@ def proto(
     spec: Annotated[Path, typer.Argument(help="Job spec (YAML).", show_default=False)],
     out: Annotated[
         Path | None,
-        typer.Option(
-            help="Write NAME.proto, NAME.binpb (FileDescriptorSet), NAME_pb2.py and .pyi here."
-        ),
+        typer.Option(help="Write NAME.proto, NAME.binpb (FileDescriptorSet), NAME_pb2.py and .pyi here."),
     ] = None,
     against: Annotated[
         Path | None,
@@ -40,9 +36,7 @@ def proto(
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON document instead.")] = False,
-    home: Annotated[
-        str | None, typer.Option(help="Embedded state folder.", show_default=False)
-    ] = None,
+    home: Annotated[str | None, typer.Option(help="Embedded state folder.", show_default=False)] = None,
 ) -> None:
     """Generate the KeyMessage / ValueMessage protobuf schema from the spec's table.
 
@@ -56,9 +50,7 @@ def proto(
     loaded = load_spec(spec)
     s = loaded.spec
     if s.data_movement.source.table is None:
-        raise fail(
-            "bulldozer proto needs a table source (a query's schema is known only when it runs)", 2
-        )
+        raise fail("bulldozer proto needs a table source (a query's schema is known only when it runs)", 2)
     table = load_table(open_catalog(s.data_movement.catalog, home), s.data_movement.source.table)
     previous = _previous_descriptor(against) if against else None
     job = build_job_schema(s, table.schema(), f"lake.{s.data_movement.source.table}", previous)

@@ -63,17 +63,13 @@ def validate(
     for path in specs:
         issues = _check_one(path, catalog, home)
         bad += bool(issues)
-        report.append(
-            {"file": str(path), "valid": not issues, "issues": [i.as_dict() for i in issues]}
-        )
+        report.append({"file": str(path), "valid": not issues, "issues": [i.as_dict() for i in issues]})
         if not as_json:
             if issues:
                 for issue in issues:
                     err_console.print(str(issue), markup=False, soft_wrap=True)
             else:
-                console.print(
-                    f"[green]✓[/] {path} is valid" + (" against its catalog" if catalog else "")
-                )
+                console.print(f"[green]✓[/] {path} is valid" + (" against its catalog" if catalog else ""))
     if as_json:
         print_json({"valid": bad == 0, "specs": report})
     if bad:
@@ -84,9 +80,7 @@ def _personalize(text: str, name: str) -> str:
     text = re.sub(r"(?m)^(  name: )user_item_scores", rf"\g<1>{name}", text)
     text = re.sub(r"(?m)^(  alias: )user_item_scores", rf"\g<1>{name}", text)
     text = re.sub(r"(?m)^(  package: bulldozer\.jobs\.)user_item_scores", rf"\g<1>{name}", text)
-    text = re.sub(
-        r"(java_package: com\.example\.bulldozer\.)user_item_scores", rf"\g<1>{name}", text
-    )
+    text = re.sub(r"(java_package: com\.example\.bulldozer\.)user_item_scores", rf"\g<1>{name}", text)
     return re.sub(
         r"(go_package: example\.com/bulldozer/)user_item_scores;user_item_scores",
         rf"\g<1>{name};{name}",
@@ -96,12 +90,8 @@ def _personalize(text: str, name: str) -> str:
 
 @handle_errors
 def init(
-    name: Annotated[
-        str, typer.Argument(help=f"Job name and alias ({ALIAS_PATTERN}).", show_default=False)
-    ],
-    out: Annotated[
-        Path | None, typer.Option("--out", "-o", help="Where to write (default NAME.yaml).")
-    ] = None,
+    name: Annotated[str, typer.Argument(help=f"Job name and alias ({ALIAS_PATTERN}).", show_default=False)],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Where to write (default NAME.yaml).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:
     """Write a new job spec from the packaged, commented template.

@@ -20,9 +20,7 @@ app = typer.Typer(
 def sample(
     rows: Annotated[int, typer.Option(min=0, help="Rows in the sample table.")] = 100_000,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 7,
-    variant: Annotated[
-        int, typer.Option(min=0, help="Shift the values (not the keys) for a visibly new version.")
-    ] = 0,
+    variant: Annotated[int, typer.Option(min=0, help="Shift the values (not the keys) for a visibly new version.")] = 0,
     home: Annotated[
         str | None,
         typer.Option(

@@ -73,9 +73,7 @@ def _field(f: ProtoField, m: Message) -> Any:
     return _leaf(f, value)
 
 
-def decode_row(
-    key_msg: ProtoMessage, value_msg: ProtoMessage, key: Message, value: Message
-) -> dict[str, Any]:
+def decode_row(key_msg: ProtoMessage, value_msg: ProtoMessage, key: Message, value: Message) -> dict[str, Any]:
     """The source row (column → value) that ``key`` and ``value`` were encoded from."""
     row = {f.column: _field(f, key) for f in key_msg.fields}
     row.update({f.column: _field(f, value) for f in value_msg.fields})

@@ -78,14 +78,10 @@ def _from_matrix(mat: np.ndarray[Any, Any], lengths: np.ndarray[Any, Any]) -> pa
     data = mat[mask]
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    return pa.Array.from_buffers(
-        pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
-    )
+    return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
-def _varint_matrix(
-    values: np.ndarray[Any, Any], prefix: bytes
-) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+def _varint_matrix(values: np.ndarray[Any, Any], prefix: bytes) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """``prefix`` + varint(v) for every uint64 ``v``: a byte matrix and each row's length."""
     v = values.astype(np.uint64, copy=True)
     n = len(v)
@@ -110,18 +106,14 @@ def _varint_matrix(
     return mat, nbytes + t
 
 
-def varint_rows(
-    values: np.ndarray[Any, Any], keep: np.ndarray[Any, Any] | None, prefix: bytes = b""
-) -> pa.Array:
+def varint_rows(values: np.ndarray[Any, Any], keep: np.ndarray[Any, Any] | None, prefix: bytes = b"") -> pa.Array:
     mat, lengths = _varint_matrix(values, prefix)
     if keep is not None:
         lengths = np.where(keep, lengths, 0)
     return _from_matrix(mat, lengths)
 
 
-def fixed_rows(
-    raw: np.ndarray[Any, Any], keep: np.ndarray[Any, Any] | None, prefix: bytes = b""
-) -> pa.Array:
+def fixed_rows(raw: np.ndarray[Any, Any], keep: np.ndarray[Any, Any] | None, prefix: bytes = b"") -> pa.Array:
     n, width = raw.shape
     t = len(prefix)
     mat = np.empty((n, t + width), dtype=np.uint8)
@@ -135,9 +127,7 @@ def fixed_rows(
 
 
 def _lengths(arr: pa.Array) -> np.ndarray[Any, Any]:
-    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[
-        arr.offset : arr.offset + len(arr) + 1
-    ]
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset : arr.offset + len(arr) + 1]
     return np.diff(offsets)
 
 
@@ -183,14 +173,10 @@ def _contiguous(arr: pa.Array) -> pa.Array:
         arr = pc.fill_null(arr, b"")
     if arr.offset != 0 or (len(arr) and np.frombuffer(arr.buffers()[1], dtype=np.int64)[0] != 0):
         arr = pa.concat_arrays([arr])  # copies into fresh buffers
-        if arr.offset != 0 or (
-            len(arr) and np.frombuffer(arr.buffers()[1], dtype=np.int64)[0] != 0
-        ):
+        if arr.offset != 0 or (len(arr) and np.frombuffer(arr.buffers()[1], dtype=np.int64)[0] != 0):
             arr = pa.array(arr.to_pylist(), pa.large_binary())
     if arr.buffers()[2] is None:
-        arr = pa.Array.from_buffers(
-            pa.large_binary(), len(arr), [None, arr.buffers()[1], pa.py_buffer(b"")]
-        )
+        arr = pa.Array.from_buffers(pa.large_binary(), len(arr), [None, arr.buffers()[1], pa.py_buffer(b"")])
     return arr
 
 
@@ -239,9 +225,9 @@ def _uuid_bytes(arr: pa.Array) -> pa.Array:
         ok = pc.fill_null(pc.equal(pc.utf8_length(text), 32), True)
         if not pc.all(ok).as_py():
             raise SourceDataError("a uuid column holds a string that is not a UUID")
-        hexes = np.frombuffer(
-            pc.fill_null(text, "0" * 32).cast(pa.large_binary()).buffers()[2], dtype=np.uint8
-        )[: 32 * len(arr)].reshape(-1, 32)
+        hexes = np.frombuffer(pc.fill_null(text, "0" * 32).cast(pa.large_binary()).buffers()[2], dtype=np.uint8)[
+            : 32 * len(arr)
+        ].reshape(-1, 32)
         lut = np.zeros(256, dtype=np.uint8)
         for i, c in enumerate(b"0123456789abcdef"):
             lut[c] = i
@@ -277,18 +263,14 @@ def _scalar(kind: str, arr: pa.Array) -> _Scalar:
         v = _ints(arr.cast(pa.int64()) if kind == "time" else arr, np.int64)
         return _Scalar(_VARINT, valid, v == 0, varints=v.view(np.uint64))
     if kind in ("float", "double"):
-        dtype, utype, width = (
-            (np.float32, np.uint32, 4) if kind == "float" else (np.float64, np.uint64, 8)
-        )
+        dtype, utype, width = (np.float32, np.uint32, 4) if kind == "float" else (np.float64, np.uint64, 8)
         v = _ints(arr, dtype)
         bits = v.view(utype)
         return _Scalar(
             _FIXED32 if width == 4 else _FIXED64,
             valid,
             bits == 0,
-            fixed=v.astype("<" + np.dtype(dtype).str[1:], copy=False)
-            .view(np.uint8)
-            .reshape(-1, width),
+            fixed=v.astype("<" + np.dtype(dtype).str[1:], copy=False).view(np.uint8).reshape(-1, width),
         )
     if kind == "timestamp":
         payload = _timestamp_payload(arr)
@@ -348,9 +330,7 @@ class RowEncoder:
 
     # -- messages ---------------------------------------------------------------
 
-    def encode_message(
-        self, msg: ProtoMessage, data: Any, top_level: bool = False, is_key: bool = False
-    ) -> pa.Array:
+    def encode_message(self, msg: ProtoMessage, data: Any, top_level: bool = False, is_key: bool = False) -> pa.Array:
         """Payload bytes of ``msg`` per row. ``data`` is a batch (top level) or a StructArray."""
         n = data.num_rows if top_level else len(data)
         if top_level:

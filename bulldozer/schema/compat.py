@@ -91,9 +91,7 @@ class _Comparer:
     def add(self, path: str, change: str, verdict: Verdict, detail: str) -> None:
         self.report.differences.append(Difference(path, change, verdict, detail))
 
-    def message(
-        self, old_name: str, new_name: str, path: str, key: bool, seen: set[tuple[str, str]]
-    ) -> None:
+    def message(self, old_name: str, new_name: str, path: str, key: bool, seen: set[tuple[str, str]]) -> None:
         if (old_name, new_name) in seen:
             return
         seen.add((old_name, new_name))
@@ -112,20 +110,15 @@ class _Comparer:
                         where,
                         "reused reserved number",
                         "refused",
-                        f"field number {number} was reserved (a dropped field); "
-                        "old readers would misread it",
+                        f"field number {number} was reserved (a dropped field); old readers would misread it",
                     )
                 elif key:
-                    self.add(
-                        where, "key field added", "refused", "the bytes of every key would change"
-                    )
+                    self.add(where, "key field added", "refused", "the bytes of every key would change")
                 else:
                     self.add(where, "field added", "allowed", f"{_type_label(n)} = {number}")
             elif n is None and o is not None:
                 if key:
-                    self.add(
-                        where, "key field dropped", "refused", "the bytes of every key would change"
-                    )
+                    self.add(where, "key field dropped", "refused", "the bytes of every key would change")
                 else:
                     self.add(where, "field dropped", "allowed", f"number {number} becomes reserved")
             elif o is not None and n is not None:
@@ -140,9 +133,7 @@ class _Comparer:
         seen: set[tuple[str, str]],
     ) -> None:
         if o.name != n.name:
-            self.add(
-                where, "field renamed", "allowed", f"{o.name} → {n.name} (wire format unchanged)"
-            )
+            self.add(where, "field renamed", "allowed", f"{o.name} → {n.name} (wire format unchanged)")
         if (o.label == _FDP.LABEL_REPEATED) != (n.label == _FDP.LABEL_REPEATED):
             self.add(where, "repeated changed", "refused", f"{_type_label(o)} → {_type_label(n)}")
             return
@@ -150,11 +141,7 @@ class _Comparer:
             if (o.type, n.type) in _WIDENING and not key:
                 self.add(where, "type widened", "allowed", f"{_type_label(o)} → {_type_label(n)}")
             else:
-                reason = (
-                    "the bytes of every key would change"
-                    if key
-                    else "old readers would misread the value"
-                )
+                reason = "the bytes of every key would change" if key else "old readers would misread the value"
                 self.add(
                     where,
                     "type changed",
@@ -216,9 +203,7 @@ def apply_reserved(proto: ProtoFile, previous_descriptor_set: bytes) -> None:
             return
         numbers = {f.number for f in msg.fields}
         names = {f.name for f in msg.fields}
-        previous = {f.number for f in old_m.field} | {
-            n for r in old_m.reserved_range for n in range(r.start, r.end)
-        }
+        previous = {f.number for f in old_m.field} | {n for r in old_m.reserved_range for n in range(r.start, r.end)}
         previous_names = {f.name for f in old_m.field} | set(old_m.reserved_name)
         msg.reserved = sorted(previous - numbers)
         msg.reserved_names = sorted(previous_names - names)

@@ -76,9 +76,7 @@ def _run_protoc(args: list[str]) -> tuple[int, str]:
         return int(code), err.read().decode("utf-8", "replace")
 
 
-def compile_proto(
-    text: str, proto_name: str, python: bool = True, stubs: bool = True
-) -> CompiledSchema:
+def compile_proto(text: str, proto_name: str, python: bool = True, stubs: bool = True) -> CompiledSchema:
     """Compile ``text`` (saved as ``proto_name``) to a descriptor set and, optionally, to
     Python modules with ``.pyi`` stubs. Raises SchemaError with protoc's message."""
     with tempfile.TemporaryDirectory(prefix="bulldozer-protoc-") as tmp:
@@ -102,12 +100,8 @@ def compile_proto(
         args.append(proto_name)
         code, err = _run_protoc(args)
         if code != 0:
-            raise SchemaError(
-                f"protoc refused the generated schema: {err.strip() or f'exit {code}'}"
-            )
-        files = {
-            p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()
-        }
+            raise SchemaError(f"protoc refused the generated schema: {err.strip() or f'exit {code}'}")
+        files = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
         files[proto_name] = text.encode("utf-8")
         return CompiledSchema(proto_name, descriptor.read_bytes(), files)
 

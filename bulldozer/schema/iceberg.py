@@ -98,9 +98,7 @@ class _TypeMapper(SchemaVisitorPerPrimitiveType[Shape]):
         return struct_result
 
     def struct(self, struct: StructType, field_results: list[Shape]) -> Shape:
-        return Shape(
-            "struct", str(struct), fields=list(zip(struct.fields, field_results, strict=True))
-        )
+        return Shape("struct", str(struct), fields=list(zip(struct.fields, field_results, strict=True)))
 
     def field(self, field: NestedField, field_result: Shape) -> Shape:
         return field_result
@@ -250,9 +248,7 @@ class _MessageBuilder:
             seen[fname] = column
             number = self.number(nf.field_id)
             if number in numbers:
-                raise SchemaError(
-                    f"field number {number} of {column!r} collides with {numbers[number]!r}"
-                )
+                raise SchemaError(f"field number {number} of {column!r} collides with {numbers[number]!r}")
             numbers[number] = column
             f = self.field(msg, fname, number, nf.field_id, column, shape, not nf.required)
             if explicit_presence and f.kind == "scalar" and not f.repeated:
@@ -352,9 +348,7 @@ class _MessageBuilder:
         value_in_entry = self.leaf(entry, "Value", shape.value, column + "{}", 0)
         value_in_entry.name, value_in_entry.number = "value", 2
         value_in_entry.optional = (
-            not shape.value_required
-            and value_in_entry.kind != "map"
-            and not value_in_entry.repeated
+            not shape.value_required and value_in_entry.kind != "map" and not value_in_entry.repeated
         )
         entry.fields.extend([key, value_in_entry])
         return ProtoField(
@@ -368,9 +362,7 @@ class _MessageBuilder:
             iceberg_type=shape.iceberg_type,
         )
 
-    def leaf(
-        self, owner: ProtoMessage, wrapper_name: str, shape: Shape, column: str, iceberg_id: int
-    ) -> ProtoField:
+    def leaf(self, owner: ProtoMessage, wrapper_name: str, shape: Shape, column: str, iceberg_id: int) -> ProtoField:
         """A list element or map value: scalars and structs directly, lists and maps wrapped."""
         if shape.kind == "scalar":
             return ProtoField(
@@ -401,12 +393,8 @@ class _MessageBuilder:
         wrapper = ProtoMessage(wrapper_name, parent=owner, wrapper=True)
         owner.nested.append(wrapper)
         inner_name = "values" if shape.kind == "list" else "entries"
-        wrapper.fields.append(
-            self.field(owner, inner_name, 1, 0, column, shape, False, wrapper_name)
-        )
-        return ProtoField(
-            "", 0, "message", iceberg_id, column, message=wrapper, iceberg_type=shape.iceberg_type
-        )
+        wrapper.fields.append(self.field(owner, inner_name, 1, 0, column, shape, False, wrapper_name))
+        return ProtoField("", 0, "message", iceberg_id, column, message=wrapper, iceberg_type=shape.iceberg_type)
 
 
 def _check_nested_names(msg: ProtoMessage, column_prefix: str) -> None:
@@ -429,9 +417,7 @@ def select_columns(spec: JobSpec, schema: Schema) -> tuple[list[NestedField], li
     by_name = {f.name: f for f in schema.fields}
     dm = spec.data_movement
     value_names = (
-        list(dm.value_columns)
-        if dm.value_columns is not None
-        else [n for n in names if n not in set(dm.key_columns)]
+        list(dm.value_columns) if dm.value_columns is not None else [n for n in names if n not in set(dm.key_columns)]
     )
     missing = []
     for col in [*dm.key_columns, *value_names]:
@@ -460,10 +446,7 @@ def generate_proto(spec: JobSpec, schema: Schema, source: str = "") -> ProtoFile
     proto = spec.bulldozer_protobuf
 
     def members(cols: list[NestedField]) -> list[tuple[NestedField, Shape, str]]:
-        return [
-            (nf, shapes[nf.field_id], renames.get(nf.name, proto_field_name(nf.name)))
-            for nf in cols
-        ]
+        return [(nf, shapes[nf.field_id], renames.get(nf.name, proto_field_name(nf.name))) for nf in cols]
 
     key = builder.message(proto.key_message, None, members(keys), "", explicit_presence=True)
     value = builder.message(proto.value_message, None, members(values), "")
@@ -473,6 +456,4 @@ def generate_proto(spec: JobSpec, schema: Schema, source: str = "") -> ProtoFile
         options["java_multiple_files"] = "true"
     if proto.output.go_package:
         options["go_package"] = proto.output.go_package
-    return ProtoFile(
-        proto.package, key, value, options=options, remapped=dict(builder.remapped), source=source
-    )
+    return ProtoFile(proto.package, key, value, options=options, remapped=dict(builder.remapped), source=source)

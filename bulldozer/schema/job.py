@@ -43,9 +43,7 @@ class JobSchema:
 
     @cached_property
     def classes(self) -> tuple[Any, Any]:
-        key, value = load_message_classes(
-            self.descriptor_set, self.key_full_name, self.value_full_name
-        )
+        key, value = load_message_classes(self.descriptor_set, self.key_full_name, self.value_full_name)
         return key, value
 
 

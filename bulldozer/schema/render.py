@@ -36,9 +36,7 @@ def render_proto(proto: ProtoFile) -> str:
     out = [HEADER.rstrip("\n")]
     if proto.source:
         out.append(f"// Source: {proto.source}")
-    out.append(
-        "// Field numbers are the Iceberg field ids, so renames and added columns stay compatible."
-    )
+    out.append("// Field numbers are the Iceberg field ids, so renames and added columns stay compatible.")
     for iceberg_id, number in sorted(proto.remapped.items()):
         out.append(f"// Remapped: iceberg field id {iceberg_id} -> proto field number {number}")
     out += ['syntax = "proto3";', "", f"package {proto.package};", ""]

@@ -15,17 +15,13 @@ from bulldozer.warehouse.catalog import load_table, open_catalog
 __all__ = ["check_against_catalog"]
 
 
-def _column_issue(
-    loaded: LoadedSpec, path: tuple[str | int, ...], col: str, names: list[str]
-) -> SpecIssue:
+def _column_issue(loaded: LoadedSpec, path: tuple[str | int, ...], col: str, names: list[str]) -> SpecIssue:
     close = difflib.get_close_matches(col, names, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     return loaded.issue(path, f"the table has no column {col!r}{hint}")
 
 
-def check_against_catalog(
-    loaded: LoadedSpec, catalog: Any = None, home: str | None = None
-) -> list[SpecIssue]:
+def check_against_catalog(loaded: LoadedSpec, catalog: Any = None, home: str | None = None) -> list[SpecIssue]:
     """Every problem of ``loaded`` against its catalog (empty when it is fine)."""
     spec = loaded.spec
     dm = spec.data_movement
@@ -60,18 +56,12 @@ def check_against_catalog(
     for col in spec.key_value_dal.quality_gates.max_null_fraction:
         if col not in names:
             issues.append(
-                _column_issue(
-                    loaded, ("key_value_dal", "quality_gates", "max_null_fraction", col), col, names
-                )
+                _column_issue(loaded, ("key_value_dal", "quality_gates", "max_null_fraction", col), col, names)
             )
     if dm.filter is not None:
         issues.extend(_check_filter(loaded, dm.filter, schema))
     if dm.snapshot_id is not None and table.snapshot_by_id(dm.snapshot_id) is None:
-        issues.append(
-            loaded.issue(
-                ("data_movement", "snapshot_id"), f"the table has no snapshot {dm.snapshot_id}"
-            )
-        )
+        issues.append(loaded.issue(("data_movement", "snapshot_id"), f"the table has no snapshot {dm.snapshot_id}"))
     if not issues:
         try:
             generate_proto(spec, schema, dm.source.table)
@@ -90,9 +80,5 @@ def _check_filter(loaded: LoadedSpec, text: str, schema: Any) -> list[SpecIssue]
         bind(schema, expr, case_sensitive=True)
     except Exception as exc:  # pyiceberg raises ParseException / ValueError
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return [
-            loaded.issue(
-                ("data_movement", "filter"), f"filter does not parse against the table: {first}"
-            )
-        ]
+        return [loaded.issue(("data_movement", "filter"), f"filter does not parse against the table: {first}")]
     return []

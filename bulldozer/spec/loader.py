@@ -112,8 +112,7 @@ class _Builder:
             self.add(
                 node.start_mark,
                 path,
-                f"document expands to more than {MAX_NODES} nodes "
-                "(an alias/anchor bomb?); refusing to load it",
+                f"document expands to more than {MAX_NODES} nodes (an alias/anchor bomb?); refusing to load it",
             )
             raise _Bail
         if depth > MAX_DEPTH:
@@ -140,9 +139,7 @@ class _Builder:
         explicit: set[str] = set()
         for key_node, value_node in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
-                merged = (
-                    value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
-                )
+                merged = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
                 for m in merged:
                     built = self.build(m, path, depth + 1)
                     if not isinstance(built, dict):
@@ -276,38 +273,24 @@ def _message(err: Mapping[str, Any], path: PathT) -> str:
         "too_long",
     ):
         value = err.get("input")
-        shown = (
-            value
-            if not isinstance(value, str | list | tuple) or len(value) < 40
-            else f"{len(value)} long"
-        )
-        msg = (
-            f"{msg}, got {shown!r}"
-            if not isinstance(shown, str) or shown == value
-            else f"{msg} ({shown})"
-        )
+        shown = value if not isinstance(value, str | list | tuple) or len(value) < 40 else f"{len(value)} long"
+        msg = f"{msg}, got {shown!r}" if not isinstance(shown, str) or shown == value else f"{msg} ({shown})"
     if kind.endswith("_type") or kind in ("int_from_float", "int_parsing", "literal_error"):
         value = err.get("input")
         msg = f"{msg}, got {value!r} ({type(value).__name__})"
     return msg
 
 
-def _issues_from_validation(
-    exc: ValidationError, builder: _Builder, source: str
-) -> list[SpecIssue]:
+def _issues_from_validation(exc: ValidationError, builder: _Builder, source: str) -> list[SpecIssue]:
     issues = []
     for err in exc.errors():
         raw = tuple(err["loc"])
         path: PathT = tuple(p for p in raw if p != "[key]")
         # pydantic names the validator step in some locations; drop those parts.
         path = tuple(p for p in path if not (isinstance(p, str) and p.startswith("function-")))
-        if err["type"] == "missing":
-            pos = builder.positions.locate(path[:-1])
-        else:
-            pos = builder.positions.locate(path)
-        issues.append(
-            SpecIssue(source, format_path(path), _message(err, path), *(pos or (None, None)))
-        )
+        # a missing field has no position of its own: point at its parent
+        pos = builder.positions.locate(path[:-1] if err["type"] == "missing" else path)
+        issues.append(SpecIssue(source, format_path(path), _message(err, path), *(pos or (None, None))))
     return issues
 
 
@@ -322,10 +305,7 @@ def _refine(found: list[SpecIssue], earlier: list[SpecIssue]) -> list[SpecIssue]
             parent = issue.path.rsplit(".", 1)[0] if "." in issue.path else ""
             suggested.add(f"{parent}.{m.group(1)}" if parent else m.group(1))
     return [
-        i
-        for i in found
-        if i.path not in explained
-        and not (i.message.startswith("required") and i.path in suggested)
+        i for i in found if i.path not in explained and not (i.message.startswith("required") and i.path in suggested)
     ]
 
 
@@ -333,9 +313,7 @@ def _sort_key(issue: SpecIssue) -> tuple[int, int, str]:
     return (issue.line or 0, issue.column or 0, issue.path)
 
 
-def load_spec_text(
-    text: str, source: str = "<string>", env: Mapping[str, str] | None = None
-) -> LoadedSpec:
+def load_spec_text(text: str, source: str = "<string>", env: Mapping[str, str] | None = None) -> LoadedSpec:
     """Validate spec text. Raises :class:`SpecError` with every issue found."""
     if len(text.encode("utf-8", errors="replace")) > MAX_SPEC_BYTES:
         raise SpecError([SpecIssue(source, "", f"spec is larger than {MAX_SPEC_BYTES} bytes")])
@@ -359,9 +337,7 @@ def load_spec(path: str | os.PathLike[str], env: Mapping[str, str] | None = None
     try:
         size = p.stat().st_size
         if size > MAX_SPEC_BYTES:
-            raise SpecError(
-                [SpecIssue(source, "", f"spec is {size} bytes; the limit is {MAX_SPEC_BYTES}")]
-            )
+            raise SpecError([SpecIssue(source, "", f"spec is {size} bytes; the limit is {MAX_SPEC_BYTES}")])
         raw = p.read_bytes()
     except FileNotFoundError:
         raise SpecError([SpecIssue(source, "", "no such file")]) from None
@@ -372,7 +348,5 @@ def load_spec(path: str | os.PathLike[str], env: Mapping[str, str] | None = None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise SpecError(
-            [SpecIssue(source, "", f"not UTF-8 text (byte {exc.start} cannot be decoded)")]
-        ) from None
+        raise SpecError([SpecIssue(source, "", f"not UTF-8 text (byte {exc.start} cannot be decoded)")]) from None
     return load_spec_text(text, source, env)

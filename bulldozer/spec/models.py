@@ -111,9 +111,7 @@ PROTO_KEYWORDS = frozenset(
     ]
 )
 
-CRON_PRESETS = frozenset(
-    {"@once", "@hourly", "@daily", "@weekly", "@monthly", "@yearly", "@annually", "@continuous"}
-)
+CRON_PRESETS = frozenset({"@once", "@hourly", "@daily", "@weekly", "@monthly", "@yearly", "@annually", "@continuous"})
 
 
 def _error(message: str, **ctx: Any) -> PydanticCustomError:
@@ -152,15 +150,11 @@ ListOf = BeforeValidator(_as_tuple)  # YAML gives lists; the frozen models hold 
 
 Identifier = Annotated[
     str,
-    _matching(
-        ALIAS_PATTERN, "a lowercase ASCII letter, then up to 62 lowercase letters, digits or _"
-    ),
+    _matching(ALIAS_PATTERN, "a lowercase ASCII letter, then up to 62 lowercase letters, digits or _"),
 ]
 FieldName = Annotated[str, _matching(FIELD_NAME_PATTERN, "a valid protobuf field name")]
 ColumnName = Annotated[str, Field(min_length=1, max_length=255)]
-ProtoMessageName = Annotated[
-    str, Field(max_length=100), _matching(PROTO_IDENT_PATTERN), AfterValidator(_not_keyword)
-]
+ProtoMessageName = Annotated[str, Field(max_length=100), _matching(PROTO_IDENT_PATTERN), AfterValidator(_not_keyword)]
 
 
 def _check_package(value: str) -> str:
@@ -233,10 +227,7 @@ Located = list[tuple[tuple[str | int, ...], str, Any]]
 
 
 def _details(located: Located) -> list[InitErrorDetails]:
-    return [
-        InitErrorDetails(type=_error("{msg}", msg=msg), loc=loc, input=value)
-        for loc, msg, value in located
-    ]
+    return [InitErrorDetails(type=_error("{msg}", msg=msg), loc=loc, input=value) for loc, msg, value in located]
 
 
 def _raise_at(title: str, errors: Located) -> None:
@@ -385,9 +376,7 @@ class DataMovement(BaseModel):
     )
     renames: dict[ColumnName, FieldName] = Field(default_factory=dict)
     filter: str | None = Field(default=None, min_length=1, max_length=10_000)
-    duplicate_keys: Annotated[DuplicateKeys, BeforeValidator(_duplicate_keys)] = Field(
-        default_factory=DuplicateKeys
-    )
+    duplicate_keys: Annotated[DuplicateKeys, BeforeValidator(_duplicate_keys)] = Field(default_factory=DuplicateKeys)
     snapshot_id: Annotated[int, Field(gt=0)] | None = None
 
     @model_validator(mode="wrap")
@@ -451,16 +440,11 @@ def _column_checks(data: dict[str, Any]) -> Located:
                         )
                     )
     source = data.get("source")
-    if (
-        isinstance(source, dict)
-        and source.get("query") is not None
-        and data.get("snapshot_id") is not None
-    ):
+    if isinstance(source, dict) and source.get("query") is not None and data.get("snapshot_id") is not None:
         errs.append(
             (
                 ("snapshot_id",),
-                "snapshot_id pins a table source; "
-                "a query source pins every table it reads at run start",
+                "snapshot_id pins a table source; a query source pins every table it reads at run start",
                 data.get("snapshot_id"),
             )
         )
@@ -508,12 +492,9 @@ class QualityGates(BaseModel):
     min_rows: Annotated[int, Field(ge=0)] = 1
     max_row_count_change: Annotated[float, Field(gt=0)] | None = Field(
         default=None,
-        description="Largest allowed relative change of the row count vs the ACTIVE version "
-        "(0.5 = ±50 %).",
+        description="Largest allowed relative change of the row count vs the ACTIVE version (0.5 = ±50 %).",
     )
-    max_null_fraction: dict[ColumnName, Annotated[float, Field(ge=0, le=1)]] = Field(
-        default_factory=dict
-    )
+    max_null_fraction: dict[ColumnName, Annotated[float, Field(ge=0, le=1)]] = Field(default_factory=dict)
 
 
 class KeyValueDal(BaseModel):

@@ -34,9 +34,7 @@ def embedded_catalog_properties(home: str | os.PathLike[str] | None = None) -> d
     }
 
 
-def open_catalog(
-    config: CatalogConfig | None = None, home: str | os.PathLike[str] | None = None
-) -> Any:
+def open_catalog(config: CatalogConfig | None = None, home: str | os.PathLike[str] | None = None) -> Any:
     """The pyiceberg catalog for ``config`` (the embedded one when it has no properties)."""
     from pyiceberg.catalog import load_catalog
 
@@ -68,6 +66,4 @@ def load_table(catalog: Any, identifier: str) -> Any:
         except Exception:  # listing is only a hint
             pass
         hint = f" (tables: {', '.join(sorted(known)[:10])})" if known else ""
-        raise TableNotFoundError(
-            f"table {identifier!r} does not exist in the catalog{hint}"
-        ) from None
+        raise TableNotFoundError(f"table {identifier!r} does not exist in the catalog{hint}") from None

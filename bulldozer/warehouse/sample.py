@@ -145,14 +145,10 @@ def _decimal(unscaled: np.ndarray[Any, Any], precision: int, scale: int) -> pa.A
     words = np.empty((len(low), 2), dtype=np.int64)
     words[:, 0] = low
     words[:, 1] = np.where(low < 0, -1, 0)
-    return pa.Array.from_buffers(
-        pa.decimal128(precision, scale), len(low), [None, pa.py_buffer(words.tobytes())]
-    )
+    return pa.Array.from_buffers(pa.decimal128(precision, scale), len(low), [None, pa.py_buffer(words.tobytes())])
 
 
-def generate_sample(
-    rows: int = 100_000, seed: int = 7, variant: int = 0, start: int = 0
-) -> pa.Table:
+def generate_sample(rows: int = 100_000, seed: int = 7, variant: int = 0, start: int = 0) -> pa.Table:
     """The sample table's rows ``start .. start+rows`` as Arrow, typed as the Iceberg schema."""
     rng = np.random.default_rng(seed + 1000 * variant + start)
     i = np.arange(start, start + rows, dtype=np.int64)
@@ -170,9 +166,7 @@ def generate_sample(
     # struct of struct
     city = CITIES[(i + variant) % len(CITIES)]
     zip_code = np.char.zfill(((i * 37) % 100_000).astype(str), 5)
-    address = pa.StructArray.from_arrays(
-        [pa.array(city), pa.array(zip_code, mask=_mask(n, 9))], names=["city", "zip"]
-    )
+    address = pa.StructArray.from_arrays([pa.array(city), pa.array(zip_code, mask=_mask(n, 9))], names=["city", "zip"])
     profile = pa.StructArray.from_arrays(
         [address, pa.array(TIERS[i % len(TIERS)])],
         names=["address", "tier"],
@@ -191,9 +185,7 @@ def generate_sample(
         ],
         names=["order_id", "amount", "ordered_at"],
     )
-    recent_orders = pa.ListArray.from_arrays(
-        _offsets(order_len), orders, mask=pa.array(_mask(n, 15, 2))
-    )
+    recent_orders = pa.ListArray.from_arrays(_offsets(order_len), orders, mask=pa.array(_mask(n, 15, 2)))
 
     # map of string to struct: 0..2 entries
     attr_len = (i % 3).astype(np.int64)
@@ -216,9 +208,7 @@ def generate_sample(
         pa.array(np.array(["views", "clicks"])[np.arange(q) % 2]),
         pa.array(rng.integers(0, 10_000, q) + variant),
     )
-    counters = pa.MapArray.from_arrays(
-        _offsets(np.ones(n, dtype=np.int64)), pa.array(np.full(n, "daily")), inner
-    )
+    counters = pa.MapArray.from_arrays(_offsets(np.ones(n, dtype=np.int64)), pa.array(np.full(n, "daily")), inner)
 
     columns: dict[str, pa.Array] = {
         "user_id": pa.array(user_id),
@@ -248,9 +238,7 @@ def generate_sample(
                 [None, pa.py_buffer(rng.integers(0, 256, 16 * n, dtype=np.uint8).tobytes())],
             ),
         ),
-        "nickname": pa.array(
-            np.char.add("user", (user_id % 9973).astype(str)), mask=_mask(n, 5, 1)
-        ),
+        "nickname": pa.array(np.char.add("user", (user_id % 9973).astype(str)), mask=_mask(n, 5, 1)),
         "profile": profile,
         "recent_orders": recent_orders,
         "attributes": attributes,
@@ -279,18 +267,12 @@ def create_sample_warehouse(
     if catalog.table_exists(SAMPLE_TABLE):
         if not replace:
             return catalog.load_table(SAMPLE_TABLE)
-        catalog.purge_table(SAMPLE_TABLE) if hasattr(
-            catalog, "purge_table"
-        ) else catalog.drop_table(SAMPLE_TABLE)
+        catalog.purge_table(SAMPLE_TABLE) if hasattr(catalog, "purge_table") else catalog.drop_table(SAMPLE_TABLE)
     table = catalog.create_table(SAMPLE_TABLE, schema=SAMPLE_SCHEMA)
     written = 0
     while written < rows or rows == 0:
         size = min(chunk_rows, rows - written)
-        table.append(
-            _as_table_schema(
-                table, generate_sample(size, seed=seed, variant=variant, start=written)
-            )
-        )
+        table.append(_as_table_schema(table, generate_sample(size, seed=seed, variant=variant, start=written)))
         written += size
         if rows == 0:
             break

@@ -23,9 +23,7 @@ def test_version() -> None:
     assert result.exit_code == 0 and __version__ in result.stdout
 
 
-@pytest.mark.parametrize(
-    "command", [[], ["validate"], ["init"], ["proto"], ["warehouse", "sample"]]
-)
+@pytest.mark.parametrize("command", [[], ["validate"], ["init"], ["proto"], ["warehouse", "sample"]])
 def test_help_explains_each_command(command: list[str]) -> None:
     result = runner.invoke(app, [*command, "--help"])
     assert result.exit_code == 0
@@ -57,9 +55,7 @@ def _spec_with(tmp_path: Path, old: str, new: str) -> str:
 
 
 def test_catalog_check_suggests_near_misses(sample_home: Path, tmp_path: Path) -> None:
-    spec = _spec_with(
-        tmp_path, "value_columns: [rating, price]", "value_columns: [ratings, price, nick_name]"
-    )
+    spec = _spec_with(tmp_path, "value_columns: [rating, price]", "value_columns: [ratings, price, nick_name]")
     result = runner.invoke(app, ["validate", spec, "--catalog", "--home", str(sample_home)])
     assert result.exit_code == 2
     assert (
@@ -73,9 +69,7 @@ def test_catalog_check_missing_table(sample_home: Path, tmp_path: Path) -> None:
     spec = _spec_with(tmp_path, "table: sample.user_item_scores", "table: sample.user_item_score")
     result = runner.invoke(app, ["validate", spec, "--catalog", "--home", str(sample_home)])
     assert result.exit_code == 2
-    assert (
-        "data_movement.source.table: table 'sample.user_item_score' does not exist" in result.stderr
-    )
+    assert "data_movement.source.table: table 'sample.user_item_score' does not exist" in result.stderr
     assert "sample.user_item_scores" in result.stderr  # the hint lists what exists
 
 
@@ -121,9 +115,7 @@ def test_init_refuses_a_bad_name(tmp_path: Path) -> None:
 
 def test_warehouse_sample_command(tmp_path: Path) -> None:
     home = tmp_path / "h"
-    result = runner.invoke(
-        app, ["warehouse", "sample", "--rows", "500", "--home", str(home), "--json"]
-    )
+    result = runner.invoke(app, ["warehouse", "sample", "--rows", "500", "--home", str(home), "--json"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["rows"] == 500 and summary["snapshot_id"]

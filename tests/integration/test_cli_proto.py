@@ -29,9 +29,7 @@ def home(tmp_path: Path) -> Path:
 def test_prints_and_writes_the_schema(home: Path, tmp_path: Path) -> None:
     printed = runner.invoke(app, ["proto", TEMPLATE, "--home", str(home)])
     assert printed.exit_code == 0, printed.output
-    assert (
-        "message KeyMessage {" in printed.stdout and "optional int64 user_id = 1;" in printed.stdout
-    )
+    assert "message KeyMessage {" in printed.stdout and "optional int64 user_id = 1;" in printed.stdout
     out = tmp_path / "out"
     written = runner.invoke(app, ["proto", TEMPLATE, "--home", str(home), "--out", str(out)])
     assert written.exit_code == 0, written.output
@@ -44,23 +42,16 @@ def test_prints_and_writes_the_schema(home: Path, tmp_path: Path) -> None:
     ]
 
 
-def test_against_previous_schema_allows_added_column_and_refuses_breaking_change(
-    home: Path, tmp_path: Path
-) -> None:
+def test_against_previous_schema_allows_added_column_and_refuses_breaking_change(home: Path, tmp_path: Path) -> None:
     out = tmp_path / "v1"
-    assert (
-        runner.invoke(app, ["proto", TEMPLATE, "--home", str(home), "--out", str(out)]).exit_code
-        == 0
-    )
+    assert runner.invoke(app, ["proto", TEMPLATE, "--home", str(home), "--out", str(out)]).exit_code == 0
     previous = out / "user_item_scores.binpb"
     table = open_catalog(CatalogConfig(), home).load_table("sample.user_item_scores")
 
     # a value column dropped from the spec is allowed, and reported
     spec = tmp_path / "job.yaml"
     spec.write_text(Path(TEMPLATE).read_text().replace("    - payload\n", ""))
-    result = runner.invoke(
-        app, ["proto", str(spec), "--home", str(home), "--against", str(previous), "--json"]
-    )
+    result = runner.invoke(app, ["proto", str(spec), "--home", str(home), "--against", str(previous), "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)["compatibility"]
     assert report["breaking"] is False
@@ -82,8 +73,4 @@ def test_against_previous_schema_allows_added_column_and_refuses_breaking_change
         ["proto", TEMPLATE, "--home", str(home), "--against", str(out / "user_item_scores.proto")],
     )
     assert result.exit_code == 3, result.output
-    assert (
-        "refused" in result.stdout
-        and "score" in result.stdout
-        and "float → double" in result.stdout
-    )
+    assert "refused" in result.stdout and "score" in result.stdout and "float → double" in result.stdout

@@ -73,9 +73,7 @@ def _storage(t: pa.DataType) -> pa.DataType:
             pa.field(t.item_field.name, _storage(t.item_type), t.item_field.nullable),
         )
     if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return pa.list_(
-            pa.field(t.value_field.name, _storage(t.value_type), t.value_field.nullable)
-        )
+        return pa.list_(pa.field(t.value_field.name, _storage(t.value_type), t.value_field.nullable))
     return t
 
 
@@ -126,9 +124,7 @@ def _all_types_row(i: int) -> dict[str, Any]:
         "l": 2**62 - i,
         "f": 1.5 * i,
         "d": -0.25 * i,
-        "dec": Decimal("9999999999999999999999999999.9999999999")
-        if i == 1
-        else Decimal(f"-{i}.0000000001"),
+        "dec": Decimal("9999999999999999999999999999.9999999999") if i == 1 else Decimal(f"-{i}.0000000001"),
         "day": date(1900 + i, 1, 1),
         "tod": time(23, 59, 59, 999_999) if i else time(0),
         "ts": datetime(1950, 6, 1, 12, 0, 0, 1),
@@ -185,9 +181,7 @@ def test_byte_identical_to_protobuf_serializer_for_the_sample(sample_table: Any)
         ours.ClearField("attributes")
         ours.ClearField("counters")
         assert parsed.SerializeToString() == ours.SerializeToString()
-        assert value_cls.FromString(v).SerializeToString(
-            deterministic=True
-        ) == value_cls.FromString(
+        assert value_cls.FromString(v).SerializeToString(deterministic=True) == value_cls.FromString(
             value_cls.FromString(v).SerializeToString(deterministic=True)
         ).SerializeToString(deterministic=True)
 
@@ -217,10 +211,7 @@ FLOATS = Schema(
 
 
 def test_nan_infinities_and_negative_zero() -> None:
-    rows = [
-        {"k": i, "x": v, "y": v}
-        for i, v in enumerate([math.nan, math.inf, -math.inf, -0.0, 0.0, 1e308])
-    ]
+    rows = [{"k": i, "x": v, "y": v} for i, v in enumerate([math.nan, math.inf, -math.inf, -0.0, 0.0, 1e308])]
     rows[-1]["y"] = 3.0e38
     out = roundtrip(FLOATS, ["k"], rows)
     assert math.copysign(1.0, out[3]["x"]) == -1.0  # -0.0 keeps its sign
@@ -321,18 +312,14 @@ NULLABLE_ELEMENTS = Schema(
 
 def test_null_list_elements_are_refused_not_dropped() -> None:
     job = build_job_schema(spec_for(["k"]), NULLABLE_ELEMENTS)
-    table = pa.Table.from_pylist(
-        [{"k": 1, "xs": [1, None, 3], "m": []}], schema=NULLABLE_ELEMENTS.as_arrow()
-    )
+    table = pa.Table.from_pylist([{"k": 1, "xs": [1, None, 3], "m": []}], schema=NULLABLE_ELEMENTS.as_arrow())
     with pytest.raises(SourceDataError, match="'xs' holds a null list element"):
         RowEncoder(job.proto).encode(table)
 
 
 def test_null_map_values_are_refused_not_dropped() -> None:
     job = build_job_schema(spec_for(["k"]), NULLABLE_ELEMENTS)
-    table = pa.Table.from_pylist(
-        [{"k": 1, "xs": [], "m": [("a", None)]}], schema=NULLABLE_ELEMENTS.as_arrow()
-    )
+    table = pa.Table.from_pylist([{"k": 1, "xs": [], "m": [("a", None)]}], schema=NULLABLE_ELEMENTS.as_arrow())
     with pytest.raises(SourceDataError, match="'m' holds a null map value"):
         RowEncoder(job.proto).encode(table)
 
@@ -342,13 +329,9 @@ def test_nullable_elements_without_nulls_encode() -> None:
 
 
 def test_null_in_a_key_column_is_refused() -> None:
-    schema = Schema(
-        NestedField(1, "k", LongType(), required=False), NestedField(2, "v", StringType())
-    )
+    schema = Schema(NestedField(1, "k", LongType(), required=False), NestedField(2, "v", StringType()))
     job = build_job_schema(spec_for(["k"]), schema)
-    table = pa.Table.from_pylist(
-        [{"k": 1, "v": "a"}, {"k": None, "v": "b"}], schema=schema.as_arrow()
-    )
+    table = pa.Table.from_pylist([{"k": 1, "v": "a"}, {"k": None, "v": "b"}], schema=schema.as_arrow())
     with pytest.raises(SourceDataError, match="key column 'k' holds 1 null"):
         RowEncoder(job.proto).encode(table)
 
@@ -359,9 +342,7 @@ def test_uuid_from_strings_as_spark_delivers_them() -> None:
     u = uuid.uuid4()
     as_strings = pa.table({"k": pa.array([1, 2]), "u": pa.array([str(u), None])})
     storage = pa.array([u.bytes, None], pa.binary(16))
-    as_uuid = pa.table(
-        {"k": pa.array([1, 2]), "u": pa.ExtensionArray.from_storage(pa.uuid(), storage)}
-    )
+    as_uuid = pa.table({"k": pa.array([1, 2]), "u": pa.ExtensionArray.from_storage(pa.uuid(), storage)})
     enc = RowEncoder(job.proto)
     assert enc.encode(as_strings).pairs() == enc.encode(as_uuid).pairs()
 
@@ -416,9 +397,7 @@ _KEYABLE = [
 @st.composite
 def _typed(draw: st.DrawFn, ids: list[int], depth: int) -> tuple[Any, st.SearchStrategy[Any]]:
     """An Iceberg type (fresh field ids from ``ids``) and a strategy for its values."""
-    kind = draw(
-        st.sampled_from(["primitive"] * 3 + (["struct", "list", "map"] if depth < 2 else []))
-    )
+    kind = draw(st.sampled_from(["primitive"] * 3 + (["struct", "list", "map"] if depth < 2 else [])))
     if kind == "primitive":
         return draw(st.sampled_from(_PRIMITIVES))
     if kind == "struct":

@@ -44,9 +44,7 @@ def test_sample_table_golden_proto(sample_table: Any) -> None:
 
 
 def test_all_types_golden_proto() -> None:
-    text = render_proto(
-        generate_proto(spec_for(["id", "tenant"], name="all_types"), ALL_TYPES, "db.all_types")
-    )
+    text = render_proto(generate_proto(spec_for(["id", "tenant"], name="all_types"), ALL_TYPES, "db.all_types"))
     _golden("all_types.proto", text)
     compiled = compile_proto(text, "all_types.proto")
     assert "all_types_pb2.py" in compiled.files and "all_types_pb2.pyi" in compiled.files
@@ -54,9 +52,7 @@ def test_all_types_golden_proto() -> None:
 
 def test_generation_is_deterministic() -> None:
     spec = spec_for(["id", "tenant"], name="all_types")
-    assert render_proto(generate_proto(spec, ALL_TYPES)) == render_proto(
-        generate_proto(spec, ALL_TYPES)
-    )
+    assert render_proto(generate_proto(spec, ALL_TYPES)) == render_proto(generate_proto(spec, ALL_TYPES))
 
 
 def test_field_numbers_are_iceberg_ids_and_forbidden_ones_are_remapped() -> None:
@@ -70,9 +66,7 @@ def test_field_numbers_are_iceberg_ids_and_forbidden_ones_are_remapped() -> None
 
 def test_renames_change_names_not_numbers() -> None:
     plain = generate_proto(spec_for(["id", "tenant"]), ALL_TYPES)
-    renamed = generate_proto(
-        spec_for(["id", "tenant"], renames={"s": "label", "id": "user_id"}), ALL_TYPES
-    )
+    renamed = generate_proto(spec_for(["id", "tenant"], renames={"s": "label", "id": "user_id"}), ALL_TYPES)
     assert {f.number for f in plain.value.fields} == {f.number for f in renamed.value.fields}
     assert next(f for f in renamed.value.fields if f.number == 14).name == "label"
     assert next(f for f in renamed.key.fields if f.number == 1).name == "user_id"
@@ -102,9 +96,7 @@ def _schema(*fields: NestedField) -> Schema:
 )
 def test_non_deterministic_key_types_are_refused(key_type: Any, word: str) -> None:
     schema = _schema(NestedField(2, "bad", key_type, required=True))
-    with pytest.raises(
-        SchemaError, match=rf"key column 'bad' has type {word}.*must be deterministic"
-    ):
+    with pytest.raises(SchemaError, match=rf"key column 'bad' has type {word}.*must be deterministic"):
         generate_proto(spec_for(["bad"]), schema)
 
 
@@ -117,28 +109,20 @@ def test_unsupported_type_is_refused_naming_the_column() -> None:
 
 
 def test_columns_that_collide_after_sanitizing() -> None:
-    schema = _schema(
-        NestedField(2, "user-id", StringType()), NestedField(3, "user_id", StringType())
-    )
-    with pytest.raises(
-        SchemaError, match="'user-id' and 'user_id' both become the proto field 'user_id'"
-    ):
+    schema = _schema(NestedField(2, "user-id", StringType()), NestedField(3, "user_id", StringType()))
+    with pytest.raises(SchemaError, match="'user-id' and 'user_id' both become the proto field 'user_id'"):
         generate_proto(spec_for(["k"]), schema)
 
 
 def test_rename_resolves_a_sanitizing_collision() -> None:
-    schema = _schema(
-        NestedField(2, "user-id", StringType()), NestedField(3, "user_id", StringType())
-    )
+    schema = _schema(NestedField(2, "user-id", StringType()), NestedField(3, "user_id", StringType()))
     proto = generate_proto(spec_for(["k"], renames={"user-id": "user_id_text"}), schema)
     assert {f.name for f in proto.value.fields} == {"user_id_text", "user_id"}
 
 
 def test_proto_keyword_column_is_refused_with_a_rename_hint() -> None:
     schema = _schema(NestedField(2, "message", StringType()))
-    with pytest.raises(
-        SchemaError, match=r"'message'.*reserved word; rename it in data_movement.renames"
-    ):
+    with pytest.raises(SchemaError, match=r"'message'.*reserved word; rename it in data_movement.renames"):
         generate_proto(spec_for(["k"]), schema)
     proto = generate_proto(spec_for(["k"], renames={"message": "msg"}), schema)
     assert proto.value.fields[0].name == "msg"
@@ -175,16 +159,12 @@ V1 = Schema(
     NestedField(3, "count", IntegerType()),
     NestedField(4, "tags", ListType(5, StringType(), element_required=True), required=True),
     NestedField(6, "ratio", FloatType()),
-    NestedField(
-        7, "info", StructType(NestedField(8, "a", LongType()), NestedField(9, "b", StringType()))
-    ),
+    NestedField(7, "info", StructType(NestedField(8, "a", LongType()), NestedField(9, "b", StringType()))),
 )
 
 
 def _descriptor(schema: Schema, keys: list[str] = ["k"], previous: bytes | None = None) -> bytes:  # noqa: B006
-    return build_job_schema(
-        spec_for(keys), schema, previous_descriptor_set=previous, python=False
-    ).descriptor_set
+    return build_job_schema(spec_for(keys), schema, previous_descriptor_set=previous, python=False).descriptor_set
 
 
 def _replace(schema: Schema, field_id: int, new: NestedField | None) -> Schema:
@@ -293,9 +273,7 @@ def test_compatibility_matrix(case: str) -> None:
     new_schema, keys, change, verdict = CASES[case]
     old = _descriptor(V1, ["k"])
     values = [f.name for f in new_schema.fields if f.name not in keys]
-    new = build_job_schema(
-        spec_for(keys, values=values), new_schema, previous_descriptor_set=old, python=False
-    )
+    new = build_job_schema(spec_for(keys, values=values), new_schema, previous_descriptor_set=old, python=False)
     assert new.compat is not None
     found = [(d.change, d.verdict) for d in new.compat.differences]
     assert (change, verdict) in found, found
@@ -309,13 +287,9 @@ def test_no_change_has_no_differences() -> None:
 
 def test_dropped_fields_are_reserved_and_reuse_is_refused() -> None:
     old = _descriptor(V1)
-    dropped = build_job_schema(
-        spec_for(["k"]), _replace(V1, 2, None), previous_descriptor_set=old, python=False
-    )
+    dropped = build_job_schema(spec_for(["k"]), _replace(V1, 2, None), previous_descriptor_set=old, python=False)
     assert "reserved 2;" in dropped.text and 'reserved "name";' in dropped.text
     # a later schema puts a different field on number 2: refused against the one that reserved it
     reused = Schema(*_replace(V1, 2, None).fields, NestedField(2, "other", LongType()))
     report = check_compatibility(dropped.descriptor_set, _descriptor(reused))
-    assert ("reused reserved number", "refused") in [
-        (d.change, d.verdict) for d in report.differences
-    ]
+    assert ("reused reserved number", "refused") in [(d.change, d.verdict) for d in report.differences]

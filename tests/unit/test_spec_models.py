@@ -98,9 +98,7 @@ def test_keep_latest_policy_and_string_shorthand() -> None:
 
 
 def test_query_source() -> None:
-    text = MINIMAL.replace(
-        "    table: sample.user_item_scores\n", "    query: SELECT * FROM sample.user_item_scores\n"
-    )
+    text = MINIMAL.replace("    table: sample.user_item_scores\n", "    query: SELECT * FROM sample.user_item_scores\n")
     spec = load_spec_text(text).spec
     assert spec.data_movement.source.query is not None and spec.data_movement.source.table is None
 
@@ -148,9 +146,7 @@ def test_schedules(schedule: str | None) -> None:
 
 
 def test_positions_point_at_nested_items(tmp_path: Path) -> None:
-    text = MINIMAL.replace(
-        "value_columns: [rating, price]", "value_columns:\n    - rating\n    - user_id"
-    )
+    text = MINIMAL.replace("value_columns: [rating, price]", "value_columns:\n    - rating\n    - user_id")
     with pytest.raises(SpecError) as info:
         load_spec_text(text, "x.yaml")
     (issue,) = info.value.issues

@@ -1,0 +1,187 @@
+"""KV DAL benchmark, side by side in one run (embedded engine, LMDB):
+
+* write records/s through the DAL (client → gRPC on loopback → engine) vs the same
+  records written straight into the engine;
+* batch get of 100 keys: throughput and p50 / p99 latency through the DAL vs direct;
+* alias flip latency for a small and a large namespace.
+
+    .venv/bin/python bench/kv.py [--records 2000000] [--repeat 3] [--quick]
+
+Keys are 16 bytes, values 100 bytes. Prints a markdown table of medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from bulldozer.kv import KvClient, create_engine
+from bulldozer.kv.backends.base import NamespaceRecord
+from bulldozer.names import new_version_name
+
+BATCH = 2_000
+
+
+def make_records(n: int) -> tuple[pa.Array, pa.Array, list[list[tuple[bytes, bytes]]]]:
+    rng = np.random.default_rng(3)
+    keys_np = rng.integers(0, 256, size=(n, 16), dtype=np.uint8)
+    keys_np[:, :8] = np.arange(n, dtype=">u8").view(np.uint8).reshape(n, 8)  # unique
+    values_np = rng.integers(0, 256, size=(n, 100), dtype=np.uint8)
+    key_list = [bytes(r) for r in keys_np]
+    value_list = [bytes(r) for r in values_np]
+    keys = pa.array(key_list, pa.large_binary())
+    values = pa.array(value_list, pa.large_binary())
+    batches = [list(zip(key_list[i : i + BATCH], value_list[i : i + BATCH], strict=True)) for i in range(0, n, BATCH)]
+    return keys, values, batches
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--gets", type=int, default=2_000, help="batch gets per measurement")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    n, repeat, gets = (20_000, 1, 100) if args.quick else (args.records, args.repeat, args.gets)
+    big = 20_000 if args.quick else 1_000_000
+
+    keys, values, batches = make_records(n)
+    root = tempfile.mkdtemp(prefix="bulldozer-bench-kv-")
+    store = os.path.join(root, "store")
+    # The DAL runs as its own process (as in production); the direct engine is opened
+    # here on the same store, which LMDB allows.
+    port = _free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bulldozer.cli.main",
+            "serve",
+            "--path",
+            store,
+            "--port",
+            str(port),
+            "--grace",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    client = KvClient(f"127.0.0.1:{port}", timeout=120)
+    client.wait_ready(timeout=60)
+    engine = create_engine({"type": "embedded", "path": store, "map_size": 64 * 1024**3})
+
+    direct_times, dal_times = [], []
+    last_dal_ns = ""
+    for r in range(repeat):
+        # direct: the engine's own bulk put, same batches
+        name = new_version_name("direct")
+        engine.create_namespace(NamespaceRecord(name=name, alias="direct"))
+        direct_times.append(timed(lambda name=name: [engine.put(name, b) for b in batches]))
+        # through the DAL
+        name = new_version_name("dal")
+        client.create_namespace(name, "dal")
+
+        def through_dal(name: str = name) -> None:
+            with client.writer(name, batch_records=BATCH, in_flight=4) as writer:
+                writer.add_arrays(keys, values)
+
+        dal_times.append(timed(through_dal))
+        last_dal_ns = name
+        print(
+            f"  write round {r + 1}: direct {n / direct_times[-1]:,.0f}/s, DAL {n / dal_times[-1]:,.0f}/s",
+            flush=True,
+        )
+
+    # batch get of 100 random keys from the loaded version
+    sealed = client.seal(last_dal_ns)
+    client.compare_and_set_alias("dal", None, sealed.name)
+    rnd = random.Random(5)
+    key_list = keys.to_pylist()
+    samples = [[key_list[rnd.randrange(n)] for _ in range(100)] for _ in range(gets)]
+
+    def latencies(fn: Callable[[list[bytes]], Any]) -> list[float]:
+        out = []
+        for sample in samples:
+            started = time.perf_counter()
+            fn(sample)
+            out.append(time.perf_counter() - started)
+        return out
+
+    direct_lat = latencies(lambda ks: engine.get_many(sealed.name, ks))
+    dal_lat = latencies(lambda ks: client.batch_get(ks, alias="dal"))
+
+    # flip latency: small vs large namespace
+    def flip_latency(size: int) -> float:
+        times = []
+        for _ in range(max(3, repeat)):
+            current = client.get_alias("flip").namespace if _has_alias(client, "flip") else None
+            name = new_version_name("flip")
+            client.create_namespace(name, "flip")
+            with client.writer(name) as writer:
+                writer.add_arrays(keys.slice(0, size), values.slice(0, size))
+            client.seal(name)
+            times.append(timed(lambda name=name, current=current: client.compare_and_set_alias("flip", current, name)))
+        return statistics.median(times)
+
+    flip_small = flip_latency(1_000)
+    flip_big = flip_latency(min(big, n))
+
+    direct_rate = n / statistics.median(direct_times)
+    dal_rate = n / statistics.median(dal_times)
+    q = lambda xs, p: float(np.percentile(np.array(xs) * 1000, p))  # noqa: E731
+    get_direct = gets / sum(direct_lat)
+    get_dal = gets / sum(dal_lat)
+    print(f"\nKV DAL, embedded engine (LMDB), {n:,} records of 16 B keys + 100 B values, median of {repeat}\n")
+    print("| measure | through the DAL | direct engine | DAL / direct | target |")
+    print("|---|---:|---:|---:|---|")
+    print(f"| write records/s | {dal_rate:,.0f} | {direct_rate:,.0f} | {dal_rate / direct_rate:.2f} | ≥ 0.5 |")
+    print(f"| batch get (100 keys) /s | {get_dal:,.0f} | {get_direct:,.0f} | {get_dal / get_direct:.2f} | ≥ 0.5 |")
+    print(f"| batch get p50 ms | {q(dal_lat, 50):.2f} | {q(direct_lat, 50):.2f} | | |")
+    print(f"| batch get p99 ms | {q(dal_lat, 99):.2f} | {q(direct_lat, 99):.2f} | | < 5 ms |")
+    print(f"| alias flip ms, 1,000-record version | {flip_small * 1000:.2f} | | | |")
+    print(
+        f"| alias flip ms, {min(big, n):,}-record version | {flip_big * 1000:.2f} | | {flip_big / flip_small:.2f} (big / small) | independent of size |"
+    )
+    client.close()
+    server.send_signal(signal.SIGTERM)
+    server.wait(timeout=30)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _has_alias(client: KvClient, alias: str) -> bool:
+    from bulldozer.errors import AliasNotFoundError
+
+    try:
+        client.get_alias(alias)
+        return True
+    except AliasNotFoundError:
+        return False
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""Storage engines behind the KV DAL: one ABC, one config model each, and a registry
+that imports an engine only when it is asked for."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from bulldozer.errors import BackendUnavailableError, InvalidArgumentError
+from bulldozer.kv.backends.base import StorageEngine
+from bulldozer.kv.backends.config import EmbeddedConfig, EngineConfig, MemoryConfig
+
+__all__ = [
+    "ENGINES",
+    "EmbeddedConfig",
+    "MemoryConfig",
+    "StorageEngine",
+    "create_engine",
+    "engine_config",
+]
+
+#: name → (module, class, the extra that installs its driver)
+ENGINES: dict[str, tuple[str, str, str | None]] = {
+    "memory": ("bulldozer.kv.backends.memory", "MemoryEngine", None),
+    "embedded": ("bulldozer.kv.backends.embedded", "EmbeddedEngine", None),
+}
+
+_ADAPTER: TypeAdapter[Any] = TypeAdapter(EngineConfig)
+
+
+def engine_config(data: dict[str, Any]) -> Any:
+    """Validate an engine configuration mapping (``{"type": "embedded", "path": ...}``)."""
+    if data.get("type") not in ENGINES:
+        raise InvalidArgumentError(f"unknown storage engine {data.get('type')!r}; known: {', '.join(sorted(ENGINES))}")
+    return _ADAPTER.validate_python(data)
+
+
+def create_engine(config: Any) -> StorageEngine:
+    """The engine for ``config``, importing its module (and driver) only now."""
+    if isinstance(config, dict):
+        config = engine_config(config)
+    module_name, class_name, extra = ENGINES[config.type]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        hint = f"; install it with: pip install 'bulldozer[{extra}]'" if extra else ""
+        raise BackendUnavailableError(f"the {config.type} engine cannot be loaded ({exc}){hint}") from exc
+    engine: StorageEngine = getattr(module, class_name)(config)
+    return engine

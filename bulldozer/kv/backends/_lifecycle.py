@@ -1,0 +1,77 @@
+"""The checks and record changes of an alias flip, shared by engines that can run them
+inside one transaction (memory, embedded)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from bulldozer.errors import AliasConflictError, NamespaceNotFoundError, NamespaceStateError
+from bulldozer.kv.backends.base import AliasChange, AliasRecord, NamespaceRecord, State, utcnow
+
+FLIPPABLE = frozenset({State.SEALED, State.RETIRED})
+
+
+def plan_flip(
+    alias: str,
+    current: AliasRecord | None,
+    expected: str | None,
+    target: NamespaceRecord | None,
+    target_name: str,
+    previous: NamespaceRecord | None,
+    principal: str,
+    reason: str,
+) -> tuple[AliasRecord, list[NamespaceRecord], AliasChange | None]:
+    """What a flip writes: the new alias record, the changed namespaces, the history entry
+    (None when the alias already points at the target: a retried flip is a no-op)."""
+    actual = current.namespace if current else None
+    if current is not None and actual == target_name:
+        return current, [], None  # already there: a retried flip changes nothing
+    if (expected or None) != actual:
+        raise AliasConflictError(
+            f"alias {alias!r} points at {actual or 'nothing'}, not {expected or 'nothing'}; "
+            "another run or an operator moved it first — look again and retry"
+        )
+    if target is None or target.state == State.DROPPED:
+        raise NamespaceNotFoundError(f"namespace {target_name!r} does not exist")
+    if target.alias != alias:
+        raise NamespaceStateError(f"namespace {target_name!r} belongs to alias {target.alias!r}, not {alias!r}")
+    if target.state not in FLIPPABLE:
+        raise NamespaceStateError(
+            f"namespace {target_name!r} is {target.state.value}; an alias may only point at a "
+            "SEALED (or previously active, RETIRED) version"
+        )
+    now = utcnow()
+    generation = (current.generation if current else 0) + 1
+    changed = [replace(target, state=State.ACTIVE, state_changed=now)]
+    if previous is not None and previous.name != target_name and previous.state == State.ACTIVE:
+        changed.append(replace(previous, state=State.RETIRED, state_changed=now))
+    record = AliasRecord(alias, target_name, now, generation)
+    change = AliasChange(alias, now, principal, reason, actual or "", target_name, generation)
+    return record, changed, change
+
+
+def check_transition(name: str, record: NamespaceRecord | None, expected: frozenset[State]) -> NamespaceRecord:
+    if record is None:
+        raise NamespaceNotFoundError(f"namespace {name!r} does not exist")
+    if record.state not in expected:
+        wanted = " or ".join(sorted(s.value for s in expected))
+        raise NamespaceStateError(f"namespace {name!r} is {record.state.value}, not {wanted}")
+    return record
+
+
+def check_writable(name: str, record: NamespaceRecord | None) -> None:
+    if record is None or record.state == State.DROPPED:
+        raise NamespaceNotFoundError(f"namespace {name!r} does not exist")
+    if record.state != State.LOADING:
+        raise NamespaceStateError(f"namespace {name!r} is {record.state.value}; writes are only accepted while LOADING")
+
+
+def check_readable(name: str, record: NamespaceRecord | None) -> None:
+    from bulldozer.kv.backends.base import READABLE
+
+    if record is None or record.state == State.DROPPED:
+        raise NamespaceNotFoundError(f"namespace {name!r} does not exist")
+    if record.state not in READABLE:
+        raise NamespaceStateError(
+            f"namespace {name!r} is {record.state.value}; reads are served from SEALED, ACTIVE and RETIRED versions"
+        )

@@ -1,0 +1,269 @@
+"""``embedded``: the default engine, LMDB on local disk.
+
+Layout: one LMDB environment (a directory) holding the metadata databases
+(``meta.namespaces``, ``meta.aliases``, ``meta.history``) and one sub-database per
+namespace. Dropping a namespace drops its sub-database, which frees its pages and
+rewrites nothing else. Every lifecycle change runs in one LMDB write transaction, which
+LMDB serializes across processes, so several DAL processes can serve one store safely;
+the alias compare-and-set is atomic in the engine itself.
+
+Data puts are committed without fsync (a crash can only lose writes of a LOADING
+version, which is then resumed or failed); every metadata change — create, seal, flip,
+drop — is fsynced, and a seal first flushes all loaded data.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import lmdb
+
+from bulldozer.errors import (
+    BackendUnavailableError,
+    InvalidArgumentError,
+    NamespaceExistsError,
+    NamespaceNotFoundError,
+    ResourceExhaustedError,
+)
+from bulldozer.kv.backends._lifecycle import (
+    check_readable,
+    check_transition,
+    check_writable,
+    plan_flip,
+)
+from bulldozer.kv.backends.base import (
+    AliasChange,
+    AliasRecord,
+    NamespaceRecord,
+    State,
+    StorageEngine,
+)
+from bulldozer.kv.backends.config import EmbeddedConfig
+
+_META_NS = b"meta.namespaces"
+_META_ALIAS = b"meta.aliases"
+_META_HISTORY = b"meta.history"
+_META_STATES = b"meta.states"  # name -> state only: the hot-path check reads a few bytes
+
+
+def _dumps(data: dict[str, Any]) -> bytes:
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+def _data_db(name: str) -> bytes:
+    return b"ns." + name.encode()
+
+
+class EmbeddedEngine(StorageEngine):
+    name = "embedded"
+    max_key_bytes = 511  # LMDB's compiled-in limit
+
+    def __init__(self, config: EmbeddedConfig) -> None:
+        self.path = Path(config.path)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self.env = lmdb.open(
+                str(self.path),
+                map_size=config.map_size,
+                max_dbs=config.max_namespaces + 3,
+                subdir=True,
+                sync=False,
+                metasync=False,
+                readahead=False,
+                max_readers=512,
+            )
+        except (lmdb.Error, OSError) as exc:
+            raise BackendUnavailableError(f"cannot open the embedded store at {self.path}: {exc}") from exc
+        self._lock = threading.Lock()
+        self._dbs: dict[str, Any] = {}
+        self._meta = self.env.open_db(_META_NS)
+        self._aliases = self.env.open_db(_META_ALIAS)
+        self._history = self.env.open_db(_META_HISTORY)
+        self._states = self.env.open_db(_META_STATES)
+
+    # -- plumbing ---------------------------------------------------------------
+
+    def _db(self, name: str) -> Any:
+        """The namespace's sub-database handle. Must be called outside any transaction:
+        opening a handle runs a transaction of its own (and LMDB locks are not reentrant)."""
+        db = self._dbs.get(name)
+        if db is None:
+            with self._lock:
+                db = self._dbs.get(name)
+                if db is None:
+                    try:
+                        db = self._dbs[name] = self.env.open_db(_data_db(name), create=False)
+                    except lmdb.NotFoundError:
+                        raise NamespaceNotFoundError(f"namespace {name!r} does not exist") from None
+        return db
+
+    def _write(self) -> Any:
+        return self.env.begin(write=True)
+
+    def _durable(self) -> None:
+        self.env.sync(True)
+
+    def _ns(self, txn: Any, name: str) -> NamespaceRecord | None:
+        raw = txn.get(name.encode(), db=self._meta)
+        return NamespaceRecord.from_json(json.loads(raw)) if raw is not None else None
+
+    def _put_ns(self, txn: Any, record: NamespaceRecord) -> None:
+        txn.put(record.name.encode(), _dumps(record.to_json()), db=self._meta)
+        txn.put(record.name.encode(), record.state.value.encode(), db=self._states)
+
+    def _state(self, txn: Any, name: str) -> NamespaceRecord | None:
+        """A stand-in record carrying only the state (enough for the lifecycle checks)."""
+        raw = txn.get(name.encode(), db=self._states)
+        return NamespaceRecord(name=name, alias="", state=State(raw.decode())) if raw is not None else None
+
+    def _map_full(self, exc: Exception) -> ResourceExhaustedError:
+        return ResourceExhaustedError(
+            f"the embedded store at {self.path} is full ({exc}); restart the DAL with a larger "
+            "--map-size or drop old versions"
+        )
+
+    # -- namespaces -------------------------------------------------------------
+
+    def create_namespace(self, record: NamespaceRecord) -> None:
+        try:
+            with self._write() as txn:
+                if txn.get(record.name.encode(), db=self._meta) is not None:
+                    raise NamespaceExistsError(f"namespace {record.name!r} already exists")
+                self._put_ns(txn, record)
+                db = self.env.open_db(_data_db(record.name), txn=txn, create=True)
+        except lmdb.MapFullError as exc:
+            raise self._map_full(exc) from exc
+        except lmdb.DbsFullError as exc:
+            raise ResourceExhaustedError(f"too many namespaces open in this process ({exc})") from exc
+        with self._lock:
+            self._dbs[record.name] = db
+        self._durable()
+
+    def get_namespace(self, name: str) -> NamespaceRecord | None:
+        with self.env.begin() as txn:
+            return self._ns(txn, name)
+
+    def list_namespaces(self, alias: str | None = None) -> list[NamespaceRecord]:
+        with self.env.begin() as txn:
+            records = [NamespaceRecord.from_json(json.loads(v)) for _, v in txn.cursor(db=self._meta)]
+        if alias is not None:
+            records = [r for r in records if r.alias == alias]
+        return sorted(records, key=lambda r: (r.created, r.name))
+
+    def transition(self, name: str, expected: frozenset[State], record: NamespaceRecord) -> NamespaceRecord:
+        if record.state == State.SEALED:
+            self._durable()  # every loaded record is on disk before the version is SEALED
+        with self._write() as txn:
+            check_transition(name, self._ns(txn, name), expected)
+            self._put_ns(txn, record)
+        self._durable()
+        return record
+
+    def drop_data(self, name: str) -> None:
+        with self._lock:
+            db = self._dbs.pop(name, None)
+        with self._write() as txn:
+            if db is None:
+                try:
+                    db = self.env.open_db(_data_db(name), txn=txn, create=False)
+                except lmdb.NotFoundError:
+                    return
+            txn.drop(db, delete=True)
+        self._durable()
+
+    # -- data -------------------------------------------------------------------
+
+    def put(self, name: str, records: Sequence[tuple[bytes, bytes]]) -> None:
+        db = self._db(name)
+        ordered = sorted(records)
+        try:
+            with self._write() as txn:
+                check_writable(name, self._state(txn, name))
+                txn.cursor(db=db).putmulti(ordered)
+        except lmdb.MapFullError as exc:
+            raise self._map_full(exc) from exc
+        except lmdb.BadValsizeError as exc:
+            raise InvalidArgumentError(f"a key is larger than {self.max_key_bytes} bytes ({exc})") from exc
+
+    def get_many(self, name: str, keys: Sequence[bytes]) -> list[bytes | None]:
+        db = self._db(name)
+        with self.env.begin() as txn:
+            check_readable(name, self._state(txn, name))
+            return [txn.get(k, db=db) for k in keys]
+
+    def scan(self, name: str, after: bytes | None, limit: int) -> list[tuple[bytes, bytes]]:
+        db = self._db(name)
+        with self.env.begin() as txn:
+            record = self._state(txn, name)
+            if record is None or record.state == State.DROPPED:
+                check_readable(name, record)
+            cursor = txn.cursor(db=db)
+            out: list[tuple[bytes, bytes]] = []
+            found = cursor.set_range(after) if after is not None else cursor.first()
+            if found and after is not None and cursor.key() == after:
+                found = cursor.next()
+            while found and len(out) < limit:
+                out.append((cursor.key(), cursor.value()))
+                found = cursor.next()
+            return out
+
+    def iterate(self, name: str, chunk: int = 50_000) -> Iterator[list[tuple[bytes, bytes]]]:
+        db = self._db(name)
+        with self.env.begin() as txn:
+            cursor = txn.cursor(db=db)
+            buf: list[tuple[bytes, bytes]] = []
+            for pair in cursor.iternext(keys=True, values=True):
+                buf.append(pair)
+                if len(buf) >= chunk:
+                    yield buf
+                    buf = []
+            if buf:
+                yield buf
+
+    # -- aliases ----------------------------------------------------------------
+
+    def get_alias(self, alias: str) -> AliasRecord | None:
+        with self.env.begin() as txn:
+            raw = txn.get(alias.encode(), db=self._aliases)
+        return AliasRecord.from_json(json.loads(raw)) if raw is not None else None
+
+    def list_aliases(self) -> list[AliasRecord]:
+        with self.env.begin() as txn:
+            return [AliasRecord.from_json(json.loads(v)) for _, v in txn.cursor(db=self._aliases)]
+
+    def flip_alias(self, alias: str, expected: str | None, target: str, principal: str, reason: str) -> AliasRecord:
+        with self._write() as txn:
+            raw = txn.get(alias.encode(), db=self._aliases)
+            current = AliasRecord.from_json(json.loads(raw)) if raw is not None else None
+            previous = self._ns(txn, current.namespace) if current else None
+            record, changed, change = plan_flip(
+                alias, current, expected, self._ns(txn, target), target, previous, principal, reason
+            )
+            if change is None:
+                return record
+            for ns in changed:
+                self._put_ns(txn, ns)
+            txn.put(alias.encode(), _dumps(record.to_json()), db=self._aliases)
+            key = alias.encode() + b"\x00" + struct.pack(">Q", change.generation)
+            txn.put(key, _dumps(change.to_json()), db=self._history)
+        self._durable()
+        return record
+
+    def alias_history(self, alias: str, limit: int = 100) -> list[AliasChange]:
+        prefix = alias.encode() + b"\x00"
+        out = []
+        with self.env.begin() as txn:
+            cursor = txn.cursor(db=self._history)
+            found = cursor.set_range(prefix)
+            while found and cursor.key().startswith(prefix):
+                out.append(AliasChange.from_json(json.loads(cursor.value())))
+                found = cursor.next()
+        return list(reversed(out))[:limit]
+
+    def close(self) -> None:
+        self.env.close()

@@ -1,0 +1,89 @@
+"""Records ↔ API messages."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from bulldozer.kv.backends.base import AliasChange, AliasRecord, NamespaceRecord, State
+from bulldozer.kv.v1 import kv_pb2
+
+__all__ = ["alias_change", "alias_info", "namespace_info", "state_name", "timestamp"]
+
+
+def timestamp(when: datetime) -> Timestamp:
+    ts = Timestamp()
+    ts.FromDatetime(when)
+    return ts
+
+
+def namespace_info(r: NamespaceRecord) -> kv_pb2.NamespaceInfo:
+    info = kv_pb2.NamespaceInfo(
+        name=r.name,
+        state=kv_pb2.NamespaceState.Value(r.state.value),
+        alias=r.alias,
+        record_count=r.record_count,
+        bytes=r.bytes,
+        digest=r.digest,
+        job_name=r.job_name,
+        snapshot_id=r.snapshot_id,
+        value_descriptor_set=r.value_descriptor_set,
+        key_message=r.key_message,
+        value_message=r.value_message,
+        labels=r.labels,
+        failure_reason=r.failure_reason,
+    )
+    info.created.CopyFrom(timestamp(r.created))
+    info.state_changed.CopyFrom(timestamp(r.state_changed))
+    if r.sealed is not None:
+        info.sealed.CopyFrom(timestamp(r.sealed))
+    return info
+
+
+def state_name(state: int) -> str:
+    return kv_pb2.NamespaceState.Name(state)  # type: ignore[arg-type]
+
+
+def record_from_info(info: kv_pb2.NamespaceInfo) -> NamespaceRecord:
+    from datetime import UTC
+
+    def dt(ts: Timestamp) -> datetime:
+        return ts.ToDatetime(tzinfo=UTC)
+
+    return NamespaceRecord(
+        name=info.name,
+        alias=info.alias,
+        state=State(state_name(info.state)),
+        created=dt(info.created),
+        state_changed=dt(info.state_changed),
+        sealed=dt(info.sealed) if info.HasField("sealed") else None,
+        job_name=info.job_name,
+        snapshot_id=info.snapshot_id,
+        value_descriptor_set=info.value_descriptor_set,
+        key_message=info.key_message,
+        value_message=info.value_message,
+        labels=dict(info.labels),
+        record_count=info.record_count,
+        bytes=info.bytes,
+        digest=info.digest,
+        failure_reason=info.failure_reason,
+    )
+
+
+def alias_info(r: AliasRecord) -> kv_pb2.AliasInfo:
+    info = kv_pb2.AliasInfo(alias=r.alias, namespace=r.namespace, generation=r.generation)
+    info.updated.CopyFrom(timestamp(r.updated))
+    return info
+
+
+def alias_change(c: AliasChange) -> kv_pb2.AliasChange:
+    msg = kv_pb2.AliasChange(
+        principal=c.principal,
+        reason=c.reason,
+        from_namespace=c.from_namespace,
+        to_namespace=c.to_namespace,
+        generation=c.generation,
+    )
+    msg.time.CopyFrom(timestamp(c.time))
+    return msg

@@ -1,0 +1,326 @@
+"""The KV DAL's rules, over any storage engine.
+
+Every request passes through here after the transport layers: names are validated,
+sizes checked against the limits, aliases resolved once per request, and each lifecycle
+rule enforced (writes only while LOADING, seal = freeze then measure, aliases only onto
+SEALED or RETIRED versions of themselves, ACTIVE versions cannot be dropped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from bulldozer.errors import (
+    InvalidArgumentError,
+    InvalidNameError,
+    NamespaceNotFoundError,
+    NamespaceStateError,
+    ResourceExhaustedError,
+    VerificationError,
+)
+from bulldozer.kv.backends.base import (
+    READABLE,
+    AliasChange,
+    AliasRecord,
+    NamespaceRecord,
+    State,
+    StorageEngine,
+    utcnow,
+)
+from bulldozer.kv.digest import Digest
+from bulldozer.names import describe_value, validate_alias, validate_namespace
+
+__all__ = ["KvDal", "Limits"]
+
+_ANY_LIVE = frozenset(State) - {State.DROPPED}
+_MAX_LABELS = 64
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Request limits of one DAL (the engine may lower the key limit)."""
+
+    max_key_bytes: int = 4096
+    max_value_bytes: int = 32 * 1024 * 1024
+    max_batch_records: int = 100_000
+    max_message_bytes: int = 64 * 1024 * 1024
+    max_batch_get_keys: int = 10_000
+    max_scan_page: int = 10_000
+
+
+class KvDal:
+    """The DAL over one engine. Thread-safe when the engine is."""
+
+    def __init__(self, engine: StorageEngine, limits: Limits | None = None) -> None:
+        self.engine = engine
+        base = limits or Limits()
+        self.limits = replace(
+            base,
+            max_key_bytes=min(base.max_key_bytes, engine.max_key_bytes),
+            max_value_bytes=min(base.max_value_bytes, engine.max_value_bytes),
+        )
+
+    # -- namespaces -------------------------------------------------------------
+
+    def create_namespace(
+        self,
+        name: str,
+        alias: str,
+        job_name: str = "",
+        snapshot_id: int = 0,
+        value_descriptor_set: bytes = b"",
+        key_message: str = "",
+        value_message: str = "",
+        labels: dict[str, str] | None = None,
+    ) -> NamespaceRecord:
+        validate_namespace(name)
+        validate_alias(alias)
+        if not name.startswith(alias + "__"):
+            raise InvalidNameError(f"namespace {name!r} must start with its alias {alias!r} followed by '__'")
+        if job_name:
+            validate_alias(job_name, "job name")
+        _check_labels(labels or {})
+        now = utcnow()
+        record = NamespaceRecord(
+            name=name,
+            alias=alias,
+            created=now,
+            state_changed=now,
+            job_name=job_name,
+            snapshot_id=snapshot_id,
+            value_descriptor_set=value_descriptor_set,
+            key_message=key_message,
+            value_message=value_message,
+            labels=dict(labels or {}),
+        )
+        self.engine.create_namespace(record)
+        return record
+
+    def describe(self, name: str) -> NamespaceRecord:
+        validate_namespace(name)
+        record = self.engine.get_namespace(name)
+        if record is None:
+            raise NamespaceNotFoundError(f"namespace {name!r} does not exist")
+        return record
+
+    def list_namespaces(self, alias: str | None = None) -> list[NamespaceRecord]:
+        if alias:
+            validate_alias(alias)
+        return self.engine.list_namespaces(alias or None)
+
+    def seal(
+        self, name: str, expected_records: int | None = None, expected_digest: int | None = None
+    ) -> NamespaceRecord:
+        """Freeze the namespace (no write can land after this), then measure what it
+        stores. With expectations, a mismatch marks it FAILED and raises."""
+        record = self.describe(name)
+        if record.state != State.LOADING:
+            raise NamespaceStateError(
+                f"namespace {name!r} is {record.state.value}; only a LOADING namespace can be sealed"
+            )
+        now = utcnow()
+        frozen = self.engine.transition(name, frozenset({State.LOADING}), record.with_state(State.SEALED, sealed=now))
+        digest = Digest()
+        for chunk in self.engine.iterate(name):
+            digest.add_pairs(chunk)
+        measured = replace(frozen, record_count=digest.count, bytes=digest.bytes, digest=digest.value)
+        problems = []
+        if expected_records is not None and expected_records != digest.count:
+            problems.append(f"{digest.count} records stored, {expected_records} expected")
+        if expected_digest is not None and expected_digest != digest.value:
+            problems.append(f"digest {digest.value:#018x} stored, {expected_digest:#018x} expected")
+        if problems:
+            reason = "verification failed at seal: " + "; ".join(problems)
+            self.engine.transition(
+                name,
+                frozenset({State.SEALED}),
+                measured.with_state(State.FAILED, failure_reason=reason),
+            )
+            raise VerificationError(f"namespace {name!r}: {reason}")
+        return self.engine.transition(name, frozenset({State.SEALED}), measured)
+
+    def mark_failed(self, name: str, reason: str) -> NamespaceRecord:
+        record = self.describe(name)
+        if record.state == State.FAILED:
+            return record
+        allowed = frozenset({State.LOADING, State.SEALED})
+        if record.state not in allowed:
+            raise NamespaceStateError(
+                f"namespace {name!r} is {record.state.value}; only LOADING or SEALED versions can be marked FAILED"
+            )
+        return self.engine.transition(name, allowed, record.with_state(State.FAILED, failure_reason=reason[:2000]))
+
+    def drop(self, name: str) -> NamespaceRecord:
+        record = self.describe(name)
+        if record.state == State.DROPPED:
+            return record
+        if record.state == State.ACTIVE:
+            raise NamespaceStateError(
+                f"namespace {name!r} is ACTIVE (alias {record.alias!r} points at it); "
+                "point the alias elsewhere before dropping it"
+            )
+        dropped = self.engine.transition(name, _ANY_LIVE - {State.ACTIVE}, record.with_state(State.DROPPED))
+        self.engine.drop_data(name)
+        return dropped
+
+    def set_labels(self, name: str, labels: dict[str, str]) -> NamespaceRecord:
+        record = self.describe(name)
+        if record.state == State.DROPPED:
+            raise NamespaceNotFoundError(f"namespace {name!r} was dropped")
+        merged = {**record.labels, **labels}
+        merged = {k: v for k, v in merged.items() if v != ""}
+        _check_labels(merged)
+        return self.engine.transition(name, frozenset({record.state}), replace(record, labels=merged))
+
+    # -- data -------------------------------------------------------------------
+
+    def put(self, name: str, records: Sequence[tuple[bytes, bytes]]) -> tuple[int, int]:
+        validate_namespace(name)
+        if len(records) > self.limits.max_batch_records:
+            raise ResourceExhaustedError(
+                f"a batch holds {len(records)} records; the limit is {self.limits.max_batch_records}"
+            )
+        total = 0
+        max_key, max_value = self.limits.max_key_bytes, self.limits.max_value_bytes
+        for key, value in records:
+            if not key:
+                raise InvalidArgumentError("an empty key is not allowed")
+            if len(key) > max_key:
+                raise ResourceExhaustedError(f"a key of {len(key)} bytes is over the limit of {max_key}")
+            if len(value) > max_value:
+                raise ResourceExhaustedError(f"a value of {len(value)} bytes is over the limit of {max_value}")
+            total += len(key) + len(value)
+        if records:
+            self.engine.put(name, records)
+        return len(records), total
+
+    def put_columnar(
+        self,
+        name: str,
+        keys: bytes,
+        key_lengths: Sequence[int],
+        values: bytes,
+        value_lengths: Sequence[int],
+    ) -> tuple[int, int]:
+        """A batch in columnar form: the limits are checked on the length arrays at once."""
+        import numpy as np
+
+        validate_namespace(name)
+        klen = np.asarray(key_lengths, dtype=np.int64)
+        vlen = np.asarray(value_lengths, dtype=np.int64)
+        if len(klen) != len(vlen):
+            raise InvalidArgumentError("columnar batch: key and value counts differ")
+        if int(klen.sum()) != len(keys) or int(vlen.sum()) != len(values):
+            raise InvalidArgumentError("columnar batch: lengths do not add up to the data")
+        n = len(klen)
+        if n > self.limits.max_batch_records:
+            raise ResourceExhaustedError(f"a batch holds {n} records; the limit is {self.limits.max_batch_records}")
+        if n == 0:
+            return 0, 0
+        if int(klen.min()) == 0:
+            raise InvalidArgumentError("an empty key is not allowed")
+        if int(klen.max()) > self.limits.max_key_bytes:
+            raise ResourceExhaustedError(
+                f"a key of {int(klen.max())} bytes is over the limit of {self.limits.max_key_bytes}"
+            )
+        if int(vlen.max()) > self.limits.max_value_bytes:
+            raise ResourceExhaustedError(
+                f"a value of {int(vlen.max())} bytes is over the limit of {self.limits.max_value_bytes}"
+            )
+        kend = np.cumsum(klen).tolist()
+        vend = np.cumsum(vlen).tolist()
+        kstart = (np.cumsum(klen) - klen).tolist()
+        vstart = (np.cumsum(vlen) - vlen).tolist()
+        records = [(keys[a:b], values[c:d]) for a, b, c, d in zip(kstart, kend, vstart, vend, strict=True)]
+        self.engine.put(name, records)
+        return n, len(keys) + len(values)
+
+    def resolve(self, namespace: str = "", alias: str = "") -> str:
+        """The namespace a read addresses: a namespace, an alias, or ``alias@namespace``."""
+        if namespace and alias:
+            raise InvalidArgumentError("name a namespace or an alias, not both")
+        if namespace:
+            return validate_namespace(namespace)
+        if not alias:
+            raise InvalidArgumentError("a read must name a namespace or an alias")
+        alias_name, _, pinned = alias.partition("@")
+        validate_alias(alias_name)
+        if pinned:
+            validate_namespace(pinned, "version")
+            record = self.engine.get_namespace(pinned)
+            if record is None or record.alias != alias_name:
+                raise NamespaceNotFoundError(f"alias {alias_name!r} has no version {pinned!r}")
+            return pinned
+        current = self.engine.get_alias(alias_name)
+        if current is None:
+            from bulldozer.errors import AliasNotFoundError
+
+            raise AliasNotFoundError(f"alias {alias_name!r} does not point at any version yet")
+        return current.namespace
+
+    def _check_keys(self, keys: Sequence[bytes]) -> None:
+        if len(keys) > self.limits.max_batch_get_keys:
+            raise ResourceExhaustedError(
+                f"a batch get asks for {len(keys)} keys; the limit is {self.limits.max_batch_get_keys}"
+            )
+        for key in keys:
+            if not key:
+                raise InvalidArgumentError("an empty key is not allowed")
+            if len(key) > self.limits.max_key_bytes:
+                raise InvalidArgumentError(
+                    f"a key of {len(key)} bytes is over the limit of {self.limits.max_key_bytes}"
+                )
+
+    def batch_get(self, keys: Sequence[bytes], namespace: str = "", alias: str = "") -> tuple[str, list[bytes | None]]:
+        self._check_keys(keys)
+        name = self.resolve(namespace, alias)
+        return name, self.engine.get_many(name, keys)
+
+    def scan(
+        self, namespace: str = "", alias: str = "", after: bytes | None = None, limit: int = 1000
+    ) -> tuple[str, list[tuple[bytes, bytes]]]:
+        name = self.resolve(namespace, alias)
+        record = self.describe(name)
+        if record.state not in READABLE:
+            raise NamespaceStateError(
+                f"namespace {name!r} is {record.state.value}; reads are served from SEALED, ACTIVE and RETIRED versions"
+            )
+        return name, self.engine.scan(name, after, min(max(limit, 1), self.limits.max_scan_page))
+
+    # -- aliases ----------------------------------------------------------------
+
+    def get_alias(self, alias: str) -> AliasRecord:
+        validate_alias(alias)
+        record = self.engine.get_alias(alias)
+        if record is None:
+            from bulldozer.errors import AliasNotFoundError
+
+            raise AliasNotFoundError(f"alias {alias!r} does not point at any version yet")
+        return record
+
+    def list_aliases(self) -> list[AliasRecord]:
+        return self.engine.list_aliases()
+
+    def compare_and_set_alias(self, alias: str, expected: str, target: str, principal: str, reason: str) -> AliasRecord:
+        validate_alias(alias)
+        validate_namespace(target)
+        if expected:
+            validate_namespace(expected, "expected namespace")
+        if len(reason) > 2000:
+            raise InvalidArgumentError("the reason is longer than 2000 characters")
+        return self.engine.flip_alias(alias, expected or None, target, principal, reason)
+
+    def alias_history(self, alias: str, limit: int = 100) -> list[AliasChange]:
+        validate_alias(alias)
+        return self.engine.alias_history(alias, max(1, min(limit or 100, 10_000)))
+
+
+def _check_labels(labels: dict[str, str]) -> None:
+    if len(labels) > _MAX_LABELS:
+        raise InvalidArgumentError(f"at most {_MAX_LABELS} labels")
+    for key, value in labels.items():
+        if not key or len(key) > 128 or not key.replace(".", "").replace("-", "").replace("_", "").isalnum():
+            raise InvalidArgumentError(f"label name {describe_value(key)} is not valid")
+        if len(value) > 256 * 1024:
+            raise InvalidArgumentError(f"label {key!r} is longer than 256 KiB")

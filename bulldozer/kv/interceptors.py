@@ -1,0 +1,114 @@
+"""Server interceptors: the exception tree → gRPC status codes (with the exception's
+class name in the trailing metadata, so the client raises the very same class), plus
+request metrics and one log line per failed request."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+
+from bulldozer.errors import BulldozerError
+
+__all__ = ["ERROR_KEY", "ErrorInterceptor"]
+
+ERROR_KEY = "bulldozer-error"
+log = logging.getLogger("bulldozer.kv.server")
+
+
+def _abort(context: grpc.ServicerContext, exc: BaseException) -> None:
+    if isinstance(exc, BulldozerError):
+        code = getattr(grpc.StatusCode, exc.grpc_code, grpc.StatusCode.UNKNOWN)
+        context.set_trailing_metadata(((ERROR_KEY, type(exc).__name__),))
+        context.abort(code, str(exc))
+    log.exception("unexpected error", exc_info=exc)
+    context.abort(grpc.StatusCode.INTERNAL, f"internal error ({type(exc).__name__}); see the DAL's log")
+
+
+class ErrorInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
+    """Maps exceptions to status codes and records per-method metrics."""
+
+    def __init__(self, metrics: Any = None) -> None:
+        self.metrics = metrics
+        self._wrapped: dict[str, Any] = {}
+
+    def _done(self, method: str, started: float, code: str) -> None:
+        if self.metrics is not None:
+            self.metrics.request(method, code, time.perf_counter() - started)
+
+    def intercept_service(self, continuation: Callable[[Any], Any], details: grpc.HandlerCallDetails) -> Any:
+        cached = self._wrapped.get(details.method)
+        if cached is not None:
+            return cached
+        handler = continuation(details)
+        if handler is None:
+            return None
+        wrapped = self._wrap(handler, details.method.rsplit("/", 1)[-1])
+        if not self._wrapped or len(self._wrapped) < 256:
+            self._wrapped[details.method] = wrapped
+        return wrapped
+
+    def _wrap(self, handler: Any, method: str) -> Any:
+
+        def unary(
+            behavior: Callable[[Any, grpc.ServicerContext], Any],
+        ) -> Callable[[Any, grpc.ServicerContext], Any]:
+            def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
+                started = time.perf_counter()
+                try:
+                    response = behavior(request, context)
+                except grpc.RpcError:
+                    # the client went away mid-stream; nothing to answer
+                    self._done(method, started, "CANCELLED")
+                    log.info("%s: the client went away before the call finished", method)
+                    raise
+                except Exception as exc:
+                    code = getattr(exc, "grpc_code", "INTERNAL") if isinstance(exc, BulldozerError) else "INTERNAL"
+                    self._done(method, started, code)
+                    if isinstance(exc, BulldozerError):
+                        log.info("%s refused: %s: %s", method, type(exc).__name__, exc)
+                    _abort(context, exc)
+                    raise  # unreachable: abort raises
+                self._done(method, started, "OK")
+                return response
+
+            return wrapped
+
+        def streaming(
+            behavior: Callable[[Any, grpc.ServicerContext], Iterator[Any]],
+        ) -> Callable[[Any, grpc.ServicerContext], Iterator[Any]]:
+            def wrapped(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+                started = time.perf_counter()
+                try:
+                    yield from behavior(request, context)
+                except Exception as exc:
+                    code = getattr(exc, "grpc_code", "INTERNAL") if isinstance(exc, BulldozerError) else "INTERNAL"
+                    self._done(method, started, code)
+                    _abort(context, exc)
+                    raise
+                self._done(method, started, "OK")
+
+            return wrapped
+
+        if handler.unary_unary:
+            return grpc.unary_unary_rpc_method_handler(
+                unary(handler.unary_unary),
+                handler.request_deserializer,
+                handler.response_serializer,
+            )
+        if handler.stream_unary:
+            return grpc.stream_unary_rpc_method_handler(
+                unary(handler.stream_unary),
+                handler.request_deserializer,
+                handler.response_serializer,
+            )
+        if handler.unary_stream:
+            return grpc.unary_stream_rpc_method_handler(
+                streaming(handler.unary_stream),
+                handler.request_deserializer,
+                handler.response_serializer,
+            )
+        return handler

@@ -1,0 +1,86 @@
+"""Engines, servers and clients for the KV DAL contract suite.
+
+A new engine joins the suite by adding one entry to ENGINE_FACTORIES."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bulldozer.kv import KvClient, KvDal, Limits, create_engine
+from bulldozer.kv.backends import StorageEngine
+from bulldozer.kv.server import create_server
+from bulldozer.names import new_version_name
+
+TEST_LIMITS = Limits(max_value_bytes=256 * 1024, max_message_bytes=4 * 1024 * 1024, max_key_bytes=4096)
+
+
+def _memory(tmp: Path) -> StorageEngine:
+    return create_engine({"type": "memory"})
+
+
+def _embedded(tmp: Path) -> StorageEngine:
+    return create_engine({"type": "embedded", "path": str(tmp / "store"), "map_size": 1024**3})
+
+
+ENGINE_FACTORIES: dict[str, Callable[[Path], StorageEngine]] = {
+    "memory": _memory,
+    "embedded": _embedded,
+}
+#: (engine, transport) pairs the suite runs over.
+CASES = [("memory", "grpc"), ("embedded", "grpc"), ("memory", "in-process")]
+_counter = itertools.count()
+
+
+class Harness:
+    """One engine behind a real server, and a client of it."""
+
+    def __init__(self, engine_name: str, transport: str, tmp: Path) -> None:
+        self.engine_name = engine_name
+        self.engine = ENGINE_FACTORIES[engine_name](tmp)
+        if transport == "grpc":
+            self.server, self.port = create_server("127.0.0.1:0", self.engine, limits=TEST_LIMITS)
+            self.client = KvClient(f"127.0.0.1:{self.port}", timeout=30, principal="tester")
+            self.client.wait_ready()
+        else:
+            self.server, self.port = None, 0  # type: ignore[assignment]
+            self.client = KvClient.in_process(KvDal(self.engine, TEST_LIMITS), principal="tester")
+
+    def alias(self) -> str:
+        return f"a{next(_counter)}_{uuid.uuid4().hex[:8]}"
+
+    def version(self, alias: str) -> str:
+        return new_version_name(alias)
+
+    def loaded(self, alias: str, pairs: list[tuple[bytes, bytes]], seal: bool = True) -> str:
+        name = self.version(alias)
+        self.client.create_namespace(name, alias, job_name="tests")
+        if pairs:
+            self.client.put(name, pairs)
+        if seal:
+            self.client.seal(name)
+        return name
+
+    def close(self) -> None:
+        self.client.close()
+        if self.server is not None:
+            self.server.stop(1)
+        else:
+            self.engine.close()
+
+
+@pytest.fixture(params=CASES, ids=[f"{e}-{t}" for e, t in CASES], scope="module")
+def kv(request: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+    engine_name, transport = request.param
+    harness = Harness(engine_name, transport, tmp_path_factory.mktemp(f"kv-{engine_name}"))
+    yield harness
+    harness.close()
+
+
+def pairs(n: int, prefix: bytes = b"k", value: bytes = b"v") -> list[tuple[bytes, bytes]]:
+    return [(prefix + b"%06d" % i, value + b"%d" % i) for i in range(n)]

@@ -1,0 +1,437 @@
+"""The KV DAL contract: the whole API and every lifecycle rule, through the client and a
+real gRPC server on a loopback port, for every engine (see kv_fixtures.CASES)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from bulldozer.errors import (
+    AliasConflictError,
+    AliasNotFoundError,
+    InvalidArgumentError,
+    InvalidNameError,
+    NamespaceExistsError,
+    NamespaceNotFoundError,
+    NamespaceStateError,
+    ResourceExhaustedError,
+    VerificationError,
+)
+from bulldozer.kv.backends.base import State
+from bulldozer.kv.digest import digest_pairs
+from tests.integration.kv_fixtures import Harness, pairs
+
+pytestmark = pytest.mark.integration
+
+
+# ---------------------------------------------------------------- namespaces
+
+
+def test_create_describe_and_list(kv: Harness) -> None:
+    alias = kv.alias()
+    name = kv.version(alias)
+    created = kv.client.create_namespace(
+        name,
+        alias,
+        job_name="jobx",
+        snapshot_id=42,
+        value_descriptor_set=b"\x01\x02",
+        labels={"run": "1"},
+    )
+    assert created.state == State.LOADING
+    info = kv.client.describe(name)
+    assert (info.name, info.alias, info.job_name, info.snapshot_id) == (name, alias, "jobx", 42)
+    assert info.value_descriptor_set == b"\x01\x02" and info.labels == {"run": "1"}
+    assert [n.name for n in kv.client.list_namespaces(alias)] == [name]
+    assert name in {n.name for n in kv.client.list_namespaces()}
+
+
+def test_create_twice_is_refused(kv: Harness) -> None:
+    alias = kv.alias()
+    name = kv.loaded(alias, [], seal=False)
+    with pytest.raises(NamespaceExistsError):
+        kv.client.create_namespace(name, alias)
+
+
+@pytest.mark.parametrize("bad", ["../x", "", "a" * 200, "a'b", 'a"b', "a\x00b", "A__v1", "ünï", "a b"])
+def test_invalid_namespace_names(kv: Harness, bad: str) -> None:
+    with pytest.raises(InvalidNameError):
+        kv.client.create_namespace(bad, "a")
+
+
+def test_namespace_must_carry_its_alias(kv: Harness) -> None:
+    with pytest.raises(InvalidNameError, match="must start with its alias"):
+        kv.client.create_namespace("other__v20260101000000_abcdef", kv.alias())
+
+
+def test_set_labels_merges_and_removes(kv: Harness) -> None:
+    name = kv.loaded(kv.alias(), [], seal=False)
+    kv.client.set_labels(name, {"a": "1", "b": "2"})
+    assert kv.client.set_labels(name, {"a": "", "c": "3"}).labels == {"b": "2", "c": "3"}
+
+
+def test_describe_unknown(kv: Harness) -> None:
+    with pytest.raises(NamespaceNotFoundError):
+        kv.client.describe("nope__v20260101000000_abcdef")
+
+
+# --------------------------------------------------------------------- writes
+
+
+def test_seal_records_count_and_digest_of_stored_pairs(kv: Harness) -> None:
+    data = pairs(2500)
+    name = kv.loaded(kv.alias(), [], seal=False)
+    with kv.client.writer(name, batch_records=700) as writer:
+        writer.add_many(data)
+    assert writer.stats.records == 2500 and writer.stats.batches == 4
+    sealed = kv.client.seal(name)
+    expected = digest_pairs(data)
+    assert (sealed.state, sealed.record_count, sealed.digest) == (
+        State.SEALED,
+        2500,
+        expected.value,
+    )
+    assert sealed.bytes == expected.bytes and sealed.sealed is not None
+
+
+def test_writes_are_idempotent(kv: Harness) -> None:
+    data = pairs(300)
+    name = kv.loaded(kv.alias(), [], seal=False)
+    kv.client.put(name, data)
+    kv.client.put(name, data[:100])  # a retried batch
+    sealed = kv.client.seal(name, expected_records=300, expected_digest=digest_pairs(data).value)
+    assert sealed.record_count == 300
+
+
+def test_a_lost_batch_is_detected_at_seal(kv: Harness) -> None:
+    data = pairs(300)
+    name = kv.loaded(kv.alias(), [], seal=False)
+    kv.client.put(name, data[:200])  # the last batch never arrives
+    with pytest.raises(VerificationError, match="expected"):
+        kv.client.seal(name, expected_records=300, expected_digest=digest_pairs(data).value)
+    failed = kv.client.describe(name)
+    assert failed.state == State.FAILED and "verification failed" in failed.failure_reason
+
+
+def test_an_altered_value_is_detected_by_the_digest(kv: Harness) -> None:
+    data = pairs(50)
+    name = kv.loaded(kv.alias(), [], seal=False)
+    kv.client.put(name, [*data[:-1], (data[-1][0], b"tampered")])
+    with pytest.raises(VerificationError, match="digest"):
+        kv.client.seal(name, expected_records=50, expected_digest=digest_pairs(data).value)
+
+
+def test_columnar_and_record_batches_store_the_same(kv: Harness) -> None:
+    import pyarrow as pa
+
+    data = pairs(1000)
+    a = kv.loaded(kv.alias(), [], seal=False)
+    with kv.client.writer(a, batch_records=128, batch_bytes=4096) as writer:
+        writer.add_arrays(
+            pa.array([k for k, _ in data], pa.binary()),
+            pa.array([v for _, v in data], pa.large_binary()),
+        )
+    b = kv.loaded(kv.alias(), data)
+    assert kv.client.seal(a).digest == kv.client.describe(b).digest
+
+
+def test_put_stream(kv: Harness) -> None:
+    data = pairs(1000)
+    name = kv.loaded(kv.alias(), [], seal=False)
+    stats = kv.client.put_stream(name, [data[i : i + 250] for i in range(0, 1000, 250)])
+    assert (stats.batches, stats.records) == (4, 1000)
+    assert kv.client.seal(name).record_count == 1000
+
+
+def test_client_disconnect_mid_stream_leaves_the_namespace_loading(kv: Harness) -> None:
+    data = pairs(400)
+    name = kv.loaded(kv.alias(), [], seal=False)
+
+    def batches() -> Any:
+        yield data[:200]
+        raise RuntimeError("the client died")
+
+    with pytest.raises(Exception):  # noqa: B017 - whatever the transport raises
+        kv.client.put_stream(name, batches())
+    info = kv.client.describe(name)
+    assert info.state == State.LOADING
+    kv.client.put(name, data)  # a resumed run re-sends (puts are idempotent)
+    assert kv.client.seal(name, expected_records=400, expected_digest=digest_pairs(data).value).record_count == 400
+
+
+@pytest.mark.parametrize("state", ["SEALED", "FAILED", "DROPPED"])
+def test_writes_only_while_loading(kv: Harness, state: str) -> None:
+    name = kv.loaded(kv.alias(), pairs(3), seal=state != "FAILED")
+    if state == "FAILED":
+        kv.client.mark_failed(name, "test")
+    if state == "DROPPED":
+        kv.client.drop(name)
+    error = NamespaceNotFoundError if state == "DROPPED" else NamespaceStateError
+    with pytest.raises(error):
+        kv.client.put(name, pairs(1))
+
+
+def test_seal_twice_is_refused(kv: Harness) -> None:
+    name = kv.loaded(kv.alias(), pairs(3))
+    with pytest.raises(NamespaceStateError, match="only a LOADING namespace can be sealed"):
+        kv.client.seal(name)
+
+
+def test_empty_key_is_refused(kv: Harness) -> None:
+    name = kv.loaded(kv.alias(), [], seal=False)
+    with pytest.raises(InvalidArgumentError, match="empty key"):
+        kv.client.put(name, [(b"", b"v")])
+
+
+def test_key_and_value_limits(kv: Harness) -> None:
+    name = kv.loaded(kv.alias(), [], seal=False)
+    max_key = min(4096, kv.engine.max_key_bytes)
+    with pytest.raises(ResourceExhaustedError, match="key of"):
+        kv.client.put(name, [(b"k" * (max_key + 1), b"v")])
+    with pytest.raises(ResourceExhaustedError, match="value of"):
+        kv.client.put(name, [(b"k", b"v" * (256 * 1024 + 1))])
+    kv.client.put(name, [(b"k" * max_key, b"v" * (256 * 1024))])  # exactly at the limits
+
+
+def test_malformed_columnar_batch(kv: Harness) -> None:
+    from bulldozer.kv.v1 import kv_pb2
+
+    name = kv.loaded(kv.alias(), [], seal=False)
+    bad = kv_pb2.PutBatchRequest(
+        namespace=name,
+        columnar=kv_pb2.ColumnarRecords(keys=b"abc", key_lengths=[5], values=b"x", value_lengths=[1]),
+    )
+    with pytest.raises(InvalidArgumentError, match="lengths do not add up"):
+        kv.client._t.call(kv.client._t.data, "PutBatch", bad, 10)
+
+
+# ---------------------------------------------------------------------- reads
+
+
+def test_reads_refused_while_loading(kv: Harness) -> None:
+    name = kv.loaded(kv.alias(), pairs(3), seal=False)
+    with pytest.raises(NamespaceStateError, match="LOADING"):
+        kv.client.batch_get([b"k000001"], namespace=name)
+
+
+def test_get_batch_get_and_scan(kv: Harness) -> None:
+    alias = kv.alias()
+    name = kv.loaded(alias, pairs(2500))
+    kv.client.compare_and_set_alias(alias, None, name)
+    assert kv.client.get(b"k000007", alias=alias) == b"v7"
+    assert kv.client.get(b"missing", namespace=name) is None
+    served, values = kv.client.batch_get([b"k000001", b"zzz", b"k002499"], alias=alias)
+    assert served == name and values == [b"v1", None, b"v2499"]
+    scanned = list(kv.client.scan(alias=alias, page_size=300))
+    assert scanned == sorted(pairs(2500))
+    assert len(list(kv.client.scan(namespace=name, limit=10))) == 10
+
+
+def test_scan_is_resumable_with_a_page_token(kv: Harness) -> None:
+    alias = kv.alias()
+    name = kv.loaded(alias, pairs(1000))
+    kv.client.compare_and_set_alias(alias, None, name)
+    pages = kv.client.scan_pages(alias=alias, page_size=400)
+    first = next(pages)
+    assert len(first.records) == 400 and first.next_page_token
+    pages.close()
+    # a new version goes live; the resumed scan stays on the version it started on
+    newer = kv.loaded(alias, pairs(10, value=b"new"))
+    kv.client.compare_and_set_alias(alias, name, newer)
+    rest = [
+        r
+        for page in kv.client.scan_pages(alias=alias, page_size=400, page_token=first.next_page_token)
+        for r in page.records
+    ]
+    assert len(rest) == 600 and {
+        p.namespace for p in kv.client.scan_pages(alias=alias, page_size=400, page_token=first.next_page_token)
+    } == {name}
+    assert [r.key for r in first.records] + [r.key for r in rest] == [k for k, _ in pairs(1000)]
+
+
+def test_malformed_page_token(kv: Harness) -> None:
+    alias = kv.alias()
+    name = kv.loaded(alias, pairs(5))
+    with pytest.raises(InvalidArgumentError, match="page token"):
+        list(kv.client.scan_pages(namespace=name, page_token=b"garbage-without-separator"))
+
+
+def test_pinned_reads(kv: Harness) -> None:
+    alias = kv.alias()
+    v1 = kv.loaded(alias, pairs(5, value=b"one"))
+    v2 = kv.loaded(alias, pairs(5, value=b"two"))
+    kv.client.compare_and_set_alias(alias, None, v1)
+    kv.client.compare_and_set_alias(alias, v1, v2)
+    assert kv.client.get(b"k000001", alias=alias) == b"two1"
+    assert kv.client.get(b"k000001", alias=f"{alias}@{v1}") == b"one1"
+    with pytest.raises(NamespaceNotFoundError, match="has no version"):
+        kv.client.get(b"k000001", alias=f"{alias}@{alias}__v20000101000000_000000")
+
+
+def test_unknown_alias(kv: Harness) -> None:
+    with pytest.raises(AliasNotFoundError):
+        kv.client.get(b"k", alias=kv.alias())
+    with pytest.raises(AliasNotFoundError):
+        kv.client.get_alias(kv.alias())
+
+
+def test_read_must_name_a_target(kv: Harness) -> None:
+    with pytest.raises(InvalidArgumentError, match="name a namespace or an alias"):
+        kv.client.get(b"k")
+
+
+# -------------------------------------------------------------------- aliases
+
+
+def test_flip_lifecycle_and_history(kv: Harness) -> None:
+    alias = kv.alias()
+    v1 = kv.loaded(alias, pairs(3))
+    v2 = kv.loaded(alias, pairs(3, value=b"x"))
+    first = kv.client.compare_and_set_alias(alias, None, v1, reason="first load")
+    assert (first.namespace, first.generation) == (v1, 1)
+    assert kv.client.describe(v1).state == State.ACTIVE
+    second = kv.client.compare_and_set_alias(alias, v1, v2, reason="daily")
+    assert second.generation == 2
+    assert kv.client.describe(v1).state == State.RETIRED and kv.client.describe(v2).state == State.ACTIVE
+    back = kv.client.compare_and_set_alias(alias, v2, v1, reason="rollback")  # RETIRED may come back
+    assert back.namespace == v1 and kv.client.describe(v2).state == State.RETIRED
+    history = kv.client.alias_history(alias)
+    assert [(h.from_namespace, h.to_namespace, h.reason) for h in history] == [
+        (v2, v1, "rollback"),
+        (v1, v2, "daily"),
+        ("", v1, "first load"),
+    ]
+    assert all("tester" in h.principal for h in history)
+    assert alias in {a.alias for a in kv.client.list_aliases()}
+
+
+def test_retried_flip_is_a_no_op(kv: Harness) -> None:
+    alias = kv.alias()
+    v1 = kv.loaded(alias, pairs(3))
+    v2 = kv.loaded(alias, pairs(3))
+    kv.client.compare_and_set_alias(alias, None, v1)
+    kv.client.compare_and_set_alias(alias, v1, v2)
+    again = kv.client.compare_and_set_alias(alias, v1, v2)  # the reply was lost; retry
+    assert again.namespace == v2 and again.generation == 2
+    assert len(kv.client.alias_history(alias)) == 2
+
+
+def test_compare_and_set_with_a_stale_expectation(kv: Harness) -> None:
+    alias = kv.alias()
+    v1, v2, v3 = (kv.loaded(alias, pairs(2)) for _ in range(3))
+    kv.client.compare_and_set_alias(alias, None, v1)
+    kv.client.compare_and_set_alias(alias, v1, v2)
+    with pytest.raises(AliasConflictError, match=f"points at {v2}"):
+        kv.client.compare_and_set_alias(alias, v1, v3)
+    with pytest.raises(AliasConflictError):
+        kv.client.compare_and_set_alias(alias, None, v3)
+    assert kv.client.get_alias(alias).namespace == v2
+
+
+@pytest.mark.parametrize("state", ["LOADING", "FAILED", "DROPPED"])
+def test_alias_only_points_at_sealed_versions(kv: Harness, state: str) -> None:
+    alias = kv.alias()
+    name = kv.loaded(alias, pairs(2), seal=state == "DROPPED")
+    if state == "FAILED":
+        kv.client.mark_failed(name, "bad data")
+    if state == "DROPPED":
+        kv.client.drop(name)
+    error = NamespaceNotFoundError if state == "DROPPED" else NamespaceStateError
+    with pytest.raises(error):
+        kv.client.compare_and_set_alias(alias, None, name)
+    with pytest.raises(AliasNotFoundError):
+        kv.client.get_alias(alias)
+
+
+def test_alias_cannot_point_at_another_alias_version(kv: Harness) -> None:
+    other = kv.loaded(kv.alias(), pairs(2))
+    with pytest.raises(NamespaceStateError, match="belongs to alias"):
+        kv.client.compare_and_set_alias(kv.alias(), None, other)
+
+
+def test_concurrent_flips_have_exactly_one_winner(kv: Harness) -> None:
+    alias = kv.alias()
+    v0 = kv.loaded(alias, pairs(2))
+    kv.client.compare_and_set_alias(alias, None, v0)
+    candidates = [kv.loaded(alias, pairs(2)) for _ in range(6)]
+    outcomes: dict[str, str] = {}
+    barrier = threading.Barrier(len(candidates))
+
+    def flip(name: str) -> None:
+        barrier.wait()
+        try:
+            kv.client.compare_and_set_alias(alias, v0, name)
+            outcomes[name] = "won"
+        except AliasConflictError:
+            outcomes[name] = "lost"
+
+    threads = [threading.Thread(target=flip, args=(n,)) for n in candidates]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [n for n, o in outcomes.items() if o == "won"]
+    assert len(winners) == 1 and len(outcomes) == 6
+    assert kv.client.get_alias(alias).namespace == winners[0]
+    assert len(kv.client.alias_history(alias)) == 2
+
+
+def test_exactly_one_active_version(kv: Harness) -> None:
+    alias = kv.alias()
+    versions = [kv.loaded(alias, pairs(2)) for _ in range(4)]
+    expected = None
+    for v in versions:
+        kv.client.compare_and_set_alias(alias, expected, v)
+        expected = v
+    states = [n.state for n in kv.client.list_namespaces(alias)]
+    assert states.count(State.ACTIVE) == 1 and states.count(State.RETIRED) == 3
+
+
+# ---------------------------------------------------------------------- drops
+
+
+def test_drop_active_is_refused_and_retired_can_be_dropped(kv: Harness) -> None:
+    alias = kv.alias()
+    v1 = kv.loaded(alias, pairs(10))
+    v2 = kv.loaded(alias, pairs(10))
+    kv.client.compare_and_set_alias(alias, None, v1)
+    with pytest.raises(NamespaceStateError, match="ACTIVE"):
+        kv.client.drop(v1)
+    kv.client.compare_and_set_alias(alias, v1, v2)
+    dropped = kv.client.drop(v1)
+    assert dropped.state == State.DROPPED
+    assert kv.client.drop(v1).state == State.DROPPED  # idempotent
+    with pytest.raises(NamespaceNotFoundError):
+        kv.client.get(b"k000001", namespace=v1)
+    with pytest.raises(NamespaceNotFoundError):
+        kv.client.get(b"k000001", alias=f"{alias}@{v1}")
+    assert kv.client.get(b"k000001", alias=alias) == b"v1"  # the live version is untouched
+
+
+def test_dropping_one_version_leaves_the_others(kv: Harness) -> None:
+    alias = kv.alias()
+    keep = kv.loaded(alias, pairs(100))
+    gone = kv.loaded(alias, pairs(100))
+    kv.client.drop(gone)
+    assert len(list(kv.client.scan(namespace=keep))) == 100
+
+
+def test_loading_and_failed_versions_can_be_dropped(kv: Harness) -> None:
+    alias = kv.alias()
+    loading = kv.loaded(alias, pairs(10), seal=False)
+    failed = kv.loaded(alias, pairs(10), seal=False)
+    kv.client.mark_failed(failed, "boom")
+    assert kv.client.drop(loading).state == State.DROPPED
+    assert kv.client.drop(failed).state == State.DROPPED
+
+
+def test_mark_failed_keeps_the_reason_and_refuses_active(kv: Harness) -> None:
+    alias = kv.alias()
+    name = kv.loaded(alias, pairs(2), seal=False)
+    assert kv.client.mark_failed(name, "quality gate: too few rows").failure_reason == "quality gate: too few rows"
+    live = kv.loaded(alias, pairs(2))
+    kv.client.compare_and_set_alias(alias, None, live)
+    with pytest.raises(NamespaceStateError):
+        kv.client.mark_failed(live, "no")

@@ -1,0 +1,204 @@
+"""The KV DAL server as a process: limits, health, reflection, metrics, shutdown, and
+several server processes on one embedded store."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from bulldozer.errors import AliasConflictError, BackendUnavailableError, ResourceExhaustedError
+from bulldozer.kv import KvClient, Limits, create_engine
+from bulldozer.kv.metrics import Metrics
+from bulldozer.kv.server import SERVICE_NAMES, create_server
+from bulldozer.names import new_version_name
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[object, int, Metrics]]:
+    metrics = Metrics()
+    engine = create_engine({"type": "embedded", "path": str(tmp_path / "s"), "map_size": 1024**3})
+    running, port = create_server("127.0.0.1:0", engine, limits=Limits(max_message_bytes=1024 * 1024), metrics=metrics)
+    yield running, port, metrics
+    running.stop(1)
+
+
+def test_batch_over_the_message_limit_is_resource_exhausted(
+    server: tuple[object, int, Metrics],
+) -> None:
+    _, port, _ = server
+    with KvClient(f"127.0.0.1:{port}") as client:
+        name = new_version_name("big")
+        client.create_namespace(name, "big")
+        with pytest.raises(ResourceExhaustedError):
+            client.put(name, [(b"k%d" % i, b"v" * 100_000) for i in range(20)])  # ~2 MB > 1 MiB
+        assert client.describe(name).record_count == 0
+
+
+def test_health_and_reflection(server: tuple[object, int, Metrics]) -> None:
+    _, port, _ = server
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    health = health_pb2_grpc.HealthStub(channel)
+    for service in ("", *SERVICE_NAMES):
+        assert (
+            health.Check(health_pb2.HealthCheckRequest(service=service)).status
+            == health_pb2.HealthCheckResponse.SERVING
+        )
+    stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+    responses = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
+    listed = {s.name for r in responses for s in r.list_services_response.service}
+    assert set(SERVICE_NAMES) <= listed and "grpc.health.v1.Health" in listed
+    channel.close()
+
+
+def test_metrics_count_requests_and_records(server: tuple[object, int, Metrics]) -> None:
+    _, port, metrics = server
+    with KvClient(f"127.0.0.1:{port}") as client:
+        name = new_version_name("met")
+        client.create_namespace(name, "met")
+        client.put(name, [(b"a", b"1"), (b"b", b"22")])
+        with pytest.raises(Exception):  # noqa: B017
+            client.seal("met__v20000101000000_000000")
+    metrics_port = metrics.serve(0)
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+    assert f'bulldozer_kv_records_written_total{{namespace="{name}"}} 2.0' in text
+    assert 'bulldozer_kv_requests_total{code="OK",method="PutBatch"} 1.0' in text
+    assert 'bulldozer_kv_requests_total{code="NOT_FOUND",method="SealNamespace"} 1.0' in text
+    assert "bulldozer_kv_request_seconds_bucket" in text
+
+
+def test_unreachable_server_is_a_clear_error() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once the socket closes
+    with (
+        KvClient(f"127.0.0.1:{port}", timeout=2) as client,
+        pytest.raises(BackendUnavailableError, match="not reachable"),
+    ):
+        client.describe("x__v20000101000000_000000")
+
+
+# ------------------------------------------------------------- real processes
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start(path: Path, port: int) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bulldozer.cli.main",
+            "serve",
+            "--path",
+            str(path),
+            "--port",
+            str(port),
+            "--grace",
+            "5",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    with KvClient(f"127.0.0.1:{port}") as client:
+        client.wait_ready(timeout=30)
+    return proc
+
+
+def test_two_server_processes_on_one_store_race_to_flip(tmp_path: Path) -> None:
+    store = tmp_path / "shared"
+    ports = [_free_port(), _free_port()]
+    procs = [_start(store, p) for p in ports]
+    try:
+        a, b = (KvClient(f"127.0.0.1:{p}", principal=f"server{i}") for i, p in enumerate(ports))
+        alias = "race"
+        base = new_version_name(alias)
+        a.create_namespace(base, alias)
+        a.put(base, [(b"k", b"base")])
+        a.seal(base)
+        b.compare_and_set_alias(alias, None, base)  # written through one process ...
+        assert a.get(b"k", alias=alias) == b"base"  # ... seen through the other
+        for round_ in range(5):
+            current = a.get_alias(alias).namespace
+            x, y = new_version_name(alias), new_version_name(alias)
+            for client, name in ((a, x), (b, y)):
+                client.create_namespace(name, alias)
+                client.put(name, [(b"k", name.encode())])
+                client.seal(name)
+            results: dict[str, str] = {}
+            barrier = threading.Barrier(2)
+
+            def flip(
+                client: KvClient,
+                name: str,
+                barrier: threading.Barrier = barrier,
+                current: str = current,
+                results: dict[str, str] = results,
+                round_: int = round_,
+            ) -> None:
+                barrier.wait()
+                try:
+                    client.compare_and_set_alias(alias, current, name, reason=f"round {round_}")
+                    results[name] = "won"
+                except AliasConflictError:
+                    results[name] = "lost"
+
+            threads = [threading.Thread(target=flip, args=args) for args in ((a, x), (b, y))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            winners = [n for n, r in results.items() if r == "won"]
+            assert len(winners) == 1, results
+            assert a.get(b"k", alias=alias) == b.get(b"k", alias=alias) == winners[0].encode()
+        assert len(a.alias_history(alias)) == 1 + 5  # the first flip and one per round
+        a.close()
+        b.close()
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            assert proc.wait(timeout=20) == 0
+            assert b"Traceback" not in (proc.stderr.read() if proc.stderr else b"")
+
+
+def test_sigterm_lets_in_flight_batches_finish(tmp_path: Path) -> None:
+    port = _free_port()
+    proc = _start(tmp_path / "s", port)
+    with KvClient(f"127.0.0.1:{port}") as client:
+        name = new_version_name("graceful")
+        client.create_namespace(name, "graceful")
+        writer = client.writer(name, batch_records=500, in_flight=8)
+        writer.add_many((b"k%07d" % i, b"v" * 100) for i in range(20_000))
+        proc.send_signal(signal.SIGTERM)
+        try:
+            stats = writer.close()
+            assert stats.records == 20_000  # everything sent before the signal was acknowledged
+        except BackendUnavailableError:
+            pass  # batches sent after shutdown began are refused, never half-applied
+        assert proc.wait(timeout=20) == 0
+    # the store is consistent afterwards
+    engine = create_engine({"type": "embedded", "path": str(tmp_path / "s")})
+    record = engine.get_namespace(name)
+    assert record is not None and record.state.value == "LOADING"
+    stored = sum(len(chunk) for chunk in engine.iterate(name))
+    assert stored % 500 == 0 or stored == 20_000  # whole batches only
+    engine.close()

@@ -1,0 +1,48 @@
+"""The order-independent digest shared by the runner and the DAL."""
+
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bulldozer.kv.digest import Digest, digest_arrays, digest_pairs
+
+PAIRS = st.lists(st.tuples(st.binary(min_size=1, max_size=40), st.binary(max_size=200)), max_size=60)
+
+
+@given(PAIRS)
+def test_order_does_not_matter_and_arrays_agree(pairs: list[tuple[bytes, bytes]]) -> None:
+    shuffled = pairs[:]
+    random.Random(1).shuffle(shuffled)
+    a = digest_pairs(pairs)
+    assert a == digest_pairs(shuffled)
+    arrays = digest_arrays(
+        pa.array([k for k, _ in pairs], pa.binary()), pa.array([v for _, v in pairs], pa.large_binary())
+    )
+    assert arrays == a and arrays.bytes == a.bytes == sum(len(k) + len(v) for k, v in pairs)
+
+
+@given(PAIRS, st.integers(0, 59))
+def test_batches_add_up(pairs: list[tuple[bytes, bytes]], cut: int) -> None:
+    total = Digest()
+    total.add_pairs(pairs[:cut])
+    total.add_pairs(pairs[cut:])
+    assert total == digest_pairs(pairs)
+
+
+def test_a_lost_changed_or_moved_byte_changes_the_digest() -> None:
+    pairs = [(b"k%d" % i, b"value %d" % i) for i in range(1000)]
+    base = digest_pairs(pairs)
+    assert digest_pairs(pairs[:-1]) != base
+    assert digest_pairs([*pairs[:-1], (pairs[-1][0], b"value 998")]) != base
+    assert digest_pairs([(b"ab", b"c"), *pairs[1:]]) != digest_pairs([(b"a", b"bc"), *pairs[1:]])  # boundaries count
+    assert digest_pairs([(b"v", b"k")]) != digest_pairs([(b"k", b"v")])  # key and value are not interchangeable
+
+
+def test_sliced_arrays() -> None:
+    keys = pa.array([b"a", b"bb", b"ccc", b"dddd"], pa.large_binary())
+    values = pa.array([b"1", b"22", b"333", b"4444"], pa.large_binary())
+    assert digest_arrays(keys.slice(1, 2), values.slice(1, 2)) == digest_pairs([(b"bb", b"22"), (b"ccc", b"333")])
