@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from bulldozer._version import __version__
-from bulldozer.cli import proto_cmd, serve_cmd, spec_cmds, warehouse_cmds
+from bulldozer.cli import proto_cmd, run_cmds, serve_cmd, spec_cmds, warehouse_cmds
 
 app = typer.Typer(
     name="bulldozer",
@@ -38,6 +38,9 @@ def _root(
 app.command("validate")(spec_cmds.validate)
 app.command("init")(spec_cmds.init)
 app.command("proto")(proto_cmd.proto)
+app.command("run")(run_cmds.run)
+app.command("get")(run_cmds.get)
+app.command("runs")(run_cmds.runs)
 app.command("serve")(serve_cmd.serve)
 app.add_typer(warehouse_cmds.app, name="warehouse")
 

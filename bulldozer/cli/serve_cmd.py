@@ -36,6 +36,9 @@ def serve(
     metrics_port: Annotated[int | None, typer.Option(help="Serve Prometheus metrics on this port.")] = None,
     log_format: Annotated[LogFormat, typer.Option(help="Log lines as text or JSON.")] = LogFormat.text,
     grace: Annotated[float, typer.Option(help="Seconds in-flight requests get to finish on SIGTERM.")] = 30.0,
+    port_file: Annotated[
+        Path | None, typer.Option(help="Write the bound port here once listening (for --port 0).", show_default=False)
+    ] = None,
 ) -> None:
     """Serve the KV DAL over gRPC until SIGTERM / Ctrl-C (then stop gracefully).
 
@@ -54,4 +57,6 @@ def serve(
         config = {"type": "embedded", "path": str(store), "map_size": int(map_size_gib * 1024**3)}
     else:
         config = {"type": "memory"}
-    raise typer.Exit(run(f"{host}:{port}", create_engine(config), metrics_port=metrics_port, grace=grace))
+    raise typer.Exit(
+        run(f"{host}:{port}", create_engine(config), metrics_port=metrics_port, grace=grace, port_file=port_file)
+    )

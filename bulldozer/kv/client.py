@@ -550,7 +550,11 @@ class BatchWriter:
         if first is not None and raise_errors:
             raise first
 
-    def close(self) -> WriteStats:
+    def sync(self) -> WriteStats:
+        """Send what is buffered and wait until every batch is acknowledged."""
         self.flush()
         self._drain()
         return self.stats
+
+    def close(self) -> WriteStats:
+        return self.sync()

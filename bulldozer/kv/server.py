@@ -9,9 +9,11 @@ gracefully: new requests are refused and in-flight batches finish.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from concurrent import futures
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -105,11 +107,16 @@ def serve(
     engine: StorageEngine,
     metrics_port: int | None = None,
     grace: float = 30.0,
+    port_file: str | os.PathLike[str] | None = None,
     **kwargs: Any,
 ) -> int:
     """Run until SIGTERM or SIGINT; returns the exit code."""
     metrics = Metrics()
     running, port = create_server(address, engine, metrics=metrics, **kwargs)
+    if port_file is not None:
+        tmp = Path(f"{port_file}.tmp")
+        tmp.write_text(str(port))
+        tmp.replace(port_file)  # atomic: a reader never sees a half-written port
     if metrics_port is not None:
         bound = metrics.serve(metrics_port)
         log.info("metrics on http://127.0.0.1:%d/metrics", bound)

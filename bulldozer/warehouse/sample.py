@@ -285,5 +285,7 @@ def overwrite_sample(table: Any, rows: int, seed: int = 7, variant: int = 1) -> 
 
 
 def _as_table_schema(table: Any, data: pa.Table) -> pa.Table:
-    """Relabel ``data`` with the table's own field ids (pyiceberg assigns fresh ids on create)."""
-    return data.cast(table.schema().as_arrow())
+    """Relabel ``data`` with the table's own field ids (pyiceberg assigns fresh ids on create),
+    keeping only the columns the table still has."""
+    target = table.schema().as_arrow()
+    return data.select([n for n in target.names if n in data.column_names]).cast(target)

@@ -1,0 +1,28 @@
+"""Load engines: ``local`` (pyiceberg + Arrow, no JVM) and ``spark``, behind one ABC."""
+
+from __future__ import annotations
+
+import importlib
+
+from bulldozer.errors import BackendUnavailableError
+from bulldozer.load.engines.base import LoadEngine, LoadPlan, LoadResult, SplitResult
+
+__all__ = ["ENGINES", "LoadEngine", "LoadPlan", "LoadResult", "SplitResult", "create_load_engine"]
+
+#: name → (module, class, the extra that installs it)
+ENGINES: dict[str, tuple[str, str, str | None]] = {
+    "local": ("bulldozer.load.engines.local", "LocalEngine", None),
+}
+
+
+def create_load_engine(name: str) -> LoadEngine:
+    if name not in ENGINES:
+        raise BackendUnavailableError(f"unknown load engine {name!r}; known: {', '.join(sorted(ENGINES))}")
+    module_name, class_name, extra = ENGINES[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        hint = f"; install it with: pip install 'bulldozer[{extra}]'" if extra else ""
+        raise BackendUnavailableError(f"the {name} engine cannot be loaded ({exc}){hint}") from exc
+    engine: LoadEngine = getattr(module, class_name)()
+    return engine

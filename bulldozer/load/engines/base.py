@@ -1,0 +1,106 @@
+"""The load-engine ABC and what an engine reports back.
+
+An engine reads the source at the plan's pinned snapshot, split by split (Iceberg
+file-scan tasks), encodes each batch with the shared encoder, writes it through the DAL
+client, and reports per split: rows, the (order-independent) digest of the pairs it
+sent, null counts per column (for the quality gates) and the key hashes (for duplicate
+detection). Splits already in the plan's ledger are skipped (resume).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from bulldozer.kv.client import KvClient
+from bulldozer.kv.digest import Digest
+from bulldozer.schema.model import ProtoFile
+from bulldozer.spec.models import JobSpec
+
+__all__ = ["LoadEngine", "LoadPlan", "LoadResult", "SplitResult"]
+
+
+@dataclass
+class SplitResult:
+    split_id: str
+    rows: int
+    digest: Digest
+    null_counts: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> list[Any]:
+        return [self.rows, self.digest.value, self.digest.bytes, self.null_counts]
+
+    @classmethod
+    def from_json(cls, split_id: str, data: list[Any]) -> SplitResult:
+        rows, value, nbytes, nulls = data
+        return cls(split_id, int(rows), Digest(int(rows), int(value), int(nbytes)), dict(nulls))
+
+
+@dataclass
+class LoadPlan:
+    spec: JobSpec
+    table: Any  # pyiceberg Table
+    snapshot_id: int
+    proto: ProtoFile
+    version: str
+    #: split id → result, for splits loaded by an earlier attempt of this version
+    done: dict[str, SplitResult] = field(default_factory=dict)
+
+    @property
+    def columns(self) -> list[str]:
+        cols = [f.column for f in self.proto.key.fields] + [f.column for f in self.proto.value.fields]
+        order_by = self.spec.data_movement.duplicate_keys.order_by
+        if order_by and order_by not in cols:
+            cols.append(order_by)
+        return cols
+
+
+@dataclass
+class LoadResult:
+    splits: dict[str, SplitResult] = field(default_factory=dict)
+    key_hashes: list[np.ndarray[Any, Any]] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        return sum(s.rows for s in self.splits.values())
+
+    @property
+    def digest(self) -> Digest:
+        total = Digest()
+        for s in self.splits.values():
+            total.add(s.digest)
+        return total
+
+    @property
+    def null_counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for s in self.splits.values():
+            for col, n in s.null_counts.items():
+                out[col] = out.get(col, 0) + n
+        return out
+
+
+#: Called after each split is acknowledged by the DAL (the runner records the ledger).
+SplitDone = Callable[[SplitResult], None]
+#: Called with (rows done, rows expected) as the load advances.
+Progress = Callable[[int, int], None]
+
+
+class LoadEngine(ABC):
+    name: ClassVar[str]
+
+    @abstractmethod
+    def load(self, plan: LoadPlan, client: KvClient, on_split: SplitDone, progress: Progress) -> LoadResult:
+        """Load every split not in ``plan.done`` into ``plan.version``."""
+
+    @abstractmethod
+    def key_hashes_of(self, plan: LoadPlan, split_ids: set[str]) -> list[np.ndarray[Any, Any]]:
+        """Key hashes of splits loaded earlier (a resumed run re-reads only their keys)."""
+
+    @abstractmethod
+    def find_keys(self, plan: LoadPlan, hashes: set[int], limit: int = 3) -> list[dict[str, Any]]:
+        """Key values (column → value) whose hash is in ``hashes`` (to name duplicates)."""

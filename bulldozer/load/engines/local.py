@@ -1,0 +1,145 @@
+"""``local``: load with pyiceberg + Arrow on this machine, no JVM.
+
+The pinned snapshot is planned into file-scan tasks (the splits); each task is read as a
+stream of Arrow record batches (projection and the spec's filter pushed into the scan),
+encoded column-wise, and sent through the client's batch writer while the next batch is
+encoded (the writer keeps several batches in flight on gRPC's own threads). Memory stays
+bounded by a few batches, whatever the table's size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from bulldozer.kv.client import KvClient
+from bulldozer.kv.digest import Digest, digest_arrays, key_hashes
+from bulldozer.load.encode import RowEncoder
+from bulldozer.load.engines.base import LoadEngine, LoadPlan, LoadResult, Progress, SplitDone, SplitResult
+
+__all__ = ["LocalEngine", "split_id"]
+
+BATCH_ROWS = 65_536
+
+
+def split_id(task: Any) -> str:
+    """A stable id of one Iceberg file-scan task."""
+    raw = f"{task.file.file_path}|{getattr(task, 'start', 0)}|{getattr(task, 'length', 0)}"
+    return hashlib.sha1(raw.encode()).hexdigest()[:16]
+
+
+def _scan(plan: LoadPlan, columns: list[str]) -> Any:
+    from pyiceberg.expressions import AlwaysTrue
+
+    row_filter: Any = plan.spec.data_movement.filter or AlwaysTrue()
+    return plan.table.scan(row_filter=row_filter, selected_fields=tuple(columns), snapshot_id=plan.snapshot_id)
+
+
+def _tasks(scan: Any) -> list[Any]:
+    return sorted(scan.plan_files(), key=lambda t: t.file.file_path)
+
+
+def _batches(plan: LoadPlan, scan: Any, task: Any) -> Iterator[pa.RecordBatch]:
+    from pyiceberg.io.pyarrow import ArrowScan
+
+    arrow_scan = ArrowScan(plan.table.metadata, plan.table.io, scan.projection(), scan.row_filter, scan.case_sensitive)
+    for batch in arrow_scan.to_record_batches([task]):
+        for start in range(0, batch.num_rows, BATCH_ROWS):
+            yield batch.slice(start, BATCH_ROWS)
+
+
+class LocalEngine(LoadEngine):
+    name = "local"
+
+    def load(self, plan: LoadPlan, client: KvClient, on_split: SplitDone, progress: Progress) -> LoadResult:
+        scan = _scan(plan, plan.columns)
+        tasks = _tasks(scan)
+        expected = sum(t.file.record_count for t in tasks)
+        encoder = RowEncoder(plan.proto)
+        result = LoadResult(splits=dict(plan.done))
+        write = plan.spec.key_value_dal.write
+        done_rows = sum(s.rows for s in plan.done.values())
+        progress(done_rows, expected)
+        with client.writer(
+            plan.version,
+            batch_records=write.batch_size,
+            batch_bytes=write.max_batch_bytes,
+            in_flight=write.in_flight_batches,
+        ) as writer:
+            throttle = _Throttle(write.records_per_second)
+            for task in tasks:
+                sid = split_id(task)
+                if sid in plan.done:
+                    continue
+                split = SplitResult(sid, 0, Digest())
+                for batch in _batches(plan, scan, task):
+                    if batch.num_rows == 0:
+                        continue
+                    encoded = encoder.encode(batch)
+                    writer.add_arrays(encoded.keys, encoded.values)
+                    split.rows += batch.num_rows
+                    split.digest.add(digest_arrays(encoded.keys, encoded.values))
+                    for name in batch.schema.names:
+                        nulls = batch.column(name).null_count
+                        if nulls:
+                            split.null_counts[name] = split.null_counts.get(name, 0) + nulls
+                    result.key_hashes.append(key_hashes(encoded.keys))
+                    done_rows += batch.num_rows
+                    progress(done_rows, expected)
+                    throttle.wait(batch.num_rows)
+                writer.sync()  # every batch of this split is acknowledged before the ledger says so
+                result.splits[sid] = split
+                on_split(split)
+        return result
+
+    def key_hashes_of(self, plan: LoadPlan, split_ids: set[str]) -> list[np.ndarray[Any, Any]]:
+        key_msg = plan.proto.key
+        scan = _scan(plan, [f.column for f in key_msg.fields])
+        encoder = RowEncoder(plan.proto)
+        out = []
+        for task in _tasks(scan):
+            if split_id(task) in split_ids:
+                for batch in _batches(plan, scan, task):
+                    out.append(key_hashes(encoder.encode_keys(batch)))
+        return out
+
+    def find_keys(self, plan: LoadPlan, hashes: set[int], limit: int = 3) -> list[dict[str, Any]]:
+        columns = [f.column for f in plan.proto.key.fields]
+        scan = _scan(plan, columns)
+        encoder = RowEncoder(plan.proto)
+        found: list[dict[str, Any]] = []
+        wanted = np.array(sorted(hashes), dtype=np.uint64)
+        for task in _tasks(scan):
+            for batch in _batches(plan, scan, task):
+                h = key_hashes(encoder.encode_keys(batch))
+                hits = np.nonzero(np.isin(h, wanted))[0]
+                for i in hits[: limit - len(found)]:
+                    found.append({c: batch.column(c)[int(i)].as_py() for c in columns})
+                if len(found) >= limit:
+                    return found
+        return found
+
+
+class _Throttle:
+    """Keeps the send rate under ``records_per_second`` (None: no limit)."""
+
+    def __init__(self, rate: int | None) -> None:
+        import time
+
+        self.rate = rate
+        self.started = time.monotonic()
+        self.sent = 0
+
+    def wait(self, n: int) -> None:
+        if not self.rate:
+            return
+        import time
+
+        self.sent += n
+        ahead = self.sent / self.rate - (time.monotonic() - self.started)
+        if ahead > 0:
+            time.sleep(ahead)

@@ -1,0 +1,60 @@
+"""Retention: keep the ACTIVE version, the newest ``keep_versions`` RETIRED ones (so a
+rollback is instant), and drop the rest once they have been retired longer than the grace
+period. Versions left LOADING or FAILED longer than the grace period are dropped too."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from bulldozer.kv.backends.base import NamespaceRecord, State, utcnow
+from bulldozer.kv.client import KvClient
+
+__all__ = ["RetentionPlan", "apply_retention", "plan_retention"]
+
+
+@dataclass
+class RetentionPlan:
+    keep: list[str] = field(default_factory=list)
+    drop: list[str] = field(default_factory=list)
+    #: retired versions beyond keep_versions, still inside their grace period
+    waiting: list[str] = field(default_factory=list)
+
+
+def plan_retention(
+    records: list[NamespaceRecord],
+    keep_versions: int,
+    grace_period: timedelta,
+    now: datetime | None = None,
+    protect: frozenset[str] = frozenset(),
+) -> RetentionPlan:
+    """What retention would do to one alias's versions (``protect``: names never dropped,
+    e.g. the version a run is loading right now)."""
+    now = now or utcnow()
+    plan = RetentionPlan()
+    retired = sorted((r for r in records if r.state == State.RETIRED), key=lambda r: r.state_changed, reverse=True)
+    for r in records:
+        if r.state == State.ACTIVE or r.name in protect:
+            plan.keep.append(r.name)
+        elif r.state in (State.LOADING, State.FAILED, State.SEALED):
+            # abandoned loads, failed runs and versions that lost their flip
+            (plan.drop if now - r.state_changed > grace_period else plan.keep).append(r.name)
+    for i, r in enumerate(retired):
+        if r.name in protect:
+            continue
+        if i < keep_versions:
+            plan.keep.append(r.name)
+        elif now - r.state_changed > grace_period:
+            plan.drop.append(r.name)
+        else:
+            plan.waiting.append(r.name)
+    return plan
+
+
+def apply_retention(
+    client: KvClient, alias: str, keep_versions: int, grace_period: timedelta, protect: frozenset[str] = frozenset()
+) -> RetentionPlan:
+    plan = plan_retention(client.list_namespaces(alias), keep_versions, grace_period, protect=protect)
+    for name in plan.drop:
+        client.drop(name)
+    return plan

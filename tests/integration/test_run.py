@@ -1,0 +1,287 @@
+"""The main job end to end with the local engine: real Iceberg catalog, real gRPC DAL."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from bulldozer.errors import (
+    AliasConflictError,
+    DuplicateKeyError,
+    IncompatibleSchemaError,
+    QualityGateError,
+    SourceDataError,
+    TableNotFoundError,
+)
+from bulldozer.kv import KvClient, create_engine
+from bulldozer.kv.backends.base import State
+from bulldozer.kv.server import create_server
+from bulldozer.load.runner import RUN_LABEL, run_job
+from bulldozer.schema.compile import load_message_classes
+from bulldozer.spec import load_spec_text
+from bulldozer.spec.loader import LoadedSpec
+from bulldozer.spec.models import CatalogConfig
+from bulldozer.warehouse.catalog import open_catalog
+from bulldozer.warehouse.sample import create_sample_warehouse, overwrite_sample
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.integration
+TEMPLATE = (REPO / "templates" / "move_data_to_kv_dal.yaml").read_text()
+
+
+def spec(**replace: str) -> LoadedSpec:
+    text = TEMPLATE
+    for old, new in replace.items():
+        text = text.replace(old.replace("_SP_", " "), new)
+    return load_spec_text(text, "job.yaml", env={})
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    create_sample_warehouse(tmp_path, rows=3_000)
+    return tmp_path
+
+
+@pytest.fixture
+def dal(tmp_path: Path) -> Iterator[KvClient]:
+    engine = create_engine({"type": "embedded", "path": str(tmp_path / "kv"), "map_size": 1024**3})
+    server, port = create_server("127.0.0.1:0", engine)
+    client = KvClient(f"127.0.0.1:{port}")
+    yield client
+    client.close()
+    server.stop(1)
+
+
+def table(home: Path) -> Any:
+    return open_catalog(CatalogConfig(), home).load_table("sample.user_item_scores")
+
+
+def read(client: KvClient, alias: str, key: dict[str, Any]) -> dict[str, Any] | None:
+    from google.protobuf import json_format
+
+    info = client.describe(client.get_alias(alias).namespace)
+    key_cls, value_cls = load_message_classes(info.value_descriptor_set, info.key_message, info.value_message)
+    raw = client.get(json_format.ParseDict(key, key_cls()).SerializeToString(), alias=alias)
+    return json_format.MessageToDict(value_cls.FromString(raw), preserving_proto_field_name=True) if raw else None
+
+
+KEY = {"user_id": 1_000_001, "item_id": 8, "locale": "de_DE"}
+
+
+def test_v1_then_v2_switches_consumers_atomically(home: Path, dal: KvClient) -> None:
+    first = run_job(spec(), dal, home=str(home))
+    assert first.outcome == "succeeded" and first.rows == 3_000
+    v1 = read(dal, "user_item_scores", KEY)
+    assert v1 is not None and v1["profile"]["address"]["city"]
+    assert dal.describe(first.version).state == State.ACTIVE
+    assert dal.describe(first.version).snapshot_id == table(home).current_snapshot().snapshot_id
+
+    overwrite_sample(table(home), rows=3_000, variant=1)
+    second = run_job(spec(), dal, home=str(home))
+    v2 = read(dal, "user_item_scores", KEY)
+    assert v2 is not None and v2 != v1 and v2["price"] != v1["price"]
+    assert dal.get_alias("user_item_scores").namespace == second.version
+    assert dal.describe(first.version).state == State.RETIRED  # kept readable for rollback
+    record = json.loads(dal.describe(second.version).labels[RUN_LABEL])
+    assert record["outcome"] == "succeeded" and record["previous"] == first.version
+    assert {g["gate"] for g in record["gates"]} >= {"min_rows", "max_row_count_change", "max_null_fraction[nickname]"}
+    assert set(record["timings"]) == {"schema", "create", "load", "verify", "flip", "retention"}
+
+
+def test_a_failing_quality_gate_leaves_the_alias_on_v1(home: Path, dal: KvClient) -> None:
+    first = run_job(spec(), dal, home=str(home))
+    t = table(home)
+    overwrite_sample(t, rows=300, variant=1)  # the table shrank by 90 %
+    with pytest.raises(
+        QualityGateError, match=r"max_row_count_change: 300 rows vs 3,000 .*-90\.0%|max_row_count_change"
+    ):
+        run_job(spec(), dal, home=str(home))
+    assert dal.get_alias("user_item_scores").namespace == first.version
+    failed = [n for n in dal.list_namespaces("user_item_scores") if n.state == State.FAILED]
+    assert len(failed) == 1 and "quality gate failed" in failed[0].failure_reason
+    assert read(dal, "user_item_scores", KEY) is not None
+
+
+def test_an_injected_crash_leaves_the_alias_and_marks_the_version_failed(home: Path, dal: KvClient) -> None:
+    first = run_job(spec(), dal, home=str(home))
+    with pytest.raises(RuntimeError, match="injected failure"):
+        run_job(spec(), dal, home=str(home), fault="raise-after-rows:1000")
+    assert dal.get_alias("user_item_scores").namespace == first.version
+    states = sorted(n.state.value for n in dal.list_namespaces("user_item_scores"))
+    assert states == ["ACTIVE", "FAILED"]
+
+
+def test_null_fraction_gate(home: Path, dal: KvClient) -> None:
+    loaded = spec(**{"nickname: 0.5": "nickname: 0.1"})  # a fifth of nicknames are null
+    with pytest.raises(QualityGateError, match=r"max_null_fraction\[nickname\]: 20\.0% of 'nickname' is null"):
+        run_job(loaded, dal, home=str(home))
+    with pytest.raises(Exception, match="does not point"):
+        dal.get_alias("user_item_scores")
+
+
+def test_duplicate_keys_are_refused_naming_a_key(home: Path, dal: KvClient) -> None:
+    from bulldozer.warehouse.sample import generate_sample
+
+    t = table(home)
+    t.append(generate_sample(5, variant=3).cast(t.schema().as_arrow()))  # the first 5 keys again
+    with pytest.raises(DuplicateKeyError, match=r'"user_id": 1000000, "item_id": \d+, "locale": "en_US"'):
+        run_job(spec(), dal, home=str(home))
+    (only,) = dal.list_namespaces("user_item_scores")
+    assert only.state == State.FAILED
+
+
+def test_null_key_is_refused(tmp_path: Path, dal: KvClient) -> None:
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    catalog = open_catalog(CatalogConfig(), tmp_path)
+    catalog.create_namespace("db")
+    schema = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "v", StringType(), required=False))
+    t = catalog.create_table("db.nullkeys", schema=schema)
+    t.append(pa.table({"id": pa.array([1, None, 3]), "v": pa.array(["a", "b", "c"])}, schema=t.schema().as_arrow()))
+    text = """apiVersion: bulldozer/v1
+kind: MoveDataToKvDal
+metadata: {name: nullkeys, owner: tests}
+data_movement: {source: {table: db.nullkeys}, key_columns: [id]}
+key_value_dal: {alias: nullkeys}
+bulldozer_protobuf: {package: tests.nullkeys}
+"""
+    with pytest.raises(SourceDataError, match="key column 'id' holds 1 null"):
+        run_job(load_spec_text(text, "nullkeys.yaml"), dal, home=str(tmp_path))
+
+
+def test_missing_table_is_a_clear_error(home: Path, dal: KvClient) -> None:
+    with pytest.raises(TableNotFoundError, match=r"'sample\.nope' does not exist"):
+        run_job(spec(**{"table:_SP_sample.user_item_scores": "table: sample.nope"}), dal, home=str(home))
+    assert dal.list_namespaces() == []  # nothing was created
+
+
+def test_a_breaking_schema_change_stops_before_anything_is_written(home: Path, dal: KvClient) -> None:
+    from pyiceberg.types import DoubleType
+
+    first = run_job(spec(), dal, home=str(home))
+    with table(home).update_schema() as update:
+        update.update_column("score", DoubleType())  # float -> double: fixed32 -> fixed64 on the wire
+    overwrite_sample(table(home), rows=3_000, variant=1)  # a snapshot written with the new schema
+    with pytest.raises(IncompatibleSchemaError, match="score: type changed"):
+        run_job(spec(), dal, home=str(home))
+    assert [n.name for n in dal.list_namespaces("user_item_scores")] == [first.version]
+
+
+def test_a_column_dropped_from_the_table_is_reported(home: Path, dal: KvClient) -> None:
+    run_job(spec(), dal, home=str(home))
+    with table(home).update_schema() as update:
+        update.delete_column("nickname")
+    overwrite_sample(table(home), rows=3_000, variant=1)
+    with pytest.raises(Exception, match="no such column in the table: 'nickname'"):
+        run_job(spec(), dal, home=str(home))
+
+
+def test_concurrent_runs_of_one_job_have_exactly_one_winner(home: Path, dal: KvClient) -> None:
+    first = run_job(spec(), dal, home=str(home))
+    outcomes: list[str] = []
+    barrier = threading.Barrier(2)
+
+    def one() -> None:
+        def on_stage(stage: str) -> None:
+            if stage == "flip":
+                barrier.wait(timeout=60)  # both reach the flip together
+
+        try:
+            run_job(spec(), dal, home=str(home), on_stage=on_stage)
+            outcomes.append("flipped")
+        except AliasConflictError:
+            outcomes.append("conflict")
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["conflict", "flipped"]
+    states = sorted(n.state.value for n in dal.list_namespaces("user_item_scores"))
+    assert states == ["ACTIVE", "FAILED", "RETIRED"]  # the loser is FAILED, never left LOADING
+    assert dal.get_alias("user_item_scores").namespace != first.version
+
+
+def test_retention_keeps_n_versions_and_drops_the_rest(home: Path, dal: KvClient) -> None:
+    loaded = spec(**{"keep_versions: 2": "keep_versions: 1", "grace_period: 24h": "grace_period: 0s"})
+    versions = [run_job(loaded, dal, home=str(home)).version for _ in range(4)]
+    states = {n.name: n.state for n in dal.list_namespaces("user_item_scores")}
+    assert states[versions[3]] == State.ACTIVE and states[versions[2]] == State.RETIRED
+    assert states[versions[0]] == states[versions[1]] == State.DROPPED
+
+
+# ------------------------------------------------------------ the command line
+
+
+def _cli(args: list[str], home: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bulldozer.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "BULLDOZER_HOME": str(home), **(env or {})},
+        cwd=REPO,
+    )
+
+
+def test_cli_run_get_runs_on_the_embedded_default(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    create_sample_warehouse(home, rows=2_000)
+    result = _cli(["run", "templates/move_data_to_kv_dal.yaml", "--json"], home)
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["outcome"] == "succeeded" and record["rows"] == 2_000
+    got = _cli(["get", "user_item_scores", "--key", json.dumps(KEY)], home)
+    assert got.returncode == 0, got.stderr
+    assert json.loads(got.stdout)["profile"]["tier"] in {"free", "basic", "premium"}
+    pinned = _cli(["get", f"user_item_scores@{record['version']}", "--key", json.dumps(KEY)], home)
+    assert json.loads(pinned.stdout) == json.loads(got.stdout)
+    missing = _cli(["get", "user_item_scores", "--key", '{"user_id": 1}'], home)
+    assert missing.returncode == 2 and "missing: item_id, locale" in missing.stderr
+    runs = _cli(["runs", "user_item_scores", "--json"], home)
+    assert json.loads(runs.stdout)[0]["version"] == record["version"]
+
+
+def test_cli_failure_is_one_clear_line(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    create_sample_warehouse(home, rows=500)  # below the template's min_rows of 1000
+    result = _cli(["run", "templates/move_data_to_kv_dal.yaml"], home)
+    assert result.returncode != 0
+    assert "quality gate failed: min_rows: 500 rows (minimum 1,000)" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_killed_run_is_resumed(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    create_sample_warehouse(home, rows=30_000, chunk_rows=10_000)  # three data files: three splits
+    killed = _cli(
+        ["run", "templates/move_data_to_kv_dal.yaml", "-q"], home, {"BULLDOZER_FAULT": "kill-after-rows:15000"}
+    )
+    assert killed.returncode == -9
+    listing = _cli(["runs", "user_item_scores", "--json"], home)
+    (version,) = [r["version"] for r in json.loads(listing.stdout) if r["state"] == "LOADING"]
+    resumed = _cli(["run", "templates/move_data_to_kv_dal.yaml", "--resume", version, "--json"], home)
+    assert resumed.returncode == 0, resumed.stderr
+    record = json.loads(resumed.stdout)
+    assert record["resumed"] is True and record["rows"] == 30_000 and record["version"] == version
+    runs = json.loads(_cli(["runs", "user_item_scores", "--json"], home).stdout)
+    assert [(r["version"], r["state"]) for r in runs] == [(version, "ACTIVE")]
+
+
+def test_resume_refuses_a_version_that_is_not_loading(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    create_sample_warehouse(home, rows=1_500)
+    done = json.loads(_cli(["run", "templates/move_data_to_kv_dal.yaml", "--json"], home).stdout)
+    again = _cli(["run", "templates/move_data_to_kv_dal.yaml", "--resume", done["version"]], home)
+    assert again.returncode != 0 and "only a LOADING version of this job can be resumed" in again.stderr
