@@ -35,6 +35,12 @@ def run(
     home: Annotated[str | None, typer.Option(help=HOME_HELP, show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run record as JSON.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    master: Annotated[
+        str | None,
+        typer.Option(
+            help="Spark master for --engine spark (default local[*]; e.g. spark://host:7077).", show_default=False
+        ),
+    ] = None,
 ) -> None:
     """Load the spec's table into a brand-new version, verify it, and flip the alias to it.
 
@@ -48,6 +54,10 @@ def run(
     from bulldozer.spec.loader import load_spec
 
     loaded = load_spec(spec)
+    if master:
+        import os
+
+        os.environ["BULLDOZER_SPARK_MASTER"] = master
     kv = loaded.spec.key_value_dal
     target = endpoint or kv.endpoint
     show = not (quiet or as_json) and err_console.is_terminal

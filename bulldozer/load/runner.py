@@ -219,7 +219,8 @@ def run_job(
                 if existing.snapshot_id != record.snapshot_id and not dm.snapshot_id:
                     record.snapshot_id = existing.snapshot_id  # a resumed run keeps its snapshot
                 ledger = json.loads(existing.labels.get(LEDGER_LABEL, "{}"))
-                done = {sid: SplitResult.from_json(sid, v) for sid, v in ledger.items()}
+                if load_engine.resumes_splits:
+                    done = {sid: SplitResult.from_json(sid, v) for sid, v in ledger.items()}
                 record.version, record.resumed = resume, True
             else:
                 record.version = new_version_name(spec.alias)
@@ -235,7 +236,7 @@ def run_job(
                 )
             version_created = True
 
-        plan = LoadPlan(spec, table, record.snapshot_id, job.proto, record.version, done)
+        plan = LoadPlan(spec, table, record.snapshot_id, job.proto, record.version, done, home)
         ledger_state = {sid: s.to_json() for sid, s in done.items()}
 
         def on_split(split: SplitResult) -> None:

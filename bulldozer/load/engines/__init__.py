@@ -12,6 +12,7 @@ __all__ = ["ENGINES", "LoadEngine", "LoadPlan", "LoadResult", "SplitResult", "cr
 #: name → (module, class, the extra that installs it)
 ENGINES: dict[str, tuple[str, str, str | None]] = {
     "local": ("bulldozer.load.engines.local", "LocalEngine", None),
+    "spark": ("bulldozer.load.engines.spark", "SparkEngine", "spark"),
 }
 
 

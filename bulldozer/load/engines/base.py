@@ -49,6 +49,8 @@ class LoadPlan:
     version: str
     #: split id → result, for splits loaded by an earlier attempt of this version
     done: dict[str, SplitResult] = field(default_factory=dict)
+    #: the embedded state folder the run uses (for engines that open the catalog themselves)
+    home: str | None = None
 
     @property
     def columns(self) -> list[str]:
@@ -92,6 +94,8 @@ Progress = Callable[[int, int], None]
 
 class LoadEngine(ABC):
     name: ClassVar[str]
+    #: Whether a resumed run can skip the splits in the ledger (else it re-sends all rows).
+    resumes_splits: ClassVar[bool] = True
 
     @abstractmethod
     def load(self, plan: LoadPlan, client: KvClient, on_split: SplitDone, progress: Progress) -> LoadResult:

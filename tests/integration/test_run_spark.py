@@ -1,0 +1,74 @@
+"""The main job with the Spark engine (pyspark local mode + Iceberg's Spark runtime on the
+same SQLite catalog pyiceberg writes). Slow to start (~10 s), so the suite shares one
+warehouse and one Spark session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bulldozer.errors import QualityGateError
+from bulldozer.kv import KvClient, create_engine
+from bulldozer.kv.server import create_server
+from bulldozer.load.runner import run_job
+from bulldozer.spec import load_spec_text
+from bulldozer.spec.models import CatalogConfig
+from bulldozer.warehouse.catalog import open_catalog
+from bulldozer.warehouse.sample import create_sample_warehouse, overwrite_sample
+from tests.conftest import REPO
+from tests.integration.test_run import KEY, read
+
+pytest.importorskip("pyspark", reason="the spark extra is part of the default install (scripts/bootstrap.sh)")
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+TEMPLATE = (REPO / "templates" / "move_data_to_kv_dal.yaml").read_text()
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    path = tmp_path_factory.mktemp("spark-home")
+    create_sample_warehouse(path, rows=3_000, chunk_rows=1_000)  # three files
+    yield path
+    from bulldozer.load.engines import spark
+
+    if spark._SESSION is not None:
+        spark._SESSION.stop()
+        spark._SESSION = None
+
+
+@pytest.fixture
+def dal(tmp_path: Path) -> Iterator[KvClient]:
+    engine = create_engine({"type": "embedded", "path": str(tmp_path / "kv"), "map_size": 1024**3})
+    server, port = create_server("127.0.0.1:0", engine)
+    client = KvClient(f"127.0.0.1:{port}")
+    yield client
+    client.close()
+    server.stop(1)
+
+
+def test_spark_and_local_store_identical_versions(home: Path, dal: KvClient) -> None:
+    spec = load_spec_text(TEMPLATE, "job.yaml", env={})
+    spark = run_job(spec, dal, engine="spark", home=str(home))
+    assert spark.outcome == "succeeded" and spark.rows == 3_000 and spark.engine == "spark"
+    from_spark = read(dal, "user_item_scores", KEY)
+    local = run_job(spec, dal, engine="local", home=str(home))
+    assert local.snapshot_id == spark.snapshot_id
+    assert dal.describe(local.version).digest == dal.describe(spark.version).digest  # byte-identical
+    assert read(dal, "user_item_scores", KEY) == from_spark
+
+
+def test_spark_v2_after_the_table_changes_and_a_failing_gate_keeps_it(home: Path, dal: KvClient) -> None:
+    spec = load_spec_text(TEMPLATE, "job.yaml", env={})
+    table = open_catalog(CatalogConfig(), home).load_table("sample.user_item_scores")
+    first = run_job(spec, dal, engine="spark", home=str(home))
+    before = read(dal, "user_item_scores", KEY)
+    overwrite_sample(table, rows=3_000, variant=2)
+    second = run_job(spec, dal, engine="spark", home=str(home))
+    after = read(dal, "user_item_scores", KEY)
+    assert second.snapshot_id != first.snapshot_id and after != before
+    overwrite_sample(table, rows=200, variant=3)  # shrinks by 93 %
+    with pytest.raises(QualityGateError):
+        run_job(spec, dal, engine="spark", home=str(home))
+    assert dal.get_alias("user_item_scores").namespace == second.version
+    assert read(dal, "user_item_scores", KEY) == after
