@@ -15,8 +15,9 @@ from bulldozer.errors import BulldozerError, SpecError
 
 __all__ = ["console", "err_console", "fail", "handle_errors", "print_json"]
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+# soft_wrap: never break lines at the terminal width (output is read by scripts and tests too)
+console = Console(highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 P = ParamSpec("P")
 R = TypeVar("R")

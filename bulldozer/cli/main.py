@@ -41,6 +41,7 @@ app.command("proto")(proto_cmd.proto)
 app.command("run")(run_cmds.run)
 app.command("get")(run_cmds.get)
 app.command("runs")(run_cmds.runs)
+app.command("plan")(run_cmds.plan)
 app.command("serve")(serve_cmd.serve)
 app.add_typer(warehouse_cmds.app, name="warehouse")
 

@@ -194,3 +194,49 @@ def runs(
             r.get("error", "")[:80],
         )
     console.print(table)
+
+
+@handle_errors
+def plan(
+    spec: Annotated[Path, typer.Argument(help="Job spec (YAML).", show_default=False)],
+    endpoint: Annotated[
+        str | None, typer.Option(help="Override the spec's endpoint: embedded or HOST:PORT.", show_default=False)
+    ] = None,
+    home: Annotated[str | None, typer.Option(help=HOME_HELP, show_default=False)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Dry run: rows and bytes a run would move, its estimated time (from the rate an
+    earlier run measured), the schema diff against the live version, and which versions
+    retention would retire. Writes nothing. Exit 3 if the schema change would break readers.
+    """
+    from bulldozer.kv.connect import connect
+    from bulldozer.load.plan import plan_run
+    from bulldozer.spec.loader import load_spec
+
+    loaded = load_spec(spec)
+    with connect(endpoint or loaded.spec.key_value_dal.endpoint, home, token=loaded.spec.key_value_dal.token) as client:
+        result = plan_run(loaded, client, home)
+    if as_json:
+        print_json(result.as_dict())
+    else:
+        console.print(
+            f"[bold]{result.job}[/]: {result.rows:,} rows ({result.bytes / 1024**2:,.1f} MiB in {result.files} files) "
+            f"from {result.table} @ snapshot {result.snapshot_id}"
+        )
+        console.print(f"  estimated load: {result.estimated_seconds:,.1f} s ({result.rate_source})")
+        live = f"{result.live_version} ({result.live_rows:,} rows)" if result.live_version else "none yet"
+        console.print(f"  live version: {live}")
+        if result.schema_differences:
+            for d in result.schema_differences:
+                colour = "red" if d["verdict"] == "refused" else "green"
+                console.print(f"  schema: [{colour}]{d['verdict']}[/] {d['path']}: {d['change']} ({d['detail']})")
+        else:
+            console.print("  schema: no change" if result.live_version else "  schema: first version")
+        if result.retention_drops_now:
+            console.print(f"  retention would drop now: {', '.join(result.retention_drops_now)}")
+        if result.retention_drops_after_grace:
+            console.print(
+                f"  retention would drop after the grace period: {', '.join(result.retention_drops_after_grace)}"
+            )
+    if result.schema_breaking:
+        raise typer.Exit(3)

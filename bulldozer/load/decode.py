@@ -38,7 +38,8 @@ def _scalar(f: ProtoField, kind: str, value: Any) -> Any:
     if kind == "timestamp":
         micros = value.seconds * 1_000_000 + value.nanos // 1_000
         naive = _EPOCH + timedelta(microseconds=micros)
-        return naive.replace(tzinfo=UTC) if f.iceberg_type.startswith("timestamptz") else naive
+        leaf_type = f.element_type or f.iceberg_type
+        return naive.replace(tzinfo=UTC) if leaf_type.startswith("timestamptz") else naive
     return value
 
 

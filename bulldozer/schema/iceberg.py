@@ -322,6 +322,7 @@ class _MessageBuilder:
             elem.name, elem.number, elem.iceberg_id, elem.column = name, number, iceberg_id, column
             elem.repeated = True
             elem.optional = False
+            elem.element_type = elem.iceberg_type
             elem.iceberg_type = shape.iceberg_type
             elem.elements_nullable = not shape.element_required
             return elem

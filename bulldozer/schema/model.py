@@ -139,6 +139,8 @@ class ProtoField:
     iceberg_type: str = ""
     #: Whether Arrow may hold nulls for elements / map values at this position.
     elements_nullable: bool = False
+    #: For a repeated field: the Iceberg type of one element (``iceberg_type`` is the list's).
+    element_type: str = ""
 
     def type_name(self, scope: str = "") -> str:
         if self.kind == "map":

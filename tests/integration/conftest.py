@@ -1,5 +1,5 @@
 """Fixtures of the integration tests."""
 
-from tests.integration.kv_fixtures import kv
+from tests.integration.kv_fixtures import dal, kv
 
-__all__ = ["kv"]
+__all__ = ["dal", "kv"]

@@ -84,3 +84,14 @@ def kv(request: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harne
 
 def pairs(n: int, prefix: bytes = b"k", value: bytes = b"v") -> list[tuple[bytes, bytes]]:
     return [(prefix + b"%06d" % i, value + b"%d" % i) for i in range(n)]
+
+
+@pytest.fixture
+def dal(tmp_path: Path) -> Iterator[KvClient]:
+    """A client of a real DAL server (embedded engine) for one test."""
+    engine = create_engine({"type": "embedded", "path": str(tmp_path / "kv"), "map_size": 1024**3})
+    server, port = create_server("127.0.0.1:0", engine)
+    client = KvClient(f"127.0.0.1:{port}")
+    yield client
+    client.close()
+    server.stop(1)

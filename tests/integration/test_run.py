@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +21,8 @@ from bulldozer.errors import (
     SourceDataError,
     TableNotFoundError,
 )
-from bulldozer.kv import KvClient, create_engine
+from bulldozer.kv import KvClient
 from bulldozer.kv.backends.base import State
-from bulldozer.kv.server import create_server
 from bulldozer.load.runner import RUN_LABEL, run_job
 from bulldozer.schema.compile import load_message_classes
 from bulldozer.spec import load_spec_text
@@ -49,16 +47,6 @@ def spec(**replace: str) -> LoadedSpec:
 def home(tmp_path: Path) -> Path:
     create_sample_warehouse(tmp_path, rows=3_000)
     return tmp_path
-
-
-@pytest.fixture
-def dal(tmp_path: Path) -> Iterator[KvClient]:
-    engine = create_engine({"type": "embedded", "path": str(tmp_path / "kv"), "map_size": 1024**3})
-    server, port = create_server("127.0.0.1:0", engine)
-    client = KvClient(f"127.0.0.1:{port}")
-    yield client
-    client.close()
-    server.stop(1)
 
 
 def table(home: Path) -> Any:
@@ -285,3 +273,51 @@ def test_resume_refuses_a_version_that_is_not_loading(tmp_path: Path) -> None:
     done = json.loads(_cli(["run", "templates/move_data_to_kv_dal.yaml", "--json"], home).stdout)
     again = _cli(["run", "templates/move_data_to_kv_dal.yaml", "--resume", done["version"]], home)
     assert again.returncode != 0 and "only a LOADING version of this job can be resumed" in again.stderr
+
+
+def test_plan_is_a_dry_run(home: Path, dal: KvClient) -> None:
+    from bulldozer.load.plan import plan_run
+
+    first = plan_run(spec(), dal, str(home))
+    assert (first.rows, first.live_version, first.schema_differences) == (3_000, None, [])
+    assert "default estimate" in first.rate_source
+    assert dal.list_namespaces() == []  # nothing written
+    done = run_job(spec(), dal, home=str(home))
+    again = plan_run(spec(**{"    - payload\n": ""}), dal, str(home))
+    assert again.live_version == done.version and again.live_rows == 3_000
+    assert "measured by run" in again.rate_source
+    assert [(d["path"], d["change"], d["verdict"]) for d in again.schema_differences] == [
+        ("ValueMessage.payload", "field dropped", "allowed")
+    ]
+    assert [n.name for n in dal.list_namespaces()] == [done.version]
+
+
+def test_the_dal_going_away_mid_load(tmp_path: Path) -> None:
+    from bulldozer.errors import BackendUnavailableError
+    from tests.integration.test_kv_server import _free_port, _start
+
+    home = tmp_path / "h"
+    create_sample_warehouse(home, rows=30_000, chunk_rows=10_000)
+    store, port = tmp_path / "store", _free_port()
+    server = _start(store, port)
+    loaded = spec()
+    with KvClient(f"127.0.0.1:{port}", timeout=10) as client:
+        first = run_job(loaded, client, home=str(home))
+
+        def kill_dal(done: int, total: int) -> None:
+            if done >= 12_000 and server.poll() is None:
+                server.kill()
+                server.wait()
+
+        with pytest.raises(BackendUnavailableError):
+            run_job(loaded, client, home=str(home), progress=kill_dal)
+    server = _start(store, port)  # the DAL comes back
+    try:
+        with KvClient(f"127.0.0.1:{port}") as client:
+            assert client.get_alias("user_item_scores").namespace == first.version  # never moved
+            (stuck,) = [n for n in client.list_namespaces("user_item_scores") if n.state == State.LOADING]
+            resumed = run_job(loaded, client, home=str(home), resume=stuck.name)
+            assert resumed.rows == 30_000 and client.get_alias("user_item_scores").namespace == stuck.name
+    finally:
+        server.terminate()
+        server.wait(timeout=20)

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from bulldozer.errors import QualityGateError
-from bulldozer.kv import KvClient, create_engine
-from bulldozer.kv.server import create_server
+from bulldozer.kv import KvClient
 from bulldozer.load.runner import run_job
 from bulldozer.spec import load_spec_text
 from bulldozer.spec.models import CatalogConfig
@@ -35,16 +34,6 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     if spark._SESSION is not None:
         spark._SESSION.stop()
         spark._SESSION = None
-
-
-@pytest.fixture
-def dal(tmp_path: Path) -> Iterator[KvClient]:
-    engine = create_engine({"type": "embedded", "path": str(tmp_path / "kv"), "map_size": 1024**3})
-    server, port = create_server("127.0.0.1:0", engine)
-    client = KvClient(f"127.0.0.1:{port}")
-    yield client
-    client.close()
-    server.stop(1)
 
 
 def test_spark_and_local_store_identical_versions(home: Path, dal: KvClient) -> None:

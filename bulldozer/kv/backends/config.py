@@ -31,6 +31,12 @@ class EmbeddedConfig(BaseModel):
         description="Largest size the store may grow to (a sparse file; raise it when full).",
     )
     max_namespaces: int = Field(default=8192, ge=16, description="Namespaces one process may open.")
+    writemap: bool = Field(
+        default=False,
+        description="Write pages in place in the memory map: about 1.8x faster random-key loads, but an "
+        "operating-system crash (not a process crash) between syncs can corrupt the store (LMDB MDB_WRITEMAP "
+        "without sync). Off by default.",
+    )
 
 
 EngineConfig = Annotated[MemoryConfig | EmbeddedConfig, Field(discriminator="type")]

@@ -75,6 +75,7 @@ class EmbeddedEngine(StorageEngine):
                 sync=False,
                 metasync=False,
                 readahead=False,
+                writemap=config.writemap,
                 max_readers=512,
             )
         except (lmdb.Error, OSError) as exc:

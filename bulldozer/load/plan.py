@@ -1,0 +1,110 @@
+"""``bulldozer plan``: what a run would do, without writing anything."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from bulldozer.errors import AliasNotFoundError
+from bulldozer.kv.client import KvClient
+from bulldozer.schema.job import build_job_schema
+from bulldozer.spec.loader import LoadedSpec
+from bulldozer.versioning.retention import plan_retention
+from bulldozer.warehouse.catalog import load_table, open_catalog
+
+__all__ = ["RunPlan", "plan_run"]
+
+#: rows/s assumed when no earlier run of the job measured one (local engine, nested rows)
+DEFAULT_RATE = 60_000.0
+
+
+@dataclass
+class RunPlan:
+    job: str
+    alias: str
+    table: str
+    snapshot_id: int
+    files: int
+    rows: int
+    bytes: int
+    live_version: str | None
+    live_rows: int | None
+    estimated_seconds: float
+    rate_source: str
+    schema_differences: list[dict[str, str]] = field(default_factory=list)
+    schema_breaking: bool = False
+    retention_drops_now: list[str] = field(default_factory=list)
+    retention_drops_after_grace: list[str] = field(default_factory=list)
+    retention_keeps: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None) -> RunPlan:
+    from bulldozer.load.engines.local import _scan, _tasks
+    from bulldozer.load.runner import RUN_LABEL, _schema_at
+
+    spec = loaded.spec
+    dm = spec.data_movement
+    if dm.source.table is None:
+        raise AliasNotFoundError("bulldozer plan needs a table source")
+    table = load_table(open_catalog(dm.catalog, home), dm.source.table)
+    snapshot = table.snapshot_by_id(dm.snapshot_id) if dm.snapshot_id else table.current_snapshot()
+    snapshot_id = snapshot.snapshot_id if snapshot else 0
+    try:
+        live = client.describe(client.get_alias(spec.alias).namespace)
+    except AliasNotFoundError:
+        live = None
+    job = build_job_schema(
+        spec,
+        _schema_at(table, snapshot_id) if snapshot_id else table.schema(),
+        dm.source.table,
+        live.value_descriptor_set if live and live.value_descriptor_set else None,
+        python=False,
+    )
+    files = rows = nbytes = 0
+    if snapshot_id:
+        from bulldozer.load.engines.base import LoadPlan
+
+        lp = LoadPlan(spec, table, snapshot_id, job.proto, "")
+        for task in _tasks(_scan(lp, lp.columns)):
+            files += 1
+            rows += task.file.record_count
+            nbytes += task.file.file_size_in_bytes
+    rate, source = DEFAULT_RATE, "default estimate (no earlier run measured one)"
+    versions = client.list_namespaces(spec.alias)
+    for ns in reversed(versions):
+        record = json.loads(ns.labels.get(RUN_LABEL, "{}"))
+        load_seconds = record.get("timings", {}).get("load")
+        if record.get("outcome") == "succeeded" and load_seconds and record.get("rows"):
+            rate, source = record["rows"] / max(load_seconds, 1e-3), f"measured by run {record['run_id']}"
+            break
+    retention = spec.key_value_dal.retention
+    # after this run the live version would be retired too
+    from dataclasses import replace
+
+    from bulldozer.kv.backends.base import State
+
+    after = [replace(v, state=State.RETIRED) if live and v.name == live.name else v for v in versions]
+    keep = plan_retention(after, retention.keep_versions, retention.grace_period)
+    differences = [asdict(d) for d in job.compat.differences] if job.compat else []
+    return RunPlan(
+        job=spec.metadata.name,
+        alias=spec.alias,
+        table=dm.source.table,
+        snapshot_id=snapshot_id,
+        files=files,
+        rows=rows,
+        bytes=nbytes,
+        live_version=live.name if live else None,
+        live_rows=live.record_count if live else None,
+        estimated_seconds=round(rows / rate, 1),
+        rate_source=source,
+        schema_differences=differences,
+        schema_breaking=bool(job.compat and job.compat.breaking),
+        retention_drops_now=keep.drop,
+        retention_drops_after_grace=keep.waiting,
+        retention_keeps=keep.keep,
+    )
