@@ -48,31 +48,38 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None) -> R
 
     spec = loaded.spec
     dm = spec.data_movement
-    if dm.source.table is None:
-        raise AliasNotFoundError("bulldozer plan needs a table source")
-    table = load_table(open_catalog(dm.catalog, home), dm.source.table)
-    snapshot = table.snapshot_by_id(dm.snapshot_id) if dm.snapshot_id else table.current_snapshot()
-    snapshot_id = snapshot.snapshot_id if snapshot else 0
+    catalog = open_catalog(dm.catalog, home)
     try:
         live = client.describe(client.get_alias(spec.alias).namespace)
     except AliasNotFoundError:
         live = None
-    job = build_job_schema(
-        spec,
-        _schema_at(table, snapshot_id) if snapshot_id else table.schema(),
-        dm.source.table,
-        live.value_descriptor_set if live and live.value_descriptor_set else None,
-        python=False,
-    )
+    previous = live.value_descriptor_set if live and live.value_descriptor_set else None
     files = rows = nbytes = 0
-    if snapshot_id:
-        from bulldozer.load.engines.base import LoadPlan
+    if dm.source.query is not None or dm.duplicate_keys.policy == "keep_latest":
+        # what the query reads: an upper bound of what it moves
+        from bulldozer.load.sql import build_sql_source
 
-        lp = LoadPlan(spec, table, snapshot_id, job.proto, "")
-        for task in _tasks(_scan(lp, lp.columns)):
-            files += 1
-            rows += task.file.record_count
-            nbytes += task.file.file_size_in_bytes
+        sql = build_sql_source(spec, catalog, _schema_at)
+        job = build_job_schema(spec, sql.schema, dm.source.table or "query", previous, python=False)
+        snapshot_id = next(iter(sql.snapshots.values())) if len(sql.snapshots) == 1 else 0
+        for table, snap in sql.tables.values():
+            for task in table.scan(snapshot_id=snap).plan_files():
+                files, rows, nbytes = files + 1, rows + task.file.record_count, nbytes + task.file.file_size_in_bytes
+        source_name = dm.source.table or "query over " + ", ".join(sorted(sql.tables))
+    else:
+        assert dm.source.table is not None
+        table = load_table(catalog, dm.source.table)
+        snapshot = table.snapshot_by_id(dm.snapshot_id) if dm.snapshot_id else table.current_snapshot()
+        snapshot_id = snapshot.snapshot_id if snapshot else 0
+        schema = _schema_at(table, snapshot_id) if snapshot_id else table.schema()
+        job = build_job_schema(spec, schema, dm.source.table, previous, python=False)
+        if snapshot_id:
+            from bulldozer.load.engines.base import LoadPlan
+
+            lp = LoadPlan(spec, table, snapshot_id, job.proto, "")
+            for task in _tasks(_scan(lp, lp.columns)):
+                files, rows, nbytes = files + 1, rows + task.file.record_count, nbytes + task.file.file_size_in_bytes
+        source_name = dm.source.table
     rate, source = DEFAULT_RATE, "default estimate (no earlier run measured one)"
     versions = client.list_namespaces(spec.alias)
     for ns in reversed(versions):
@@ -93,7 +100,7 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None) -> R
     return RunPlan(
         job=spec.metadata.name,
         alias=spec.alias,
-        table=dm.source.table,
+        table=source_name,
         snapshot_id=snapshot_id,
         files=files,
         rows=rows,

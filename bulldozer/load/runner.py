@@ -66,6 +66,8 @@ class RunRecord:
     engine: str = "local"
     spec_sha256: str = ""
     snapshot_id: int = 0
+    #: every table read, at its pinned snapshot (one for a table source)
+    snapshots: dict[str, int] = field(default_factory=dict)
     rows: int = 0
     bytes: int = 0
     digest: str = ""
@@ -181,21 +183,37 @@ def run_job(
     try:
         with stage("schema"):
             dm = spec.data_movement
-            if dm.source.table is None:
-                raise CatalogError("query sources are not supported by this version of the local engine yet")
-            if dm.duplicate_keys.policy != "fail":
-                raise CatalogError("duplicate_keys: keep_latest is not supported by this version yet; use fail")
-            table = load_table(open_catalog(dm.catalog, home), dm.source.table)
-            snapshot = table.snapshot_by_id(dm.snapshot_id) if dm.snapshot_id else table.current_snapshot()
-            if snapshot is None:
-                raise CatalogError(f"table {dm.source.table!r} has no snapshot to load (is it empty?)")
-            record.snapshot_id = snapshot.snapshot_id
+            catalog = open_catalog(dm.catalog, home)
+            sql_source = None
+            if dm.source.query is not None or dm.duplicate_keys.policy == "keep_latest":
+                if not load_engine.runs_sql:
+                    raise CatalogError(
+                        f"query sources and duplicate_keys keep_latest need --engine local (not {load_engine.name})"
+                    )
+                from bulldozer.load.sql import build_sql_source
+
+                sql_source = build_sql_source(spec, catalog, _schema_at)
+                table = None
+                record.snapshots = sql_source.snapshots
+                record.snapshot_id = next(iter(sql_source.snapshots.values())) if len(sql_source.snapshots) == 1 else 0
+                source_schema = sql_source.schema
+                source_name = f"lake.{dm.source.table}" if dm.source.table else "query"
+            else:
+                assert dm.source.table is not None
+                table = load_table(catalog, dm.source.table)
+                snapshot = table.snapshot_by_id(dm.snapshot_id) if dm.snapshot_id else table.current_snapshot()
+                if snapshot is None:
+                    raise CatalogError(f"table {dm.source.table!r} has no snapshot to load (is it empty?)")
+                record.snapshot_id = snapshot.snapshot_id
+                record.snapshots = {dm.source.table: snapshot.snapshot_id}
+                source_schema = _schema_at(table, snapshot.snapshot_id)
+                source_name = f"lake.{dm.source.table}"
             live = _live(client, spec.alias)
             record.previous = live.name if live else ""
             job: JobSchema = build_job_schema(
                 spec,
-                _schema_at(table, snapshot.snapshot_id),
-                f"lake.{dm.source.table}",
+                source_schema,
+                source_name,
                 live.value_descriptor_set if live and live.value_descriptor_set else None,
                 python=False,
             )
@@ -219,7 +237,7 @@ def run_job(
                 if existing.snapshot_id != record.snapshot_id and not dm.snapshot_id:
                     record.snapshot_id = existing.snapshot_id  # a resumed run keeps its snapshot
                 ledger = json.loads(existing.labels.get(LEDGER_LABEL, "{}"))
-                if load_engine.resumes_splits:
+                if load_engine.resumes_splits and sql_source is None:
                     done = {sid: SplitResult.from_json(sid, v) for sid, v in ledger.items()}
                 record.version, record.resumed = resume, True
             else:
@@ -236,7 +254,7 @@ def run_job(
                 )
             version_created = True
 
-        plan = LoadPlan(spec, table, record.snapshot_id, job.proto, record.version, done, home)
+        plan = LoadPlan(spec, table, record.snapshot_id, job.proto, record.version, done, home, sql_source)
         ledger_state = {sid: s.to_json() for sid, s in done.items()}
 
         def on_split(split: SplitResult) -> None:

@@ -51,6 +51,8 @@ class LoadPlan:
     done: dict[str, SplitResult] = field(default_factory=dict)
     #: the embedded state folder the run uses (for engines that open the catalog themselves)
     home: str | None = None
+    #: set for query sources and keep_latest: DuckDB runs this instead of a table scan
+    sql: Any = None
 
     @property
     def columns(self) -> list[str]:
@@ -96,6 +98,8 @@ class LoadEngine(ABC):
     name: ClassVar[str]
     #: Whether a resumed run can skip the splits in the ledger (else it re-sends all rows).
     resumes_splits: ClassVar[bool] = True
+    #: Whether the engine runs query sources and keep_latest.
+    runs_sql: ClassVar[bool] = False
 
     @abstractmethod
     def load(self, plan: LoadPlan, client: KvClient, on_split: SplitDone, progress: Progress) -> LoadResult:

@@ -54,11 +54,26 @@ def _batches(plan: LoadPlan, scan: Any, task: Any) -> Iterator[pa.RecordBatch]:
 
 class LocalEngine(LoadEngine):
     name = "local"
+    runs_sql = True
+
+    def _splits(self, plan: LoadPlan, columns: list[str]) -> Iterator[tuple[str, int, Iterator[pa.RecordBatch]]]:
+        """(split id, rows expected, batches) for each split of the source."""
+        if plan.sql is not None:
+            from bulldozer.load.sql import open_reader
+
+            yield "sql", 0, open_reader(plan.sql, columns)
+            return
+        scan = _scan(plan, columns)
+        for task in _tasks(scan):
+            yield split_id(task), task.file.record_count, _batches(plan, scan, task)
+
+    def _expected(self, plan: LoadPlan) -> int:
+        if plan.sql is not None:
+            return 0
+        return sum(t.file.record_count for t in _tasks(_scan(plan, plan.columns)))
 
     def load(self, plan: LoadPlan, client: KvClient, on_split: SplitDone, progress: Progress) -> LoadResult:
-        scan = _scan(plan, plan.columns)
-        tasks = _tasks(scan)
-        expected = sum(t.file.record_count for t in tasks)
+        expected = self._expected(plan)
         encoder = RowEncoder(plan.proto)
         result = LoadResult(splits=dict(plan.done))
         write = plan.spec.key_value_dal.write
@@ -71,12 +86,11 @@ class LocalEngine(LoadEngine):
             in_flight=write.in_flight_batches,
         ) as writer:
             throttle = _Throttle(write.records_per_second)
-            for task in tasks:
-                sid = split_id(task)
+            for sid, _rows, batches in self._splits(plan, plan.columns):
                 if sid in plan.done:
                     continue
                 split = SplitResult(sid, 0, Digest())
-                for batch in _batches(plan, scan, task):
+                for batch in batches:
                     if batch.num_rows == 0:
                         continue
                     encoded = encoder.encode(batch)
@@ -97,24 +111,20 @@ class LocalEngine(LoadEngine):
         return result
 
     def key_hashes_of(self, plan: LoadPlan, split_ids: set[str]) -> list[np.ndarray[Any, Any]]:
-        key_msg = plan.proto.key
-        scan = _scan(plan, [f.column for f in key_msg.fields])
         encoder = RowEncoder(plan.proto)
         out = []
-        for task in _tasks(scan):
-            if split_id(task) in split_ids:
-                for batch in _batches(plan, scan, task):
-                    out.append(key_hashes(encoder.encode_keys(batch)))
+        for sid, _rows, batches in self._splits(plan, [f.column for f in plan.proto.key.fields]):
+            if sid in split_ids:
+                out += [key_hashes(encoder.encode_keys(batch)) for batch in batches]
         return out
 
     def find_keys(self, plan: LoadPlan, hashes: set[int], limit: int = 3) -> list[dict[str, Any]]:
         columns = [f.column for f in plan.proto.key.fields]
-        scan = _scan(plan, columns)
         encoder = RowEncoder(plan.proto)
         found: list[dict[str, Any]] = []
         wanted = np.array(sorted(hashes), dtype=np.uint64)
-        for task in _tasks(scan):
-            for batch in _batches(plan, scan, task):
+        for _sid, _rows, batches in self._splits(plan, columns):
+            for batch in batches:
                 h = key_hashes(encoder.encode_keys(batch))
                 hits = np.nonzero(np.isin(h, wanted))[0]
                 for i in hits[: limit - len(found)]:

@@ -143,6 +143,7 @@ def _partition_writer(proto: Any, address: str, token: str | None, version: str,
 class SparkEngine(LocalEngine):
     name = "spark"
     resumes_splits = False
+    runs_sql = False
 
     def load(self, plan: LoadPlan, client: KvClient, on_split: SplitDone, progress: Progress) -> LoadResult:
         spec = plan.spec

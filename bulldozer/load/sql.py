@@ -1,0 +1,304 @@
+"""SQL for the local engine: query sources and the ``keep_latest`` duplicate policy, run by
+DuckDB (``bulldozer[sql]``) over streamed pyiceberg scans.
+
+Every table a query names (``namespace.table``) is scanned at one snapshot, pinned when
+the run starts, and registered as a streaming Arrow reader, so DuckDB reads it without
+copying the table into memory first. The SQL dialect is DuckDB's (joins, filters,
+projections, aggregates, window functions, CTEs); a query may only name tables of the
+spec's catalog. Aggregates and windows (including ``keep_latest``) hold their state in
+memory, as DuckDB does.
+
+Field numbers of a query's output: a column named like a column of a source table, with
+the same type, keeps that column's Iceberg field id (and its nested ids), so a job can
+move from a table to a query without breaking readers; any other column gets a number
+derived from its name (stable across runs and column order). Derived columns must be
+scalars.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from bulldozer.errors import CatalogError, DuplicateKeyError, SchemaError, SpecError, SpecIssue
+from bulldozer.spec.models import JobSpec
+
+__all__ = ["SqlSource", "build_sql_source", "open_reader", "quote", "referenced_tables"]
+
+BATCH_ROWS = 65_536
+_TABLE_RE = re.compile(r'^"?([A-Za-z_][A-Za-z0-9_]*)"?\."?([A-Za-z_][A-Za-z0-9_]*)"?')
+
+
+def quote(identifier: str) -> str:
+    """A DuckDB identifier, quoted (embedded quotes doubled): safe for any column name."""
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def _duckdb() -> Any:
+    try:
+        import duckdb
+    except ImportError as exc:
+        raise CatalogError("query sources and keep_latest need DuckDB: pip install 'bulldozer[sql]'") from exc
+    return duckdb
+
+
+def referenced_tables(query: str) -> list[str]:
+    """``namespace.table`` names a query reads (it must parse)."""
+    duckdb = _duckdb()
+    try:
+        names = duckdb.get_table_names(query, qualified=True)
+    except duckdb.Error as exc:
+        raise SpecError([SpecIssue("spec", "data_movement.source.query", f"the query does not parse: {exc}")]) from None
+    out = []
+    for name in sorted(names):
+        m = _TABLE_RE.match(name)
+        if m is None:
+            raise CatalogError(f"the query reads {name.split(' AS ')[0]!r}; name tables as namespace.table")
+        out.append(f"{m.group(1)}.{m.group(2)}")
+    return sorted(set(out))
+
+
+@dataclass
+class SqlSource:
+    """A source that DuckDB runs: the SQL, the tables it reads at their pinned snapshots,
+    and the Iceberg schema of its output."""
+
+    sql: str
+    tables: dict[str, tuple[Any, int]]  # "ns.table" -> (pyiceberg table, snapshot id)
+    schema: Any = None
+    filters: dict[str, str | None] = field(default_factory=dict)  # pushed into a table's scan
+
+    @property
+    def snapshots(self) -> dict[str, int]:
+        return {name: snap for name, (_, snap) in self.tables.items()}
+
+
+def _storage(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Top-level extension columns (uuid) as their storage type: DuckDB reads them as BLOB."""
+    if not any(isinstance(f.type, pa.BaseExtensionType) for f in batch.schema):
+        return batch
+    arrays = [c.storage if isinstance(c.type, pa.BaseExtensionType) else c for c in batch.columns]
+    return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names)
+
+
+def _storage_schema(schema: pa.Schema) -> pa.Schema:
+    return pa.schema(
+        [pa.field(f.name, f.type.storage_type if isinstance(f.type, pa.BaseExtensionType) else f.type) for f in schema]
+    )
+
+
+def _reader(table: Any, snapshot_id: int, row_filter: str | None) -> pa.RecordBatchReader:
+    from pyiceberg.expressions import AlwaysTrue
+
+    scan = table.scan(snapshot_id=snapshot_id, row_filter=row_filter or AlwaysTrue())
+    source = scan.to_arrow_batch_reader()
+    schema = _storage_schema(source.schema)
+    return pa.RecordBatchReader.from_batches(schema, (_storage(b) for b in source))
+
+
+def _connect(source: SqlSource, empty: bool = False) -> Any:
+    duckdb = _duckdb()
+    con = duckdb.connect()
+    schemas = set()
+    for i, (name, (table, snap)) in enumerate(sorted(source.tables.items())):
+        namespace, table_name = name.split(".")
+        if empty:
+            arrow_schema = _storage_schema(table.scan(snapshot_id=snap).projection().as_arrow())
+            con.register(f"__src_{i}", pa.Table.from_batches([], schema=arrow_schema))
+        else:
+            con.register(f"__src_{i}", _reader(table, snap, source.filters.get(name)))
+        if namespace not in schemas:
+            con.execute(f"CREATE SCHEMA {quote(namespace)}")
+            schemas.add(namespace)
+        con.execute(f"CREATE VIEW {quote(namespace)}.{quote(table_name)} AS SELECT * FROM __src_{i}")
+    return con
+
+
+def open_reader(
+    source: SqlSource, columns: list[str] | None = None, batch_rows: int = BATCH_ROWS
+) -> Iterator[pa.RecordBatch]:
+    """Stream the source's rows (optionally only ``columns``) as record batches."""
+    con = _connect(source)
+    sql = source.sql
+    if columns is not None:
+        sql = f"SELECT {', '.join(quote(c) for c in columns)} FROM ({sql})"
+    try:
+        reader = con.sql(sql).to_arrow_reader(batch_rows)
+        yield from reader
+    finally:
+        con.close()
+
+
+def _keep_latest(sql: str, keys: list[str], order_by: str) -> str:
+    k = ", ".join(quote(c) for c in keys)
+    return (
+        f"SELECT * EXCLUDE (__bulldozer_rank) FROM (SELECT *, row_number() OVER "
+        f"(PARTITION BY {k} ORDER BY {quote(order_by)} DESC NULLS LAST) AS __bulldozer_rank FROM ({sql})) "
+        f"WHERE __bulldozer_rank = 1"
+    )
+
+
+def check_ties(source: SqlSource, base_sql: str, keys: list[str], order_by: str) -> None:
+    """keep_latest needs one latest row per key: refuse keys whose rows tie on order_by."""
+    k = ", ".join(quote(c) for c in keys)
+    o = quote(order_by)
+    sql = (
+        f"SELECT {k} FROM (SELECT {k}, {o}, max({o}) OVER (PARTITION BY {k}) AS __m FROM ({base_sql})) "
+        f"WHERE {o} IS NOT DISTINCT FROM __m GROUP BY {k} HAVING count(*) > 1 LIMIT 3"
+    )
+    con = _connect(source)
+    try:
+        ties = con.sql(sql).fetchall()
+    finally:
+        con.close()
+    if ties:
+        shown = ", ".join(str(dict(zip(keys, row, strict=True))) for row in ties)
+        raise DuplicateKeyError(
+            f"duplicate_keys keep_latest: rows with the same key tie on {order_by!r} (the latest is ambiguous), "
+            f"e.g. {shown}"
+        )
+
+
+# ----------------------------------------------------------------- output schema
+
+
+def _signature(t: pa.DataType) -> str:
+    if isinstance(t, pa.BaseExtensionType):
+        return _signature(t.storage_type)
+    if pa.types.is_struct(t):
+        return "struct<" + ",".join(f"{f.name}:{_signature(f.type)}" for f in t) + ">"
+    if pa.types.is_map(t):
+        return f"map<{_signature(t.key_type)},{_signature(t.item_type)}>"
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return f"list<{_signature(t.value_type)}>"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "string"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return "binary"
+    if pa.types.is_timestamp(t):
+        return f"timestamp[{t.unit}{', tz' if t.tz else ''}]"
+    return str(t)
+
+
+def _derived_type(name: str, t: pa.DataType) -> Any:
+    from pyiceberg import types as it
+
+    if pa.types.is_boolean(t):
+        return it.BooleanType()
+    if pa.types.is_integer(t):
+        return it.IntegerType() if t.bit_width <= 32 and pa.types.is_signed_integer(t) else it.LongType()
+    if pa.types.is_float32(t):
+        return it.FloatType()
+    if pa.types.is_floating(t):
+        return it.DoubleType()
+    if pa.types.is_decimal(t):
+        return it.DecimalType(t.precision, t.scale)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return it.StringType()
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return it.BinaryType()
+    if pa.types.is_date(t):
+        return it.DateType()
+    if pa.types.is_time(t):
+        return it.TimeType()
+    if pa.types.is_timestamp(t):
+        return it.TimestamptzType() if t.tz else it.TimestampType()
+    raise SchemaError(
+        f"the query's column {name!r} has type {t}, computed by the query; derived columns must be scalars "
+        "(select nested columns from a table as they are)"
+    )
+
+
+def _ids(nf: Any) -> list[int]:
+    from pyiceberg.types import ListType, MapType, StructType
+
+    out = [nf.field_id]
+    t = nf.field_type
+    if isinstance(t, StructType):
+        for child in t.fields:
+            out += _ids(child)
+    elif isinstance(t, ListType):
+        out += _ids(t.element_field)
+    elif isinstance(t, MapType):
+        out += _ids(t.key_field) + _ids(t.value_field)
+    return out
+
+
+def output_schema(arrow_schema: pa.Schema, sources: list[Any]) -> Any:
+    """The Iceberg schema of a query's output (see the module docstring for the numbers)."""
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField
+
+    known: dict[str, Any] = {}
+    for schema in sources:
+        for nf in schema.fields:
+            known.setdefault(nf.name, nf)
+    fields = []
+    owner: dict[int, str] = {}
+    for f in arrow_schema:
+        src = known.get(f.name)
+        if src is not None and _signature(schema_to_pyarrow(src.field_type)) == _signature(f.type):
+            nf = NestedField(src.field_id, f.name, src.field_type, required=False)
+        else:
+            derived = 1_000_000 + zlib.crc32(f.name.encode()) % 500_000_000
+            nf = NestedField(derived, f.name, _derived_type(f.name, f.type), required=False)
+        for fid in _ids(nf):
+            if fid in owner:
+                raise SchemaError(
+                    f"the query's columns {owner[fid]!r} and {f.name!r} would share field number {fid}; "
+                    "rename one of them in the query"
+                )
+            owner[fid] = f.name
+        fields.append(nf)
+    return Schema(*fields)
+
+
+def build_sql_source(spec: JobSpec, catalog: Any, schema_of: Any) -> SqlSource:
+    """The SqlSource of a spec whose source is a query, or a table with keep_latest.
+    ``schema_of(table, snapshot_id)`` gives a table's schema at a snapshot."""
+    from bulldozer.warehouse.catalog import load_table
+
+    dm = spec.data_movement
+    names = referenced_tables(dm.source.query) if dm.source.query else [dm.source.table or ""]
+    tables = {}
+    for name in names:
+        table = load_table(catalog, name)
+        snapshot = table.snapshot_by_id(dm.snapshot_id) if dm.snapshot_id else table.current_snapshot()
+        if snapshot is None:
+            raise CatalogError(f"table {name!r} has no snapshot to read (is it empty?)")
+        tables[name] = (table, snapshot.snapshot_id)
+    if dm.source.query:
+        base = dm.source.query
+        filters: dict[str, str | None] = {}
+    else:
+        table_name = names[0]
+        namespace, name = table_name.split(".")
+        base = f"SELECT * FROM {quote(namespace)}.{quote(name)}"
+        filters = {table_name: dm.filter}
+    source = SqlSource(base, tables, filters=filters)
+    if dm.source.query:
+        con = _connect(source, empty=True)
+        try:
+            try:
+                arrow_schema = con.sql(f"SELECT * FROM ({base}) LIMIT 0").to_arrow_table().schema
+            except Exception as exc:  # DuckDB's binder / catalog errors
+                raise SpecError(
+                    [SpecIssue("spec", "data_movement.source.query", f"the query cannot run: {exc}".splitlines()[0])]
+                ) from None
+        finally:
+            con.close()
+        source.schema = output_schema(arrow_schema, [schema_of(t, s) for t, s in tables.values()])
+    else:
+        table, snap = tables[names[0]]
+        source.schema = schema_of(table, snap)
+    if dm.duplicate_keys.policy == "keep_latest":
+        assert dm.duplicate_keys.order_by is not None
+        check_ties(source, base, list(dm.key_columns), dm.duplicate_keys.order_by)
+        source.sql = _keep_latest(base, list(dm.key_columns), dm.duplicate_keys.order_by)
+    return source

@@ -1,0 +1,144 @@
+"""Query sources and the keep_latest duplicate policy (local engine, DuckDB over pinned scans)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bulldozer.errors import CatalogError, DuplicateKeyError, SpecError, TableNotFoundError
+from bulldozer.kv import KvClient
+from bulldozer.load.runner import run_job
+from bulldozer.spec import load_spec_text
+from bulldozer.spec.loader import LoadedSpec
+from bulldozer.spec.models import CatalogConfig
+from bulldozer.warehouse.catalog import open_catalog
+from bulldozer.warehouse.sample import create_sample_warehouse, generate_sample
+from tests.integration.test_run import KEY, read
+
+pytest.importorskip("duckdb", reason="the sql extra is part of the default install (scripts/bootstrap.sh)")
+pytestmark = pytest.mark.integration
+
+
+def job(source: str, values: str = "[rating, price, profile, recent_orders]", extra: str = "") -> LoadedSpec:
+    text = f"""apiVersion: bulldozer/v1
+kind: MoveDataToKvDal
+metadata: {{name: scores, owner: tests}}
+data_movement:
+  source: {source}
+  key_columns: [user_id, item_id, locale]
+  value_columns: {values}
+{extra}
+key_value_dal:
+  alias: scores
+  quality_gates: {{min_rows: 1}}
+bulldozer_protobuf: {{package: tests.scores}}
+"""
+    return load_spec_text(text, "job.yaml", env={})
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    create_sample_warehouse(tmp_path, rows=2_000)
+    return tmp_path
+
+
+def test_query_source_keeps_the_table_field_numbers(home: Path, dal: KvClient) -> None:
+    from_table = run_job(job("{table: sample.user_item_scores}"), dal, home=str(home))
+    before = read(dal, "scores", KEY)
+    query = (
+        "{query: 'SELECT user_id, item_id, locale, rating, price, profile, recent_orders, rating * 2 AS doubled "
+        "FROM sample.user_item_scores WHERE item_id < 50'}"
+    )
+    from_query = run_job(job(query, "[rating, price, profile, recent_orders, doubled]"), dal, home=str(home))
+    after = read(dal, "scores", KEY)
+    assert from_query.outcome == "succeeded" and 0 < from_query.rows <= from_table.rows
+    assert from_query.snapshots == from_table.snapshots  # the table was read at its pinned snapshot
+    assert after is not None and before is not None
+    assert {k: after[k] for k in before} == before  # same numbers: the same values decode the same
+    assert after["doubled"] == pytest.approx(2 * before["user_rating" if "user_rating" in before else "rating"])
+
+
+def test_a_query_that_does_not_parse(home: Path, dal: KvClient) -> None:
+    with pytest.raises(SpecError, match="the query does not parse"):
+        run_job(job("{query: 'SELEC user_id FRM sample.user_item_scores'}"), dal, home=str(home))
+    assert dal.list_namespaces() == []
+
+
+def test_a_query_reading_a_missing_table(home: Path, dal: KvClient) -> None:
+    with pytest.raises(TableNotFoundError, match=r"sample\.missing"):
+        run_job(job("{query: 'SELECT * FROM sample.missing'}"), dal, home=str(home))
+
+
+def test_a_query_that_does_not_bind(home: Path, dal: KvClient) -> None:
+    with pytest.raises(SpecError, match="the query cannot run"):
+        run_job(job("{query: 'SELECT no_such_column FROM sample.user_item_scores'}"), dal, home=str(home))
+
+
+def _add_newer_duplicates(home: Path, updated_shift: int) -> Any:
+    table = open_catalog(CatalogConfig(), home).load_table("sample.user_item_scores")
+    newer = generate_sample(10, variant=5)  # the first 10 keys again, other values
+    import pyarrow.compute as pc
+
+    newer = newer.set_column(
+        newer.schema.get_field_index("updated_at"),
+        "updated_at",
+        pc.add(newer.column("updated_at").cast("int64"), updated_shift).cast(newer.schema.field("updated_at").type),
+    )
+    table.append(newer.cast(table.schema().as_arrow()))
+    return table
+
+
+KEEP_LATEST = "  duplicate_keys: {policy: keep_latest, order_by: updated_at}"
+
+
+def test_keep_latest_picks_the_newest_row_deterministically(home: Path, dal: KvClient) -> None:
+    _add_newer_duplicates(home, updated_shift=10**12)  # the appended rows are newer
+    values = "[rating, price, updated_at]"
+    record = run_job(job("{table: sample.user_item_scores}", values, KEEP_LATEST), dal, home=str(home))
+    assert record.rows == 2_000  # one row per key
+    first_key = {"user_id": 1_000_000, "item_id": 1, "locale": "en_US"}
+    newest = generate_sample(10, variant=5).slice(0, 1).to_pylist()[0]
+    assert read(dal, "scores", first_key)["price"] == str(newest["price"])
+
+
+def test_keep_latest_refuses_ties(home: Path, dal: KvClient) -> None:
+    _add_newer_duplicates(home, updated_shift=-5 * 86_400_000_000)  # variant 5's day shift undone: a tie
+    with pytest.raises(DuplicateKeyError, match="tie on 'updated_at'"):
+        run_job(
+            job("{table: sample.user_item_scores}", "[rating, price, updated_at]", KEEP_LATEST), dal, home=str(home)
+        )
+
+
+def test_without_keep_latest_the_same_duplicates_fail(home: Path, dal: KvClient) -> None:
+    _add_newer_duplicates(home, updated_shift=10**12)
+    with pytest.raises(DuplicateKeyError, match="rows sharing a key"):
+        run_job(job("{table: sample.user_item_scores}", "[rating, price, updated_at]"), dal, home=str(home))
+
+
+def test_spark_refuses_sql_sources_clearly(home: Path, dal: KvClient) -> None:
+    from bulldozer.load.engines.base import LoadEngine
+
+    class NoSql(LoadEngine):  # stands for any engine without SQL support (e.g. spark)
+        name = "nosql"
+
+        def load(self, *a: Any) -> Any:
+            raise AssertionError("must not be called")
+
+        def key_hashes_of(self, *a: Any) -> Any:
+            raise AssertionError
+
+        def find_keys(self, *a: Any) -> Any:
+            raise AssertionError
+
+    with pytest.raises(CatalogError, match="need --engine local"):
+        run_job(job("{query: 'SELECT * FROM sample.user_item_scores'}"), dal, home=str(home), engine=NoSql())
+
+
+def test_plan_of_a_query_source(home: Path, dal: KvClient) -> None:
+    from bulldozer.load.plan import plan_run
+
+    plan = plan_run(job("{query: 'SELECT * FROM sample.user_item_scores WHERE item_id < 20'}"), dal, str(home))
+    assert plan.rows == 2_000 and plan.table == "query over sample.user_item_scores"
+    assert dal.list_namespaces() == []
