@@ -10,6 +10,7 @@ bounded by a few batches, whatever the table's size.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -56,24 +57,19 @@ class LocalEngine(LoadEngine):
     name = "local"
     runs_sql = True
 
-    def _splits(self, plan: LoadPlan, columns: list[str]) -> Iterator[tuple[str, int, Iterator[pa.RecordBatch]]]:
-        """(split id, rows expected, batches) for each split of the source."""
+    def _splits(self, plan: LoadPlan, columns: list[str]) -> list[tuple[str, int, Iterator[pa.RecordBatch]]]:
+        """(split id, rows expected, lazy batches) for each split of the source; the scan is
+        planned once, and a split's file is only read when its batches are iterated."""
         if plan.sql is not None:
             from bulldozer.load.sql import open_reader
 
-            yield "sql", 0, open_reader(plan.sql, columns)
-            return
+            return [("sql", 0, open_reader(plan.sql, columns))]
         scan = _scan(plan, columns)
-        for task in _tasks(scan):
-            yield split_id(task), task.file.record_count, _batches(plan, scan, task)
-
-    def _expected(self, plan: LoadPlan) -> int:
-        if plan.sql is not None:
-            return 0
-        return sum(t.file.record_count for t in _tasks(_scan(plan, plan.columns)))
+        return [(split_id(task), task.file.record_count, _batches(plan, scan, task)) for task in _tasks(scan)]
 
     def load(self, plan: LoadPlan, client: KvClient, on_split: SplitDone, progress: Progress) -> LoadResult:
-        expected = self._expected(plan)
+        splits = self._splits(plan, plan.columns)
+        expected = sum(rows for _sid, rows, _batches in splits)
         encoder = RowEncoder(plan.proto)
         result = LoadResult(splits=dict(plan.done))
         write = plan.spec.key_value_dal.write
@@ -86,7 +82,7 @@ class LocalEngine(LoadEngine):
             in_flight=write.in_flight_batches,
         ) as writer:
             throttle = _Throttle(write.records_per_second)
-            for sid, _rows, batches in self._splits(plan, plan.columns):
+            for sid, _rows, batches in splits:
                 if sid in plan.done:
                     continue
                 split = SplitResult(sid, 0, Digest())
@@ -138,8 +134,6 @@ class _Throttle:
     """Keeps the send rate under ``records_per_second`` (None: no limit)."""
 
     def __init__(self, rate: int | None) -> None:
-        import time
-
         self.rate = rate
         self.started = time.monotonic()
         self.sent = 0
@@ -147,8 +141,6 @@ class _Throttle:
     def wait(self, n: int) -> None:
         if not self.rate:
             return
-        import time
-
         self.sent += n
         ahead = self.sent / self.rate - (time.monotonic() - self.started)
         if ahead > 0:
