@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-__all__ = ["Digest", "digest_arrays", "digest_pairs", "key_hashes"]
+__all__ = ["Digest", "digest_and_key_hashes", "digest_arrays", "digest_pairs", "key_hashes"]
 
 _C1 = np.uint64(0x9E3779B97F4A7C15)
 _C2 = np.uint64(0xBF58476D1CE4E5B9)
@@ -37,8 +37,10 @@ def _hashes(items: Sequence[bytes], seed: int = 0) -> np.ndarray[Any, Any]:
     return np.fromiter((h(b, seed) for b in items), dtype=np.uint64, count=len(items))
 
 
-def _pair_hashes(keys: Sequence[bytes], values: Sequence[bytes]) -> np.ndarray[Any, Any]:
-    hk = _hashes(keys)
+def _pair_hashes(
+    keys: Sequence[bytes], values: Sequence[bytes], hk: np.ndarray[Any, Any] | None = None
+) -> np.ndarray[Any, Any]:
+    hk = _hashes(keys) if hk is None else hk
     hv = _hashes(values, 0x5BD1E995)
     with np.errstate(over="ignore"):
         return _mix(hk * _C1 + ((hv << np.uint64(17)) | (hv >> np.uint64(47))) + _C3)
@@ -111,10 +113,17 @@ def _as_list(arr: Any) -> tuple[list[bytes], int]:
 
 def digest_arrays(keys: Any, values: Any) -> Digest:
     """Digest of pairs held in two Arrow binary arrays (the encoder's output)."""
+    return digest_and_key_hashes(keys, values)[0]
+
+
+def digest_and_key_hashes(keys: Any, values: Any) -> tuple[Digest, np.ndarray[Any, Any]]:
+    """The digest of the pairs and the hash of each key (for duplicate detection), hashing
+    every key once."""
     key_list, key_bytes = _as_list(keys)
     value_list, value_bytes = _as_list(values)
-    h = _pair_hashes(key_list, value_list)
-    return Digest(len(h), int(h.sum(dtype=np.uint64)), key_bytes + value_bytes)
+    hk = _hashes(key_list)
+    h = _pair_hashes(key_list, value_list, hk)
+    return Digest(len(h), int(h.sum(dtype=np.uint64)), key_bytes + value_bytes), hk
 
 
 def key_hashes(keys: Any) -> np.ndarray[Any, Any]:

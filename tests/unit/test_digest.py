@@ -46,3 +46,14 @@ def test_sliced_arrays() -> None:
     keys = pa.array([b"a", b"bb", b"ccc", b"dddd"], pa.large_binary())
     values = pa.array([b"1", b"22", b"333", b"4444"], pa.large_binary())
     assert digest_arrays(keys.slice(1, 2), values.slice(1, 2)) == digest_pairs([(b"bb", b"22"), (b"ccc", b"333")])
+
+
+@given(PAIRS)
+def test_digest_and_key_hashes_in_one_pass(pairs: list[tuple[bytes, bytes]]) -> None:
+    from bulldozer.kv.digest import digest_and_key_hashes, key_hashes
+
+    keys = pa.array([k for k, _ in pairs], pa.large_binary())
+    values = pa.array([v for _, v in pairs], pa.large_binary())
+    digest, hashes = digest_and_key_hashes(keys, values)
+    assert digest == digest_pairs(pairs)
+    assert hashes.tolist() == key_hashes(keys).tolist()

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from bulldozer.kv.client import KvClient
-from bulldozer.kv.digest import Digest, digest_arrays, key_hashes
+from bulldozer.kv.digest import Digest, digest_and_key_hashes, key_hashes
 from bulldozer.load.encode import RowEncoder
 from bulldozer.load.engines.base import LoadEngine, LoadPlan, LoadResult, Progress, SplitDone, SplitResult
 
@@ -92,12 +92,13 @@ class LocalEngine(LoadEngine):
                     encoded = encoder.encode(batch)
                     writer.add_arrays(encoded.keys, encoded.values)
                     split.rows += batch.num_rows
-                    split.digest.add(digest_arrays(encoded.keys, encoded.values))
+                    digest, hashes = digest_and_key_hashes(encoded.keys, encoded.values)
+                    split.digest.add(digest)
                     for name in batch.schema.names:
                         nulls = batch.column(name).null_count
                         if nulls:
                             split.null_counts[name] = split.null_counts.get(name, 0) + nulls
-                    result.key_hashes.append(key_hashes(encoded.keys))
+                    result.key_hashes.append(hashes)
                     done_rows += batch.num_rows
                     progress(done_rows, expected)
                     throttle.wait(batch.num_rows)

@@ -94,7 +94,7 @@ def _partition_writer(proto: Any, address: str, token: str | None, version: str,
         from pyspark import TaskContext
 
         from bulldozer.kv.client import KvClient
-        from bulldozer.kv.digest import Digest, digest_arrays, key_hashes
+        from bulldozer.kv.digest import Digest, digest_and_key_hashes
         from bulldozer.load.encode import RowEncoder
 
         encoder = RowEncoder(proto)
@@ -108,8 +108,9 @@ def _partition_writer(proto: Any, address: str, token: str | None, version: str,
                     continue
                 encoded = encoder.encode(batch)
                 writer.add_arrays(encoded.keys, encoded.values)
-                digest.add(digest_arrays(encoded.keys, encoded.values))
-                hashes.append(key_hashes(encoded.keys))
+                batch_digest, batch_hashes = digest_and_key_hashes(encoded.keys, encoded.values)
+                digest.add(batch_digest)
+                hashes.append(batch_hashes)
                 rows += batch.num_rows
                 for name in batch.schema.names:
                     if batch.column(name).null_count:
