@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from bulldozer._version import __version__
-from bulldozer.cli import proto_cmd, run_cmds, serve_cmd, spec_cmds, warehouse_cmds
+from bulldozer.cli import ops_cmds, proto_cmd, run_cmds, serve_cmd, spec_cmds, warehouse_cmds
 
 app = typer.Typer(
     name="bulldozer",
@@ -43,6 +43,12 @@ app.command("get")(run_cmds.get)
 app.command("runs")(run_cmds.runs)
 app.command("plan")(run_cmds.plan)
 app.command("serve")(serve_cmd.serve)
+app.command("namespaces")(ops_cmds.namespaces)
+app.add_typer(ops_cmds.namespace_app, name="namespace")
+app.add_typer(ops_cmds.alias_app, name="alias")
+app.command("rollback")(ops_cmds.rollback)
+app.command("gc")(ops_cmds.gc)
+app.command("scan")(ops_cmds.scan)
 app.add_typer(warehouse_cmds.app, name="warehouse")
 
 

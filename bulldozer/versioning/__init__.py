@@ -1,5 +1,6 @@
 """Versions of an alias over the KV DAL client: retention and rollback."""
 
 from bulldozer.versioning.retention import RetentionPlan, apply_retention, plan_retention
+from bulldozer.versioning.rollback import previous_version, rollback
 
-__all__ = ["RetentionPlan", "apply_retention", "plan_retention"]
+__all__ = ["RetentionPlan", "apply_retention", "plan_retention", "previous_version", "rollback"]

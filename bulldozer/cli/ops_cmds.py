@@ -1,0 +1,251 @@
+"""Operator commands: see what is live, undo a bad version, clean up."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from bulldozer.cli.common import console, fail, handle_errors, print_json
+from bulldozer.kv.backends.base import NamespaceRecord
+
+HOME_HELP = "Embedded state folder (default $BULLDOZER_HOME or ./.bulldozer)."
+ENDPOINT_HELP = "embedded or HOST:PORT."
+Endpoint = Annotated[str, typer.Option(help=ENDPOINT_HELP)]
+Home = Annotated[str | None, typer.Option(help=HOME_HELP, show_default=False)]
+Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+namespace_app = typer.Typer(help="One version namespace: describe or drop it.", no_args_is_help=True)
+alias_app = typer.Typer(help="Aliases: where one points, and every change to it.", no_args_is_help=True)
+
+
+def _ns_json(n: NamespaceRecord) -> dict[str, Any]:
+    data = n.to_json()
+    data.pop("value_descriptor_set")
+    data["digest"] = f"{n.digest:#018x}"
+    return data
+
+
+@handle_errors
+def namespaces(
+    alias: Annotated[str | None, typer.Argument(help="Only this alias's versions.", show_default=False)] = None,
+    endpoint: Endpoint = "embedded",
+    home: Home = None,
+    as_json: Json = False,
+) -> None:
+    """List version namespaces (newest last) with their state, size and times."""
+    from bulldozer.kv.connect import connect
+
+    with connect(endpoint, home) as client:
+        records = client.list_namespaces(alias)
+    if as_json:
+        print_json([_ns_json(n) for n in records])
+        return
+    table = Table(title=f"versions of {alias}" if alias else "namespaces")
+    for col in ("namespace", "state", "records", "MiB", "created", "state changed"):
+        table.add_column(col, overflow="fold")
+    for n in records:
+        table.add_row(
+            n.name,
+            n.state.value,
+            f"{n.record_count:,}",
+            f"{n.bytes / 1024**2:,.1f}",
+            n.created.strftime("%Y-%m-%d %H:%M:%S"),
+            n.state_changed.strftime("%Y-%m-%d %H:%M:%S"),
+        )
+    console.print(table)
+
+
+@namespace_app.command("describe")
+@handle_errors
+def namespace_describe(
+    name: Annotated[str, typer.Argument(help="The namespace.", show_default=False)],
+    endpoint: Endpoint = "embedded",
+    home: Home = None,
+) -> None:
+    """Everything the DAL knows about one namespace (as JSON)."""
+    from bulldozer.kv.connect import connect
+
+    with connect(endpoint, home) as client:
+        print_json(_ns_json(client.describe(name)))
+
+
+@namespace_app.command("drop")
+@handle_errors
+def namespace_drop(
+    name: Annotated[str, typer.Argument(help="The namespace.", show_default=False)],
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask.")] = False,
+    endpoint: Endpoint = "embedded",
+    home: Home = None,
+) -> None:
+    """Drop a namespace's data (refused for the ACTIVE version of an alias)."""
+    from bulldozer.kv.connect import connect
+
+    if not yes and not typer.confirm(f"drop {name} and all its data?"):
+        raise typer.Exit(1)
+    with connect(endpoint, home) as client:
+        dropped = client.drop(name)
+    console.print(f"[green]✓[/] {dropped.name} is {dropped.state.value}")
+
+
+@alias_app.command("show")
+@handle_errors
+def alias_show(
+    alias: Annotated[str, typer.Argument(help="The alias.", show_default=False)],
+    endpoint: Endpoint = "embedded",
+    home: Home = None,
+    as_json: Json = False,
+) -> None:
+    """Where the alias points, and that version's size and run."""
+    from bulldozer.kv.connect import connect
+
+    with connect(endpoint, home) as client:
+        record = client.get_alias(alias)
+        live = client.describe(record.namespace)
+    data = {**record.to_json(), "version": _ns_json(live)}
+    if as_json:
+        print_json(data)
+        return
+    console.print(
+        f"[bold]{alias}[/] → {record.namespace} (change #{record.generation}, {record.updated:%Y-%m-%d %H:%M:%S} UTC): "
+        f"{live.record_count:,} records, {live.state.value}"
+    )
+
+
+@alias_app.command("history")
+@handle_errors
+def alias_history(
+    alias: Annotated[str, typer.Argument(help="The alias.", show_default=False)],
+    limit: Annotated[int, typer.Option(min=1, help="Newest changes to show.")] = 50,
+    endpoint: Endpoint = "embedded",
+    home: Home = None,
+    as_json: Json = False,
+) -> None:
+    """Every change of the alias (flips and rollbacks), newest first, with who and why."""
+    from bulldozer.kv.connect import connect
+
+    with connect(endpoint, home) as client:
+        changes = client.alias_history(alias, limit)
+    if as_json:
+        print_json([c.to_json() for c in changes])
+        return
+    table = Table(title=f"history of {alias}")
+    for col in ("#", "time (UTC)", "from", "to", "principal", "reason"):
+        table.add_column(col, overflow="fold")
+    for c in changes:
+        table.add_row(
+            str(c.generation),
+            f"{c.time:%Y-%m-%d %H:%M:%S}",
+            c.from_namespace or "-",
+            c.to_namespace,
+            c.principal,
+            c.reason,
+        )
+    console.print(table)
+
+
+@handle_errors
+def rollback(
+    alias: Annotated[str, typer.Argument(help="The alias to roll back.", show_default=False)],
+    to: Annotated[str | None, typer.Option(help="The version to point at (default: the previous one).")] = None,
+    reason: Annotated[str, typer.Option(help="Why (kept in the alias history).")] = "",
+    expect: Annotated[
+        str | None,
+        typer.Option(help="Refuse unless the alias still points here (the version you looked at).", show_default=False),
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask.")] = False,
+    endpoint: Endpoint = "embedded",
+    home: Home = None,
+    as_json: Json = False,
+) -> None:
+    """Point an alias back at an earlier version, atomically (a compare-and-set).
+
+    Refused when the target was dropped, failed or never sealed, or when the alias moved
+    since you looked (--expect). Every rollback is kept in the alias history.
+    """
+    from bulldozer.kv.connect import connect
+    from bulldozer.versioning.rollback import previous_version
+    from bulldozer.versioning.rollback import rollback as do_rollback
+
+    with connect(endpoint, home) as client:
+        current = expect or client.get_alias(alias).namespace
+        target = to or previous_version(client, alias, current).name
+        if not yes and not as_json and not typer.confirm(f"point {alias} from {current} back to {target}?"):
+            raise typer.Exit(1)
+        before, record = do_rollback(client, alias, target, reason, expected=current)
+    if as_json:
+        print_json({"alias": alias, "from": before, "to": record.namespace, "generation": record.generation})
+    else:
+        console.print(f"[green]✓[/] {alias}: {before} → {record.namespace}")
+
+
+@handle_errors
+def gc(
+    keep: Annotated[int, typer.Option(min=0, help="RETIRED versions kept per alias, for rollback.")] = 2,
+    grace: Annotated[str, typer.Option(help="Drop only what changed state longer ago than this.")] = "24h",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only show what would be dropped.")] = False,
+    endpoint: Endpoint = "embedded",
+    home: Home = None,
+    as_json: Json = False,
+) -> None:
+    """Apply retention to every alias: drop RETIRED versions beyond --keep, and versions left
+    LOADING, FAILED or never flipped (SEALED), once they are older than --grace."""
+    from bulldozer.kv.connect import connect
+    from bulldozer.spec.models import parse_duration
+    from bulldozer.versioning.retention import plan_retention
+
+    try:
+        grace_period: timedelta = parse_duration(grace)
+    except Exception:
+        raise fail(f"--grace {grace!r} is not a duration (e.g. 24h, 30m, 7d)", 2) from None
+    dropped: dict[str, list[str]] = {}
+    with connect(endpoint, home) as client:
+        by_alias: dict[str, list[NamespaceRecord]] = {}
+        for n in client.list_namespaces():
+            by_alias.setdefault(n.alias, []).append(n)
+        for alias, records in sorted(by_alias.items()):
+            plan = plan_retention(records, keep, grace_period)
+            if plan.drop:
+                dropped[alias] = plan.drop
+                if not dry_run:
+                    for name in plan.drop:
+                        client.drop(name)
+    if as_json:
+        print_json({"dry_run": dry_run, "dropped": dropped})
+        return
+    if not dropped:
+        console.print("[green]✓[/] nothing to drop")
+    for alias, names in dropped.items():
+        verb = "would drop" if dry_run else "dropped"
+        console.print(f"{alias}: {verb} {', '.join(names)}")
+
+
+@handle_errors
+def scan(
+    target: Annotated[str, typer.Argument(help="ALIAS or ALIAS@VERSION.", show_default=False)],
+    limit: Annotated[int, typer.Option(min=1, help="Records to print.")] = 10,
+    endpoint: Endpoint = "embedded",
+    home: Home = None,
+) -> None:
+    """Print records in key order as JSON lines ({"key": ..., "value": ...}), decoded with the
+    version's own stored schema."""
+    from bulldozer.kv.connect import connect
+    from bulldozer.load.decode import message_to_json
+    from bulldozer.schema.compile import load_message_classes
+
+    alias, _, version = target.partition("@")
+    with connect(endpoint, home) as client:
+        name = version or client.get_alias(alias).namespace
+        info = client.describe(name)
+        if info.alias != alias:
+            raise fail(f"{name} is not a version of {alias}", 2)
+        key_cls, value_cls = load_message_classes(info.value_descriptor_set, info.key_message, info.value_message)
+        for key, value in client.scan(alias=f"{alias}@{name}", limit=limit):
+            line = {
+                "key": message_to_json(key_cls.FromString(key)),
+                "value": message_to_json(value_cls.FromString(value)),
+            }
+            typer.echo(json.dumps(line))

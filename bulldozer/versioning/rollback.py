@@ -1,0 +1,38 @@
+"""Rollback: point an alias back at an earlier, still readable version — one atomic
+compare-and-set, recorded in the alias history with principal and reason."""
+
+from __future__ import annotations
+
+from bulldozer.errors import NamespaceNotFoundError, NamespaceStateError
+from bulldozer.kv.backends.base import AliasRecord, NamespaceRecord, State
+from bulldozer.kv.client import KvClient
+
+__all__ = ["previous_version", "rollback"]
+
+
+def previous_version(client: KvClient, alias: str, current: str) -> NamespaceRecord:
+    """The version that was live before ``current``: the most recently retired one."""
+    retired = [n for n in client.list_namespaces(alias) if n.state == State.RETIRED and n.name != current]
+    if not retired:
+        raise NamespaceNotFoundError(
+            f"alias {alias!r} has no previous version to roll back to (no RETIRED version is left)"
+        )
+    return max(retired, key=lambda n: n.state_changed)
+
+
+def rollback(
+    client: KvClient, alias: str, to: str | None = None, reason: str = "", expected: str | None = None
+) -> tuple[str, AliasRecord]:
+    """Point ``alias`` at ``to`` (default: the previous version). ``expected`` is the
+    version the operator saw live; if the alias moved since, the rollback is refused."""
+    current = expected or client.get_alias(alias).namespace
+    target = client.describe(to) if to else previous_version(client, alias, current)
+    if target.alias != alias:
+        raise NamespaceStateError(f"{target.name} is a version of {target.alias!r}, not of {alias!r}")
+    if target.state not in (State.RETIRED, State.SEALED, State.ACTIVE):
+        raise NamespaceStateError(
+            f"cannot roll back to {target.name}: it is {target.state.value}; only a sealed version that is "
+            "still kept (SEALED or RETIRED) can become live again"
+        )
+    record = client.compare_and_set_alias(alias, current, target.name, reason=reason or f"rollback to {target.name}")
+    return current, record

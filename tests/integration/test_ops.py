@@ -1,0 +1,125 @@
+"""Operator commands over a real DAL: rollback, alias show/history, gc, scan, namespaces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bulldozer.cli.main import app
+from bulldozer.errors import AliasConflictError, NamespaceNotFoundError, NamespaceStateError
+from bulldozer.kv import KvClient
+from bulldozer.kv.backends.base import State
+from bulldozer.load.runner import run_job
+from bulldozer.names import new_version_name
+from bulldozer.versioning import rollback
+from bulldozer.warehouse.sample import create_sample_warehouse
+from tests.integration.test_run import KEY, read, spec, table
+
+pytestmark = pytest.mark.integration
+runner = CliRunner()
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    create_sample_warehouse(tmp_path, rows=1_500)
+    return tmp_path
+
+
+def _cli(dal: KvClient, *args: str) -> object:
+    return runner.invoke(app, [*args, "--endpoint", dal.target])
+
+
+def test_v1_v2_rollback_reads_v1_and_history_shows_all_three(home: Path, dal: KvClient) -> None:
+    from bulldozer.warehouse.sample import overwrite_sample
+
+    v1 = run_job(spec(), dal, home=str(home))
+    first = read(dal, "user_item_scores", KEY)
+    overwrite_sample(table(home), rows=1_500, variant=1)
+    v2 = run_job(spec(), dal, home=str(home))
+    assert read(dal, "user_item_scores", KEY) != first
+    result = _cli(dal, "rollback", "user_item_scores", "--yes", "--reason", "bad prices", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {
+        "alias": "user_item_scores",
+        "from": v2.version,
+        "to": v1.version,
+        "generation": 3,
+    }
+    assert read(dal, "user_item_scores", KEY) == first
+    history = json.loads(_cli(dal, "alias", "history", "user_item_scores", "--json").stdout)
+    assert [(h["from_namespace"], h["to_namespace"]) for h in history] == [
+        (v2.version, v1.version),
+        (v1.version, v2.version),
+        ("", v1.version),
+    ]
+    assert history[0]["reason"] == "bad prices" and history[0]["principal"]
+    shown = json.loads(_cli(dal, "alias", "show", "user_item_scores", "--json").stdout)
+    assert shown["namespace"] == v1.version and shown["version"]["state"] == "ACTIVE"
+
+
+def test_rollback_with_no_previous_version(home: Path, dal: KvClient) -> None:
+    run_job(spec(), dal, home=str(home))
+    with pytest.raises(NamespaceNotFoundError, match="no previous version"):
+        rollback(dal, "user_item_scores")
+    result = _cli(dal, "rollback", "user_item_scores", "--yes")
+    assert result.exit_code == 1 and "no previous version" in result.stderr
+
+
+def test_rollback_to_a_dropped_or_failed_version_is_refused(home: Path, dal: KvClient) -> None:
+    v1 = run_job(spec(), dal, home=str(home))
+    run_job(spec(), dal, home=str(home))
+    dal.drop(v1.version)
+    with pytest.raises(NamespaceStateError, match="it is DROPPED"):
+        rollback(dal, "user_item_scores", to=v1.version)
+    failed = new_version_name("user_item_scores")
+    dal.create_namespace(failed, "user_item_scores")
+    dal.mark_failed(failed, "bad")
+    with pytest.raises(NamespaceStateError, match="it is FAILED"):
+        rollback(dal, "user_item_scores", to=failed)
+
+
+def test_a_flip_between_show_and_rollback_is_refused(home: Path, dal: KvClient) -> None:
+    v1 = run_job(spec(), dal, home=str(home))
+    v2 = run_job(spec(), dal, home=str(home))
+    seen = dal.get_alias("user_item_scores").namespace  # the operator looks: v2
+    v3 = run_job(spec(), dal, home=str(home))  # meanwhile a scheduled run flips to v3
+    with pytest.raises(AliasConflictError, match="moved it first"):
+        rollback(dal, "user_item_scores", to=v1.version, expected=seen)
+    result = _cli(dal, "rollback", "user_item_scores", "--to", v1.version, "--expect", v2.version, "--yes")
+    assert result.exit_code != 0 and "moved it first" in result.stderr
+    assert dal.get_alias("user_item_scores").namespace == v3.version
+
+
+def test_gc_drops_what_it_should_and_nothing_else(home: Path, dal: KvClient) -> None:
+    versions = [run_job(spec(), dal, home=str(home)).version for _ in range(4)]  # 1 ACTIVE + 3 RETIRED
+    loading = new_version_name("user_item_scores")
+    dal.create_namespace(loading, "user_item_scores")
+    failed = new_version_name("user_item_scores")
+    dal.create_namespace(failed, "user_item_scores")
+    dal.mark_failed(failed, "boom")
+    dry = json.loads(_cli(dal, "gc", "--keep", "1", "--grace", "0s", "--dry-run", "--json").stdout)
+    assert sorted(dry["dropped"]["user_item_scores"]) == sorted([versions[0], versions[1], loading, failed])
+    assert all(n.state != State.DROPPED for n in dal.list_namespaces())  # a dry run changes nothing
+    result = _cli(dal, "gc", "--keep", "1", "--grace", "0s", "--json")
+    assert result.exit_code == 0, result.output
+    states = {n.name: n.state for n in dal.list_namespaces("user_item_scores")}
+    assert states[versions[3]] == State.ACTIVE and states[versions[2]] == State.RETIRED
+    assert {states[n] for n in (versions[0], versions[1], loading, failed)} == {State.DROPPED}
+    kept = json.loads(_cli(dal, "gc", "--json").stdout)  # default grace 24h: nothing young is touched
+    assert kept["dropped"] == {}
+
+
+def test_scan_and_namespaces(home: Path, dal: KvClient) -> None:
+    done = run_job(spec(), dal, home=str(home))
+    result = _cli(dal, "scan", "user_item_scores", "--limit", "3")
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(lines) == 3 and set(lines[0]["key"]) == {"user_id", "item_id", "locale"}
+    listed = json.loads(_cli(dal, "namespaces", "user_item_scores", "--json").stdout)
+    assert [n["name"] for n in listed] == [done.version] and listed[0]["record_count"] == 1_500
+    described = json.loads(_cli(dal, "namespace", "describe", done.version).stdout)
+    assert described["state"] == "ACTIVE" and described["snapshot_id"] == done.snapshot_id
+    refused = _cli(dal, "namespace", "drop", done.version, "--yes")
+    assert refused.exit_code != 0 and "ACTIVE" in refused.stderr
