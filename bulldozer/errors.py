@@ -24,6 +24,7 @@ Tree::
     │   ├── NamespaceStateError        wrong lifecycle state for the operation
     │   ├── AliasNotFoundError
     │   ├── AliasConflictError         lost compare-and-set
+    │   ├── AliasPinnedError           an operator pinned the alias
     │   ├── ResourceExhaustedError     size limits, full disk / map
     │   ├── BackendUnavailableError    server or storage engine not reachable
     │   ├── UnauthenticatedError
@@ -43,6 +44,7 @@ from typing import ClassVar
 __all__ = [
     "AliasConflictError",
     "AliasNotFoundError",
+    "AliasPinnedError",
     "BackendUnavailableError",
     "BulldozerError",
     "CatalogError",
@@ -199,6 +201,12 @@ class AliasNotFoundError(KvError):
     """The alias has never been pointed at a version."""
 
     grpc_code = "NOT_FOUND"
+
+
+class AliasPinnedError(KvError):
+    """The alias is pinned by an operator: runs build and verify versions but do not flip."""
+
+    grpc_code = "FAILED_PRECONDITION"
 
 
 class AliasConflictError(KvError):

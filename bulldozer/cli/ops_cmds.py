@@ -111,7 +111,7 @@ def alias_show(
         return
     console.print(
         f"[bold]{alias}[/] → {record.namespace} (change #{record.generation}, {record.updated:%Y-%m-%d %H:%M:%S} UTC): "
-        f"{live.record_count:,} records, {live.state.value}"
+        f"{live.record_count:,} records, {live.state.value}" + (" — PINNED" if record.pinned else "")
     )
 
 
@@ -249,3 +249,35 @@ def scan(
                 "value": message_to_json(value_cls.FromString(value)),
             }
             typer.echo(json.dumps(line))
+
+
+def _set_pin(alias: str, pinned: bool, reason: str, endpoint: str, home: str | None) -> None:
+    from bulldozer.kv.connect import connect
+
+    with connect(endpoint, home) as client:
+        record = client.set_pin(alias, pinned, reason)
+    state = "pinned" if record.pinned else "not pinned"
+    console.print(f"[green]✓[/] {alias} → {record.namespace} is {state}")
+
+
+@handle_errors
+def pin(
+    alias: Annotated[str, typer.Argument(help="The alias to hold where it is.", show_default=False)],
+    reason: Annotated[str, typer.Option(help="Why (kept in the alias history).")] = "",
+    endpoint: Endpoint = "embedded",
+    home: Home = None,
+) -> None:
+    """Hold the alias on its current version: runs keep building and verifying versions but
+    do not flip (they end with outcome "pinned"). Rollbacks still work."""
+    _set_pin(alias, True, reason, endpoint, home)
+
+
+@handle_errors
+def unpin(
+    alias: Annotated[str, typer.Argument(help="The alias to release.", show_default=False)],
+    reason: Annotated[str, typer.Option(help="Why (kept in the alias history).")] = "",
+    endpoint: Endpoint = "embedded",
+    home: Home = None,
+) -> None:
+    """Release a pinned alias: the next run flips it again."""
+    _set_pin(alias, False, reason, endpoint, home)

@@ -99,6 +99,9 @@ def run(
     if as_json:
         print_json(json.loads(record.to_json()))
         return
+    if record.outcome == "pinned":
+        console.print(f"[yellow]![/] {record.version} was built and verified but not made live: {record.error}")
+        return
     seconds = sum(record.timings.values())
     rate = record.rows / record.timings.get("load", seconds) if record.timings.get("load") else 0
     console.print(

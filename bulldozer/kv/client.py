@@ -403,11 +403,19 @@ class KvClient:
         info = self._t.call(self._t.aliases, "GetAlias", kv_pb2.GetAliasRequest(alias=alias), self.timeout)
         return _alias_record(info)
 
-    def compare_and_set_alias(self, alias: str, expected: str | None, namespace: str, reason: str = "") -> AliasRecord:
+    def compare_and_set_alias(
+        self, alias: str, expected: str | None, namespace: str, reason: str = "", respect_pin: bool = False
+    ) -> AliasRecord:
+        """Point ``alias`` at ``namespace`` if it still points at ``expected``. Runs pass
+        ``respect_pin=True`` so an operator's pin holds them off."""
         request = kv_pb2.CompareAndSetAliasRequest(
-            alias=alias, expected_namespace=expected or "", namespace=namespace, reason=reason
+            alias=alias, expected_namespace=expected or "", namespace=namespace, reason=reason, respect_pin=respect_pin
         )
         return _alias_record(self._t.call(self._t.aliases, "CompareAndSetAlias", request, self.timeout))
+
+    def set_pin(self, alias: str, pinned: bool, reason: str = "") -> AliasRecord:
+        request = kv_pb2.SetAliasPinRequest(alias=alias, pinned=pinned, reason=reason)
+        return _alias_record(self._t.call(self._t.aliases, "SetAliasPin", request, self.timeout))
 
     def alias_history(self, alias: str, limit: int = 100) -> list[AliasChange]:
         response = self._t.call(
@@ -439,7 +447,7 @@ class KvClient:
 def _alias_record(info: kv_pb2.AliasInfo) -> AliasRecord:
     from datetime import UTC
 
-    return AliasRecord(info.alias, info.namespace, info.updated.ToDatetime(tzinfo=UTC), info.generation)
+    return AliasRecord(info.alias, info.namespace, info.updated.ToDatetime(tzinfo=UTC), info.generation, info.pinned)
 
 
 class BatchWriter:

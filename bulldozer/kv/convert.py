@@ -72,7 +72,7 @@ def record_from_info(info: kv_pb2.NamespaceInfo) -> NamespaceRecord:
 
 
 def alias_info(r: AliasRecord) -> kv_pb2.AliasInfo:
-    info = kv_pb2.AliasInfo(alias=r.alias, namespace=r.namespace, generation=r.generation)
+    info = kv_pb2.AliasInfo(alias=r.alias, namespace=r.namespace, generation=r.generation, pinned=r.pinned)
     info.updated.CopyFrom(timestamp(r.updated))
     return info
 

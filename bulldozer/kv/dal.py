@@ -302,14 +302,22 @@ class KvDal:
     def list_aliases(self) -> list[AliasRecord]:
         return self.engine.list_aliases()
 
-    def compare_and_set_alias(self, alias: str, expected: str, target: str, principal: str, reason: str) -> AliasRecord:
+    def compare_and_set_alias(
+        self, alias: str, expected: str, target: str, principal: str, reason: str, respect_pin: bool = False
+    ) -> AliasRecord:
         validate_alias(alias)
         validate_namespace(target)
         if expected:
             validate_namespace(expected, "expected namespace")
         if len(reason) > 2000:
             raise InvalidArgumentError("the reason is longer than 2000 characters")
-        return self.engine.flip_alias(alias, expected or None, target, principal, reason)
+        return self.engine.flip_alias(alias, expected or None, target, principal, reason, respect_pin)
+
+    def set_pin(self, alias: str, pinned: bool, principal: str, reason: str) -> AliasRecord:
+        validate_alias(alias)
+        if len(reason) > 2000:
+            raise InvalidArgumentError("the reason is longer than 2000 characters")
+        return self.engine.set_pin(alias, pinned, principal, reason)
 
     def alias_history(self, alias: str, limit: int = 100) -> list[AliasChange]:
         validate_alias(alias)

@@ -179,7 +179,12 @@ class AliasesServicer(kv_pb2_grpc.KvAliasesServicer):
             request.namespace,
             principal_of(context),
             request.reason,
+            request.respect_pin,
         )
+        return convert.alias_info(record)
+
+    def SetAliasPin(self, request: kv_pb2.SetAliasPinRequest, context: grpc.ServicerContext) -> kv_pb2.AliasInfo:
+        record = self.dal.set_pin(request.alias, request.pinned, principal_of(context), request.reason)
         return convert.alias_info(record)
 
     def AliasHistory(

@@ -28,6 +28,7 @@ import numpy as np
 
 from bulldozer.errors import (
     AliasNotFoundError,
+    AliasPinnedError,
     BulldozerError,
     CatalogError,
     DuplicateKeyError,
@@ -298,14 +299,22 @@ def run_job(
         with stage("flip"):
             client.set_labels(record.version, {STAGE_LABEL: "flip"})
             reason = f"run {record.run_id}: {record.rows:,} rows from snapshot {record.snapshot_id}"
-            client.compare_and_set_alias(spec.alias, record.previous or None, record.version, reason=reason)
+            try:
+                client.compare_and_set_alias(
+                    spec.alias, record.previous or None, record.version, reason=reason, respect_pin=True
+                )
+            except AliasPinnedError as pinned:
+                # built and verified, kept SEALED; the operator decides when it goes live
+                record.outcome = "pinned"
+                record.error = str(pinned)
 
         with stage("retention"):
             retention = spec.key_value_dal.retention
             plan_ = apply_retention(client, spec.alias, retention.keep_versions, retention.grace_period)
             record.retention_dropped = plan_.drop
 
-        record.outcome = "succeeded"
+        if record.outcome != "pinned":
+            record.outcome = "succeeded"
         record.finished = _now()
         client.set_labels(record.version, {STAGE_LABEL: "done", RUN_LABEL: record.to_json()})
         log.info("run %s: %s now points at %s (%d rows)", record.run_id, spec.alias, record.version, record.rows)

@@ -435,3 +435,24 @@ def test_mark_failed_keeps_the_reason_and_refuses_active(kv: Harness) -> None:
     kv.client.compare_and_set_alias(alias, None, live)
     with pytest.raises(NamespaceStateError):
         kv.client.mark_failed(live, "no")
+
+
+def test_pin_holds_runs_off_but_not_operators(kv: Harness) -> None:
+    from bulldozer.errors import AliasPinnedError
+
+    alias = kv.alias()
+    v1, v2, v3 = (kv.loaded(alias, pairs(2)) for _ in range(3))
+    with pytest.raises(AliasNotFoundError):
+        kv.client.set_pin(alias, True, "nothing to pin yet")
+    kv.client.compare_and_set_alias(alias, None, v1)
+    pinned = kv.client.set_pin(alias, True, "incident 42")
+    assert pinned.pinned and pinned.namespace == v1
+    assert kv.client.set_pin(alias, True, "again").generation == pinned.generation  # no-op
+    with pytest.raises(AliasPinnedError, match="pinned"):
+        kv.client.compare_and_set_alias(alias, v1, v2, respect_pin=True)
+    moved = kv.client.compare_and_set_alias(alias, v1, v3, reason="operator")  # an operator may still move it
+    assert moved.namespace == v3 and moved.pinned  # and the pin stays
+    assert not kv.client.set_pin(alias, False).pinned
+    kv.client.compare_and_set_alias(alias, v3, v2, respect_pin=True)
+    reasons = [h.reason for h in kv.client.alias_history(alias)]
+    assert reasons[1:4] == ["unpinned", "operator", "pinned: incident 42"]

@@ -123,3 +123,17 @@ def test_scan_and_namespaces(home: Path, dal: KvClient) -> None:
     assert described["state"] == "ACTIVE" and described["snapshot_id"] == done.snapshot_id
     refused = _cli(dal, "namespace", "drop", done.version, "--yes")
     assert refused.exit_code != 0 and "ACTIVE" in refused.stderr
+
+
+def test_pin_blocks_a_flip_and_unpin_releases_it(home: Path, dal: KvClient) -> None:
+    v1 = run_job(spec(), dal, home=str(home))
+    assert _cli(dal, "pin", "user_item_scores", "--reason", "incident").exit_code == 0
+    held = run_job(spec(), dal, home=str(home))
+    assert held.outcome == "pinned" and "pinned" in held.error
+    assert dal.get_alias("user_item_scores").namespace == v1.version
+    assert dal.describe(held.version).state == State.SEALED  # built and verified, kept
+    shown = _cli(dal, "alias", "show", "user_item_scores")
+    assert "PINNED" in shown.stdout
+    assert _cli(dal, "unpin", "user_item_scores").exit_code == 0
+    freed = run_job(spec(), dal, home=str(home))
+    assert freed.outcome == "succeeded" and dal.get_alias("user_item_scores").namespace == freed.version

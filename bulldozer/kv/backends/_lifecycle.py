@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from bulldozer.errors import AliasConflictError, NamespaceNotFoundError, NamespaceStateError
+from bulldozer.errors import (
+    AliasConflictError,
+    AliasNotFoundError,
+    AliasPinnedError,
+    NamespaceNotFoundError,
+    NamespaceStateError,
+)
 from bulldozer.kv.backends.base import AliasChange, AliasRecord, NamespaceRecord, State, utcnow
 
 FLIPPABLE = frozenset({State.SEALED, State.RETIRED})
@@ -20,12 +26,18 @@ def plan_flip(
     previous: NamespaceRecord | None,
     principal: str,
     reason: str,
+    respect_pin: bool = False,
 ) -> tuple[AliasRecord, list[NamespaceRecord], AliasChange | None]:
     """What a flip writes: the new alias record, the changed namespaces, the history entry
     (None when the alias already points at the target: a retried flip is a no-op)."""
     actual = current.namespace if current else None
     if current is not None and actual == target_name:
         return current, [], None  # already there: a retried flip changes nothing
+    if current is not None and current.pinned and respect_pin:
+        raise AliasPinnedError(
+            f"alias {alias!r} is pinned at {actual}; the version was built and verified but not made live "
+            "(unpin the alias, or roll forward by hand)"
+        )
     if (expected or None) != actual:
         raise AliasConflictError(
             f"alias {alias!r} points at {actual or 'nothing'}, not {expected or 'nothing'}; "
@@ -45,9 +57,25 @@ def plan_flip(
     changed = [replace(target, state=State.ACTIVE, state_changed=now)]
     if previous is not None and previous.name != target_name and previous.state == State.ACTIVE:
         changed.append(replace(previous, state=State.RETIRED, state_changed=now))
-    record = AliasRecord(alias, target_name, now, generation)
+    record = AliasRecord(alias, target_name, now, generation, current.pinned if current else False)
     change = AliasChange(alias, now, principal, reason, actual or "", target_name, generation)
     return record, changed, change
+
+
+def plan_pin(
+    alias: str, current: AliasRecord | None, pinned: bool, principal: str, reason: str
+) -> tuple[AliasRecord, AliasChange | None]:
+    """What pinning writes (no history entry when nothing changes)."""
+    if current is None:
+        raise AliasNotFoundError(f"alias {alias!r} does not point at any version yet; there is nothing to pin")
+    if current.pinned == pinned:
+        return current, None
+    now = utcnow()
+    generation = current.generation + 1
+    record = replace(current, pinned=pinned, updated=now, generation=generation)
+    verb = "pinned" if pinned else "unpinned"
+    note = f"{verb}: {reason}" if reason else verb
+    return record, AliasChange(alias, now, principal, note, current.namespace, current.namespace, generation)
 
 
 def check_transition(name: str, record: NamespaceRecord | None, expected: frozenset[State]) -> NamespaceRecord:

@@ -126,6 +126,7 @@ class AliasRecord:
     namespace: str
     updated: datetime
     generation: int
+    pinned: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -133,6 +134,7 @@ class AliasRecord:
             "namespace": self.namespace,
             "updated": self.updated.isoformat(),
             "generation": self.generation,
+            "pinned": self.pinned,
         }
 
     @classmethod
@@ -142,6 +144,7 @@ class AliasRecord:
             data["namespace"],
             datetime.fromisoformat(data["updated"]),
             int(data["generation"]),
+            bool(data.get("pinned", False)),
         )
 
 
@@ -247,13 +250,21 @@ class StorageEngine(ABC):
     def list_aliases(self) -> list[AliasRecord]: ...
 
     @abstractmethod
-    def flip_alias(self, alias: str, expected: str | None, target: str, principal: str, reason: str) -> AliasRecord:
+    def flip_alias(
+        self, alias: str, expected: str | None, target: str, principal: str, reason: str, respect_pin: bool = False
+    ) -> AliasRecord:
         """The compare-and-set, atomically with the state changes and the history entry.
 
         Raises AliasConflictError if the alias does not point at ``expected`` (None: not
-        set), NamespaceStateError if ``target`` is not SEALED or RETIRED, and
-        NamespaceNotFoundError if it does not exist.
+        set), NamespaceStateError if ``target`` is not SEALED or RETIRED,
+        NamespaceNotFoundError if it does not exist, and AliasPinnedError if the alias is
+        pinned and ``respect_pin``. The pin survives a flip.
         """
+
+    @abstractmethod
+    def set_pin(self, alias: str, pinned: bool, principal: str, reason: str) -> AliasRecord:
+        """Pin or unpin the alias where it points, with a history entry (atomic).
+        AliasNotFoundError if the alias points nowhere yet."""
 
     @abstractmethod
     def alias_history(self, alias: str, limit: int = 100) -> list[AliasChange]:

@@ -35,6 +35,7 @@ from bulldozer.kv.backends._lifecycle import (
     check_transition,
     check_writable,
     plan_flip,
+    plan_pin,
 )
 from bulldozer.kv.backends.base import (
     AliasChange,
@@ -237,21 +238,36 @@ class EmbeddedEngine(StorageEngine):
         with self.env.begin() as txn:
             return [AliasRecord.from_json(json.loads(v)) for _, v in txn.cursor(db=self._aliases)]
 
-    def flip_alias(self, alias: str, expected: str | None, target: str, principal: str, reason: str) -> AliasRecord:
+    def flip_alias(
+        self, alias: str, expected: str | None, target: str, principal: str, reason: str, respect_pin: bool = False
+    ) -> AliasRecord:
         with self._write() as txn:
             raw = txn.get(alias.encode(), db=self._aliases)
             current = AliasRecord.from_json(json.loads(raw)) if raw is not None else None
             previous = self._ns(txn, current.namespace) if current else None
             record, changed, change = plan_flip(
-                alias, current, expected, self._ns(txn, target), target, previous, principal, reason
+                alias, current, expected, self._ns(txn, target), target, previous, principal, reason, respect_pin
             )
             if change is None:
                 return record
             for ns in changed:
                 self._put_ns(txn, ns)
-            txn.put(alias.encode(), _dumps(record.to_json()), db=self._aliases)
-            key = alias.encode() + b"\x00" + struct.pack(">Q", change.generation)
-            txn.put(key, _dumps(change.to_json()), db=self._history)
+            self._put_alias(txn, record, change)
+        self._durable()
+        return record
+
+    def _put_alias(self, txn: Any, record: AliasRecord, change: AliasChange) -> None:
+        txn.put(record.alias.encode(), _dumps(record.to_json()), db=self._aliases)
+        key = record.alias.encode() + b"\x00" + struct.pack(">Q", change.generation)
+        txn.put(key, _dumps(change.to_json()), db=self._history)
+
+    def set_pin(self, alias: str, pinned: bool, principal: str, reason: str) -> AliasRecord:
+        with self._write() as txn:
+            raw = txn.get(alias.encode(), db=self._aliases)
+            current = AliasRecord.from_json(json.loads(raw)) if raw is not None else None
+            record, change = plan_pin(alias, current, pinned, principal, reason)
+            if change is not None:
+                self._put_alias(txn, record, change)
         self._durable()
         return record
 

@@ -12,6 +12,7 @@ from bulldozer.kv.backends._lifecycle import (
     check_transition,
     check_writable,
     plan_flip,
+    plan_pin,
 )
 from bulldozer.kv.backends.base import (
     AliasChange,
@@ -93,7 +94,9 @@ class MemoryEngine(StorageEngine):
         with self._lock:
             return sorted(self._aliases.values(), key=lambda a: a.alias)
 
-    def flip_alias(self, alias: str, expected: str | None, target: str, principal: str, reason: str) -> AliasRecord:
+    def flip_alias(
+        self, alias: str, expected: str | None, target: str, principal: str, reason: str, respect_pin: bool = False
+    ) -> AliasRecord:
         with self._lock:
             current = self._aliases.get(alias)
             previous = self._namespaces.get(current.namespace) if current else None
@@ -106,9 +109,18 @@ class MemoryEngine(StorageEngine):
                 previous,
                 principal,
                 reason,
+                respect_pin,
             )
             for ns in changed:
                 self._namespaces[ns.name] = ns
+            self._aliases[alias] = record
+            if change is not None:
+                self._history.setdefault(alias, []).append(change)
+            return record
+
+    def set_pin(self, alias: str, pinned: bool, principal: str, reason: str) -> AliasRecord:
+        with self._lock:
+            record, change = plan_pin(alias, self._aliases.get(alias), pinned, principal, reason)
             self._aliases[alias] = record
             if change is not None:
                 self._history.setdefault(alias, []).append(change)

@@ -735,10 +735,13 @@ class AliasInfo(_message.Message):
     NAMESPACE_FIELD_NUMBER: _builtins.int
     UPDATED_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
+    PINNED_FIELD_NUMBER: _builtins.int
     alias: _builtins.str
     namespace: _builtins.str
     generation: _builtins.int
     """Increases by one with every change."""
+    pinned: _builtins.bool
+    """While pinned, compare-and-sets that respect the pin (scheduled runs) are refused."""
     @_builtins.property
     def updated(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
@@ -748,10 +751,11 @@ class AliasInfo(_message.Message):
         namespace: _builtins.str = ...,
         updated: _timestamp_pb2.Timestamp | None = ...,
         generation: _builtins.int = ...,
+        pinned: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["updated", b"updated"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "generation", b"generation", "namespace", b"namespace", "updated", b"updated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "generation", b"generation", "namespace", b"namespace", "pinned", b"pinned", "updated", b"updated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -819,11 +823,16 @@ class CompareAndSetAliasRequest(_message.Message):
     EXPECTED_NAMESPACE_FIELD_NUMBER: _builtins.int
     NAMESPACE_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    RESPECT_PIN_FIELD_NUMBER: _builtins.int
     alias: _builtins.str
     expected_namespace: _builtins.str
     """The namespace the caller believes the alias points at ("" = not set yet)."""
     namespace: _builtins.str
     reason: _builtins.str
+    respect_pin: _builtins.bool
+    """Refuse (FAILED_PRECONDITION, AliasPinnedError) while the alias is pinned. Runs set
+    it; an operator's rollback does not.
+    """
     def __init__(
         self,
         *,
@@ -831,14 +840,40 @@ class CompareAndSetAliasRequest(_message.Message):
         expected_namespace: _builtins.str = ...,
         namespace: _builtins.str = ...,
         reason: _builtins.str = ...,
+        respect_pin: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "expected_namespace", b"expected_namespace", "namespace", b"namespace", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "expected_namespace", b"expected_namespace", "namespace", b"namespace", "reason", b"reason", "respect_pin", b"respect_pin"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CompareAndSetAliasRequest: _TypeAlias = CompareAndSetAliasRequest  # noqa: Y015
+
+@_typing.final
+class SetAliasPinRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALIAS_FIELD_NUMBER: _builtins.int
+    PINNED_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    alias: _builtins.str
+    pinned: _builtins.bool
+    reason: _builtins.str
+    def __init__(
+        self,
+        *,
+        alias: _builtins.str = ...,
+        pinned: _builtins.bool = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "pinned", b"pinned", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetAliasPinRequest: _TypeAlias = SetAliasPinRequest  # noqa: Y015
 
 @_typing.final
 class AliasHistoryRequest(_message.Message):

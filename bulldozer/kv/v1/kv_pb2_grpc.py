@@ -626,6 +626,11 @@ class KvAliasesStub:
                 request_serializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.AliasHistoryRequest.SerializeToString,
                 response_deserializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.AliasHistoryResponse.FromString,
                 _registered_method=True)
+        self.SetAliasPin = channel.unary_unary(
+                '/bulldozer.kv.v1.KvAliases/SetAliasPin',
+                request_serializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.SetAliasPinRequest.SerializeToString,
+                response_deserializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.AliasInfo.FromString,
+                _registered_method=True)
         self.ListAliases = channel.unary_unary(
                 '/bulldozer.kv.v1.KvAliases/ListAliases',
                 request_serializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.ListAliasesRequest.SerializeToString,
@@ -656,6 +661,13 @@ class KvAliasesServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetAliasPin(self, request, context):
+        """Pin or unpin the alias where it points (recorded in the history).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListAliases(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -679,6 +691,11 @@ def add_KvAliasesServicer_to_server(servicer, server):
                     servicer.AliasHistory,
                     request_deserializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.AliasHistoryRequest.FromString,
                     response_serializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.AliasHistoryResponse.SerializeToString,
+            ),
+            'SetAliasPin': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetAliasPin,
+                    request_deserializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.SetAliasPinRequest.FromString,
+                    response_serializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.AliasInfo.SerializeToString,
             ),
             'ListAliases': grpc.unary_unary_rpc_method_handler(
                     servicer.ListAliases,
@@ -767,6 +784,33 @@ class KvAliases:
             '/bulldozer.kv.v1.KvAliases/AliasHistory',
             bulldozer_dot_kv_dot_v1_dot_kv__pb2.AliasHistoryRequest.SerializeToString,
             bulldozer_dot_kv_dot_v1_dot_kv__pb2.AliasHistoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetAliasPin(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/bulldozer.kv.v1.KvAliases/SetAliasPin',
+            bulldozer_dot_kv_dot_v1_dot_kv__pb2.SetAliasPinRequest.SerializeToString,
+            bulldozer_dot_kv_dot_v1_dot_kv__pb2.AliasInfo.FromString,
             options,
             channel_credentials,
             insecure,

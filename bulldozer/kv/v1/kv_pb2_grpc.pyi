@@ -185,6 +185,8 @@ class KvAliasesStub:
     expected_namespace. Atomic in the storage engine; the previous target is RETIRED.
     """
     AliasHistory: _grpc.UnaryUnaryMultiCallable[_kv_pb2.AliasHistoryRequest, _kv_pb2.AliasHistoryResponse]
+    SetAliasPin: _grpc.UnaryUnaryMultiCallable[_kv_pb2.SetAliasPinRequest, _kv_pb2.AliasInfo]
+    """Pin or unpin the alias where it points (recorded in the history)."""
     ListAliases: _grpc.UnaryUnaryMultiCallable[_kv_pb2.ListAliasesRequest, _kv_pb2.ListAliasesResponse]
 
 @_typing.type_check_only
@@ -196,6 +198,8 @@ class KvAliasesAsyncStub(KvAliasesStub):
     expected_namespace. Atomic in the storage engine; the previous target is RETIRED.
     """
     AliasHistory: _aio.UnaryUnaryMultiCallable[_kv_pb2.AliasHistoryRequest, _kv_pb2.AliasHistoryResponse]  # type: ignore[assignment]
+    SetAliasPin: _aio.UnaryUnaryMultiCallable[_kv_pb2.SetAliasPinRequest, _kv_pb2.AliasInfo]  # type: ignore[assignment]
+    """Pin or unpin the alias where it points (recorded in the history)."""
     ListAliases: _aio.UnaryUnaryMultiCallable[_kv_pb2.ListAliasesRequest, _kv_pb2.ListAliasesResponse]  # type: ignore[assignment]
 
 class KvAliasesServicer(metaclass=_abc_1.ABCMeta):
@@ -222,6 +226,14 @@ class KvAliasesServicer(metaclass=_abc_1.ABCMeta):
         request: _kv_pb2.AliasHistoryRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_kv_pb2.AliasHistoryResponse, _abc.Awaitable[_kv_pb2.AliasHistoryResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def SetAliasPin(
+        self,
+        request: _kv_pb2.SetAliasPinRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kv_pb2.AliasInfo, _abc.Awaitable[_kv_pb2.AliasInfo]]:
+        """Pin or unpin the alias where it points (recorded in the history)."""
 
     @_abc_1.abstractmethod
     def ListAliases(
