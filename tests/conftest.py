@@ -37,3 +37,16 @@ def sample_table(sample_home: Path):  # type: ignore[no-untyped-def]
 
 def update_goldens() -> bool:
     return os.environ.get("BULLDOZER_UPDATE_GOLDENS") == "1"
+
+
+def _hypothesis_profiles() -> None:
+    """CI replays a fixed set of examples (a landing never depends on luck); local runs
+    explore new ones (set BULLDOZER_HYPOTHESIS_EXAMPLES to explore more)."""
+    from hypothesis import settings
+
+    settings.register_profile("ci", derandomize=True, print_blob=True)
+    if os.environ.get("CI"):
+        settings.load_profile("ci")
+
+
+_hypothesis_profiles()
