@@ -38,6 +38,7 @@ def _root(
 app.command("validate")(spec_cmds.validate)
 app.command("init")(spec_cmds.init)
 app.command("proto")(proto_cmd.proto)
+app.command("client")(proto_cmd.client)
 app.command("run")(run_cmds.run)
 app.command("get")(run_cmds.get)
 app.command("runs")(run_cmds.runs)

@@ -95,3 +95,31 @@ def _print_report(report: object) -> None:
         style = "red" if d.verdict == "refused" else "green"
         table.add_row(d.path, d.change, f"[{style}]{d.verdict}[/]", d.detail)
     console.print(table)
+
+
+@handle_errors
+def client(
+    spec: Annotated[Path, typer.Argument(help="Job spec (YAML).", show_default=False)],
+    out: Annotated[Path, typer.Option(help="Directory to write the package into.")],
+    lang: Annotated[str, typer.Option(help="Language: python (java and go are not built yet).")] = "python",
+    home: Annotated[str | None, typer.Option(help="Embedded state folder.", show_default=False)] = None,
+) -> None:
+    """Generate a client library for the job's data: an installable package with the
+    messages, type stubs and a typed reader (get / batch_get) that refuses, on connect, a
+    live version whose schema it would misread. Deterministic: same spec and schema, same bytes.
+    """
+    from bulldozer.schema.client_python import generate_python_client
+    from bulldozer.schema.job import build_job_schema
+    from bulldozer.spec.loader import load_spec
+    from bulldozer.warehouse.catalog import load_table, open_catalog
+
+    if lang != "python":
+        raise fail(f"--lang {lang}: only python clients are generated so far", 2)
+    loaded = load_spec(spec)
+    s = loaded.spec
+    if s.data_movement.source.table is None:
+        raise fail("bulldozer client needs a table source for now", 2)
+    table = load_table(open_catalog(s.data_movement.catalog, home), s.data_movement.source.table)
+    job = build_job_schema(s, table.schema(), f"lake.{s.data_movement.source.table}")
+    for path in generate_python_client(s, job, out):
+        console.print(f"[green]✓[/] wrote {path}")
