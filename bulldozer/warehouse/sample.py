@@ -288,7 +288,5 @@ def _as_table_schema(table: Any, data: pa.Table) -> pa.Table:
     """Relabel ``data`` with the table's own field ids (pyiceberg assigns fresh ids on create),
     keeping only the columns the table still has and leaving columns added since null."""
     target = table.schema().as_arrow()
-    columns = [
-        data.column(f.name) if f.name in data.column_names else pa.nulls(data.num_rows, f.type) for f in target
-    ]
+    columns = [data.column(f.name) if f.name in data.column_names else pa.nulls(data.num_rows, f.type) for f in target]
     return pa.Table.from_arrays(columns, names=target.names).cast(target)
