@@ -65,6 +65,14 @@ def serve(
         config = {"type": "embedded", "path": str(store), "map_size": int(map_size_gib * 1024**3), "writemap": writemap}
     else:
         config = {"type": "memory"}
-    raise typer.Exit(
-        run(f"{host}:{port}", create_engine(config), metrics_port=metrics_port, grace=grace, port_file=port_file)
-    )
+    code = run(f"{host}:{port}", create_engine(config), metrics_port=metrics_port, grace=grace, port_file=port_file)
+    # Exit now: request threads that outlived the grace period must not hold the process
+    # (everything is flushed; the store is consistent at every committed transaction).
+    import logging
+    import os
+    import sys
+
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

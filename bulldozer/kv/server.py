@@ -57,10 +57,14 @@ class RunningServer:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def stop(self, grace: float = 30.0) -> None:
+    def stop(self, grace: float = 30.0, close_engine: bool = True) -> None:
+        """Refuse new requests, let in-flight ones finish (up to ``grace`` seconds), flush the
+        engine and, unless told otherwise, close it."""
         self.health.enter_graceful_shutdown()
         self.server.stop(grace).wait()
-        self.engine.close()
+        self.engine.flush()
+        if close_engine:
+            self.engine.close()
 
 
 def create_server(
@@ -130,6 +134,9 @@ def serve(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     stopping.wait()
-    running.stop(grace)
+    # A handler thread that outlived the grace period may still touch the engine, and LMDB
+    # forbids closing an environment under a live transaction: flush, and leave closing to
+    # process exit (the caller exits right away).
+    running.stop(grace, close_engine=False)
     log.info("KV DAL stopped")
     return 0

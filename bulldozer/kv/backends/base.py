@@ -270,5 +270,8 @@ class StorageEngine(ABC):
     def alias_history(self, alias: str, limit: int = 100) -> list[AliasChange]:
         """Changes to ``alias``, newest first."""
 
+    def flush(self) -> None:  # noqa: B027 - optional hook
+        """Make everything written so far durable."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
-        """Release resources."""
+        """Release resources. Only once no request thread uses the engine any more."""

@@ -282,5 +282,8 @@ class EmbeddedEngine(StorageEngine):
                 found = cursor.next()
         return list(reversed(out))[:limit]
 
+    def flush(self) -> None:
+        self.env.sync(True)
+
     def close(self) -> None:
         self.env.close()
