@@ -13,7 +13,9 @@ from rich.console import Console
 
 from bulldozer.errors import BulldozerError, SpecError
 
-__all__ = ["console", "err_console", "fail", "handle_errors", "print_json"]
+__all__ = ["HOME_HELP", "console", "err_console", "fail", "handle_errors", "open_version", "print_json"]
+
+HOME_HELP = "Embedded state folder (default $BULLDOZER_HOME or ./.bulldozer)."
 
 # soft_wrap: never break lines at the terminal width (output is read by scripts and tests too)
 console = Console(highlight=False, soft_wrap=True)
@@ -50,6 +52,20 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
             raise fail("interrupted", 130) from None
 
     return wrapper
+
+
+def open_version(client: Any, target: str) -> tuple[str, str, Any, Any, Any]:
+    """Resolve ``ALIAS`` or ``ALIAS@VERSION`` to ``(alias, version, info, KeyMessage,
+    ValueMessage)``, the classes built from the version's own stored descriptor."""
+    from bulldozer.schema.compile import load_message_classes
+
+    alias, _, version = target.partition("@")
+    name = version or client.get_alias(alias).namespace
+    info = client.describe(name)
+    if info.alias != alias:
+        raise fail(f"{name} is not a version of {alias}", 2)
+    key_cls, value_cls = load_message_classes(info.value_descriptor_set, info.key_message, info.value_message)
+    return alias, name, info, key_cls, value_cls
 
 
 def _escape(text: str) -> str:

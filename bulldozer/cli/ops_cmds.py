@@ -9,10 +9,9 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from bulldozer.cli.common import console, fail, handle_errors, print_json
+from bulldozer.cli.common import HOME_HELP, console, fail, handle_errors, open_version, print_json
 from bulldozer.kv.backends.base import NamespaceRecord
 
-HOME_HELP = "Embedded state folder (default $BULLDOZER_HOME or ./.bulldozer)."
 ENDPOINT_HELP = "embedded or HOST:PORT."
 Endpoint = Annotated[str, typer.Option(help=ENDPOINT_HELP)]
 Home = Annotated[str | None, typer.Option(help=HOME_HELP, show_default=False)]
@@ -234,15 +233,9 @@ def scan(
     version's own stored schema."""
     from bulldozer.kv.connect import connect
     from bulldozer.load.decode import message_to_json
-    from bulldozer.schema.compile import load_message_classes
 
-    alias, _, version = target.partition("@")
     with connect(endpoint, home) as client:
-        name = version or client.get_alias(alias).namespace
-        info = client.describe(name)
-        if info.alias != alias:
-            raise fail(f"{name} is not a version of {alias}", 2)
-        key_cls, value_cls = load_message_classes(info.value_descriptor_set, info.key_message, info.value_message)
+        alias, name, _info, key_cls, value_cls = open_version(client, target)
         for key, value in client.scan(alias=f"{alias}@{name}", limit=limit):
             line = {
                 "key": message_to_json(key_cls.FromString(key)),

@@ -11,10 +11,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from bulldozer.cli.common import console, err_console, fail, handle_errors, print_json
+from bulldozer.cli.common import HOME_HELP, console, err_console, fail, handle_errors, open_version, print_json
 from bulldozer.errors import BulldozerError, InvalidArgumentError
-
-HOME_HELP = "Embedded state folder (default $BULLDOZER_HOME or ./.bulldozer)."
 
 
 class EngineChoice(StrEnum):
@@ -112,11 +110,6 @@ def run(
         console.print(f"  retention dropped: {', '.join(record.retention_dropped)}")
 
 
-def _parse_target(target: str) -> tuple[str, str | None]:
-    alias, _, version = target.partition("@")
-    return alias, version or None
-
-
 @handle_errors
 def get(
     target: Annotated[str, typer.Argument(help="ALIAS or ALIAS@VERSION.", show_default=False)],
@@ -134,7 +127,6 @@ def get(
 
     from bulldozer.kv.connect import connect
     from bulldozer.load.decode import message_to_json
-    from bulldozer.schema.compile import load_message_classes
 
     try:
         key_data = json.loads(key)
@@ -143,12 +135,7 @@ def get(
     if not isinstance(key_data, dict):
         raise fail("--key must be a JSON object of the key fields", 2)
     with connect(endpoint, home, token=token) as client:
-        alias, version = _parse_target(target)
-        name = version or client.get_alias(alias).namespace
-        info = client.describe(name)
-        if info.alias != alias:
-            raise fail(f"{name} is not a version of {alias}", 2)
-        key_cls, value_cls = load_message_classes(info.value_descriptor_set, info.key_message, info.value_message)
+        alias, name, info, key_cls, value_cls = open_version(client, target)
         names = [f.name for f in key_cls.DESCRIPTOR.fields]
         missing = [n for n in names if n not in key_data]
         if missing:

@@ -6,7 +6,6 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from bulldozer.errors import AliasNotFoundError
 from bulldozer.kv.client import KvClient
 from bulldozer.schema.job import build_job_schema
 from bulldozer.spec.loader import LoadedSpec
@@ -44,22 +43,19 @@ class RunPlan:
 
 def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None) -> RunPlan:
     from bulldozer.load.engines.local import _scan, _tasks
-    from bulldozer.load.runner import RUN_LABEL, _schema_at
+    from bulldozer.load.runner import RUN_LABEL, live_version, schema_at
 
     spec = loaded.spec
     dm = spec.data_movement
     catalog = open_catalog(dm.catalog, home)
-    try:
-        live = client.describe(client.get_alias(spec.alias).namespace)
-    except AliasNotFoundError:
-        live = None
+    live = live_version(client, spec.alias)
     previous = live.value_descriptor_set if live and live.value_descriptor_set else None
     files = rows = nbytes = 0
     if dm.source.query is not None or dm.duplicate_keys.policy == "keep_latest":
         # what the query reads: an upper bound of what it moves
         from bulldozer.load.sql import build_sql_source
 
-        sql = build_sql_source(spec, catalog, _schema_at)
+        sql = build_sql_source(spec, catalog, schema_at)
         job = build_job_schema(spec, sql.schema, dm.source.table or "query", previous, python=False)
         snapshot_id = next(iter(sql.snapshots.values())) if len(sql.snapshots) == 1 else 0
         for table, snap in sql.tables.values():
@@ -71,7 +67,7 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None) -> R
         table = load_table(catalog, dm.source.table)
         snapshot = table.snapshot_by_id(dm.snapshot_id) if dm.snapshot_id else table.current_snapshot()
         snapshot_id = snapshot.snapshot_id if snapshot else 0
-        schema = _schema_at(table, snapshot_id) if snapshot_id else table.schema()
+        schema = schema_at(table, snapshot_id) if snapshot_id else table.schema()
         job = build_job_schema(spec, schema, dm.source.table, previous, python=False)
         if snapshot_id:
             from bulldozer.load.engines.base import LoadPlan

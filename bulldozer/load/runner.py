@@ -46,7 +46,7 @@ from bulldozer.spec.loader import LoadedSpec
 from bulldozer.versioning.retention import apply_retention
 from bulldozer.warehouse.catalog import load_table, open_catalog
 
-__all__ = ["RUN_LABEL", "RunRecord", "run_job"]
+__all__ = ["RUN_LABEL", "RunRecord", "live_version", "run_job", "schema_at"]
 
 log = logging.getLogger("bulldozer.run")
 RUN_LABEL = "bulldozer.run"
@@ -114,14 +114,15 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _live(client: KvClient, alias: str) -> NamespaceRecord | None:
+def live_version(client: KvClient, alias: str) -> NamespaceRecord | None:
+    """The version the alias points at, or None before its first flip."""
     try:
         return client.describe(client.get_alias(alias).namespace)
     except AliasNotFoundError:
         return None
 
 
-def _schema_at(table: Any, snapshot_id: int) -> Any:
+def schema_at(table: Any, snapshot_id: int) -> Any:
     snapshot = table.snapshot_by_id(snapshot_id)
     if snapshot is None:
         raise CatalogError(f"table has no snapshot {snapshot_id}")
@@ -193,7 +194,7 @@ def run_job(
                     )
                 from bulldozer.load.sql import build_sql_source
 
-                sql_source = build_sql_source(spec, catalog, _schema_at)
+                sql_source = build_sql_source(spec, catalog, schema_at)
                 table = None
                 record.snapshots = sql_source.snapshots
                 record.snapshot_id = next(iter(sql_source.snapshots.values())) if len(sql_source.snapshots) == 1 else 0
@@ -207,9 +208,9 @@ def run_job(
                     raise CatalogError(f"table {dm.source.table!r} has no snapshot to load (is it empty?)")
                 record.snapshot_id = snapshot.snapshot_id
                 record.snapshots = {dm.source.table: snapshot.snapshot_id}
-                source_schema = _schema_at(table, snapshot.snapshot_id)
+                source_schema = schema_at(table, snapshot.snapshot_id)
                 source_name = f"lake.{dm.source.table}"
-            live = _live(client, spec.alias)
+            live = live_version(client, spec.alias)
             record.previous = live.name if live else ""
             job: JobSchema = build_job_schema(
                 spec,
