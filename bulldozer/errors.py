@@ -27,6 +27,7 @@ Tree::
     │   ├── AliasPinnedError           an operator pinned the alias
     │   ├── ResourceExhaustedError     size limits, full disk / map
     │   ├── BackendUnavailableError    server or storage engine not reachable
+    │   ├── ForeignDataError           the engine's keyspace / prefix holds data Bulldozer did not write
     │   ├── UnauthenticatedError
     │   └── PermissionDeniedError
     └── LoadError                  a run failed while loading or verifying
@@ -49,6 +50,7 @@ __all__ = [
     "BulldozerError",
     "CatalogError",
     "DuplicateKeyError",
+    "ForeignDataError",
     "IncompatibleSchemaError",
     "InvalidArgumentError",
     "InvalidNameError",
@@ -226,6 +228,13 @@ class BackendUnavailableError(KvError):
     """The DAL server or its storage engine cannot be reached."""
 
     grpc_code = "UNAVAILABLE"
+
+
+class ForeignDataError(KvError):
+    """The keyspace or key prefix configured for an engine already holds data that
+    Bulldozer did not write; it is left untouched and the engine refuses to start."""
+
+    grpc_code = "FAILED_PRECONDITION"
 
 
 class UnauthenticatedError(KvError):

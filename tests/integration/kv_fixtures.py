@@ -16,6 +16,7 @@ from bulldozer.kv import KvClient, KvDal, Limits, create_engine
 from bulldozer.kv.backends import StorageEngine
 from bulldozer.kv.server import create_server
 from bulldozer.names import new_version_name
+from tests.integration import services
 
 TEST_LIMITS = Limits(max_value_bytes=256 * 1024, max_message_bytes=4 * 1024 * 1024, max_key_bytes=4096)
 
@@ -28,12 +29,42 @@ def _embedded(tmp: Path) -> StorageEngine:
     return create_engine({"type": "embedded", "path": str(tmp / "store"), "map_size": 1024**3})
 
 
+def _unique(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:12]}"
+
+
+def _redis(tmp: Path) -> StorageEngine:
+    return create_engine({"type": "redis", "url": services.redis_url(), "prefix": _unique("bt"), "buckets": 16})
+
+
+def _redis_cluster(tmp: Path) -> StorageEngine:
+    url = services.redis_cluster_url()
+    return create_engine({"type": "redis", "url": url, "cluster": True, "prefix": _unique("bt"), "buckets": 16})
+
+
+def _cassandra(tmp: Path) -> StorageEngine:
+    host, port = services.cassandra_endpoint()
+    return create_engine(
+        {"type": "cassandra", "contact_points": [host], "port": port, "keyspace": _unique("bt"), "timeout_seconds": 60}
+    )
+
+
 ENGINE_FACTORIES: dict[str, Callable[[Path], StorageEngine]] = {
     "memory": _memory,
     "embedded": _embedded,
+    "redis": _redis,
+    "redis-cluster": _redis_cluster,
+    "cassandra": _cassandra,
 }
 #: (engine, transport) pairs the suite runs over.
-CASES = [("memory", "grpc"), ("embedded", "grpc"), ("memory", "in-process")]
+CASES = [
+    ("memory", "grpc"),
+    ("embedded", "grpc"),
+    ("memory", "in-process"),
+    ("redis", "grpc"),
+    ("redis-cluster", "grpc"),
+    ("cassandra", "grpc"),
+]
 _counter = itertools.count()
 
 

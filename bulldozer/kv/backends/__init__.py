@@ -10,12 +10,14 @@ from pydantic import TypeAdapter
 
 from bulldozer.errors import BackendUnavailableError, InvalidArgumentError
 from bulldozer.kv.backends.base import StorageEngine
-from bulldozer.kv.backends.config import EmbeddedConfig, EngineConfig, MemoryConfig
+from bulldozer.kv.backends.config import CassandraConfig, EmbeddedConfig, EngineConfig, MemoryConfig, RedisConfig
 
 __all__ = [
     "ENGINES",
+    "CassandraConfig",
     "EmbeddedConfig",
     "MemoryConfig",
+    "RedisConfig",
     "StorageEngine",
     "create_engine",
     "engine_config",
@@ -25,6 +27,8 @@ __all__ = [
 ENGINES: dict[str, tuple[str, str, str | None]] = {
     "memory": ("bulldozer.kv.backends.memory", "MemoryEngine", None),
     "embedded": ("bulldozer.kv.backends.embedded", "EmbeddedEngine", None),
+    "redis": ("bulldozer.kv.backends.redis", "RedisEngine", "redis"),
+    "cassandra": ("bulldozer.kv.backends.cassandra", "CassandraEngine", "cassandra"),
 }
 
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(EngineConfig)

@@ -191,6 +191,9 @@ class StorageEngine(ABC):
     max_key_bytes: ClassVar[int] = 4096
     #: Largest value the engine can store.
     max_value_bytes: ClassVar[int] = 64 * 1024 * 1024
+    #: True when ``scan`` returns keys in byte order; otherwise in another stable order
+    #: (hash buckets, tokens) that is still resumable after any key it returned.
+    key_ordered_scan: ClassVar[bool] = True
 
     # -- namespaces -------------------------------------------------------------
 
@@ -229,7 +232,8 @@ class StorageEngine(ABC):
 
     @abstractmethod
     def scan(self, name: str, after: bytes | None, limit: int) -> list[tuple[bytes, bytes]]:
-        """Up to ``limit`` pairs in key order, starting after ``after``."""
+        """Up to ``limit`` pairs in the engine's scan order (key order when
+        ``key_ordered_scan``), starting after ``after``, a key the scan returned."""
 
     def iterate(self, name: str, chunk: int = 50_000) -> Iterator[list[tuple[bytes, bytes]]]:
         """Every pair, in chunks (used for the seal digest)."""

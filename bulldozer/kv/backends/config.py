@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-__all__ = ["EmbeddedConfig", "EngineConfig", "MemoryConfig"]
+__all__ = ["CassandraConfig", "EmbeddedConfig", "EngineConfig", "MemoryConfig", "RedisConfig"]
 
 _MODEL = ConfigDict(frozen=True, extra="forbid")
 
@@ -39,4 +39,70 @@ class EmbeddedConfig(BaseModel):
     )
 
 
-EngineConfig = Annotated[MemoryConfig | EmbeddedConfig, Field(discriminator="type")]
+_PREFIX = r"^[a-z][a-z0-9_]{0,47}$"
+
+
+class RedisConfig(BaseModel):
+    """Redis 7, standalone or cluster: one hash per (namespace, bucket); metadata in one slot."""
+
+    model_config = _MODEL
+    type: Literal["redis"] = "redis"
+    url: str = Field(
+        default="redis://127.0.0.1:6379/0",
+        description="redis://[user:password@]host:port/db (rediss:// for TLS); in cluster mode, any one node.",
+    )
+    cluster: bool = Field(default=False, description="Talk Redis Cluster (slot routing, one script per slot).")
+    prefix: str = Field(
+        default="bulldozer",
+        pattern=_PREFIX,
+        description="Every key Bulldozer writes starts with this; a prefix holding foreign keys is refused.",
+    )
+    buckets: int = Field(
+        default=256,
+        ge=1,
+        le=65536,
+        description="Hashes one version is spread over (fixed when the prefix is first used).",
+    )
+    timeout_seconds: float = Field(default=10.0, gt=0, description="Socket connect and read timeout.")
+    max_connections: int = Field(default=64, ge=1, description="Connection pool size (standalone).")
+    write_lease_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        description="How long a crashed writer can hold up a seal or drop (a live batch ends far sooner).",
+    )
+
+
+class CassandraConfig(BaseModel):
+    """Apache Cassandra: one table per version in one keyspace; metadata changes are LWTs."""
+
+    model_config = _MODEL
+    type: Literal["cassandra"] = "cassandra"
+    contact_points: list[str] = Field(default=["127.0.0.1"], min_length=1, description="Seed hosts of the cluster.")
+    port: int = Field(default=9042, ge=1, le=65535, description="Native protocol port.")
+    protocol_version: int = Field(default=5, ge=3, le=6, description="Native protocol version (5: Cassandra 4+).")
+    keyspace: str = Field(default="bulldozer", pattern=_PREFIX, description="Keyspace Bulldozer owns.")
+    replication: dict[str, str] = Field(
+        default={"class": "SimpleStrategy", "replication_factor": "1"},
+        description="Replication of the keyspace when Bulldozer creates it (use NetworkTopologyStrategy in "
+        "production).",
+    )
+    local_dc: str | None = Field(default=None, description="Data center for DC-aware load balancing.")
+    username: str | None = None
+    password: SecretStr | None = None
+    write_consistency: str = Field(default="LOCAL_QUORUM", description="Consistency of data writes.")
+    read_consistency: str = Field(default="LOCAL_QUORUM", description="Consistency of reads and metadata.")
+    serial_consistency: str = Field(default="LOCAL_SERIAL", description="Consistency of lightweight transactions.")
+    concurrency: int = Field(default=128, ge=1, le=4096, description="Writes in flight per batch.")
+    timeout_seconds: float = Field(default=20.0, gt=0, description="Request timeout.")
+    connect_timeout_seconds: float = Field(default=10.0, gt=0, description="Connect timeout at start.")
+    write_lease_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        description="How long a crashed writer can hold up a seal or drop (a live batch ends far sooner).",
+    )
+
+
+EngineConfig = Annotated[
+    MemoryConfig | EmbeddedConfig | RedisConfig | CassandraConfig,
+    Field(discriminator="type"),
+]

@@ -1,0 +1,407 @@
+"""``redis``: Redis 7, standalone or cluster mode (``bulldozer[redis]``).
+
+Layout under a configurable prefix ``P`` (default ``bulldozer``):
+
+* metadata: hashes ``{P}:namespaces`` (name → record JSON), ``{P}:aliases`` (alias →
+  record JSON), the list ``{P}:history:<alias>`` (newest first) and ``{P}:marker``. The
+  ``{P}`` hash tag puts every metadata key in one cluster slot, so one Lua script
+  changes an alias, the namespaces' states and the history atomically on the node
+  holding that slot — any number of DAL processes can front one Redis;
+* data: hashes ``P:d:<namespace>:<bucket>`` (key → value). A namespace is spread over a
+  fixed number of buckets by a hash of the key, so its data spreads across the cluster's
+  slots; dropping a version UNLINKs its buckets (freed in the background, readers never
+  block). Scans run in bucket order (see ``_buckets``).
+
+Writes are pipelined. Every write batch first registers in the namespace's *write fence*
+(``{P}:inflight:<namespace>``, a sorted set of leases) in the same atomic script that
+checks the namespace is LOADING, and leaves it when the batch is stored; a seal or a drop
+waits until the fence is empty. A batch therefore either lands before the version is
+sealed (and is in its digest) or is refused — never half in, even though the data keys
+live on other nodes than the state.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import redis
+import redis.cluster
+import redis.exceptions
+
+from bulldozer.errors import (
+    AliasConflictError,
+    BackendUnavailableError,
+    ForeignDataError,
+    KvError,
+    NamespaceExistsError,
+)
+from bulldozer.kv.backends._buckets import bucket_of, group_by_bucket, scan_in_bucket_order
+from bulldozer.kv.backends._lifecycle import (
+    check_readable,
+    check_transition,
+    check_writable,
+    plan_flip,
+    plan_pin,
+)
+from bulldozer.kv.backends.base import (
+    AliasChange,
+    AliasRecord,
+    NamespaceRecord,
+    State,
+    StorageEngine,
+)
+from bulldozer.kv.backends.config import RedisConfig
+
+__all__ = ["RedisEngine"]
+
+_FORMAT = 1
+_T = TypeVar("_T")
+
+# Apply a list of hash writes and list pushes iff every (hash, field) still holds the
+# expected value (JSON null: absent). Returns 1 when applied, 0 when a check failed.
+_CAS = """
+local op = cjson.decode(ARGV[1])
+for _, c in ipairs(op.checks) do
+  local v = redis.call('HGET', KEYS[c[1]], c[2])
+  if c[3] == cjson.null then
+    if v then return 0 end
+  elseif v ~= c[3] then
+    return 0
+  end
+end
+for _, w in ipairs(op.hset) do redis.call('HSET', KEYS[w[1]], w[2], w[3]) end
+for _, p in ipairs(op.lpush) do redis.call('LPUSH', KEYS[p[1]], p[2]) end
+return 1
+"""
+
+# Enter the write fence of a namespace iff it is LOADING: KEYS = namespaces, inflight;
+# ARGV = namespace, lease token, lease ms. Returns the state ('' when missing).
+_ENTER = """
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if not raw then return '' end
+local state = cjson.decode(raw)['state']
+if state ~= 'LOADING' then return state end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[2])
+return 'LOADING'
+"""
+
+# Writers still inside the fence (expired leases of crashed writers are removed).
+_LIVE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+return redis.call('ZCARD', KEYS[1])
+"""
+
+
+class RedisEngine(StorageEngine):
+    name = "redis"
+    key_ordered_scan = False
+    max_key_bytes = 64 * 1024
+    #: Redis stores up to 512 MB in one string, but a value this size already stalls the
+    #: event loop for every other client; larger values are refused.
+    max_value_bytes = 32 * 1024 * 1024
+
+    def __init__(self, config: RedisConfig) -> None:
+        self.config = config
+        self.where = config.url + (" (cluster)" if config.cluster else "")
+        p = config.prefix
+        self._tag = "{" + p + "}"
+        self._k_namespaces = f"{self._tag}:namespaces"
+        self._k_aliases = f"{self._tag}:aliases"
+        self._k_marker = f"{self._tag}:marker"
+        self._data_prefix = f"{p}:d:"
+        try:
+            if config.cluster:
+                self.r: Any = redis.cluster.RedisCluster.from_url(
+                    config.url, socket_timeout=config.timeout_seconds, socket_connect_timeout=config.timeout_seconds
+                )
+            else:
+                self.r = redis.Redis.from_url(
+                    config.url,
+                    socket_timeout=config.timeout_seconds,
+                    socket_connect_timeout=config.timeout_seconds,
+                    max_connections=config.max_connections,
+                )
+            self.r.ping()
+        except redis.exceptions.RedisError as exc:
+            raise BackendUnavailableError(f"cannot reach Redis at {self.where}: {exc}") from exc
+        self._cas = self.r.register_script(_CAS)
+        self._enter = self.r.register_script(_ENTER)
+        self._live = self.r.register_script(_LIVE)
+        self.buckets = self._call(self._claim_prefix)
+
+    # -- plumbing ---------------------------------------------------------------
+
+    def _call(self, fn: Callable[[], _T]) -> _T:
+        try:
+            return fn()
+        except KvError:
+            raise
+        except redis.exceptions.ResponseError as exc:
+            if "OOM" in str(exc):
+                from bulldozer.errors import ResourceExhaustedError
+
+                raise ResourceExhaustedError(f"Redis at {self.where} is out of memory ({exc})") from exc
+            raise BackendUnavailableError(f"Redis at {self.where} refused a command: {exc}") from exc
+        except redis.exceptions.RedisError as exc:
+            raise BackendUnavailableError(f"Redis at {self.where} is not reachable: {exc}") from exc
+
+    def _claim_prefix(self) -> int:
+        """Use the prefix if it is ours (or empty); refuse a prefix holding foreign keys."""
+        raw = self.r.get(self._k_marker)
+        if raw is not None:
+            marker = json.loads(raw)
+            if marker.get("format") != _FORMAT:
+                raise ForeignDataError(
+                    f"Redis at {self.where}: prefix {self.config.prefix!r} holds a Bulldozer store of format "
+                    f"{marker.get('format')}, this is format {_FORMAT}"
+                )
+            return int(marker["buckets"])
+        foreign = self._any_key(f"{self.config.prefix}:*") or self._any_key(f"{self._tag}*")
+        if foreign is not None:
+            raise ForeignDataError(
+                f"Redis at {self.where}: prefix {self.config.prefix!r} already holds keys Bulldozer did not write "
+                f"(for example {foreign!r}); choose another prefix in the engine configuration"
+            )
+        marker_value = json.dumps({"format": _FORMAT, "buckets": self.config.buckets})
+        if not self.r.set(self._k_marker, marker_value, nx=True):  # another DAL claimed it first
+            return int(json.loads(self.r.get(self._k_marker))["buckets"])
+        return self.config.buckets
+
+    def _any_key(self, pattern: str) -> bytes | None:
+        for key in self.r.scan_iter(match=pattern, count=1000):
+            return key  # type: ignore[no-any-return]
+        return None
+
+    def _k_history(self, alias: str) -> str:
+        return f"{self._tag}:history:{alias}"
+
+    def _k_inflight(self, name: str) -> str:
+        return f"{self._tag}:inflight:{name}"
+
+    def _k_bucket(self, name: str, bucket: int) -> str:
+        return f"{self._data_prefix}{name}:{bucket}"
+
+    def _apply(
+        self,
+        keys: list[str],
+        checks: list[tuple[int, str, bytes | None]],
+        hset: list[tuple[int, str, str]],
+        lpush: list[tuple[int, str]] = (),  # type: ignore[assignment]
+    ) -> bool:
+        op = {
+            "checks": [[i + 1, f, v.decode() if v is not None else None] for i, f, v in checks],
+            "hset": [[i + 1, f, v] for i, f, v in hset],
+            "lpush": [[i + 1, v] for i, v in lpush],
+        }
+        return bool(self._cas(keys=keys, args=[json.dumps(op)]))
+
+    def _raw_ns(self, name: str) -> bytes | None:
+        return self.r.hget(self._k_namespaces, name)  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _ns_json(record: NamespaceRecord) -> str:
+        return json.dumps(record.to_json(), separators=(",", ":"))
+
+    def _wait_for_writers(self, name: str) -> None:
+        """Until no write batch is inside the namespace's fence (leases expire for crashed writers)."""
+        deadline = time.monotonic() + self.config.write_lease_seconds + 5
+        delay = 0.002
+        while self._live(keys=[self._k_inflight(name)]) and time.monotonic() < deadline:
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+
+    # -- namespaces -------------------------------------------------------------
+
+    def create_namespace(self, record: NamespaceRecord) -> None:
+        def run() -> None:
+            if not self._apply(
+                [self._k_namespaces],
+                [(0, record.name, None)],
+                [(0, record.name, self._ns_json(record))],
+            ):
+                raise NamespaceExistsError(f"namespace {record.name!r} already exists")
+
+        self._call(run)
+
+    def get_namespace(self, name: str) -> NamespaceRecord | None:
+        raw = self._call(lambda: self._raw_ns(name))
+        return NamespaceRecord.from_json(json.loads(raw)) if raw is not None else None
+
+    def list_namespaces(self, alias: str | None = None) -> list[NamespaceRecord]:
+        raw = self._call(lambda: self.r.hgetall(self._k_namespaces))
+        records = [NamespaceRecord.from_json(json.loads(v)) for v in raw.values()]
+        if alias is not None:
+            records = [r for r in records if r.alias == alias]
+        return sorted(records, key=lambda r: (r.created, r.name))
+
+    def transition(self, name: str, expected: frozenset[State], record: NamespaceRecord) -> NamespaceRecord:
+        def run() -> NamespaceRecord:
+            while True:
+                raw = self._raw_ns(name)
+                check_transition(name, NamespaceRecord.from_json(json.loads(raw)) if raw else None, expected)
+                if self._apply([self._k_namespaces], [(0, name, raw)], [(0, name, self._ns_json(record))]):
+                    break
+            if record.state != State.LOADING:
+                self._wait_for_writers(name)  # a batch admitted while LOADING lands before anyone reads
+            return record
+
+        return self._call(run)
+
+    def drop_data(self, name: str) -> None:
+        def run() -> None:
+            self._wait_for_writers(name)
+            pipe = self.r.pipeline(transaction=False)
+            for b in range(self.buckets):
+                pipe.unlink(self._k_bucket(name, b))
+            pipe.unlink(self._k_inflight(name))
+            pipe.execute()
+
+        self._call(run)
+
+    # -- data -------------------------------------------------------------------
+
+    def put(self, name: str, records: Sequence[tuple[bytes, bytes]]) -> None:
+        def run() -> None:
+            token = uuid.uuid4().hex
+            inflight = self._k_inflight(name)
+            lease_ms = int(self.config.write_lease_seconds * 1000)
+            state = self._enter(keys=[self._k_namespaces, inflight], args=[name, token, lease_ms]).decode()
+            if state != "LOADING":
+                check_writable(name, NamespaceRecord(name=name, alias="", state=State(state)) if state else None)
+            try:
+                pipe = self.r.pipeline(transaction=False)
+                for bucket, mapping in group_by_bucket(records, self.buckets).items():
+                    pipe.hset(self._k_bucket(name, bucket), mapping=mapping)  # type: ignore[arg-type]
+                pipe.execute()
+            finally:
+                self.r.zrem(inflight, token)
+
+        self._call(run)
+
+    def _readable(self, name: str) -> None:
+        raw = self._raw_ns(name)
+        check_readable(name, NamespaceRecord.from_json(json.loads(raw)) if raw else None)
+
+    def get_many(self, name: str, keys: Sequence[bytes]) -> list[bytes | None]:
+        def run() -> list[bytes | None]:
+            self._readable(name)
+            by_bucket: dict[int, list[int]] = {}
+            for i, key in enumerate(keys):
+                by_bucket.setdefault(bucket_of(key, self.buckets), []).append(i)
+            pipe = self.r.pipeline(transaction=False)
+            for bucket, idx in by_bucket.items():
+                pipe.hmget(self._k_bucket(name, bucket), [keys[i] for i in idx])
+            out: list[bytes | None] = [None] * len(keys)
+            for idx, values in zip(by_bucket.values(), pipe.execute(), strict=True):
+                for i, v in zip(idx, values, strict=True):
+                    out[i] = v
+            return out
+
+        return self._call(run)
+
+    def scan(self, name: str, after: bytes | None, limit: int) -> list[tuple[bytes, bytes]]:
+        def run() -> list[tuple[bytes, bytes]]:
+            raw = self._raw_ns(name)
+            record = NamespaceRecord.from_json(json.loads(raw)) if raw else None
+            if record is None or record.state == State.DROPPED:
+                check_readable(name, record)
+            return scan_in_bucket_order(
+                lambda b: self.r.hgetall(self._k_bucket(name, b)), self.buckets, after, limit
+            )
+
+        return self._call(run)
+
+    def iterate(self, name: str, chunk: int = 50_000) -> Iterator[list[tuple[bytes, bytes]]]:
+        buf: list[tuple[bytes, bytes]] = []
+        for b in range(self.buckets):
+            key = self._k_bucket(name, b)
+            buf.extend(self._call(lambda key=key: list(self.r.hscan_iter(key, count=5000))))  # type: ignore[misc]
+            if len(buf) >= chunk:
+                yield buf
+                buf = []
+        if buf:
+            yield buf
+
+    # -- aliases ----------------------------------------------------------------
+
+    def get_alias(self, alias: str) -> AliasRecord | None:
+        raw = self._call(lambda: self.r.hget(self._k_aliases, alias))
+        return AliasRecord.from_json(json.loads(raw)) if raw is not None else None
+
+    def list_aliases(self) -> list[AliasRecord]:
+        raw = self._call(lambda: self.r.hgetall(self._k_aliases))
+        return sorted((AliasRecord.from_json(json.loads(v)) for v in raw.values()), key=lambda a: a.alias)
+
+    def _alias_keys(self, alias: str) -> list[str]:
+        return [self._k_aliases, self._k_namespaces, self._k_history(alias)]
+
+    def flip_alias(
+        self, alias: str, expected: str | None, target: str, principal: str, reason: str, respect_pin: bool = False
+    ) -> AliasRecord:
+        def run() -> AliasRecord:
+            while True:
+                raw_alias = self.r.hget(self._k_aliases, alias)
+                current = AliasRecord.from_json(json.loads(raw_alias)) if raw_alias else None
+                raw_target = self._raw_ns(target)
+                raw_prev = self._raw_ns(current.namespace) if current else None
+                record, changed, change = plan_flip(
+                    alias,
+                    current,
+                    expected,
+                    NamespaceRecord.from_json(json.loads(raw_target)) if raw_target else None,
+                    target,
+                    NamespaceRecord.from_json(json.loads(raw_prev)) if raw_prev else None,
+                    principal,
+                    reason,
+                    respect_pin,
+                )
+                if change is None:
+                    return record
+                checks: list[tuple[int, str, bytes | None]] = [(0, alias, raw_alias), (1, target, raw_target)]
+                if current is not None and current.namespace != target:
+                    checks.append((1, current.namespace, raw_prev))
+                hset = [(1, ns.name, self._ns_json(ns)) for ns in changed]
+                hset.append((0, alias, json.dumps(record.to_json())))
+                if self._apply(self._alias_keys(alias), checks, hset, [(2, json.dumps(change.to_json()))]):
+                    return record
+                # something changed between the read and the script: read again (the
+                # next plan_flip raises AliasConflictError if the alias itself moved)
+
+        return self._call(run)
+
+    def set_pin(self, alias: str, pinned: bool, principal: str, reason: str) -> AliasRecord:
+        def run() -> AliasRecord:
+            raw = self.r.hget(self._k_aliases, alias)
+            record, change = plan_pin(
+                alias, AliasRecord.from_json(json.loads(raw)) if raw else None, pinned, principal, reason
+            )
+            if change is None:
+                return record
+            if not self._apply(
+                self._alias_keys(alias),
+                [(0, alias, raw)],
+                [(0, alias, json.dumps(record.to_json()))],
+                [(2, json.dumps(change.to_json()))],
+            ):
+                raise AliasConflictError(f"alias {alias!r} changed while it was being pinned; look again and retry")
+            return record
+
+        return self._call(run)
+
+    def alias_history(self, alias: str, limit: int = 100) -> list[AliasChange]:
+        raw = self._call(lambda: self.r.lrange(self._k_history(alias), 0, limit - 1))
+        return [AliasChange.from_json(json.loads(v)) for v in raw]
+
+    def close(self) -> None:
+        try:
+            self.r.close()
+        except redis.exceptions.RedisError:
+            pass
