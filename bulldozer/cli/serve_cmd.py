@@ -9,11 +9,14 @@ from typing import Annotated
 import typer
 
 from bulldozer.cli.common import handle_errors
+from bulldozer.errors import InvalidArgumentError
 
 
 class EngineName(StrEnum):
     embedded = "embedded"
     memory = "memory"
+    redis = "redis"
+    cassandra = "cassandra"
 
 
 class LogFormat(StrEnum):
@@ -47,12 +50,45 @@ def serve(
     port_file: Annotated[
         Path | None, typer.Option(help="Write the bound port here once listening (for --port 0).", show_default=False)
     ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(help="Redis: redis://host:port/db of the server (any node in cluster mode).", show_default=False),
+    ] = None,
+    cluster: Annotated[bool, typer.Option("--cluster", help="Redis: talk Redis Cluster.")] = False,
+    prefix: Annotated[
+        str | None, typer.Option(help="Redis: key prefix Bulldozer owns (default bulldozer).", show_default=False)
+    ] = None,
+    contact_point: Annotated[
+        list[str] | None,
+        typer.Option(help="Cassandra: a seed host (repeat for several; default 127.0.0.1).", show_default=False),
+    ] = None,
+    cql_port: Annotated[
+        int | None, typer.Option(help="Cassandra: native protocol port (default 9042).", show_default=False)
+    ] = None,
+    keyspace: Annotated[
+        str | None, typer.Option(help="Cassandra: keyspace Bulldozer owns (default bulldozer).", show_default=False)
+    ] = None,
+    engine_config: Annotated[
+        Path | None,
+        typer.Option(
+            help="YAML or JSON file with the engine's settings (type: redis|cassandra|embedded plus any of "
+            "its options, e.g. consistency levels, credentials, timeouts); flags above override it.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve the KV DAL over gRPC until SIGTERM / Ctrl-C (then stop gracefully).
 
     Health checking (grpc.health.v1) and reflection are on, so grpcurl works against it.
-    Several processes may serve one embedded store: LMDB serializes their writes and the
-    alias compare-and-set is atomic in the store.
+    Several processes may serve one store: LMDB serializes their writes (embedded), the
+    alias compare-and-set is a Lua script (Redis) or a lightweight transaction (Cassandra).
+
+    \b
+    Examples:
+      bulldozer serve                                        # embedded store in $BULLDOZER_HOME/kv
+      bulldozer serve --engine redis --url redis://cache-1:6379/0 --cluster
+      bulldozer serve --engine cassandra --contact-point c1 --contact-point c2 --keyspace features
+      bulldozer serve --engine-config cassandra.yaml         # consistency, credentials, timeouts ...
     """
     from bulldozer.kv.backends import create_engine
     from bulldozer.kv.server import serve as run
@@ -60,11 +96,21 @@ def serve(
     from bulldozer.warehouse.catalog import bulldozer_home
 
     configure_logging("info", log_format.value)
-    if engine is EngineName.embedded:
-        store = path or bulldozer_home() / "kv"
-        config = {"type": "embedded", "path": str(store), "map_size": int(map_size_gib * 1024**3), "writemap": writemap}
-    else:
-        config = {"type": "memory"}
+    config: dict[str, object] = _read_engine_config(engine_config) if engine_config else {"type": engine.value}
+    kind = config.get("type", engine.value)
+    if kind == "embedded":
+        config.setdefault("path", str(path or bulldozer_home() / "kv"))
+        config.setdefault("map_size", int(map_size_gib * 1024**3))
+        config["writemap"] = writemap or bool(config.get("writemap", False))
+    flags = {
+        "url": url,
+        "cluster": cluster or None,
+        "prefix": prefix,
+        "contact_points": contact_point or None,
+        "port": cql_port,
+        "keyspace": keyspace,
+    }
+    config.update({k: v for k, v in flags.items() if v is not None})
     code = run(f"{host}:{port}", create_engine(config), metrics_port=metrics_port, grace=grace, port_file=port_file)
     # Exit now: request threads that outlived the grace period must not hold the process
     # (everything is flushed; the store is consistent at every committed transaction).
@@ -76,3 +122,15 @@ def serve(
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _read_engine_config(path: Path) -> dict[str, object]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise InvalidArgumentError(f"{path}: cannot read the engine configuration: {exc}") from exc
+    if not isinstance(data, dict) or "type" not in data:
+        raise InvalidArgumentError(f"{path}: the engine configuration must be a mapping with a 'type'")
+    return dict(data)

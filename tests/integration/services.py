@@ -21,6 +21,7 @@ SCRIPTS = REPO / "scripts" / "services"
 
 _lock = threading.Lock()
 _started: dict[str, str] = {}
+_folders: dict[str, str] = {}
 _stops: list[list[str]] = []
 
 
@@ -80,11 +81,19 @@ def cassandra_endpoint() -> tuple[str, int]:
         if "cassandra" not in _started:
             given = os.environ.get("BULLDOZER_TEST_CASSANDRA")
             if not given:
-                _, port = _start("cassandra", "cassandra.sh", "start", 2)
+                folder, port = _start("cassandra", "cassandra.sh", "start", 2)
+                _folders["cassandra"] = folder
                 given = f"127.0.0.1:{port}"
             _started["cassandra"] = given
         host, _, port_text = _started["cassandra"].rpartition(":")
         return host, int(port_text)
+
+
+def cassandra_pid() -> int | None:
+    """The process id of the Cassandra the session started (None for an external one)."""
+    cassandra_endpoint()
+    folder = _folders.get("cassandra")
+    return int(Path(folder, "cassandra.pid").read_text()) if folder else None
 
 
 def stop_all() -> None:
@@ -93,3 +102,4 @@ def stop_all() -> None:
             subprocess.run(command, check=False)
         _stops.clear()
         _started.clear()
+        _folders.clear()

@@ -100,27 +100,78 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start(path: Path, port: int) -> subprocess.Popen[bytes]:
+def _start(path: Path | None, port: int, *serve_args: str) -> subprocess.Popen[bytes]:
+    """A ``bulldozer serve`` process on ``port``: over the embedded store at ``path``, or
+    over the engine ``serve_args`` name (``--engine redis --url ...``)."""
+    where = ["--path", str(path)] if path is not None else []
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bulldozer.cli.main",
-            "serve",
-            "--path",
-            str(path),
-            "--port",
-            str(port),
-            "--grace",
-            "5",
-        ],
+        [sys.executable, "-m", "bulldozer.cli.main", "serve", *where, *serve_args, "--port", str(port), "--grace", "5"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     with KvClient(f"127.0.0.1:{port}") as client:
-        client.wait_ready(timeout=30)
+        try:
+            client.wait_ready(timeout=60)
+        except Exception:
+            proc.kill()
+            raise AssertionError((proc.stderr.read() if proc.stderr else b"").decode()) from None
     return proc
+
+
+def race_to_flip(a: KvClient, b: KvClient, alias: str = "race", rounds: int = 5) -> None:
+    """Two clients of two DAL processes on one store race to flip one alias: exactly one
+    wins each round, and both servers then serve the winner."""
+    base = new_version_name(alias)
+    a.create_namespace(base, alias)
+    a.put(base, [(b"k", b"base")])
+    a.seal(base)
+    b.compare_and_set_alias(alias, None, base)  # written through one process ...
+    assert a.get(b"k", alias=alias) == b"base"  # ... seen through the other
+    for round_ in range(rounds):
+        current = a.get_alias(alias).namespace
+        x, y = new_version_name(alias), new_version_name(alias)
+        for client, name in ((a, x), (b, y)):
+            client.create_namespace(name, alias)
+            client.put(name, [(b"k", name.encode())])
+            client.seal(name)
+        results: dict[str, str] = {}
+        barrier = threading.Barrier(2)
+
+        def flip(
+            client: KvClient,
+            name: str,
+            barrier: threading.Barrier = barrier,
+            current: str = current,
+            results: dict[str, str] = results,
+            round_: int = round_,
+        ) -> None:
+            barrier.wait()
+            try:
+                client.compare_and_set_alias(alias, current, name, reason=f"round {round_}")
+                results[name] = "won"
+            except AliasConflictError:
+                results[name] = "lost"
+
+        threads = [threading.Thread(target=flip, args=args) for args in ((a, x), (b, y))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        winners = [n for n, r in results.items() if r == "won"]
+        assert len(winners) == 1, results
+        assert a.get(b"k", alias=alias) == b.get(b"k", alias=alias) == winners[0].encode()
+        active = [n.name for n in a.list_namespaces(alias) if n.state.value == "ACTIVE"]
+        assert active == winners
+    assert len(a.alias_history(alias)) == 1 + rounds  # the first flip and one per round
+
+
+def stop_servers(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        assert proc.wait(timeout=20) == 0
+        assert b"Traceback" not in (proc.stderr.read() if proc.stderr else b"")
 
 
 def test_two_server_processes_on_one_store_race_to_flip(tmp_path: Path) -> None:
@@ -129,55 +180,11 @@ def test_two_server_processes_on_one_store_race_to_flip(tmp_path: Path) -> None:
     procs = [_start(store, p) for p in ports]
     try:
         a, b = (KvClient(f"127.0.0.1:{p}", principal=f"server{i}") for i, p in enumerate(ports))
-        alias = "race"
-        base = new_version_name(alias)
-        a.create_namespace(base, alias)
-        a.put(base, [(b"k", b"base")])
-        a.seal(base)
-        b.compare_and_set_alias(alias, None, base)  # written through one process ...
-        assert a.get(b"k", alias=alias) == b"base"  # ... seen through the other
-        for round_ in range(5):
-            current = a.get_alias(alias).namespace
-            x, y = new_version_name(alias), new_version_name(alias)
-            for client, name in ((a, x), (b, y)):
-                client.create_namespace(name, alias)
-                client.put(name, [(b"k", name.encode())])
-                client.seal(name)
-            results: dict[str, str] = {}
-            barrier = threading.Barrier(2)
-
-            def flip(
-                client: KvClient,
-                name: str,
-                barrier: threading.Barrier = barrier,
-                current: str = current,
-                results: dict[str, str] = results,
-                round_: int = round_,
-            ) -> None:
-                barrier.wait()
-                try:
-                    client.compare_and_set_alias(alias, current, name, reason=f"round {round_}")
-                    results[name] = "won"
-                except AliasConflictError:
-                    results[name] = "lost"
-
-            threads = [threading.Thread(target=flip, args=args) for args in ((a, x), (b, y))]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            winners = [n for n, r in results.items() if r == "won"]
-            assert len(winners) == 1, results
-            assert a.get(b"k", alias=alias) == b.get(b"k", alias=alias) == winners[0].encode()
-        assert len(a.alias_history(alias)) == 1 + 5  # the first flip and one per round
+        race_to_flip(a, b)
         a.close()
         b.close()
     finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            assert proc.wait(timeout=20) == 0
-            assert b"Traceback" not in (proc.stderr.read() if proc.stderr else b"")
+        stop_servers(procs)
 
 
 def test_sigterm_lets_in_flight_batches_finish(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
 from bulldozer.errors import BackendUnavailableError, InvalidArgumentError
 from bulldozer.kv.backends.base import StorageEngine
@@ -38,7 +38,13 @@ def engine_config(data: dict[str, Any]) -> Any:
     """Validate an engine configuration mapping (``{"type": "embedded", "path": ...}``)."""
     if data.get("type") not in ENGINES:
         raise InvalidArgumentError(f"unknown storage engine {data.get('type')!r}; known: {', '.join(sorted(ENGINES))}")
-    return _ADAPTER.validate_python(data)
+    try:
+        return _ADAPTER.validate_python(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'][1:]) or 'config'}: {e['msg']}" for e in exc.errors(include_url=False)
+        )
+        raise InvalidArgumentError(f"invalid {data.get('type')} engine configuration: {problems}") from None
 
 
 def create_engine(config: Any) -> StorageEngine:

@@ -1,0 +1,266 @@
+"""Redis and Cassandra as the DAL's engine, end to end and under faults: real servers
+started by scripts/services/*.sh, real ``bulldozer serve`` processes in front of them.
+
+(The contract suite in test_kv_contract.py also runs on both engines.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bulldozer.errors import BackendUnavailableError, ForeignDataError, ResourceExhaustedError
+from bulldozer.kv import KvClient, KvDal, Limits, create_engine
+from bulldozer.kv.backends.base import State, StorageEngine
+from bulldozer.load.runner import run_job
+from bulldozer.names import new_version_name
+from bulldozer.warehouse.sample import create_sample_warehouse
+from tests.conftest import REPO
+from tests.integration import services
+from tests.integration.test_kv_server import _free_port, _start, race_to_flip, stop_servers
+from tests.integration.test_run import KEY, spec
+
+pytestmark = pytest.mark.integration
+ENGINES = ["redis", "redis-cluster", "cassandra"]
+
+
+def serve_args(engine: str, name: str) -> list[str]:
+    """``bulldozer serve`` flags for one store called ``name`` on the test servers."""
+    if engine == "cassandra":
+        host, port = services.cassandra_endpoint()
+        return ["--engine", "cassandra", "--contact-point", host, "--cql-port", str(port), "--keyspace", name]
+    url = services.redis_cluster_url() if engine == "redis-cluster" else services.redis_url()
+    return ["--engine", "redis", "--url", url, "--prefix", name, *(["--cluster"] if engine == "redis-cluster" else [])]
+
+
+def engine_for(engine: str, name: str, **options: object) -> StorageEngine:
+    if engine == "cassandra":
+        host, port = services.cassandra_endpoint()
+        config: dict[str, object] = {"type": "cassandra", "contact_points": [host], "port": port, "keyspace": name}
+    else:
+        url = services.redis_cluster_url() if engine == "redis-cluster" else services.redis_url()
+        config = {"type": "redis", "url": url, "prefix": name, "cluster": engine == "redis-cluster"}
+    return create_engine({**config, **options})
+
+
+def unique() -> str:
+    return f"it_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(params=ENGINES)
+def engine_name(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def test_two_dal_processes_on_one_cluster_race_to_flip(engine_name: str) -> None:
+    store = unique()
+    ports = [_free_port(), _free_port()]
+    procs = [_start(None, p, *serve_args(engine_name, store)) for p in ports]
+    try:
+        a, b = (KvClient(f"127.0.0.1:{p}", principal=f"server{i}") for i, p in enumerate(ports))
+        race_to_flip(a, b, rounds=4)
+        a.close()
+        b.close()
+    finally:
+        stop_servers(procs)
+
+
+def _cli(args: list[str], home: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bulldozer.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "BULLDOZER_HOME": str(home), **(env or {})},
+        cwd=REPO,
+    )
+
+
+@pytest.mark.parametrize("engine", ["redis", "cassandra"])
+def test_bulldozer_run_end_to_end(engine: str, tmp_path: Path) -> None:
+    """The unchanged template spec, pointed at a DAL in front of the engine by its endpoint only."""
+    home = tmp_path / "h"
+    create_sample_warehouse(home, rows=3_000)
+    port = _free_port()
+    server = _start(None, port, *serve_args(engine, unique()))
+    try:
+        endpoint = {"BULLDOZER_ENDPOINT": f"127.0.0.1:{port}"}
+        result = _cli(["run", "templates/move_data_to_kv_dal.yaml", "--json"], home, endpoint)
+        assert result.returncode == 0, result.stderr
+        record = json.loads(result.stdout)
+        assert record["outcome"] == "succeeded" and record["rows"] == 3_000
+        got = _cli(["get", "user_item_scores", "--key", json.dumps(KEY), "--endpoint", f"127.0.0.1:{port}"], home)
+        assert got.returncode == 0, got.stderr
+        assert json.loads(got.stdout)["profile"]["tier"] in {"free", "basic", "premium"}
+        with KvClient(f"127.0.0.1:{port}") as client:
+            info = client.describe(record["version"])
+            assert info.state == State.ACTIVE and info.record_count == 3_000
+            assert client.get_alias("user_item_scores").namespace == record["version"]
+    finally:
+        stop_servers([server])
+
+
+@pytest.mark.parametrize("engine", ["redis", "cassandra"])
+def test_unreachable_engine_is_one_clear_line(engine: str, tmp_path: Path) -> None:
+    args = (
+        ["--engine", "redis", "--url", f"redis://127.0.0.1:{_free_port()}/0"]
+        if engine == "redis"
+        else ["--engine", "cassandra", "--cql-port", str(_free_port())]
+    )
+    result = _cli(["serve", *args, "--port", "0"], tmp_path)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: cannot reach") and "127.0.0.1:" in line, result.stderr
+    with pytest.raises(BackendUnavailableError, match="cannot reach"):
+        if engine == "redis":
+            create_engine({"type": "redis", "url": f"redis://127.0.0.1:{_free_port()}/0", "timeout_seconds": 2})
+        else:
+            create_engine({"type": "cassandra", "port": _free_port(), "connect_timeout_seconds": 2})
+
+
+def test_a_redis_prefix_holding_foreign_keys_is_refused() -> None:
+    import redis
+
+    prefix = unique()
+    r = redis.Redis.from_url(services.redis_url())
+    r.set(f"{prefix}:user:1", b"not ours")
+    with pytest.raises(ForeignDataError, match=f"prefix '{prefix}' already holds keys"):
+        engine_for("redis", prefix)
+    assert r.get(f"{prefix}:user:1") == b"not ours"  # untouched
+    engine_for("redis", unique()).close()  # a fresh prefix is fine ...
+    ours = unique()
+    engine_for("redis", ours).close()
+    engine_for("redis", ours).close()  # ... and so is reopening our own
+
+
+def test_a_cassandra_keyspace_holding_foreign_tables_is_refused() -> None:
+    from cassandra.cluster import Cluster
+
+    host, port = services.cassandra_endpoint()
+    keyspace = unique()
+    cluster = Cluster([host], port=port, protocol_version=5)
+    try:
+        session = cluster.connect()
+        session.execute(
+            f"CREATE KEYSPACE {keyspace} WITH replication = {{'class': 'SimpleStrategy', 'replication_factor': 1}}"
+        )
+        session.execute(f"CREATE TABLE {keyspace}.users (id int PRIMARY KEY, name text)")
+        session.execute(f"INSERT INTO {keyspace}.users (id, name) VALUES (1, 'not ours')")
+        with pytest.raises(ForeignDataError, match=f"keyspace '{keyspace}' already holds tables.*users"):
+            engine_for("cassandra", keyspace)
+        assert list(session.execute(f"SELECT name FROM {keyspace}.users"))[0].name == "not ours"
+        assert {r.table_name for r in session.execute(
+            "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s", (keyspace,)
+        )} == {"users"}
+        ours = unique()
+        engine_for("cassandra", ours).close()
+        engine_for("cassandra", ours).close()  # reopening our own keyspace is fine
+    finally:
+        cluster.shutdown()
+
+
+def test_values_over_the_engine_limit_are_refused_and_large_ones_kept_whole(engine_name: str) -> None:
+    engine = engine_for(engine_name, unique())
+    dal = KvDal(engine, Limits(max_value_bytes=1024**3, max_message_bytes=1024**3))
+    try:
+        assert dal.limits.max_value_bytes == engine.max_value_bytes
+        name = new_version_name("big")
+        dal.create_namespace(name, "big")
+        with pytest.raises(ResourceExhaustedError, match="over the limit"):
+            dal.put(name, [(b"too-big", b"x" * (engine.max_value_bytes + 1))])
+        large = os.urandom(3 * 1024 * 1024)
+        dal.put(name, [(b"large", large), (b"small", b"s")])
+        sealed = dal.seal(name)
+        assert sealed.record_count == 2
+        assert dal.batch_get([b"large", b"small"], namespace=name)[1] == [large, b"s"]
+    finally:
+        engine.close()
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[tuple[str, int]]:
+    """A Redis of this test's own, so stopping it disturbs nothing else."""
+    folder, port = str(tmp_path / "redis"), services.free_ports(1)
+    subprocess.run(["bash", str(services.SCRIPTS / "redis.sh"), "start", folder, str(port)], check=True)
+    yield folder, port
+    subprocess.run(["bash", str(services.SCRIPTS / "redis.sh"), "stop", folder], check=False)
+
+
+def test_redis_stopped_mid_load_fails_the_run_and_the_alias_stays(own_redis: tuple[str, int], tmp_path: Path) -> None:
+    folder, redis_port = own_redis
+    redis_pid = int(Path(folder, str(redis_port), "redis.pid").read_text())
+    home = tmp_path / "h"
+    create_sample_warehouse(home, rows=30_000, chunk_rows=10_000)
+    port = _free_port()
+    config = tmp_path / "engine.yaml"
+    config.write_text(f"type: redis\nurl: redis://127.0.0.1:{redis_port}/0\ntimeout_seconds: 2\n")
+    server = _start(None, port, "--engine-config", str(config))
+    loaded = spec()
+    try:
+        with KvClient(f"127.0.0.1:{port}", timeout=20) as client:
+            first = run_job(loaded, client, home=str(home))
+
+            def stop_redis(done: int, total: int) -> None:
+                if done >= 12_000:
+                    os.kill(redis_pid, signal.SIGSTOP)
+
+            try:
+                with pytest.raises(BackendUnavailableError):
+                    run_job(loaded, client, home=str(home), progress=stop_redis)
+            finally:
+                os.kill(redis_pid, signal.SIGCONT)
+            assert client.get_alias("user_item_scores").namespace == first.version  # never moved
+            states = {n.name: n.state for n in client.list_namespaces("user_item_scores")}
+            (broken,) = [n for n in states if n != first.version]
+            assert states[broken] in {State.LOADING, State.FAILED}
+            again = run_job(loaded, client, home=str(home))  # the next run succeeds
+            assert again.rows == 30_000 and client.get_alias("user_item_scores").namespace == again.version
+    finally:
+        stop_servers([server])
+
+
+def test_cassandra_stopped_mid_load_fails_the_run_and_the_alias_stays(tmp_path: Path) -> None:
+    pid = services.cassandra_pid()
+    if pid is None:
+        pytest.skip("BULLDOZER_TEST_CASSANDRA names an external server; this test stops the one it started")
+    host, cql_port = services.cassandra_endpoint()
+    home = tmp_path / "h"
+    create_sample_warehouse(home, rows=30_000, chunk_rows=10_000)
+    port = _free_port()
+    config = tmp_path / "engine.yaml"
+    config.write_text(
+        f"type: cassandra\ncontact_points: [{host}]\nport: {cql_port}\nkeyspace: {unique()}\ntimeout_seconds: 3\n"
+    )
+    server = _start(None, port, "--engine-config", str(config))
+    loaded = spec()
+    try:
+        with KvClient(f"127.0.0.1:{port}", timeout=30) as client:
+            first = run_job(loaded, client, home=str(home))
+
+            def stop_cassandra(done: int, total: int) -> None:
+                if done >= 12_000:
+                    os.kill(pid, signal.SIGSTOP)
+
+            try:
+                with pytest.raises(BackendUnavailableError):
+                    run_job(loaded, client, home=str(home), progress=stop_cassandra)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            client.wait_ready(timeout=30)
+            assert client.get_alias("user_item_scores").namespace == first.version  # never moved
+            (broken,) = [n for n in client.list_namespaces("user_item_scores") if n.name != first.version]
+            assert broken.state in {State.LOADING, State.FAILED}
+            resumed = run_job(loaded, client, home=str(home), resume=broken.name) if broken.state == State.LOADING else (
+                run_job(loaded, client, home=str(home))
+            )
+            assert resumed.rows == 30_000 and client.get_alias("user_item_scores").namespace == resumed.version
+    finally:
+        stop_servers([server])
