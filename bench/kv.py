@@ -3,9 +3,15 @@
 * write records/s through the DAL (client → gRPC on loopback → engine) vs the same
   records written straight into the engine;
 * batch get of 100 keys: throughput and p50 / p99 latency through the DAL vs direct;
-* alias flip latency for a small and a large namespace.
+* alias flip latency for a small and a large namespace;
+* with ``--engines redis,cassandra``: one row per distributed engine, write records/s
+  through a DAL in front of it vs the same records written directly with the engine's
+  own Python client in its fastest bulk mode (Redis: pipelined MSET; Cassandra: the
+  faster of concurrent prepared inserts and concurrent unlogged batches). The servers
+  are started by scripts/services/*.sh (and stopped afterwards).
 
     .venv/bin/python bench/kv.py [--records 2000000] [--repeat 3] [--quick]
+                                 [--engines redis,cassandra] [--engine-records 200000]
 
 Keys are 16 bytes, values 100 bytes. Prints a markdown table of medians.
 """
@@ -60,7 +66,24 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--gets", type=int, default=2_000, help="batch gets per measurement")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--engines", default="", help="also measure these engines: redis,cassandra")
+    parser.add_argument("--engine-records", type=int, default=200_000, help="records per distributed-engine round")
+    parser.add_argument("--skip-embedded", action="store_true", help="only the --engines rows")
     args = parser.parse_args()
+    engine_rows = []
+    for kind in [e for e in args.engines.split(",") if e]:
+        m = 20_000 if args.quick else args.engine_records
+        engine_rows.append((kind, m, *bench_engine(kind, m, 1 if args.quick else args.repeat)))
+    if engine_rows:
+        print(f"\nKV DAL over distributed engines, 16 B keys + 100 B values, median of {args.repeat}\n")
+        print("| engine | records | through the DAL /s | direct client /s | direct mode | DAL / direct | target |")
+        print("|---|---:|---:|---:|---|---:|---|")
+        for kind, m, dal_rate, direct_rate, mode in engine_rows:
+            print(
+                f"| {kind} | {m:,} | {dal_rate:,.0f} | {direct_rate:,.0f} | {mode} | {dal_rate / direct_rate:.2f} | ≥ 0.8 |"
+            )
+    if args.skip_embedded:
+        return
     n, repeat, gets = (20_000, 1, 100) if args.quick else (args.records, args.repeat, args.gets)
     big = 20_000 if args.quick else 1_000_000
 
@@ -165,6 +188,107 @@ def main() -> None:
     client.close()
     server.send_signal(signal.SIGTERM)
     server.wait(timeout=30)
+
+
+def bench_engine(kind: str, n: int, repeat: int) -> tuple[float, float, str]:
+    """(DAL records/s, direct records/s, direct mode) for one distributed engine, median of ``repeat``."""
+    import uuid
+
+    keys, values, batches = make_records(n)
+    scripts = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "services")
+    folder = tempfile.mkdtemp(prefix=f"bulldozer-bench-{kind}-")
+    port = _free_port()
+    script = os.path.join(scripts, f"{kind}.sh")
+    subprocess.run(["bash", script, "start", folder, str(port)], check=True)
+    store = f"bench_{uuid.uuid4().hex[:8]}"
+    if kind == "redis":
+        serve = ["--engine", "redis", "--url", f"redis://127.0.0.1:{port}/0", "--prefix", store]
+    else:
+        serve = ["--engine", "cassandra", "--cql-port", str(port), "--keyspace", store]
+    dal_port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "bulldozer.cli.main", "serve", *serve, "--port", str(dal_port), "--grace", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        client = KvClient(f"127.0.0.1:{dal_port}", timeout=300)
+        client.wait_ready(timeout=60)
+        direct = _direct_writer(kind, port)
+        direct_times: dict[str, list[float]] = {}
+        dal_times = []
+        for r in range(repeat):
+            for mode, write in direct.items():
+                direct_times.setdefault(mode, []).append(timed(lambda write=write, r=r: write(f"d{r}", batches)))
+            name = new_version_name("dal")
+            client.create_namespace(name, "dal")
+
+            def through_dal(name: str = name) -> None:
+                with client.writer(name, batch_records=BATCH, in_flight=4) as writer:
+                    writer.add_arrays(keys, values)
+
+            dal_times.append(timed(through_dal))
+            client.mark_failed(name, "benchmark")
+            client.drop(name)
+            rates = ", ".join(f"{m} {n / t[-1]:,.0f}/s" for m, t in direct_times.items())
+            print(f"  {kind} round {r + 1}: DAL {n / dal_times[-1]:,.0f}/s, direct {rates}", flush=True)
+        client.close()
+        best_mode = min(direct_times, key=lambda m: statistics.median(direct_times[m]))
+        return n / statistics.median(dal_times), n / statistics.median(direct_times[best_mode]), best_mode
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
+        subprocess.run(["bash", script, "stop", folder], check=False)
+
+
+def _direct_writer(kind: str, port: int) -> dict[str, Callable[[str, list[list[tuple[bytes, bytes]]]], None]]:
+    """The engine's own Python client writing the batches into a fresh key space, per mode."""
+    if kind == "redis":
+        import redis
+
+        r = redis.Redis(port=port)
+
+        def mset(tag: str, batches: list[list[tuple[bytes, bytes]]]) -> None:
+            prefix = f"direct:{tag}:".encode()
+            pipe = r.pipeline(transaction=False)
+            for i, batch in enumerate(batches):
+                pipe.mset({prefix + k: v for k, v in batch})
+                if i % 4 == 3:
+                    pipe.execute()
+            pipe.execute()
+
+        return {"pipelined MSET": mset}
+
+    from cassandra.cluster import Cluster
+    from cassandra.concurrent import execute_concurrent, execute_concurrent_with_args
+    from cassandra.query import BatchStatement, BatchType
+
+    session = Cluster(["127.0.0.1"], port=port, protocol_version=5).connect()
+    session.execute(
+        "CREATE KEYSPACE IF NOT EXISTS direct WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}"
+    )
+
+    def table(tag: str) -> Any:
+        session.execute(f"CREATE TABLE IF NOT EXISTS direct.{tag} (k blob PRIMARY KEY, v blob)")
+        return session.prepare(f"INSERT INTO direct.{tag} (k, v) VALUES (?, ?)")
+
+    def inserts(tag: str, batches: list[list[tuple[bytes, bytes]]]) -> None:
+        insert = table(tag + "_i")
+        for batch in batches:
+            execute_concurrent_with_args(session, insert, batch, concurrency=128, raise_on_first_error=True)
+
+    def unlogged(tag: str, batches: list[list[tuple[bytes, bytes]]]) -> None:
+        insert = table(tag + "_b")
+        for batch in batches:
+            statements = []
+            for i in range(0, len(batch), 64):
+                b = BatchStatement(batch_type=BatchType.UNLOGGED)
+                for row in batch[i : i + 64]:
+                    b.add(insert, row)
+                statements.append((b, ()))
+            execute_concurrent(session, statements, concurrency=128, raise_on_first_error=True)
+
+    return {"concurrent inserts": inserts, "unlogged batches": unlogged}
 
 
 def _free_port() -> int:

@@ -156,10 +156,13 @@ def test_a_cassandra_keyspace_holding_foreign_tables_is_refused() -> None:
         session.execute(f"INSERT INTO {keyspace}.users (id, name) VALUES (1, 'not ours')")
         with pytest.raises(ForeignDataError, match=f"keyspace '{keyspace}' already holds tables.*users"):
             engine_for("cassandra", keyspace)
-        assert list(session.execute(f"SELECT name FROM {keyspace}.users"))[0].name == "not ours"
-        assert {r.table_name for r in session.execute(
-            "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s", (keyspace,)
-        )} == {"users"}
+        assert next(iter(session.execute(f"SELECT name FROM {keyspace}.users"))).name == "not ours"
+        assert {
+            r.table_name
+            for r in session.execute(
+                "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s", (keyspace,)
+            )
+        } == {"users"}
         ours = unique()
         engine_for("cassandra", ours).close()
         engine_for("cassandra", ours).close()  # reopening our own keyspace is fine
@@ -258,8 +261,10 @@ def test_cassandra_stopped_mid_load_fails_the_run_and_the_alias_stays(tmp_path: 
             assert client.get_alias("user_item_scores").namespace == first.version  # never moved
             (broken,) = [n for n in client.list_namespaces("user_item_scores") if n.name != first.version]
             assert broken.state in {State.LOADING, State.FAILED}
-            resumed = run_job(loaded, client, home=str(home), resume=broken.name) if broken.state == State.LOADING else (
-                run_job(loaded, client, home=str(home))
+            resumed = (
+                run_job(loaded, client, home=str(home), resume=broken.name)
+                if broken.state == State.LOADING
+                else (run_job(loaded, client, home=str(home)))
             )
             assert resumed.rows == 30_000 and client.get_alias("user_item_scores").namespace == resumed.version
     finally:

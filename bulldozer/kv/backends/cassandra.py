@@ -236,7 +236,7 @@ class CassandraEngine(StorageEngine):
 
     def _row(self, kind: str, id_: str) -> str | None:
         rows = list(self.session.execute(self._sel, (kind, id_)))
-        return rows[0].body if rows else None  # type: ignore[no-any-return]
+        return rows[0].body if rows else None
 
     def _cas(self, statements: list[tuple[PreparedStatement, tuple[Any, ...]]]) -> bool:
         """Apply statements on the meta partition as one conditional batch."""

@@ -22,6 +22,7 @@ live on other nodes than the state.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -279,7 +280,7 @@ class RedisEngine(StorageEngine):
             try:
                 pipe = self.r.pipeline(transaction=False)
                 for bucket, mapping in group_by_bucket(records, self.buckets).items():
-                    pipe.hset(self._k_bucket(name, bucket), mapping=mapping)  # type: ignore[arg-type]
+                    pipe.hset(self._k_bucket(name, bucket), mapping=mapping)
                 pipe.execute()
             finally:
                 self.r.zrem(inflight, token)
@@ -313,9 +314,7 @@ class RedisEngine(StorageEngine):
             record = NamespaceRecord.from_json(json.loads(raw)) if raw else None
             if record is None or record.state == State.DROPPED:
                 check_readable(name, record)
-            return scan_in_bucket_order(
-                lambda b: self.r.hgetall(self._k_bucket(name, b)), self.buckets, after, limit
-            )
+            return scan_in_bucket_order(lambda b: self.r.hgetall(self._k_bucket(name, b)), self.buckets, after, limit)
 
         return self._call(run)
 
@@ -401,7 +400,5 @@ class RedisEngine(StorageEngine):
         return [AliasChange.from_json(json.loads(v)) for v in raw]
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(redis.exceptions.RedisError):
             self.r.close()
-        except redis.exceptions.RedisError:
-            pass
