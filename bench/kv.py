@@ -60,6 +60,13 @@ def timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - started
 
 
+def write_through_dal(client: KvClient, name: str, keys: pa.Array, values: pa.Array) -> None:
+    """Create ``name`` and stream the columns into it, 4 batches in flight."""
+    client.create_namespace(name, "dal")
+    with client.writer(name, batch_records=BATCH, in_flight=4) as writer:
+        writer.add_arrays(keys, values)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=2_000_000)
@@ -122,13 +129,7 @@ def main() -> None:
         direct_times.append(timed(lambda name=name: [engine.put(name, b) for b in batches]))
         # through the DAL
         name = new_version_name("dal")
-        client.create_namespace(name, "dal")
-
-        def through_dal(name: str = name) -> None:
-            with client.writer(name, batch_records=BATCH, in_flight=4) as writer:
-                writer.add_arrays(keys, values)
-
-        dal_times.append(timed(through_dal))
+        dal_times.append(timed(lambda name=name: write_through_dal(client, name, keys, values)))
         last_dal_ns = name
         print(
             f"  write round {r + 1}: direct {n / direct_times[-1]:,.0f}/s, DAL {n / dal_times[-1]:,.0f}/s",
@@ -221,13 +222,7 @@ def bench_engine(kind: str, n: int, repeat: int) -> tuple[float, float, str]:
             for mode, write in direct.items():
                 direct_times.setdefault(mode, []).append(timed(lambda write=write, r=r: write(f"d{r}", batches)))
             name = new_version_name("dal")
-            client.create_namespace(name, "dal")
-
-            def through_dal(name: str = name) -> None:
-                with client.writer(name, batch_records=BATCH, in_flight=4) as writer:
-                    writer.add_arrays(keys, values)
-
-            dal_times.append(timed(through_dal))
+            dal_times.append(timed(lambda name=name: write_through_dal(client, name, keys, values)))
             client.mark_failed(name, "benchmark")
             client.drop(name)
             rates = ", ".join(f"{m} {n / t[-1]:,.0f}/s" for m, t in direct_times.items())

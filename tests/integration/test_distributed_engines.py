@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,10 +21,9 @@ from bulldozer.kv.backends.base import State, StorageEngine
 from bulldozer.load.runner import run_job
 from bulldozer.names import new_version_name
 from bulldozer.warehouse.sample import create_sample_warehouse
-from tests.conftest import REPO
 from tests.integration import services
 from tests.integration.test_kv_server import _free_port, _start, race_to_flip, stop_servers
-from tests.integration.test_run import KEY, spec
+from tests.integration.test_run import KEY, _cli, spec
 
 pytestmark = pytest.mark.integration
 ENGINES = ["redis", "redis-cluster", "cassandra"]
@@ -70,17 +68,6 @@ def test_two_dal_processes_on_one_cluster_race_to_flip(engine_name: str) -> None
         b.close()
     finally:
         stop_servers(procs)
-
-
-def _cli(args: list[str], home: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bulldozer.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "BULLDOZER_HOME": str(home), **(env or {})},
-        cwd=REPO,
-    )
 
 
 @pytest.mark.parametrize("engine", ["redis", "cassandra"])

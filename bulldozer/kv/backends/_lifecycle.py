@@ -1,8 +1,10 @@
-"""The checks and record changes of an alias flip, shared by engines that can run them
-inside one transaction (memory, embedded)."""
+"""The checks and record changes of the lifecycle, shared by every engine: run inside one
+transaction (memory, embedded) or as an optimistic compare-and-set (redis, cassandra)."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from dataclasses import replace
 
 from bulldozer.errors import (
@@ -103,3 +105,83 @@ def check_readable(name: str, record: NamespaceRecord | None) -> None:
         raise NamespaceStateError(
             f"namespace {name!r} is {record.state.value}; reads are served from SEALED, ACTIVE and RETIRED versions"
         )
+
+
+# -- optimistic compare-and-set, for engines whose atomic primitive is "write these
+# -- rows iff they still hold what was read" (a Redis script, a Cassandra LWT batch)
+
+#: apply(raw alias record read, {namespace: raw record read}, new alias, changed namespaces, history entry)
+ApplyFlip = Callable[[str | None, dict[str, str | None], AliasRecord, list[NamespaceRecord], AliasChange], bool]
+
+
+def _ns(raw: str | None) -> NamespaceRecord | None:
+    return NamespaceRecord.from_json(json.loads(raw)) if raw else None
+
+
+def _alias(raw: str | None) -> AliasRecord | None:
+    return AliasRecord.from_json(json.loads(raw)) if raw else None
+
+
+def transition_optimistically(
+    name: str,
+    expected: frozenset[State],
+    record: NamespaceRecord,
+    read_ns: Callable[[str], str | None],
+    apply: Callable[[str | None], bool],
+) -> None:
+    """Check the stored state and write ``record`` iff the row still holds what was read;
+    read again when it changed in between."""
+    while True:
+        raw = read_ns(name)
+        check_transition(name, _ns(raw), expected)
+        if apply(raw):
+            return
+
+
+def flip_optimistically(
+    alias: str,
+    expected: str | None,
+    target: str,
+    principal: str,
+    reason: str,
+    respect_pin: bool,
+    read_alias: Callable[[str], str | None],
+    read_ns: Callable[[str], str | None],
+    apply: ApplyFlip,
+) -> AliasRecord:
+    """plan_flip over freshly read rows, applied iff none of them changed meanwhile; on a
+    lost race read again (plan_flip then raises AliasConflictError if the alias moved)."""
+    while True:
+        raw_alias = read_alias(alias)
+        current = _alias(raw_alias)
+        raws = {target: read_ns(target)}
+        if current is not None and current.namespace != target:
+            raws[current.namespace] = read_ns(current.namespace)
+        record, changed, change = plan_flip(
+            alias,
+            current,
+            expected,
+            _ns(raws[target]),
+            target,
+            _ns(raws[current.namespace]) if current else None,
+            principal,
+            reason,
+            respect_pin,
+        )
+        if change is None or apply(raw_alias, raws, record, changed, change):
+            return record
+
+
+def pin_optimistically(
+    alias: str,
+    pinned: bool,
+    principal: str,
+    reason: str,
+    read_alias: Callable[[str], str | None],
+    apply: Callable[[str | None, AliasRecord, AliasChange], bool],
+) -> AliasRecord:
+    raw = read_alias(alias)
+    record, change = plan_pin(alias, _alias(raw), pinned, principal, reason)
+    if change is not None and not apply(raw, record, change):
+        raise AliasConflictError(f"alias {alias!r} changed while it was being pinned; look again and retry")
+    return record

@@ -41,7 +41,6 @@ from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
 from bulldozer.errors import (
-    AliasConflictError,
     BackendUnavailableError,
     ForeignDataError,
     InvalidArgumentError,
@@ -51,10 +50,10 @@ from bulldozer.errors import (
 )
 from bulldozer.kv.backends._lifecycle import (
     check_readable,
-    check_transition,
     check_writable,
-    plan_flip,
-    plan_pin,
+    flip_optimistically,
+    pin_optimistically,
+    transition_optimistically,
 )
 from bulldozer.kv.backends.base import (
     AliasChange,
@@ -238,6 +237,12 @@ class CassandraEngine(StorageEngine):
         rows = list(self.session.execute(self._sel, (kind, id_)))
         return rows[0].body if rows else None
 
+    def _raw_ns(self, name: str) -> str | None:
+        return self._row("ns", name)
+
+    def _raw_alias(self, alias: str) -> str | None:
+        return self._row("alias", alias)
+
     def _cas(self, statements: list[tuple[PreparedStatement, tuple[Any, ...]]]) -> bool:
         """Apply statements on the meta partition as one conditional batch."""
         batch = BatchStatement(batch_type=BatchType.LOGGED, serial_consistency_level=self._serial_cl)
@@ -289,11 +294,14 @@ class CassandraEngine(StorageEngine):
 
     def transition(self, name: str, expected: frozenset[State], record: NamespaceRecord) -> NamespaceRecord:
         def run() -> NamespaceRecord:
-            while True:
-                raw = self._row("ns", name)
-                check_transition(name, NamespaceRecord.from_json(json.loads(raw)) if raw else None, expected)
-                if self._cas([self._guard("ns", name, raw, self._ns_json(record), record.state.value)]):
-                    break
+            body = self._ns_json(record)
+            transition_optimistically(
+                name,
+                expected,
+                record,
+                self._raw_ns,
+                lambda raw: self._cas([self._guard("ns", name, raw, body, record.state.value)]),
+            )
             if record.state != State.LOADING:
                 self._wait_for_writers(name)
             return record
@@ -419,54 +427,33 @@ class CassandraEngine(StorageEngine):
     def flip_alias(
         self, alias: str, expected: str | None, target: str, principal: str, reason: str, respect_pin: bool = False
     ) -> AliasRecord:
-        def run() -> AliasRecord:
-            while True:
-                raw_alias = self._row("alias", alias)
-                current = AliasRecord.from_json(json.loads(raw_alias)) if raw_alias else None
-                raw_target = self._row("ns", target)
-                raw_prev = self._row("ns", current.namespace) if current else None
-                record, changed, change = plan_flip(
-                    alias,
-                    current,
-                    expected,
-                    NamespaceRecord.from_json(json.loads(raw_target)) if raw_target else None,
-                    target,
-                    NamespaceRecord.from_json(json.loads(raw_prev)) if raw_prev else None,
-                    principal,
-                    reason,
-                    respect_pin,
-                )
-                if change is None:
-                    return record
-                raws = {target: raw_target}
-                if current is not None:
-                    raws[current.namespace] = raw_prev
-                statements = [self._guard("alias", alias, raw_alias, json.dumps(record.to_json()))]
-                statements += [
-                    self._guard("ns", ns.name, raws[ns.name], self._ns_json(ns), ns.state.value) for ns in changed
-                ]
-                statements.append(self._history_row(change))
-                if self._cas(statements):
-                    return record
-                # a row changed between the read and the batch: read again (plan_flip
-                # raises AliasConflictError if the alias itself moved)
+        def apply(
+            raw_alias: str | None,
+            raws: dict[str, str | None],
+            record: AliasRecord,
+            changed: list[NamespaceRecord],
+            change: AliasChange,
+        ) -> bool:
+            statements = [self._guard("alias", alias, raw_alias, json.dumps(record.to_json()))]
+            statements += [
+                self._guard("ns", ns.name, raws[ns.name], self._ns_json(ns), ns.state.value) for ns in changed
+            ]
+            statements.append(self._history_row(change))
+            return self._cas(statements)
 
-        return self._call(run)
+        return self._call(
+            lambda: flip_optimistically(
+                alias, expected, target, principal, reason, respect_pin, self._raw_alias, self._raw_ns, apply
+            )
+        )
 
     def set_pin(self, alias: str, pinned: bool, principal: str, reason: str) -> AliasRecord:
-        def run() -> AliasRecord:
-            raw = self._row("alias", alias)
-            record, change = plan_pin(
-                alias, AliasRecord.from_json(json.loads(raw)) if raw else None, pinned, principal, reason
+        def apply(raw: str | None, record: AliasRecord, change: AliasChange) -> bool:
+            return self._cas(
+                [self._guard("alias", alias, raw, json.dumps(record.to_json())), self._history_row(change)]
             )
-            if change is None:
-                return record
-            statements = [self._guard("alias", alias, raw, json.dumps(record.to_json())), self._history_row(change)]
-            if not self._cas(statements):
-                raise AliasConflictError(f"alias {alias!r} changed while it was being pinned; look again and retry")
-            return record
 
-        return self._call(run)
+        return self._call(lambda: pin_optimistically(alias, pinned, principal, reason, self._raw_alias, apply))
 
     def alias_history(self, alias: str, limit: int = 100) -> list[AliasChange]:
         rows = self._call(

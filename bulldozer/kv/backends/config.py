@@ -40,6 +40,11 @@ class EmbeddedConfig(BaseModel):
 
 
 _PREFIX = r"^[a-z][a-z0-9_]{0,47}$"
+_WRITE_LEASE: float = Field(
+    default=120.0,
+    gt=0,
+    description="How long a crashed writer can hold up a seal or drop (a live batch ends far sooner).",
+)
 
 
 class RedisConfig(BaseModel):
@@ -65,11 +70,7 @@ class RedisConfig(BaseModel):
     )
     timeout_seconds: float = Field(default=10.0, gt=0, description="Socket connect and read timeout.")
     max_connections: int = Field(default=64, ge=1, description="Connection pool size (standalone).")
-    write_lease_seconds: float = Field(
-        default=120.0,
-        gt=0,
-        description="How long a crashed writer can hold up a seal or drop (a live batch ends far sooner).",
-    )
+    write_lease_seconds: float = _WRITE_LEASE
 
 
 class CassandraConfig(BaseModel):
@@ -95,11 +96,7 @@ class CassandraConfig(BaseModel):
     concurrency: int = Field(default=128, ge=1, le=4096, description="Writes in flight per batch.")
     timeout_seconds: float = Field(default=20.0, gt=0, description="Request timeout.")
     connect_timeout_seconds: float = Field(default=10.0, gt=0, description="Connect timeout at start.")
-    write_lease_seconds: float = Field(
-        default=120.0,
-        gt=0,
-        description="How long a crashed writer can hold up a seal or drop (a live batch ends far sooner).",
-    )
+    write_lease_seconds: float = _WRITE_LEASE
 
 
 EngineConfig = Annotated[

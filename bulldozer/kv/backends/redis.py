@@ -34,7 +34,6 @@ import redis.cluster
 import redis.exceptions
 
 from bulldozer.errors import (
-    AliasConflictError,
     BackendUnavailableError,
     ForeignDataError,
     KvError,
@@ -43,10 +42,10 @@ from bulldozer.errors import (
 from bulldozer.kv.backends._buckets import bucket_of, group_by_bucket, scan_in_bucket_order
 from bulldozer.kv.backends._lifecycle import (
     check_readable,
-    check_transition,
     check_writable,
-    plan_flip,
-    plan_pin,
+    flip_optimistically,
+    pin_optimistically,
+    transition_optimistically,
 )
 from bulldozer.kv.backends.base import (
     AliasChange,
@@ -193,19 +192,20 @@ class RedisEngine(StorageEngine):
     def _apply(
         self,
         keys: list[str],
-        checks: list[tuple[int, str, bytes | None]],
+        checks: list[tuple[int, str, str | None]],
         hset: list[tuple[int, str, str]],
         lpush: list[tuple[int, str]] = (),  # type: ignore[assignment]
     ) -> bool:
         op = {
-            "checks": [[i + 1, f, v.decode() if v is not None else None] for i, f, v in checks],
+            "checks": [[i + 1, f, v] for i, f, v in checks],
             "hset": [[i + 1, f, v] for i, f, v in hset],
             "lpush": [[i + 1, v] for i, v in lpush],
         }
         return bool(self._cas(keys=keys, args=[json.dumps(op)]))
 
-    def _raw_ns(self, name: str) -> bytes | None:
-        return self.r.hget(self._k_namespaces, name)  # type: ignore[no-any-return]
+    def _raw_ns(self, name: str) -> str | None:
+        raw = self.r.hget(self._k_namespaces, name)
+        return raw.decode() if raw is not None else None
 
     @staticmethod
     def _ns_json(record: NamespaceRecord) -> str:
@@ -245,11 +245,14 @@ class RedisEngine(StorageEngine):
 
     def transition(self, name: str, expected: frozenset[State], record: NamespaceRecord) -> NamespaceRecord:
         def run() -> NamespaceRecord:
-            while True:
-                raw = self._raw_ns(name)
-                check_transition(name, NamespaceRecord.from_json(json.loads(raw)) if raw else None, expected)
-                if self._apply([self._k_namespaces], [(0, name, raw)], [(0, name, self._ns_json(record))]):
-                    break
+            body = self._ns_json(record)
+            transition_optimistically(
+                name,
+                expected,
+                record,
+                self._raw_ns,
+                lambda raw: self._apply([self._k_namespaces], [(0, name, raw)], [(0, name, body)]),
+            )
             if record.state != State.LOADING:
                 self._wait_for_writers(name)  # a batch admitted while LOADING lands before anyone reads
             return record
@@ -342,58 +345,41 @@ class RedisEngine(StorageEngine):
     def _alias_keys(self, alias: str) -> list[str]:
         return [self._k_aliases, self._k_namespaces, self._k_history(alias)]
 
+    def _raw_alias(self, alias: str) -> str | None:
+        raw = self.r.hget(self._k_aliases, alias)
+        return raw.decode() if raw is not None else None
+
     def flip_alias(
         self, alias: str, expected: str | None, target: str, principal: str, reason: str, respect_pin: bool = False
     ) -> AliasRecord:
-        def run() -> AliasRecord:
-            while True:
-                raw_alias = self.r.hget(self._k_aliases, alias)
-                current = AliasRecord.from_json(json.loads(raw_alias)) if raw_alias else None
-                raw_target = self._raw_ns(target)
-                raw_prev = self._raw_ns(current.namespace) if current else None
-                record, changed, change = plan_flip(
-                    alias,
-                    current,
-                    expected,
-                    NamespaceRecord.from_json(json.loads(raw_target)) if raw_target else None,
-                    target,
-                    NamespaceRecord.from_json(json.loads(raw_prev)) if raw_prev else None,
-                    principal,
-                    reason,
-                    respect_pin,
-                )
-                if change is None:
-                    return record
-                checks: list[tuple[int, str, bytes | None]] = [(0, alias, raw_alias), (1, target, raw_target)]
-                if current is not None and current.namespace != target:
-                    checks.append((1, current.namespace, raw_prev))
-                hset = [(1, ns.name, self._ns_json(ns)) for ns in changed]
-                hset.append((0, alias, json.dumps(record.to_json())))
-                if self._apply(self._alias_keys(alias), checks, hset, [(2, json.dumps(change.to_json()))]):
-                    return record
-                # something changed between the read and the script: read again (the
-                # next plan_flip raises AliasConflictError if the alias itself moved)
+        def apply(
+            raw_alias: str | None,
+            raws: dict[str, str | None],
+            record: AliasRecord,
+            changed: list[NamespaceRecord],
+            change: AliasChange,
+        ) -> bool:
+            checks = [(0, alias, raw_alias)] + [(1, name, raw) for name, raw in raws.items()]
+            hset = [(1, ns.name, self._ns_json(ns)) for ns in changed]
+            hset.append((0, alias, json.dumps(record.to_json())))
+            return self._apply(self._alias_keys(alias), checks, hset, [(2, json.dumps(change.to_json()))])
 
-        return self._call(run)
+        return self._call(
+            lambda: flip_optimistically(
+                alias, expected, target, principal, reason, respect_pin, self._raw_alias, self._raw_ns, apply
+            )
+        )
 
     def set_pin(self, alias: str, pinned: bool, principal: str, reason: str) -> AliasRecord:
-        def run() -> AliasRecord:
-            raw = self.r.hget(self._k_aliases, alias)
-            record, change = plan_pin(
-                alias, AliasRecord.from_json(json.loads(raw)) if raw else None, pinned, principal, reason
-            )
-            if change is None:
-                return record
-            if not self._apply(
+        def apply(raw: str | None, record: AliasRecord, change: AliasChange) -> bool:
+            return self._apply(
                 self._alias_keys(alias),
                 [(0, alias, raw)],
                 [(0, alias, json.dumps(record.to_json()))],
                 [(2, json.dumps(change.to_json()))],
-            ):
-                raise AliasConflictError(f"alias {alias!r} changed while it was being pinned; look again and retry")
-            return record
+            )
 
-        return self._call(run)
+        return self._call(lambda: pin_optimistically(alias, pinned, principal, reason, self._raw_alias, apply))
 
     def alias_history(self, alias: str, limit: int = 100) -> list[AliasChange]:
         raw = self._call(lambda: self.r.lrange(self._k_history(alias), 0, limit - 1))
