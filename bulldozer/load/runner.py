@@ -33,8 +33,13 @@ from bulldozer.errors import (
     CatalogError,
     DuplicateKeyError,
     IncompatibleSchemaError,
+    InvalidArgumentError,
+    KvError,
+    LoadError,
     NamespaceStateError,
     QualityGateError,
+    SchemaError,
+    SpecError,
 )
 from bulldozer.kv.backends.base import NamespaceRecord, State
 from bulldozer.kv.client import KvClient
@@ -46,7 +51,17 @@ from bulldozer.spec.loader import LoadedSpec
 from bulldozer.versioning.retention import apply_retention
 from bulldozer.warehouse.catalog import load_table, open_catalog
 
-__all__ = ["RUN_LABEL", "RunRecord", "live_version", "run_job", "schema_at"]
+__all__ = [
+    "RUN_LABEL",
+    "STAGES",
+    "JobRun",
+    "RunRecord",
+    "find_run_version",
+    "live_version",
+    "run_job",
+    "run_stage",
+    "schema_at",
+]
 
 log = logging.getLogger("bulldozer.run")
 RUN_LABEL = "bulldozer.run"
@@ -150,6 +165,278 @@ def _parse_fault(text: str) -> tuple[str, int]:
     return kind, int(rows)
 
 
+#: The stages of a run, in order; each can be called on its own (``run_stage``).
+STAGES = ("validate", "schema", "load", "verify", "flip", "retention")
+#: On the version: what the load stage measured, for a verify stage in another process.
+LOADED_LABEL = "bulldozer.loaded"
+#: On the version: the scheduler's key of the run (e.g. Airflow's DAG run id), so a
+#: retried load stage finds and resumes the version its first attempt created.
+RUN_KEY_LABEL = "bulldozer.run_key"
+#: Failures a retry cannot fix: the version is marked FAILED at once.
+_FINAL = (LoadError, SchemaError, CatalogError, SpecError)
+
+
+class JobRun:
+    """One run of a job, stage by stage. ``run_job`` calls every stage in one process;
+    ``run_stage`` calls one, rebuilding what it needs from the version's labels."""
+
+    def __init__(
+        self,
+        loaded: LoadedSpec,
+        client: KvClient,
+        *,
+        engine: str | LoadEngine = "local",
+        home: str | None = None,
+        on_stage: Callable[[str], None] = lambda stage: None,
+        progress: Callable[[int, int], None] = lambda done, total: None,
+        fault: str | None = None,
+        run_key: str = "",
+    ) -> None:
+        self.loaded, self.spec, self.client, self.home = loaded, loaded.spec, client, home
+        self.progress = progress
+        self.fault_kind, self.fault_rows = _parse_fault(
+            fault if fault is not None else os.environ.get("BULLDOZER_FAULT", "")
+        )
+        self.load_engine = create_load_engine(engine) if isinstance(engine, str) else engine
+        self.run_key = run_key
+        self.record = RunRecord(
+            run_id=uuid.uuid4().hex[:12],
+            job=self.spec.metadata.name,
+            alias=self.spec.alias,
+            engine=self.load_engine.name,
+            spec_sha256=hashlib.sha256(loaded.text.encode()).hexdigest(),
+            started=_now(),
+        )
+        self.stage = _Stages(self.record, on_stage)
+        self.version_created = False
+        self.live: NamespaceRecord | None = None
+        self.table: Any = None
+        self.sql_source: Any = None
+        self.job: JobSchema | None = None
+        self.done: dict[str, SplitResult] = {}
+        self.null_counts: dict[str, int] = {}
+        self.digest_value = 0
+
+    # -- the stages -------------------------------------------------------------
+
+    def schema(self) -> JobSchema:
+        """Read the source's schema at one snapshot and check the new one against the live version's."""
+        spec, record = self.spec, self.record
+        dm = spec.data_movement
+        catalog = open_catalog(dm.catalog, self.home)
+        if dm.source.query is not None or dm.duplicate_keys.policy == "keep_latest":
+            if not self.load_engine.runs_sql:
+                raise CatalogError(
+                    f"query sources and duplicate_keys keep_latest need --engine local (not {self.load_engine.name})"
+                )
+            from bulldozer.load.sql import build_sql_source
+
+            self.sql_source = build_sql_source(spec, catalog, schema_at)
+            record.snapshots = self.sql_source.snapshots
+            only = len(self.sql_source.snapshots) == 1
+            record.snapshot_id = next(iter(self.sql_source.snapshots.values())) if only else 0
+            source_schema = self.sql_source.schema
+            source_name = f"lake.{dm.source.table}" if dm.source.table else "query"
+        else:
+            assert dm.source.table is not None
+            self.table = load_table(catalog, dm.source.table)
+            snapshot = self.table.snapshot_by_id(dm.snapshot_id) if dm.snapshot_id else self.table.current_snapshot()
+            if snapshot is None:
+                raise CatalogError(f"table {dm.source.table!r} has no snapshot to load (is it empty?)")
+            record.snapshot_id = snapshot.snapshot_id
+            record.snapshots = {dm.source.table: snapshot.snapshot_id}
+            source_schema = schema_at(self.table, snapshot.snapshot_id)
+            source_name = f"lake.{dm.source.table}"
+        self.live = live_version(self.client, spec.alias)
+        record.previous = self.live.name if self.live else ""
+        live = self.live
+        job = build_job_schema(
+            spec,
+            source_schema,
+            source_name,
+            live.value_descriptor_set if live and live.value_descriptor_set else None,
+            python=False,
+        )
+        if job.compat is not None and job.compat.breaking:
+            refused = [f"{d.path}: {d.change} ({d.detail})" for d in job.compat.refused()]
+            raise IncompatibleSchemaError(
+                f"the new schema would break readers of {live.name if live else 'the live version'}: "
+                + "; ".join(refused),
+                refused,
+            )
+        self.job = job
+        return job
+
+    def create(self, resume: str | None) -> str:
+        """A new LOADING version, or the one ``resume`` names (its loaded splits are skipped)."""
+        spec, record, client = self.spec, self.record, self.client
+        assert self.job is not None
+        if resume:
+            existing = client.describe(resume)
+            if existing.alias != spec.alias or existing.state != State.LOADING:
+                raise NamespaceStateError(
+                    f"cannot resume {resume!r}: it is {existing.state.value} (alias {existing.alias!r}); "
+                    "only a LOADING version of this job can be resumed"
+                )
+            if existing.snapshot_id != record.snapshot_id and not spec.data_movement.snapshot_id:
+                record.snapshot_id = existing.snapshot_id  # a resumed run keeps its snapshot
+            ledger = json.loads(existing.labels.get(LEDGER_LABEL, "{}"))
+            if self.load_engine.resumes_splits and self.sql_source is None:
+                self.done = {sid: SplitResult.from_json(sid, v) for sid, v in ledger.items()}
+            record.version, record.resumed = resume, True
+        else:
+            record.version = new_version_name(spec.alias)
+            labels = {SPEC_LABEL: record.spec_sha256, STAGE_LABEL: "load", RUN_LABEL: record.to_json()}
+            if self.run_key:
+                labels[RUN_KEY_LABEL] = self.run_key
+            client.create_namespace(
+                record.version,
+                spec.alias,
+                job_name=spec.metadata.name,
+                snapshot_id=record.snapshot_id,
+                value_descriptor_set=self.job.descriptor_set,
+                key_message=self.job.key_full_name,
+                value_message=self.job.value_full_name,
+                labels=labels,
+            )
+        self.version_created = True
+        return record.version
+
+    def load(self) -> None:
+        """Write every split (skipping those a resumed version holds), then refuse duplicate keys."""
+        record, client = self.record, self.client
+        assert self.job is not None
+        plan = LoadPlan(
+            self.spec,
+            self.table,
+            record.snapshot_id,
+            self.job.proto,
+            record.version,
+            self.done,
+            self.home,
+            self.sql_source,
+        )
+        ledger_state = {sid: s.to_json() for sid, s in self.done.items()}
+
+        def on_split(split: SplitResult) -> None:
+            ledger_state[split.split_id] = split.to_json()
+            client.set_labels(record.version, {LEDGER_LABEL: json.dumps(ledger_state, separators=(",", ":"))})
+
+        def on_progress(rows: int, total: int) -> None:
+            self.progress(rows, total)
+            if self.fault_kind and rows >= self.fault_rows:
+                if self.fault_kind == "kill":
+                    os.kill(os.getpid(), signal.SIGKILL)
+                raise RuntimeError(f"injected failure after {rows} rows")
+
+        result: LoadResult = self.load_engine.load(plan, client, on_split, on_progress)
+        record.rows, record.bytes = result.rows, result.digest.bytes
+        record.digest = f"{result.digest.value:#018x}"
+        self.digest_value, self.null_counts = result.digest.value, dict(result.null_counts)
+        hashes = list(result.key_hashes)
+        if self.done:
+            hashes += self.load_engine.key_hashes_of(plan, set(self.done))
+        dups = _duplicates(hashes)
+        if dups:
+            keys = self.load_engine.find_keys(plan, dups)
+            shown = ", ".join(json.dumps(k, default=str) for k in keys) or "(not found again)"
+            raise DuplicateKeyError(
+                f"the source has rows sharing a key, e.g. {shown}; fix the source, filter it, or set "
+                "data_movement.duplicate_keys"
+            )
+        loaded = {"rows": record.rows, "digest": self.digest_value, "null_counts": self.null_counts}
+        client.set_labels(
+            record.version,
+            {
+                STAGE_LABEL: "verify",
+                LOADED_LABEL: json.dumps(loaded, separators=(",", ":")),
+                RUN_LABEL: record.to_json(),
+            },
+        )
+
+    def verify(self) -> None:
+        """Seal with the expected count and digest (the DAL measures what it stores), then the quality gates."""
+        record, client = self.record, self.client
+        if client.describe(record.version).state == State.LOADING:
+            client.seal(record.version, expected_records=record.rows, expected_digest=self.digest_value)
+        live = self.live if self.live is None or self.live.name != record.version else None
+        gates: list[GateResult] = evaluate_gates(
+            self.spec.key_value_dal.quality_gates, record.rows, self.null_counts, live.record_count if live else None
+        )
+        record.gates = [g.as_dict() for g in gates]
+        failed = [g for g in gates if not g.passed]
+        if failed:
+            raise QualityGateError("quality gate failed: " + "; ".join(f"{g.gate}: {g.detail}" for g in failed))
+
+    def flip(self) -> None:
+        """Compare-and-set the alias from the version live when the run began; a no-op once it points here."""
+        record, client = self.record, self.client
+        client.set_labels(record.version, {STAGE_LABEL: "flip"})
+        reason = f"run {record.run_id}: {record.rows:,} rows from snapshot {record.snapshot_id}"
+        try:
+            client.compare_and_set_alias(
+                self.spec.alias, record.previous or None, record.version, reason=reason, respect_pin=True
+            )
+        except AliasPinnedError as pinned:
+            # built and verified, kept SEALED; the operator decides when it goes live
+            record.outcome = "pinned"
+            record.error = str(pinned)
+
+    def retention(self) -> None:
+        retention = self.spec.key_value_dal.retention
+        plan = apply_retention(self.client, self.spec.alias, retention.keep_versions, retention.grace_period)
+        self.record.retention_dropped = plan.drop
+
+    # -- running ----------------------------------------------------------------
+
+    def finish(self) -> RunRecord:
+        record = self.record
+        if record.outcome != "pinned":
+            record.outcome = "succeeded"
+        record.finished = _now()
+        self.client.set_labels(record.version, {STAGE_LABEL: "done", RUN_LABEL: record.to_json()})
+        log.info("run %s: %s now points at %s (%d rows)", record.run_id, record.alias, record.version, record.rows)
+        return record
+
+    def failed(self, exc: BaseException, final: bool = True) -> None:
+        """Record the failure; mark the version FAILED unless a retry of the stage may still succeed."""
+        record = self.record
+        record.outcome = "failed"
+        record.finished = _now()
+        message = str(exc) if isinstance(exc, BulldozerError) else f"{type(exc).__name__}: {exc}"
+        record.error = f"{self.stage.current}: {message}"
+        if self.version_created:
+            try:
+                if final:
+                    self.client.mark_failed(record.version, record.error)
+                    self.client.set_labels(record.version, {STAGE_LABEL: "failed", RUN_LABEL: record.to_json()})
+                else:
+                    self.client.set_labels(record.version, {RUN_LABEL: record.to_json()})
+            except BulldozerError as cleanup:  # the DAL may be the thing that failed
+                log.warning("could not record the failure of %s: %s", record.version, cleanup)
+
+    def restore(self, version: str) -> None:
+        """Pick up a version an earlier stage (another process) created and loaded."""
+        info = self.client.describe(version)
+        if info.alias != self.spec.alias:
+            raise NamespaceStateError(f"{version!r} is a version of {info.alias!r}, not {self.spec.alias!r}")
+        saved = RunRecord.from_json(info.labels[RUN_LABEL]) if RUN_LABEL in info.labels else None
+        if saved is not None:
+            saved.outcome, saved.error = "running", ""
+            self.record = saved
+            self.stage.record = saved
+        self.record.version = version
+        self.version_created = True
+        loaded = json.loads(info.labels.get(LOADED_LABEL, "null"))
+        if loaded is None and info.state == State.LOADING:
+            raise NamespaceStateError(f"{version!r} has not finished its load stage; run the load stage first")
+        if loaded is not None:
+            self.record.rows, self.digest_value = int(loaded["rows"]), int(loaded["digest"])
+            self.null_counts = {k: int(v) for k, v in loaded["null_counts"].items()}
+        previous = self.record.previous
+        self.live = self.client.describe(previous) if previous else None
+
+
 def run_job(
     loaded: LoadedSpec,
     client: KvClient,
@@ -168,167 +455,108 @@ def run_job(
     ``BULLDOZER_FAULT`` environment variable): ``raise-after-rows:N`` raises once N rows
     were loaded; ``kill-after-rows:N`` kills the process (SIGKILL) at that point.
     """
-    fault_kind, fault_rows = _parse_fault(fault if fault is not None else os.environ.get("BULLDOZER_FAULT", ""))
-    spec = loaded.spec
-    load_engine = create_load_engine(engine) if isinstance(engine, str) else engine
-    record = RunRecord(
-        run_id=uuid.uuid4().hex[:12],
-        job=spec.metadata.name,
-        alias=spec.alias,
-        engine=load_engine.name,
-        spec_sha256=hashlib.sha256(loaded.text.encode()).hexdigest(),
-        started=_now(),
-    )
-    stage = _Stages(record, on_stage)
-    version_created = False
-
+    run = JobRun(loaded, client, engine=engine, home=home, on_stage=on_stage, progress=progress, fault=fault)
+    stage = run.stage
     try:
         with stage("schema"):
-            dm = spec.data_movement
-            catalog = open_catalog(dm.catalog, home)
-            sql_source = None
-            if dm.source.query is not None or dm.duplicate_keys.policy == "keep_latest":
-                if not load_engine.runs_sql:
-                    raise CatalogError(
-                        f"query sources and duplicate_keys keep_latest need --engine local (not {load_engine.name})"
-                    )
-                from bulldozer.load.sql import build_sql_source
-
-                sql_source = build_sql_source(spec, catalog, schema_at)
-                table = None
-                record.snapshots = sql_source.snapshots
-                record.snapshot_id = next(iter(sql_source.snapshots.values())) if len(sql_source.snapshots) == 1 else 0
-                source_schema = sql_source.schema
-                source_name = f"lake.{dm.source.table}" if dm.source.table else "query"
-            else:
-                assert dm.source.table is not None
-                table = load_table(catalog, dm.source.table)
-                snapshot = table.snapshot_by_id(dm.snapshot_id) if dm.snapshot_id else table.current_snapshot()
-                if snapshot is None:
-                    raise CatalogError(f"table {dm.source.table!r} has no snapshot to load (is it empty?)")
-                record.snapshot_id = snapshot.snapshot_id
-                record.snapshots = {dm.source.table: snapshot.snapshot_id}
-                source_schema = schema_at(table, snapshot.snapshot_id)
-                source_name = f"lake.{dm.source.table}"
-            live = live_version(client, spec.alias)
-            record.previous = live.name if live else ""
-            job: JobSchema = build_job_schema(
-                spec,
-                source_schema,
-                source_name,
-                live.value_descriptor_set if live and live.value_descriptor_set else None,
-                python=False,
-            )
-            if job.compat is not None and job.compat.breaking:
-                refused = [f"{d.path}: {d.change} ({d.detail})" for d in job.compat.refused()]
-                raise IncompatibleSchemaError(
-                    f"the new schema would break readers of {live.name if live else 'the live version'}: "
-                    + "; ".join(refused),
-                    refused,
-                )
-
+            run.schema()
         with stage("create"):
-            done: dict[str, SplitResult] = {}
-            if resume:
-                existing = client.describe(resume)
-                if existing.alias != spec.alias or existing.state != State.LOADING:
-                    raise NamespaceStateError(
-                        f"cannot resume {resume!r}: it is {existing.state.value} (alias {existing.alias!r}); "
-                        "only a LOADING version of this job can be resumed"
-                    )
-                if existing.snapshot_id != record.snapshot_id and not dm.snapshot_id:
-                    record.snapshot_id = existing.snapshot_id  # a resumed run keeps its snapshot
-                ledger = json.loads(existing.labels.get(LEDGER_LABEL, "{}"))
-                if load_engine.resumes_splits and sql_source is None:
-                    done = {sid: SplitResult.from_json(sid, v) for sid, v in ledger.items()}
-                record.version, record.resumed = resume, True
-            else:
-                record.version = new_version_name(spec.alias)
-                client.create_namespace(
-                    record.version,
-                    spec.alias,
-                    job_name=spec.metadata.name,
-                    snapshot_id=record.snapshot_id,
-                    value_descriptor_set=job.descriptor_set,
-                    key_message=job.key_full_name,
-                    value_message=job.value_full_name,
-                    labels={SPEC_LABEL: record.spec_sha256, STAGE_LABEL: "load", RUN_LABEL: record.to_json()},
-                )
-            version_created = True
-
-        plan = LoadPlan(spec, table, record.snapshot_id, job.proto, record.version, done, home, sql_source)
-        ledger_state = {sid: s.to_json() for sid, s in done.items()}
-
-        def on_split(split: SplitResult) -> None:
-            ledger_state[split.split_id] = split.to_json()
-            client.set_labels(record.version, {LEDGER_LABEL: json.dumps(ledger_state, separators=(",", ":"))})
-
-        def on_progress(rows: int, total: int) -> None:
-            progress(rows, total)
-            if fault_kind and rows >= fault_rows:
-                if fault_kind == "kill":
-                    os.kill(os.getpid(), signal.SIGKILL)
-                raise RuntimeError(f"injected failure after {rows} rows")
-
+            run.create(resume)
         with stage("load"):
-            result: LoadResult = load_engine.load(plan, client, on_split, on_progress)
-            record.rows, record.bytes = result.rows, result.digest.bytes
-            record.digest = f"{result.digest.value:#018x}"
-
+            run.load()
         with stage("verify"):
-            client.set_labels(record.version, {STAGE_LABEL: "verify"})
-            hashes = list(result.key_hashes)
-            if done:
-                hashes += load_engine.key_hashes_of(plan, set(done))
-            dups = _duplicates(hashes)
-            if dups:
-                keys = load_engine.find_keys(plan, dups)
-                shown = ", ".join(json.dumps(k, default=str) for k in keys) or "(not found again)"
-                raise DuplicateKeyError(
-                    f"the source has rows sharing a key, e.g. {shown}; fix the source, filter it, or set "
-                    "data_movement.duplicate_keys"
-                )
-            client.seal(record.version, expected_records=result.rows, expected_digest=result.digest.value)
-            gates: list[GateResult] = evaluate_gates(
-                spec.key_value_dal.quality_gates, result.rows, result.null_counts, live.record_count if live else None
-            )
-            record.gates = [g.as_dict() for g in gates]
-            failed = [g for g in gates if not g.passed]
-            if failed:
-                raise QualityGateError("quality gate failed: " + "; ".join(f"{g.gate}: {g.detail}" for g in failed))
-
+            run.verify()
         with stage("flip"):
-            client.set_labels(record.version, {STAGE_LABEL: "flip"})
-            reason = f"run {record.run_id}: {record.rows:,} rows from snapshot {record.snapshot_id}"
-            try:
-                client.compare_and_set_alias(
-                    spec.alias, record.previous or None, record.version, reason=reason, respect_pin=True
-                )
-            except AliasPinnedError as pinned:
-                # built and verified, kept SEALED; the operator decides when it goes live
-                record.outcome = "pinned"
-                record.error = str(pinned)
-
+            run.flip()
         with stage("retention"):
-            retention = spec.key_value_dal.retention
-            plan_ = apply_retention(client, spec.alias, retention.keep_versions, retention.grace_period)
-            record.retention_dropped = plan_.drop
-
-        if record.outcome != "pinned":
-            record.outcome = "succeeded"
-        record.finished = _now()
-        client.set_labels(record.version, {STAGE_LABEL: "done", RUN_LABEL: record.to_json()})
-        log.info("run %s: %s now points at %s (%d rows)", record.run_id, spec.alias, record.version, record.rows)
-        return record
+            run.retention()
+        return run.finish()
     except BaseException as exc:
-        record.outcome = "failed"
-        record.finished = _now()
-        message = str(exc) if isinstance(exc, BulldozerError) else f"{type(exc).__name__}: {exc}"
-        record.error = f"{stage.current}: {message}"
-        if version_created:
-            try:
-                client.mark_failed(record.version, record.error)
-                client.set_labels(record.version, {STAGE_LABEL: "failed", RUN_LABEL: record.to_json()})
-            except BulldozerError as cleanup:  # the DAL may be the thing that failed
-                log.warning("could not mark %s FAILED: %s", record.version, cleanup)
+        run.failed(exc)
         raise
+
+
+def find_run_version(client: KvClient, alias: str, run_key: str) -> NamespaceRecord | None:
+    """The version a run with this scheduler key created (newest first), if any."""
+    for info in reversed(client.list_namespaces(alias)):
+        if info.labels.get(RUN_KEY_LABEL) == run_key:
+            return info
+    return None
+
+
+def run_stage(
+    stage_name: str,
+    loaded: LoadedSpec,
+    client: KvClient,
+    *,
+    version: str | None = None,
+    run_key: str = "",
+    engine: str | LoadEngine = "local",
+    home: str | None = None,
+    progress: Callable[[int, int], None] = lambda done, total: None,
+    fault: str | None = None,
+) -> RunRecord:
+    """Run one stage, safe to retry, for a scheduler that calls stages separately.
+
+    ``load`` creates the version (or, retried with the same ``run_key``, resumes the one
+    its first attempt created) and returns it in the record; ``verify``, ``flip`` and
+    ``retention`` take it as ``version`` (or find it by ``run_key``). A retried ``flip``
+    is a no-op once the alias points at the version. A load that fails for a reason a
+    retry cannot fix (bad data, a breaking schema) marks the version FAILED; one that
+    fails otherwise (the DAL went away, the task was killed) leaves it LOADING for the
+    retry to resume. A failed verify marks it FAILED; the alias never moves.
+    """
+    if stage_name not in STAGES:
+        raise InvalidArgumentError(f"unknown stage {stage_name!r}; stages: {', '.join(STAGES)}")
+    run = JobRun(loaded, client, engine=engine, home=home, progress=progress, fault=fault, run_key=run_key)
+    stage = run.stage
+    if stage_name == "validate":
+        from bulldozer.schema.table_check import check_against_catalog
+
+        with stage("validate"):
+            issues = check_against_catalog(loaded, home=home)
+        if issues:
+            raise SpecError(issues)
+        run.record.outcome = "succeeded"
+        return run.record
+    if stage_name in ("schema", "load"):
+        try:
+            with stage("schema"):
+                run.schema()
+            if stage_name == "schema":
+                run.record.outcome = "succeeded"
+                return run.record
+            earlier = find_run_version(client, run.spec.alias, run_key) if run_key else None
+            if earlier is not None and earlier.state != State.LOADING:
+                if earlier.state in (State.SEALED, State.ACTIVE, State.RETIRED) and LOADED_LABEL in earlier.labels:
+                    run.restore(earlier.name)  # an earlier attempt already loaded it
+                    run.record.outcome = "succeeded"
+                    return run.record
+                raise NamespaceStateError(
+                    f"run {run_key!r} already made {earlier.name}, which is {earlier.state.value}; start a new run"
+                )
+            with stage("create"):
+                run.create(earlier.name if earlier is not None else version)
+            with stage("load"):
+                run.load()
+        except BaseException as exc:
+            run.failed(exc, final=isinstance(exc, _FINAL))
+            raise
+        run.record.outcome = "succeeded"
+        return run.record
+    name = version or (found.name if run_key and (found := find_run_version(client, run.spec.alias, run_key)) else None)
+    if not name:
+        raise InvalidArgumentError(
+            f"the {stage_name} stage needs the version the load stage made (--version or a run key)"
+        )
+    run.restore(name)
+    try:
+        with stage(stage_name):
+            {"verify": run.verify, "flip": run.flip, "retention": run.retention}[stage_name]()
+    except BaseException as exc:
+        run.failed(exc, final=stage_name == "verify" and not isinstance(exc, KvError))
+        raise
+    if stage_name == "retention":
+        return run.finish()
+    run.record.outcome = "succeeded"
+    return run.record
