@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from bulldozer._version import __version__
-from bulldozer.cli import ops_cmds, proto_cmd, run_cmds, serve_cmd, spec_cmds, warehouse_cmds
+from bulldozer.cli import ops_cmds, proto_cmd, run_cmds, schedule_cmds, serve_cmd, spec_cmds, warehouse_cmds
 
 app = typer.Typer(
     name="bulldozer",
@@ -44,6 +44,8 @@ app.command("get")(run_cmds.get)
 app.command("runs")(run_cmds.runs)
 app.command("plan")(run_cmds.plan)
 app.command("serve")(serve_cmd.serve)
+app.command("submit")(schedule_cmds.submit)
+app.command("jobs")(schedule_cmds.jobs)
 app.command("namespaces")(ops_cmds.namespaces)
 app.add_typer(ops_cmds.namespace_app, name="namespace")
 app.add_typer(ops_cmds.alias_app, name="alias")

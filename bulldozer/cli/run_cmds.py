@@ -39,6 +39,26 @@ def run(
             help="Spark master for --engine spark (default local[*]; e.g. spark://host:7077).", show_default=False
         ),
     ] = None,
+    stage: Annotated[
+        str | None,
+        typer.Option(
+            help="Run one stage only (validate, schema, load, verify, flip, retention), for schedulers; "
+            "each is safe to retry.",
+            show_default=False,
+        ),
+    ] = None,
+    version: Annotated[
+        str | None,
+        typer.Option(help="--stage verify/flip/retention: the version the load stage made.", show_default=False),
+    ] = None,
+    run_key: Annotated[
+        str | None,
+        typer.Option(
+            help="--stage: the scheduler's id of this run; a retried load resumes the version it started, and "
+            "later stages find that version by it.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Load the spec's table into a brand-new version, verify it, and flip the alias to it.
 
@@ -81,6 +101,25 @@ def run(
 
         with connect(target, home, token=kv.token) as client:
             try:
+                if stage is not None:
+                    from bulldozer.load.runner import run_stage
+
+                    on_stage(stage)
+                    record = run_stage(
+                        stage,
+                        loaded,
+                        client,
+                        version=version,
+                        run_key=run_key or "",
+                        engine=engine.value,
+                        home=home,
+                        progress=on_progress,
+                    )
+                    if as_json:
+                        print_json(json.loads(record.to_json()))
+                    else:
+                        console.print(f"[green]✓[/] {stage}: {record.version or record.alias}")
+                    return
                 record = run_job(
                     loaded,
                     client,

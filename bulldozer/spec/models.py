@@ -286,6 +286,8 @@ class Metadata(BaseModel):
     description: str = Field(default="", max_length=4000)
     schedule: Schedule = Field(default=None, description="Cron expression or @preset.")
     tags: Annotated[tuple[Annotated[str, Field(min_length=1, max_length=64)], ...], ListOf] = ()
+    retries: int = Field(default=2, ge=0, le=20, description="Times the scheduler retries a failed stage.")
+    retry_delay: Duration = Field(default=timedelta(minutes=5), description="Wait before a retry, e.g. 5m.")
 
 
 # ------------------------------------------------------------------ data_movement

@@ -1,0 +1,131 @@
+"""One Airflow DAG per spec in the specs folder, one task per stage of the run.
+
+``build_dags()`` is what the thin loader in ``dags/`` calls. Each DAG has the spec's
+schedule, owner, tags and retries, and the tasks validate → schema → load → verify →
+flip → retention, each a Python task calling :func:`bulldozer.load.runner.run_stage`
+with the DAG run's id as the run key: a retried load resumes the version its first
+attempt created, later stages find that version by the key, and a retried flip is a
+no-op. Spark loads run from the Python task through the load engine (no Spark provider).
+
+A spec that does not validate never breaks the others: it is logged, and shows up as a
+DAG ``bulldozer_invalid__<file>`` whose one task fails with the validation errors (so it
+is visible and alerts like any failure). With ``BULLDOZER_DAGS_STRICT=1`` the first bad
+spec raises instead, and Airflow reports the loader file as broken.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bulldozer.errors import BulldozerError
+from bulldozer.load.runner import STAGES
+from bulldozer.schedule.jobs import find_specs, specs_folder
+from bulldozer.spec.loader import LoadedSpec, load_spec
+
+__all__ = ["INVALID_PREFIX", "build_dags", "run_stage_task"]
+
+log = logging.getLogger("bulldozer.dags")
+INVALID_PREFIX = "bulldozer_invalid__"
+START = datetime(2024, 1, 1, tzinfo=UTC)
+
+
+def run_stage_task(spec_file: str, stage: str, **context: Any) -> str:
+    """The body of every task: run one stage of the spec's job; returns the version."""
+    from bulldozer.kv.connect import connect
+    from bulldozer.load.runner import run_stage
+    from bulldozer.logs import configure_logging
+
+    configure_logging("info", "text")
+    loaded = load_spec(Path(spec_file))
+    kv = loaded.spec.key_value_dal
+    run_key = f"{context['dag'].dag_id}/{context['run_id']}"
+    engine = os.environ.get("BULLDOZER_LOAD_ENGINE", "local")
+    home = os.environ.get("BULLDOZER_HOME")
+    with connect(kv.endpoint, home, token=kv.token) as client:
+        record = run_stage(stage, loaded, client, run_key=run_key, engine=engine, home=home)
+    log.info("%s %s: %s (%s)", loaded.spec.metadata.name, stage, record.outcome, record.version or "-")
+    return record.version
+
+
+def _fail_invalid(message: str, **context: Any) -> None:
+    raise BulldozerError(message)
+
+
+def _dag_for(path: Path, loaded: LoadedSpec) -> Any:
+    from airflow.providers.standard.operators.python import PythonOperator
+    from airflow.sdk import DAG
+
+    meta = loaded.spec.metadata
+    dag = DAG(
+        dag_id=meta.name,
+        description=meta.description or f"Bulldozer: {path.name} → alias {loaded.spec.alias}",
+        schedule=meta.schedule,
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        tags=sorted({"bulldozer", *meta.tags}),
+        default_args={"owner": meta.owner, "retries": meta.retries, "retry_delay": meta.retry_delay},
+        doc_md=f"Loads `{path}` into alias `{loaded.spec.alias}` (stages: {' → '.join(STAGES)}).",
+    )
+    previous = None
+    for stage in STAGES:
+        task = PythonOperator(
+            task_id=stage,
+            python_callable=run_stage_task,
+            op_kwargs={"spec_file": str(path), "stage": stage},
+            dag=dag,
+        )
+        if previous is not None:
+            previous >> task
+        previous = task
+    return dag
+
+
+def _invalid_dag(path: Path, message: str) -> Any:
+    from airflow.providers.standard.operators.python import PythonOperator
+    from airflow.sdk import DAG
+
+    dag_id = INVALID_PREFIX + re.sub(r"[^A-Za-z0-9_]", "_", path.stem)
+    dag = DAG(
+        dag_id=dag_id,
+        description=f"INVALID spec {path.name}: fix it and submit again",
+        schedule=None,
+        start_date=START,
+        catchup=False,
+        tags=["bulldozer", "bulldozer-invalid"],
+        doc_md=f"`{path}` does not validate:\n\n```\n{message}\n```",
+    )
+    PythonOperator(task_id="invalid_spec", python_callable=_fail_invalid, op_kwargs={"message": message}, dag=dag)
+    return dag
+
+
+def build_dags(folder: Path | None = None, strict: bool | None = None) -> dict[str, Any]:
+    """DAG id → DAG for every spec in ``folder`` (default: the specs folder)."""
+    folder = folder or specs_folder()
+    strict = os.environ.get("BULLDOZER_DAGS_STRICT") == "1" if strict is None else strict
+    dags: dict[str, Any] = {}
+    owners: dict[str, Path] = {}
+    for path in find_specs(folder):
+        try:
+            loaded = load_spec(path)
+            name = loaded.spec.metadata.name
+            if name in owners:
+                raise BulldozerError(f"{path}: job name {name!r} is already used by {owners[name]}")
+            if name.startswith(INVALID_PREFIX):
+                raise BulldozerError(f"{path}: job names may not start with {INVALID_PREFIX!r}")
+        except BulldozerError as exc:
+            message = "\n".join(str(i) for i in getattr(exc, "issues", [])) or str(exc)
+            if strict:
+                raise
+            log.error("bulldozer: skipping invalid spec %s:\n%s", path, message)
+            dag = _invalid_dag(path, message)
+            dags[dag.dag_id] = dag
+            continue
+        owners[name] = path
+        dags[name] = _dag_for(path, loaded)
+    return dags

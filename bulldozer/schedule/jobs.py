@@ -1,0 +1,140 @@
+"""The specs folder the scheduler reads: submitting a spec into it, listing what is there.
+
+The folder is ``$BULLDOZER_SPECS_DIR`` (default ``$BULLDOZER_HOME/specs``). A submitted
+spec is stored as ``<metadata.name>.yaml``, written to a temporary file in the same folder
+and renamed into place, so the scheduler never parses a half-written file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bulldozer.errors import BulldozerError, SpecError, SpecIssue
+from bulldozer.spec.loader import LoadedSpec, load_spec
+
+__all__ = ["JobInfo", "find_specs", "list_jobs", "specs_folder", "submit"]
+
+SUFFIXES = (".yaml", ".yml")
+
+
+def specs_folder(home: str | os.PathLike[str] | None = None) -> Path:
+    given = os.environ.get("BULLDOZER_SPECS_DIR")
+    if given:
+        return Path(given)
+    from bulldozer.warehouse.catalog import bulldozer_home
+
+    return Path(home) / "specs" if home else bulldozer_home() / "specs"
+
+
+def find_specs(folder: Path) -> list[Path]:
+    """Spec files in the folder, by name (hidden and temporary files are skipped)."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.suffix in SUFFIXES and not p.name.startswith("."))
+
+
+def submit(path: Path, home: str | None = None, folder: Path | None = None, check_catalog: bool = True) -> Path:
+    """Validate ``path`` (against its catalog too) and place it in the specs folder
+    atomically as ``<name>.yaml``. Refuses a second job of the same name from another file."""
+    from bulldozer.schema.table_check import check_against_catalog
+
+    loaded = load_spec(path)
+    if check_catalog:
+        issues = check_against_catalog(loaded, home=home)
+        if issues:
+            raise SpecError(issues)
+    folder = folder or specs_folder(home)
+    folder.mkdir(parents=True, exist_ok=True)
+    name = loaded.spec.metadata.name
+    target = folder / f"{name}.yaml"
+    for other in find_specs(folder):
+        if other == target:
+            continue
+        try:
+            other_name = load_spec(other).spec.metadata.name
+        except BulldozerError:
+            continue
+        if other_name == name:
+            raise SpecError(
+                [SpecIssue(str(path), "metadata.name", f"a job named {name!r} is already submitted as {other}")]
+            )
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(loaded.text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+@dataclass
+class JobInfo:
+    name: str
+    file: str
+    alias: str = ""
+    schedule: str | None = None
+    owner: str = ""
+    current_version: str = ""
+    last_run: dict[str, Any] | None = None
+    error: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def list_jobs(folder: Path, home: str | None = None, with_state: bool = True) -> list[JobInfo]:
+    """Every spec in the folder, with (``with_state``) the alias's current version and the last run."""
+    jobs = []
+    for path in find_specs(folder):
+        try:
+            loaded = load_spec(path)
+        except BulldozerError as exc:
+            jobs.append(JobInfo(name=path.stem, file=str(path), error=str(exc).splitlines()[0][:300]))
+            continue
+        spec = loaded.spec
+        info = JobInfo(
+            name=spec.metadata.name,
+            file=str(path),
+            alias=spec.alias,
+            schedule=spec.metadata.schedule,
+            owner=spec.metadata.owner,
+        )
+        if with_state:
+            try:
+                _fill_state(info, loaded, home)
+            except BulldozerError as exc:
+                info.error = str(exc).splitlines()[0][:300]
+        jobs.append(info)
+    return jobs
+
+
+def _fill_state(info: JobInfo, loaded: LoadedSpec, home: str | None) -> None:
+    from bulldozer.kv.connect import connect
+    from bulldozer.load.runner import RUN_LABEL, live_version
+
+    kv = loaded.spec.key_value_dal
+    with connect(kv.endpoint, home, token=kv.token) as client:
+        live = live_version(client, info.alias)
+        info.current_version = live.name if live else ""
+        versions = [v for v in client.list_namespaces(info.alias) if RUN_LABEL in v.labels]
+        if versions:
+            import json
+
+            newest = versions[-1]
+            run = json.loads(newest.labels[RUN_LABEL])
+            info.last_run = {
+                "version": newest.name,
+                "state": newest.state.value,
+                "outcome": run.get("outcome", ""),
+                "started": run.get("started", ""),
+                "finished": run.get("finished", ""),
+                "error": run.get("error", "") or newest.failure_reason,
+            }

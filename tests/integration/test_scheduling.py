@@ -1,0 +1,258 @@
+"""Scheduling: stages called one at a time, `bulldozer submit` / `jobs`, and the Airflow
+DAG loader run for real (Airflow 3 with a SQLite metadata database under a temporary
+AIRFLOW_HOME; each Airflow call is its own process, as the scheduler's would be)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bulldozer.warehouse.sample import create_sample_warehouse
+from tests.conftest import REPO
+from tests.integration.test_run import KEY, _cli
+
+pytestmark = pytest.mark.integration
+TEMPLATE = (REPO / "templates" / "move_data_to_kv_dal.yaml").read_text()
+STAGES = ["validate", "schema", "load", "verify", "flip", "retention"]
+
+
+def write_spec(path: Path, **replace: str) -> Path:
+    text = TEMPLATE.replace("retries: 2 ", "retries: 0 ")
+    for old, new in replace.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    create_sample_warehouse(tmp_path / "h", rows=3_000)
+    return tmp_path / "h"
+
+
+def runs(home: Path) -> list[dict[str, object]]:
+    result = _cli(["runs", "user_item_scores", "--json"], home)
+    assert result.returncode == 0, result.stderr
+    return list(json.loads(result.stdout))
+
+
+def alias_now(home: Path) -> str:
+    result = _cli(["alias", "show", "user_item_scores", "--json"], home)
+    assert result.returncode == 0, result.stderr
+    return str(json.loads(result.stdout)["namespace"])
+
+
+# -- stages one at a time ---------------------------------------------------------
+
+
+def stage(home: Path, name: str, run_key: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    args = ["run", "templates/move_data_to_kv_dal.yaml", "--stage", name, "--run-key", run_key, "--json"]
+    return _cli(args, home, env)
+
+
+def test_stages_one_by_one_with_a_killed_and_retried_load(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    create_sample_warehouse(home, rows=30_000, chunk_rows=10_000)
+    for name in ("validate", "schema"):
+        assert stage(home, name, "run-1").returncode == 0
+    killed = stage(home, "load", "run-1", {"BULLDOZER_FAULT": "kill-after-rows:15000"})
+    assert killed.returncode == -9
+    (loading,) = [r["version"] for r in runs(home) if r["state"] == "LOADING"]
+    retried = stage(home, "load", "run-1")  # the scheduler's retry: same run key
+    assert retried.returncode == 0, retried.stderr
+    record = json.loads(retried.stdout)
+    assert record["version"] == loading and record["resumed"] is True and record["rows"] == 30_000
+    for name in ("verify", "flip", "flip", "retention"):  # a retried flip is a no-op
+        done = stage(home, name, "run-1")
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["version"] == loading
+    assert alias_now(home) == loading
+    history = json.loads(_cli(["alias", "history", "user_item_scores", "--json"], home).stdout)
+    assert [h["to_namespace"] for h in history] == [loading]  # one flip, not two
+    assert [(r["version"], r["state"], r["outcome"]) for r in runs(home)] == [(loading, "ACTIVE", "succeeded")]
+    again = stage(home, "load", "run-1")  # a retried load after success changes nothing
+    assert again.returncode == 0 and json.loads(again.stdout)["version"] == loading
+    assert len(runs(home)) == 1
+
+
+def test_a_failing_verify_stage_marks_the_version_failed_and_keeps_the_alias(home: Path) -> None:
+    first = _cli(["run", "templates/move_data_to_kv_dal.yaml", "--json"], home)
+    assert first.returncode == 0, first.stderr
+    v1 = json.loads(first.stdout)["version"]
+    spec = write_spec(home / "strict.yaml", **{"min_rows: 1000": "min_rows: 1000000"})
+    assert _cli(["run", str(spec), "--stage", "load", "--run-key", "run-3"], home).returncode == 0
+    verify = _cli(["run", str(spec), "--stage", "verify", "--run-key", "run-3"], home)
+    assert verify.returncode != 0 and "min_rows" in verify.stderr and "Traceback" not in verify.stderr
+    flip = _cli(["run", str(spec), "--stage", "flip", "--run-key", "run-3"], home)
+    assert flip.returncode != 0  # a FAILED version can never go live
+    assert alias_now(home) == v1
+    states = {r["version"]: r["state"] for r in runs(home)}
+    assert list(states.values()).count("FAILED") == 1
+
+
+# -- submit / jobs ------------------------------------------------------------------
+
+
+def test_submit_places_the_spec_atomically_and_jobs_lists_it(home: Path, tmp_path: Path) -> None:
+    specs = tmp_path / "specs"
+    env = {"BULLDOZER_SPECS_DIR": str(specs)}
+    result = _cli(["submit", "templates/move_data_to_kv_dal.yaml", "--json"], home, env)
+    assert result.returncode == 0, result.stderr
+    placed = Path(json.loads(result.stdout)["submitted"])
+    assert placed == specs / "user_item_scores.yaml" and placed.read_text() == TEMPLATE
+    assert [p.name for p in specs.iterdir()] == ["user_item_scores.yaml"]  # no temporary file left
+    again = _cli(["submit", str(write_spec(tmp_path / "again.yaml"))], home, env)
+    assert again.returncode == 0  # submitting the job again replaces it
+    legacy = write_spec(specs / "legacy.yaml")  # a file placed by hand, same job name
+    refused = _cli(["submit", "templates/move_data_to_kv_dal.yaml"], home, env)
+    assert refused.returncode == 2 and f"already submitted as {legacy}" in refused.stderr
+    legacy.unlink()
+    bad = write_spec(tmp_path / "bad.yaml", **{"name: user_item_scores": "name: other", "user_id": "user_idd"})
+    refused = _cli(["submit", str(bad)], home, env)
+    assert refused.returncode == 2 and "user_idd" in refused.stderr
+    assert sorted(p.name for p in specs.iterdir()) == ["user_item_scores.yaml"]
+    listed = json.loads(_cli(["jobs", "--json"], home, env).stdout)
+    assert [(j["name"], j["alias"], j["schedule"], j["current_version"], j["last_run"]) for j in listed] == [
+        ("user_item_scores", "user_item_scores", "@daily", "", None)
+    ]
+    ran = _cli(["run", str(placed), "--json"], home)
+    version = json.loads(ran.stdout)["version"]
+    (job,) = json.loads(_cli(["jobs", "--json"], home, env).stdout)
+    assert job["current_version"] == version and job["last_run"]["outcome"] == "succeeded"
+
+
+# -- Airflow ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An AIRFLOW_HOME with a migrated SQLite metadata database."""
+    folder = tmp_path_factory.mktemp("airflow")
+    result = subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"],
+        env=airflow_env(folder, folder / "unused-home", folder / "unused-specs"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return folder
+
+
+def airflow_env(airflow: Path, home: Path, specs: Path, **extra: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "AIRFLOW_HOME": str(airflow),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{airflow}/airflow.db",
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "BULLDOZER_HOME": str(home),
+        "BULLDOZER_SPECS_DIR": str(specs),
+        **extra,
+    }
+
+
+DAGBAG = """
+import json
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder=%r)
+out = {"errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": {}}
+for dag in bag.dags.values():
+    tasks = {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks}
+    out["dags"][dag.dag_id] = {
+        "tasks": tasks, "tags": sorted(dag.tags), "owner": dag.owner,
+        "retries": dag.default_args.get("retries"), "doc": dag.doc_md or "",
+        "schedule": str(getattr(dag, "schedule", "")),
+    }
+print("DAGBAG" + json.dumps(out))
+"""
+
+
+def dagbag(env: dict[str, str]) -> dict[str, object]:
+    result = subprocess.run(
+        [sys.executable, "-c", DAGBAG % str(REPO / "dags")], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (line,) = [x for x in result.stdout.splitlines() if x.startswith("DAGBAG")]
+    return dict(json.loads(line[len("DAGBAG") :]))
+
+
+def test_dag_folder_loads_good_specs_and_reports_bad_ones(airflow_home: Path, home: Path, tmp_path: Path) -> None:
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    write_spec(specs / "user_item_scores.yaml")
+    write_spec(specs / "b_cron.yaml", **{"name: user_item_scores": "name: b_cron", '"@daily"': '"not a cron"'})
+    write_spec(specs / "z_twin.yaml")  # a second job called user_item_scores
+    write_spec(specs / "d_typo.yaml", **{"name: user_item_scores": "name: d_typo", "  owner:": "  ownr:"})
+    bag = dagbag(airflow_env(airflow_home, home, specs))
+    assert bag["errors"] == {}  # one bad spec never breaks the loader file
+    dags = bag["dags"]
+    assert isinstance(dags, dict)
+    good = dags["user_item_scores"]
+    assert good["tasks"] == {
+        "validate": ["schema"],
+        "schema": ["load"],
+        "load": ["verify"],
+        "verify": ["flip"],
+        "flip": ["retention"],
+        "retention": [],
+    }
+    assert good["tags"] == ["bulldozer", "recommendations", "sample"]
+    assert good["owner"] == "data-platform@example.com" and good["retries"] == 0
+    assert sorted(dags) == [
+        "bulldozer_invalid__b_cron",
+        "bulldozer_invalid__d_typo",
+        "bulldozer_invalid__z_twin",
+        "user_item_scores",
+    ]
+    assert "not a cron expression" in dags["bulldozer_invalid__b_cron"]["doc"]
+    assert "is already used by" in dags["bulldozer_invalid__z_twin"]["doc"]
+    assert "did you mean 'owner'" in dags["bulldozer_invalid__d_typo"]["doc"]
+    assert list(dags["bulldozer_invalid__b_cron"]["tasks"]) == ["invalid_spec"]
+
+    strict = dagbag(airflow_env(airflow_home, home, specs, BULLDOZER_DAGS_STRICT="1"))
+    errors = strict["errors"]
+    assert isinstance(errors, dict) and list(errors) == [str(REPO / "dags" / "bulldozer_dags.py")]
+    assert "not a cron expression" in next(iter(errors.values()))
+
+
+def dags_test(airflow: Path, home: Path, specs: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "airflow", "dags", "test", "user_item_scores"],
+        env=airflow_env(airflow, home, specs),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_a_dag_run_moves_the_alias_and_a_failing_verify_does_not(
+    airflow_home: Path, home: Path, tmp_path: Path
+) -> None:
+    specs = tmp_path / "specs"
+    env = {"BULLDOZER_SPECS_DIR": str(specs)}
+    placed = write_spec(tmp_path / "job.yaml")
+    assert _cli(["submit", str(placed)], home, env).returncode == 0
+    run = dags_test(airflow_home, home, specs)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    (v1,) = [r for r in runs(home) if r["state"] == "ACTIVE"]
+    assert alias_now(home) == v1["version"] and v1["outcome"] == "succeeded" and v1["rows"] == 3_000
+    got = _cli(["get", "user_item_scores", "--key", json.dumps(KEY)], home)
+    assert got.returncode == 0 and json.loads(got.stdout)["profile"]["tier"]
+
+    strict = write_spec(tmp_path / "job.yaml", **{"min_rows: 1000": "min_rows: 1000000"})
+    assert _cli(["submit", str(strict)], home, env).returncode == 0  # replaces the submitted spec
+    failed = dags_test(airflow_home, home, specs)
+    output = failed.stdout + failed.stderr
+    assert "quality gate failed: min_rows" in output  # the reason, in the task log
+    finished = [line for line in output.splitlines() if "DagRun Finished" in line]
+    assert finished and "state=failed" in finished[-1]  # the DAG run is failed
+    assert alias_now(home) == v1["version"]  # never moved
+    states = sorted(str(r["state"]) for r in runs(home))
+    assert states == ["ACTIVE", "FAILED"]
