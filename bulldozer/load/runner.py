@@ -357,8 +357,13 @@ class JobRun:
     def verify(self) -> None:
         """Seal with the expected count and digest (the DAL measures what it stores), then the quality gates."""
         record, client = self.record, self.client
-        if client.describe(record.version).state == State.LOADING:
+        info = client.describe(record.version)
+        if info.state == State.LOADING:
             client.seal(record.version, expected_records=record.rows, expected_digest=self.digest_value)
+        elif info.state not in (State.SEALED, State.ACTIVE, State.RETIRED):
+            raise NamespaceStateError(
+                f"{record.version} is {info.state.value}" + (f": {info.failure_reason}" if info.failure_reason else "")
+            )
         live = self.live if self.live is None or self.live.name != record.version else None
         gates: list[GateResult] = evaluate_gates(
             self.spec.key_value_dal.quality_gates, record.rows, self.null_counts, live.record_count if live else None

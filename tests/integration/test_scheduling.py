@@ -89,6 +89,8 @@ def test_a_failing_verify_stage_marks_the_version_failed_and_keeps_the_alias(hom
     assert _cli(["run", str(spec), "--stage", "load", "--run-key", "run-3"], home).returncode == 0
     verify = _cli(["run", str(spec), "--stage", "verify", "--run-key", "run-3"], home)
     assert verify.returncode != 0 and "min_rows" in verify.stderr and "Traceback" not in verify.stderr
+    retried = _cli(["run", "templates/move_data_to_kv_dal.yaml", "--stage", "verify", "--run-key", "run-3"], home)
+    assert retried.returncode != 0 and "FAILED" in retried.stderr  # a lenient spec cannot revive it
     flip = _cli(["run", str(spec), "--stage", "flip", "--run-key", "run-3"], home)
     assert flip.returncode != 0  # a FAILED version can never go live
     assert alias_now(home) == v1
