@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -31,12 +31,25 @@ __all__ = [
     "NamespaceRecord",
     "State",
     "StorageEngine",
+    "chunked",
     "utcnow",
 ]
 
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def chunked(pairs: Iterable[tuple[bytes, bytes]], size: int) -> Iterator[list[tuple[bytes, bytes]]]:
+    """Lists of up to ``size`` pairs (what ``iterate`` yields)."""
+    buf: list[tuple[bytes, bytes]] = []
+    for pair in pairs:
+        buf.append(pair)
+        if len(buf) >= size:
+            yield buf
+            buf = []
+    if buf:
+        yield buf
 
 
 class State(enum.StrEnum):

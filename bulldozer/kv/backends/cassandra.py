@@ -61,6 +61,7 @@ from bulldozer.kv.backends.base import (
     NamespaceRecord,
     State,
     StorageEngine,
+    chunked,
 )
 from bulldozer.kv.backends.config import CassandraConfig
 
@@ -401,14 +402,7 @@ class CassandraEngine(StorageEngine):
         stmt = self._statements(name)["all"]
         stmt.fetch_size = 5000
         rows = self._call(lambda: self.session.execute(stmt))
-        buf: list[tuple[bytes, bytes]] = []
-        for r in rows:  # the driver fetches the next page as the loop reaches it
-            buf.append((r.k, r.v))
-            if len(buf) >= chunk:
-                yield buf
-                buf = []
-        if buf:
-            yield buf
+        yield from chunked(((r.k, r.v) for r in rows), chunk)  # the driver fetches pages as they are reached
 
     # -- aliases ----------------------------------------------------------------
 

@@ -43,6 +43,7 @@ from bulldozer.kv.backends.base import (
     NamespaceRecord,
     State,
     StorageEngine,
+    chunked,
 )
 from bulldozer.kv.backends.config import EmbeddedConfig
 
@@ -217,15 +218,7 @@ class EmbeddedEngine(StorageEngine):
     def iterate(self, name: str, chunk: int = 50_000) -> Iterator[list[tuple[bytes, bytes]]]:
         db = self._db(name)
         with self.env.begin() as txn:
-            cursor = txn.cursor(db=db)
-            buf: list[tuple[bytes, bytes]] = []
-            for pair in cursor.iternext(keys=True, values=True):
-                buf.append(pair)
-                if len(buf) >= chunk:
-                    yield buf
-                    buf = []
-            if buf:
-                yield buf
+            yield from chunked(txn.cursor(db=db).iternext(keys=True, values=True), chunk)
 
     # -- aliases ----------------------------------------------------------------
 

@@ -53,6 +53,7 @@ from bulldozer.kv.backends.base import (
     NamespaceRecord,
     State,
     StorageEngine,
+    chunked,
 )
 from bulldozer.kv.backends.config import RedisConfig
 
@@ -322,15 +323,10 @@ class RedisEngine(StorageEngine):
         return self._call(run)
 
     def iterate(self, name: str, chunk: int = 50_000) -> Iterator[list[tuple[bytes, bytes]]]:
-        buf: list[tuple[bytes, bytes]] = []
-        for b in range(self.buckets):
-            key = self._k_bucket(name, b)
-            buf.extend(self._call(lambda key=key: list(self.r.hscan_iter(key, count=5000))))  # type: ignore[misc]
-            if len(buf) >= chunk:
-                yield buf
-                buf = []
-        if buf:
-            yield buf
+        def bucket(b: int) -> list[tuple[bytes, bytes]]:
+            return self._call(lambda: list(self.r.hscan_iter(self._k_bucket(name, b), count=5000)))
+
+        yield from chunked((pair for b in range(self.buckets) for pair in bucket(b)), chunk)
 
     # -- aliases ----------------------------------------------------------------
 
