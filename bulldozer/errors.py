@@ -67,6 +67,7 @@ __all__ = [
     "SpecError",
     "SpecIssue",
     "TableNotFoundError",
+    "ToolchainError",
     "UnauthenticatedError",
     "VerificationError",
     "error_class_by_name",
@@ -159,6 +160,13 @@ class IncompatibleSchemaError(SchemaError):
     def __init__(self, message: str, differences: list[str] | None = None) -> None:
         self.differences = list(differences or [])
         super().__init__(message)
+
+
+class ToolchainError(SchemaError):
+    """A tool that client generation needs (Maven, the Go toolchain, a protoc plugin) is
+    missing or failed; the message says which and how to get it."""
+
+    grpc_code = "FAILED_PRECONDITION"
 
 
 # ------------------------------------------------------------------------- KV DAL

@@ -101,25 +101,38 @@ def _print_report(report: object) -> None:
 def client(
     spec: Annotated[Path, typer.Argument(help="Job spec (YAML).", show_default=False)],
     out: Annotated[Path, typer.Option(help="Directory to write the package into.")],
-    lang: Annotated[str, typer.Option(help="Language: python (java and go are not built yet).")] = "python",
+    lang: Annotated[str, typer.Option(help="Language: python, java (a Maven project) or go (a Go module).")] = "python",
     home: Annotated[str | None, typer.Option(help="Embedded state folder.", show_default=False)] = None,
 ) -> None:
-    """Generate a client library for the job's data: an installable package with the
-    messages, type stubs and a typed reader (get / batch_get) that refuses, on connect, a
-    live version whose schema it would misread. Deterministic: same spec and schema, same bytes.
+    """Generate a client library for the job's data, deterministic (same spec and schema,
+    same bytes):
+
+    \b
+    python  an installable package: messages, type stubs and a typed reader (get /
+            batch_get) that refuses, on connect, a live version it would misread;
+    java    a Maven project (mvn package): messages, DAL stubs, <Job>Reader with a main
+            that reads one key (protoc plugin fetched from Maven Central);
+    go      a Go module (go build, go vet): messages, DAL stubs, client.Reader and
+            cmd/read (protoc plugins installed with go install).
     """
     from bulldozer.schema.client_python import generate_python_client
     from bulldozer.schema.job import build_job_schema
     from bulldozer.spec.loader import load_spec
     from bulldozer.warehouse.catalog import load_table, open_catalog
 
-    if lang != "python":
-        raise fail(f"--lang {lang}: only python clients are generated so far", 2)
+    if lang not in ("python", "java", "go"):
+        raise fail(f"--lang {lang}: choose python, java or go", 2)
     loaded = load_spec(spec)
     s = loaded.spec
     if s.data_movement.source.table is None:
         raise fail("bulldozer client needs a table source for now", 2)
     table = load_table(open_catalog(s.data_movement.catalog, home), s.data_movement.source.table)
     job = build_job_schema(s, table.schema(), f"lake.{s.data_movement.source.table}")
-    for path in generate_python_client(s, job, out):
+    if lang == "python":
+        written = generate_python_client(s, job, out)
+    else:
+        from bulldozer.schema.client_native import generate_go_client, generate_java_client
+
+        written = (generate_java_client if lang == "java" else generate_go_client)(s, job, out)
+    for path in written:
         console.print(f"[green]✓[/] wrote {path}")

@@ -1,0 +1,261 @@
+"""Generate a job's Java (Maven) and Go (module) client projects.
+
+Both hold the job's key/value messages, the KV DAL API stubs and a small typed reader
+(``get`` / ``batch_get`` by alias or ``alias@version``) plus a tiny program that reads one
+key. The code is produced by protoc from the very descriptors the DAL stores (the job's
+descriptor set and the DAL API's), with the language options set here:
+
+* Java: protoc (``com.google.protobuf:protoc``, the version grpcio-tools bundles) and the
+  grpc-java plugin (``io.grpc:protoc-gen-grpc-java``), both fetched from Maven Central
+  with ``mvn``; the project builds with ``mvn package``.
+* Go: ``protoc-gen-go`` and ``protoc-gen-go-grpc`` (installed with ``go install``); the
+  module builds with ``go build`` and passes ``go vet``.
+
+The tools are cached under ``$BULLDOZER_CACHE`` (default ``~/.cache/bulldozer/tools``).
+Generation is deterministic: the same spec and schema give the same bytes (Go's ``go.sum``
+is written by ``go mod tidy`` from pinned versions).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+from google.protobuf import descriptor_pb2
+
+from bulldozer.errors import ToolchainError
+from bulldozer.schema.client_python import kv_api_descriptor_set
+from bulldozer.schema.job import JobSchema
+from bulldozer.spec.models import JobSpec
+
+__all__ = ["GRPC_JAVA", "generate_go_client", "generate_java_client", "go_plugins", "grpc_java_plugin", "java_protoc"]
+
+GRPC_JAVA = "1.80.0"
+GO_PROTOBUF = "v1.36.12"
+GO_GRPC = "v1.85.0"
+GO_GRPC_PLUGIN = "v1.6.2"
+GO_VERSION = "1.24"
+
+
+def _protoc_version() -> str:
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "grpc_tools.protoc", "--version"], capture_output=True, text=True, check=True
+    )
+    return out.stdout.split()[-1]  # "libprotoc 35.1" -> "35.1"
+
+
+def _protobuf_java() -> str:
+    """protobuf-java's version for the protoc bundled with grpcio-tools (protoc 35.1 → 4.35.1):
+    generated Java code needs a runtime at least as new as the protoc that wrote it."""
+    return "4." + _protoc_version()
+
+
+def _cache() -> Path:
+    base = os.environ.get("BULLDOZER_CACHE")
+    return (Path(base) if base else Path.home() / ".cache" / "bulldozer") / "tools"
+
+
+def _template(lang: str, name: str) -> str:
+    return (resources.files("bulldozer") / "templates" / f"client_{lang}" / name).read_text(encoding="utf-8")
+
+
+def _tool(name: str, hint: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        raise ToolchainError(f"`{name}` is needed to generate this client but is not on PATH; {hint}")
+    return found
+
+
+def _check(command: list[str], what: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
+    result = subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=env)
+    if result.returncode != 0:
+        tail = (result.stderr or result.stdout).strip()[-2000:]
+        raise ToolchainError(f"{what} failed ({' '.join(command[:3])} …): {tail}")
+
+
+def _maven_exe(group: str, artifact: str, version: str) -> Path:
+    """A native executable published on Maven Central (``G:A:V:exe:linux-x86_64``), cached."""
+    folder = _cache() / artifact
+    exe = folder / f"{artifact}-{version}-linux-x86_64.exe"
+    if not exe.exists():
+        mvn = _tool("mvn", f"install Maven (apt-get install maven) to fetch {group}:{artifact} from Maven Central")
+        folder.mkdir(parents=True, exist_ok=True)
+        _check(
+            [
+                mvn,
+                "-q",
+                "-B",
+                "dependency:copy",
+                f"-Dartifact={group}:{artifact}:{version}:exe:linux-x86_64",
+                f"-DoutputDirectory={folder}",
+            ],
+            f"fetching {group}:{artifact}:{version} from Maven Central",
+        )
+    exe.chmod(0o755)
+    return exe
+
+
+def grpc_java_plugin() -> Path:
+    return _maven_exe("io.grpc", "protoc-gen-grpc-java", GRPC_JAVA)
+
+
+def java_protoc() -> Path:
+    """protoc itself (the one grpcio-tools bundles has no Java generator), at the same version."""
+    return _maven_exe("com.google.protobuf", "protoc", _protobuf_java())
+
+
+def go_plugins() -> tuple[Path, Path]:
+    """protoc-gen-go and protoc-gen-go-grpc, installed with ``go install`` (cached)."""
+    folder = _cache() / "go" / f"{GO_PROTOBUF}-{GO_GRPC_PLUGIN}"
+    gen_go, gen_grpc = folder / "protoc-gen-go", folder / "protoc-gen-go-grpc"
+    if not (gen_go.exists() and gen_grpc.exists()):
+        go = _tool("go", "install the Go toolchain to generate Go clients")
+        env = {**os.environ, "GOBIN": str(folder)}
+        for module in (
+            f"google.golang.org/protobuf/cmd/protoc-gen-go@{GO_PROTOBUF}",
+            f"google.golang.org/grpc/cmd/protoc-gen-go-grpc@{GO_GRPC_PLUGIN}",
+        ):
+            _check([go, "install", module], f"go install {module}", env=env)
+    return gen_go, gen_grpc
+
+
+def _descriptor_set(job: JobSchema, java_package: str | None, go_packages: dict[str, str] | None) -> bytes:
+    """The job's files and the DAL API's, deduplicated, with language options set."""
+    merged = descriptor_pb2.FileDescriptorSet()
+    seen: set[str] = set()
+    for raw in (kv_api_descriptor_set(), job.descriptor_set):
+        part = descriptor_pb2.FileDescriptorSet.FromString(raw)
+        for file in part.file:
+            if file.name in seen:
+                continue
+            seen.add(file.name)
+            if file.name == job.compiled.proto_name and java_package:
+                file.options.java_package = java_package
+                file.options.java_multiple_files = True
+            if go_packages and file.name in go_packages:
+                file.options.go_package = go_packages[file.name]
+            merged.file.append(file)
+    return merged.SerializeToString(deterministic=True)
+
+
+def _protoc(descriptors: bytes, files: list[str], args: list[str], protoc: Path | None = None) -> None:
+    """protoc over descriptors (not .proto text): grpcio-tools' unless ``protoc`` is given."""
+    import sys
+
+    command = [str(protoc)] if protoc else [sys.executable, "-m", "grpc_tools.protoc"]
+    with tempfile.TemporaryDirectory(prefix="bulldozer-protoc-") as tmp:
+        fds = Path(tmp) / "all.binpb"
+        fds.write_bytes(descriptors)
+        _check([*command, f"--descriptor_set_in={fds}", *args, *files], "protoc")
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+def _write(files: dict[Path, bytes]) -> list[Path]:
+    for path, data in sorted(files.items()):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return sorted(files)
+
+
+def generate_java_client(spec: JobSpec, job: JobSchema, out: Path) -> list[Path]:
+    """A Maven project: messages, DAL stubs, ``<Job>Reader`` (with a ``main`` reading one key)."""
+    name = spec.metadata.name
+    java_package = spec.bulldozer_protobuf.output.java_package or f"dev.bulldozer.clients.{name}"
+    reader = _camel(name) + "Reader"
+    plugin = grpc_java_plugin()
+    sources = out / "src" / "main" / "java"
+    if sources.exists():
+        shutil.rmtree(sources)  # a regenerated project holds no stale classes
+    sources.mkdir(parents=True)
+    _protoc(
+        _descriptor_set(job, java_package, None),
+        [job.compiled.proto_name, "bulldozer/kv/v1/kv.proto"],
+        [f"--java_out={sources}", f"--plugin=protoc-gen-grpc-java={plugin}", f"--grpc-java_out={sources}"],
+        protoc=java_protoc(),
+    )
+    digest = hashlib.sha256(job.descriptor_set).hexdigest()[:12]
+    values = {
+        "job": name,
+        "alias": spec.alias,
+        "group": "dev.bulldozer.clients",
+        "artifact": name.replace("_", "-") + "-client",
+        "version": f"0.1.0-{digest}",
+        "protobuf_java": _protobuf_java(),
+        "grpc_java": GRPC_JAVA,
+        "java_package": java_package,
+        "reader": reader,
+        "key": job.proto.key.name,
+        "value": job.proto.value.name,
+    }
+    package_dir = sources / Path(*java_package.split("."))
+    files = {
+        out / "pom.xml": _template("java", "pom.xml.tmpl").format(**values).encode(),
+        package_dir / f"{reader}.java": _template("java", "Reader.java.tmpl").format(**values).encode(),
+    }
+    _write(files)
+    return sorted(p for p in out.rglob("*") if p.is_file() and "target" not in p.relative_to(out).parts)
+
+
+def generate_go_client(spec: JobSpec, job: JobSchema, out: Path) -> list[Path]:
+    """A Go module: messages (``<job>pb``), DAL stubs (``kvv1``), ``client.Reader`` and ``cmd/read``."""
+    name = spec.metadata.name
+    go_option = spec.bulldozer_protobuf.output.go_package
+    module = go_option.split(";")[0] if go_option else f"bulldozer.dev/clients/{name}"
+    if not re.fullmatch(r"[A-Za-z0-9_.\-/]+", module):
+        raise ToolchainError(f"go_package {go_option!r} does not name a Go module path")
+    pb = name.replace("_", "") + "pb"
+    gen_go, gen_grpc = go_plugins()
+    go = _tool("go", "install the Go toolchain to generate Go clients")
+    for stale in ("kvv1", pb):
+        if (out / stale).exists():
+            shutil.rmtree(out / stale)
+    out.mkdir(parents=True, exist_ok=True)
+    go_packages = {
+        job.compiled.proto_name: f"{module}/{pb};{pb}",
+        "bulldozer/kv/v1/kv.proto": f"{module}/kvv1;kvv1",
+    }
+    _protoc(
+        _descriptor_set(job, None, go_packages),
+        [job.compiled.proto_name, "bulldozer/kv/v1/kv.proto"],
+        [
+            f"--plugin=protoc-gen-go={gen_go}",
+            f"--plugin=protoc-gen-go-grpc={gen_grpc}",
+            f"--go_out={out}",
+            f"--go_opt=module={module}",
+            f"--go-grpc_out={out}",
+            f"--go-grpc_opt=module={module}",
+        ],
+    )
+    values = {
+        "job": name,
+        "alias": spec.alias,
+        "module": module,
+        "pb": pb,
+        "key": job.proto.key.name,
+        "value": job.proto.value.name,
+    }
+    go_mod = (
+        f"// Generated by `bulldozer client --lang go` for the job '{name}'; do not edit.\n"
+        f"module {module}\n\ngo {GO_VERSION}\n\n"
+        f"require (\n\tgoogle.golang.org/grpc {GO_GRPC}\n\tgoogle.golang.org/protobuf {GO_PROTOBUF}\n)\n"
+    )
+    _write(
+        {
+            out / "go.mod": go_mod.encode(),
+            out / "reader.go": _template("go", "reader.go.tmpl").format(**values).encode(),
+            out / "cmd" / "read" / "main.go": _template("go", "main.go.tmpl").format(**values).encode(),
+        }
+    )
+    _check([go, "mod", "tidy"], "go mod tidy (resolving grpc and protobuf)", cwd=out)
+    return sorted(p for p in out.rglob("*") if p.is_file())
