@@ -174,31 +174,45 @@ def test_a_column_dropped_from_the_table_is_reported(home: Path, dal: KvClient) 
         run_job(spec(), dal, home=str(home))
 
 
-def test_concurrent_runs_of_one_job_have_exactly_one_winner(home: Path, dal: KvClient) -> None:
-    first = run_job(spec(), dal, home=str(home))
-    outcomes: list[str] = []
-    barrier = threading.Barrier(2)
+@pytest.mark.parametrize("runs", [2, 3])
+def test_concurrent_runs_of_one_job_have_exactly_one_winner(home: Path, dal: KvClient, runs: int) -> None:
+    from datetime import timedelta
 
-    def one() -> None:
-        def on_stage(stage: str) -> None:
-            if stage == "flip":
-                barrier.wait(timeout=60)  # both reach the flip together
+    from bulldozer.versioning.retention import plan_retention
 
-        try:
-            run_job(spec(), dal, home=str(home), on_stage=on_stage)
-            outcomes.append("flipped")
-        except AliasConflictError:
-            outcomes.append("conflict")
+    live = run_job(spec(), dal, home=str(home)).version
+    for _round in range(3):
+        outcomes: list[str] = []
+        barrier = threading.Barrier(runs)
 
-    threads = [threading.Thread(target=one) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sorted(outcomes) == ["conflict", "flipped"]
-    states = sorted(n.state.value for n in dal.list_namespaces("user_item_scores"))
-    assert states == ["ACTIVE", "FAILED", "RETIRED"]  # the loser is FAILED, never left LOADING
-    assert dal.get_alias("user_item_scores").namespace != first.version
+        def one(barrier: threading.Barrier = barrier, outcomes: list[str] = outcomes) -> None:
+            def on_stage(stage: str) -> None:
+                if stage == "flip":
+                    barrier.wait(timeout=60)  # all reach the flip together
+
+            try:
+                outcomes.append(run_job(spec(), dal, home=str(home), on_stage=on_stage).version)
+            except AliasConflictError:
+                outcomes.append("conflict")
+
+        threads = [threading.Thread(target=one) for _ in range(runs)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        winners = [o for o in outcomes if o != "conflict"]
+        assert len(winners) == 1 and outcomes.count("conflict") == runs - 1
+        assert dal.get_alias("user_item_scores").namespace == winners[0] != live
+        history = dal.alias_history("user_item_scores", limit=1)
+        assert (history[0].from_namespace, history[0].to_namespace) == (live, winners[0])  # exactly one flip
+        live = winners[0]
+    states = [n.state.value for n in dal.list_namespaces("user_item_scores")]
+    assert states.count("LOADING") == 0 and states.count("ACTIVE") == 1  # the losers are FAILED
+    plan = plan_retention(dal.list_namespaces("user_item_scores"), 2, timedelta(0))  # what gc does
+    for name in plan.drop:
+        dal.drop(name)
+    left = sorted(n.state.value for n in dal.list_namespaces("user_item_scores") if n.state.value != "DROPPED")
+    assert left == ["ACTIVE", "RETIRED", "RETIRED"]  # no LOADING or FAILED namespace survives gc
 
 
 def test_retention_keeps_n_versions_and_drops_the_rest(home: Path, dal: KvClient) -> None:
