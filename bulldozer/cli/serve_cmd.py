@@ -68,6 +68,24 @@ def serve(
     keyspace: Annotated[
         str | None, typer.Option(help="Cassandra: keyspace Bulldozer owns (default bulldozer).", show_default=False)
     ] = None,
+    tls_cert: Annotated[
+        Path | None, typer.Option(help="Serve TLS with this certificate (PEM).", show_default=False)
+    ] = None,
+    tls_key: Annotated[
+        Path | None, typer.Option(help="The certificate's private key (PEM).", show_default=False)
+    ] = None,
+    tls_client_ca: Annotated[
+        Path | None,
+        typer.Option(help="Require client certificates signed by this CA (mutual TLS).", show_default=False),
+    ] = None,
+    auth_config: Annotated[
+        Path | None,
+        typer.Option(
+            help="Principals (bearer-token hashes or certificate names) and their per-alias permissions "
+            "(read, write, flip, admin); every call is then authenticated. See bulldozer/kv/auth.py.",
+            show_default=False,
+        ),
+    ] = None,
     engine_config: Annotated[
         Path | None,
         typer.Option(
@@ -111,7 +129,23 @@ def serve(
         "keyspace": keyspace,
     }
     config.update({k: v for k, v in flags.items() if v is not None})
-    code = run(f"{host}:{port}", create_engine(config), metrics_port=metrics_port, grace=grace, port_file=port_file)
+    from bulldozer.kv.auth import load_auth_config, server_credentials
+
+    if (tls_cert is None) != (tls_key is None):
+        raise InvalidArgumentError("--tls-cert and --tls-key go together")
+    if tls_client_ca is not None and tls_cert is None:
+        raise InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key")
+    credentials = server_credentials(tls_cert, tls_key, tls_client_ca) if tls_cert and tls_key else None
+    auth = load_auth_config(auth_config) if auth_config else None
+    code = run(
+        f"{host}:{port}",
+        create_engine(config),
+        metrics_port=metrics_port,
+        grace=grace,
+        port_file=port_file,
+        credentials=credentials,
+        auth=auth,
+    )
     # Exit now: request threads that outlived the grace period must not hold the process
     # (everything is flushed; the store is consistent at every committed transaction).
     import logging

@@ -75,11 +75,26 @@ def connect(
     token: str | None = None,
     timeout: float = 60.0,
 ) -> Iterator[KvClient]:
+    """A client of ``endpoint``: ``embedded`` (a DAL started for the duration, plaintext on
+    loopback) or ``host:port``, with the bearer token (``token`` or ``BULLDOZER_TOKEN``) and TLS
+    from ``BULLDOZER_TLS_CA`` / ``BULLDOZER_TLS_CERT`` / ``BULLDOZER_TLS_KEY``."""
     if endpoint == "embedded":
-        with start_embedded_dal(home) as address, connect(address, home, token, timeout) as client:
-            yield client
+        with start_embedded_dal(home) as address:
+            client = KvClient(address, token=token, timeout=timeout)
+            try:
+                client.wait_ready(timeout=min(timeout, 15.0))
+                yield client
+            finally:
+                client.close()
         return
-    client = KvClient(endpoint, token=token, timeout=timeout)
+    from bulldozer.kv.auth import env_credentials
+
+    client = KvClient(
+        endpoint,
+        token=token or os.environ.get("BULLDOZER_TOKEN") or None,
+        timeout=timeout,
+        credentials=env_credentials(),
+    )
     try:
         client.wait_ready(timeout=min(timeout, 15.0))
         yield client

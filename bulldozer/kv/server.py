@@ -21,6 +21,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from bulldozer.errors import BackendUnavailableError
+from bulldozer.kv.auth import AuthConfig, AuthInterceptor, Authorizer
 from bulldozer.kv.backends import StorageEngine
 from bulldozer.kv.dal import KvDal, Limits
 from bulldozer.kv.interceptors import ErrorInterceptor
@@ -75,13 +76,17 @@ def create_server(
     max_workers: int = 16,
     interceptors: list[Any] | None = None,
     credentials: grpc.ServerCredentials | None = None,
+    auth: AuthConfig | None = None,
 ) -> tuple[RunningServer, int]:
-    """A started KV DAL server on ``address`` (``host:0`` picks a free port)."""
+    """A started KV DAL server on ``address`` (``host:0`` picks a free port); with
+    ``credentials`` it speaks TLS, with ``auth`` every call is authenticated and checked
+    against the principals' per-alias permissions."""
     limits = limits or Limits()
     dal = KvDal(engine, limits)
+    inner = [AuthInterceptor(Authorizer(auth, lambda name: dal.describe(name).alias))] if auth else []
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="kv-dal"),
-        interceptors=[*(interceptors or []), ErrorInterceptor(metrics)],
+        interceptors=[*(interceptors or []), ErrorInterceptor(metrics), *inner],
         options=[
             ("grpc.max_receive_message_length", limits.max_message_bytes),
             ("grpc.max_send_message_length", limits.max_message_bytes),

@@ -1,0 +1,265 @@
+"""TLS, mutual TLS, bearer tokens and per-alias permissions on the KV DAL. The suite makes
+its own CA and certificates (and a rogue CA that nobody trusts)."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import ipaddress
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from bulldozer.errors import BackendUnavailableError, PermissionDeniedError, UnauthenticatedError
+from bulldozer.kv import KvClient, create_engine
+from bulldozer.kv.auth import AuthConfig, channel_credentials, server_credentials
+from bulldozer.kv.server import create_server
+from bulldozer.names import new_version_name
+from tests.integration.test_kv_server import _free_port
+
+pytestmark = pytest.mark.integration
+LOADER_TOKEN = "loader-secret-7f3a"
+READER_TOKEN = "reader-secret-91bc"
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _name(cn: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+
+def _write(folder: Path, stem: str, key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) -> None:
+    (folder / f"{stem}.key").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    (folder / f"{stem}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
+def make_pki(folder: Path) -> Path:
+    """ca, rogue-ca, server (127.0.0.1 / localhost), and clients loader, ops, stranger (+ rogue)."""
+    now = datetime.datetime.now(datetime.UTC)
+
+    def ca(stem: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+        key = _key()
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(_name(stem))
+            .issuer_name(_name(stem))
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256())
+        )
+        _write(folder, stem, key, cert)
+        return key, cert
+
+    def leaf(stem: str, cn: str, issuer: tuple[ec.EllipticCurvePrivateKey, x509.Certificate], server: bool) -> None:
+        key = _key()
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(_name(cn))
+            .issuer_name(issuer[1].subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+        )
+        if server:
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName(
+                    [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+                ),
+                critical=False,
+            )
+        _write(folder, stem, key, builder.sign(issuer[0], hashes.SHA256()))
+
+    good, rogue = ca("ca"), ca("rogue-ca")
+    leaf("server", "localhost", good, server=True)
+    leaf("rogue-server", "localhost", rogue, server=True)
+    for name in ("loader", "ops", "stranger"):
+        leaf(name, name, good, server=False)
+    leaf("rogue-loader", "loader", rogue, server=False)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+AUTH = {
+    "principals": {
+        "loader": {
+            "token_sha256": hashlib.sha256(LOADER_TOKEN.encode()).hexdigest(),
+            "permissions": {"scores": ["write", "flip"], "*": ["read"]},
+        },
+        "reader": {"token_env": "BULLDOZER_TEST_READER_TOKEN", "permissions": {"*": ["read"]}},
+        "loader-cert": {"cert_cn": "loader", "permissions": {"scores": ["write", "flip", "read"]}},
+        "ops": {"cert_cn": "ops", "permissions": {"*": ["admin"]}},
+    }
+}
+
+
+@pytest.fixture
+def auth_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[int]:
+    monkeypatch.setenv("BULLDOZER_TEST_READER_TOKEN", READER_TOKEN)
+    engine = create_engine({"type": "embedded", "path": str(tmp_path / "kv"), "map_size": 1024**3})
+    server, port = create_server("127.0.0.1:0", engine, auth=AuthConfig.model_validate(AUTH))
+    yield port
+    server.stop(1)
+
+
+def loaded(client: KvClient, alias: str) -> str:
+    name = new_version_name(alias)
+    client.create_namespace(name, alias)
+    client.put(name, [(b"k", name.encode())])
+    client.seal(name)
+    return name
+
+
+def test_tokens_and_per_alias_permissions(auth_server: int, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    target = f"127.0.0.1:{auth_server}"
+    loader = KvClient(target, token=LOADER_TOKEN, principal="mallory")  # the asserted name is ignored
+    reader = KvClient(target, token=READER_TOKEN)
+    nobody = KvClient(target)
+    forger = KvClient(target, token="guessed-token-123")
+    try:
+        nobody.wait_ready()  # health checking stays open
+        v1 = loaded(loader, "scores")
+        loader.compare_and_set_alias("scores", None, v1, reason="first")
+        assert reader.get(b"k", alias="scores") == v1.encode()
+        assert loader.alias_history("scores")[0].principal == "loader"
+
+        with pytest.raises(PermissionDeniedError, match="'loader' may not write alias 'other'"):
+            loader.create_namespace(new_version_name("other"), "other")
+        with pytest.raises(PermissionDeniedError, match="may not write"):
+            reader.put(v1, [(b"x", b"y")])
+        with pytest.raises(PermissionDeniedError, match="may not write"):
+            reader.create_namespace(new_version_name("scores"), "scores")
+        v2 = loaded(loader, "scores")
+        with pytest.raises(PermissionDeniedError, match="'reader' may not flip alias 'scores'"):
+            reader.compare_and_set_alias("scores", v1, v2)
+        with pytest.raises(PermissionDeniedError, match="may not admin"):
+            loader.drop(v2)  # dropping is for admins
+        with pytest.raises(UnauthenticatedError, match="credentials required"):
+            nobody.get(b"k", alias="scores")
+        with pytest.raises(UnauthenticatedError, match="unknown bearer token") as refused:
+            forger.batch_get([b"k"], alias="scores")
+        assert "guessed-token-123" not in str(refused.value)
+        assert reader.get_alias("scores").namespace == v1  # nothing moved
+        assert [n.name for n in reader.list_namespaces("scores")] == [v1, v2]
+    finally:
+        for c in (loader, reader, nobody, forger):
+            c.close()
+    for secret in (LOADER_TOKEN, READER_TOKEN, "guessed-token-123"):
+        assert secret not in caplog.text
+
+
+def test_tls_and_mutual_tls(pki: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("BULLDOZER_TEST_READER_TOKEN", READER_TOKEN)
+    engine = create_engine({"type": "embedded", "path": str(tmp_path / "kv"), "map_size": 1024**3})
+    creds = server_credentials(pki / "server.pem", pki / "server.key", pki / "ca.pem")
+    server, port = create_server("127.0.0.1:0", engine, credentials=creds, auth=AuthConfig.model_validate(AUTH))
+    target = f"127.0.0.1:{port}"
+
+    def client(cert: str | None, ca: str = "ca", **kw: str) -> KvClient:
+        tls = channel_credentials(
+            pki / f"{ca}.pem", pki / f"{cert}.pem" if cert else None, pki / f"{cert}.key" if cert else None
+        )
+        return KvClient(target, credentials=tls, timeout=5, **kw)
+
+    try:
+        with client("loader", principal="mallory") as loader:
+            v1 = loaded(loader, "scores")
+            loader.compare_and_set_alias("scores", None, v1)
+            assert loader.get(b"k", alias="scores") == v1.encode()
+            assert loader.alias_history("scores")[0].principal == "loader-cert"  # from the certificate
+            with pytest.raises(PermissionDeniedError):
+                loader.create_namespace(new_version_name("other"), "other")
+        with client("ops") as ops:
+            assert ops.get_alias("scores").namespace == v1
+        with client("stranger") as stranger, pytest.raises(UnauthenticatedError, match="no known principal"):
+            stranger.get(b"k", alias="scores")
+        with client("stranger", token=READER_TOKEN) as reader:  # a token over mTLS names the principal
+            assert reader.get(b"k", alias="scores") == v1.encode()
+        for bad in (
+            client(None),  # no client certificate
+            client("rogue-loader"),  # a certificate from a CA the server does not trust
+            client("loader", ca="rogue-ca"),  # a server the client does not trust
+            KvClient(target, timeout=5),  # plaintext
+        ):
+            with bad, pytest.raises(BackendUnavailableError):
+                bad.get(b"k", alias="scores")
+    finally:
+        server.stop(1)
+
+
+def test_cli_serves_tls_with_tokens(pki: Path, tmp_path: Path) -> None:
+    auth = tmp_path / "auth.yaml"
+    auth.write_text(json.dumps(AUTH))
+    port = _free_port()
+    env = {**os.environ, "BULLDOZER_TEST_READER_TOKEN": READER_TOKEN, "BULLDOZER_HOME": str(tmp_path / "h")}
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bulldozer.cli.main",
+            "serve",
+            "--path",
+            str(tmp_path / "kv"),
+            "--port",
+            str(port),
+            "--tls-cert",
+            str(pki / "server.pem"),
+            "--tls-key",
+            str(pki / "server.key"),
+            "--auth-config",
+            str(auth),
+            "--grace",
+            "2",
+        ],
+        env=env,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        with KvClient(f"127.0.0.1:{port}", credentials=channel_credentials(pki / "ca.pem"), token=LOADER_TOKEN) as c:
+            c.wait_ready(timeout=30)
+            first = loaded(c, "scores")
+            c.compare_and_set_alias("scores", None, first)
+            c.compare_and_set_alias("scores", first, loaded(c, "scores"))
+
+        def cli(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "bulldozer.cli.main", *args, "--endpoint", f"127.0.0.1:{port}"],
+                env={**env, "BULLDOZER_TLS_CA": str(pki / "ca.pem"), **extra},
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+
+        shown = cli("alias", "show", "scores", "--json", BULLDOZER_TOKEN=READER_TOKEN)
+        assert shown.returncode == 0, shown.stderr
+        assert json.loads(shown.stdout)["namespace"].startswith("scores__v")
+        denied = cli("rollback", "scores", "--yes", BULLDOZER_TOKEN=READER_TOKEN)
+        assert denied.returncode != 0 and "may not" in denied.stderr and "Traceback" not in denied.stderr
+        anonymous = cli("alias", "show", "scores")
+        assert anonymous.returncode != 0 and "credentials required" in anonymous.stderr
+    finally:
+        server.terminate()
+        _, err = server.communicate(timeout=30)
+    assert LOADER_TOKEN.encode() not in err and READER_TOKEN.encode() not in err
