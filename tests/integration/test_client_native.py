@@ -3,6 +3,7 @@ go vet) and run against a real DAL, reading the same values Python decodes."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -15,11 +16,13 @@ from typing import Any
 import pytest
 
 from bulldozer.kv import KvClient
+from bulldozer.kv.auth import channel_credentials
 from bulldozer.load.runner import run_job
 from bulldozer.warehouse.sample import create_sample_warehouse
 from tests.conftest import REPO
 from tests.integration.test_kv_server import _free_port, _start, stop_servers
 from tests.integration.test_run import KEY, read, spec
+from tests.integration.test_security import make_pki
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TEMPLATE = "templates/move_data_to_kv_dal.yaml"
@@ -38,6 +41,29 @@ def loaded_dal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
     create_sample_warehouse(home, rows=2_000)
     port = _free_port()
     server = _start(root / "store", port)
+    # a second DAL on the same store, with TLS and a reader token
+    make_pki(root)
+    auth = root / "auth.yaml"
+    digest = hashlib.sha256(b"native-reader-token").hexdigest()
+    auth.write_text(json.dumps({"principals": {"reader": {"token_sha256": digest, "permissions": {"*": ["read"]}}}}))
+    secure_port = _free_port()
+    tls = ["--tls-cert", str(root / "server.pem"), "--tls-key", str(root / "server.key"), "--auth-config", str(auth)]
+    secure = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bulldozer.cli.main",
+            "serve",
+            "--path",
+            str(root / "store"),
+            "--port",
+            str(secure_port),
+            *tls,
+        ],
+        stderr=subprocess.DEVNULL,
+    )
+    with KvClient(f"127.0.0.1:{secure_port}", credentials=channel_credentials(root / "ca.pem")) as probe:
+        probe.wait_ready(timeout=60)
     try:
         with KvClient(f"127.0.0.1:{port}") as client:
             first = run_job(spec(), client, home=str(home))
@@ -47,9 +73,17 @@ def loaded_dal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
             run_job(spec(), client, home=str(home))
             v2 = read(client, "user_item_scores", KEY)
         assert v1 != v2
-        yield {"home": home, "endpoint": f"127.0.0.1:{port}", "v1": v1, "v2": v2, "first": first.version}
+        yield {
+            "home": home,
+            "endpoint": f"127.0.0.1:{port}",
+            "secure": f"127.0.0.1:{secure_port}",
+            "secure_env": {"BULLDOZER_TLS_CA": str(root / "ca.pem"), "BULLDOZER_TOKEN": "native-reader-token"},
+            "v1": v1,
+            "v2": v2,
+            "first": first.version,
+        }
     finally:
-        stop_servers([server])
+        stop_servers([server, secure])
 
 
 def generate(lang: str, home: Path, out: Path) -> None:
@@ -72,8 +106,10 @@ def tree(folder: Path, skip: tuple[str, ...] = ()) -> dict[str, bytes]:
     }
 
 
-def run(command: list[str], cwd: Path) -> str:
-    result = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=cwd)
+def run(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=900, cwd=cwd, env={**os.environ, **(env or {})}
+    )
     assert result.returncode == 0, f"{command}: {result.stdout[-2000:]} {result.stderr[-3000:]}"
     return result.stdout
 
@@ -91,10 +127,11 @@ def test_java_client_builds_and_reads_a_key(loaded_dal: dict[str, Any], tmp_path
     classpath = f"{out / 'target' / 'classes'}:{(out / 'cp.txt').read_text().strip()}"
     main = "com.example.bulldozer.user_item_scores.UserItemScoresReader"  # the template's java_package
 
-    def java(*args: str) -> Any:
-        return json.loads(run(["java", "-cp", classpath, main, loaded_dal["endpoint"], *args], out))
+    def java(*args: str, endpoint: str = loaded_dal["endpoint"], env: dict[str, str] | None = None) -> Any:
+        return json.loads(run(["java", "-cp", classpath, main, endpoint, *args], out, env))
 
     assert java(json.dumps(KEY)) == loaded_dal["v2"]
+    assert java(json.dumps(KEY), endpoint=loaded_dal["secure"], env=loaded_dal["secure_env"]) == loaded_dal["v2"]
     assert java(json.dumps(MISSING)) is None
     assert java(json.dumps(KEY), f"user_item_scores@{loaded_dal['first']}") == loaded_dal["v1"]  # pinned
 
@@ -109,9 +146,10 @@ def test_go_client_builds_vets_and_reads_a_key(loaded_dal: dict[str, Any], tmp_p
     run(["go", "vet", "./..."], out)
     run(["go", "build", "-o", "read", "./cmd/read"], out)
 
-    def go(*args: str) -> Any:
-        return json.loads(run([str(out / "read"), loaded_dal["endpoint"], *args], out))
+    def go(*args: str, endpoint: str = loaded_dal["endpoint"], env: dict[str, str] | None = None) -> Any:
+        return json.loads(run([str(out / "read"), endpoint, *args], out, env))
 
     assert go(json.dumps(KEY)) == loaded_dal["v2"]
+    assert go(json.dumps(KEY), endpoint=loaded_dal["secure"], env=loaded_dal["secure_env"]) == loaded_dal["v2"]
     assert go(json.dumps(MISSING)) is None
     assert go(json.dumps(KEY), loaded_dal["first"]) == loaded_dal["v1"]  # pinned
