@@ -156,12 +156,21 @@ def _duplicates(hashes: list[np.ndarray[Any, Any]]) -> set[int]:
     return {int(h) for h in np.unique(dup[:10])}
 
 
-def _parse_fault(text: str) -> tuple[str, int]:
+def _parse_fault(text: str) -> tuple[str, int | str]:
+    """``raise-after-rows:N`` / ``kill-after-rows:N`` (during the load) or ``kill-at:STAGE``
+    (SIGKILL as the stage starts, e.g. verify or flip)."""
     if not text:
         return "", 0
+    if text.startswith("kill-at:"):
+        stage = text[len("kill-at:") :]
+        if stage not in STAGES:
+            raise ValueError(f"BULLDOZER_FAULT={text!r}: kill-at: takes one of {', '.join(STAGES)}")
+        return "kill-at", stage
     kind, _, rows = text.partition("-after-rows:")
     if kind not in ("raise", "kill") or not rows.isdigit():
-        raise ValueError(f"BULLDOZER_FAULT={text!r}: expected raise-after-rows:N or kill-after-rows:N")
+        raise ValueError(
+            f"BULLDOZER_FAULT={text!r}: expected raise-after-rows:N, kill-after-rows:N or kill-at:STAGE"
+        )
     return kind, int(rows)
 
 
@@ -207,7 +216,16 @@ class JobRun:
             spec_sha256=hashlib.sha256(loaded.text.encode()).hexdigest(),
             started=_now(),
         )
-        self.stage = _Stages(self.record, on_stage)
+        if self.fault_kind == "kill-at":
+
+            def on_stage_or_die(stage: str, target: object = self.fault_rows) -> None:
+                if stage == target:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                on_stage(stage)
+
+            self.stage = _Stages(self.record, on_stage_or_die)
+        else:
+            self.stage = _Stages(self.record, on_stage)
         self.version_created = False
         self.live: NamespaceRecord | None = None
         self.table: Any = None
@@ -324,7 +342,7 @@ class JobRun:
 
         def on_progress(rows: int, total: int) -> None:
             self.progress(rows, total)
-            if self.fault_kind and rows >= self.fault_rows:
+            if self.fault_kind in ("kill", "raise") and rows >= int(self.fault_rows):
                 if self.fault_kind == "kill":
                     os.kill(os.getpid(), signal.SIGKILL)
                 raise RuntimeError(f"injected failure after {rows} rows")

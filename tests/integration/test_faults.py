@@ -1,0 +1,235 @@
+"""Fault injection: each scenario repeats ``BULLDOZER_FAULT_REPEATS`` times (2 by default;
+more in a slow run) and then checks what Bulldozer promises: the alias points at the old
+or the new version and never anything else, no sealed version misses a record, and a rerun
+or resume finishes the job. Each scenario prints a ``RESULT`` line for the results table:
+
+    BULLDOZER_FAULT_REPEATS=10 .venv/bin/pytest -s -q tests/integration/test_faults.py | grep RESULT
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bulldozer.errors import BulldozerError
+from bulldozer.kv import KvClient
+from bulldozer.kv.backends.base import State
+from bulldozer.load.runner import run_job
+from bulldozer.warehouse.sample import create_sample_warehouse
+from tests.integration.test_kv_server import _free_port, _start, stop_servers
+from tests.integration.test_run import _cli, spec
+
+pytestmark = pytest.mark.integration
+REPEATS = int(os.environ.get("BULLDOZER_FAULT_REPEATS", "2"))
+ROWS = 30_000
+ALIAS = "user_item_scores"
+
+
+def audit(client: KvClient, allowed: set[str]) -> tuple[bool, int]:
+    """(alias is one of ``allowed``, records missing from sealed versions)."""
+    alias_ok = client.get_alias(ALIAS).namespace in allowed
+    lost = 0
+    for info in client.list_namespaces(ALIAS):
+        if info.state in (State.SEALED, State.ACTIVE, State.RETIRED):
+            stored = sum(1 for _ in client.scan(namespace=info.name, page_size=5_000))
+            lost += max(0, ROWS - info.record_count) + max(0, info.record_count - stored)
+    return alias_ok, lost
+
+
+def finish(client: KvClient, home: Path) -> str:
+    """Resume a version left LOADING, else run again; returns the version now live."""
+    stuck = [n.name for n in client.list_namespaces(ALIAS) if n.state == State.LOADING]
+    record = run_job(spec(), client, home=str(home), resume=stuck[-1] if stuck else None)
+    assert record.rows == ROWS
+    return record.version
+
+
+def result(scenario: str, runs: int, alias_wrong: int, lost: int, unfinished: int) -> None:
+    print(f"\nRESULT | {scenario} | {runs} | {alias_wrong} | {lost} | {unfinished} |")
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    create_sample_warehouse(tmp_path / "h", rows=ROWS, chunk_rows=10_000)
+    return tmp_path / "h"
+
+
+@pytest.fixture
+def dal_process(tmp_path: Path) -> Iterator[tuple[Path, int]]:
+    store, port = tmp_path / "store", _free_port()
+    server = _start(store, port)
+    yield store, port
+    if server.poll() is None:
+        stop_servers([server])
+
+
+@pytest.mark.parametrize("where", ["load", "verify", "flip"])
+def test_runner_killed_at_random_points(where: str, home: Path, dal_process: tuple[Path, int]) -> None:
+    _, port = dal_process
+    endpoint = f"127.0.0.1:{port}"
+    rnd = random.Random(11)
+    wrong = lost = unfinished = 0
+    with KvClient(endpoint) as client:
+        live = run_job(spec(), client, home=str(home)).version
+        for _ in range(REPEATS):
+            fault = f"kill-after-rows:{rnd.randrange(1_000, ROWS)}" if where == "load" else f"kill-at:{where}"
+            killed = _cli(
+                ["run", "templates/move_data_to_kv_dal.yaml", "-q", "--endpoint", endpoint],
+                home,
+                {"BULLDOZER_FAULT": fault},
+            )
+            assert killed.returncode == -9, killed.stderr
+            ok, missing = audit(client, {live})  # killed before its flip: still the old version
+            wrong += not ok
+            lost += missing
+            try:
+                live = finish(client, home)
+            except BulldozerError:
+                unfinished += 1
+            wrong += client.get_alias(ALIAS).namespace != live
+    result(f"runner SIGKILLed during {where}", REPEATS, wrong, lost, unfinished)
+    assert (wrong, lost, unfinished) == (0, 0, 0)
+
+
+def test_dal_killed_mid_stream(home: Path, tmp_path: Path) -> None:
+    store, port = tmp_path / "store", _free_port()
+    server = _start(store, port)
+    wrong = lost = unfinished = 0
+    try:
+        with KvClient(f"127.0.0.1:{port}", timeout=10) as client:
+            live = run_job(spec(), client, home=str(home)).version
+        for i in range(REPEATS):
+            with KvClient(f"127.0.0.1:{port}", timeout=10) as client:
+
+                def kill(done: int, total: int, at: int = 5_000 + 7_000 * i, proc: Any = server) -> None:
+                    if done >= at and proc.poll() is None:
+                        proc.kill()
+                        proc.wait()
+
+                with pytest.raises(BulldozerError):
+                    run_job(spec(), client, home=str(home), progress=kill)
+            server = _start(store, port)
+            with KvClient(f"127.0.0.1:{port}") as client:
+                ok, missing = audit(client, {live})
+                wrong, lost = wrong + (not ok), lost + missing
+                try:
+                    live = finish(client, home)
+                except BulldozerError:
+                    unfinished += 1
+    finally:
+        stop_servers([server])
+    result("DAL server SIGKILLed mid-stream", REPEATS, wrong, lost, unfinished)
+    assert (wrong, lost, unfinished) == (0, 0, 0)
+
+
+def test_embedded_store_full(home: Path, tmp_path: Path) -> None:
+    """The embedded engine's map fills up mid-load: a clear failure, the alias stays, and a
+    DAL restarted with a larger map finishes the job."""
+    calibration, port = tmp_path / "calibration", _free_port()
+    server = _start(calibration, port)
+    with KvClient(f"127.0.0.1:{port}") as client:
+        run_job(spec(), client, home=str(home))
+    stop_servers([server])
+    one_version = (calibration / "data.mdb").stat().st_size  # what one version takes, churn included
+    wrong = lost = unfinished = 0
+    for i in range(REPEATS):
+        store, port = tmp_path / f"store{i}", _free_port()
+        tight = _start(store, port, "--map-size-gib", f"{1.5 * one_version / 1024**3:.6f}")
+        with KvClient(f"127.0.0.1:{port}") as client:
+            live = run_job(spec(), client, home=str(home)).version  # the first version fits ...
+            with pytest.raises(BulldozerError, match="full"):
+                run_job(spec(), client, home=str(home))  # ... a second one does not
+            ok, missing = audit(client, {live})
+            wrong, lost = wrong + (not ok), lost + missing
+        stop_servers([tight])
+        port = _free_port()
+        roomy = _start(store, port)
+        with KvClient(f"127.0.0.1:{port}") as client:
+            try:
+                finish(client, home)
+            except BulldozerError:
+                unfinished += 1
+        stop_servers([roomy])
+    result("embedded store full mid-load", REPEATS, wrong, lost, unfinished)
+    assert (wrong, lost, unfinished) == (0, 0, 0)
+
+
+class StallingProxy:
+    """A TCP proxy on loopback that can stop forwarding (a network stall) and resume."""
+
+    def __init__(self, upstream: int) -> None:
+        self.upstream = upstream
+        self.flowing = threading.Event()
+        self.flowing.set()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.closed:
+            try:
+                downstream, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.upstream))
+            for a, b in ((downstream, upstream), (upstream, downstream)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while True:
+                data = source.recv(65536)
+                if not data:
+                    break
+                while not self.flowing.is_set():
+                    time.sleep(0.01)
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                with contextlib.suppress(OSError):
+                    end.close()
+
+    def close(self) -> None:
+        self.closed = True
+        self.listener.close()
+
+
+def test_network_stall(home: Path, dal_process: tuple[Path, int]) -> None:
+    _, port = dal_process
+    wrong = lost = unfinished = 0
+    with KvClient(f"127.0.0.1:{port}") as direct:
+        live = run_job(spec(), direct, home=str(home)).version
+        for i in range(REPEATS):
+            proxy = StallingProxy(port)
+            try:
+                with KvClient(f"127.0.0.1:{proxy.port}", timeout=3) as client:
+
+                    def stall(done: int, total: int, at: int = 4_000 + 9_000 * i, link: Any = proxy) -> None:
+                        if done >= at:
+                            link.flowing.clear()
+
+                    with pytest.raises(BulldozerError):
+                        run_job(spec(), client, home=str(home), progress=stall)
+            finally:
+                proxy.flowing.set()
+                proxy.close()
+            ok, missing = audit(direct, {live})
+            wrong, lost = wrong + (not ok), lost + missing
+            try:
+                live = finish(direct, home)
+            except BulldozerError:
+                unfinished += 1
+    result("network stall mid-load (proxy stops forwarding)", REPEATS, wrong, lost, unfinished)
+    assert (wrong, lost, unfinished) == (0, 0, 0)
