@@ -22,6 +22,7 @@ from bulldozer.load.runner import run_job
 from bulldozer.names import new_version_name
 from bulldozer.warehouse.sample import create_sample_warehouse
 from tests.integration import services
+from tests.integration.test_faults import audit, result
 from tests.integration.test_kv_server import _free_port, _start, race_to_flip, stop_servers
 from tests.integration.test_run import KEY, _cli, spec
 
@@ -213,6 +214,9 @@ def test_redis_stopped_mid_load_fails_the_run_and_the_alias_stays(own_redis: tup
             assert states[broken] in {State.LOADING, State.FAILED}
             again = run_job(loaded, client, home=str(home))  # the next run succeeds
             assert again.rows == 30_000 and client.get_alias("user_item_scores").namespace == again.version
+            ok, lost = audit(client, {again.version})
+            result("Redis server stopped (SIGSTOP) mid-load", 1, int(not ok), lost, 0)
+            assert ok and lost == 0
     finally:
         stop_servers([server])
 
@@ -254,5 +258,8 @@ def test_cassandra_stopped_mid_load_fails_the_run_and_the_alias_stays(tmp_path: 
                 else (run_job(loaded, client, home=str(home)))
             )
             assert resumed.rows == 30_000 and client.get_alias("user_item_scores").namespace == resumed.version
+            ok, lost = audit(client, {resumed.version})
+            result("Cassandra server stopped (SIGSTOP) mid-load", 1, int(not ok), lost, 0)
+            assert ok and lost == 0
     finally:
         stop_servers([server])

@@ -53,8 +53,9 @@ def finish(client: KvClient, home: Path) -> str:
     return record.version
 
 
-def result(scenario: str, runs: int, alias_wrong: int, lost: int, unfinished: int) -> None:
-    print(f"\nRESULT | {scenario} | {runs} | {alias_wrong} | {lost} | {unfinished} |")
+def result(scenario: str, runs: int, alias_wrong: int, lost: int, unfinished: int, mixed: str = "n/a") -> None:
+    """One row: scenario | repetitions | alias wrong | records lost | mixed reads | unfinished."""
+    print(f"\nRESULT | {scenario} | {runs} | {alias_wrong} | {lost} | {mixed} | {unfinished} |")
 
 
 @pytest.fixture
