@@ -168,9 +168,7 @@ def _parse_fault(text: str) -> tuple[str, int | str]:
         return "kill-at", stage
     kind, _, rows = text.partition("-after-rows:")
     if kind not in ("raise", "kill") or not rows.isdigit():
-        raise ValueError(
-            f"BULLDOZER_FAULT={text!r}: expected raise-after-rows:N, kill-after-rows:N or kill-at:STAGE"
-        )
+        raise ValueError(f"BULLDOZER_FAULT={text!r}: expected raise-after-rows:N, kill-after-rows:N or kill-at:STAGE")
     return kind, int(rows)
 
 

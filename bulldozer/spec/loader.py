@@ -183,7 +183,15 @@ def _parse(text: str, source: str, env: Mapping[str, str]) -> tuple[Any, _Builde
     if not text.strip():
         builder.add(None, (), "the file is empty; a job spec is a YAML mapping")
         return None, builder
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.reader.ReaderError as exc:  # a control character YAML does not allow
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        where = yaml.Mark(source, exc.position, line - 1, column - 1, None, 0)
+        builder.add(where, (), f"character U+{code:04X} is not allowed in YAML (is this a text file?)")
+        return None, builder
     try:
         node = loader.get_single_node()
     except yaml.MarkedYAMLError as exc:

@@ -1,0 +1,178 @@
+"""The bad-input corpus of the KV DAL: hostile identifiers on every engine, malformed RPCs,
+and fuzzing of the request validation and of the spec loader. Each case must give a clear
+error of the exception tree, and nothing may be written where it should not be."""
+
+from __future__ import annotations
+
+import contextlib
+import string
+from pathlib import Path
+
+import grpc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bulldozer.errors import BulldozerError, InvalidArgumentError, KvError, SpecError
+from bulldozer.kv import KvClient, KvDal
+from bulldozer.names import ALIAS_PATTERN, new_version_name
+from bulldozer.spec import load_spec_text
+from tests.integration.kv_fixtures import ENGINE_FACTORIES, Harness
+
+pytestmark = pytest.mark.integration
+
+#: (what it is, the hostile value)
+HOSTILE = [
+    ("path traversal", "../../etc/passwd"),
+    ("absolute path", "/tmp/x"),
+    ("CQL injection", "a; DROP KEYSPACE bulldozer"),
+    ("CQL quote", "a' OR '1'='1"),
+    ("Lua / Redis injection", "a') redis.call('FLUSHALL') --"),
+    ("Redis hash tag", "a{meta}"),
+    ("glob pattern", "a*"),
+    ("NUL byte", "a\x00b"),
+    ("newline", "abc\n"),
+    ("Cyrillic look-alike", "аlias"),
+    ("full-width letters", "ａｌｉａｓ"),
+    ("upper case", "Alias"),
+    ("leading digit", "1alias"),
+    ("empty", ""),
+    ("300 characters", "a" * 300),
+    ("space", "my alias"),
+]
+
+
+@pytest.mark.parametrize("engine_name", ["memory", "embedded", "redis", "cassandra"])
+def test_hostile_identifiers_are_refused_and_nothing_is_written(engine_name: str, tmp_path: Path) -> None:
+    harness = Harness(engine_name, "grpc", tmp_path)
+    client = harness.client
+    try:
+        ok_alias = harness.alias()
+        before = [n.name for n in client.list_namespaces()]
+        accepted = []
+        for what, bad in HOSTILE:
+            version = f"{bad}__v20260101000000_abcdef"
+            attempts = {
+                "create (name, alias)": lambda v=version, b=bad: client.create_namespace(v, b),
+                "create (good name, alias)": lambda b=bad: client.create_namespace(new_version_name(ok_alias), b),
+                "create (name, good alias)": lambda v=version: client.create_namespace(v, ok_alias),
+                "put": lambda v=version: client.put(v, [(b"k", b"v")]),
+                "seal": lambda v=version: client.seal(v),
+                "drop": lambda v=version: client.drop(v),
+                "get by alias": lambda b=bad: client.get(b"k", alias=b),
+                "batch get by namespace": lambda v=version: client.batch_get([b"k"], namespace=v),
+                "flip": lambda v=version, b=bad: client.compare_and_set_alias(b, None, v),
+                "alias": lambda b=bad: client.get_alias(b),
+                "history": lambda b=bad: client.alias_history(b),
+            }
+            if bad:  # an empty alias filter lists every namespace, by design
+                attempts["list"] = lambda b=bad: client.list_namespaces(b)
+            for call, attempt in attempts.items():
+                try:
+                    attempt()
+                    accepted.append((what, call))
+                except InvalidArgumentError:
+                    pass
+        assert accepted == []
+        assert [n.name for n in client.list_namespaces()] == before, "a hostile name was written"
+        assert not any(a.alias not in {x.alias for x in client.list_aliases()} for a in client.list_aliases())
+    finally:
+        harness.close()
+
+
+def test_malformed_rpcs_are_refused_and_the_server_carries_on(tmp_path: Path) -> None:
+    harness = Harness("embedded", "grpc", tmp_path)
+    try:
+        channel = grpc.insecure_channel(f"127.0.0.1:{harness.port}")
+        for method in (
+            "/bulldozer.kv.v1.KvData/BatchGet",
+            "/bulldozer.kv.v1.KvData/PutBatch",
+            "/bulldozer.kv.v1.KvNamespaces/CreateNamespace",
+            "/bulldozer.kv.v1.KvAliases/CompareAndSetAlias",
+        ):
+            call = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
+            for garbage in (b"\xff\xff\xff\xff", b"\x0a\xff\xff\xff\xff\x0f", b"\x12" * 64):
+                with pytest.raises(grpc.RpcError) as err:
+                    call(garbage, timeout=5)
+                assert err.value.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.INVALID_ARGUMENT)
+        unknown = channel.unary_unary("/bulldozer.kv.v1.KvData/NoSuchMethod")
+        with pytest.raises(grpc.RpcError) as err:
+            unknown(b"", timeout=5)
+        assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        channel.close()
+        alias = harness.alias()
+        name = harness.loaded(alias, [(b"k", b"v")])
+        harness.client.compare_and_set_alias(alias, None, name)
+        assert harness.client.get(b"k", alias=alias) == b"v"  # still serving
+    finally:
+        harness.close()
+
+
+names = st.text(alphabet=string.ascii_letters + string.digits + "_-./;'\"{}*\x00 \nаé", max_size=80)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(alias=names, suffix=names)
+def test_fuzzed_names_are_valid_or_refused_cleanly(alias: str, suffix: str) -> None:
+    """Every name either follows the identifier pattern and is accepted, or is refused with
+    InvalidArgumentError — never another exception, never an accepted odd name."""
+    import re
+
+    dal = KvDal(ENGINE_FACTORIES["memory"](Path(".")))
+    name = f"{alias}__{suffix}"
+    try:
+        record = dal.create_namespace(name, alias)
+    except InvalidArgumentError:
+        assert not (re.fullmatch(ALIAS_PATTERN[1:-1], alias) and re.fullmatch(r"[a-z][a-z0-9_]{0,127}", name))
+        return
+    assert re.fullmatch(ALIAS_PATTERN[1:-1], record.alias) and record.name == name
+    with contextlib.suppress(KvError):
+        dal.resolve(alias=alias + "@" + suffix)
+
+
+SPEC_FRAGMENTS = st.lists(
+    st.sampled_from(
+        [
+            "kind: MoveDataToKvDal\n",
+            "apiVersion: bulldozer/v1\n",
+            "metadata: {name: x, owner: y}\n",
+            "metadata:\n  name: ../../x\n",
+            "data_movement: {source: {table: a.b}, key_columns: [k]}\n",
+            "key_value_dal: {alias: 'a; DROP TABLE x'}\n",
+            "&a [*a, *a]\n",
+            "x: !!python/object/apply:os.system ['true']\n",
+            "\x00\n",
+            "- - - -\n",
+            "{{{{\n",
+            "metadata: {name: 2.5}\n",
+            "  bad indent: [\n",
+            "<<: {a: 1}\n",
+        ]
+    ),
+    max_size=6,
+).map("".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.one_of(SPEC_FRAGMENTS, st.text(max_size=300)))
+def test_fuzzed_specs_fail_only_with_spec_errors(text: str) -> None:
+    try:
+        load_spec_text(text, "fuzz.yaml", env={})
+    except SpecError as exc:
+        assert exc.issues and all(str(i).startswith("fuzz.yaml") for i in exc.issues)
+    except BulldozerError as exc:  # pragma: no cover - a different family would be a bug
+        pytest.fail(f"{type(exc).__name__}: {exc}")
+
+
+def test_a_hostile_client_principal_is_recorded_verbatim_not_interpreted(tmp_path: Path) -> None:
+    harness = Harness("embedded", "grpc", tmp_path)
+    try:
+        alias = harness.alias()
+        name = harness.loaded(alias, [(b"k", b"v")])
+        with KvClient(f"127.0.0.1:{harness.port}", principal="x'); DROP TABLE aliases; --") as client:
+            client.compare_and_set_alias(alias, None, name, reason="../../etc/passwd\x1b[31m")
+            (change,) = client.alias_history(alias)
+        assert change.principal == "x'); DROP TABLE aliases; -- (unauthenticated)"  # asserted, so marked
+        assert change.reason == "../../etc/passwd\x1b[31m"
+    finally:
+        harness.close()
