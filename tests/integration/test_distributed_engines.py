@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from bulldozer.errors import BackendUnavailableError, ForeignDataError, ResourceExhaustedError
+from bulldozer.errors import BackendUnavailableError, BulldozerError, ForeignDataError, ResourceExhaustedError
 from bulldozer.kv import KvClient, KvDal, Limits, create_engine
 from bulldozer.kv.backends.base import State, StorageEngine
 from bulldozer.load.runner import run_job
 from bulldozer.names import new_version_name
 from bulldozer.warehouse.sample import create_sample_warehouse
 from tests.integration import services
-from tests.integration.test_faults import audit, result
+from tests.integration.test_faults import REPEATS, audit, finish, result
 from tests.integration.test_kv_server import _free_port, _start, race_to_flip, stop_servers
 from tests.integration.test_run import KEY, _cli, spec
 
@@ -185,7 +185,36 @@ def own_redis(tmp_path: Path) -> Iterator[tuple[str, int]]:
     subprocess.run(["bash", str(services.SCRIPTS / "redis.sh"), "stop", folder], check=False)
 
 
-def test_redis_stopped_mid_load_fails_the_run_and_the_alias_stays(own_redis: tuple[str, int], tmp_path: Path) -> None:
+def storage_stopped_mid_load(client: KvClient, home: Path, pid: int, label: str) -> None:
+    """SIGSTOP the storage server mid-load, REPEATS times: the run fails cleanly, the alias
+    stays, no sealed version misses a record, and a resume or rerun then finishes."""
+    loaded = spec()
+    live = run_job(loaded, client, home=str(home)).version
+    wrong = lost = unfinished = 0
+    for i in range(REPEATS):
+
+        def stop(done: int, total: int, at: int = 8_000 + 6_000 * i) -> None:
+            if done >= at:
+                os.kill(pid, signal.SIGSTOP)
+
+        try:
+            with pytest.raises(BackendUnavailableError):
+                run_job(loaded, client, home=str(home), progress=stop)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        client.wait_ready(timeout=30)
+        ok, missing = audit(client, {live})
+        wrong, lost = wrong + (not ok), lost + missing
+        try:
+            live = finish(client, home)
+        except BulldozerError:
+            unfinished += 1
+        wrong += client.get_alias("user_item_scores").namespace != live
+    result(label, REPEATS, wrong, lost, unfinished)
+    assert (wrong, lost, unfinished) == (0, 0, 0)
+
+
+def test_redis_stopped_mid_load(own_redis: tuple[str, int], tmp_path: Path) -> None:
     folder, redis_port = own_redis
     redis_pid = int(Path(folder, str(redis_port), "redis.pid").read_text())
     home = tmp_path / "h"
@@ -194,34 +223,14 @@ def test_redis_stopped_mid_load_fails_the_run_and_the_alias_stays(own_redis: tup
     config = tmp_path / "engine.yaml"
     config.write_text(f"type: redis\nurl: redis://127.0.0.1:{redis_port}/0\ntimeout_seconds: 2\n")
     server = _start(None, port, "--engine-config", str(config))
-    loaded = spec()
     try:
         with KvClient(f"127.0.0.1:{port}", timeout=20) as client:
-            first = run_job(loaded, client, home=str(home))
-
-            def stop_redis(done: int, total: int) -> None:
-                if done >= 12_000:
-                    os.kill(redis_pid, signal.SIGSTOP)
-
-            try:
-                with pytest.raises(BackendUnavailableError):
-                    run_job(loaded, client, home=str(home), progress=stop_redis)
-            finally:
-                os.kill(redis_pid, signal.SIGCONT)
-            assert client.get_alias("user_item_scores").namespace == first.version  # never moved
-            states = {n.name: n.state for n in client.list_namespaces("user_item_scores")}
-            (broken,) = [n for n in states if n != first.version]
-            assert states[broken] in {State.LOADING, State.FAILED}
-            again = run_job(loaded, client, home=str(home))  # the next run succeeds
-            assert again.rows == 30_000 and client.get_alias("user_item_scores").namespace == again.version
-            ok, lost = audit(client, {again.version})
-            result("Redis server stopped (SIGSTOP) mid-load", 1, int(not ok), lost, 0)
-            assert ok and lost == 0
+            storage_stopped_mid_load(client, home, redis_pid, "Redis server stopped (SIGSTOP) mid-load")
     finally:
         stop_servers([server])
 
 
-def test_cassandra_stopped_mid_load_fails_the_run_and_the_alias_stays(tmp_path: Path) -> None:
+def test_cassandra_stopped_mid_load(tmp_path: Path) -> None:
     pid = services.cassandra_pid()
     if pid is None:
         pytest.skip("BULLDOZER_TEST_CASSANDRA names an external server; this test stops the one it started")
@@ -234,32 +243,8 @@ def test_cassandra_stopped_mid_load_fails_the_run_and_the_alias_stays(tmp_path: 
         f"type: cassandra\ncontact_points: [{host}]\nport: {cql_port}\nkeyspace: {unique()}\ntimeout_seconds: 3\n"
     )
     server = _start(None, port, "--engine-config", str(config))
-    loaded = spec()
     try:
         with KvClient(f"127.0.0.1:{port}", timeout=30) as client:
-            first = run_job(loaded, client, home=str(home))
-
-            def stop_cassandra(done: int, total: int) -> None:
-                if done >= 12_000:
-                    os.kill(pid, signal.SIGSTOP)
-
-            try:
-                with pytest.raises(BackendUnavailableError):
-                    run_job(loaded, client, home=str(home), progress=stop_cassandra)
-            finally:
-                os.kill(pid, signal.SIGCONT)
-            client.wait_ready(timeout=30)
-            assert client.get_alias("user_item_scores").namespace == first.version  # never moved
-            (broken,) = [n for n in client.list_namespaces("user_item_scores") if n.name != first.version]
-            assert broken.state in {State.LOADING, State.FAILED}
-            resumed = (
-                run_job(loaded, client, home=str(home), resume=broken.name)
-                if broken.state == State.LOADING
-                else (run_job(loaded, client, home=str(home)))
-            )
-            assert resumed.rows == 30_000 and client.get_alias("user_item_scores").namespace == resumed.version
-            ok, lost = audit(client, {resumed.version})
-            result("Cassandra server stopped (SIGSTOP) mid-load", 1, int(not ok), lost, 0)
-            assert ok and lost == 0
+            storage_stopped_mid_load(client, home, pid, "Cassandra server stopped (SIGSTOP) mid-load")
     finally:
         stop_servers([server])

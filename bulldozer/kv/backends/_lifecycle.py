@@ -185,3 +185,29 @@ def pin_optimistically(
     if change is not None and not apply(raw, record, change):
         raise AliasConflictError(f"alias {alias!r} changed while it was being pinned; look again and retry")
     return record
+
+
+class PendingReleases:
+    """Write-fence leases whose release failed because the store was unreachable. They are
+    released again before this process next waits on a fence, so a seal after an outage
+    does not sit out the whole lease; a lease of a process that died expires on its own."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self._pending: list[Callable[[], object]] = []
+
+    def release(self, fn: Callable[[], object]) -> None:
+        """Call ``fn``; if it fails, keep it for ``retry`` (never raises)."""
+        try:
+            fn()
+        except Exception:
+            with self._lock:
+                self._pending.append(fn)
+
+    def retry(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for fn in pending:
+            self.release(fn)

@@ -49,6 +49,7 @@ from bulldozer.errors import (
     NamespaceNotFoundError,
 )
 from bulldozer.kv.backends._lifecycle import (
+    PendingReleases,
     check_readable,
     check_writable,
     flip_optimistically,
@@ -130,6 +131,7 @@ class CassandraEngine(StorageEngine):
             self.cluster.shutdown()
             raise BackendUnavailableError(f"cannot reach Cassandra at {self.where}: {exc}") from exc
         self._tables: dict[str, dict[str, PreparedStatement]] = {}
+        self._leases = PendingReleases()
         try:
             self._call(self._claim_keyspace)
             self._prepare_meta()
@@ -263,6 +265,7 @@ class CassandraEngine(StorageEngine):
         return json.dumps(record.to_json(), separators=(",", ":"))
 
     def _wait_for_writers(self, name: str) -> None:
+        self._leases.retry()  # leases this process could not release during an outage
         deadline = time.monotonic() + self.config.write_lease_seconds + 5
         delay = 0.002
         while list(self.session.execute(self._live, (name,))) and time.monotonic() < deadline:
@@ -344,8 +347,8 @@ class CassandraEngine(StorageEngine):
         def run() -> None:
             stmts = self._statements(name)
             token = uuid.uuid4().hex
-            self.session.execute(self._enter, (name, token, int(self.config.write_lease_seconds)))
-            try:
+            try:  # released even if entering timed out: the entry may still have happened
+                self.session.execute(self._enter, (name, token, int(self.config.write_lease_seconds)))
                 rows = list(self.session.execute(self._sel_state, (name,)))
                 state = rows[0].state if rows else None
                 if state != State.LOADING.value:
@@ -358,7 +361,7 @@ class CassandraEngine(StorageEngine):
                 )
                 del results
             finally:
-                self.session.execute(self._leave, (name, token))
+                self._leases.release(lambda: self.session.execute(self._leave, (name, token)))
 
         self._call(run)
 

@@ -32,6 +32,8 @@ from typing import Any, TypeVar
 import redis
 import redis.cluster
 import redis.exceptions
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from bulldozer.errors import (
     BackendUnavailableError,
@@ -41,6 +43,7 @@ from bulldozer.errors import (
 )
 from bulldozer.kv.backends._buckets import bucket_of, group_by_bucket, scan_in_bucket_order
 from bulldozer.kv.backends._lifecycle import (
+    PendingReleases,
     check_readable,
     check_writable,
     flip_optimistically,
@@ -129,10 +132,15 @@ class RedisEngine(StorageEngine):
                     socket_timeout=config.timeout_seconds,
                     socket_connect_timeout=config.timeout_seconds,
                     max_connections=config.max_connections,
+                    # no silent resend: a command resent on a new connection can run twice
+                    # (the first copy still sits in the stalled server's buffer), which would
+                    # bring a released write-fence lease back; callers retry whole requests
+                    retry=Retry(NoBackoff(), 0),
                 )
             self.r.ping()
         except redis.exceptions.RedisError as exc:
             raise BackendUnavailableError(f"cannot reach Redis at {self.where}: {exc}") from exc
+        self._leases = PendingReleases()
         self._cas = self.r.register_script(_CAS)
         self._enter = self.r.register_script(_ENTER)
         self._live = self.r.register_script(_LIVE)
@@ -213,6 +221,7 @@ class RedisEngine(StorageEngine):
         return json.dumps(record.to_json(), separators=(",", ":"))
 
     def _wait_for_writers(self, name: str) -> None:
+        self._leases.retry()  # leases this process could not release during an outage
         """Until no write batch is inside the namespace's fence (leases expire for crashed writers)."""
         deadline = time.monotonic() + self.config.write_lease_seconds + 5
         delay = 0.002
@@ -278,16 +287,16 @@ class RedisEngine(StorageEngine):
             token = uuid.uuid4().hex
             inflight = self._k_inflight(name)
             lease_ms = int(self.config.write_lease_seconds * 1000)
-            state = self._enter(keys=[self._k_namespaces, inflight], args=[name, token, lease_ms]).decode()
-            if state != "LOADING":
-                check_writable(name, NamespaceRecord(name=name, alias="", state=State(state)) if state else None)
-            try:
+            try:  # released even if entering timed out: the entry may still have happened
+                state = self._enter(keys=[self._k_namespaces, inflight], args=[name, token, lease_ms]).decode()
+                if state != "LOADING":
+                    check_writable(name, NamespaceRecord(name=name, alias="", state=State(state)) if state else None)
                 pipe = self.r.pipeline(transaction=False)
                 for bucket, mapping in group_by_bucket(records, self.buckets).items():
                     pipe.hset(self._k_bucket(name, bucket), mapping=mapping)
                 pipe.execute()
             finally:
-                self.r.zrem(inflight, token)
+                self._leases.release(lambda: self.r.zrem(inflight, token))
 
         self._call(run)
 
