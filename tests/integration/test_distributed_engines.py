@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from bulldozer.errors import BackendUnavailableError, BulldozerError, ForeignDataError, ResourceExhaustedError
+from bulldozer.errors import BackendUnavailableError, ForeignDataError, ResourceExhaustedError
 from bulldozer.kv import KvClient, KvDal, Limits, create_engine
 from bulldozer.kv.backends.base import State, StorageEngine
 from bulldozer.load.runner import run_job
 from bulldozer.names import new_version_name
 from bulldozer.warehouse.sample import create_sample_warehouse
 from tests.integration import services
-from tests.integration.test_faults import REPEATS, audit, finish, result
+from tests.integration.test_faults import REPEATS, Tally
 from tests.integration.test_kv_server import _free_port, _start, race_to_flip, stop_servers
 from tests.integration.test_run import KEY, _cli, spec
 
@@ -189,8 +189,7 @@ def storage_stopped_mid_load(client: KvClient, home: Path, pid: int, label: str)
     """SIGSTOP the storage server mid-load, REPEATS times: the run fails cleanly, the alias
     stays, no sealed version misses a record, and a resume or rerun then finishes."""
     loaded = spec()
-    live = run_job(loaded, client, home=str(home)).version
-    wrong = lost = unfinished = 0
+    tally = Tally(run_job(loaded, client, home=str(home)).version)
     for i in range(REPEATS):
 
         def stop(done: int, total: int, at: int = 8_000 + 6_000 * i) -> None:
@@ -203,15 +202,8 @@ def storage_stopped_mid_load(client: KvClient, home: Path, pid: int, label: str)
         finally:
             os.kill(pid, signal.SIGCONT)
         client.wait_ready(timeout=30)
-        ok, missing = audit(client, {live})
-        wrong, lost = wrong + (not ok), lost + missing
-        try:
-            live = finish(client, home)
-        except BulldozerError:
-            unfinished += 1
-        wrong += client.get_alias("user_item_scores").namespace != live
-    result(label, REPEATS, wrong, lost, unfinished)
-    assert (wrong, lost, unfinished) == (0, 0, 0)
+        tally.after_fault(client, home)
+    tally.report(label, REPEATS)
 
 
 def test_redis_stopped_mid_load(own_redis: tuple[str, int], tmp_path: Path) -> None:

@@ -53,6 +53,28 @@ def finish(client: KvClient, home: Path) -> str:
     return record.version
 
 
+class Tally:
+    """Counts, over the repetitions of one scenario, what the promises rule out."""
+
+    def __init__(self, live: str) -> None:
+        self.live = live
+        self.wrong = self.lost = self.unfinished = 0
+
+    def after_fault(self, client: KvClient, home: Path) -> None:
+        """Audit (the alias never moved, nothing sealed is short), then resume or rerun."""
+        ok, missing = audit(client, {self.live})
+        self.wrong, self.lost = self.wrong + (not ok), self.lost + missing
+        try:
+            self.live = finish(client, home)
+        except BulldozerError:
+            self.unfinished += 1
+        self.wrong += client.get_alias(ALIAS).namespace != self.live
+
+    def report(self, scenario: str, runs: int) -> None:
+        result(scenario, runs, self.wrong, self.lost, self.unfinished)
+        assert (self.wrong, self.lost, self.unfinished) == (0, 0, 0)
+
+
 def result(scenario: str, runs: int, alias_wrong: int, lost: int, unfinished: int, mixed: str = "n/a") -> None:
     """One row: scenario | repetitions | alias wrong | records lost | mixed reads | unfinished."""
     print(f"\nRESULT | {scenario} | {runs} | {alias_wrong} | {lost} | {mixed} | {unfinished} |")
@@ -78,9 +100,8 @@ def test_runner_killed_at_random_points(where: str, home: Path, dal_process: tup
     _, port = dal_process
     endpoint = f"127.0.0.1:{port}"
     rnd = random.Random(11)
-    wrong = lost = unfinished = 0
     with KvClient(endpoint) as client:
-        live = run_job(spec(), client, home=str(home)).version
+        tally = Tally(run_job(spec(), client, home=str(home)).version)
         for _ in range(REPEATS):
             fault = f"kill-after-rows:{rnd.randrange(1_000, ROWS)}" if where == "load" else f"kill-at:{where}"
             killed = _cli(
@@ -89,25 +110,16 @@ def test_runner_killed_at_random_points(where: str, home: Path, dal_process: tup
                 {"BULLDOZER_FAULT": fault},
             )
             assert killed.returncode == -9, killed.stderr
-            ok, missing = audit(client, {live})  # killed before its flip: still the old version
-            wrong += not ok
-            lost += missing
-            try:
-                live = finish(client, home)
-            except BulldozerError:
-                unfinished += 1
-            wrong += client.get_alias(ALIAS).namespace != live
-    result(f"runner SIGKILLed during {where}", REPEATS, wrong, lost, unfinished)
-    assert (wrong, lost, unfinished) == (0, 0, 0)
+            tally.after_fault(client, home)  # killed before its flip: still the old version
+    tally.report(f"runner SIGKILLed during {where}", REPEATS)
 
 
 def test_dal_killed_mid_stream(home: Path, tmp_path: Path) -> None:
     store, port = tmp_path / "store", _free_port()
     server = _start(store, port)
-    wrong = lost = unfinished = 0
     try:
         with KvClient(f"127.0.0.1:{port}", timeout=10) as client:
-            live = run_job(spec(), client, home=str(home)).version
+            tally = Tally(run_job(spec(), client, home=str(home)).version)
         for i in range(REPEATS):
             with KvClient(f"127.0.0.1:{port}", timeout=10) as client:
 
@@ -120,16 +132,10 @@ def test_dal_killed_mid_stream(home: Path, tmp_path: Path) -> None:
                     run_job(spec(), client, home=str(home), progress=kill)
             server = _start(store, port)
             with KvClient(f"127.0.0.1:{port}") as client:
-                ok, missing = audit(client, {live})
-                wrong, lost = wrong + (not ok), lost + missing
-                try:
-                    live = finish(client, home)
-                except BulldozerError:
-                    unfinished += 1
+                tally.after_fault(client, home)
     finally:
         stop_servers([server])
-    result("DAL server SIGKILLed mid-stream", REPEATS, wrong, lost, unfinished)
-    assert (wrong, lost, unfinished) == (0, 0, 0)
+    tally.report("DAL server SIGKILLed mid-stream", REPEATS)
 
 
 def test_embedded_store_full(home: Path, tmp_path: Path) -> None:
@@ -141,27 +147,21 @@ def test_embedded_store_full(home: Path, tmp_path: Path) -> None:
         run_job(spec(), client, home=str(home))
     stop_servers([server])
     one_version = (calibration / "data.mdb").stat().st_size  # what one version takes, churn included
-    wrong = lost = unfinished = 0
+    tally = Tally("")
     for i in range(REPEATS):
         store, port = tmp_path / f"store{i}", _free_port()
         tight = _start(store, port, "--map-size-gib", f"{1.5 * one_version / 1024**3:.6f}")
         with KvClient(f"127.0.0.1:{port}") as client:
-            live = run_job(spec(), client, home=str(home)).version  # the first version fits ...
+            tally.live = run_job(spec(), client, home=str(home)).version  # the first version fits ...
             with pytest.raises(BulldozerError, match="full"):
                 run_job(spec(), client, home=str(home))  # ... a second one does not
-            ok, missing = audit(client, {live})
-            wrong, lost = wrong + (not ok), lost + missing
         stop_servers([tight])
         port = _free_port()
-        roomy = _start(store, port)
+        roomy = _start(store, port)  # restarted with room to grow
         with KvClient(f"127.0.0.1:{port}") as client:
-            try:
-                finish(client, home)
-            except BulldozerError:
-                unfinished += 1
+            tally.after_fault(client, home)
         stop_servers([roomy])
-    result("embedded store full mid-load", REPEATS, wrong, lost, unfinished)
-    assert (wrong, lost, unfinished) == (0, 0, 0)
+    tally.report("embedded store full mid-load", REPEATS)
 
 
 class StallingProxy:
@@ -209,9 +209,8 @@ class StallingProxy:
 
 def test_network_stall(home: Path, dal_process: tuple[Path, int]) -> None:
     _, port = dal_process
-    wrong = lost = unfinished = 0
     with KvClient(f"127.0.0.1:{port}") as direct:
-        live = run_job(spec(), direct, home=str(home)).version
+        tally = Tally(run_job(spec(), direct, home=str(home)).version)
         for i in range(REPEATS):
             proxy = StallingProxy(port)
             try:
@@ -226,11 +225,5 @@ def test_network_stall(home: Path, dal_process: tuple[Path, int]) -> None:
             finally:
                 proxy.flowing.set()
                 proxy.close()
-            ok, missing = audit(direct, {live})
-            wrong, lost = wrong + (not ok), lost + missing
-            try:
-                live = finish(direct, home)
-            except BulldozerError:
-                unfinished += 1
-    result("network stall mid-load (proxy stops forwarding)", REPEATS, wrong, lost, unfinished)
-    assert (wrong, lost, unfinished) == (0, 0, 0)
+            tally.after_fault(direct, home)
+    tally.report("network stall mid-load (proxy stops forwarding)", REPEATS)
