@@ -185,9 +185,24 @@ def own_redis(tmp_path: Path) -> Iterator[tuple[str, int]]:
     subprocess.run(["bash", str(services.SCRIPTS / "redis.sh"), "stop", folder], check=False)
 
 
-def storage_stopped_mid_load(client: KvClient, home: Path, pid: int, label: str) -> None:
-    """SIGSTOP the storage server mid-load, REPEATS times: the run fails cleanly, the alias
-    stays, no sealed version misses a record, and a resume or rerun then finishes."""
+def storage_stopped_mid_load(tmp_path: Path, engine_yaml: str, pid: int, label: str) -> None:
+    """SIGSTOP the storage server mid-load, REPEATS times, under a DAL configured by
+    ``engine_yaml``: the run fails cleanly, the alias stays, no sealed version misses a
+    record, and a resume or rerun then finishes."""
+    home = tmp_path / "h"
+    create_sample_warehouse(home, rows=30_000, chunk_rows=10_000)
+    config = tmp_path / "engine.yaml"
+    config.write_text(engine_yaml)
+    port = _free_port()
+    server = _start(None, port, "--engine-config", str(config))
+    try:
+        with KvClient(f"127.0.0.1:{port}", timeout=30) as client:
+            _stop_and_recover(client, home, pid, label)
+    finally:
+        stop_servers([server])
+
+
+def _stop_and_recover(client: KvClient, home: Path, pid: int, label: str) -> None:
     loaded = spec()
     tally = Tally(run_job(loaded, client, home=str(home)).version)
     for i in range(REPEATS):
@@ -209,17 +224,8 @@ def storage_stopped_mid_load(client: KvClient, home: Path, pid: int, label: str)
 def test_redis_stopped_mid_load(own_redis: tuple[str, int], tmp_path: Path) -> None:
     folder, redis_port = own_redis
     redis_pid = int(Path(folder, str(redis_port), "redis.pid").read_text())
-    home = tmp_path / "h"
-    create_sample_warehouse(home, rows=30_000, chunk_rows=10_000)
-    port = _free_port()
-    config = tmp_path / "engine.yaml"
-    config.write_text(f"type: redis\nurl: redis://127.0.0.1:{redis_port}/0\ntimeout_seconds: 2\n")
-    server = _start(None, port, "--engine-config", str(config))
-    try:
-        with KvClient(f"127.0.0.1:{port}", timeout=20) as client:
-            storage_stopped_mid_load(client, home, redis_pid, "Redis server stopped (SIGSTOP) mid-load")
-    finally:
-        stop_servers([server])
+    engine_yaml = f"type: redis\nurl: redis://127.0.0.1:{redis_port}/0\ntimeout_seconds: 2\n"
+    storage_stopped_mid_load(tmp_path, engine_yaml, redis_pid, "Redis server stopped (SIGSTOP) mid-load")
 
 
 def test_cassandra_stopped_mid_load(tmp_path: Path) -> None:
@@ -227,16 +233,7 @@ def test_cassandra_stopped_mid_load(tmp_path: Path) -> None:
     if pid is None:
         pytest.skip("BULLDOZER_TEST_CASSANDRA names an external server; this test stops the one it started")
     host, cql_port = services.cassandra_endpoint()
-    home = tmp_path / "h"
-    create_sample_warehouse(home, rows=30_000, chunk_rows=10_000)
-    port = _free_port()
-    config = tmp_path / "engine.yaml"
-    config.write_text(
+    engine_yaml = (
         f"type: cassandra\ncontact_points: [{host}]\nport: {cql_port}\nkeyspace: {unique()}\ntimeout_seconds: 3\n"
     )
-    server = _start(None, port, "--engine-config", str(config))
-    try:
-        with KvClient(f"127.0.0.1:{port}", timeout=30) as client:
-            storage_stopped_mid_load(client, home, pid, "Cassandra server stopped (SIGSTOP) mid-load")
-    finally:
-        stop_servers([server])
+    storage_stopped_mid_load(tmp_path, engine_yaml, pid, "Cassandra server stopped (SIGSTOP) mid-load")
