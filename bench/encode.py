@@ -2,7 +2,7 @@
 (5 scalar columns), next to merely iterating the same Arrow batches in Python, and next to
 building one protobuf message per row with the generated classes — all in one run.
 
-    .venv/bin/python bench/encode.py [--rows 200000] [--repeat 5] [--quick]
+    .venv/bin/python -m bench.encode [--rows 200000] [--repeat 5] [--quick]
 
 Prints a markdown table of medians. Single process, so each rate is per core.
 """

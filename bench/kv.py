@@ -10,7 +10,7 @@
   faster of concurrent prepared inserts and concurrent unlogged batches). The servers
   are started by scripts/services/*.sh (and stopped afterwards).
 
-    .venv/bin/python bench/kv.py [--records 2000000] [--repeat 3] [--quick]
+    .venv/bin/python -m bench.kv [--records 2000000] [--repeat 3] [--quick]
                                  [--engines redis,cassandra] [--engine-records 200000]
 
 Keys are 16 bytes, values 100 bytes. Prints a markdown table of medians.
@@ -21,11 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import signal
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -34,11 +30,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from bench.services import dal_server, engine_server, fresh_store_name, serve_args
 from bulldozer.kv import KvClient, create_engine
 from bulldozer.kv.backends.base import NamespaceRecord
 from bulldozer.names import new_version_name
 
-BATCH = 2_000
+BATCH = 20_000
 
 
 def make_records(n: int) -> tuple[pa.Array, pa.Array, list[list[tuple[bytes, bytes]]]]:
@@ -99,25 +96,22 @@ def main() -> None:
     store = os.path.join(root, "store")
     # The DAL runs as its own process (as in production); the direct engine is opened
     # here on the same store, which LMDB allows.
-    port = _free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bulldozer.cli.main",
-            "serve",
-            "--path",
-            store,
-            "--port",
-            str(port),
-            "--grace",
-            "1",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    client = KvClient(f"127.0.0.1:{port}", timeout=120)
-    client.wait_ready(timeout=60)
+    with dal_server(serve_args("embedded", 0, store)) as dal:
+        measure_embedded(dal.endpoint, store, keys, values, batches, n, repeat, gets, big)
+
+
+def measure_embedded(
+    endpoint: str,
+    store: str,
+    keys: pa.Array,
+    values: pa.Array,
+    batches: list[list[tuple[bytes, bytes]]],
+    n: int,
+    repeat: int,
+    gets: int,
+    big: int,
+) -> None:
+    client = KvClient(endpoint, timeout=120)
     engine = create_engine({"type": "embedded", "path": store, "map_size": 64 * 1024**3})
 
     direct_times, dal_times = [], []
@@ -187,34 +181,15 @@ def main() -> None:
         f"| alias flip ms, {min(big, n):,}-record version | {flip_big * 1000:.2f} | | {flip_big / flip_small:.2f} (big / small) | independent of size |"
     )
     client.close()
-    server.send_signal(signal.SIGTERM)
-    server.wait(timeout=30)
 
 
 def bench_engine(kind: str, n: int, repeat: int) -> tuple[float, float, str]:
     """(DAL records/s, direct records/s, direct mode) for one distributed engine, median of ``repeat``."""
-    import uuid
 
     keys, values, batches = make_records(n)
-    scripts = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "services")
-    folder = tempfile.mkdtemp(prefix=f"bulldozer-bench-{kind}-")
-    port = _free_port()
-    script = os.path.join(scripts, f"{kind}.sh")
-    subprocess.run(["bash", script, "start", folder, str(port)], check=True)
-    store = f"bench_{uuid.uuid4().hex[:8]}"
-    if kind == "redis":
-        serve = ["--engine", "redis", "--url", f"redis://127.0.0.1:{port}/0", "--prefix", store]
-    else:
-        serve = ["--engine", "cassandra", "--cql-port", str(port), "--keyspace", store]
-    dal_port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "bulldozer.cli.main", "serve", *serve, "--port", str(dal_port), "--grace", "1"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        client = KvClient(f"127.0.0.1:{dal_port}", timeout=300)
-        client.wait_ready(timeout=60)
+    store = fresh_store_name()
+    with engine_server(kind) as port, dal_server(serve_args(kind, port, store)) as dal:
+        client = KvClient(dal.endpoint, timeout=300)
         direct = _direct_writer(kind, port)
         direct_times: dict[str, list[float]] = {}
         dal_times = []
@@ -228,12 +203,8 @@ def bench_engine(kind: str, n: int, repeat: int) -> tuple[float, float, str]:
             rates = ", ".join(f"{m} {n / t[-1]:,.0f}/s" for m, t in direct_times.items())
             print(f"  {kind} round {r + 1}: DAL {n / dal_times[-1]:,.0f}/s, direct {rates}", flush=True)
         client.close()
-        best_mode = min(direct_times, key=lambda m: statistics.median(direct_times[m]))
-        return n / statistics.median(dal_times), n / statistics.median(direct_times[best_mode]), best_mode
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=30)
-        subprocess.run(["bash", script, "stop", folder], check=False)
+    best_mode = min(direct_times, key=lambda m: statistics.median(direct_times[m]))
+    return n / statistics.median(dal_times), n / statistics.median(direct_times[best_mode]), best_mode
 
 
 def _direct_writer(kind: str, port: int) -> dict[str, Callable[[str, list[list[tuple[bytes, bytes]]]], None]]:
@@ -284,12 +255,6 @@ def _direct_writer(kind: str, port: int) -> dict[str, Callable[[str, list[list[t
             execute_concurrent(session, statements, concurrency=128, raise_on_first_error=True)
 
     return {"concurrent inserts": inserts, "unlogged batches": unlogged}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _has_alias(client: KvClient, alias: str) -> bool:

@@ -6,78 +6,32 @@
   the store, no DAL), and the ratio;
 * the Spark engine's rows/s when it is installed (``bulldozer[spark]``), else "n/a".
 
-    .venv/bin/python bench/load.py [--rows 2000000] [--quick]
+    .venv/bin/python -m bench.load [--rows 2000000] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from bench.common import REPO, encoded_batches, run_cli
+
 SPEC = REPO / "templates" / "move_data_to_kv_dal.yaml"
 
 
 def _run_cli(args: list[str], home: Path) -> tuple[dict[str, object], float, tuple[int, int]]:
-    """Run a bulldozer command; (its JSON output, seconds, (peak RSS of the runner, of its
-    largest child — the DAL process, or Spark's JVM) in KiB)."""
-    started = time.perf_counter()
-    code = (
-        "import resource, sys, runpy; sys.argv = ['bulldozer'] + sys.argv[1:];"
-        "\ntry:\n    runpy.run_module('bulldozer.cli.main', run_name='__main__')"
-        "\nfinally:\n    me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss;"
-        " kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss;"
-        " sys.stderr.write(f'\\nRSS {me} {kids}\\n')"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", code, *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "BULLDOZER_HOME": str(home)},
-        cwd=REPO,
-    )
-    seconds = time.perf_counter() - started
-    if proc.returncode != 0:
-        raise SystemExit(f"bulldozer {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
-    rss_line = [line for line in proc.stderr.splitlines() if line.startswith("RSS ")][-1]
-    _, me, kids = rss_line.split()
-    return json.loads(proc.stdout), seconds, (int(me), int(kids))
+    run = run_cli(args, home)
+    return run.output, run.seconds, (run.rss_kib, run.child_rss_kib)
 
 
 def raw_engine_rate(home: Path, rows: int) -> float:
-    """Write the same records (pre-encoded from the same table) straight into a fresh store."""
-    from bulldozer.kv import create_engine
-    from bulldozer.kv.backends.base import NamespaceRecord
-    from bulldozer.load.encode import RowEncoder
-    from bulldozer.schema.job import build_job_schema
-    from bulldozer.spec import load_spec
-    from bulldozer.spec.models import CatalogConfig
-    from bulldozer.warehouse.catalog import open_catalog
+    """Write the same records (pre-encoded from the same table) straight into a fresh store,
+    in batches of the job's batch size (one LMDB transaction each, as the DAL commits them)."""
+    from bench.side_by_side import raw_write
 
-    spec = load_spec(SPEC, env={}).spec
-    table = open_catalog(CatalogConfig(), home).load_table("sample.user_item_scores")
-    job = build_job_schema(spec, table.schema(), python=False)
-    encoder = RowEncoder(job.proto)
-    batches = []
-    for batch in table.scan(
-        selected_fields=tuple(f.column for f in [*job.proto.key.fields, *job.proto.value.fields])
-    ).to_arrow_batch_reader():
-        enc = encoder.encode(batch)
-        keys, values = enc.keys.to_pylist(), enc.values.to_pylist()
-        batches += [list(zip(keys[i : i + 2000], values[i : i + 2000], strict=True)) for i in range(0, len(keys), 2000)]
-    engine = create_engine({"type": "embedded", "path": tempfile.mkdtemp(prefix="raw-"), "map_size": 64 * 1024**3})
-    engine.create_namespace(NamespaceRecord(name="raw__v20000101000000_000000", alias="raw"))
-    started = time.perf_counter()
-    for b in batches:
-        engine.put("raw__v20000101000000_000000", b)
-    engine.env.sync(True)  # type: ignore[attr-defined]
-    return rows / (time.perf_counter() - started)
+    return rows / raw_write("embedded", 0, encoded_batches(home, SPEC), "")
 
 
 def main() -> None:

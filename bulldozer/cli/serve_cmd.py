@@ -50,6 +50,10 @@ def serve(
     port_file: Annotated[
         Path | None, typer.Option(help="Write the bound port here once listening (for --port 0).", show_default=False)
     ] = None,
+    unix_socket: Annotated[
+        Path | None,
+        typer.Option(help="Listen on this Unix socket instead of --host/--port (same machine only).", show_default=False),
+    ] = None,
     url: Annotated[
         str | None,
         typer.Option(help="Redis: redis://host:port/db of the server (any node in cluster mode).", show_default=False),
@@ -138,7 +142,7 @@ def serve(
     credentials = server_credentials(tls_cert, tls_key, tls_client_ca) if tls_cert and tls_key else None
     auth = load_auth_config(auth_config) if auth_config else None
     code = run(
-        f"{host}:{port}",
+        f"unix:{unix_socket}" if unix_socket is not None else f"{host}:{port}",
         create_engine(config),
         metrics_port=metrics_port,
         grace=grace,

@@ -14,8 +14,9 @@ from __future__ import annotations
 import getpass
 import json
 import socket
+import threading
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -121,17 +122,39 @@ class _GrpcTransport:
         self.data = kv_pb2_grpc.KvDataStub(channel)
         self.namespaces = kv_pb2_grpc.KvNamespacesStub(channel)
         self.aliases = kv_pb2_grpc.KvAliasesStub(channel)
+        self._gate: Callable[[], None] | None = None
+        self._gate_lock = threading.RLock()
+
+    def set_gate(self, gate: Callable[[], None]) -> None:
+        """Run ``gate`` once, before the first call (e.g. wait for a server still starting)."""
+        self._gate = gate
+
+    def pass_gate(self) -> None:
+        if self._gate is None:
+            return
+        with self._gate_lock:
+            gate, self._gate = self._gate, None
+            if gate is None:
+                return
+            try:
+                gate()
+            except BaseException:
+                self._gate = gate  # the next call waits again
+                raise
 
     def call(self, stub: Any, method: str, request: Any, timeout: float) -> Any:
+        self.pass_gate()
         try:
             return getattr(stub, method)(request, timeout=timeout, metadata=self.metadata)
         except grpc.RpcError as err:
             raise translate(err) from None
 
     def future(self, stub: Any, method: str, request: Any, timeout: float) -> Any:
+        self.pass_gate()
         return getattr(stub, method).future(request, timeout=timeout, metadata=self.metadata)
 
     def stream(self, stub: Any, method: str, request: Any, timeout: float) -> Iterator[Any]:
+        self.pass_gate()
         try:
             yield from getattr(stub, method)(request, timeout=timeout, metadata=self.metadata)
         except grpc.RpcError as err:
@@ -230,10 +253,17 @@ class KvClient:
     def close(self) -> None:
         self._t.close()
 
+    def defer_until(self, gate: Callable[[], None]) -> None:
+        """Run ``gate`` once before the first call, e.g. wait for a server that is still
+        starting, so the caller can work meanwhile. A gate that raises is run again next call."""
+        if isinstance(self._t, _GrpcTransport):
+            self._t.set_gate(gate)
+
     def wait_ready(self, timeout: float = 10.0) -> None:
         """Block until the server answers, or raise BackendUnavailableError."""
         if not isinstance(self._t, _GrpcTransport):
             return
+        self._t.pass_gate()
         try:
             grpc.channel_ready_future(self._t.channel).result(timeout=timeout)
         except grpc.FutureTimeoutError:
@@ -340,7 +370,7 @@ class KvClient:
     def writer(
         self,
         namespace: str,
-        batch_records: int = 2_000,
+        batch_records: int = 20_000,
         batch_bytes: int = 4 * 1024 * 1024,
         in_flight: int = 4,
     ) -> BatchWriter:

@@ -1,7 +1,7 @@
 """Connect to the DAL a spec names.
 
-``embedded`` starts a DAL for the duration: a child ``bulldozer serve`` process on a free
-loopback port over the embedded store in ``$BULLDOZER_HOME/kv`` (its log goes to
+``embedded`` starts a DAL for the duration: a child ``bulldozer serve`` process on a
+private Unix socket over the embedded store in ``$BULLDOZER_HOME/kv`` (its log goes to
 ``$BULLDOZER_HOME/logs/``), stopped gracefully afterwards. A separate process lets
 encoding and storing run on two cores. ``host:port`` connects to a running DAL.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 from bulldozer.errors import BackendUnavailableError
 from bulldozer.kv.client import KvClient
 
-__all__ = ["connect", "embedded_store_path", "start_embedded_dal"]
+__all__ = ["EmbeddedDal", "connect", "embedded_store_path", "start_embedded_dal"]
 
 
 def embedded_store_path(home: str | os.PathLike[str] | None = None) -> Path:
@@ -29,35 +29,55 @@ def embedded_store_path(home: str | os.PathLike[str] | None = None) -> Path:
     return bulldozer_home(home) / "kv"
 
 
+class EmbeddedDal:
+    """A ``bulldozer serve`` child process over the embedded store, listening on a Unix
+    socket in a private folder, so its address is known before it is up."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], folder: Path, log_path: Path, startup_timeout: float) -> None:
+        self.proc = proc
+        self.address = f"unix:{folder / 'dal.sock'}"
+        self._ready_file = folder / "ready"
+        self._log_path = log_path
+        self._deadline = time.monotonic() + startup_timeout
+
+    def wait(self) -> None:
+        """Block until the server listens, or raise BackendUnavailableError with its log."""
+        while not self._ready_file.exists():
+            if self.proc.poll() is not None or time.monotonic() > self._deadline:
+                tail = self._log_path.read_text(errors="replace")[-2000:]
+                raise BackendUnavailableError(
+                    f"the embedded DAL did not start (log {self._log_path}): {tail.strip()}"
+                )
+            time.sleep(0.02)
+
+
 @contextmanager
-def start_embedded_dal(home: str | os.PathLike[str] | None = None, startup_timeout: float = 60.0) -> Iterator[str]:
-    """A ``bulldozer serve`` child process over the embedded store; yields its address."""
+def start_embedded_dal(
+    home: str | os.PathLike[str] | None = None, startup_timeout: float = 60.0
+) -> Iterator[EmbeddedDal]:
+    """Start a ``bulldozer serve`` child process over the embedded store and return at once;
+    ``.wait()`` blocks until it listens on ``.address``. Stopped gracefully on exit."""
     from bulldozer.warehouse.catalog import bulldozer_home
 
     logs = bulldozer_home(home) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"dal-{os.getpid()}-{int(time.time())}.log"
     with tempfile.TemporaryDirectory(prefix="bulldozer-dal-") as tmp:
-        port_file = Path(tmp) / "port"
+        folder = Path(tmp)
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
                 [
                     sys.executable, "-m", "bulldozer.cli.main", "serve",
                     "--path", str(embedded_store_path(home)),
-                    "--port", "0", "--port-file", str(port_file), "--grace", "30", "--log-format", "json",
+                    "--unix-socket", str(folder / "dal.sock"), "--port-file", str(folder / "ready"),
+                    "--grace", "30", "--log-format", "json",
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
             )  # fmt: skip
         try:
-            deadline = time.monotonic() + startup_timeout
-            while not port_file.exists():
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    tail = log_path.read_text(errors="replace")[-2000:]
-                    raise BackendUnavailableError(f"the embedded DAL did not start (log {log_path}): {tail.strip()}")
-                time.sleep(0.05)
-            yield f"127.0.0.1:{port_file.read_text().strip()}"
+            yield EmbeddedDal(proc, folder, log_path, startup_timeout)
         finally:
             if proc.poll() is None:
                 proc.terminate()
@@ -79,10 +99,16 @@ def connect(
     loopback) or ``host:port``, with the bearer token (``token`` or ``BULLDOZER_TOKEN``) and TLS
     from ``BULLDOZER_TLS_CA`` / ``BULLDOZER_TLS_CERT`` / ``BULLDOZER_TLS_KEY``."""
     if endpoint == "embedded":
-        with start_embedded_dal(home) as address:
-            client = KvClient(address, token=token, timeout=timeout)
-            try:
+        with start_embedded_dal(home) as dal:
+            client = KvClient(dal.address, token=token, timeout=timeout)
+
+            def ready() -> None:
+                dal.wait()
                 client.wait_ready(timeout=min(timeout, 15.0))
+
+            # The caller works on while the DAL starts; its first call waits for it.
+            client.defer_until(ready)
+            try:
                 yield client
             finally:
                 client.close()

@@ -470,7 +470,7 @@ class WriteTuning(BaseModel):
 
     model_config = _FROZEN
 
-    batch_size: Annotated[int, Field(ge=1, le=100_000)] = 2_000
+    batch_size: Annotated[int, Field(ge=1, le=100_000)] = 20_000
     max_batch_bytes: Annotated[int, Field(ge=1_024, le=64 * 1024 * 1024)] = 4 * 1024 * 1024
     in_flight_batches: Annotated[int, Field(ge=1, le=64)] = 4
     records_per_second: Annotated[int, Field(ge=1)] | None = None

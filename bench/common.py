@@ -1,0 +1,80 @@
+"""Helpers the benchmarks share: running a ``bulldozer`` command with its peak RSS, and the
+records a job would write, pre-encoded, for the raw-engine baselines."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+
+_RSS_WRAPPER = (
+    "import resource, sys, runpy; sys.argv = ['bulldozer'] + sys.argv[1:];"
+    "\ntry:\n    runpy.run_module('bulldozer.cli.main', run_name='__main__')"
+    "\nfinally:\n    me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss;"
+    " kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss;"
+    " sys.stderr.write(f'\\nRSS {me} {kids}\\n')"
+)
+
+
+@dataclass
+class CliRun:
+    output: dict[str, Any]  # the command's --json output
+    seconds: float  # wall time, process start to exit
+    rss_kib: int  # peak RSS of the command's process
+    child_rss_kib: int  # peak RSS of its largest child (the embedded DAL, or Spark's JVM)
+
+
+def run_cli(args: list[str], home: Path, env: dict[str, str] | None = None) -> CliRun:
+    """Run ``bulldozer ARGS`` in its own process with ``BULLDOZER_HOME=home``."""
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-c", _RSS_WRAPPER, *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "BULLDOZER_HOME": str(home), **(env or {})},
+        cwd=REPO,
+    )
+    seconds = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"bulldozer {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
+    rss_line = [line for line in proc.stderr.splitlines() if line.startswith("RSS ")][-1]
+    _, me, kids = rss_line.split()
+    return CliRun(json.loads(proc.stdout), seconds, int(me), int(kids))
+
+
+def encoded_batches(home: Path, spec_path: Path, batch: int = 20_000) -> list[list[tuple[bytes, bytes]]]:
+    """The (key, value) records the job in ``spec_path`` writes, encoded by the job's own
+    encoder from the same table, in batches of ``batch``: what a raw engine write gets."""
+    from bulldozer.load.encode import RowEncoder
+    from bulldozer.schema.job import build_job_schema
+    from bulldozer.spec import load_spec
+    from bulldozer.warehouse.catalog import open_catalog
+
+    spec = load_spec(spec_path, env={}).spec
+    source = spec.data_movement.source.table
+    assert source is not None, "a table source"
+    table = open_catalog(spec.data_movement.catalog, home).load_table(source)
+    job = build_job_schema(spec, table.schema(), python=False)
+    encoder = RowEncoder(job.proto)
+    columns = tuple(f.column for f in [*job.proto.key.fields, *job.proto.value.fields])
+    batches = []
+    for arrow in table.scan(selected_fields=columns).to_arrow_batch_reader():
+        enc = encoder.encode(arrow)
+        keys, values = enc.keys.to_pylist(), enc.values.to_pylist()
+        batches += [
+            list(zip(keys[i : i + batch], values[i : i + batch], strict=True)) for i in range(0, len(keys), batch)
+        ]
+    return batches
+
+
+def percentile_ms(seconds: list[float], p: float) -> float:
+    import numpy as np
+
+    return float(np.percentile(np.array(seconds) * 1000, p))

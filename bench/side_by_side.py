@@ -1,0 +1,637 @@
+"""Bulldozer side by side with Feast, the raw engines and its own engines, in one run.
+
+Entry point: ``bench/run [--quick] [--repeat N] [--only SECTIONS] ...`` (``--help`` lists
+the sizes). Builds each table once, runs every measurement ``--repeat`` times, prints one
+markdown table of medians and writes every sample, the sizes and the versions used as
+JSON under ``bench/results/``.
+
+Sections:
+
+1. ``feast``   Feast ``materialize`` (file offline store → SQLite / Redis online store, in
+   Feast's own virtual environment) vs ``bulldozer run`` of the same rows (Iceberg → DAL →
+   embedded / Redis): rows/s and peak RSS.
+2. ``reads``   Feast ``get_online_features`` of 100 entity keys vs Bulldozer ``batch_get``
+   of 100 keys through the DAL, values decoded: calls/s, p50, p99.
+3. ``limits``  ``bulldozer run`` end to end vs the raw engine's own bulk write of the same
+   pre-encoded records: embedded (LMDB), Redis (pipelined MSET), Cassandra (concurrent
+   unlogged batches).
+4. ``engines`` the local engine vs Spark on the nested sample table, and the local engine's
+   time and peak RSS as the table grows.
+5. ``flip``    alias flip and rollback latency for a small and a large version.
+
+No speed is asserted here; the ``target`` column only says how a ratio compares with the
+goal in issue #11.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench import feature_table
+from bench.common import REPO, CliRun, encoded_batches, percentile_ms, run_cli
+from bench.feast_env import WORKER, feast_python, feast_version
+from bench.services import Dal, dal_server, engine_server, fresh_store_name, serve_args
+
+SECTIONS = ("feast", "reads", "limits", "engines", "flip")
+SAMPLE_SPEC = REPO / "templates" / "move_data_to_kv_dal.yaml"
+
+
+@dataclass
+class Row:
+    section: str
+    measure: str
+    bulldozer: str
+    compared_with: str = ""
+    ratio: str = ""
+    target: str = ""
+    met: bool | None = None
+
+
+@dataclass
+class Sizes:
+    feast_rows: int
+    read_calls: int
+    limit_rows: int
+    spark_rows: int
+    scale_rows: list[int]
+    flip_sizes: list[int]
+    repeat: int
+
+
+@dataclass
+class Context:
+    sizes: Sizes
+    root: Path
+    rows: list[Row] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    def say(self, text: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def mib(kib: float) -> str:
+    return f"{kib / 1024:,.0f} MiB"
+
+
+def verdict(ratio: float, target: float, higher_is_better: bool = True) -> bool:
+    return ratio >= target if higher_is_better else ratio <= target
+
+
+# ---------------------------------------------------------------- Bulldozer runs
+
+
+def bulldozer_run(home: Path, spec: Path, dal: Dal | None = None) -> tuple[float, int, CliRun]:
+    """One ``bulldozer run``: (rows/s command start → alias flipped, peak RSS runner + DAL, run)."""
+    env = {"BULLDOZER_ENDPOINT": dal.endpoint} if dal else {"BULLDOZER_ENDPOINT": "embedded"}
+    run = run_cli(["run", str(spec), "--json", "-q"], home, env)
+    rows = int(run.output["rows"])
+    dal_rss = dal.peak_rss_kib() if dal else run.child_rss_kib
+    return rows / run.seconds, run.rss_kib + dal_rss, run
+
+
+@contextlib.contextmanager
+def engine_dal(kind: str, port: int, store: str) -> Iterator[Dal | None]:
+    """A DAL in front of ``kind`` (``embedded`` needs none: the run starts its own)."""
+    if kind == "embedded":
+        yield None
+        return
+    with dal_server(serve_args(kind, port, store)) as dal:
+        yield dal
+
+
+# ---------------------------------------------------------------- 1 + 2: Feast
+
+
+def feast_worker(python: Path, mode: str, *args: str) -> dict[str, Any]:
+    """Run the Feast worker; its JSON plus ``wall_seconds`` (process start to exit)."""
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [str(python), str(WORKER), mode, *args], capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"}
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"feast {mode} failed:\n{proc.stderr[-3000:]}")
+    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "wall_seconds": time.perf_counter() - started}
+
+
+def feast_sections(ctx: Context, do_loads: bool, do_reads: bool) -> None:
+    import redis
+
+    s = ctx.sizes
+    python = feast_python()
+    ctx.raw["versions"]["feast"] = feast_version(python)
+    home = ctx.root / "feast-home"
+    parquet = ctx.root / "user_features.parquet"
+    ctx.say(
+        f"feast: building the feature table ({s.feast_rows:,} rows, Iceberg + Parquet), feast {ctx.raw['versions']['feast']}"
+    )
+    feature_table.build(home, s.feast_rows, parquet)
+    spec = feature_table.write_spec(ctx.root / "user_features.yaml")
+    with engine_server("redis") as redis_port:
+        r = redis.Redis(port=redis_port)
+        feast_redis = f"127.0.0.1:{redis_port}"
+        store_prefix = fresh_store_name()
+        loads: dict[str, dict[str, list[float]]] = {}
+        repos = {}
+        for store in ("sqlite", "redis"):
+            for rep in range(s.repeat):
+                repo = ctx.root / f"feast-{store}-{rep}"
+                repos[store] = repo
+                if store == "redis":
+                    r.flushdb()  # Feast overwrites keys by entity: start each round empty
+                got = feast_worker(
+                    python, "materialize", "--repo", str(repo), "--parquet", str(parquet), "--store", store,
+                    "--redis", feast_redis,
+                )  # fmt: skip
+                rate = got["rows"] / got["wall_seconds"]
+                entry = loads.setdefault(f"feast-{store}", {})
+                entry.setdefault("rows_per_s", []).append(rate)
+                entry.setdefault("work_rows_per_s", []).append(got["rows"] / got["seconds"])
+                entry.setdefault("peak_rss_kib", []).append(got["peak_rss_kib"])
+                ctx.say(
+                    f"  feast materialize → {store}, round {rep + 1}: {rate:,.0f} rows/s, {mib(got['peak_rss_kib'])}"
+                )
+        for kind in ("embedded", "redis"):
+            for rep in range(s.repeat):
+                with engine_dal(kind, redis_port, store_prefix) as dal:
+                    rate, rss, run = bulldozer_run(home, spec, dal)
+                loads.setdefault(f"bulldozer-{kind}", {}).setdefault("rows_per_s", []).append(rate)
+                loads[f"bulldozer-{kind}"].setdefault("peak_rss_kib", []).append(rss)
+                loads[f"bulldozer-{kind}"].setdefault("load_stage_rows_per_s", []).append(
+                    run.output["rows"] / run.output["timings"]["load"]
+                )
+                loads[f"bulldozer-{kind}"].setdefault("work_rows_per_s", []).append(
+                    run.output["rows"] / sum(run.output["timings"].values())
+                )
+                ctx.say(f"  bulldozer run → {kind}, round {rep + 1}: {rate:,.0f} rows/s, {mib(rss)}")
+        ctx.raw["feast_loads"] = loads
+        if do_loads:
+            for feast_store, kind in (("sqlite", "embedded"), ("redis", "redis")):
+                b, f = loads[f"bulldozer-{kind}"], loads[f"feast-{feast_store}"]
+                ratio = med(b["rows_per_s"]) / med(f["rows_per_s"])
+                where = "Redis" if kind == "redis" else "embedded / SQLite"
+                ctx.rows.append(
+                    Row(
+                        "1 vs Feast",
+                        f"rows/s → {where}, whole command (process start to exit)",
+                        f"{med(b['rows_per_s']):,.0f}",
+                        f"Feast materialize → {feast_store}: {med(f['rows_per_s']):,.0f}",
+                        f"{ratio:.1f}×",
+                        "≥ 50×",
+                        verdict(ratio, 50),
+                    )
+                )
+                work = med(b["work_rows_per_s"]) / med(f["work_rows_per_s"])
+                ctx.rows.append(
+                    Row(
+                        "1 vs Feast",
+                        f"rows/s → {where}, the work only (Bulldozer: all run stages; Feast: materialize())",
+                        f"{med(b['work_rows_per_s']):,.0f}",
+                        f"Feast: {med(f['work_rows_per_s']):,.0f}",
+                        f"{work:.1f}×",
+                        "≥ 50×",
+                        verdict(work, 50),
+                    )
+                )
+                rss_ratio = med(b["peak_rss_kib"]) / med(f["peak_rss_kib"])
+                ctx.rows.append(
+                    Row(
+                        "1 vs Feast",
+                        f"peak RSS, → {kind} (Bulldozer: runner + DAL)",
+                        mib(med(b["peak_rss_kib"])),
+                        f"Feast → {feast_store}: {mib(med(f['peak_rss_kib']))}",
+                        f"{rss_ratio:.2f}",
+                        "≤ 0.10",
+                        verdict(rss_ratio, 0.10, higher_is_better=False),
+                    )
+                )
+        if do_reads:
+            reads_section(ctx, python, parquet, repos, feast_redis, home, redis_port, store_prefix)
+
+
+def bulldozer_reads(dal: Dal, alias: str, max_id: int, calls: int, warmup: int = 20) -> tuple[list[float], int]:
+    """Latencies of ``batch_get`` of 100 random keys through ``dal``, values decoded with the
+    version's own message classes (what a consumer's client does)."""
+    from bulldozer.kv import KvClient
+    from bulldozer.schema.compile import load_message_classes
+
+    rng = random.Random(7)
+    with KvClient(dal.endpoint, timeout=30) as client:
+        version = client.describe(client.get_alias(alias).namespace)
+        key_cls, value_cls = load_message_classes(
+            version.value_descriptor_set, version.key_message, version.value_message
+        )
+        latencies, found = [], 0
+        for i in range(calls + warmup):
+            keys = [key_cls(user_id=rng.randrange(max_id)).SerializeToString() for _ in range(100)]
+            started = time.perf_counter()
+            _, values = client.batch_get(keys, alias=alias)
+            decoded = [value_cls.FromString(v) for v in values if v is not None]
+            elapsed = time.perf_counter() - started
+            if i >= warmup:
+                latencies.append(elapsed)
+                found += len(decoded)
+    return latencies, found
+
+
+def reads_section(
+    ctx: Context,
+    python: Path,
+    parquet: Path,
+    repos: dict[str, Path],
+    feast_redis: str,
+    home: Path,
+    redis_port: int,
+    store_prefix: str,
+) -> None:
+    s = ctx.sizes
+    reads: dict[str, dict[str, Any]] = {}
+    for store in ("sqlite", "redis"):
+        ctx.say(f"reads: feast get_online_features ← {store}")
+        got = feast_worker(
+            python, "read", "--repo", str(repos[store]), "--parquet", str(parquet), "--store", store,
+            "--redis", feast_redis, "--keys", "100", "--calls", str(s.read_calls), "--max-id", str(s.feast_rows),
+        )  # fmt: skip
+        reads[f"feast-{store}"] = {"latencies": got["latencies"], "found": got["found"]}
+    for kind in ("embedded", "redis"):
+        ctx.say(f"reads: bulldozer batch_get ← {kind}")
+        store = str(home / "kv") if kind == "embedded" else store_prefix
+        with dal_server(serve_args(kind, redis_port, store)) as dal:
+            latencies, found = bulldozer_reads(dal, "user_features", s.feast_rows, s.read_calls)
+        reads[f"bulldozer-{kind}"] = {"latencies": latencies, "found": found}
+    ctx.raw["reads"] = reads
+    for feast_store, kind in (("sqlite", "embedded"), ("redis", "redis")):
+        b, f = reads[f"bulldozer-{kind}"]["latencies"], reads[f"feast-{feast_store}"]["latencies"]
+        where = "embedded / SQLite" if kind == "embedded" else "Redis"
+        ctx.rows.append(
+            Row(
+                "2 reads",
+                f"100-key lookups/s ← {where}",
+                f"{len(b) / sum(b):,.0f}",
+                f"Feast: {len(f) / sum(f):,.0f}",
+                f"{(len(b) / sum(b)) / (len(f) / sum(f)):.1f}×",
+            )
+        )
+        for p in (50, 99):
+            ctx.rows.append(
+                Row(
+                    "2 reads",
+                    f"p{p} ms ← {where}",
+                    f"{percentile_ms(b, p):.2f}",
+                    f"Feast: {percentile_ms(f, p):.2f}",
+                    f"{percentile_ms(b, p) / percentile_ms(f, p):.2f}",
+                    "below Feast's" if p == 99 else "",
+                    percentile_ms(b, p) < percentile_ms(f, p) if p == 99 else None,
+                )
+            )
+
+
+# ---------------------------------------------------------------- 3: against the limits
+
+
+def raw_write(kind: str, port: int, batches: list[list[tuple[bytes, bytes]]], tag: str) -> float:
+    """Seconds for the engine's own client to bulk-write ``batches`` (the fastest mode)."""
+    if kind == "embedded":
+        from bulldozer.kv import create_engine
+        from bulldozer.kv.backends.base import NamespaceRecord
+
+        engine = create_engine({"type": "embedded", "path": tempfile.mkdtemp(prefix="raw-"), "map_size": 64 * 1024**3})
+        name = "raw__v20000101000000_000000"
+        engine.create_namespace(NamespaceRecord(name=name, alias="raw"))
+        started = time.perf_counter()
+        for b in batches:
+            engine.put(name, b)
+        engine.env.sync(True)  # type: ignore[attr-defined]
+        seconds = time.perf_counter() - started
+        engine.close()
+        return seconds
+    from bench.kv import _direct_writer
+
+    writers = _direct_writer(kind, port)
+    times = {}
+    for mode, write in writers.items():
+        started = time.perf_counter()
+        write(tag, batches)
+        times[mode] = time.perf_counter() - started
+    return min(times.values())
+
+
+def limits_section(ctx: Context) -> None:
+    s = ctx.sizes
+    home = ctx.root / "limits-home"
+    ctx.say(f"limits: building the feature table ({s.limit_rows:,} rows)")
+    feature_table.build(home, s.limit_rows, ctx.root / "limits.parquet")
+    spec = feature_table.write_spec(ctx.root / "limits.yaml")
+    batches = encoded_batches(home, spec)
+    limits: dict[str, dict[str, list[float]]] = {}
+    for kind in ("embedded", "redis", "cassandra"):
+        with engine_server(kind) if kind != "embedded" else contextlib.nullcontext(0) as port:
+            store = fresh_store_name()
+            for rep in range(s.repeat):
+                raw_rate = s.limit_rows / raw_write(kind, port, batches, f"r{rep}_{store}")
+                with engine_dal(kind, port, store) as dal:
+                    rate, _, run = bulldozer_run(home, spec, dal)
+                entry = limits.setdefault(kind, {})
+                entry.setdefault("raw_rows_per_s", []).append(raw_rate)
+                entry.setdefault("end_to_end_rows_per_s", []).append(rate)
+                entry.setdefault("load_stage_rows_per_s", []).append(run.output["rows"] / run.output["timings"]["load"])
+                ctx.say(f"  {kind} round {rep + 1}: raw {raw_rate:,.0f}/s, bulldozer run {rate:,.0f}/s")
+        e = limits[kind]
+        ratio = med(e["end_to_end_rows_per_s"]) / med(e["raw_rows_per_s"])
+        raw_mode = {"embedded": "LMDB bulk puts", "redis": "pipelined MSET", "cassandra": "unlogged batches"}[kind]
+        ctx.rows.append(
+            Row(
+                "3 limits",
+                f"{kind}: end-to-end rows/s, flat table {s.limit_rows:,} rows (load stage {med(e['load_stage_rows_per_s']):,.0f})",
+                f"{med(e['end_to_end_rows_per_s']):,.0f}",
+                f"raw {raw_mode}: {med(e['raw_rows_per_s']):,.0f}",
+                f"{ratio:.2f}",
+                "≥ 0.5",
+                verdict(ratio, 0.5),
+            )
+        )
+    ctx.raw["limits"] = limits
+
+
+# ---------------------------------------------------------------- 4: engines and scaling
+
+
+def engines_section(ctx: Context) -> None:
+    from bulldozer.warehouse.sample import create_sample_warehouse
+
+    s = ctx.sizes
+    engines: dict[str, Any] = {}
+    home = ctx.root / "engines-home"
+    ctx.say(f"engines: building the nested sample table ({s.spark_rows:,} rows)")
+    create_sample_warehouse(home, rows=s.spark_rows)
+    batches = encoded_batches(home, SAMPLE_SPEC)
+    for rep in range(s.repeat):
+        raw = s.spark_rows / raw_write("embedded", 0, batches, "")
+        local = bulldozer_run(home, SAMPLE_SPEC)
+        engines.setdefault("raw_rows_per_s", []).append(raw)
+        engines.setdefault("local_rows_per_s", []).append(local[0])
+        engines.setdefault("local_peak_rss_kib", []).append(local[2].rss_kib)
+        engines.setdefault("local_load_stage_rows_per_s", []).append(s.spark_rows / local[2].output["timings"]["load"])
+        ctx.say(f"  local round {rep + 1}: {local[0]:,.0f} rows/s (raw LMDB {raw:,.0f}/s)")
+    del batches
+    try:
+        import pyspark
+
+        ctx.raw["versions"]["pyspark"] = pyspark.__version__
+        for rep in range(s.repeat):
+            run = run_cli(["run", str(SAMPLE_SPEC), "--engine", "spark", "--json", "-q"], home)
+            engines.setdefault("spark_rows_per_s", []).append(s.spark_rows / run.seconds)
+            engines.setdefault("spark_load_stage_rows_per_s", []).append(s.spark_rows / run.output["timings"]["load"])
+            engines.setdefault("spark_peak_rss_kib", []).append(run.rss_kib + run.child_rss_kib)
+            ctx.say(f"  spark round {rep + 1}: {s.spark_rows / run.seconds:,.0f} rows/s")
+    except ImportError:
+        ctx.say("  pyspark is not installed (bulldozer[spark]): no Spark rows")
+    local_rate = med(engines["local_rows_per_s"])
+    ratio = local_rate / med(engines["raw_rows_per_s"])
+    ctx.rows.append(
+        Row(
+            "3 limits",
+            f"embedded: end-to-end rows/s, nested sample table {s.spark_rows:,} rows "
+            f"(load stage {med(engines['local_load_stage_rows_per_s']):,.0f})",
+            f"{local_rate:,.0f}",
+            f"raw LMDB bulk puts: {med(engines['raw_rows_per_s']):,.0f}",
+            f"{ratio:.2f}",
+            "≥ 0.5",
+            verdict(ratio, 0.5),
+        )
+    )
+    if "spark_rows_per_s" in engines:
+        spark_rate = med(engines["spark_rows_per_s"])
+        ctx.rows.append(
+            Row(
+                "4 engines",
+                f"rows/s, nested sample {s.spark_rows:,} rows, local vs Spark local[*] (Spark start-up included; "
+                f"load stage {med(engines['spark_load_stage_rows_per_s']):,.0f})",
+                f"local {local_rate:,.0f}, {mib(med(engines['local_peak_rss_kib']))}",
+                f"Spark {spark_rate:,.0f}, {mib(med(engines['spark_peak_rss_kib']))} (driver + JVM)",
+                f"{local_rate / spark_rate:.2f}",
+            )
+        )
+    scaling: dict[str, Any] = {}
+    for n in s.scale_rows:
+        ctx.say(f"engines: scaling, {n:,} rows")
+        home = ctx.root / f"scale-{n}"  # its own store: the row-count gate compares with the live version
+        create_sample_warehouse(home, rows=n)
+        repeat = s.repeat if n <= 1_000_000 else 1
+        for _ in range(repeat):
+            rate, _, run = bulldozer_run(home, SAMPLE_SPEC)
+            entry = scaling.setdefault(str(n), {})
+            entry.setdefault("seconds", []).append(run.seconds)
+            entry.setdefault("rows_per_s", []).append(rate)
+            entry.setdefault("runner_peak_rss_kib", []).append(run.rss_kib)
+            entry.setdefault("dal_peak_rss_kib", []).append(run.child_rss_kib)
+        e = scaling[str(n)]
+        ctx.rows.append(
+            Row(
+                "4 engines",
+                f"local, {n:,} rows: seconds · rows/s · peak RSS runner · DAL (mapped LMDB pages)",
+                f"{med(e['seconds']):,.1f} s · {med(e['rows_per_s']):,.0f} · {mib(med(e['runner_peak_rss_kib']))} "
+                f"· {mib(med(e['dal_peak_rss_kib']))}",
+                f"{repeat} run(s)",
+            )
+        )
+    engines["scaling"] = scaling
+    ctx.raw["engines"] = engines
+
+
+# ---------------------------------------------------------------- 5: flip and rollback
+
+
+def flip_section(ctx: Context) -> None:
+    from bench.kv import make_records
+    from bulldozer.kv import KvClient
+    from bulldozer.names import new_version_name
+    from bulldozer.versioning.rollback import rollback
+
+    s = ctx.sizes
+    flips: dict[str, Any] = {}
+    rounds = 20 if s.repeat > 1 else 5
+    store = serve_args("embedded", 0, str(ctx.root / "flip-store"))
+    with dal_server(store) as dal, KvClient(dal.endpoint, timeout=300) as client:
+        for size in s.flip_sizes:
+            ctx.say(f"flip: two versions of {size:,} records")
+            keys, values, _ = make_records(size)
+            alias = f"flip_{size}"
+            names = []
+            for _ in range(2):
+                name = new_version_name(alias)
+                client.create_namespace(name, alias)
+                with client.writer(name, batch_records=2000, in_flight=4) as writer:
+                    writer.add_arrays(keys, values)
+                client.seal(name)
+                names.append(name)
+            client.compare_and_set_alias(alias, None, names[0])
+            flip_t, back_t = [], []
+            for _ in range(rounds):
+                started = time.perf_counter()
+                client.compare_and_set_alias(alias, names[0], names[1], reason="bench flip")
+                flip_t.append(time.perf_counter() - started)
+                started = time.perf_counter()
+                rollback(client, alias, reason="bench rollback")
+                back_t.append(time.perf_counter() - started)
+            cli = []
+            for _ in range(min(3, s.repeat)):
+                current = client.get_alias(alias).namespace
+                target = names[1] if current == names[0] else names[0]
+                args = ["rollback", alias, "--to", target, "--yes", "--json", "--endpoint", dal.endpoint]
+                cli.append(run_cli(args, ctx.root).seconds)
+            flips[str(size)] = {"flip": flip_t, "rollback": back_t, "rollback_command": cli}
+    ctx.raw["flip"] = flips
+    small, big = (flips[str(n)] for n in (min(s.flip_sizes), max(s.flip_sizes)))
+    for what, label in (("flip", "alias flip (compare-and-set)"), ("rollback", "rollback (find previous + CAS)")):
+        a, b = med(small[what]) * 1000, med(big[what]) * 1000
+        ctx.rows.append(
+            Row(
+                "5 flip",
+                f"{label} ms, {min(s.flip_sizes):,} vs {max(s.flip_sizes):,}-record version (p99 {percentile_ms(big[what], 99):.2f})",
+                f"{a:.2f} vs {b:.2f}",
+                "",
+                f"{b / a:.2f} (big / small)",
+                "independent of size",
+            )
+        )
+    ctx.rows.append(
+        Row(
+            "5 flip",
+            f"`bulldozer rollback --yes` command, s (process start included), {max(s.flip_sizes):,}-record version",
+            f"{med(big['rollback_command']):.2f}",
+        )
+    )
+
+
+# ---------------------------------------------------------------- output
+
+
+def render(rows: list[Row]) -> str:
+    out = ["| section | measure | Bulldozer | compared with | ratio | target |", "|---|---|---:|---|---:|---|"]
+    for r in rows:
+        mark = "" if r.met is None else (" ✓" if r.met else " ✗")
+        out.append(f"| {r.section} | {r.measure} | {r.bulldozer} | {r.compared_with} | {r.ratio} | {r.target}{mark} |")
+    return "\n".join(out)
+
+
+def machine() -> dict[str, Any]:
+    mem = next((line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines() if "MemTotal" in line), "0")
+    return {
+        "cpus": os.cpu_count(),
+        "memory_gib": round(int(mem) / 1024**2, 1),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    out = {"bulldozer": version("bulldozer")}
+    with contextlib.suppress(Exception):
+        got = subprocess.run(["redis-server", "--version"], capture_output=True, text=True, check=False)
+        out["redis-server"] = got.stdout.split()[2].removeprefix("v=")
+    out["cassandra"] = "5.0.9"
+    return out
+
+
+def sizes_from(args: argparse.Namespace) -> Sizes:
+    if args.quick:
+        return Sizes(2_000, 20, 5_000, 5_000, [2_000, 5_000], [1_000, 5_000], 1)
+    return Sizes(
+        args.feast_rows,
+        args.read_calls,
+        args.limit_rows,
+        args.spark_rows,
+        [int(x) for x in args.scale.split(",")],
+        [int(x) for x in args.flip_sizes.split(",")],
+        args.repeat,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="bench/run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="every benchmark at tiny sizes, one round (what CI runs)")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds per measurement; the table shows medians")
+    parser.add_argument("--only", default=",".join(SECTIONS), help=f"sections to run, of {','.join(SECTIONS)}")
+    parser.add_argument("--feast-rows", type=int, default=500_000, help="rows of the table Feast and Bulldozer load")
+    parser.add_argument("--read-calls", type=int, default=1_000, help="100-key lookups per reader")
+    parser.add_argument("--limit-rows", type=int, default=1_000_000, help="rows for the raw-engine comparison")
+    parser.add_argument("--spark-rows", type=int, default=2_000_000, help="rows for local vs Spark")
+    parser.add_argument("--scale", default="100000,1000000,10000000", help="table sizes for the scaling rows")
+    parser.add_argument("--flip-sizes", default="1000,1000000", help="version sizes for flip latency")
+    parser.add_argument("--results-dir", type=Path, default=REPO / "bench" / "results")
+    args = parser.parse_args(argv)
+    only = [x for x in args.only.split(",") if x]
+    unknown = set(only) - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown section(s) {', '.join(sorted(unknown))}; choose from {', '.join(SECTIONS)}")
+    sizes = sizes_from(args)
+    started = datetime.now(UTC)
+    with tempfile.TemporaryDirectory(prefix="bulldozer-bench-") as tmp:
+        ctx = Context(sizes, Path(tmp))
+        ctx.raw["versions"] = versions()
+        steps: list[tuple[str, Callable[[], None]]] = []
+        if "feast" in only or "reads" in only:
+            steps.append(("feast", lambda: feast_sections(ctx, "feast" in only, "reads" in only)))
+        if "limits" in only:
+            steps.append(("limits", lambda: limits_section(ctx)))
+        if "engines" in only:
+            steps.append(("engines", lambda: engines_section(ctx)))
+        if "flip" in only:
+            steps.append(("flip", lambda: flip_section(ctx)))
+        for _, step in steps:
+            step()
+    seconds = (datetime.now(UTC) - started).total_seconds()
+    table = render(ctx.rows)
+    heading = (
+        f"Bulldozer side by side — {started:%Y-%m-%d %H:%M} UTC, {machine()['cpus']} cores, "
+        f"{'quick' if args.quick else 'full'} run, medians of {sizes.repeat} round(s), {seconds / 60:.1f} min"
+    )
+    print(f"\n{heading}\n\n{table}\n")
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    out = args.results_dir / f"{'quick-' if args.quick else ''}{started:%Y%m%dT%H%M%SZ}.json"
+    out.write_text(
+        json.dumps(
+            {
+                "started": started.isoformat(),
+                "seconds": seconds,
+                "quick": args.quick,
+                "sections": only,
+                "sizes": asdict(sizes),
+                "machine": machine(),
+                "versions": ctx.raw.pop("versions"),
+                "rows": [asdict(r) for r in ctx.rows],
+                "samples": ctx.raw,
+                "table": table,
+            },
+            indent=1,
+        )
+    )
+    print(f"raw results: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""``bench/run --quick``: every benchmark section at tiny sizes, so the benchmarks never rot.
+
+No speed is asserted: the test checks that each section ran for real (Feast loaded and
+served the rows, Bulldozer's lookups found them, every engine wrote) and that the table
+and the JSON results agree."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.spark]
+
+
+def test_bench_run_quick_runs_every_section(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        ["bash", str(REPO / "bench" / "run"), "--quick", "--results-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [result_file] = list(tmp_path.glob("quick-*.json"))
+    result = json.loads(result_file.read_text())
+    assert result["quick"] is True
+    assert result["versions"]["feast"].startswith("0.67")
+    sections = {row["section"] for row in result["rows"]}
+    assert sections == {"1 vs Feast", "2 reads", "3 limits", "4 engines", "5 flip"}
+    samples = result["samples"]
+    rows = result["sizes"]["feast_rows"]
+    for who in ("feast-sqlite", "feast-redis", "bulldozer-embedded", "bulldozer-redis"):
+        assert all(r > 0 for r in samples["feast_loads"][who]["rows_per_s"]), who
+        # every lookup found all 100 keys: both tools really loaded every row
+        assert samples["reads"][who]["found"] == 100 * len(samples["reads"][who]["latencies"]), who
+    for engine in ("embedded", "redis", "cassandra"):
+        assert samples["limits"][engine]["raw_rows_per_s"][0] > 0
+        assert samples["limits"][engine]["end_to_end_rows_per_s"][0] > 0
+    assert "spark_rows_per_s" in samples["engines"]
+    assert set(samples["flip"]) == {str(n) for n in result["sizes"]["flip_sizes"]}
+    # the printed table is the one in the results file
+    assert result["table"] in proc.stdout
+    assert rows == 2_000
