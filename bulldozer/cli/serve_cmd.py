@@ -50,9 +50,15 @@ def serve(
     port_file: Annotated[
         Path | None, typer.Option(help="Write the bound port here once listening (for --port 0).", show_default=False)
     ] = None,
+    parent_pid: Annotated[
+        int | None,
+        typer.Option(help="Stop gracefully when this process (the one that started the DAL) exits.", hidden=True),
+    ] = None,
     unix_socket: Annotated[
         Path | None,
-        typer.Option(help="Listen on this Unix socket instead of --host/--port (same machine only).", show_default=False),
+        typer.Option(
+            help="Listen on this Unix socket instead of --host/--port (same machine only).", show_default=False
+        ),
     ] = None,
     url: Annotated[
         str | None,
@@ -147,6 +153,7 @@ def serve(
         metrics_port=metrics_port,
         grace=grace,
         port_file=port_file,
+        parent_pid=parent_pid,
         credentials=credentials,
         auth=auth,
     )

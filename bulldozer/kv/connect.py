@@ -45,9 +45,7 @@ class EmbeddedDal:
         while not self._ready_file.exists():
             if self.proc.poll() is not None or time.monotonic() > self._deadline:
                 tail = self._log_path.read_text(errors="replace")[-2000:]
-                raise BackendUnavailableError(
-                    f"the embedded DAL did not start (log {self._log_path}): {tail.strip()}"
-                )
+                raise BackendUnavailableError(f"the embedded DAL did not start (log {self._log_path}): {tail.strip()}")
             time.sleep(0.02)
 
 
@@ -70,7 +68,7 @@ def start_embedded_dal(
                     sys.executable, "-m", "bulldozer.cli.main", "serve",
                     "--path", str(embedded_store_path(home)),
                     "--unix-socket", str(folder / "dal.sock"), "--port-file", str(folder / "ready"),
-                    "--grace", "30", "--log-format", "json",
+                    "--grace", "30", "--log-format", "json", "--parent-pid", str(os.getpid()),
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,

@@ -117,9 +117,11 @@ def serve(
     metrics_port: int | None = None,
     grace: float = 30.0,
     port_file: str | os.PathLike[str] | None = None,
+    parent_pid: int | None = None,
     **kwargs: Any,
 ) -> int:
-    """Run until SIGTERM or SIGINT; returns the exit code."""
+    """Run until SIGTERM or SIGINT (or, with ``parent_pid``, until that parent process is
+    gone, so a DAL started for a run that was killed does not outlive it); returns the exit code."""
     metrics = Metrics()
     running, port = create_server(address, engine, metrics=metrics, **kwargs)
     if port_file is not None:
@@ -129,8 +131,18 @@ def serve(
     if metrics_port is not None:
         bound = metrics.serve(metrics_port)
         log.info("metrics on http://127.0.0.1:%d/metrics", bound)
-    log.info("KV DAL serving %s engine on port %d", engine.name, port)
+    log.info("KV DAL serving %s engine on %s", engine.name, address if address.startswith("unix:") else f"port {port}")
     stopping = threading.Event()
+
+    if parent_pid is not None:
+
+        def watch_parent() -> None:
+            while not stopping.wait(0.5):
+                if os.getppid() != parent_pid:
+                    log.info("parent process %d is gone: stopping", parent_pid)
+                    stopping.set()
+
+        threading.Thread(target=watch_parent, name="parent-watch", daemon=True).start()
 
     def on_signal(signum: int, _frame: Any) -> None:
         log.info("signal %d: finishing in-flight requests (up to %.0f s)", signum, grace)

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -264,6 +265,19 @@ def test_cli_failure_is_one_clear_line(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+def _dal_processes(store: Path) -> list[int]:
+    """Pids of ``bulldozer serve`` processes over ``store``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"serve" in argv and str(store).encode() in argv:
+            found.append(int(proc.name))
+    return found
+
+
 def test_a_killed_run_is_resumed(tmp_path: Path) -> None:
     home = tmp_path / "h"
     create_sample_warehouse(home, rows=30_000, chunk_rows=10_000)  # three data files: three splits
@@ -271,6 +285,11 @@ def test_a_killed_run_is_resumed(tmp_path: Path) -> None:
         ["run", "templates/move_data_to_kv_dal.yaml", "-q"], home, {"BULLDOZER_FAULT": "kill-after-rows:15000"}
     )
     assert killed.returncode == -9
+    # the DAL the killed run had started notices its parent is gone and stops
+    deadline = time.monotonic() + 15
+    while _dal_processes(home / "kv") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _dal_processes(home / "kv") == []
     listing = _cli(["runs", "user_item_scores", "--json"], home)
     (version,) = [r["version"] for r in json.loads(listing.stdout) if r["state"] == "LOADING"]
     resumed = _cli(["run", "templates/move_data_to_kv_dal.yaml", "--resume", version, "--json"], home)
