@@ -31,6 +31,7 @@ import json
 import os
 import platform
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -568,6 +569,10 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
     )
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="bench/run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -588,6 +593,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown section(s) {', '.join(sorted(unknown))}; choose from {', '.join(SECTIONS)}")
     sizes = sizes_from(args)
+    # SIGTERM unwinds like Ctrl-C, so the servers started for the run are stopped
+    signal.signal(signal.SIGTERM, _interrupt)
     started = datetime.now(UTC)
     with tempfile.TemporaryDirectory(prefix="bulldozer-bench-") as tmp:
         ctx = Context(sizes, Path(tmp))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from bulldozer.errors import (
     InvalidArgumentError,
@@ -220,6 +221,8 @@ class KvDal:
             return 0, 0
         if int(klen.min()) == 0:
             raise InvalidArgumentError("an empty key is not allowed")
+        if int(klen.min()) < 0 or int(vlen.min()) < 0:
+            raise InvalidArgumentError("columnar batch: a length is negative")
         if int(klen.max()) > self.limits.max_key_bytes:
             raise ResourceExhaustedError(
                 f"a key of {int(klen.max())} bytes is over the limit of {self.limits.max_key_bytes}"
@@ -228,12 +231,7 @@ class KvDal:
             raise ResourceExhaustedError(
                 f"a value of {int(vlen.max())} bytes is over the limit of {self.limits.max_value_bytes}"
             )
-        kend = np.cumsum(klen).tolist()
-        vend = np.cumsum(vlen).tolist()
-        kstart = (np.cumsum(klen) - klen).tolist()
-        vstart = (np.cumsum(vlen) - vlen).tolist()
-        records = [(keys[a:b], values[c:d]) for a, b, c, d in zip(kstart, kend, vstart, vend, strict=True)]
-        self.engine.put(name, records)
+        self.engine.put_columns(name, _split(keys, klen), _split(values, vlen))
         return n, len(keys) + len(values)
 
     def resolve(self, namespace: str = "", alias: str = "") -> str:
@@ -332,3 +330,17 @@ def _check_labels(labels: dict[str, str]) -> None:
             raise InvalidArgumentError(f"label name {describe_value(key)} is not valid")
         if len(value) > 256 * 1024:
             raise InvalidArgumentError(f"label {key!r} is longer than 256 KiB")
+
+
+def _split(blob: bytes, lengths: Any) -> list[bytes]:
+    """Cut ``blob`` into items of ``lengths`` bytes, in C (Arrow), not a Python slice per item."""
+    import numpy as np
+    import pyarrow as pa
+
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    array = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(blob)]
+    )
+    items: list[bytes] = array.to_pylist()
+    return items

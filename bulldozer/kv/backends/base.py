@@ -239,6 +239,12 @@ class StorageEngine(ABC):
         """Idempotent puts by key, refused (NamespaceStateError) unless the namespace is
         LOADING at the moment of the write."""
 
+    def put_columns(self, name: str, keys: list[bytes], values: list[bytes]) -> None:
+        """The same as ``put`` for records given as two equal-length lists (what a columnar
+        batch splits into); engines override it to skip building pairs. A key given twice
+        keeps the later value."""
+        self.put(name, list(zip(keys, values, strict=True)))
+
     @abstractmethod
     def get_many(self, name: str, keys: Sequence[bytes]) -> list[bytes | None]:
         """Values for ``keys`` (None when absent), all from one consistent view."""
