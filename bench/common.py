@@ -14,28 +14,20 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 
-_RSS_WRAPPER = (
-    "import resource, sys, runpy; sys.argv = ['bulldozer'] + sys.argv[1:];"
-    "\ntry:\n    runpy.run_module('bulldozer.cli.main', run_name='__main__')"
-    "\nfinally:\n    me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss;"
-    " kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss;"
-    " sys.stderr.write(f'\\nRSS {me} {kids}\\n')"
-)
-
 
 @dataclass
 class CliRun:
     output: dict[str, Any]  # the command's --json output
     seconds: float  # wall time, process start to exit
-    rss_kib: int  # peak RSS of the command's process
-    child_rss_kib: int  # peak RSS of its largest child (the embedded DAL, or Spark's JVM)
+    rss_kib: int  # peak RSS (VmHWM) of the command's process
+    child_rss_kib: int  # peak RSS of its largest descendant (the embedded DAL, or Spark's JVM)
 
 
 def run_cli(args: list[str], home: Path, env: dict[str, str] | None = None) -> CliRun:
     """Run ``bulldozer ARGS`` in its own process with ``BULLDOZER_HOME=home``."""
     started = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-c", _RSS_WRAPPER, *args],
+        [sys.executable, "-m", "bench.measured_cli", *args],
         capture_output=True,
         text=True,
         env={**os.environ, "BULLDOZER_HOME": str(home), **(env or {})},

@@ -62,10 +62,9 @@ class Dal:
 
     def peak_rss_kib(self) -> int:
         """The server's peak resident set so far (VmHWM), in KiB."""
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-        return 0
+        from bench.measured_cli import vm_hwm_kib
+
+        return vm_hwm_kib(self.process.pid)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,71 @@
+"""Run ``bulldozer ARGS`` in this process and print, at exit, a line ``RSS <self> <child>``:
+the peak resident set (VmHWM, KiB) of this process and of its largest descendant (the
+embedded DAL, or Spark's JVM), polled from /proc while it runs.
+
+VmHWM, not ``getrusage``'s ``ru_maxrss``: on Linux the latter keeps the high-water mark of
+the process that forked the child, so a benchmark holding gigabytes would be charged to
+every command it starts."""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import threading
+from pathlib import Path
+
+
+def vm_hwm_kib(pid: int | str) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def descendants(root: int) -> list[int]:
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        parents.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def main() -> None:
+    me = os.getpid()
+    peak_child = 0
+    done = threading.Event()
+
+    def poll() -> None:
+        nonlocal peak_child
+        while True:
+            for pid in descendants(me):
+                peak_child = max(peak_child, vm_hwm_kib(pid))
+            if done.wait(0.25):
+                return
+
+    watcher = threading.Thread(target=poll, name="rss-poll", daemon=True)
+    watcher.start()
+    sys.argv = ["bulldozer", *sys.argv[1:]]
+    try:
+        runpy.run_module("bulldozer.cli.main", run_name="__main__")
+    finally:
+        done.set()
+        watcher.join(timeout=5)
+        sys.stderr.write(f"\nRSS {vm_hwm_kib('self')} {peak_child}\n")
+
+
+if __name__ == "__main__":
+    main()
