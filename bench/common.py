@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +65,35 @@ def encoded_batches(home: Path, spec_path: Path, batch: int = 20_000) -> list[li
             list(zip(keys[i : i + batch], values[i : i + batch], strict=True)) for i in range(0, len(keys), batch)
         ]
     return batches
+
+
+def raw_write(kind: str, port: int, batches: list[list[tuple[bytes, bytes]]], tag: str) -> float:
+    """Seconds for the engine's own client to bulk-write ``batches`` (the fastest mode)."""
+    if kind == "embedded":
+        from bulldozer.kv import create_engine
+        from bulldozer.kv.backends.base import NamespaceRecord
+
+        engine = create_engine({"type": "embedded", "path": tempfile.mkdtemp(prefix="raw-"), "map_size": 64 * 1024**3})
+        name = "raw__v20000101000000_000000"
+        engine.create_namespace(NamespaceRecord(name=name, alias="raw"))
+        started = time.perf_counter()
+        for b in batches:
+            engine.put(name, b)
+        engine.env.sync(True)  # type: ignore[attr-defined]
+        seconds = time.perf_counter() - started
+        engine.close()
+        return seconds
+    from bench.kv import _direct_writer
+
+    writers = _direct_writer(kind, port)
+    if kind == "cassandra":  # concurrent single inserts ran 8-10x slower in every bench.kv run
+        writers = {"unlogged batches": writers["unlogged batches"]}
+    times = {}
+    for mode, write in writers.items():
+        started = time.perf_counter()
+        write(tag, batches)
+        times[mode] = time.perf_counter() - started
+    return min(times.values())
 
 
 def percentile_ms(seconds: list[float], p: float) -> float:

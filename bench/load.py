@@ -16,7 +16,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from bench.common import REPO, encoded_batches, run_cli
+from bench.common import REPO, encoded_batches, raw_write, run_cli
 
 SPEC = REPO / "templates" / "move_data_to_kv_dal.yaml"
 
@@ -29,8 +29,6 @@ def _run_cli(args: list[str], home: Path) -> tuple[dict[str, object], float, tup
 def raw_engine_rate(home: Path, rows: int) -> float:
     """Write the same records (pre-encoded from the same table) straight into a fresh store,
     in batches of the job's batch size (one LMDB transaction each, as the DAL commits them)."""
-    from bench.side_by_side import raw_write
-
     return rows / raw_write("embedded", 0, encoded_batches(home, SPEC), "")
 
 

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import feature_table
-from bench.common import REPO, CliRun, encoded_batches, percentile_ms, run_cli
+from bench.common import REPO, CliRun, encoded_batches, percentile_ms, raw_write, run_cli
 from bench.feast_env import WORKER, feast_python, feast_version
 from bench.services import Dal, dal_server, engine_server, fresh_store_name, serve_args
 
@@ -306,35 +306,6 @@ def reads_section(
 
 
 # ---------------------------------------------------------------- 3: against the limits
-
-
-def raw_write(kind: str, port: int, batches: list[list[tuple[bytes, bytes]]], tag: str) -> float:
-    """Seconds for the engine's own client to bulk-write ``batches`` (the fastest mode)."""
-    if kind == "embedded":
-        from bulldozer.kv import create_engine
-        from bulldozer.kv.backends.base import NamespaceRecord
-
-        engine = create_engine({"type": "embedded", "path": tempfile.mkdtemp(prefix="raw-"), "map_size": 64 * 1024**3})
-        name = "raw__v20000101000000_000000"
-        engine.create_namespace(NamespaceRecord(name=name, alias="raw"))
-        started = time.perf_counter()
-        for b in batches:
-            engine.put(name, b)
-        engine.env.sync(True)  # type: ignore[attr-defined]
-        seconds = time.perf_counter() - started
-        engine.close()
-        return seconds
-    from bench.kv import _direct_writer
-
-    writers = _direct_writer(kind, port)
-    if kind == "cassandra":  # concurrent single inserts ran 8-10x slower in every bench.kv run
-        writers = {"unlogged batches": writers["unlogged batches"]}
-    times = {}
-    for mode, write in writers.items():
-        started = time.perf_counter()
-        write(tag, batches)
-        times[mode] = time.perf_counter() - started
-    return min(times.values())
 
 
 def limits_section(ctx: Context) -> None:

@@ -283,12 +283,6 @@ class RedisEngine(StorageEngine):
     # -- data -------------------------------------------------------------------
 
     def put(self, name: str, records: Sequence[tuple[bytes, bytes]]) -> None:
-        self._put_pairs(name, records)
-
-    def put_columns(self, name: str, keys: list[bytes], values: list[bytes]) -> None:
-        self._put_pairs(name, list(zip(keys, values, strict=True)))
-
-    def _put_pairs(self, name: str, records: Sequence[tuple[bytes, bytes]]) -> None:
         def run() -> None:
             token = uuid.uuid4().hex
             inflight = self._k_inflight(name)
