@@ -41,12 +41,14 @@ def update_goldens() -> bool:
 
 def _hypothesis_profiles() -> None:
     """CI replays a fixed set of examples (a landing never depends on luck); local runs
-    explore new ones (set BULLDOZER_HYPOTHESIS_EXAMPLES to explore more)."""
+    explore new ones (set BULLDOZER_HYPOTHESIS_EXAMPLES to explore more). No deadline:
+    the encoder's and the digest's compiled kernels load (or compile, on a fresh machine)
+    on their first call, which is not the code's speed."""
     from hypothesis import settings
 
-    settings.register_profile("ci", derandomize=True, print_blob=True)
-    if os.environ.get("CI"):
-        settings.load_profile("ci")
+    settings.register_profile("dev", deadline=None)
+    settings.register_profile("ci", derandomize=True, print_blob=True, deadline=None)
+    settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
 _hypothesis_profiles()

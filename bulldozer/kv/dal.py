@@ -29,7 +29,7 @@ from bulldozer.kv.backends.base import (
     StorageEngine,
     utcnow,
 )
-from bulldozer.kv.digest import Digest
+from bulldozer.kv.digest import Digest, digest_columns, digest_pairs
 from bulldozer.names import describe_value, validate_alias, validate_namespace
 
 __all__ = ["KvDal", "Limits"]
@@ -122,9 +122,7 @@ class KvDal:
             )
         now = utcnow()
         frozen = self.engine.transition(name, frozenset({State.LOADING}), record.with_state(State.SEALED, sealed=now))
-        digest = Digest()
-        for chunk in self.engine.iterate(name):
-            digest.add_pairs(chunk)
+        digest = self.engine.stored_digest(name) or self._scan_digest(name)
         measured = replace(frozen, record_count=digest.count, bytes=digest.bytes, digest=digest.value)
         problems = []
         if expected_records is not None and expected_records != digest.count:
@@ -140,6 +138,14 @@ class KvDal:
             )
             raise VerificationError(f"namespace {name!r}: {reason}")
         return self.engine.transition(name, frozenset({State.SEALED}), measured)
+
+    def _scan_digest(self, name: str) -> Digest:
+        """Measure a frozen namespace by reading everything back (when the engine kept no
+        exact running digest)."""
+        digest = Digest()
+        for chunk in self.engine.iterate(name):
+            digest.add_pairs(chunk)
+        return digest
 
     def mark_failed(self, name: str, reason: str) -> NamespaceRecord:
         record = self.describe(name)
@@ -193,7 +199,9 @@ class KvDal:
                 raise ResourceExhaustedError(f"a value of {len(value)} bytes is over the limit of {max_value}")
             total += len(key) + len(value)
         if records:
-            self.engine.put(name, records)
+            keys = [k for k, _ in records]
+            values = [v for _, v in records]
+            self.engine.put_counted(name, keys, values, digest_pairs(records))
         return len(records), total
 
     def put_columnar(
@@ -231,7 +239,8 @@ class KvDal:
             raise ResourceExhaustedError(
                 f"a value of {int(vlen.max())} bytes is over the limit of {self.limits.max_value_bytes}"
             )
-        self.engine.put_columns(name, _split(keys, klen), _split(values, vlen))
+        digest = digest_columns(keys, klen, values, vlen)
+        self.engine.put_counted(name, _split(keys, klen), _split(values, vlen), digest)
         return n, len(keys) + len(values)
 
     def resolve(self, namespace: str = "", alias: str = "") -> str:

@@ -1,10 +1,15 @@
-"""An order-independent digest of (key, value) pairs, computed vectorized.
+"""An order-independent digest of (key, value) pairs, computed in compiled code.
 
-Each pair hashes to 64 bits (xxHash3 of the key and, with another seed, of the value,
-mixed with a splitmix64 finaliser); the digest is the sum of the pair hashes modulo
-2**64. Sums do not depend on order, so the runner (which sends batches in any order) and
-the DAL (which scans what it stored, in key order) compute the same number, and a lost or
-altered pair changes it. Not a cryptographic hash: it detects loss, not tampering.
+Each pair hashes to 64 bits: XXH64 of the key (seed 0) and of the value (another seed),
+mixed with a splitmix64 finaliser. The digest is the sum of the pair hashes modulo 2**64.
+Sums do not depend on order, so the runner (which sends batches in any order), the DAL
+as it stores each batch, and a DAL scanning what it stored (in key order) all compute the
+same number, and a lost or altered pair changes it. Not a cryptographic hash: it detects
+loss, not tampering.
+
+XXH64 runs as a numba kernel (``_xxh64.py``, imported on first use so that commands
+which never hash do not load numba) over Arrow-style buffers (offsets + bytes), with no
+Python object per item; the tests check it against the ``xxhash`` library's own XXH64.
 """
 
 from __future__ import annotations
@@ -13,37 +18,22 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
-import xxhash
 
-__all__ = ["Digest", "digest_and_key_hashes", "digest_arrays", "digest_pairs", "key_hashes"]
+from bulldozer.buffers import binary_view
 
-_C1 = np.uint64(0x9E3779B97F4A7C15)
-_C2 = np.uint64(0xBF58476D1CE4E5B9)
-_C3 = np.uint64(0x94D049BB133111EB)
+__all__ = [
+    "Digest",
+    "digest_and_key_hashes",
+    "digest_arrays",
+    "digest_buffers",
+    "digest_columns",
+    "digest_pairs",
+    "key_hashes",
+    "xxh64",
+]
+
 _MASK = (1 << 64) - 1
-
-
-def _mix(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    with np.errstate(over="ignore"):
-        x = (x ^ (x >> np.uint64(30))) * _C2
-        x = (x ^ (x >> np.uint64(27))) * _C3
-        mixed: np.ndarray[Any, Any] = x ^ (x >> np.uint64(31))
-        return mixed
-
-
-def _hashes(items: Sequence[bytes], seed: int = 0) -> np.ndarray[Any, Any]:
-    """xxHash3 (64 bit) of each item."""
-    h = xxhash.xxh3_64_intdigest
-    return np.fromiter((h(b, seed) for b in items), dtype=np.uint64, count=len(items))
-
-
-def _pair_hashes(
-    keys: Sequence[bytes], values: Sequence[bytes], hk: np.ndarray[Any, Any] | None = None
-) -> np.ndarray[Any, Any]:
-    hk = _hashes(keys) if hk is None else hk
-    hv = _hashes(values, 0x5BD1E995)
-    with np.errstate(over="ignore"):
-        return _mix(hk * _C1 + ((hv << np.uint64(17)) | (hv >> np.uint64(47))) + _C3)
+_VALUE_SEED = 0x5BD1E995
 
 
 class Digest:
@@ -78,6 +68,39 @@ class Digest:
         return f"Digest(count={self.count}, value={self.value:#018x}, bytes={self.bytes})"
 
 
+def _offsets(lengths: Any) -> np.ndarray[Any, Any]:
+    offsets = np.zeros(len(lengths) + 1, dtype=np.uint64)
+    np.cumsum(np.asarray(lengths, dtype=np.uint64), out=offsets[1:])
+    return offsets
+
+
+def _bytes_view(blob: Any) -> np.ndarray[Any, Any]:
+    return np.frombuffer(blob, dtype=np.uint8) if len(blob) else np.zeros(0, dtype=np.uint8)
+
+
+def _buffers(items: Sequence[bytes]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    return _offsets(np.fromiter(map(len, items), dtype=np.uint64, count=len(items))), _bytes_view(b"".join(items))
+
+
+def digest_buffers(
+    key_offsets: np.ndarray[Any, Any],
+    keys: np.ndarray[Any, Any],
+    value_offsets: np.ndarray[Any, Any],
+    values: np.ndarray[Any, Any],
+) -> tuple[Digest, np.ndarray[Any, Any]]:
+    """Digest of pairs laid out as Arrow-style buffers (uint64 offsets into uint8 data),
+    and each key's hash."""
+    from bulldozer.kv._xxh64 import pair_sums
+
+    total, nbytes, hashes = pair_sums(key_offsets, keys, value_offsets, values, np.uint64(_VALUE_SEED))
+    return Digest(len(hashes), int(total), int(nbytes)), hashes
+
+
+def digest_columns(keys: bytes, key_lengths: Any, values: bytes, value_lengths: Any) -> Digest:
+    """Digest of a columnar batch as the DAL receives it (two blobs and their lengths)."""
+    return digest_buffers(_offsets(key_lengths), _bytes_view(keys), _offsets(value_lengths), _bytes_view(values))[0]
+
+
 def digest_pairs(pairs: Iterable[tuple[bytes, bytes]], chunk: int = 200_000) -> Digest:
     """Digest of python ``(key, value)`` pairs."""
     out = Digest()
@@ -93,22 +116,9 @@ def digest_pairs(pairs: Iterable[tuple[bytes, bytes]], chunk: int = 200_000) -> 
 
 
 def _digest_chunk(pairs: Sequence[tuple[bytes, bytes]]) -> Digest:
-    keys = [k for k, _ in pairs]
-    values = [v for _, v in pairs]
-    h = _pair_hashes(keys, values)
-    nbytes = sum(map(len, keys)) + sum(map(len, values))
-    return Digest(len(pairs), int(h.sum(dtype=np.uint64)), nbytes)
-
-
-def _as_list(arr: Any) -> tuple[list[bytes], int]:
-    """The items of an Arrow binary array as bytes, and their total size."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    nbytes = int(pc.sum(pc.binary_length(arr)).as_py() or 0) if len(arr) else 0
-    return arr.to_pylist(), nbytes
+    key_offsets, keys = _buffers([k for k, _ in pairs])
+    value_offsets, values = _buffers([v for _, v in pairs])
+    return digest_buffers(key_offsets, keys, value_offsets, values)[0]
 
 
 def digest_arrays(keys: Any, values: Any) -> Digest:
@@ -118,14 +128,25 @@ def digest_arrays(keys: Any, values: Any) -> Digest:
 
 def digest_and_key_hashes(keys: Any, values: Any) -> tuple[Digest, np.ndarray[Any, Any]]:
     """The digest of the pairs and the hash of each key (for duplicate detection), hashing
-    every key once."""
-    key_list, key_bytes = _as_list(keys)
-    value_list, value_bytes = _as_list(values)
-    hk = _hashes(key_list)
-    h = _pair_hashes(key_list, value_list, hk)
-    return Digest(len(h), int(h.sum(dtype=np.uint64)), key_bytes + value_bytes), hk
+    every key once. Null entries hash as whatever bytes back them (the encoder makes none)."""
+    if len(keys) != len(values):
+        raise ValueError(f"{len(keys)} keys but {len(values)} values")
+    key_offsets, key_data = binary_view(keys)
+    value_offsets, value_data = binary_view(values)
+    return digest_buffers(key_offsets, key_data, value_offsets, value_data)
 
 
 def key_hashes(keys: Any) -> np.ndarray[Any, Any]:
     """A 64-bit hash of each key in an Arrow binary array (for duplicate detection)."""
-    return _hashes(_as_list(keys)[0])
+    offsets, data = binary_view(keys)
+    from bulldozer.kv._xxh64 import hash_items
+
+    hashes: np.ndarray[Any, Any] = hash_items(offsets, data, np.uint64(0))
+    return hashes
+
+
+def xxh64(data: bytes, seed: int = 0) -> int:
+    """XXH64 of one byte string, through the same kernel (for tests and tools)."""
+    from bulldozer.kv._xxh64 import xxh64_range
+
+    return int(xxh64_range(_bytes_view(data), np.uint64(0), np.uint64(len(data)), np.uint64(seed)))

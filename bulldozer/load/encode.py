@@ -15,7 +15,6 @@ tests check, so a key a consumer builds with the generated class finds its row.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,13 +22,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from bulldozer.buffers import binary_view
 from bulldozer.errors import SourceDataError
+from bulldozer.load.wire import concat_rows, fixed_rows, len_rows, varint_rows
 from bulldozer.schema.model import ProtoField, ProtoFile, ProtoMessage
 
 __all__ = ["EncodedBatch", "RowEncoder"]
 
-_EMPTY = pa.array([], pa.large_binary())
-_SEP = pa.scalar(b"", pa.large_binary())
 _VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
 _PACKABLE = frozenset({"bool", "int32", "int64", "float", "double", "date", "time"})
 _UNIT_DIV = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
@@ -68,86 +67,9 @@ def _tag(number: int, wire: int) -> bytes:
     return _varint_bytes((number << 3) | wire)
 
 
-def _from_matrix(mat: np.ndarray[Any, Any], lengths: np.ndarray[Any, Any]) -> pa.Array:
-    """Rows ``mat[i, :lengths[i]]`` as a large_binary array."""
-    n, width = mat.shape
-    lengths = lengths.astype(np.int64, copy=False)
-    if n == 0:
-        return _EMPTY
-    mask = np.arange(width)[None, :] < lengths[:, None]
-    data = mat[mask]
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-
-
-def _varint_matrix(values: np.ndarray[Any, Any], prefix: bytes) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """``prefix`` + varint(v) for every uint64 ``v``: a byte matrix and each row's length."""
-    v = values.astype(np.uint64, copy=True)
-    n = len(v)
-    t = len(prefix)
-    nbytes = np.ones(n, dtype=np.int64)
-    x = v >> np.uint64(7)
-    while True:
-        more = x != 0
-        if not more.any():
-            break
-        nbytes += more
-        x >>= np.uint64(7)
-    width = int(nbytes.max()) if n else 1
-    mat = np.empty((n, t + width), dtype=np.uint8)
-    if t:
-        mat[:, :t] = np.frombuffer(prefix, dtype=np.uint8)
-    for k in range(width):
-        mat[:, t + k] = ((v & np.uint64(0x7F)) | np.uint64(0x80)).astype(np.uint8)
-        v >>= np.uint64(7)
-    rows = np.arange(n)
-    mat[rows, t + nbytes - 1] &= 0x7F
-    return mat, nbytes + t
-
-
-def varint_rows(values: np.ndarray[Any, Any], keep: np.ndarray[Any, Any] | None, prefix: bytes = b"") -> pa.Array:
-    mat, lengths = _varint_matrix(values, prefix)
-    if keep is not None:
-        lengths = np.where(keep, lengths, 0)
-    return _from_matrix(mat, lengths)
-
-
-def fixed_rows(raw: np.ndarray[Any, Any], keep: np.ndarray[Any, Any] | None, prefix: bytes = b"") -> pa.Array:
-    n, width = raw.shape
-    t = len(prefix)
-    mat = np.empty((n, t + width), dtype=np.uint8)
-    if t:
-        mat[:, :t] = np.frombuffer(prefix, dtype=np.uint8)
-    mat[:, t:] = raw
-    lengths = np.full(n, t + width, dtype=np.int64)
-    if keep is not None:
-        lengths = np.where(keep, lengths, 0)
-    return _from_matrix(mat, lengths)
-
-
 def _lengths(arr: pa.Array) -> np.ndarray[Any, Any]:
-    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset : arr.offset + len(arr) + 1]
-    return np.diff(offsets)
-
-
-def len_rows(payload: pa.Array, keep: np.ndarray[Any, Any] | None, prefix: bytes) -> pa.Array:
-    """``prefix`` + varint(len) + payload for kept rows, empty for the others."""
-    lengths = _lengths(payload)
-    header = varint_rows(lengths.astype(np.uint64), keep, prefix)
-    if keep is not None and not keep.all():
-        payload = pc.if_else(pa.array(keep), payload, pa.scalar(b"", pa.large_binary()))
-    return pc.binary_join_element_wise(header, payload, _SEP)
-
-
-def concat_rows(parts: Sequence[pa.Array], n: int) -> pa.Array:
-    """Per-row concatenation of several large_binary arrays of length ``n``."""
-    parts = [p for p in parts if p is not None]
-    if not parts:
-        return pa.array([b""] * n, pa.large_binary()) if n else _EMPTY
-    if len(parts) == 1:
-        return parts[0]
-    return pc.binary_join_element_wise(*parts, _SEP)
+    offsets, _data = binary_view(arr)
+    return np.diff(offsets).astype(np.int64, copy=False)
 
 
 def group_rows(elements: pa.Array, counts: np.ndarray[Any, Any]) -> pa.Array:
@@ -275,15 +197,23 @@ def _scalar(kind: str, arr: pa.Array) -> _Scalar:
     if kind == "timestamp":
         payload = _timestamp_payload(arr)
         return _Scalar(_LEN, valid, np.zeros(len(arr), dtype=bool), payload=payload)
+    # Length-delimited payloads are used as they come (string or binary, 32- or 64-bit
+    # offsets): the kernels read them in place, and null rows are never written.
     if kind == "decimal":
-        payload = pc.fill_null(arr.cast(pa.large_string()), "").cast(pa.large_binary())
+        payload = arr.cast(pa.large_string())
     elif kind == "uuid":
-        payload = pc.fill_null(_uuid_bytes(arr), b"")
-    else:  # string, bytes
-        payload = arr.cast(pa.large_binary()) if arr.type != pa.large_binary() else arr
-        if payload.null_count:
-            payload = pc.fill_null(payload, b"")
-    return _Scalar(_LEN, valid, _lengths(_contiguous(payload)) == 0, payload=_contiguous(payload))
+        payload = _uuid_bytes(arr)
+    elif _is_binary_like(arr.type):
+        payload = arr
+    else:
+        payload = arr.cast(pa.large_binary())
+    return _Scalar(_LEN, valid, _lengths(payload) == 0, payload=payload)
+
+
+def _is_binary_like(t: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+    )
 
 
 def _scalar_field_rows(s: _Scalar, keep: np.ndarray[Any, Any], number: int) -> pa.Array:
@@ -418,7 +348,7 @@ def _mask_rows(rows: pa.Array, valid: np.ndarray[Any, Any]) -> pa.Array:
     """Empty out the rows that are null in the source."""
     if valid.all():
         return rows
-    return pc.if_else(pa.array(valid), rows, _SEP)
+    return concat_rows([rows], len(rows), keep=valid)
 
 
 def _column(batch: Any, name: str) -> pa.Array:

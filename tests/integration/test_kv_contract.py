@@ -105,6 +105,19 @@ def test_writes_are_idempotent(kv: Harness) -> None:
     assert sealed.record_count == 300
 
 
+def test_an_overwritten_key_counts_once_with_its_last_value(kv: Harness) -> None:
+    """Engines that keep a running digest must not add a replaced pair's hash twice."""
+    data = pairs(200)
+    name = kv.loaded(kv.alias(), [], seal=False)
+    kv.client.put(name, data)
+    changed = [(data[5][0], b"new value"), (b"fresh", b"x"), (b"fresh", b"y")]  # a repeat inside one batch too
+    kv.client.put(name, changed)
+    final = [*data[:5], (data[5][0], b"new value"), *data[6:], (b"fresh", b"y")]
+    sealed = kv.client.seal(name, expected_records=201, expected_digest=digest_pairs(final).value)
+    assert sealed.record_count == 201 and sealed.bytes == digest_pairs(final).bytes
+    assert kv.client.get(b"fresh", namespace=name) == b"y"
+
+
 def test_a_lost_batch_is_detected_at_seal(kv: Harness) -> None:
     data = pairs(300)
     name = kv.loaded(kv.alias(), [], seal=False)

@@ -57,3 +57,21 @@ def test_digest_and_key_hashes_in_one_pass(pairs: list[tuple[bytes, bytes]]) -> 
     digest, hashes = digest_and_key_hashes(keys, values)
     assert digest == digest_pairs(pairs)
     assert hashes.tolist() == key_hashes(keys).tolist()
+
+
+@given(st.binary(max_size=300), st.sampled_from([0, 1, 0x5BD1E995, 2**64 - 1]))
+def test_the_compiled_hash_is_xxh64(data: bytes, seed: int) -> None:
+    import xxhash
+
+    from bulldozer.kv.digest import xxh64
+
+    assert xxh64(data, seed) == xxhash.xxh64_intdigest(data, seed)
+
+
+@given(PAIRS)
+def test_the_dal_columnar_form_agrees(pairs: list[tuple[bytes, bytes]]) -> None:
+    from bulldozer.kv.digest import digest_columns
+
+    keys, values = [k for k, _ in pairs], [v for _, v in pairs]
+    columns = digest_columns(b"".join(keys), [len(k) for k in keys], b"".join(values), [len(v) for v in values])
+    assert columns == digest_pairs(pairs) and columns.bytes == digest_pairs(pairs).bytes

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
+from bulldozer.kv.digest import Digest
+
 __all__ = [
     "READABLE",
     "AliasChange",
@@ -244,6 +246,18 @@ class StorageEngine(ABC):
         batch splits into); engines override it to skip building pairs. A key given twice
         keeps the later value."""
         self.put(name, list(zip(keys, values, strict=True)))
+
+    def put_counted(self, name: str, keys: list[bytes], values: list[bytes], digest: Digest) -> None:
+        """``put_columns``, told the batch's digest. An engine that can keep a running
+        digest of the namespace in the same atomic write (and knows when a key was written
+        twice, which makes a running sum wrong) adds it there, so the seal need not scan
+        everything back. The default just puts."""
+        self.put_columns(name, keys, values)
+
+    def stored_digest(self, name: str) -> Digest | None:
+        """The exact digest of what the namespace stores, when the engine kept one (see
+        ``put_counted``); None means unknown, and the DAL measures it by a full scan."""
+        return None
 
     @abstractmethod
     def get_many(self, name: str, keys: Sequence[bytes]) -> list[bytes | None]:

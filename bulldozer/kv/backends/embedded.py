@@ -46,11 +46,14 @@ from bulldozer.kv.backends.base import (
     chunked,
 )
 from bulldozer.kv.backends.config import EmbeddedConfig
+from bulldozer.kv.digest import Digest
 
 _META_NS = b"meta.namespaces"
 _META_ALIAS = b"meta.aliases"
 _META_HISTORY = b"meta.history"
 _META_STATES = b"meta.states"  # name -> state only: the hot-path check reads a few bytes
+_META_DIGESTS = b"meta.digests"  # name -> running (count, digest, bytes, exact) of what is stored
+_DIGEST = struct.Struct("<QQQB")
 
 
 def _dumps(data: dict[str, Any]) -> bytes:
@@ -72,7 +75,7 @@ class EmbeddedEngine(StorageEngine):
             self.env = lmdb.open(
                 str(self.path),
                 map_size=config.map_size,
-                max_dbs=config.max_namespaces + 3,
+                max_dbs=config.max_namespaces + 5,
                 subdir=True,
                 sync=False,
                 metasync=False,
@@ -88,6 +91,7 @@ class EmbeddedEngine(StorageEngine):
         self._aliases = self.env.open_db(_META_ALIAS)
         self._history = self.env.open_db(_META_HISTORY)
         self._states = self.env.open_db(_META_STATES)
+        self._digests = self.env.open_db(_META_DIGESTS)
 
     # -- plumbing ---------------------------------------------------------------
 
@@ -138,6 +142,7 @@ class EmbeddedEngine(StorageEngine):
                 if txn.get(record.name.encode(), db=self._meta) is not None:
                     raise NamespaceExistsError(f"namespace {record.name!r} already exists")
                 self._put_ns(txn, record)
+                txn.put(record.name.encode(), _DIGEST.pack(0, 0, 0, 1), db=self._digests)
                 db = self.env.open_db(_data_db(record.name), txn=txn, create=True)
         except lmdb.MapFullError as exc:
             raise self._map_full(exc) from exc
@@ -177,29 +182,70 @@ class EmbeddedEngine(StorageEngine):
                 except lmdb.NotFoundError:
                     return
             txn.drop(db, delete=True)
+            txn.delete(name.encode(), db=self._digests)
         self._durable()
 
     # -- data -------------------------------------------------------------------
 
     def put(self, name: str, records: Sequence[tuple[bytes, bytes]]) -> None:
-        self._put_pairs(name, records)
+        self._put_pairs(name, records, None)
 
     def put_columns(self, name: str, keys: list[bytes], values: list[bytes]) -> None:
-        self._put_pairs(name, zip(keys, values, strict=True))
+        self._put_pairs(name, zip(keys, values, strict=True), None)
 
-    def _put_pairs(self, name: str, pairs: Iterable[tuple[bytes, bytes]]) -> None:
+    def put_counted(self, name: str, keys: list[bytes], values: list[bytes], digest: Digest) -> None:
+        self._put_pairs(name, list(zip(keys, values, strict=True)), digest)
+
+    def _put_pairs(self, name: str, pairs: Iterable[tuple[bytes, bytes]], digest: Digest | None) -> None:
         """One transaction, in the order given (a repeated key keeps its last value). Not
         sorted first: measured on 1 M protobuf keys in 20 000-record batches, sorting
-        in Python cost more than the page locality it bought (541 k/s sorted, 655 k/s not)."""
+        in Python cost more than the page locality it bought (541 k/s sorted, 655 k/s not).
+
+        With the batch's ``digest``, the namespace's running digest grows by it in the same
+        transaction, as long as every key was new: the batch is first put without
+        overwriting, and if any key was already there (a retried batch, a key repeated in
+        the source) it is put again with overwrites and the running digest is marked
+        inexact, so the seal scans instead."""
         db = self._db(name)
         try:
             with self._write() as txn:
                 check_writable(name, self._state(txn, name))
-                txn.cursor(db=db).putmulti(pairs)
+                cursor = txn.cursor(db=db)
+                if digest is None:
+                    cursor.putmulti(pairs)
+                    self._add_digest(txn, name, None)
+                    return
+                items = pairs if isinstance(pairs, list) else list(pairs)
+                consumed, added = cursor.putmulti(items, overwrite=False)
+                if added != consumed:
+                    cursor.putmulti(items)
+                self._add_digest(txn, name, digest if added == consumed else None)
         except lmdb.MapFullError as exc:
             raise self._map_full(exc) from exc
         except lmdb.BadValsizeError as exc:
             raise InvalidArgumentError(f"a key is larger than {self.max_key_bytes} bytes ({exc})") from exc
+
+    def _add_digest(self, txn: Any, name: str, digest: Digest | None) -> None:
+        raw = txn.get(name.encode(), db=self._digests)
+        if raw is None:
+            return  # created before running digests were kept: the seal scans
+        count, value, nbytes, exact = _DIGEST.unpack(raw)
+        if not exact:
+            return
+        if digest is None:
+            txn.put(name.encode(), _DIGEST.pack(count, value, nbytes, 0), db=self._digests)
+            return
+        total = Digest(count, value, nbytes)
+        total.add(digest)
+        txn.put(name.encode(), _DIGEST.pack(total.count, total.value, total.bytes, 1), db=self._digests)
+
+    def stored_digest(self, name: str) -> Digest | None:
+        with self.env.begin() as txn:
+            raw = txn.get(name.encode(), db=self._digests)
+        if raw is None:
+            return None
+        count, value, nbytes, exact = _DIGEST.unpack(raw)
+        return Digest(count, value, nbytes) if exact else None
 
     def get_many(self, name: str, keys: Sequence[bytes]) -> list[bytes | None]:
         db = self._db(name)
