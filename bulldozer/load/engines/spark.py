@@ -19,6 +19,7 @@ idempotent, so the result is the same).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from typing import Any
@@ -30,6 +31,8 @@ from bulldozer.kv.digest import Digest
 from bulldozer.load.engines.base import LoadPlan, LoadResult, Progress, SplitDone, SplitResult
 from bulldozer.load.engines.local import LocalEngine
 from bulldozer.warehouse.catalog import bulldozer_home
+
+log = logging.getLogger(__name__)
 
 __all__ = ["ICEBERG_RUNTIME", "SQLITE_JDBC", "SparkEngine", "spark_session"]
 
@@ -80,7 +83,15 @@ def spark_session(catalog_name: str = "lake", properties: dict[str, str] | None 
             .config(f"{prefix}.uri", f"jdbc:sqlite:{root / 'catalog.db'}")
             .config(f"{prefix}.warehouse", (root / "warehouse").as_uri())
         )
-    _SESSION = builder.getOrCreate()
+    try:
+        _SESSION = builder.getOrCreate()
+    except Exception as exc:
+        # Seen once under a loaded CI machine: the gateway JVM died silently while starting
+        # (nothing on stderr) and the same command passed when run again. Start it once more.
+        if "JAVA_GATEWAY_EXITED" not in str(exc):
+            raise
+        log.warning("the Spark gateway JVM exited while starting (%s); starting it once more", exc)
+        _SESSION = builder.getOrCreate()
     _SESSION.sparkContext.setLogLevel("WARN")
     _SESSION_KEY = key
     return _SESSION
