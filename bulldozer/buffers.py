@@ -1,13 +1,17 @@
-"""Arrow binary arrays as plain numpy buffers, for the compiled kernels (encoder, digest)."""
+"""Arrow binary arrays as plain numpy buffers for the compiled kernels (encoder, digest),
+and the thread their warm-up runs on."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["EMPTY_BYTES", "binary_view"]
+__all__ = ["EMPTY_BYTES", "binary_view", "in_background"]
 
 EMPTY_BYTES = np.zeros(0, dtype=np.uint8)
 
@@ -32,3 +36,13 @@ def binary_view(arr: pa.Array) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, An
         offsets = np.zeros(1, dtype=np.uint64)
     data = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None else EMPTY_BYTES
     return offsets, data
+
+
+def in_background(fn: Callable[[], None], name: str) -> None:
+    """Run ``fn`` on a daemon thread, ignoring its errors (for best-effort warm-ups)."""
+
+    def run() -> None:
+        with contextlib.suppress(Exception):
+            fn()
+
+    threading.Thread(target=run, name=name, daemon=True).start()

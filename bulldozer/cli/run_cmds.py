@@ -67,6 +67,9 @@ def run(
     against what the DAL stored, quality gates) before the alias moves. On any failure the
     version is marked FAILED and the alias stays where it was; the exit code is non-zero.
     """
+    from bulldozer.load.wire import warm_up_in_background
+
+    warm_up_in_background()  # the encoder's kernels load while the run reads the catalog
     from bulldozer.kv.connect import connect
     from bulldozer.load.runner import run_job
     from bulldozer.spec.loader import load_spec

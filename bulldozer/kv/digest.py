@@ -29,6 +29,8 @@ __all__ = [
     "digest_columns",
     "digest_pairs",
     "key_hashes",
+    "warm_up",
+    "warm_up_in_background",
     "xxh64",
 ]
 
@@ -150,3 +152,24 @@ def xxh64(data: bytes, seed: int = 0) -> int:
     from bulldozer.kv._xxh64 import xxh64_range
 
     return int(xxh64_range(_bytes_view(data), np.uint64(0), np.uint64(len(data)), np.uint64(seed)))
+
+
+def warm_up() -> None:
+    """Load the hash kernels (see ``bulldozer.load.wire.warm_up``) with real batch types:
+    read-only Arrow buffers (runner) and blobs received by the DAL."""
+    import pyarrow as pa
+
+    keys = pa.array([b"k1", b"k2"], pa.large_binary())
+    values = pa.array([b"v1", b""], pa.large_binary())
+    digest_and_key_hashes(keys, values)
+    key_hashes(keys)
+    digest_columns(b"k1k2", [2, 2], b"v1", [2, 0])
+    digest_pairs([(b"k", b"v")])
+
+
+def warm_up_in_background() -> None:
+    """``warm_up`` on a daemon thread (best effort: the first real call loads or compiles
+    whatever is missing)."""
+    from bulldozer.buffers import in_background
+
+    in_background(warm_up, "digest-warm-up")

@@ -124,6 +124,9 @@ def serve(
     gone, so a DAL started for a run that was killed does not outlive it); returns the exit code."""
     metrics = Metrics()
     running, port = create_server(address, engine, metrics=metrics, **kwargs)
+    from bulldozer.kv.digest import warm_up_in_background
+
+    warm_up_in_background()  # the digest kernels load before the first batch arrives
     if port_file is not None:
         tmp = Path(f"{port_file}.tmp")
         tmp.write_text(str(port))
