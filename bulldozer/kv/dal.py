@@ -29,7 +29,7 @@ from bulldozer.kv.backends.base import (
     StorageEngine,
     utcnow,
 )
-from bulldozer.kv.digest import Digest, digest_columns, digest_pairs
+from bulldozer.kv.digest import Digest, digest_columns, digest_lists
 from bulldozer.names import describe_value, validate_alias, validate_namespace
 
 __all__ = ["KvDal", "Limits"]
@@ -201,7 +201,7 @@ class KvDal:
         if records:
             keys = [k for k, _ in records]
             values = [v for _, v in records]
-            self.engine.put_counted(name, keys, values, digest_pairs(records))
+            self.engine.put_counted(name, keys, values, digest_lists(keys, values))
         return len(records), total
 
     def put_columnar(

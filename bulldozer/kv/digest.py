@@ -27,6 +27,7 @@ __all__ = [
     "digest_arrays",
     "digest_buffers",
     "digest_columns",
+    "digest_lists",
     "digest_pairs",
     "key_hashes",
     "warm_up",
@@ -118,9 +119,14 @@ def digest_pairs(pairs: Iterable[tuple[bytes, bytes]], chunk: int = 200_000) -> 
 
 
 def _digest_chunk(pairs: Sequence[tuple[bytes, bytes]]) -> Digest:
-    key_offsets, keys = _buffers([k for k, _ in pairs])
-    value_offsets, values = _buffers([v for _, v in pairs])
-    return digest_buffers(key_offsets, keys, value_offsets, values)[0]
+    return digest_lists([k for k, _ in pairs], [v for _, v in pairs])
+
+
+def digest_lists(keys: Sequence[bytes], values: Sequence[bytes]) -> Digest:
+    """Digest of pairs given as two equal-length lists (``keys[i]`` goes with ``values[i]``)."""
+    key_offsets, key_data = _buffers(keys)
+    value_offsets, value_data = _buffers(values)
+    return digest_buffers(key_offsets, key_data, value_offsets, value_data)[0]
 
 
 def digest_arrays(keys: Any, values: Any) -> Digest:
