@@ -6,10 +6,12 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["EMPTY_BYTES", "binary_view", "in_background"]
 
@@ -18,7 +20,11 @@ EMPTY_BYTES = np.zeros(0, dtype=np.uint8)
 
 def binary_view(arr: pa.Array) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """The offsets (covering this array's rows only, as uint64) and the data buffer of a
-    binary or string array, as numpy arrays. Null rows read as whatever bytes back them."""
+    binary or string array, as numpy arrays. Null rows read as whatever bytes back them.
+    (pyarrow is imported here, not at module level: ``bulldozer.kv`` imports the digest,
+    and commands that never touch Arrow should not pay for loading it.)"""
+    import pyarrow as pa
+
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     t = arr.type
