@@ -122,6 +122,13 @@ class _GrpcTransport:
         self.data = kv_pb2_grpc.KvDataStub(channel)
         self.namespaces = kv_pb2_grpc.KvNamespacesStub(channel)
         self.aliases = kv_pb2_grpc.KvAliasesStub(channel)
+        # PutBatch with the request already serialized (see bulldozer.kv.columnar)
+        self._put_batch_bytes = channel.unary_unary(
+            "/bulldozer.kv.v1.KvData/PutBatch",
+            request_serializer=None,
+            response_deserializer=kv_pb2.PutBatchResponse.FromString,
+            _registered_method=True,
+        )
         self._gate: Callable[[], None] | None = None
         self._gate_lock = threading.RLock()
 
@@ -152,6 +159,11 @@ class _GrpcTransport:
     def future(self, stub: Any, method: str, request: Any, timeout: float) -> Any:
         self.pass_gate()
         return getattr(stub, method).future(request, timeout=timeout, metadata=self.metadata)
+
+    def put_batch_future(self, payload: bytes, timeout: float) -> Any:
+        """PutBatch of a request serialized by the caller."""
+        self.pass_gate()
+        return self._put_batch_bytes.future(payload, timeout=timeout, metadata=self.metadata)
 
     def stream(self, stub: Any, method: str, request: Any, timeout: float) -> Iterator[Any]:
         self.pass_gate()
@@ -196,6 +208,9 @@ class _InProcessTransport:
         except BulldozerError as exc:
             done.set_exception(exc)
         return done
+
+    def put_batch_future(self, payload: bytes, timeout: float) -> Any:
+        return self.future(self.data, "PutBatch", kv_pb2.PutBatchRequest.FromString(payload), timeout)
 
     def stream(self, stub: Any, method: str, request: Any, timeout: float) -> Iterator[Any]:
         return iter(getattr(stub, method)(request, self.context))
@@ -525,6 +540,8 @@ class BatchWriter:
         import numpy as np
         import pyarrow as pa
 
+        from bulldozer.kv.columnar import put_batch_request
+
         self.flush()
         keys = keys.cast(pa.large_binary()) if keys.type != pa.large_binary() else keys
         values = values.cast(pa.large_binary()) if values.type != pa.large_binary() else values
@@ -542,31 +559,36 @@ class BatchWriter:
             cum = np.cumsum(sizes[start : start + self.batch_records])
             count = max(1, int(np.searchsorted(cum, self.batch_bytes, side="right")))
             end = start + count
-            columnar = kv_pb2.ColumnarRecords(
-                keys=bytes(kbuf[koff[start] : koff[end]]),
-                key_lengths=np.diff(koff[start : end + 1]).tolist(),
-                values=bytes(vbuf[voff[start] : voff[end]]),
-                value_lengths=np.diff(voff[start : end + 1]).tolist(),
+            payload = put_batch_request(
+                self.namespace,
+                kbuf[koff[start] : koff[end]],
+                np.diff(koff[start : end + 1]),
+                vbuf[voff[start] : voff[end]],
+                np.diff(voff[start : end + 1]),
             )
-            self._send(kv_pb2.PutBatchRequest(namespace=self.namespace, columnar=columnar))
+            self._send(payload)
             start = end
 
     def flush(self) -> None:
         if not self._keys:
             return
-        columnar = kv_pb2.ColumnarRecords(
-            keys=b"".join(self._keys),
-            key_lengths=[len(k) for k in self._keys],
-            values=b"".join(self._values),
-            value_lengths=[len(v) for v in self._values],
+        from bulldozer.kv.columnar import put_batch_request  # numpy: imported on first use
+
+        payload = put_batch_request(
+            self.namespace,
+            b"".join(self._keys),
+            [len(k) for k in self._keys],
+            b"".join(self._values),
+            [len(v) for v in self._values],
         )
         self._keys, self._values, self._size = [], [], 0
-        self._send(kv_pb2.PutBatchRequest(namespace=self.namespace, columnar=columnar))
+        self._send(payload)
 
-    def _send(self, request: kv_pb2.PutBatchRequest) -> None:
+    def _send(self, payload: bytes) -> None:
+        """Send one serialized PutBatchRequest, once fewer than ``in_flight`` are unanswered."""
         while len(self._pending) >= self.in_flight:
             self._wait_one()
-        self._pending.append(self.client._t.future(self.client._t.data, "PutBatch", request, self.client.timeout))
+        self._pending.append(self.client._t.put_batch_future(payload, self.client.timeout))
 
     def _wait_one(self) -> None:
         future = self._pending.popleft()

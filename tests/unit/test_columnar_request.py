@@ -1,0 +1,64 @@
+"""The hand-built PutBatchRequest bytes are exactly protobuf's own serialization."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bulldozer.kv.columnar import packed_varints, put_batch_request
+from bulldozer.kv.v1 import kv_pb2
+
+_items = st.lists(st.binary(max_size=300), max_size=40)
+
+
+def _reference(namespace: str, keys: list[bytes], values: list[bytes]) -> bytes:
+    columnar = kv_pb2.ColumnarRecords(
+        keys=b"".join(keys),
+        key_lengths=[len(k) for k in keys],
+        values=b"".join(values),
+        value_lengths=[len(v) for v in values],
+    )
+    return kv_pb2.PutBatchRequest(namespace=namespace, columnar=columnar).SerializeToString()
+
+
+@given(st.text(max_size=80), _items, _items)
+def test_same_bytes_as_protobuf(namespace: str, keys: list[bytes], values: list[bytes]) -> None:
+    got = put_batch_request(
+        namespace, b"".join(keys), [len(k) for k in keys], b"".join(values), [len(v) for v in values]
+    )
+    assert got == _reference(namespace, keys, values)
+    parsed = kv_pb2.PutBatchRequest.FromString(got)
+    assert list(parsed.columnar.key_lengths) == [len(k) for k in keys]
+
+
+@pytest.mark.parametrize("size", [127, 128, 16_383, 16_384, 2_097_152, 3_000_000])
+def test_long_items_and_buffers(size: int) -> None:
+    """Multi-byte length varints, and blobs given as numpy-backed buffers (as the writer does)."""
+    keys = [b"k1", b"key-2"]
+    values = [b"a" * size, b"b"]
+    blob = np.frombuffer(b"".join(values), dtype=np.uint8)
+    got = put_batch_request("ns", memoryview(b"".join(keys)), np.array([2, 5]), memoryview(blob), [size, 1])
+    assert got == _reference("ns", keys, values)
+
+
+@given(st.lists(st.integers(min_value=0, max_value=2**32 - 1), max_size=200))
+def test_packed_varints(values: list[int]) -> None:
+    message = kv_pb2.ColumnarRecords(key_lengths=values)
+    expected = message.SerializeToString()
+    packed = packed_varints(values)
+    assert (b"\x12" + bytes(_varint(len(packed))) + packed if values else b"") == expected
+
+
+def test_packed_varints_refuses_values_over_uint32() -> None:
+    with pytest.raises(ValueError, match="uint32"):
+        packed_varints([2**32])
+
+
+def _varint(value: int) -> list[int]:
+    out = []
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    return [*out, value]
