@@ -122,8 +122,10 @@ class _GrpcTransport:
         self.data = kv_pb2_grpc.KvDataStub(channel)
         self.namespaces = kv_pb2_grpc.KvNamespacesStub(channel)
         self.aliases = kv_pb2_grpc.KvAliasesStub(channel)
-        # PutBatch with the request already serialized (see bulldozer.kv.columnar)
-        self._put_batch_bytes = channel.unary_unary(
+        # PutBatch with the request already serialized (see bulldozer.kv.columnar); typed
+        # Any: the stubs do not know the `_registered_method` flag generated code passes
+        untyped: Any = channel
+        self._put_batch_bytes: Any = untyped.unary_unary(
             "/bulldozer.kv.v1.KvData/PutBatch",
             request_serializer=None,
             response_deserializer=kv_pb2.PutBatchResponse.FromString,
