@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from bulldozer.buffers import binary_view
+from bulldozer.buffers import binary_array, binary_view
 
 __all__ = [
     "Digest",
@@ -163,10 +163,8 @@ def xxh64(data: bytes, seed: int = 0) -> int:
 def warm_up() -> None:
     """Load the hash kernels (see ``bulldozer.load.wire.warm_up``) with real batch types:
     read-only Arrow buffers (runner) and blobs received by the DAL."""
-    import pyarrow as pa
-
-    keys = pa.array([b"k1", b"k2"], pa.large_binary())
-    values = pa.array([b"v1", b""], pa.large_binary())
+    keys = binary_array([b"k1", b"k2"])
+    values = binary_array([b"v1", b""])
     digest_and_key_hashes(keys, values)
     key_hashes(keys)
     digest_columns(b"k1k2", [2, 2], b"v1", [2, 0])

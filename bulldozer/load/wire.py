@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
-from bulldozer.buffers import EMPTY_BYTES, binary_view
+from bulldozer.buffers import EMPTY_BYTES, binary_array, binary_view
 
 __all__ = ["concat_rows", "fixed_rows", "len_rows", "varint_rows", "warm_up", "warm_up_in_background"]
 
@@ -209,8 +209,8 @@ def warm_up() -> None:
     from bulldozer.kv.digest import warm_up as warm_digest
 
     keep = np.array([True, False])
-    strings = pa.array(["ab", "c"])
-    blobs = pa.array([b"ab", b"c"], pa.large_binary())
+    strings = binary_array([b"ab", b"c"], pa.string())
+    blobs = binary_array([b"ab", b"c"])
     varint_rows(np.array([1, 300], dtype=np.int64), keep, b"\x08")
     varint_rows(np.array([1, 300], dtype=np.uint64), None)
     fixed_rows(np.zeros((2, 8), dtype=np.uint8), keep, b"\x09")
