@@ -22,6 +22,7 @@ class CliRun:
     seconds: float  # wall time, process start to exit
     rss_kib: int  # peak RSS (VmHWM) of the command's process
     child_rss_kib: int  # peak RSS of its largest descendant (the embedded DAL, or Spark's JVM)
+    child_anon_kib: int = 0  # peak anonymous (private) resident memory of a descendant
 
 
 def run_cli(args: list[str], home: Path, env: dict[str, str] | None = None) -> CliRun:
@@ -38,8 +39,8 @@ def run_cli(args: list[str], home: Path, env: dict[str, str] | None = None) -> C
     if proc.returncode != 0:
         raise SystemExit(f"bulldozer {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
     rss_line = [line for line in proc.stderr.splitlines() if line.startswith("RSS ")][-1]
-    _, me, kids = rss_line.split()
-    return CliRun(json.loads(proc.stdout), seconds, int(me), int(kids))
+    _, me, kids, anon = rss_line.split()
+    return CliRun(json.loads(proc.stdout), seconds, int(me), int(kids), int(anon))
 
 
 def encoded_batches(home: Path, spec_path: Path, batch: int = 20_000) -> list[list[tuple[bytes, bytes]]]:

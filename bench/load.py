@@ -4,9 +4,14 @@
   verified, alias flipped), rows/s and peak RSS of the runner and of the DAL process;
 * the embedded engine's raw write rate for the same pre-encoded records (bulk puts into
   the store, no DAL), and the ratio;
-* the Spark engine's rows/s when it is installed (``bulldozer[spark]``), else "n/a".
+* the Spark engine's rows/s when it is installed (``bulldozer[spark]``), else "n/a";
+* with ``--rss-rows N``: one more local run on an N-row table (the issue's memory bound is
+  for 10 M rows), its peak RSS and the DAL's anonymous memory. The DAL's RSS alone counts
+  every page of the LMDB file it mapped (page cache the kernel can drop), so it grows with
+  the store; its anonymous memory is what the process holds.
 
     .venv/bin/python -m bench.load [--rows 2000000] [--repeat 3] [--quick] [--no-spark]
+                                   [--rss-rows 10000000]
 """
 
 from __future__ import annotations
@@ -22,9 +27,23 @@ from bench.common import REPO, encoded_batches, raw_write, run_cli
 SPEC = REPO / "templates" / "move_data_to_kv_dal.yaml"
 
 
-def _run_cli(args: list[str], home: Path) -> tuple[dict[str, object], float, tuple[int, int]]:
+def _run_cli(args: list[str], home: Path) -> tuple[dict[str, object], float, tuple[int, int, int]]:
     run = run_cli(args, home)
-    return run.output, run.seconds, (run.rss_kib, run.child_rss_kib)
+    return run.output, run.seconds, (run.rss_kib, run.child_rss_kib, run.child_anon_kib)
+
+
+def _rss_run(rows: int) -> str:
+    """One local run on a fresh ``rows``-row sample table: its rate and peak memory."""
+    from bulldozer.warehouse.sample import create_sample_warehouse
+
+    home = Path(tempfile.mkdtemp(prefix="bulldozer-bench-rss-"))
+    print(f"building the sample table for the memory run ({rows:,} rows) ...", flush=True)
+    create_sample_warehouse(home, rows=rows)
+    _record, seconds, (runner, dal, dal_anon) = _run_cli(["run", str(SPEC), "--json", "-q"], home)
+    return (
+        f"{rows:,} rows: {rows / seconds:,.0f} rows/s end to end; peak RSS runner {runner / 1024:,.0f} MiB, "
+        f"DAL {dal / 1024:,.0f} MiB of which anonymous {dal_anon / 1024:,.0f} MiB"
+    )
 
 
 def raw_engine_rate(home: Path, rows: int) -> float:
@@ -39,6 +58,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeat", type=int, default=3, help="rounds of (local run, raw write); medians reported")
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark engine")
+    parser.add_argument("--rss-rows", type=int, default=0, help="also one memory run on a table this big (0: none)")
     args = parser.parse_args()
     rows = 20_000 if args.quick else args.rows
     home = Path(tempfile.mkdtemp(prefix="bulldozer-bench-load-"))
@@ -72,6 +92,8 @@ def main() -> None:
     except ImportError as exc:
         spark = f"n/a ({exc})"
 
+    memory = _rss_run(args.rss_rows) if args.rss_rows else ""
+
     print(f"\nLoad, sample table ({rows:,} rows, nested), medians of {repeat} round(s)\n")
     print("| measure | value |")
     print("|---|---:|")
@@ -83,6 +105,9 @@ def main() -> None:
     print(f"| stage timings of the last round, s | {json.dumps(record['timings'])} |")
     print(f"| peak RSS of the runner (local engine), MiB | {rss[0] / 1024:,.0f} |")
     print(f"| peak RSS of the DAL process (LMDB's mapped pages count here), MiB | {rss[1] / 1024:,.0f} |")
+    print(f"| peak anonymous (private) memory of the DAL process, MiB | {rss[2] / 1024:,.0f} |")
+    if args.rss_rows:
+        print(f"| memory run | {memory} |")
     print(f"| Spark engine rows/s | {spark} |")
 
 

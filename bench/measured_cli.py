@@ -1,6 +1,10 @@
-"""Run ``bulldozer ARGS`` in this process and print, at exit, a line ``RSS <self> <child>``:
-the peak resident set (VmHWM, KiB) of this process and of its largest descendant (the
-embedded DAL, or Spark's JVM), polled from /proc while it runs.
+"""Run ``bulldozer ARGS`` in this process and print, at exit, a line
+``RSS <self> <child> <child anonymous>``: the peak resident set (VmHWM, KiB) of this
+process and of its largest descendant (the embedded DAL, or Spark's JVM), polled from
+/proc while it runs, and the largest anonymous (private) resident memory seen in a
+descendant. The last one matters for the DAL: LMDB maps its data file, so every page of
+the store the DAL touched counts in its RSS as file-backed page cache, which the kernel
+can drop; its anonymous memory is what the process itself holds.
 
 VmHWM, not ``getrusage``'s ``ru_maxrss``: on Linux the latter keeps the high-water mark of
 the process that forked the child, so a benchmark holding gigabytes would be charged to
@@ -15,14 +19,19 @@ import threading
 from pathlib import Path
 
 
-def vm_hwm_kib(pid: int | str) -> int:
+def status_kib(pid: int | str, field: str) -> int:
+    """A ``/proc/PID/status`` memory field (``VmHWM``, ``RssAnon``…) in KiB, 0 if gone."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1])
     except OSError:
         pass
     return 0
+
+
+def vm_hwm_kib(pid: int | str) -> int:
+    return status_kib(pid, "VmHWM")
 
 
 def descendants(root: int) -> list[int]:
@@ -45,14 +54,15 @@ def descendants(root: int) -> list[int]:
 
 def main() -> None:
     me = os.getpid()
-    peak_child = 0
+    peak_child = peak_child_anon = 0
     done = threading.Event()
 
     def poll() -> None:
-        nonlocal peak_child
+        nonlocal peak_child, peak_child_anon
         while True:
             for pid in descendants(me):
                 peak_child = max(peak_child, vm_hwm_kib(pid))
+                peak_child_anon = max(peak_child_anon, status_kib(pid, "RssAnon"))
             if done.wait(0.25):
                 return
 
@@ -64,7 +74,7 @@ def main() -> None:
     finally:
         done.set()
         watcher.join(timeout=5)
-        sys.stderr.write(f"\nRSS {vm_hwm_kib('self')} {peak_child}\n")
+        sys.stderr.write(f"\nRSS {vm_hwm_kib('self')} {peak_child} {peak_child_anon}\n")
 
 
 if __name__ == "__main__":
