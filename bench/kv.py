@@ -2,7 +2,9 @@
 
 * write records/s through the DAL (client → gRPC on loopback → engine) vs the same
   records written straight into the engine;
-* batch get of 100 keys: throughput and p50 / p99 latency through the DAL vs direct;
+* batch get of 100 keys: throughput and p50 / p99 latency through the DAL vs direct, and
+  the rate of an empty gRPC call (a health check) on the same server: the per-call cost
+  of the gRPC stack alone, which bounds any call's rate;
 * alias flip latency for a small and a large namespace;
 * with ``--engines redis,cassandra``: one row per distributed engine, write records/s
   through a DAL in front of it vs the same records written directly with the engine's
@@ -147,6 +149,7 @@ def measure_embedded(
 
     direct_lat = latencies(lambda ks: engine.get_many(sealed.name, ks))
     dal_lat = latencies(lambda ks: client.batch_get(ks, alias="dal"))
+    floor_lat = latencies(lambda ks: empty_call(endpoint))
 
     # flip latency: small vs large namespace
     def flip_latency(size: int) -> float:
@@ -176,11 +179,32 @@ def measure_embedded(
     print(f"| batch get (100 keys) /s | {get_dal:,.0f} | {get_direct:,.0f} | {get_dal / get_direct:.2f} | ≥ 0.5 |")
     print(f"| batch get p50 ms | {q(dal_lat, 50):.2f} | {q(direct_lat, 50):.2f} | | |")
     print(f"| batch get p99 ms | {q(dal_lat, 99):.2f} | {q(direct_lat, 99):.2f} | | < 5 ms |")
+    print(
+        f"| an empty gRPC call (health check) /s, the floor of any call here | {gets / sum(floor_lat):,.0f} | | "
+        f"{(gets / sum(floor_lat)) / get_direct:.2f} | |"
+    )
+    print(f"| empty gRPC call p50 ms | {q(floor_lat, 50):.2f} | | | |")
     print(f"| alias flip ms, 1,000-record version | {flip_small * 1000:.2f} | | | |")
     print(
         f"| alias flip ms, {min(big, n):,}-record version | {flip_big * 1000:.2f} | | {flip_big / flip_small:.2f} (big / small) | independent of size |"
     )
     client.close()
+
+
+_health: dict[str, Any] = {}
+
+
+def empty_call(endpoint: str) -> None:
+    """One gRPC health check on ``endpoint``: the cost of a call that does no work, on the
+    same gRPC stack (a channel of its own, opened once)."""
+    if endpoint not in _health:
+        import grpc
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        stub = health_pb2_grpc.HealthStub(grpc.insecure_channel(endpoint))
+        _health[endpoint] = (stub, health_pb2.HealthCheckRequest())
+    stub, request = _health[endpoint]
+    stub.Check(request, timeout=10)
 
 
 def bench_engine(kind: str, n: int, repeat: int) -> tuple[float, float, str]:
