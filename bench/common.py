@@ -3,8 +3,10 @@ records a job would write, pre-encoded, for the raw-engine baselines."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,6 +25,14 @@ class CliRun:
     rss_kib: int  # peak RSS (VmHWM) of the command's process
     child_rss_kib: int  # peak RSS of its largest descendant (the embedded DAL, or Spark's JVM)
     child_anon_kib: int = 0  # peak anonymous (private) resident memory of a descendant
+
+
+def scratch_dir(prefix: str) -> Path:
+    """A fresh temporary folder, removed when the benchmark exits (stores of several GiB
+    each: left behind, a few benchmark runs fill the disk)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def run_cli(args: list[str], home: Path, env: dict[str, str] | None = None) -> CliRun:
@@ -74,7 +84,8 @@ def raw_write(kind: str, port: int, batches: list[list[tuple[bytes, bytes]]], ta
         from bulldozer.kv import create_engine
         from bulldozer.kv.backends.base import NamespaceRecord
 
-        engine = create_engine({"type": "embedded", "path": tempfile.mkdtemp(prefix="raw-"), "map_size": 64 * 1024**3})
+        folder = tempfile.mkdtemp(prefix="bulldozer-bench-raw-")
+        engine = create_engine({"type": "embedded", "path": folder, "map_size": 64 * 1024**3})
         name = "raw__v20000101000000_000000"
         engine.create_namespace(NamespaceRecord(name=name, alias="raw"))
         started = time.perf_counter()
@@ -83,6 +94,7 @@ def raw_write(kind: str, port: int, batches: list[list[tuple[bytes, bytes]]], ta
         engine.env.sync(True)  # type: ignore[attr-defined]
         seconds = time.perf_counter() - started
         engine.close()
+        shutil.rmtree(folder, ignore_errors=True)
         return seconds
     from bench.kv import _direct_writer
 

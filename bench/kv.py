@@ -21,10 +21,8 @@ Keys are 16 bytes, values 100 bytes. Prints a markdown table of medians.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +30,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from bench.common import scratch_dir
 from bench.services import dal_server, engine_server, fresh_store_name, serve_args
 from bulldozer.kv import KvClient, create_engine
 from bulldozer.kv.backends.base import NamespaceRecord
@@ -94,8 +93,7 @@ def main() -> None:
     big = 20_000 if args.quick else 1_000_000
 
     keys, values, batches = make_records(n)
-    root = tempfile.mkdtemp(prefix="bulldozer-bench-kv-")
-    store = os.path.join(root, "store")
+    store = str(scratch_dir("bulldozer-bench-kv-") / "store")
     # The DAL runs as its own process (as in production); the direct engine is opened
     # here on the same store, which LMDB allows.
     with dal_server(serve_args("embedded", 0, store)) as dal:

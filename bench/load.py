@@ -19,10 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
 from pathlib import Path
 
-from bench.common import REPO, encoded_batches, raw_write, run_cli
+from bench.common import REPO, encoded_batches, raw_write, run_cli, scratch_dir
 
 SPEC = REPO / "templates" / "move_data_to_kv_dal.yaml"
 
@@ -36,7 +35,7 @@ def _rss_run(rows: int) -> str:
     """One local run on a fresh ``rows``-row sample table: its rate and peak memory."""
     from bulldozer.warehouse.sample import create_sample_warehouse
 
-    home = Path(tempfile.mkdtemp(prefix="bulldozer-bench-rss-"))
+    home = scratch_dir("bulldozer-bench-rss-")
     print(f"building the sample table for the memory run ({rows:,} rows) ...", flush=True)
     create_sample_warehouse(home, rows=rows)
     _record, seconds, (runner, dal, dal_anon) = _run_cli(["run", str(SPEC), "--json", "-q"], home)
@@ -61,7 +60,7 @@ def main() -> None:
     parser.add_argument("--rss-rows", type=int, default=0, help="also one memory run on a table this big (0: none)")
     args = parser.parse_args()
     rows = 20_000 if args.quick else args.rows
-    home = Path(tempfile.mkdtemp(prefix="bulldozer-bench-load-"))
+    home = scratch_dir("bulldozer-bench-load-")
 
     from bulldozer.warehouse.sample import create_sample_warehouse
 

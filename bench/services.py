@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -37,6 +38,7 @@ def engine_server(kind: str) -> Iterator[int]:
         yield port
     finally:
         subprocess.run(["bash", script, "stop", folder], check=False, stdout=subprocess.DEVNULL)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def serve_args(kind: str, port: int, store: str) -> list[str]:
