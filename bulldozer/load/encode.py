@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from bulldozer.buffers import binary_view
 from bulldozer.errors import SourceDataError
 from bulldozer.load.wire import concat_rows, fixed_rows, len_rows, varint_rows
+from bulldozer.protowire import varint
 from bulldozer.schema.model import ProtoField, ProtoFile, ProtoMessage
 
 __all__ = ["EncodedBatch", "RowEncoder"]
@@ -51,20 +52,8 @@ class EncodedBatch:
 # ------------------------------------------------------------------ wire helpers
 
 
-def _varint_bytes(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
 def _tag(number: int, wire: int) -> bytes:
-    return _varint_bytes((number << 3) | wire)
+    return varint((number << 3) | wire)
 
 
 def _lengths(arr: pa.Array) -> np.ndarray[Any, Any]:

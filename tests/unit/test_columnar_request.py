@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bulldozer.kv.columnar import packed_varints, put_batch_request
+from bulldozer.kv.columnar import put_batch_request
 from bulldozer.kv.v1 import kv_pb2
+from bulldozer.protowire import packed_varints, varint
 
 _items = st.lists(st.binary(max_size=300), max_size=40)
 
@@ -48,17 +49,9 @@ def test_packed_varints(values: list[int]) -> None:
     message = kv_pb2.ColumnarRecords(key_lengths=values)
     expected = message.SerializeToString()
     packed = packed_varints(values)
-    assert (b"\x12" + bytes(_varint(len(packed))) + packed if values else b"") == expected
+    assert (b"\x12" + varint(len(packed)) + packed if values else b"") == expected
 
 
 def test_packed_varints_refuses_values_over_uint32() -> None:
     with pytest.raises(ValueError, match="uint32"):
         packed_varints([2**32])
-
-
-def _varint(value: int) -> list[int]:
-    out = []
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    return [*out, value]
