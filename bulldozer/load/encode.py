@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from bulldozer.buffers import binary_view
 from bulldozer.errors import SourceDataError
-from bulldozer.load.wire import concat_rows, fixed_rows, len_rows, varint_rows
+from bulldozer.load.wire import concat_rows, decimal_strings, fixed_rows, len_rows, varint_rows
 from bulldozer.protowire import varint
 from bulldozer.schema.model import ProtoField, ProtoFile, ProtoMessage
 
@@ -189,7 +189,8 @@ def _scalar(kind: str, arr: pa.Array) -> _Scalar:
     # Length-delimited payloads are used as they come (string or binary, 32- or 64-bit
     # offsets): the kernels read them in place, and null rows are never written.
     if kind == "decimal":
-        payload = arr.cast(pa.large_string())
+        fast = decimal_strings(arr)
+        payload = fast if fast is not None else arr.cast(pa.large_string())
     elif kind == "uuid":
         payload = _uuid_bytes(arr)
     elif _is_binary_like(arr.type):

@@ -7,7 +7,8 @@ one pass over the rows in native code:
 * ``varint_rows``: ``tag + varint(v)`` per row (or nothing where not kept);
 * ``fixed_rows``: ``tag + raw bytes`` per row (fixed32 / fixed64 payloads);
 * ``len_rows``: ``tag + varint(len(payload)) + payload`` per row;
-* ``concat_rows``: the row-wise concatenation of several binary arrays.
+* ``concat_rows``: the row-wise concatenation of several binary arrays;
+* ``decimal_strings``: decimal128 values as the strings Arrow's cast writes (``-0.05``).
 
 They take and return plain buffers (offsets + bytes), so Arrow arrays go in and come out
 without a copy. Compiled once and cached on disk (``cache=True``): the first run on a
@@ -25,13 +26,23 @@ from numba import njit
 
 from bulldozer.buffers import EMPTY_BYTES, binary_array, binary_view
 
-__all__ = ["concat_rows", "fixed_rows", "len_rows", "varint_rows", "warm_up", "warm_up_in_background"]
+__all__ = [
+    "concat_rows",
+    "decimal_strings",
+    "fixed_rows",
+    "len_rows",
+    "varint_rows",
+    "warm_up",
+    "warm_up_in_background",
+]
 
 _U0 = np.uint64(0)
 _U1 = np.uint64(1)
 _U7 = np.uint64(7)
 _U127 = np.uint64(0x7F)
 _U128 = np.uint64(0x80)
+_U6 = np.uint64(6)
+_U10 = np.uint64(10)
 
 # Every index in these kernels is unsigned (np.uint64): numba checks signed indices for
 # negative (wrap-around) values on every access, which made the byte loops 6x slower.
@@ -146,6 +157,79 @@ def _append_rows(out: Any, pos: Any, offsets: Any, data: Any, keep: Any) -> None
             pos[i] = _put(out, pos[i], data, offsets[i], offsets[i + 1])
 
 
+@njit(cache=True, nogil=True)
+def _decimals(low: Any, valid: Any, scale: Any) -> Any:
+    """Decimal strings of values that fit an int64 (``low``: the low 64 bits of each
+    decimal128), plain notation only; ``None`` if a valid value would need Arrow's
+    scientific form (fewer than ``scale - 6`` digits, e.g. ``5E-7``)."""
+    n = len(low)
+    offsets = np.empty(n + 1, dtype=np.uint64)
+    offsets[0] = _U0
+    total = _U0
+    for i in range(n):
+        if valid[i]:
+            v = low[i]
+            mag = np.uint64(-v) if v < 0 else np.uint64(v)
+            digits = _U1
+            m = mag
+            while m >= _U10:
+                m //= _U10
+                digits += _U1
+            if digits + _U6 < scale + _U1:
+                return None
+            size = digits if digits > scale else scale + _U1  # at least one integer digit
+            if scale > _U0:
+                size += _U1
+            if v < 0:
+                size += _U1
+            total += size
+        offsets[i + 1] = total
+    out = np.empty(total, dtype=np.uint8)
+    for i in range(n):
+        start = offsets[i]
+        p = offsets[i + 1]
+        if p == start:
+            continue
+        v = low[i]
+        mag = np.uint64(-v) if v < 0 else np.uint64(v)
+        written = _U0
+        while True:  # digits from the right, the point after ``scale`` of them
+            if scale > _U0 and written == scale:
+                p -= _U1
+                out[p] = np.uint8(46)  # "."
+            p -= _U1
+            out[p] = np.uint8(48) + np.uint8(mag % _U10)
+            mag //= _U10
+            written += _U1
+            if mag == _U0 and written > scale:
+                break
+        if v < 0:
+            out[start] = np.uint8(45)  # "-"
+    return offsets, out
+
+
+def decimal_strings(arr: pa.Array) -> pa.Array | None:
+    """A decimal128 array's values as text (a ``large_binary`` array), byte for byte what
+    ``arr.cast(pa.large_string())`` returns for its valid rows (null rows come out empty),
+    in one native pass. ``None`` when the array is outside the fast path (precision over
+    18, a negative scale, or a value Arrow would print in scientific notation), so the
+    caller casts instead. Arrow's cast cost ≈ 0.18 µs a value."""
+    t = arr.type
+    if not pa.types.is_decimal128(t) or t.precision > 18 or t.scale < 0:
+        return None
+    n = len(arr)
+    if n == 0:
+        return None
+    words = np.frombuffer(arr.buffers()[1], dtype=np.int64)[2 * arr.offset : 2 * (arr.offset + n)]
+    low = np.ascontiguousarray(words[0::2])  # |value| < 10**18: the high word is only its sign
+    valid = np.ones(n, dtype=np.bool_) if arr.null_count == 0 else arr.is_valid().to_numpy(zero_copy_only=False)
+    result = _decimals(low, valid, np.uint64(t.scale))
+    if result is None:
+        return None
+    offsets, data = result
+    return _array(n, offsets, data)
+
+
 def _array(n: int, offsets: np.ndarray[Any, Any], data: np.ndarray[Any, Any]) -> pa.Array:
     return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
@@ -219,6 +303,8 @@ def warm_up() -> None:
         len_rows(payload, keep, b"\x12")
     concat_rows([len_rows(blobs, None, b"\x12"), strings, blobs], 2)
     concat_rows([len_rows(blobs, None, b"\x12")], 2, keep=keep)
+    words = np.array([5, 0, -5, -1], dtype=np.int64)  # 0.05 and -0.05 as decimal128 words
+    decimal_strings(pa.Array.from_buffers(pa.decimal128(10, 2), 2, [None, pa.py_buffer(words)]))
     warm_digest()
 
 

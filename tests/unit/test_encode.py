@@ -460,3 +460,38 @@ def test_list_of_timestamptz_keeps_its_time_zone() -> None:
         schema, ["k"], [{"k": 1, "s": {"ts": [datetime(2000, 1, 1, tzinfo=UTC)]}, "naive": [datetime(1999, 1, 1)]}]
     )
     assert out[0]["s"]["ts"][0].tzinfo is not None and out[0]["naive"][0].tzinfo is None
+
+
+@given(
+    st.integers(min_value=0, max_value=18).flatmap(
+        lambda scale: st.tuples(
+            st.just(scale),
+            st.lists(st.one_of(st.none(), st.integers(min_value=-(10**18) + 1, max_value=10**18 - 1)), max_size=60),
+        )
+    )
+)
+def test_decimal_strings_are_what_arrow_casts(case: tuple[int, list[int | None]]) -> None:
+    """The decimal kernel writes exactly Arrow's string for every valid value, or declines
+    (None) when Arrow would use scientific notation; then the encoder casts."""
+    from bulldozer.load.wire import decimal_strings
+
+    scale, units = case
+    arr = pa.array([None if u is None else Decimal(u).scaleb(-scale) for u in units], pa.decimal128(18, scale))
+    expected = arr.cast(pa.large_string()).to_pylist()
+    got = decimal_strings(arr)
+    if got is None:
+        scientific = [s for s in expected if s is not None and "E" in s]
+        assert scientific or not len(arr), "declined without a value that needs scientific notation"
+        return
+    assert [g.decode() if e is not None else None for g, e in zip(got.to_pylist(), expected, strict=True)] == expected
+    assert not any(got.to_pylist()[i] for i, e in enumerate(expected) if e is None)  # null rows are empty
+
+
+def test_decimal_strings_decline_wide_decimals_and_read_slices() -> None:
+    from bulldozer.load.wire import decimal_strings
+
+    wide = pa.array([Decimal("1.5")], pa.decimal128(30, 1))
+    assert decimal_strings(wide) is None
+    arr = pa.array([Decimal("-1.25"), Decimal("3.50"), None, Decimal("0.07")], pa.decimal128(10, 2))
+    got = decimal_strings(arr.slice(1, 3))
+    assert got is not None and got.to_pylist() == [b"3.50", b"", b"0.07"]
