@@ -495,3 +495,15 @@ def test_decimal_strings_decline_wide_decimals_and_read_slices() -> None:
     arr = pa.array([Decimal("-1.25"), Decimal("3.50"), None, Decimal("0.07")], pa.decimal128(10, 2))
     got = decimal_strings(arr.slice(1, 3))
     assert got is not None and got.to_pylist() == [b"3.50", b"", b"0.07"]
+
+
+def test_fixed_size_uuid_bytes_are_viewed_not_copied_and_respect_slices() -> None:
+    from bulldozer.load.encode import _uuid_bytes
+
+    values = [uuid.UUID(int=i * 7919).bytes for i in range(6)]
+    arr = pa.array([*values[:2], None, *values[3:]], pa.binary(16))
+    for part in (arr, arr.slice(1, 3), arr.slice(4)):
+        got = _uuid_bytes(part)
+        assert got.to_pylist() == part.cast(pa.large_binary()).to_pylist()
+        assert got.null_count == part.null_count
+    assert _uuid_bytes(arr).buffers()[2].address == arr.buffers()[1].address  # the same bytes
