@@ -255,8 +255,18 @@ class RowEncoder:
 
     # -- messages ---------------------------------------------------------------
 
-    def encode_message(self, msg: ProtoMessage, data: Any, top_level: bool = False, is_key: bool = False) -> pa.Array:
-        """Payload bytes of ``msg`` per row. ``data`` is a batch (top level) or a StructArray."""
+    def encode_message(
+        self,
+        msg: ProtoMessage,
+        data: Any,
+        top_level: bool = False,
+        is_key: bool = False,
+        keep: np.ndarray[Any, Any] | None = None,
+        prefix: bytes | None = None,
+    ) -> pa.Array:
+        """Payload bytes of ``msg`` per row. ``data`` is a batch (top level) or a StructArray.
+        With ``prefix`` (a field's tag), each row kept comes out as that field, length-delimited
+        (see ``concat_rows``)."""
         n = data.num_rows if top_level else len(data)
         if top_level:
             children = {f.name: _column(data, f.column) for f in msg.fields}
@@ -272,7 +282,7 @@ class RowEncoder:
                     "keys may not be null (filter them out or fill them in the source)"
                 )
             parts.append(self.field_rows(f, arr))
-        return concat_rows(parts, n)
+        return concat_rows(parts, n, keep, prefix)
 
     # -- fields -----------------------------------------------------------------
 
@@ -292,13 +302,14 @@ class RowEncoder:
             keep = valid if (f.optional or f.scalar == "timestamp") else valid & ~s.default
             return _scalar_field_rows(s, keep, f.number)
         assert f.message is not None
-        return len_rows(self.message_payload(f.message, arr), valid, _tag(f.number, _LEN))
+        return self.message_rows(f.message, arr, valid, _tag(f.number, _LEN))
 
-    def message_payload(self, msg: ProtoMessage, arr: pa.Array) -> pa.Array:
-        """Payload of message ``msg`` for each value of ``arr`` (struct or wrapped data)."""
+    def message_rows(self, msg: ProtoMessage, arr: pa.Array, keep: np.ndarray[Any, Any] | None, tag: bytes) -> pa.Array:
+        """Message ``msg`` of each value of ``arr`` (struct or wrapped data) as a
+        length-delimited field with ``tag``, for the rows kept (the others empty)."""
         if msg.wrapper:
-            return self.field_rows(msg.fields[0], arr)
-        return self.encode_message(msg, arr)
+            return len_rows(self.field_rows(msg.fields[0], arr), keep, tag)
+        return self.encode_message(msg, arr, keep=keep, prefix=tag)
 
     def _element_rows(self, f: ProtoField, values: pa.Array, number: int) -> pa.Array:
         """Each element of a non-packed repeated field, encoded as field ``number``."""
@@ -313,7 +324,7 @@ class RowEncoder:
             s = _scalar(f.scalar, values)
             return _scalar_field_rows(s, np.ones(len(values), dtype=bool), number)
         assert f.message is not None
-        return len_rows(self.message_payload(f.message, values), None, _tag(number, _LEN))
+        return self.message_rows(f.message, values, None, _tag(number, _LEN))
 
     def _repeated_rows(self, f: ProtoField, arr: pa.Array) -> pa.Array:
         values, counts = _list_parts(arr)
@@ -334,8 +345,7 @@ class RowEncoder:
         keys, items = entries.flatten()
         key_rows = _scalar_field_rows(_scalar(f.scalar, keys), np.ones(len(keys), dtype=bool), 1)
         value_rows = self._element_rows(f.value, items, 2)
-        entry_payload = concat_rows([key_rows, value_rows], len(keys))
-        rows = group_rows(len_rows(entry_payload, None, _tag(f.number, _LEN)), counts)
+        rows = group_rows(concat_rows([key_rows, value_rows], len(keys), prefix=_tag(f.number, _LEN)), counts)
         return _mask_rows(rows, _valid(arr))
 
 

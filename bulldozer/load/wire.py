@@ -151,6 +151,31 @@ def _row_sizes(offsets: Any, keep: Any, sizes: Any) -> None:
 
 
 @njit(cache=True, nogil=True)
+def _headers(sizes: Any, keep: Any, prefix: Any) -> Any:
+    """Row layout for ``prefix + varint(size) + payload`` of each kept row (the others
+    empty): the output offsets, the output with every header written, and where each
+    row's payload starts."""
+    n = len(sizes)
+    t = np.uint64(len(prefix))
+    offsets = np.empty(n + 1, dtype=np.uint64)
+    offsets[0] = _U0
+    total = _U0
+    for i in range(n):
+        if keep[i]:
+            total += t + _varint_size(sizes[i]) + sizes[i]
+        offsets[i + 1] = total
+    out = np.empty(total, dtype=np.uint8)
+    pos = np.empty(n, dtype=np.uint64)
+    for i in range(n):
+        p = offsets[i]
+        if keep[i]:
+            p = _put(out, p, prefix, _U0, t)
+            p = _put_varint(out, p, sizes[i])
+        pos[i] = p
+    return offsets, out, pos
+
+
+@njit(cache=True, nogil=True)
 def _append_rows(out: Any, pos: Any, offsets: Any, data: Any, keep: Any) -> None:
     for i in range(len(pos)):
         if keep[i]:
@@ -266,19 +291,34 @@ def len_rows(payload: pa.Array, keep: np.ndarray[Any, Any] | None, prefix: bytes
     return _array(n, out_offsets, out)
 
 
-def concat_rows(parts: list[pa.Array], n: int, keep: np.ndarray[Any, Any] | None = None) -> pa.Array:
-    """Row ``i`` of every part, concatenated in order; rows not kept are empty."""
-    if len(parts) == 1 and keep is None and parts[0].type == pa.large_binary() and not parts[0].null_count:
+def concat_rows(
+    parts: list[pa.Array], n: int, keep: np.ndarray[Any, Any] | None = None, prefix: bytes | None = None
+) -> pa.Array:
+    """Row ``i`` of every part, concatenated in order; rows not kept are empty. With
+    ``prefix`` (a field's tag), each kept row is written length-delimited instead,
+    ``prefix + varint(len) + payload``: ``len_rows(concat_rows(parts, n), keep, prefix)``
+    without building and copying the payloads first (a nested message's bytes are written
+    once, straight into its parent field's row)."""
+    if (
+        prefix is None
+        and len(parts) == 1
+        and keep is None
+        and parts[0].type == pa.large_binary()
+        and not parts[0].null_count
+    ):
         return parts[0]
     views = [binary_view(p) for p in parts]
     keep_rows = _keep(n, keep)
     sizes = np.zeros(n, dtype=np.uint64)
     for offsets, _data in views:
         _row_sizes(offsets, keep_rows, sizes)
-    out_offsets = np.zeros(n + 1, dtype=np.uint64)
-    np.cumsum(sizes, out=out_offsets[1:])
-    out = np.empty(int(out_offsets[-1]), dtype=np.uint8)
-    pos = out_offsets[:-1].copy()
+    if prefix is None:
+        out_offsets = np.zeros(n + 1, dtype=np.uint64)
+        np.cumsum(sizes, out=out_offsets[1:])
+        out = np.empty(int(out_offsets[-1]), dtype=np.uint8)
+        pos = out_offsets[:-1].copy()
+    else:
+        out_offsets, out, pos = _headers(sizes, keep_rows, _prefix(prefix))
     for offsets, data in views:
         _append_rows(out, pos, offsets, data, keep_rows)
     return _array(n, out_offsets, out)
@@ -303,6 +343,7 @@ def warm_up() -> None:
         len_rows(payload, keep, b"\x12")
     concat_rows([len_rows(blobs, None, b"\x12"), strings, blobs], 2)
     concat_rows([len_rows(blobs, None, b"\x12")], 2, keep=keep)
+    concat_rows([len_rows(blobs, None, b"\x12"), strings, blobs], 2, keep=keep, prefix=b"\x1a")
     words = np.array([5, 0, -5, -1], dtype=np.int64)  # 0.05 and -0.05 as decimal128 words
     decimal_strings(pa.Array.from_buffers(pa.decimal128(10, 2), 2, [None, pa.py_buffer(words)]))
     warm_digest()
