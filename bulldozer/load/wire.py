@@ -186,7 +186,7 @@ def _append_rows(out: Any, pos: Any, offsets: Any, data: Any, keep: Any) -> None
 def _decimals(low: Any, valid: Any, scale: Any) -> Any:
     """Decimal strings of values that fit an int64 (``low``: the low 64 bits of each
     decimal128), plain notation only; ``None`` if a valid value would need Arrow's
-    scientific form (fewer than ``scale - 6`` digits, e.g. ``5E-7``)."""
+    scientific form (fewer than ``scale - 5`` digits, e.g. ``5E-7`` at scale 7)."""
     n = len(low)
     offsets = np.empty(n + 1, dtype=np.uint64)
     offsets[0] = _U0
