@@ -122,28 +122,6 @@ def _fixed(raw: Any, keep: Any, prefix: Any) -> Any:
 
 
 @njit(cache=True, nogil=True)
-def _length_delimited(offsets: Any, data: Any, keep: Any, prefix: Any) -> Any:
-    n = len(keep)
-    t = np.uint64(len(prefix))
-    out_offsets = np.empty(n + 1, dtype=np.uint64)
-    out_offsets[0] = _U0
-    total = _U0
-    for i in range(n):
-        if keep[i]:
-            size = offsets[i + 1] - offsets[i]
-            total += t + _varint_size(size) + size
-        out_offsets[i + 1] = total
-    out = np.empty(total, dtype=np.uint8)
-    for i in range(n):
-        p = out_offsets[i]
-        if out_offsets[i + 1] > p:
-            p = _put(out, p, prefix, _U0, t)
-            p = _put_varint(out, p, offsets[i + 1] - offsets[i])
-            _put(out, p, data, offsets[i], offsets[i + 1])
-    return out_offsets, out
-
-
-@njit(cache=True, nogil=True)
 def _row_sizes(offsets: Any, keep: Any, sizes: Any) -> None:
     for i in range(len(sizes)):
         if keep[i]:
@@ -285,10 +263,7 @@ def fixed_rows(raw: np.ndarray[Any, Any], keep: np.ndarray[Any, Any] | None, pre
 
 def len_rows(payload: pa.Array, keep: np.ndarray[Any, Any] | None, prefix: bytes) -> pa.Array:
     """``prefix + varint(len) + payload`` for kept rows, empty for the others."""
-    offsets, data = binary_view(payload)
-    n = len(offsets) - 1
-    out_offsets, out = _length_delimited(offsets, data, _keep(n, keep), _prefix(prefix))
-    return _array(n, out_offsets, out)
+    return concat_rows([payload], len(payload), keep, prefix)
 
 
 def concat_rows(
