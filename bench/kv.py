@@ -2,10 +2,13 @@
 
 * write records/s through the DAL (client → gRPC on loopback → engine) vs the same
   records written straight into the engine;
-* batch get of 100 keys: throughput and p50 / p99 latency through the DAL vs direct, and
-  the rate of an empty gRPC call (a health check) on the same server: the per-call cost
-  of the gRPC stack alone, which bounds any call's rate;
+* batch get of 100 keys: throughput and p50 / p99 latency through the DAL vs direct,
+  one call at a time and pipelined (8 in flight, ``KvClient.batch_get_many``), and the
+  rate of an empty gRPC call (a health check) on the Python server: the per-call cost of
+  the gRPC stack alone;
 * alias flip latency for a small and a large namespace;
+* each DAL measure twice, once per data plane: ``native`` (bulldozer-kvd, Go, in front
+  of the DAL) and ``python`` (the DAL alone), two DAL processes over the one store;
 * with ``--engines redis,cassandra``: one row per distributed engine, write records/s
   through a DAL in front of it vs the same records written directly with the engine's
   own Python client in its fastest bulk mode (Redis: pipelined MSET; Cassandra: the
@@ -94,45 +97,53 @@ def main() -> None:
 
     keys, values, batches = make_records(n)
     store = str(scratch_dir("bulldozer-bench-kv-") / "store")
-    # The DAL runs as its own process (as in production); the direct engine is opened
-    # here on the same store, which LMDB allows.
-    with dal_server(serve_args("embedded", 0, store)) as dal:
-        measure_embedded(dal.endpoint, store, keys, values, batches, n, repeat, gets, big)
+    # The DALs run as their own processes (as in production), one per data plane over the
+    # one store; the direct engine is opened here on the same store, which LMDB allows.
+    embedded = serve_args("embedded", 0, store)
+    with (
+        dal_server([*embedded, "--data-plane", "native"]) as native,
+        dal_server([*embedded, "--data-plane", "python"]) as python,
+    ):
+        measure_embedded(
+            {"native": native.endpoint, "python": python.endpoint}, store, keys, values, batches, repeat, gets, big
+        )
+
+
+PLANES = ("native", "python")
 
 
 def measure_embedded(
-    endpoint: str,
+    endpoints: dict[str, str],
     store: str,
     keys: pa.Array,
     values: pa.Array,
     batches: list[list[tuple[bytes, bytes]]],
-    n: int,
     repeat: int,
     gets: int,
     big: int,
 ) -> None:
-    client = KvClient(endpoint, timeout=120)
+    n = len(keys)
+    clients = {plane: KvClient(endpoint, timeout=120) for plane, endpoint in endpoints.items()}
     engine = create_engine({"type": "embedded", "path": store, "map_size": 64 * 1024**3})
 
-    direct_times, dal_times = [], []
-    last_dal_ns = ""
+    direct_times: list[float] = []
+    dal_times: dict[str, list[float]] = {plane: [] for plane in PLANES}
+    last_ns = ""
     for r in range(repeat):
         # direct: the engine's own bulk put, same batches
         name = new_version_name("direct")
         engine.create_namespace(NamespaceRecord(name=name, alias="direct"))
         direct_times.append(timed(lambda name=name: [engine.put(name, b) for b in batches]))
-        # through the DAL
-        name = new_version_name("dal")
-        dal_times.append(timed(lambda name=name: write_through_dal(client, name, keys, values)))
-        last_dal_ns = name
-        print(
-            f"  write round {r + 1}: direct {n / direct_times[-1]:,.0f}/s, DAL {n / dal_times[-1]:,.0f}/s",
-            flush=True,
-        )
+        for plane in PLANES:  # through each DAL
+            name = new_version_name("dal")
+            dal_times[plane].append(timed(lambda name=name, c=clients[plane]: write_through_dal(c, name, keys, values)))
+            last_ns = name if plane == "native" else last_ns
+        rates = ", ".join(f"{plane} DAL {n / dal_times[plane][-1]:,.0f}/s" for plane in PLANES)
+        print(f"  write round {r + 1}: direct {n / direct_times[-1]:,.0f}/s, {rates}", flush=True)
 
     # batch get of 100 random keys from the loaded version
-    sealed = client.seal(last_dal_ns)
-    client.compare_and_set_alias("dal", None, sealed.name)
+    sealed = clients["native"].seal(last_ns)
+    clients["native"].compare_and_set_alias("dal", None, sealed.name)
     rnd = random.Random(5)
     key_list = keys.to_pylist()
     samples = [[key_list[rnd.randrange(n)] for _ in range(100)] for _ in range(gets)]
@@ -145,12 +156,22 @@ def measure_embedded(
             out.append(time.perf_counter() - started)
         return out
 
+    def pipelined(client: KvClient) -> float:
+        found = 0
+        started = time.perf_counter()
+        for _, got in client.batch_get_many(samples, alias="dal", in_flight=8):
+            found += sum(v is not None for v in got)
+        elapsed = time.perf_counter() - started
+        assert found == 100 * gets, "every sampled key is in the version"
+        return gets / elapsed
+
     direct_lat = latencies(lambda ks: engine.get_many(sealed.name, ks))
-    dal_lat = latencies(lambda ks: client.batch_get(ks, alias="dal"))
-    floor_lat = latencies(lambda ks: empty_call(endpoint))
+    dal_lat = {p: latencies(lambda ks, c=clients[p]: c.batch_get(ks, alias="dal")) for p in PLANES}
+    piped = {p: pipelined(clients[p]) for p in PLANES}
+    floor_lat = latencies(lambda ks: empty_call(endpoints["python"]))
 
     # flip latency: small vs large namespace
-    def flip_latency(size: int) -> float:
+    def flip_latency(client: KvClient, size: int) -> float:
         times = []
         for _ in range(max(3, repeat)):
             current = client.get_alias("flip").namespace if _has_alias(client, "flip") else None
@@ -162,31 +183,42 @@ def measure_embedded(
             times.append(timed(lambda name=name, current=current: client.compare_and_set_alias("flip", current, name)))
         return statistics.median(times)
 
-    flip_small = flip_latency(1_000)
-    flip_big = flip_latency(min(big, n))
+    flips = {p: (flip_latency(clients[p], 1_000), flip_latency(clients[p], min(big, n))) for p in PLANES}
 
     direct_rate = n / statistics.median(direct_times)
-    dal_rate = n / statistics.median(dal_times)
     q = lambda xs, p: float(np.percentile(np.array(xs) * 1000, p))  # noqa: E731
     get_direct = gets / sum(direct_lat)
-    get_dal = gets / sum(dal_lat)
-    print(f"\nKV DAL, embedded engine (LMDB), {n:,} records of 16 B keys + 100 B values, median of {repeat}\n")
-    print("| measure | through the DAL | direct engine | DAL / direct | target |")
-    print("|---|---:|---:|---:|---|")
-    print(f"| write records/s | {dal_rate:,.0f} | {direct_rate:,.0f} | {dal_rate / direct_rate:.2f} | ≥ 0.5 |")
-    print(f"| batch get (100 keys) /s | {get_dal:,.0f} | {get_direct:,.0f} | {get_dal / get_direct:.2f} | ≥ 0.5 |")
-    print(f"| batch get p50 ms | {q(dal_lat, 50):.2f} | {q(direct_lat, 50):.2f} | | |")
-    print(f"| batch get p99 ms | {q(dal_lat, 99):.2f} | {q(direct_lat, 99):.2f} | | < 5 ms |")
+    write = {p: n / statistics.median(dal_times[p]) for p in PLANES}
+    get = {p: gets / sum(dal_lat[p]) for p in PLANES}
+    print(f"\nKV DAL, embedded engine (LMDB), {n:,} records of 16 B keys + 100 B values, median of {repeat}")
+    print("DAL columns: the native data plane (bulldozer-kvd in front of the DAL) and the Python one (the DAL alone)\n")
+    print("| measure | DAL, native | DAL, python | direct engine | native / direct | python / direct | target |")
+    print("|---|---:|---:|---:|---:|---:|---|")
+
+    def row(label: str, values: dict[str, float], direct: float | None, fmt: str, target: str = "") -> None:
+        cells = [format(values[p], fmt) for p in PLANES]
+        ratios = [f"{values[p] / direct:.2f}" if direct else "" for p in PLANES]
+        shown = format(direct, fmt) if direct is not None else ""
+        print(f"| {label} | {' | '.join(cells)} | {shown} | {' | '.join(ratios)} | {target} |")
+
+    row("write records/s", write, direct_rate, ",.0f", "≥ 0.5")
+    row("batch get (100 keys) /s, one at a time", get, get_direct, ",.0f", "≥ 0.5")
+    row("batch get (100 keys) /s, 8 in flight", piped, get_direct, ",.0f", "≥ 0.5")
+    row("batch get p50 ms", {p: q(dal_lat[p], 50) for p in PLANES}, None, ".2f")
+    print(f"| (direct batch get p50 / p99 ms) | | | {q(direct_lat, 50):.2f} / {q(direct_lat, 99):.2f} | | | |")
+    row("batch get p99 ms", {p: q(dal_lat[p], 99) for p in PLANES}, None, ".2f", "< 5 ms")
+    floor = gets / sum(floor_lat)
     print(
-        f"| an empty gRPC call (health check) /s, the floor of any call here | {gets / sum(floor_lat):,.0f} | | "
-        f"{(gets / sum(floor_lat)) / get_direct:.2f} | |"
+        f"| an empty gRPC call (health check) /s on the Python server | | {floor:,.0f} | | | "
+        f"{floor / get_direct:.2f} | |"
     )
-    print(f"| empty gRPC call p50 ms | {q(floor_lat, 50):.2f} | | | |")
-    print(f"| alias flip ms, 1,000-record version | {flip_small * 1000:.2f} | | | |")
-    print(
-        f"| alias flip ms, {min(big, n):,}-record version | {flip_big * 1000:.2f} | | {flip_big / flip_small:.2f} (big / small) | independent of size |"
-    )
-    client.close()
+    print(f"| empty gRPC call p50 ms | | {q(floor_lat, 50):.2f} | | | | |")
+    row("alias flip ms, 1,000-record version", {p: flips[p][0] * 1000 for p in PLANES}, None, ".2f")
+    row(f"alias flip ms, {min(big, n):,}-record version", {p: flips[p][1] * 1000 for p in PLANES}, None, ".2f")
+    ratio = " | ".join(f"{flips[p][1] / flips[p][0]:.2f}" for p in PLANES)
+    print(f"| alias flip, big / small | {ratio} | | | | independent of size |")
+    for client in clients.values():
+        client.close()
 
 
 _health: dict[str, Any] = {}

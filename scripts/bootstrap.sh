@@ -33,3 +33,14 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
   .venv/bin/python -m pip install --quiet -e ".[$EXTRAS]"
   echo "$want" > "$stamp"
 fi
+
+# The native data plane (bulldozer-kvd, Go): rebuilt when its sources are newer than it.
+if command -v go >/dev/null 2>&1; then
+  bin=native/bin/bulldozer-kvd
+  if [ ! -x "$bin" ] || [ -n "$(find native/kvd proto scripts/build_native.sh -newer "$bin" -type f \
+      ! -path '*/internal/kvpb/*' -print -quit)" ]; then
+    bash scripts/build_native.sh
+  fi
+else
+  echo "bootstrap: Go not found; the DAL will run with its Python data plane only" >&2
+fi

@@ -12,6 +12,9 @@ ruff check bulldozer tests scripts bench dags
 ruff format --check bulldozer tests scripts bench dags
 echo "== generated code"
 python scripts/gen_kv_proto.py --check
+echo "== go (native/kvd)"
+(cd native/kvd && test -z "$(gofmt -l .)" || { gofmt -l .; echo "gofmt: files above need formatting" >&2; exit 1; })
+(cd native/kvd && go vet ./... && go test ./...)
 echo "== mypy"
 mypy
 echo "== pytest"

@@ -10,6 +10,7 @@ import typer
 
 from bulldozer.cli.common import handle_errors
 from bulldozer.errors import InvalidArgumentError
+from bulldozer.kv.native import DataPlane
 
 
 class EngineName(StrEnum):
@@ -96,6 +97,15 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    data_plane: Annotated[
+        DataPlane,
+        typer.Option(
+            help="Who answers batch puts, gets and batch gets: 'native' = bulldozer-kvd (Go, built by "
+            "scripts/build_native.sh) reading and writing the embedded store itself, in front of this DAL, which "
+            "keeps every other call; 'python' = this DAL alone; 'auto' = native for the embedded engine without "
+            "TLS or auth when the binary is built.",
+        ),
+    ] = DataPlane.auto,
     engine_config: Annotated[
         Path | None,
         typer.Option(
@@ -156,6 +166,7 @@ def serve(
         parent_pid=parent_pid,
         credentials=credentials,
         auth=auth,
+        data_plane=data_plane.value,
     )
     # Exit now: request threads that outlived the grace period must not hold the process
     # (everything is flushed; the store is consistent at every committed transaction).

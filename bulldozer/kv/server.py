@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
+import tempfile
 import threading
 from concurrent import futures
 from pathlib import Path
@@ -26,10 +28,11 @@ from bulldozer.kv.backends import StorageEngine
 from bulldozer.kv.dal import KvDal, Limits
 from bulldozer.kv.interceptors import ErrorInterceptor
 from bulldozer.kv.metrics import Metrics
+from bulldozer.kv.native import NativeFront
 from bulldozer.kv.servicer import AliasesServicer, DataServicer, NamespacesServicer
 from bulldozer.kv.v1 import kv_pb2, kv_pb2_grpc
 
-__all__ = ["SERVICE_NAMES", "RunningServer", "create_server", "serve"]
+__all__ = ["SERVICE_NAMES", "NativeServer", "RunningServer", "create_server", "serve"]
 
 log = logging.getLogger("bulldozer.kv.server")
 SERVICE_NAMES = tuple(s.full_name for s in kv_pb2.DESCRIPTOR.services_by_name.values())
@@ -77,10 +80,16 @@ def create_server(
     interceptors: list[Any] | None = None,
     credentials: grpc.ServerCredentials | None = None,
     auth: AuthConfig | None = None,
+    data_plane: str = "python",
 ) -> tuple[RunningServer, int]:
     """A started KV DAL server on ``address`` (``host:0`` picks a free port); with
     ``credentials`` it speaks TLS, with ``auth`` every call is authenticated and checked
-    against the principals' per-alias permissions."""
+    against the principals' per-alias permissions. ``data_plane`` ``native`` (or ``auto``)
+    puts ``bulldozer-kvd`` in front (see :mod:`bulldozer.kv.native`)."""
+    from bulldozer.kv.native import DataPlane, choose_data_plane
+
+    if choose_data_plane(data_plane, engine, credentials is not None or auth is not None) == DataPlane.native:
+        return _create_native_server(address, engine, limits, metrics, max_workers, interceptors)
     limits = limits or Limits()
     dal = KvDal(engine, limits)
     inner = [AuthInterceptor(Authorizer(auth, lambda name: dal.describe(name).alias))] if auth else []
@@ -111,6 +120,44 @@ def create_server(
     return RunningServer(server, port, health_servicer, engine, dal), port
 
 
+class NativeServer(RunningServer):
+    """``bulldozer-kvd`` on the public address, in front of a DAL on a private Unix socket."""
+
+    def __init__(self, reference: RunningServer, front: NativeFront, private: Path) -> None:
+        super().__init__(reference.server, front.port, reference.health, reference.engine, reference.dal)
+        self.front = front
+        self._private = private
+
+    def stop(self, grace: float = 30.0, close_engine: bool = True) -> None:
+        """The front first (its in-flight calls may still need the DAL), then the DAL."""
+        self.health.enter_graceful_shutdown()
+        self.front.stop(grace)
+        super().stop(grace, close_engine)
+        shutil.rmtree(self._private, ignore_errors=True)
+
+
+def _create_native_server(
+    address: str,
+    engine: StorageEngine,
+    limits: Limits | None,
+    metrics: Metrics | None,
+    max_workers: int,
+    interceptors: list[Any] | None,
+) -> tuple[RunningServer, int]:
+    private = Path(tempfile.mkdtemp(prefix="bulldozer-dal-"))
+    backend = f"unix:{private / 'reference.sock'}"
+    reference, _ = create_server(backend, engine, limits, metrics, max_workers, interceptors)
+    try:
+        front = NativeFront.start(address, backend, engine, reference.dal.limits, private / "kvd.port")
+        front.wait()
+    except BaseException:
+        reference.stop(0, close_engine=False)
+        shutil.rmtree(private, ignore_errors=True)
+        raise
+    log.info("data plane: native (bulldozer-kvd pid %d in front of this DAL)", front.proc.pid)
+    return NativeServer(reference, front, private), front.port
+
+
 def serve(
     address: str,
     engine: StorageEngine,
@@ -134,8 +181,26 @@ def serve(
     if metrics_port is not None:
         bound = metrics.serve(metrics_port)
         log.info("metrics on http://127.0.0.1:%d/metrics", bound)
-    log.info("KV DAL serving %s engine on %s", engine.name, address if address.startswith("unix:") else f"port {port}")
+    log.info(
+        "KV DAL serving %s engine on %s (data plane: %s)",
+        engine.name,
+        address if address.startswith("unix:") else f"port {port}",
+        "native" if isinstance(running, NativeServer) else "python",
+    )
     stopping = threading.Event()
+    front_failed = threading.Event()
+
+    if isinstance(running, NativeServer):
+        front = running.front
+
+        def watch_front() -> None:
+            code = front.proc.wait()
+            if not stopping.is_set():
+                log.error("bulldozer-kvd exited (code %s): stopping the DAL", code)
+                front_failed.set()
+                stopping.set()
+
+        threading.Thread(target=watch_front, name="kvd-watch", daemon=True).start()
 
     if parent_pid is not None:
 
@@ -159,4 +224,4 @@ def serve(
     # process exit (the caller exits right away).
     running.stop(grace, close_engine=False)
     log.info("KV DAL stopped")
-    return 0
+    return 1 if front_failed.is_set() else 0

@@ -60,6 +60,7 @@ ENGINE_FACTORIES: dict[str, Callable[[Path], StorageEngine]] = {
 CASES = [
     ("memory", "grpc"),
     ("embedded", "grpc"),
+    ("embedded", "native"),  # bulldozer-kvd in front of the DAL (bulldozer.kv.native)
     ("memory", "in-process"),
     ("redis", "grpc"),
     ("redis-cluster", "grpc"),
@@ -74,8 +75,9 @@ class Harness:
     def __init__(self, engine_name: str, transport: str, tmp: Path) -> None:
         self.engine_name = engine_name
         self.engine = ENGINE_FACTORIES[engine_name](tmp)
-        if transport == "grpc":
-            self.server, self.port = create_server("127.0.0.1:0", self.engine, limits=TEST_LIMITS)
+        if transport in ("grpc", "native"):
+            plane = "native" if transport == "native" else "python"
+            self.server, self.port = create_server("127.0.0.1:0", self.engine, limits=TEST_LIMITS, data_plane=plane)
             self.client = KvClient(f"127.0.0.1:{self.port}", timeout=30, principal="tester")
             self.client.wait_ready()
         else:

@@ -245,6 +245,18 @@ def test_get_batch_get_and_scan(kv: Harness) -> None:
     assert len(list(kv.client.scan(namespace=name, limit=10))) == 10
 
 
+def test_pipelined_batch_gets_answer_in_order(kv: Harness) -> None:
+    alias = kv.alias()
+    name = kv.loaded(alias, pairs(300))
+    kv.client.compare_and_set_alias(alias, None, name)
+    lists = [[b"k%06d" % i, b"k%06d" % (299 - i), b"absent"] for i in range(0, 300, 7)]
+    results = list(kv.client.batch_get_many(lists, alias=alias, in_flight=4))
+    assert [served for served, _ in results] == [name] * len(lists)
+    assert [values for _, values in results] == [[b"v%d" % i, b"v%d" % (299 - i), None] for i in range(0, 300, 7)]
+    with pytest.raises(AliasNotFoundError):
+        list(kv.client.batch_get_many([[b"k000001"]], alias=kv.alias()))
+
+
 def test_scan_is_resumable_with_a_page_token(kv: Harness) -> None:
     alias = kv.alias()
     name = kv.loaded(alias, pairs(1000))

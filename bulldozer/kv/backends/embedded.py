@@ -69,6 +69,7 @@ class EmbeddedEngine(StorageEngine):
     max_key_bytes = 511  # LMDB's compiled-in limit
 
     def __init__(self, config: EmbeddedConfig) -> None:
+        self.config = config
         self.path = Path(config.path)
         try:
             self.path.mkdir(parents=True, exist_ok=True)

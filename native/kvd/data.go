@@ -1,0 +1,321 @@
+package main
+
+// The KvData service, served from the store directly on the fast path. A request takes
+// the fast path only when it is well formed and within the limits, and its namespace is in
+// the state the call needs; every other request (a bad name, an empty key, a batch over a
+// limit, a sealed or unknown namespace, a full store...) is forwarded unchanged to the
+// reference DAL, which applies the same rule to the same store and answers with the
+// canonical error. A forwarded write is safe: the fast path's transaction, if it ran, was
+// aborted and wrote nothing.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"regexp"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"bulldozer/kvd/internal/kvpb"
+	"bulldozer/kvd/lmdb"
+)
+
+// The patterns of bulldozer/names.py.
+var (
+	aliasRE     = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
+	namespaceRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,127}$`)
+)
+
+// Limits are the reference DAL's request limits (bulldozer.kv.dal.Limits, after the
+// engine lowered the key limit).
+type Limits struct {
+	MaxKeyBytes, MaxValueBytes, MaxBatchRecords, MaxBatchGetKeys int
+}
+
+type meta struct{ namespaces, aliases, states, digests lmdb.DBI }
+
+type dataServer struct {
+	kvpb.UnimplementedKvDataServer
+	env     *lmdb.Env
+	meta    meta
+	limits  Limits
+	backend kvpb.KvDataClient
+	stats   *stats
+}
+
+func openMeta(env *lmdb.Env) (meta, error) {
+	var m meta
+	var err error
+	for _, x := range []struct {
+		dbi  *lmdb.DBI
+		name string
+	}{{&m.namespaces, "meta.namespaces"}, {&m.aliases, "meta.aliases"}, {&m.states, "meta.states"}, {&m.digests, "meta.digests"}} {
+		if *x.dbi, err = env.DBI(x.name); err != nil {
+			return m, errors.New("the store has no " + x.name + " database (is it a Bulldozer embedded store?): " + err.Error())
+		}
+	}
+	return m, nil
+}
+
+// forwarded is the context of a call to the reference DAL on behalf of ctx's caller: the
+// caller's metadata and deadline go along.
+func forwarded(ctx context.Context) context.Context {
+	in, _ := metadata.FromIncomingContext(ctx)
+	out := metadata.MD{}
+	for k, v := range in {
+		if strings.HasPrefix(k, ":") || strings.HasPrefix(k, "grpc-") || k == "content-type" || k == "user-agent" || k == "te" {
+			continue
+		}
+		out[k] = v
+	}
+	return metadata.NewOutgoingContext(ctx, out)
+}
+
+// -- writes ---------------------------------------------------------------------------------
+
+// putNative stores a well-formed columnar batch; ok is false when the reference DAL must
+// handle it.
+func (s *dataServer) putNative(req *kvpb.PutBatchRequest) (resp *kvpb.PutBatchResponse, ok bool) {
+	c := req.GetColumnar()
+	name := req.GetNamespace()
+	if records := req.GetRecords(); len(records) > 0 {
+		if c != nil {
+			return nil, false
+		}
+		c = columnar(records)
+	}
+	if c == nil || !namespaceRE.MatchString(name) {
+		return nil, false
+	}
+	n := len(c.KeyLengths)
+	if n == 0 || n != len(c.ValueLengths) || n > s.limits.MaxBatchRecords {
+		return nil, false
+	}
+	var d lmdb.Digest
+	keys, values := c.Keys, c.Values
+	var kp, vp uint64
+	for i := 0; i < n; i++ {
+		kl, vl := uint64(c.KeyLengths[i]), uint64(c.ValueLengths[i])
+		if kl == 0 || kl > uint64(s.limits.MaxKeyBytes) || vl > uint64(s.limits.MaxValueBytes) ||
+			kp+kl > uint64(len(keys)) || vp+vl > uint64(len(values)) {
+			return nil, false
+		}
+		d.Sum += pairHash(keys[kp:kp+kl], values[vp:vp+vl])
+		kp, vp = kp+kl, vp+vl
+	}
+	if kp != uint64(len(keys)) || vp != uint64(len(values)) {
+		return nil, false
+	}
+	d.Count, d.Bytes = uint64(n), kp+vp
+	dbi, err := s.env.DBI("ns." + name)
+	if err != nil {
+		return nil, false
+	}
+	b := lmdb.Batch{Keys: keys, Values: values, KeyLengths: c.KeyLengths, ValueLengths: c.ValueLengths}
+	loading, err := s.env.PutBatch(dbi, s.meta.states, s.meta.digests, name, b, d)
+	if err != nil {
+		slog.Warn("put: forwarded to the reference DAL", "namespace", name, "error", err.Error())
+		return nil, false
+	}
+	if !loading {
+		return nil, false
+	}
+	s.stats.written(name, d.Count, d.Bytes)
+	return &kvpb.PutBatchResponse{Records: d.Count, Bytes: d.Bytes}, true
+}
+
+// columnar lays records out as a columnar batch.
+func columnar(records []*kvpb.KeyValue) *kvpb.ColumnarRecords {
+	c := &kvpb.ColumnarRecords{KeyLengths: make([]uint32, len(records)), ValueLengths: make([]uint32, len(records))}
+	size := [2]int{}
+	for _, r := range records {
+		size[0] += len(r.Key)
+		size[1] += len(r.Value)
+	}
+	c.Keys, c.Values = make([]byte, 0, size[0]), make([]byte, 0, size[1])
+	for i, r := range records {
+		c.Keys = append(c.Keys, r.Key...)
+		c.Values = append(c.Values, r.Value...)
+		c.KeyLengths[i], c.ValueLengths[i] = uint32(len(r.Key)), uint32(len(r.Value))
+	}
+	return c
+}
+
+func (s *dataServer) put(ctx context.Context, req *kvpb.PutBatchRequest, setTrailer func(metadata.MD)) (*kvpb.PutBatchResponse, error) {
+	if resp, ok := s.putNative(req); ok {
+		s.stats.served("PutBatch", true)
+		return resp, nil
+	}
+	s.stats.served("PutBatch", false)
+	var trailer metadata.MD
+	resp, err := s.backend.PutBatch(forwarded(ctx), req, grpc.Trailer(&trailer))
+	if err != nil {
+		setTrailer(trailer)
+	}
+	return resp, err
+}
+
+func (s *dataServer) PutBatch(ctx context.Context, req *kvpb.PutBatchRequest) (*kvpb.PutBatchResponse, error) {
+	return s.put(ctx, req, func(md metadata.MD) { _ = grpc.SetTrailer(ctx, md) })
+}
+
+func (s *dataServer) PutStream(stream kvpb.KvData_PutStreamServer) error {
+	total := &kvpb.PutStreamResponse{}
+	ctx := stream.Context()
+	for {
+		req, err := stream.Recv()
+		if err == io.EOF {
+			return stream.SendAndClose(total)
+		}
+		if err != nil {
+			return err // the client went away: what was stored stays, nothing is sealed
+		}
+		resp, err := s.put(ctx, req, stream.SetTrailer)
+		if err != nil {
+			return err
+		}
+		total.Batches++
+		total.Records += resp.GetRecords()
+		total.Bytes += resp.GetBytes()
+	}
+}
+
+// -- reads ----------------------------------------------------------------------------------
+
+var readable = map[string]bool{"SEALED": true, "ACTIVE": true, "RETIRED": true}
+
+// resolve is the namespace a read addresses (bulldozer.kv.dal.KvDal.resolve); ok is false
+// when the reference DAL must answer (an error).
+func (s *dataServer) resolve(txn *lmdb.Txn, target *kvpb.Target) (string, bool) {
+	if ns := target.GetNamespace(); ns != "" {
+		return ns, namespaceRE.MatchString(ns)
+	}
+	alias, pinned, isPinned := strings.Cut(target.GetAlias(), "@")
+	if !aliasRE.MatchString(alias) {
+		return "", false
+	}
+	if isPinned {
+		if !namespaceRE.MatchString(pinned) {
+			return "", false
+		}
+		raw, found, err := txn.Get(s.meta.namespaces, []byte(pinned))
+		var record struct{ Alias string }
+		if err != nil || !found || json.Unmarshal(raw, &record) != nil || record.Alias != alias {
+			return "", false
+		}
+		return pinned, true
+	}
+	raw, found, err := txn.Get(s.meta.aliases, []byte(alias))
+	var record struct{ Namespace string }
+	if err != nil || !found || json.Unmarshal(raw, &record) != nil || record.Namespace == "" {
+		return "", false
+	}
+	return record.Namespace, true
+}
+
+// getNative reads keys from the version target addresses; ok is false when the reference
+// DAL must handle the request. Like the reference DAL, it resolves the alias in one read
+// transaction and reads in another (which checks the version is still readable): a
+// request sees one version, whatever flips in between.
+func (s *dataServer) getNative(target *kvpb.Target, keys [][]byte) (name string, values [][]byte, ok bool) {
+	if target == nil || len(keys) > s.limits.MaxBatchGetKeys {
+		return "", nil, false
+	}
+	size := 0
+	for _, k := range keys {
+		if len(k) == 0 || len(k) > s.limits.MaxKeyBytes {
+			return "", nil, false
+		}
+		size += len(k)
+	}
+	txn, err := s.env.BeginRead()
+	if err != nil {
+		return "", nil, false
+	}
+	name, ok = s.resolve(txn, target)
+	txn.Abort()
+	if !ok {
+		return "", nil, false
+	}
+	dbi, err := s.env.DBI("ns." + name) // before the transaction that uses the handle
+	if err != nil {
+		return "", nil, false
+	}
+	if txn, err = s.env.BeginRead(); err != nil {
+		return "", nil, false
+	}
+	defer txn.Abort()
+	state, found, err := txn.Get(s.meta.states, []byte(name))
+	if err != nil || !found || !readable[string(state)] {
+		return "", nil, false
+	}
+	blob := make([]byte, 0, size)
+	lengths := make([]uint32, len(keys))
+	for i, k := range keys {
+		blob = append(blob, k...)
+		lengths[i] = uint32(len(k))
+	}
+	if values, err = txn.GetMany(dbi, blob, lengths); err != nil {
+		return "", nil, false
+	}
+	return name, values, true
+}
+
+func (s *dataServer) Get(ctx context.Context, req *kvpb.GetRequest) (*kvpb.GetResponse, error) {
+	if name, values, ok := s.getNative(req.GetTarget(), [][]byte{req.GetKey()}); ok {
+		s.stats.served("Get", true)
+		return &kvpb.GetResponse{Found: values[0] != nil, Value: values[0], Namespace: name}, nil
+	}
+	s.stats.served("Get", false)
+	var trailer metadata.MD
+	resp, err := s.backend.Get(forwarded(ctx), req, grpc.Trailer(&trailer))
+	if err != nil {
+		_ = grpc.SetTrailer(ctx, trailer)
+	}
+	return resp, err
+}
+
+func (s *dataServer) BatchGet(ctx context.Context, req *kvpb.BatchGetRequest) (*kvpb.BatchGetResponse, error) {
+	if name, values, ok := s.getNative(req.GetTarget(), req.GetKeys()); ok {
+		s.stats.served("BatchGet", true)
+		items := make([]*kvpb.BatchGetResponse_Item, len(values))
+		for i, v := range values {
+			items[i] = &kvpb.BatchGetResponse_Item{Found: v != nil, Value: v}
+		}
+		return &kvpb.BatchGetResponse{Namespace: name, Items: items}, nil
+	}
+	s.stats.served("BatchGet", false)
+	var trailer metadata.MD
+	resp, err := s.backend.BatchGet(forwarded(ctx), req, grpc.Trailer(&trailer))
+	if err != nil {
+		_ = grpc.SetTrailer(ctx, trailer)
+	}
+	return resp, err
+}
+
+// Scan is served by the reference DAL (its pages are large; the call overhead this process
+// saves matters for point reads, not for scans).
+func (s *dataServer) Scan(req *kvpb.ScanRequest, stream kvpb.KvData_ScanServer) error {
+	s.stats.served("Scan", false)
+	upstream, err := s.backend.Scan(forwarded(stream.Context()), req)
+	if err != nil {
+		return err
+	}
+	for {
+		resp, err := upstream.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			stream.SetTrailer(upstream.Trailer())
+			return err
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}

@@ -1,0 +1,152 @@
+// bulldozer-kvd is the native data plane of the KV DAL (bulldozer serve --data-plane native).
+//
+// It listens where the DAL was asked to listen and serves batch puts, gets and batch gets
+// straight from the embedded (LMDB) store; every other call, and every request that is not
+// on the fast path, goes to the reference DAL (the Python server over the same store,
+// listening on a private socket), so the lifecycle rules and error answers stay in one
+// place. See data.go and proxy.go. It is started and stopped by `bulldozer serve`.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"bulldozer/kvd/internal/kvpb"
+	"bulldozer/kvd/lmdb"
+)
+
+func main() {
+	listen := flag.String("listen", "127.0.0.1:7110", "where to listen: HOST:PORT or unix:PATH")
+	backend := flag.String("backend", "", "the reference DAL's address (unix:PATH or HOST:PORT)")
+	store := flag.String("store", "", "directory of the embedded store")
+	mapSize := flag.Int64("map-size", 64<<30, "LMDB map size (as the reference DAL opened the store)")
+	maxDBs := flag.Int("max-dbs", 8192+5, "LMDB named databases this process may open")
+	writeMap := flag.Bool("writemap", false, "open the store with MDB_WRITEMAP (as the reference DAL did)")
+	maxKey := flag.Int("max-key-bytes", 511, "largest key")
+	maxValue := flag.Int("max-value-bytes", 32<<20, "largest value")
+	maxBatch := flag.Int("max-batch-records", 100_000, "most records in one put batch")
+	maxGet := flag.Int("max-batch-get-keys", 10_000, "most keys in one batch get")
+	maxMsg := flag.Int("max-message-bytes", 64<<20, "largest request or response")
+	readyFile := flag.String("ready-file", "", "write the bound port here once listening")
+	grace := flag.Duration("grace", 30*time.Second, "how long in-flight calls may finish after SIGTERM")
+	parent := flag.Int("parent-pid", 0, "stop when this process is no longer the parent")
+	version := flag.Bool("version", false, "print the version and exit")
+	flag.Parse()
+	slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "bulldozer-kvd"))
+	if *version {
+		fmt.Printf("bulldozer-kvd (LMDB %s)\n", lmdb.Version())
+		return
+	}
+	if err := run(*listen, *backend, *store, lmdb.Options{MapSize: *mapSize, MaxDBs: *maxDBs, MaxReaders: 512, WriteMap: *writeMap},
+		Limits{MaxKeyBytes: *maxKey, MaxValueBytes: *maxValue, MaxBatchRecords: *maxBatch, MaxBatchGetKeys: *maxGet},
+		*maxMsg, *readyFile, *grace, *parent); err != nil {
+		slog.Error("stopped", "error", err.Error())
+		fmt.Fprintln(os.Stderr, "bulldozer-kvd:", err)
+		os.Exit(1)
+	}
+}
+
+func run(listen, backend, store string, opts lmdb.Options, limits Limits, maxMsg int, readyFile string, grace time.Duration, parent int) error {
+	if backend == "" || store == "" {
+		return fmt.Errorf("--backend and --store are required")
+	}
+	env, err := lmdb.Open(store, opts)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	m, err := openMeta(env)
+	if err != nil {
+		return err
+	}
+	conn, err := grpc.NewClient(backend,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg)))
+	if err != nil {
+		return fmt.Errorf("reference DAL at %s: %w", backend, err)
+	}
+	defer conn.Close()
+
+	network, address := "tcp", listen
+	if path, ok := strings.CutPrefix(listen, "unix:"); ok {
+		network, address = "unix", path
+		_ = os.Remove(path)
+	}
+	lis, err := net.Listen(network, address)
+	if err != nil {
+		return fmt.Errorf("cannot listen on %s: %w", listen, err)
+	}
+	st := newStats()
+	r := &relay{conn: conn}
+	server := grpc.NewServer(
+		grpc.ForceServerCodec(codec{}),
+		grpc.UnknownServiceHandler(r.handle),
+		grpc.MaxRecvMsgSize(maxMsg),
+		grpc.MaxSendMsgSize(maxMsg),
+	)
+	kvpb.RegisterKvDataServer(server, &dataServer{env: env, meta: m, limits: limits, backend: kvpb.NewKvDataClient(conn), stats: st})
+
+	port := 0
+	if tcp, ok := lis.Addr().(*net.TCPAddr); ok {
+		port = tcp.Port
+	}
+	if readyFile != "" {
+		tmp := readyFile + ".tmp"
+		if err := os.WriteFile(tmp, []byte(strconv.Itoa(port)), 0o644); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, filepath.Clean(readyFile)); err != nil {
+			return err
+		}
+	}
+	slog.Info("serving", "listen", listen, "port", port, "backend", backend, "store", store, "lmdb", lmdb.Version())
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if parent > 0 {
+		go func() {
+			for ctx.Err() == nil {
+				if os.Getppid() != parent {
+					slog.Info("parent process is gone: stopping", "parent", parent)
+					stop()
+					return
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+		}()
+	}
+	served := make(chan error, 1)
+	go func() { served <- server.Serve(lis) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	slog.Info("stopping: finishing in-flight calls", "grace", grace.String())
+	done := make(chan struct{})
+	go func() { server.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		server.Stop()
+	}
+	st.log()
+	if err := env.Sync(); err != nil {
+		return err
+	}
+	slog.Info("stopped")
+	return nil
+}

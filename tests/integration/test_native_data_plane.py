@@ -1,0 +1,166 @@
+"""The native data plane (bulldozer-kvd in front of the DAL, bulldozer.kv.native).
+
+The contract suite runs over it as the ``embedded-native`` case (every rule and every error
+answer); these tests check what is particular to it: that it really serves the hot calls
+itself, that its writes and the Python engine's compose into one digest, how the plane is
+chosen, and that `bulldozer serve` stops when the front dies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from bulldozer.errors import InvalidArgumentError, NamespaceStateError
+from bulldozer.kv import KvClient, create_engine
+from bulldozer.kv.digest import digest_pairs
+from bulldozer.kv.native import DataPlane, choose_data_plane, kvd_binary
+from bulldozer.kv.server import NativeServer, create_server
+
+pytestmark = pytest.mark.integration
+
+
+def _embedded(tmp_path: Path):  # type: ignore[no-untyped-def]
+    return create_engine({"type": "embedded", "path": str(tmp_path / "kv"), "map_size": 1024**3})
+
+
+def _pairs(n: int, start: int = 0, value: bytes = b"value-") -> list[tuple[bytes, bytes]]:
+    return [(b"key-%08d" % i, value + b"%d" % i * 3) for i in range(start, start + n)]
+
+
+def _totals(stderr: str) -> dict[str, dict[str, int]]:
+    for line in stderr.splitlines():
+        if '"data plane totals"' in line:
+            record: dict[str, dict[str, int]] = json.loads(line)
+            return record
+    raise AssertionError(f"bulldozer-kvd logged no totals; its output:\n{stderr[-3000:]}")
+
+
+def test_the_front_serves_puts_and_reads_itself(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    server, port = create_server("127.0.0.1:0", _embedded(tmp_path), data_plane="native")
+    assert isinstance(server, NativeServer)
+    client = KvClient(f"127.0.0.1:{port}")
+    try:
+        client.wait_ready()
+        client.create_namespace("feat__v1", "feat")
+        records = _pairs(500)
+        client.put("feat__v1", records)  # record form
+        columnar = _pairs(20_000, start=500)
+        with client.writer("feat__v1", batch_records=7_000) as writer:  # columnar form, 3 batches
+            writer.add_arrays(pa.array([k for k, _ in columnar], pa.binary()), pa.array([v for _, v in columnar]))
+        expected = digest_pairs(records + columnar)
+        sealed = client.seal("feat__v1", expected_records=expected.count, expected_digest=expected.value)
+        assert (sealed.record_count, sealed.digest, sealed.bytes) == (expected.count, expected.value, expected.bytes)
+        client.compare_and_set_alias("feat", "", "feat__v1", reason="test")
+        keys = [b"key-00000000", b"key-00020499", b"missing"]
+        want = [records[0][1], columnar[-1][1], None]
+        assert client.batch_get(keys, alias="feat") == ("feat__v1", want)
+        assert client.batch_get(keys, alias="feat@feat__v1") == ("feat__v1", want)
+        assert client.batch_get(keys, namespace="feat__v1") == ("feat__v1", want)
+        assert client.get(b"key-00000007", alias="feat") == records[7][1]
+        assert client.get(b"missing", alias="feat") is None
+        with pytest.raises(NamespaceStateError, match="writes are only accepted while LOADING"):
+            client.put("feat__v1", [(b"k", b"v")])  # off the fast path: the DAL's own answer
+    finally:
+        client.close()
+        server.stop(5)
+    totals = _totals(capfd.readouterr().err)
+    assert totals["served"] == {"PutBatch": 4, "BatchGet": 3, "Get": 2}
+    assert totals["forwarded"] == {"PutBatch": 1}
+    assert totals["records_written"] == {"feat__v1": expected.count}
+
+
+def test_writes_through_either_plane_make_one_digest(tmp_path: Path) -> None:
+    """Batches stored by bulldozer-kvd and by the Python engine over one store, a retried
+    batch and a key written twice with another value: the seal's digest is of what is
+    stored, whoever stored it."""
+    engine = _embedded(tmp_path)
+    native, native_port = create_server("127.0.0.1:0", engine, data_plane="native")
+    python, python_port = create_server("127.0.0.1:0", engine, data_plane="python")
+    fast, slow = KvClient(f"127.0.0.1:{native_port}"), KvClient(f"127.0.0.1:{python_port}")
+    try:
+        fast.wait_ready()
+        slow.wait_ready()
+        fast.create_namespace("mix__v1", "mix")
+        first, second = _pairs(3_000), _pairs(3_000, start=3_000)
+        fast.put("mix__v1", first)
+        slow.put("mix__v1", second)
+        assert fast.describe("mix__v1").record_count == 0  # counted at the seal
+        expected = digest_pairs(first + second)
+        assert slow.seal("mix__v1", expected_records=6_000, expected_digest=expected.value).digest == expected.value
+
+        fast.create_namespace("mix__v2", "mix")
+        fast.put("mix__v2", first)
+        fast.put("mix__v2", first)  # a retried batch: the running digest turns inexact, the seal scans
+        changed = [(first[0][0], b"other")]
+        slow.put("mix__v2", changed)
+        expected = digest_pairs(changed + first[1:])
+        sealed = fast.seal("mix__v2", expected_records=len(first), expected_digest=expected.value)
+        assert sealed.digest == expected.value
+    finally:
+        fast.close()
+        slow.close()
+        native.stop(5, close_engine=False)
+        python.stop(5)
+
+
+def test_choosing_the_data_plane(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    embedded = _embedded(tmp_path)
+    memory = create_engine({"type": "memory"})
+    assert kvd_binary() is not None, "scripts/build_native.sh builds it; bootstrap.sh runs that"
+    assert choose_data_plane("auto", embedded, secured=False) == DataPlane.native
+    assert choose_data_plane("auto", memory, secured=False) == DataPlane.python
+    assert choose_data_plane("auto", embedded, secured=True) == DataPlane.python
+    assert choose_data_plane("python", embedded, secured=False) == DataPlane.python
+    with pytest.raises(InvalidArgumentError, match="embedded engine only, not memory"):
+        choose_data_plane("native", memory, secured=False)
+    with pytest.raises(InvalidArgumentError, match="TLS or authentication"):
+        choose_data_plane("native", embedded, secured=True)
+    monkeypatch.setenv("BULLDOZER_KVD", str(tmp_path / "missing"))
+    assert choose_data_plane("auto", embedded, secured=False) == DataPlane.python
+    with pytest.raises(InvalidArgumentError, match="not built"):
+        choose_data_plane("native", embedded, secured=False)
+    embedded.close()
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def test_serve_stops_when_the_front_dies(tmp_path: Path) -> None:
+    port_file = tmp_path / "port"
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bulldozer.cli.main", "serve", "--path", str(tmp_path / "kv"),
+             "--port", "0", "--port-file", str(port_file), "--data-plane", "native"],
+            stdout=out, stderr=out, env={**os.environ, "BULLDOZER_HOME": str(tmp_path)},
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not port_file.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        with KvClient(f"127.0.0.1:{port_file.read_text()}") as client:
+            client.wait_ready()
+            client.create_namespace("d__v1", "d")
+            client.put("d__v1", _pairs(10))
+        (front,) = _children(proc.pid)
+        os.kill(front, signal.SIGKILL)
+        assert proc.wait(timeout=30) == 1
+        assert "bulldozer-kvd exited" in log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
