@@ -30,7 +30,7 @@ if [[ ! -f $kvd/lmdb/mdb.c || "$(cat "$kvd/lmdb/VERSION" 2>/dev/null)" != "$ver"
 fi
 
 # 2. Go code for the API, from proto/.
-export GOBIN=$cache/bin GOFLAGS=-mod=mod
+export GOBIN=$cache/bin
 [[ -x $GOBIN/protoc-gen-go ]] || go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 [[ -x $GOBIN/protoc-gen-go-grpc ]] || go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 include=$("$py" -c 'import grpc_tools, os; print(os.path.join(os.path.dirname(grpc_tools.__file__), "_proto"))')

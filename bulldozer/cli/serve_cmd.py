@@ -100,6 +100,7 @@ def serve(
     data_plane: Annotated[
         DataPlane,
         typer.Option(
+            envvar="BULLDOZER_DATA_PLANE",
             help="Who answers batch puts, gets and batch gets: 'native' = bulldozer-kvd (Go, built by "
             "scripts/build_native.sh) reading and writing the embedded store itself, in front of this DAL, which "
             "keeps every other call; 'python' = this DAL alone; 'auto' = native for the embedded engine without "
