@@ -23,7 +23,7 @@ class CliRun:
     output: dict[str, Any]  # the command's --json output
     seconds: float  # wall time, process start to exit
     rss_kib: int  # peak RSS (VmHWM) of the command's process
-    child_rss_kib: int  # peak RSS of its largest descendant (the embedded DAL, or Spark's JVM)
+    child_rss_kib: int  # peak RSS of its descendants together (the embedded DAL and its bulldozer-kvd, or Spark's JVM)
     child_anon_kib: int = 0  # peak anonymous (private) resident memory of a descendant
 
 

@@ -3,9 +3,10 @@
 * write records/s through the DAL (client → gRPC on loopback → engine) vs the same
   records written straight into the engine;
 * batch get of 100 keys: throughput and p50 / p99 latency through the DAL vs direct,
-  one call at a time and pipelined (8 in flight, ``KvClient.batch_get_many``), and the
-  rate of an empty gRPC call (a health check) on the Python server: the per-call cost of
-  the gRPC stack alone;
+  one call at a time and pipelined (8 in flight, ``KvClient.batch_get_many``); the same
+  requests from a Go client (``native/kvd/cmd/kvd-batchget``), to tell the server's cost
+  from the Python client's; and the rate of an empty gRPC call (a health check) on the
+  Python server: the per-call cost of the gRPC stack alone;
 * alias flip latency for a small and a large namespace;
 * each DAL measure twice, once per data plane: ``native`` (bulldozer-kvd, Go, in front
   of the DAL) and ``python`` (the DAL alone), two DAL processes over the one store;
@@ -169,6 +170,7 @@ def measure_embedded(
     dal_lat = {p: latencies(lambda ks, c=clients[p]: c.batch_get(ks, alias="dal")) for p in PLANES}
     piped = {p: pipelined(clients[p]) for p in PLANES}
     floor_lat = latencies(lambda ks: empty_call(endpoints["python"]))
+    go = {p: go_client(endpoints[p], "dal", samples, store) for p in PLANES}
 
     # flip latency: small vs large namespace
     def flip_latency(client: KvClient, size: int) -> float:
@@ -207,6 +209,16 @@ def measure_embedded(
     row("batch get p50 ms", {p: q(dal_lat[p], 50) for p in PLANES}, None, ".2f")
     print(f"| (direct batch get p50 / p99 ms) | | | {q(direct_lat, 50):.2f} / {q(direct_lat, 99):.2f} | | | |")
     row("batch get p99 ms", {p: q(dal_lat[p], 99) for p in PLANES}, None, ".2f", "< 5 ms")
+    if all(go.values()):
+        row("batch get /s from a Go client, one at a time", {p: go[p]["rate"] for p in PLANES}, get_direct, ",.0f")
+        row(
+            "batch get /s from a Go client, 8 in flight",
+            {p: go[p]["rate_concurrent"] for p in PLANES},
+            get_direct,
+            ",.0f",
+        )
+        row("Go client batch get p50 ms", {p: go[p]["p50_ms"] for p in PLANES}, None, ".2f")
+        row("Go client batch get p99 ms", {p: go[p]["p99_ms"] for p in PLANES}, None, ".2f", "< 5 ms")
     floor = gets / sum(floor_lat)
     print(
         f"| an empty gRPC call (health check) /s on the Python server | | {floor:,.0f} | | | "
@@ -219,6 +231,30 @@ def measure_embedded(
     print(f"| alias flip, big / small | {ratio} | | | | independent of size |")
     for client in clients.values():
         client.close()
+
+
+def go_client(endpoint: str, alias: str, samples: list[list[bytes]], store: str) -> dict[str, float]:
+    """The same batch gets from a Go client (native/kvd/cmd/kvd-batchget, built by
+    scripts/build_native.sh): how fast the server answers when the client costs little.
+    Empty when the tool is not built."""
+    import json
+    import subprocess
+    from pathlib import Path
+
+    from bench.common import REPO
+
+    tool = REPO / "native" / "bin" / "kvd-batchget"
+    if not tool.exists():
+        return {}
+    keys_file = Path(store).parent / "batchget-keys.bin"
+    keys_file.write_bytes(b"".join(b"".join(sample) for sample in samples))
+    size = len(samples[0][0])
+    args = [str(tool), f"-target={endpoint}", f"-alias={alias}", f"-keys={keys_file}", f"-key-size={size}"]
+    out = subprocess.run([*args, f"-batch={len(samples[0])}", "-in-flight=8"], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"kvd-batchget failed: {out.stderr}")
+    result: dict[str, float] = json.loads(out.stdout)
+    return result
 
 
 _health: dict[str, Any] = {}

@@ -1,7 +1,8 @@
 """End-to-end load benchmark, in one run on one table:
 
 * the local engine end to end (Iceberg table → encode → DAL over gRPC → embedded engine,
-  verified, alias flipped), rows/s and peak RSS of the runner and of the DAL process;
+  verified, alias flipped), rows/s and peak RSS of the runner and of the DAL processes,
+  with the DAL's native data plane (the default) and, in the same rounds, its Python one;
 * the embedded engine's raw write rate for the same pre-encoded records (bulk puts into
   the store, no DAL), and the ratio;
 * the Spark engine's rows/s when it is installed (``bulldozer[spark]``), else "n/a";
@@ -26,8 +27,10 @@ from bench.common import REPO, encoded_batches, raw_write, run_cli, scratch_dir
 SPEC = REPO / "templates" / "move_data_to_kv_dal.yaml"
 
 
-def _run_cli(args: list[str], home: Path) -> tuple[dict[str, object], float, tuple[int, int, int]]:
-    run = run_cli(args, home)
+def _run_cli(
+    args: list[str], home: Path, env: dict[str, str] | None = None
+) -> tuple[dict[str, object], float, tuple[int, int, int]]:
+    run = run_cli(args, home, env)
     return run.output, run.seconds, (run.rss_kib, run.child_rss_kib, run.child_anon_kib)
 
 
@@ -70,15 +73,23 @@ def main() -> None:
 
     warm_up()  # compiles the kernels into numba's cache if the code changed, outside round 1
     repeat = 1 if args.quick else max(1, args.repeat)
-    local_rates, load_rates, raws = [], [], []
+    local_rates, load_rates, raws, python_rates = [], [], [], []
     for r in range(repeat):
-        # alternate the two measurements, so a slow spell of this noisy machine hits both
+        # alternate the measurements, so a slow spell of this noisy machine hits each
         record, seconds, rss = _run_cli(["run", str(SPEC), "--json", "-q"], home)
         local_rates.append(rows / seconds)
         load_rates.append(rows / record["timings"]["load"])  # type: ignore[index]
         raws.append(raw_engine_rate(home, rows))
-        print(f"  round {r + 1}: end to end {local_rates[-1]:,.0f} rows/s, raw LMDB {raws[-1]:,.0f}/s", flush=True)
-    local_rate, load_rate, raw = (statistics.median(x) for x in (local_rates, load_rates, raws))
+        _record, seconds, _rss = _run_cli(["run", str(SPEC), "--json", "-q"], home, {"BULLDOZER_DATA_PLANE": "python"})
+        python_rates.append(rows / seconds)
+        print(
+            f"  round {r + 1}: end to end {local_rates[-1]:,.0f} rows/s (Python data plane {python_rates[-1]:,.0f}), "
+            f"raw LMDB {raws[-1]:,.0f}/s",
+            flush=True,
+        )
+    local_rate, load_rate, raw, python_rate = (
+        statistics.median(x) for x in (local_rates, load_rates, raws, python_rates)
+    )
     try:
         if args.no_spark:
             raise ImportError("skipped with --no-spark")
@@ -89,7 +100,7 @@ def main() -> None:
         spark = (
             f"{rows / spark_seconds:,.0f} end to end incl. Spark start-up; "
             f"{rows / spark_record['timings']['load']:,.0f} load stage; "  # type: ignore[index]
-            f"peak RSS driver {spark_rss[0] / 1024:,.0f} MiB, largest child {spark_rss[1] / 1024:,.0f} MiB"
+            f"peak RSS driver {spark_rss[0] / 1024:,.0f} MiB, its child processes {spark_rss[1] / 1024:,.0f} MiB"
         )
     except ImportError as exc:
         spark = f"n/a ({exc})"
@@ -101,13 +112,14 @@ def main() -> None:
     print("|---|---:|")
     print(f"| local engine end to end (command start → alias flipped), rows/s | {local_rate:,.0f} |")
     print(f"| local engine load stage only, rows/s | {load_rate:,.0f} |")
+    print(f"| the same end to end with the DAL's Python data plane, rows/s | {python_rate:,.0f} |")
     print(f"| embedded engine raw write of the same encoded records, rows/s | {raw:,.0f} |")
     per_round = ", ".join(f"{a / b:.2f}" for a, b in zip(local_rates, raws, strict=True))
     print(f"| end to end / raw (of the medians; per round: {per_round}) | {local_rate / raw:.2f} (target ≥ 0.5) |")
     print(f"| stage timings of the last round, s | {json.dumps(record['timings'])} |")
     print(f"| peak RSS of the runner (local engine), MiB | {rss[0] / 1024:,.0f} |")
-    print(f"| peak RSS of the DAL process (LMDB's mapped pages count here), MiB | {rss[1] / 1024:,.0f} |")
-    print(f"| peak anonymous (private) memory of the DAL process, MiB | {rss[2] / 1024:,.0f} |")
+    print(f"| peak RSS of the DAL processes (LMDB's mapped pages count here), MiB | {rss[1] / 1024:,.0f} |")
+    print(f"| peak anonymous (private) memory of the DAL processes, MiB | {rss[2] / 1024:,.0f} |")
     if args.rss_rows:
         print(f"| memory run | {memory} |")
     print(f"| Spark engine rows/s | {spark} |")

@@ -1,10 +1,11 @@
 """Run ``bulldozer ARGS`` in this process and print, at exit, a line
-``RSS <self> <child> <child anonymous>``: the peak resident set (VmHWM, KiB) of this
-process and of its largest descendant (the embedded DAL, or Spark's JVM), polled from
-/proc while it runs, and the largest anonymous (private) resident memory seen in a
-descendant. The last one matters for the DAL: LMDB maps its data file, so every page of
-the store the DAL touched counts in its RSS as file-backed page cache, which the kernel
-can drop; its anonymous memory is what the process itself holds.
+``RSS <self> <children> <children anonymous>``: the peak resident set (VmHWM, KiB) of
+this process; that of its descendants together (the embedded DAL with its bulldozer-kvd,
+or Spark's JVM and workers: the largest sum of their peaks seen while polling /proc); and
+the largest sum of their anonymous (private) resident memory. The last one matters for the
+DAL: LMDB maps its data file, so every page of the store the DAL touched counts in its RSS
+as file-backed page cache, which the kernel can drop; its anonymous memory is what the
+processes themselves hold.
 
 VmHWM, not ``getrusage``'s ``ru_maxrss``: on Linux the latter keeps the high-water mark of
 the process that forked the child, so a benchmark holding gigabytes would be charged to
@@ -60,9 +61,9 @@ def main() -> None:
     def poll() -> None:
         nonlocal peak_child, peak_child_anon
         while True:
-            for pid in descendants(me):
-                peak_child = max(peak_child, vm_hwm_kib(pid))
-                peak_child_anon = max(peak_child_anon, status_kib(pid, "RssAnon"))
+            pids = descendants(me)
+            peak_child = max(peak_child, sum(vm_hwm_kib(pid) for pid in pids))
+            peak_child_anon = max(peak_child_anon, sum(status_kib(pid, "RssAnon") for pid in pids))
             if done.wait(0.25):
                 return
 

@@ -45,4 +45,5 @@ map="Mbulldozer/kv/v1/kv.proto=bulldozer/kvd/internal/kvpb;kvpb"
 # 3. Build.
 cd "$kvd"
 CGO_ENABLED=1 go build -trimpath -o "$root/native/bin/bulldozer-kvd" .
+go build -trimpath -o "$root/native/bin/kvd-batchget" ./cmd/kvd-batchget  # a benchmark client (bench/kv.py)
 echo "build_native: built native/bin/bulldozer-kvd ($("$root/native/bin/bulldozer-kvd" -version))"

@@ -89,7 +89,12 @@ def create_server(
     from bulldozer.kv.native import DataPlane, choose_data_plane
 
     if choose_data_plane(data_plane, engine, credentials is not None or auth is not None) == DataPlane.native:
-        return _create_native_server(address, engine, limits, metrics, max_workers, interceptors)
+        try:
+            return _create_native_server(address, engine, limits, metrics, max_workers, interceptors)
+        except BackendUnavailableError as exc:
+            if data_plane == DataPlane.native:
+                raise
+            log.warning("data plane: python (bulldozer-kvd did not start: %s)", exc)
     limits = limits or Limits()
     dal = KvDal(engine, limits)
     inner = [AuthInterceptor(Authorizer(auth, lambda name: dal.describe(name).alias))] if auth else []

@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from bulldozer.errors import InvalidArgumentError, NamespaceStateError
+from bulldozer.errors import BackendUnavailableError, InvalidArgumentError, NamespaceStateError
 from bulldozer.kv import KvClient, create_engine
 from bulldozer.kv.digest import digest_pairs
 from bulldozer.kv.native import DataPlane, choose_data_plane, kvd_binary
@@ -164,3 +164,22 @@ def test_serve_stops_when_the_front_dies(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_auto_falls_back_to_python_when_the_front_cannot_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    broken = tmp_path / "bulldozer-kvd"
+    broken.write_text("#!/bin/sh\necho 'cannot start' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    monkeypatch.setenv("BULLDOZER_KVD", str(broken))
+    engine = _embedded(tmp_path)
+    with pytest.raises(BackendUnavailableError, match="exited with code 3"):
+        create_server("127.0.0.1:0", engine, data_plane="native")
+    server, port = create_server("127.0.0.1:0", engine, data_plane="auto")
+    try:
+        assert not isinstance(server, NativeServer)
+        with KvClient(f"127.0.0.1:{port}") as client:
+            client.wait_ready()
+            client.create_namespace("fb__v1", "fb")
+            assert client.put("fb__v1", _pairs(3)) == (3, sum(len(k) + len(v) for k, v in _pairs(3)))
+    finally:
+        server.stop(5)
