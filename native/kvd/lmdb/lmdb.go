@@ -33,6 +33,7 @@ static int kvd_put_batch(MDB_env *env, MDB_dbi data, MDB_dbi states, MDB_dbi dig
                          const char *vals, const uint32_t *vlens, size_t n,
                          uint64_t dcount, uint64_t dsum, uint64_t dbytes, int *outcome) {
 	MDB_txn *txn;
+	MDB_cursor *cur = NULL;
 	MDB_val k, v;
 	size_t i, added = 0;
 	const char *kp, *vp;
@@ -47,10 +48,13 @@ static int kvd_put_batch(MDB_env *env, MDB_dbi data, MDB_dbi states, MDB_dbi dig
 		return 0;
 	}
 	if (rc) goto fail;
+	// A cursor, as py-lmdb's putmulti: a key on the page the cursor is on skips the descent
+	// from the root.
+	if ((rc = mdb_cursor_open(txn, data, &cur))) goto fail;
 	for (i = 0, kp = keys, vp = vals; i < n; kp += klens[i], vp += vlens[i], i++) {
 		k.mv_data = (void *)kp; k.mv_size = klens[i];
 		v.mv_data = (void *)vp; v.mv_size = vlens[i];
-		rc = mdb_put(txn, data, &k, &v, MDB_NOOVERWRITE);
+		rc = mdb_cursor_put(cur, &k, &v, MDB_NOOVERWRITE);
 		if (rc == 0) added++;
 		else if (rc != MDB_KEYEXIST) goto fail;
 	}
@@ -58,7 +62,7 @@ static int kvd_put_batch(MDB_env *env, MDB_dbi data, MDB_dbi states, MDB_dbi dig
 		for (i = 0, kp = keys, vp = vals; i < n; kp += klens[i], vp += vlens[i], i++) {
 			k.mv_data = (void *)kp; k.mv_size = klens[i];
 			v.mv_data = (void *)vp; v.mv_size = vlens[i];
-			if ((rc = mdb_put(txn, data, &k, &v, 0))) goto fail;
+			if ((rc = mdb_cursor_put(cur, &k, &v, 0))) goto fail;
 		}
 	}
 	k.mv_data = (void *)name; k.mv_size = name_len;
@@ -77,8 +81,10 @@ static int kvd_put_batch(MDB_env *env, MDB_dbi data, MDB_dbi states, MDB_dbi dig
 	} else if (rc && rc != MDB_NOTFOUND) {
 		goto fail;
 	}
+	mdb_cursor_close(cur);
 	return mdb_txn_commit(txn);
 fail:
+	if (cur) mdb_cursor_close(cur);
 	mdb_txn_abort(txn);
 	return rc;
 }
