@@ -13,13 +13,19 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-from bulldozer.errors import BackendUnavailableError, InvalidArgumentError, NamespaceStateError
+from bulldozer.errors import (
+    BackendUnavailableError,
+    InvalidArgumentError,
+    NamespaceNotFoundError,
+    NamespaceStateError,
+)
 from bulldozer.kv import KvClient, create_engine
 from bulldozer.kv.digest import digest_pairs
 from bulldozer.kv.native import DataPlane, choose_data_plane, kvd_binary
@@ -181,5 +187,60 @@ def test_auto_falls_back_to_python_when_the_front_cannot_start(tmp_path: Path, m
             client.wait_ready()
             client.create_namespace("fb__v1", "fb")
             assert client.put("fb__v1", _pairs(3)) == (3, sum(len(k) + len(v) for k, v in _pairs(3)))
+    finally:
+        server.stop(5)
+
+
+def test_writes_racing_a_seal_are_either_counted_or_refused(tmp_path: Path) -> None:
+    """bulldozer-kvd checks LOADING inside its write transaction and the Python DAL seals
+    in its own: LMDB orders the two, so a batch is stored and counted, or refused."""
+    server, port = create_server("127.0.0.1:0", _embedded(tmp_path), data_plane="native")
+    client = KvClient(f"127.0.0.1:{port}")
+    acked: list[tuple[bytes, bytes]] = []
+    refused: list[Exception] = []
+    started = threading.Event()
+
+    def write() -> None:
+        for i in range(10_000):
+            batch = _pairs(500, start=i * 500)
+            try:
+                client.put("race__v1", batch)
+            except NamespaceStateError as exc:
+                refused.append(exc)
+                return
+            acked.extend(batch)
+            started.set()
+
+    try:
+        client.wait_ready()
+        client.create_namespace("race__v1", "race")
+        writer = threading.Thread(target=write)
+        writer.start()
+        assert started.wait(30)
+        time.sleep(0.2)
+        sealed = client.seal("race__v1")
+        writer.join(60)
+        assert refused, "the writer went on after the seal"
+        assert sealed.record_count == len(acked) > 0
+        assert sealed.digest == digest_pairs(acked).value
+    finally:
+        client.close()
+        server.stop(5)
+
+
+def test_a_dropped_version_is_gone_for_the_front_too(tmp_path: Path) -> None:
+    server, port = create_server("127.0.0.1:0", _embedded(tmp_path), data_plane="native")
+    try:
+        with KvClient(f"127.0.0.1:{port}") as client:
+            client.wait_ready()
+            client.create_namespace("gone__v1", "gone")
+            client.put("gone__v1", _pairs(100))  # the front opens the version's database
+            client.seal("gone__v1")
+            assert client.batch_get([b"key-00000001"], namespace="gone__v1")[1][0] is not None
+            client.drop("gone__v1")
+            with pytest.raises(NamespaceNotFoundError):
+                client.batch_get([b"key-00000001"], namespace="gone__v1")
+            with pytest.raises(NamespaceNotFoundError):
+                client.put("gone__v1", _pairs(1))
     finally:
         server.stop(5)
