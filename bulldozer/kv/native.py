@@ -22,7 +22,7 @@ import subprocess
 import time
 from enum import StrEnum
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from bulldozer.errors import BackendUnavailableError, InvalidArgumentError
 
@@ -93,7 +93,6 @@ class NativeFront:
         limits: Limits,
         ready_file: Path,
         grace: float = 30.0,
-        stderr: IO[bytes] | int | None = None,
     ) -> NativeFront:
         """Start ``bulldozer-kvd`` on ``listen`` in front of the DAL at ``backend``, over the
         store ``engine`` (an open embedded engine: its settings are passed on)."""
@@ -123,7 +122,7 @@ class NativeFront:
             f"--grace={grace}s",
             f"--parent-pid={os.getpid()}",
         ]
-        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stderr=stderr)
+        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL)  # its log lines go where this process's go
         return cls(proc, ready_file)
 
     def wait(self, timeout: float = 30.0) -> int:

@@ -75,6 +75,23 @@ func forwarded(ctx context.Context) context.Context {
 	return metadata.NewOutgoingContext(ctx, out)
 }
 
+// forward makes call to the reference DAL for ctx's caller; on an error, the DAL's trailer
+// (it names the exception class the client raises) goes back through setTrailer.
+func forward[Req, Resp any](ctx context.Context, setTrailer func(metadata.MD),
+	call func(context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
+	var trailer metadata.MD
+	resp, err := call(forwarded(ctx), req, grpc.Trailer(&trailer))
+	if err != nil {
+		setTrailer(trailer)
+	}
+	return resp, err
+}
+
+// unaryTrailer sets the trailer of the unary call ctx belongs to.
+func unaryTrailer(ctx context.Context) func(metadata.MD) {
+	return func(md metadata.MD) { _ = grpc.SetTrailer(ctx, md) }
+}
+
 // -- writes ---------------------------------------------------------------------------------
 
 // putNative stores a well-formed columnar batch; ok is false when the reference DAL must
@@ -151,16 +168,11 @@ func (s *dataServer) put(ctx context.Context, req *kvpb.PutBatchRequest, setTrai
 		return resp, nil
 	}
 	s.stats.served("PutBatch", false)
-	var trailer metadata.MD
-	resp, err := s.backend.PutBatch(forwarded(ctx), req, grpc.Trailer(&trailer))
-	if err != nil {
-		setTrailer(trailer)
-	}
-	return resp, err
+	return forward(ctx, setTrailer, s.backend.PutBatch, req)
 }
 
 func (s *dataServer) PutBatch(ctx context.Context, req *kvpb.PutBatchRequest) (*kvpb.PutBatchResponse, error) {
-	return s.put(ctx, req, func(md metadata.MD) { _ = grpc.SetTrailer(ctx, md) })
+	return s.put(ctx, req, unaryTrailer(ctx))
 }
 
 func (s *dataServer) PutStream(stream kvpb.KvData_PutStreamServer) error {
@@ -271,12 +283,7 @@ func (s *dataServer) Get(ctx context.Context, req *kvpb.GetRequest) (*kvpb.GetRe
 		return &kvpb.GetResponse{Found: values[0] != nil, Value: values[0], Namespace: name}, nil
 	}
 	s.stats.served("Get", false)
-	var trailer metadata.MD
-	resp, err := s.backend.Get(forwarded(ctx), req, grpc.Trailer(&trailer))
-	if err != nil {
-		_ = grpc.SetTrailer(ctx, trailer)
-	}
-	return resp, err
+	return forward(ctx, unaryTrailer(ctx), s.backend.Get, req)
 }
 
 func (s *dataServer) BatchGet(ctx context.Context, req *kvpb.BatchGetRequest) (*kvpb.BatchGetResponse, error) {
@@ -289,12 +296,7 @@ func (s *dataServer) BatchGet(ctx context.Context, req *kvpb.BatchGetRequest) (*
 		return &kvpb.BatchGetResponse{Namespace: name, Items: items}, nil
 	}
 	s.stats.served("BatchGet", false)
-	var trailer metadata.MD
-	resp, err := s.backend.BatchGet(forwarded(ctx), req, grpc.Trailer(&trailer))
-	if err != nil {
-		_ = grpc.SetTrailer(ctx, trailer)
-	}
-	return resp, err
+	return forward(ctx, unaryTrailer(ctx), s.backend.BatchGet, req)
 }
 
 // Scan is served by the reference DAL (its pages are large; the call overhead this process
