@@ -22,8 +22,7 @@ command -v go >/dev/null || { echo "build_native: Go is not installed; the DAL w
 ver=$("$py" -c 'import importlib.metadata as m; print(m.version("lmdb"))')
 if [[ ! -f $kvd/lmdb/mdb.c || "$(cat "$kvd/lmdb/VERSION" 2>/dev/null)" != "$ver" ]]; then
   echo "build_native: fetching LMDB sources (py-lmdb $ver sdist)"
-  "$py" -m pip download "lmdb==$ver" --no-binary :all: --no-deps --no-build-isolation -d "$cache" -q 2>/dev/null \
-    || "$py" -m pip download "lmdb==$ver" --no-binary :all: --no-deps -d "$cache" -q
+  "$py" -m pip download "lmdb==$ver" --no-binary :all: --no-deps -d "$cache" -q
   tar -xzf "$cache/lmdb-$ver.tar.gz" -C "$cache"
   cp "$cache/lmdb-$ver/lib/"{mdb.c,midl.c,lmdb.h,midl.h} "$kvd/lmdb/"
   echo "$ver" >"$kvd/lmdb/VERSION"

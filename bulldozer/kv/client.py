@@ -115,6 +115,11 @@ class WriteStats:
     bytes: int = 0
 
 
+def _batch_get_result(response: kv_pb2.BatchGetResponse) -> tuple[str, list[bytes | None]]:
+    """(the version read, each key's value or None)."""
+    return response.namespace, [item.value if item.found else None for item in response.items]
+
+
 class _GrpcTransport:
     def __init__(self, channel: grpc.Channel, metadata: list[tuple[str, str]]) -> None:
         self.channel = channel
@@ -412,8 +417,7 @@ class KvClient:
     ) -> tuple[str, list[bytes | None]]:
         """Values for ``keys`` — all from one version, whose name is returned too."""
         request = kv_pb2.BatchGetRequest(target=self._target(namespace, alias), keys=list(keys))
-        response = self._t.call(self._t.data, "BatchGet", request, self.timeout)
-        return response.namespace, [item.value if item.found else None for item in response.items]
+        return _batch_get_result(self._t.call(self._t.data, "BatchGet", request, self.timeout))
 
     def batch_get_many(
         self,
@@ -432,10 +436,9 @@ class KvClient:
 
         def result(future: Any) -> tuple[str, list[bytes | None]]:
             try:
-                response = future.result()
+                return _batch_get_result(future.result())
             except grpc.RpcError as err:
                 raise translate(err) from None
-            return response.namespace, [item.value if item.found else None for item in response.items]
 
         try:
             for keys in key_lists:

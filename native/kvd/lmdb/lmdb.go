@@ -135,12 +135,8 @@ import (
 // Errno is an LMDB return code.
 type Errno int
 
-// Codes the caller tells apart.
-const (
-	NotFound   Errno = C.MDB_NOTFOUND
-	MapFull    Errno = C.MDB_MAP_FULL
-	BadValsize Errno = C.MDB_BAD_VALSIZE
-)
+// NotFound is LMDB's "no such key / database".
+const NotFound Errno = C.MDB_NOTFOUND
 
 func (e Errno) Error() string { return "lmdb: " + C.GoString(C.mdb_strerror(C.int(e))) }
 
