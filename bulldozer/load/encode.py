@@ -2,11 +2,11 @@
 
 This is the hot path of every load, shared by the local and the Spark engine. Instead of
 building one message object per row, it writes the protobuf wire format straight from
-Arrow columns: for each field, numpy computes every row's bytes (tag, varint or fixed
-payload) at once into one Arrow ``large_binary`` array, and Arrow's C++
-``binary_join_element_wise`` concatenates the fields of each row. Repeated fields and map
-entries are encoded once per element and regrouped per row by slicing the element
-offsets, which costs no copy. ``bench/encode.py`` compares this with iterating rows.
+Arrow columns: each field becomes a row layout (``bulldozer.load.wire``: a tag and a
+varint, fixed bytes or a length-delimited payload per row, nested messages and the
+elements of repeated fields and maps as trees of those), numpy prepares the values column
+by column, and compiled kernels write every row's bytes straight into one output buffer
+per batch. ``bench/encode.py`` compares this with iterating rows.
 
 The output is byte-identical to protobuf's own serializer for these messages (fields in
 number order, implicit-presence defaults omitted, packed repeated scalars), which the
@@ -24,7 +24,17 @@ import pyarrow.compute as pc
 
 from bulldozer.buffers import binary_view
 from bulldozer.errors import SourceDataError
-from bulldozer.load.wire import concat_rows, decimal_strings, fixed_rows, len_rows, varint_rows
+from bulldozer.load.wire import (
+    BytesRows,
+    ConcatRows,
+    FixedRows,
+    GroupedRows,
+    Rows,
+    VarintRows,
+    decimal_strings,
+    fixed_rows,
+    materialize,
+)
 from bulldozer.protowire import varint
 from bulldozer.schema.model import ProtoField, ProtoFile, ProtoMessage
 
@@ -61,36 +71,6 @@ def _lengths(arr: pa.Array) -> np.ndarray[Any, Any]:
     return np.diff(offsets).astype(np.int64, copy=False)
 
 
-def group_rows(elements: pa.Array, counts: np.ndarray[Any, Any]) -> pa.Array:
-    """Concatenate consecutive ``elements`` per row (row i takes ``counts[i]`` of them),
-    without copying: the row offsets are a subset of the element offsets."""
-    elements = _contiguous(elements)
-    eoff = np.frombuffer(elements.buffers()[1], dtype=np.int64)[: len(elements) + 1]
-    bounds = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=bounds[1:])
-    offsets = eoff[bounds] if len(eoff) else np.zeros(len(counts) + 1, dtype=np.int64)
-    return pa.Array.from_buffers(
-        pa.large_binary(),
-        len(counts),
-        [None, pa.py_buffer(np.ascontiguousarray(offsets)), elements.buffers()[2]],
-    )
-
-
-def _contiguous(arr: pa.Array) -> pa.Array:
-    """A large_binary array with offset 0, no nulls, whose offsets start at 0."""
-    if arr.type != pa.large_binary():
-        arr = arr.cast(pa.large_binary())
-    if arr.null_count:
-        arr = pc.fill_null(arr, b"")
-    if arr.offset != 0 or (len(arr) and np.frombuffer(arr.buffers()[1], dtype=np.int64)[0] != 0):
-        arr = pa.concat_arrays([arr])  # copies into fresh buffers
-        if arr.offset != 0 or (len(arr) and np.frombuffer(arr.buffers()[1], dtype=np.int64)[0] != 0):
-            arr = pa.array(arr.to_pylist(), pa.large_binary())
-    if arr.buffers()[2] is None:
-        arr = pa.Array.from_buffers(pa.large_binary(), len(arr), [None, arr.buffers()[1], pa.py_buffer(b"")])
-    return arr
-
-
 def _valid(arr: pa.Array) -> np.ndarray[Any, Any]:
     if arr.null_count == 0:
         return np.ones(len(arr), dtype=bool)
@@ -118,7 +98,7 @@ class _Scalar:
     default: np.ndarray[Any, Any]  # True where the value is the proto3 default
     varints: np.ndarray[Any, Any] | None = None
     fixed: np.ndarray[Any, Any] | None = None
-    payload: pa.Array | None = None
+    payload: pa.Array | Rows | None = None  # Rows: a payload laid out, not built
 
 
 def _ints(arr: pa.Array, dtype: Any) -> np.ndarray[Any, Any]:
@@ -155,16 +135,16 @@ def _uuid_bytes(arr: pa.Array) -> pa.Array:
     return arr.cast(pa.large_binary())
 
 
-def _timestamp_payload(arr: pa.Array) -> pa.Array:
+def _timestamp_payload(arr: pa.Array) -> Rows:
     """google.protobuf.Timestamp bytes (seconds = 1, nanos = 2, zeros omitted) per row."""
     unit = arr.type.unit if pa.types.is_timestamp(arr.type) else "us"
     raw = _ints(arr.cast(pa.int64()) if not pa.types.is_integer(arr.type) else arr, np.int64)
     div = _UNIT_DIV[unit]
     seconds = np.floor_divide(raw, div)
     nanos = (raw - seconds * div) * (1_000_000_000 // div)
-    sec_rows = varint_rows(seconds.view(np.uint64), seconds != 0, _tag(1, _VARINT))
-    nano_rows = varint_rows(nanos.view(np.uint64), nanos != 0, _tag(2, _VARINT))
-    return concat_rows([sec_rows, nano_rows], len(arr))
+    sec_rows = VarintRows(seconds.view(np.uint64), seconds != 0, _tag(1, _VARINT))
+    nano_rows = VarintRows(nanos.view(np.uint64), nanos != 0, _tag(2, _VARINT))
+    return ConcatRows([sec_rows, nano_rows], len(arr))
 
 
 def _scalar(kind: str, arr: pa.Array) -> _Scalar:
@@ -211,25 +191,27 @@ def _is_binary_like(t: pa.DataType) -> bool:
     )
 
 
-def _scalar_field_rows(s: _Scalar, keep: np.ndarray[Any, Any], number: int) -> pa.Array:
+def _scalar_field_rows(s: _Scalar, keep: np.ndarray[Any, Any], number: int) -> Rows:
     tag = _tag(number, s.wire)
     if s.wire == _VARINT:
         assert s.varints is not None
-        return varint_rows(s.varints, keep, tag)
+        return VarintRows(s.varints, keep, tag)
     if s.wire in (_FIXED32, _FIXED64):
         assert s.fixed is not None
-        return fixed_rows(s.fixed, keep, tag)
+        return FixedRows(s.fixed, keep, tag)
+    if isinstance(s.payload, Rows):
+        return ConcatRows([s.payload], len(keep), keep, tag)
     assert s.payload is not None
-    return len_rows(s.payload, keep, tag)
+    return BytesRows(s.payload, keep, tag)
 
 
-def _scalar_element_payload(s: _Scalar) -> pa.Array:
+def _scalar_element_payload(s: _Scalar) -> Rows:
     """Packed encoding of each element (no tag)."""
     if s.wire == _VARINT:
         assert s.varints is not None
-        return varint_rows(s.varints, None)
+        return VarintRows(s.varints, None)
     assert s.fixed is not None
-    return fixed_rows(s.fixed, None)
+    return FixedRows(s.fixed, None)
 
 
 # --------------------------------------------------------------------- encoder
@@ -248,10 +230,10 @@ class RowEncoder:
     def encode(self, batch: pa.RecordBatch | pa.Table) -> EncodedBatch:
         keys = self.encode_message(self.proto.key, batch, top_level=True, is_key=True)
         values = self.encode_message(self.proto.value, batch, top_level=True)
-        return EncodedBatch(keys, values)
+        return EncodedBatch(materialize(keys), materialize(values))
 
     def encode_keys(self, batch: pa.RecordBatch | pa.Table) -> pa.Array:
-        return self.encode_message(self.proto.key, batch, top_level=True, is_key=True)
+        return materialize(self.encode_message(self.proto.key, batch, top_level=True, is_key=True))
 
     # -- messages ---------------------------------------------------------------
 
@@ -263,10 +245,10 @@ class RowEncoder:
         is_key: bool = False,
         keep: np.ndarray[Any, Any] | None = None,
         prefix: bytes | None = None,
-    ) -> pa.Array:
-        """Payload bytes of ``msg`` per row. ``data`` is a batch (top level) or a StructArray.
+    ) -> Rows:
+        """The layout of ``msg``'s bytes per row. ``data`` is a batch (top level) or a StructArray.
         With ``prefix`` (a field's tag), each row kept comes out as that field, length-delimited
-        (see ``concat_rows``)."""
+        (see ``ConcatRows``)."""
         n = data.num_rows if top_level else len(data)
         if top_level:
             children = {f.name: _column(data, f.column) for f in msg.fields}
@@ -282,11 +264,11 @@ class RowEncoder:
                     "keys may not be null (filter them out or fill them in the source)"
                 )
             parts.append(self.field_rows(f, arr))
-        return concat_rows(parts, n, keep, prefix)
+        return ConcatRows(parts, n, keep, prefix)
 
     # -- fields -----------------------------------------------------------------
 
-    def field_rows(self, f: ProtoField, arr: pa.Array) -> pa.Array:
+    def field_rows(self, f: ProtoField, arr: pa.Array) -> Rows:
         """Every row's full encoding of field ``f`` (tags included; empty when absent)."""
         if isinstance(arr, pa.ChunkedArray):
             arr = arr.combine_chunks()
@@ -304,14 +286,14 @@ class RowEncoder:
         assert f.message is not None
         return self.message_rows(f.message, arr, valid, _tag(f.number, _LEN))
 
-    def message_rows(self, msg: ProtoMessage, arr: pa.Array, keep: np.ndarray[Any, Any] | None, tag: bytes) -> pa.Array:
+    def message_rows(self, msg: ProtoMessage, arr: pa.Array, keep: np.ndarray[Any, Any] | None, tag: bytes) -> Rows:
         """Message ``msg`` of each value of ``arr`` (struct or wrapped data) as a
         length-delimited field with ``tag``, for the rows kept (the others empty)."""
         if msg.wrapper:
-            return len_rows(self.field_rows(msg.fields[0], arr), keep, tag)
+            return ConcatRows([self.field_rows(msg.fields[0], arr)], len(arr), keep, tag)
         return self.encode_message(msg, arr, keep=keep, prefix=tag)
 
-    def _element_rows(self, f: ProtoField, values: pa.Array, number: int) -> pa.Array:
+    def _element_rows(self, f: ProtoField, values: pa.Array, number: int) -> Rows:
         """Each element of a non-packed repeated field, encoded as field ``number``."""
         if values.null_count:
             what = "map value" if f.column.endswith("{}") else "list element"
@@ -326,7 +308,7 @@ class RowEncoder:
         assert f.message is not None
         return self.message_rows(f.message, values, None, _tag(number, _LEN))
 
-    def _repeated_rows(self, f: ProtoField, arr: pa.Array) -> pa.Array:
+    def _repeated_rows(self, f: ProtoField, arr: pa.Array) -> Rows:
         values, counts = _list_parts(arr)
         valid = _valid(arr)
         if f.kind == "scalar" and f.scalar in _PACKABLE:
@@ -335,25 +317,23 @@ class RowEncoder:
                     f"column {f.column!r} holds a null list element; protobuf repeated fields "
                     "cannot hold nulls (filter or fill them in the source)"
                 )
-            packed = group_rows(_scalar_element_payload(_scalar(f.scalar, values)), counts)
-            return len_rows(packed, valid & (counts > 0), _tag(f.number, _LEN))
-        return _mask_rows(group_rows(self._element_rows(f, values, f.number), counts), valid)
+            packed = GroupedRows(_scalar_element_payload(_scalar(f.scalar, values)), counts)
+            return ConcatRows([packed], len(arr), valid & (counts > 0), _tag(f.number, _LEN))
+        return GroupedRows(self._element_rows(f, values, f.number), counts, _masked(valid))
 
-    def _map_rows(self, f: ProtoField, arr: pa.Array) -> pa.Array:
+    def _map_rows(self, f: ProtoField, arr: pa.Array) -> Rows:
         assert f.value is not None and f.scalar is not None
-        entries, counts = _list_parts(arr)
-        keys, items = entries.flatten()
+        pairs, counts = _list_parts(arr)
+        keys, items = pairs.flatten()
         key_rows = _scalar_field_rows(_scalar(f.scalar, keys), np.ones(len(keys), dtype=bool), 1)
         value_rows = self._element_rows(f.value, items, 2)
-        rows = group_rows(concat_rows([key_rows, value_rows], len(keys), prefix=_tag(f.number, _LEN)), counts)
-        return _mask_rows(rows, _valid(arr))
+        entries = ConcatRows([key_rows, value_rows], len(keys), prefix=_tag(f.number, _LEN))
+        return GroupedRows(entries, counts, _masked(_valid(arr)))
 
 
-def _mask_rows(rows: pa.Array, valid: np.ndarray[Any, Any]) -> pa.Array:
-    """Empty out the rows that are null in the source."""
-    if valid.all():
-        return rows
-    return concat_rows([rows], len(rows), keep=valid)
+def _masked(valid: np.ndarray[Any, Any]) -> np.ndarray[Any, Any] | None:
+    """The rows to keep (those not null in the source), or None for all of them."""
+    return None if valid.all() else valid
 
 
 def _column(batch: Any, name: str) -> pa.Array:
