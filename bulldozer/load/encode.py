@@ -15,8 +15,9 @@ tests check, so a key a consumer builds with the generated class finds its row.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -24,6 +25,7 @@ import pyarrow.compute as pc
 
 from bulldozer.buffers import binary_view
 from bulldozer.errors import SourceDataError
+from bulldozer.load.fused import write_fused
 from bulldozer.load.wire import (
     BytesRows,
     ConcatRows,
@@ -38,7 +40,7 @@ from bulldozer.load.wire import (
 from bulldozer.protowire import varint
 from bulldozer.schema.model import ProtoField, ProtoFile, ProtoMessage
 
-__all__ = ["EncodedBatch", "RowEncoder"]
+__all__ = ["EncodedBatch", "Kernels", "RowEncoder"]
 
 _VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
 _PACKABLE = frozenset({"bool", "int32", "int64", "float", "double", "date", "time"})
@@ -217,6 +219,15 @@ def _scalar_element_payload(s: _Scalar) -> Rows:
 # --------------------------------------------------------------------- encoder
 
 
+#: How the encoder writes a batch's bytes: ``layout``, with the kernels compiled for the
+#: job's message layout (``bulldozer.load.fused``: one pass per batch, the fastest);
+#: ``fields``, one pass per field (``bulldozer.load.wire``: no compiling); ``auto``, the
+#: layout's kernels once they are loaded, field by field while they compile on a
+#: background thread (a new job's first run on a machine). ``BULLDOZER_ENCODER_KERNELS``
+#: sets the default.
+Kernels = Literal["auto", "layout", "fields"]
+
+
 class RowEncoder:
     """Encodes record batches into (key, value) bytes for one generated schema.
 
@@ -224,16 +235,30 @@ class RowEncoder:
     batches (identity by default; a query may deliver renamed columns).
     """
 
-    def __init__(self, proto: ProtoFile) -> None:
+    def __init__(self, proto: ProtoFile, kernels: Kernels | None = None) -> None:
         self.proto = proto
+        chosen = kernels or os.environ.get("BULLDOZER_ENCODER_KERNELS") or "auto"
+        if chosen not in ("auto", "layout", "fields"):
+            raise ValueError(f"BULLDOZER_ENCODER_KERNELS must be auto, layout or fields, not {chosen!r}")
+        self.kernels = chosen
 
     def encode(self, batch: pa.RecordBatch | pa.Table) -> EncodedBatch:
         keys = self.encode_message(self.proto.key, batch, top_level=True, is_key=True)
         values = self.encode_message(self.proto.value, batch, top_level=True)
-        return EncodedBatch(materialize(keys), materialize(values))
+        return EncodedBatch(self._write(keys), self._write(values))
 
     def encode_keys(self, batch: pa.RecordBatch | pa.Table) -> pa.Array:
-        return materialize(self.encode_message(self.proto.key, batch, top_level=True, is_key=True))
+        return self._write(self.encode_message(self.proto.key, batch, top_level=True, is_key=True))
+
+    def _write(self, rows: Rows) -> pa.Array:
+        if self.kernels != "fields":
+            fused = write_fused(rows, wait=self.kernels == "layout")
+            if fused is not None:
+                offsets, data = fused
+                return pa.Array.from_buffers(
+                    pa.large_binary(), rows.n, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+                )
+        return materialize(rows)
 
     # -- messages ---------------------------------------------------------------
 

@@ -98,6 +98,14 @@ def _arrow(schema: Schema, rows: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=pa.schema(fields))
 
 
+@pytest.fixture(autouse=True, params=["layout", "fields"])
+def kernels(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs with both ways of writing the bytes: the kernels compiled for the
+    message layout, and field by field (the fallback while those compile)."""
+    monkeypatch.setenv("BULLDOZER_ENCODER_KERNELS", request.param)
+    return str(request.param)
+
+
 def roundtrip(schema: Schema, keys: list[str], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     job = build_job_schema(spec_for(keys), schema)
     table = _arrow(schema, rows)
@@ -438,15 +446,22 @@ def tables(draw: st.DrawFn) -> tuple[Schema, list[str], list[dict[str, Any]]]:
     return Schema(*fields), ["k"], rows
 
 
-@settings(
-    max_examples=int(os.environ.get("BULLDOZER_HYPOTHESIS_EXAMPLES", "60")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(tables())
-def test_random_schemas_round_trip(case: tuple[Schema, list[str], list[dict[str, Any]]]) -> None:
-    schema, keys, rows = case
-    roundtrip(schema, keys, rows)
+def test_random_schemas_round_trip(kernels: str) -> None:
+    """Random schemas and rows, byte for byte through protobuf's own parser. Each schema is
+    a new layout to compile for the ``layout`` kernels (≈ 1 s each), so that run draws fewer."""
+    examples = int(os.environ.get("BULLDOZER_HYPOTHESIS_EXAMPLES", "60"))
+
+    @settings(
+        max_examples=examples if kernels == "fields" else max(1, examples // 3),
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(tables())
+    def check(case: tuple[Schema, list[str], list[dict[str, Any]]]) -> None:
+        schema, keys, rows = case
+        roundtrip(schema, keys, rows)
+
+    check()
 
 
 def test_list_of_timestamptz_keeps_its_time_zone() -> None:
@@ -507,3 +522,44 @@ def test_fixed_size_uuid_bytes_are_viewed_not_copied_and_respect_slices() -> Non
         assert got.to_pylist() == part.cast(pa.large_binary()).to_pylist()
         assert got.null_count == part.null_count
     assert _uuid_bytes(arr).buffers()[2].address == arr.buffers()[1].address  # the same bytes
+
+
+def test_auto_kernels_write_field_by_field_until_the_layout_is_compiled(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``auto``: the first batch of a layout never waits for its compile (it is written field
+    by field), later ones use the compiled kernels; the bytes are the same either way."""
+    import time as clock
+
+    from bulldozer.load import fused
+
+    monkeypatch.setenv("BULLDOZER_KERNEL_CACHE", str(tmp_path / "kernels"))
+    monkeypatch.setattr(fused, "_kernels", {})  # nothing compiled or loaded in this process yet
+    schema = Schema(
+        NestedField(1, "k", LongType(), required=True),
+        NestedField(2, "tags", ListType(3, StringType(), element_required=True)),
+        NestedField(4, "d", DoubleType()),
+    )
+    job = build_job_schema(spec_for(["k"]), schema)
+    table = _arrow(schema, [{"k": i, "tags": ["a"] * (i % 3), "d": i / 2 or None} for i in range(50)])
+    expected = RowEncoder(job.proto, kernels="fields").encode(table)
+    encoder = RowEncoder(job.proto, kernels="auto")
+    calls: list[bool] = []
+    real = fused.write_fused
+
+    def spy(rows: Any, wait: bool = True) -> Any:
+        result = real(rows, wait)
+        calls.append(result is not None)
+        return result
+
+    monkeypatch.setattr("bulldozer.load.encode.write_fused", spy)
+    first = encoder.encode(table)
+    assert calls[:2] == [False, False], "the first batch must not wait for a compile"
+    deadline = clock.monotonic() + 120
+    while not calls[-1] and clock.monotonic() < deadline:
+        clock.sleep(0.2)
+        again = encoder.encode(table)
+        assert again.values.equals(expected.values) and again.keys.equals(expected.keys)
+    assert calls[-1], "the layout's kernels were never used"
+    assert first.values.equals(expected.values) and first.keys.equals(expected.keys)
+    assert list((tmp_path / "kernels").glob("layout_*.py")), "the generated source is kept for numba's cache"
