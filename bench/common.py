@@ -53,9 +53,8 @@ def run_cli(args: list[str], home: Path, env: dict[str, str] | None = None) -> C
     return CliRun(json.loads(proc.stdout), seconds, int(me), int(kids), int(anon))
 
 
-def encoded_batches(home: Path, spec_path: Path, batch: int = 20_000) -> list[list[tuple[bytes, bytes]]]:
-    """The (key, value) records the job in ``spec_path`` writes, encoded by the job's own
-    encoder from the same table, in batches of ``batch``: what a raw engine write gets."""
+def _job_encoder(home: Path, spec_path: Path, kernels: str | None = None) -> tuple[Any, Any, tuple[str, ...]]:
+    """The job's table, its encoder and the columns it reads."""
     from bulldozer.load.encode import RowEncoder
     from bulldozer.schema.job import build_job_schema
     from bulldozer.spec import load_spec
@@ -66,8 +65,21 @@ def encoded_batches(home: Path, spec_path: Path, batch: int = 20_000) -> list[li
     assert source is not None, "a table source"
     table = open_catalog(spec.data_movement.catalog, home).load_table(source)
     job = build_job_schema(spec, table.schema(), python=False)
-    encoder = RowEncoder(job.proto)
     columns = tuple(f.column for f in [*job.proto.key.fields, *job.proto.value.fields])
+    return table, RowEncoder(job.proto, kernels=kernels), columns  # type: ignore[arg-type]
+
+
+def warm_layout(home: Path, spec_path: Path) -> None:
+    """Compile the job's message layout into the kernel cache (a run's first sight of a new
+    layout writes field by field while it compiles), outside the measured rounds."""
+    table, encoder, columns = _job_encoder(home, spec_path, kernels="layout")
+    encoder.encode(next(iter(table.scan(selected_fields=columns, limit=1000).to_arrow_batch_reader())))
+
+
+def encoded_batches(home: Path, spec_path: Path, batch: int = 20_000) -> list[list[tuple[bytes, bytes]]]:
+    """The (key, value) records the job in ``spec_path`` writes, encoded by the job's own
+    encoder from the same table, in batches of ``batch``: what a raw engine write gets."""
+    table, encoder, columns = _job_encoder(home, spec_path)
     batches = []
     for arrow in table.scan(selected_fields=columns).to_arrow_batch_reader():
         enc = encoder.encode(arrow)
