@@ -254,10 +254,7 @@ class RowEncoder:
         if self.kernels != "fields":
             fused = write_fused(rows, wait=self.kernels == "layout")
             if fused is not None:
-                offsets, data = fused
-                return pa.Array.from_buffers(
-                    pa.large_binary(), rows.n, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
-                )
+                return fused
         return materialize(rows)
 
     # -- messages ---------------------------------------------------------------

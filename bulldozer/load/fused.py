@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
-from bulldozer.load.wire import BytesRows, ConcatRows, FixedRows, GroupedRows, Rows, VarintRows
+from bulldozer.load.wire import BytesRows, ConcatRows, FixedRows, GroupedRows, Rows, VarintRows, binary_rows
 
 __all__ = ["kernel_cache_dir", "write_fused"]
 
@@ -246,8 +247,8 @@ def _write_source(key: str, source: str) -> Path:
     raise OSError("no writable folder for the encoder's kernels (set BULLDOZER_KERNEL_CACHE)")
 
 
-def write_fused(rows: Rows, wait: bool = True) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None:
-    """Every row of ``rows`` as (offsets, bytes), with the compiled kernels of its layout.
+def write_fused(rows: Rows, wait: bool = True) -> pa.Array | None:
+    """Every row of ``rows`` (a ``large_binary`` array), with the compiled kernels of its layout.
     Without ``wait``, ``None`` while they are still being compiled or loaded (on a
     background thread): the caller writes this batch field by field instead."""
     gen = _Source()
@@ -267,4 +268,4 @@ def write_fused(rows: Rows, wait: bool = True) -> tuple[np.ndarray[Any, Any], np
     bad = write(n, offsets, out, *gen.arrays)
     if bad >= 0:  # a layout bug, never bad input
         raise AssertionError(f"encoder: row {bad}'s bytes differ from the size laid out for it")
-    return offsets, out
+    return binary_rows(n, offsets, out)

@@ -6,11 +6,13 @@ building its bytes: ``VarintRows`` (``tag + varint(v)``), ``FixedRows`` (``tag +
 fixed32 / fixed64), ``BytesRows`` (a binary or string column as it is, or each value
 ``tag + varint(len) + payload``), ``ConcatRows`` (the fields of a message, optionally
 length-delimited as a nested message field) and ``GroupedRows`` (the elements of a
-repeated field or map, per row). ``materialize`` then asks the tree for every row's size,
-allocates the output once and has each node write its bytes straight into place, one
-pass per node over the rows: no field's bytes are built and copied again into the
-message that holds them. ``decimal_strings`` writes decimal128 values as the strings
-Arrow's cast writes (``-0.05``).
+repeated field or map, per row). ``bulldozer.load.fused`` compiles a job's tree into
+kernels that write a batch row by row in one pass (the fast path). ``materialize`` writes
+it without compiling anything: it asks the tree for every row's size, allocates the
+output once and has each node write its bytes straight into place, one pass per node over
+a slice of rows at a time (while a job's layout compiles, and for tests of both).
+``decimal_strings`` writes decimal128 values as the strings Arrow's cast writes
+(``-0.05``).
 
 Arrow arrays go in and come out as plain buffers (offsets + bytes), without a copy. The
 kernels are compiled once and cached on disk (``cache=True``): the first run on a machine
@@ -35,6 +37,7 @@ __all__ = [
     "GroupedRows",
     "Rows",
     "VarintRows",
+    "binary_rows",
     "decimal_strings",
     "fixed_rows",
     "materialize",
@@ -246,10 +249,10 @@ def decimal_strings(arr: pa.Array) -> pa.Array | None:
     if result is None:
         return None
     offsets, data = result
-    return _array(n, offsets, data)
+    return binary_rows(n, offsets, data)
 
 
-def _array(n: int, offsets: np.ndarray[Any, Any], data: np.ndarray[Any, Any]) -> pa.Array:
+def binary_rows(n: int, offsets: np.ndarray[Any, Any], data: np.ndarray[Any, Any]) -> pa.Array:
     return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
@@ -421,7 +424,7 @@ def materialize(rows: Rows) -> pa.Array:
         rows.write(out, pos, start, min(n, start + step))
     if not np.array_equal(pos, offsets[1:]):  # a layout bug, never bad input
         raise AssertionError("encoder: the bytes written differ from the sizes laid out")
-    return _array(rows.n, offsets, out)
+    return binary_rows(rows.n, offsets, out)
 
 
 def varint_rows(values: np.ndarray[Any, Any], keep: np.ndarray[Any, Any] | None, prefix: bytes = b"") -> pa.Array:
