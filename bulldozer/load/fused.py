@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from bulldozer.load.wire import BytesRows, ConcatRows, FixedRows, GroupedRows, Rows, VarintRows, binary_rows
+from bulldozer.load.wire import BytesRows, ConcatRows, FixedRows, GroupedRows, Rows, VarintRows, binary_rows, read_only
 
 __all__ = ["kernel_cache_dir", "write_fused"]
 
@@ -88,28 +88,28 @@ class _Source:
         pad = "    " * depth
         # Every node checks a mask, all true when it has none: a batch without nulls gets the
         # same layout (and kernels) as one with them.
-        keep = self._arg("k", _read_only(rows.keep if rows.keep is not None else np.ones(rows.n, np.bool_), np.bool_))
+        keep = self._arg("k", read_only(rows.keep if rows.keep is not None else np.ones(rows.n, np.bool_), np.bool_))
         inner = pad + "    "
         self.sizes.append(f"{pad}if {keep}[{idx}]:")
         self.writes.append(f"{pad}if {keep}[{idx}]:")
         start_sizes, start_writes = len(self.sizes), len(self.writes)
         if isinstance(rows, VarintRows):
-            values = self._arg("v", _read_only(rows.values, np.uint64))
+            values = self._arg("v", read_only(rows.values, np.uint64))
             t = len(rows.prefix)
             self.sizes.append(f"{inner}{acc} += np.uint64({t}) + _varint_size({values}[{idx}])")
             self.writes += self._prefix_lines(rows.prefix, inner)
             self.writes.append(f"{inner}p = _put_varint(out, p, {values}[{idx}])")
         elif isinstance(rows, FixedRows):
             width = rows.raw.shape[1]
-            raw = self._arg("f", _read_only(rows.raw.reshape(-1), np.uint8))
+            raw = self._arg("f", read_only(rows.raw.reshape(-1), np.uint8))
             self.sizes.append(f"{inner}{acc} += np.uint64({len(rows.prefix) + width})")
             self.writes += self._prefix_lines(rows.prefix, inner)
             at = self._var("at")
             self.writes.append(f"{inner}{at} = {idx} * np.uint64({width})")
             self.writes.append(f"{inner}p = _put(out, p, {raw}, {at}, {at} + np.uint64({width}))")
         elif isinstance(rows, BytesRows):
-            offsets = self._arg("o", _read_only(rows.offsets, np.uint64))
-            data = self._arg("d", _read_only(rows.data, np.uint8))
+            offsets = self._arg("o", read_only(rows.offsets, np.uint64))
+            data = self._arg("d", read_only(rows.data, np.uint8))
             length = self._var("n")
             line = f"{inner}{length} = {offsets}[{idx} + _U1] - {offsets}[{idx}]"
             self.sizes.append(line)
@@ -136,7 +136,7 @@ class _Source:
                 self.sizes.append(f"{inner}{lengths}[{idx}] = {own}")
                 self.sizes.append(f"{inner}{acc} += np.uint64({len(rows.prefix)}) + _varint_size({own}) + {own}")
         elif isinstance(rows, GroupedRows):
-            bounds = self._arg("b", _read_only(rows.bounds, np.uint64))
+            bounds = self._arg("b", read_only(rows.bounds, np.uint64))
             j = self._var("j")
             loop = f"{inner}for {j} in range({bounds}[{idx}], {bounds}[{idx} + _U1]):"
             self.sizes.append(loop)
@@ -171,13 +171,6 @@ class _Source:
             f"            return r\n"
             f"    return -1\n"
         )
-
-
-def _read_only(array: np.ndarray[Any, Any], dtype: Any) -> np.ndarray[Any, Any]:
-    """A C-contiguous, read-only view (one numba signature, whatever Arrow handed over)."""
-    view = np.ascontiguousarray(array, dtype=dtype).view()
-    view.flags.writeable = False
-    return view
 
 
 class _Kernels:

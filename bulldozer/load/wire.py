@@ -41,6 +41,7 @@ __all__ = [
     "decimal_strings",
     "fixed_rows",
     "materialize",
+    "read_only",
     "varint_rows",
     "warm_up",
     "warm_up_in_background",
@@ -449,10 +450,10 @@ def warm_up() -> None:
     strings = binary_array([b"ab", b"c"], pa.string())
     blobs = binary_array([b"ab", b"c"])
     for values in (np.array([1, 300], dtype=np.int64), np.array([1, 300], dtype=np.uint64)):
-        for ints in (values, _read_only(values)):  # Arrow's columns come read-only
+        for ints in (values, read_only(values)):  # Arrow's columns come read-only
             varint_rows(ints, keep, b"\x08")
             varint_rows(ints, None)
-    for raw in (np.zeros((2, 8), dtype=np.uint8), _read_only(np.zeros((2, 4), dtype=np.uint8))):
+    for raw in (np.zeros((2, 8), dtype=np.uint8), read_only(np.zeros((2, 4), dtype=np.uint8))):
         fixed_rows(raw, keep, b"\x09")
         fixed_rows(raw, None)
     nested = ConcatRows([BytesRows(strings, keep, b"\x0a"), BytesRows(blobs, None)], 2, keep, b"\x12")
@@ -464,8 +465,10 @@ def warm_up() -> None:
     warm_digest()
 
 
-def _read_only(a: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    view = a.view()
+def read_only(array: np.ndarray[Any, Any], dtype: Any = None) -> np.ndarray[Any, Any]:
+    """A C-contiguous, read-only view (a copy only when the dtype or layout differs), typed
+    by numba as Arrow's buffers are."""
+    view = np.ascontiguousarray(array, dtype=dtype).view()
     view.flags.writeable = False
     return view
 
