@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from enum import StrEnum
 from pathlib import Path
@@ -94,6 +95,10 @@ def run(
         task = bar.add_task("load", total=None, rate="-")
 
         def on_stage(stage: str) -> None:
+            if stage == "load":
+                # Everything imported and built so far lives to the end of the run: keep the
+                # collector from walking it again at every full collection during the load.
+                gc.freeze()
             bar.update(task, description=stage)
             if not show and not as_json and not quiet:
                 err_console.print(f"· {stage}")
@@ -136,6 +141,8 @@ def run(
                 raise
             except Exception as exc:  # an unexpected failure: one line, the version is already FAILED
                 raise fail(f"run failed: {type(exc).__name__}: {exc} (the alias was not moved)", 1) from None
+            finally:
+                gc.unfreeze()  # a no-op for the process's own exit (main freezes again)
     if as_json:
         print_json(json.loads(record.to_json()))
         return

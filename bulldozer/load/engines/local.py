@@ -1,17 +1,18 @@
 """``local``: load with pyiceberg + Arrow on this machine, no JVM.
 
 The pinned snapshot is planned into file-scan tasks (the splits); each task is read as a
-stream of Arrow record batches (projection and the spec's filter pushed into the scan),
-encoded column-wise, and sent through the client's batch writer while the next batch is
-encoded (the writer keeps several batches in flight on gRPC's own threads). Memory stays
-bounded by a few batches, whatever the table's size.
+stream of Arrow record batches (projection and the spec's filter pushed into the scan) on a
+reader thread a few batches ahead (``bulldozer.load.prefetch``), encoded column-wise, and
+sent through the client's batch writer while the next batch is encoded (the writer keeps
+several batches in flight on gRPC's own threads). Memory stays bounded by a few batches,
+whatever the table's size: a file is decoded batch by batch, never whole.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -19,12 +20,16 @@ import pyarrow as pa
 
 from bulldozer.kv.client import KvClient
 from bulldozer.kv.digest import Digest, digest_and_key_hashes, key_hashes
+from bulldozer.load.arrow_memory import use_load_memory_pool
 from bulldozer.load.encode import RowEncoder
 from bulldozer.load.engines.base import LoadEngine, LoadPlan, LoadResult, Progress, SplitDone, SplitResult
+from bulldozer.load.prefetch import read_ahead
 
 __all__ = ["LocalEngine", "split_id"]
 
 BATCH_ROWS = 65_536
+#: Batches the reader thread decodes ahead of the encoder.
+READ_AHEAD = 4
 
 
 def split_id(task: Any) -> str:
@@ -44,13 +49,38 @@ def _tasks(scan: Any) -> list[Any]:
     return sorted(scan.plan_files(), key=lambda t: t.file.file_path)
 
 
+def _streaming_reader(arrow_scan: Any) -> Callable[[Any], Iterator[pa.RecordBatch]] | None:
+    """pyiceberg's reader of one task batch by batch as Arrow decodes the file, or None when
+    this pyiceberg lacks the (private) pieces it is made of. The public ``to_record_batches``
+    decodes a whole file into a list first: a 1M-row row group held at once."""
+    from pyiceberg.io import pyarrow as iceberg_arrow
+
+    stream = getattr(arrow_scan, "_record_batches_from_scan_tasks_and_deletes", None)
+    read_deletes = getattr(iceberg_arrow, "_read_all_delete_files", None)
+    if stream is None or read_deletes is None:
+        return None
+    return lambda task: stream([task], read_deletes(arrow_scan._io, [task]))
+
+
 def _batches(plan: LoadPlan, scan: Any, task: Any) -> Iterator[pa.RecordBatch]:
     from pyiceberg.io.pyarrow import ArrowScan
 
     arrow_scan = ArrowScan(plan.table.metadata, plan.table.io, scan.projection(), scan.row_filter, scan.case_sensitive)
-    for batch in arrow_scan.to_record_batches([task]):
+    streaming = _streaming_reader(arrow_scan)
+    batches = streaming(task) if streaming is not None else arrow_scan.to_record_batches([task])
+    for batch in batches:
         for start in range(0, batch.num_rows, BATCH_ROWS):
             yield batch.slice(start, BATCH_ROWS)
+
+
+def _split_stream(splits: list[tuple[str, Iterator[pa.RecordBatch]]]) -> Iterator[tuple[str, pa.RecordBatch | None]]:
+    """(split id, batch) for every batch of every split, then (split id, None) once the
+    split's last batch has been read."""
+    for sid, batches in splits:
+        for batch in batches:
+            if batch.num_rows:
+                yield sid, batch
+        yield sid, None
 
 
 class LocalEngine(LoadEngine):
@@ -68,6 +98,7 @@ class LocalEngine(LoadEngine):
         return [(split_id(task), task.file.record_count, _batches(plan, scan, task)) for task in _tasks(scan)]
 
     def load(self, plan: LoadPlan, client: KvClient, on_split: SplitDone, progress: Progress) -> LoadResult:
+        use_load_memory_pool()
         splits = self._splits(plan, plan.columns)
         expected = sum(rows for _sid, rows, _batches in splits)
         encoder = RowEncoder(plan.proto)
@@ -82,12 +113,16 @@ class LocalEngine(LoadEngine):
             in_flight=write.in_flight_batches,
         ) as writer:
             throttle = _Throttle(write.records_per_second)
-            for sid, _rows, batches in splits:
-                if sid in plan.done:
-                    continue
-                split = SplitResult(sid, 0, Digest())
-                for batch in batches:
-                    if batch.num_rows == 0:
+            todo = [(sid, batches) for sid, _rows, batches in splits if sid not in plan.done]
+            split: SplitResult | None = None
+            with read_ahead(_split_stream(todo), READ_AHEAD, "source-reader") as stream:
+                for sid, batch in stream:
+                    split = split or SplitResult(sid, 0, Digest())
+                    if batch is None:  # the split is read: once all of it is acknowledged, the ledger says so
+                        writer.sync()
+                        result.splits[sid] = split
+                        on_split(split)
+                        split = None
                         continue
                     encoded = encoder.encode(batch)
                     writer.add_arrays(encoded.keys, encoded.values)
@@ -102,9 +137,6 @@ class LocalEngine(LoadEngine):
                     done_rows += batch.num_rows
                     progress(done_rows, expected)
                     throttle.wait(batch.num_rows)
-                writer.sync()  # every batch of this split is acknowledged before the ledger says so
-                result.splits[sid] = split
-                on_split(split)
         return result
 
     def key_hashes_of(self, plan: LoadPlan, split_ids: set[str]) -> list[np.ndarray[Any, Any]]:

@@ -1,0 +1,99 @@
+"""The local engine's reading: files streamed batch by batch on a reader thread, the public
+file-at-once path as a fallback, and the Arrow memory pool a load allocates from."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyiceberg.io.pyarrow import ArrowScan
+
+from bulldozer.errors import AliasNotFoundError
+from bulldozer.kv import KvClient
+from bulldozer.load.arrow_memory import use_load_memory_pool
+from bulldozer.load.engines import local
+from bulldozer.load.runner import LEDGER_LABEL, run_job
+from bulldozer.spec import load_spec_text
+from bulldozer.warehouse.sample import create_sample_warehouse
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.integration
+TEMPLATE = (REPO / "templates" / "move_data_to_kv_dal.yaml").read_text()
+ROWS, FILE_ROWS = 3_000, 1_000
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    create_sample_warehouse(tmp_path, rows=ROWS, chunk_rows=FILE_ROWS)  # three data files, three splits
+    return tmp_path
+
+
+def _run(home: Path, dal: KvClient) -> tuple[str, int, dict[str, object]]:
+    record = run_job(load_spec_text(TEMPLATE, "job.yaml", env={}), dal, home=str(home))
+    info = dal.describe(record.version)
+    return record.digest, record.rows, json.loads(info.labels.get(LEDGER_LABEL, "{}"))
+
+
+def test_files_are_streamed_not_decoded_whole(home: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    def whole_file(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("the file-at-once path was used")
+
+    monkeypatch.setattr(ArrowScan, "to_record_batches", whole_file)
+    _digest, rows, ledger = _run(home, dal)
+    assert rows == ROWS
+    assert len(ledger) == ROWS // FILE_ROWS  # one ledger entry per file, in the ledger after its batches
+
+
+def test_the_pinned_pyiceberg_has_the_streaming_reader() -> None:
+    # private pieces of pyiceberg: an upgrade that drops them falls back to whole files (slower, same data)
+    assert local._streaming_reader(ArrowScan.__new__(ArrowScan)) is not None
+
+
+def test_without_pyicebergs_streaming_reader_the_public_path_loads_the_same_records(
+    home: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    streamed = _run(home, dal)
+    monkeypatch.setattr(local, "_streaming_reader", lambda arrow_scan: None)
+    assert _run(home, dal)[:2] == streamed[:2]  # same rows, same digest
+
+
+def test_a_failing_read_fails_the_run_and_leaves_no_reader_behind(
+    home: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    original = ArrowScan._record_batches_from_scan_tasks_and_deletes
+    calls = {"n": 0}
+
+    def second_file_fails(self: ArrowScan, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError("disk read error in the second file")
+        yield from original(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ArrowScan, "_record_batches_from_scan_tasks_and_deletes", second_file_fails)
+    with pytest.raises(OSError, match="second file"):
+        run_job(load_spec_text(TEMPLATE, "job.yaml", env={}), dal, home=str(home))
+    assert not any(t.name == "source-reader" for t in threading.enumerate())
+    with pytest.raises(AliasNotFoundError):
+        dal.get_alias("user_item_scores")  # never flipped
+
+
+def test_loads_allocate_from_jemalloc_unless_the_environment_chose_a_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
+    before = pa.default_memory_pool()
+    try:
+        try:
+            pa.jemalloc_memory_pool()
+        except NotImplementedError:
+            expected = before.backend_name  # a pyarrow built without jemalloc keeps its default
+        else:
+            expected = "jemalloc"
+        assert use_load_memory_pool() == expected == pa.default_memory_pool().backend_name
+        monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", "system")
+        pa.set_memory_pool(pa.system_memory_pool())
+        assert use_load_memory_pool() == "system"  # the user's choice stands
+    finally:
+        pa.set_memory_pool(before)
