@@ -629,12 +629,21 @@ class BatchWriter:
             self._wait_one()
         self._pending.append(self.client._t.put_batch_future(payload, self.client.timeout))
 
+    def sent_so_far(self) -> Callable[[], None]:
+        """Send what is buffered; return a function that blocks (in any thread) until every
+        batch sent up to now is acknowledged, raising the first failure. Unlike ``sync``, the
+        writer goes on sending meanwhile (a caller records progress without a pause)."""
+        self.flush()
+        futures = list(self._pending)
+
+        def wait() -> None:
+            for future in futures:
+                _acknowledgement(future)
+
+        return wait
+
     def _wait_one(self) -> None:
-        future = self._pending.popleft()
-        try:
-            response = future.result()
-        except grpc.RpcError as err:
-            raise translate(err) from None
+        response = _acknowledgement(self._pending.popleft())
         self.stats.batches += 1
         self.stats.records += response.records
         self.stats.bytes += response.bytes
@@ -657,3 +666,11 @@ class BatchWriter:
 
     def close(self) -> WriteStats:
         return self.sync()
+
+
+def _acknowledgement(future: Any) -> Any:
+    """A sent batch's response, or its failure as the exception tree's error."""
+    try:
+        return future.result()
+    except grpc.RpcError as err:
+        raise translate(err) from None

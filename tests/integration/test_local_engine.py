@@ -97,3 +97,27 @@ def test_loads_allocate_from_jemalloc_unless_the_environment_chose_a_pool(monkey
         assert use_load_memory_pool() == "system"  # the user's choice stands
     finally:
         pa.set_memory_pool(before)
+
+
+def test_a_writers_acknowledgement_waiter_covers_what_was_sent_before_it(dal: KvClient) -> None:
+    from bulldozer.errors import NamespaceNotFoundError
+    from bulldozer.names import new_version_name
+
+    name = new_version_name("acks")
+    dal.create_namespace(name, "acks")
+    with dal.writer(name, batch_records=10, in_flight=8) as writer:
+        writer.add_many((b"k%03d" % i, b"v") for i in range(95))
+        acknowledged = writer.sent_so_far()  # sends the 5 buffered records too
+        covered = list(writer._pending)
+        assert len(covered) == 8  # in flight: the window; the 2 before them were waited for already
+        writer.add_many((b"later%03d" % i, b"v") for i in range(30))  # the writer goes on meanwhile
+        acknowledged()
+        assert all(f.done() for f in covered)
+    dal.seal(name, expected_records=125)
+    with dal.writer("acks__v20000101000000_000000") as missing:  # no such version: every batch fails
+        missing.add(b"k", b"v")
+        fails = missing.sent_so_far()
+        with pytest.raises(NamespaceNotFoundError):
+            fails()
+        with pytest.raises(NamespaceNotFoundError):
+            missing.sync()

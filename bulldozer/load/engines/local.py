@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -83,6 +84,11 @@ def _split_stream(splits: list[tuple[str, Iterator[pa.RecordBatch]]]) -> Iterato
         yield sid, None
 
 
+def _record_split(acknowledged: Callable[[], None], on_split: SplitDone, split: SplitResult) -> None:
+    acknowledged()
+    on_split(split)
+
+
 class LocalEngine(LoadEngine):
     name = "local"
     runs_sql = True
@@ -115,13 +121,19 @@ class LocalEngine(LoadEngine):
             throttle = _Throttle(write.records_per_second)
             todo = [(sid, batches) for sid, _rows, batches in splits if sid not in plan.done]
             split: SplitResult | None = None
-            with read_ahead(_split_stream(todo), READ_AHEAD, "source-reader") as stream:
+            recorded: list[Future[None]] = []
+            with (
+                read_ahead(_split_stream(todo), READ_AHEAD, "source-reader") as stream,
+                ThreadPoolExecutor(1, thread_name_prefix="split-ledger") as ledger,
+            ):
                 for sid, batch in stream:
                     split = split or SplitResult(sid, 0, Digest())
-                    if batch is None:  # the split is read: once all of it is acknowledged, the ledger says so
-                        writer.sync()
+                    if batch is None:
+                        # The split is read and sent: the ledger says so once all of it is
+                        # acknowledged, on the ledger's thread and in split order, while the
+                        # next split is sent (no pause to drain the writer at each split).
+                        recorded.append(ledger.submit(_record_split, writer.sent_so_far(), on_split, split))
                         result.splits[sid] = split
-                        on_split(split)
                         split = None
                         continue
                     encoded = encoder.encode(batch)
@@ -137,6 +149,8 @@ class LocalEngine(LoadEngine):
                     done_rows += batch.num_rows
                     progress(done_rows, expected)
                     throttle.wait(batch.num_rows)
+            for done in recorded:
+                done.result()  # a failed acknowledgement or ledger write fails the load
         return result
 
     def key_hashes_of(self, plan: LoadPlan, split_ids: set[str]) -> list[np.ndarray[Any, Any]]:
