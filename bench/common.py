@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,21 +37,35 @@ def scratch_dir(prefix: str) -> Path:
 
 
 def run_cli(args: list[str], home: Path, env: dict[str, str] | None = None) -> CliRun:
-    """Run ``bulldozer ARGS`` in its own process with ``BULLDOZER_HOME=home``."""
+    """Run ``bulldozer ARGS`` in its own process with ``BULLDOZER_HOME=home``, polling its
+    descendants' memory from here (not from inside the command, where it would cost it time)."""
+    from bench.measured_cli import peak_of_descendants
+
     started = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.measured_cli", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "BULLDOZER_HOME": str(home), **(env or {})},
-        cwd=REPO,
-    )
-    seconds = time.perf_counter() - started
-    if proc.returncode != 0:
-        raise SystemExit(f"bulldozer {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
-    rss_line = [line for line in proc.stderr.splitlines() if line.startswith("RSS ")][-1]
-    _, me, kids, anon = rss_line.split()
-    return CliRun(json.loads(proc.stdout), seconds, int(me), int(kids), int(anon))
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.measured_cli", *args],
+            stdout=out,
+            stderr=err,
+            text=True,
+            env={**os.environ, "BULLDOZER_HOME": str(home), **(env or {})},
+            cwd=REPO,
+        )
+        done, peaks = threading.Event(), [(0, 0)]
+        poller = threading.Thread(target=lambda: peaks.append(peak_of_descendants(proc.pid, done)), daemon=True)
+        poller.start()
+        returncode = proc.wait()
+        seconds = time.perf_counter() - started
+        done.set()
+        poller.join()
+        kids, kids_anon = peaks[-1]
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if returncode != 0:
+        raise SystemExit(f"bulldozer {' '.join(args)} failed:\n{stderr[-3000:]}")
+    rss_line = [line for line in stderr.splitlines() if line.startswith("RSS ")][-1]
+    return CliRun(json.loads(stdout), seconds, int(rss_line.split()[1]), kids, kids_anon)
 
 
 def _job_encoder(home: Path, spec_path: Path, kernels: str | None = None) -> tuple[Any, Any, tuple[str, ...]]:
