@@ -6,7 +6,7 @@ import gc
 import json
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -14,6 +14,11 @@ from rich.table import Table
 
 from bulldozer.cli.common import HOME_HELP, console, err_console, fail, handle_errors, open_version, print_json
 from bulldozer.errors import BulldozerError, InvalidArgumentError
+
+if TYPE_CHECKING:
+    from bulldozer.kv.client import KvClient
+    from bulldozer.load.runner import RunRecord
+    from bulldozer.spec.loader import LoadedSpec
 
 
 class EngineChoice(StrEnum):
@@ -68,11 +73,7 @@ def run(
     against what the DAL stored, quality gates) before the alias moves. On any failure the
     version is marked FAILED and the alias stays where it was; the exit code is non-zero.
     """
-    from bulldozer.load.wire import warm_up_in_background
-
-    warm_up_in_background()  # the encoder's kernels load while the run reads the catalog
     from bulldozer.kv.connect import connect
-    from bulldozer.load.runner import run_job
     from bulldozer.spec.loader import load_spec
 
     loaded = load_spec(spec)
@@ -82,6 +83,46 @@ def run(
         os.environ["BULLDOZER_SPARK_MASTER"] = master
     kv = loaded.spec.key_value_dal
     target = endpoint or kv.endpoint
+    with connect(target, home, token=kv.token) as client:
+        # An embedded DAL starts now, on the other core, while this process imports the
+        # load engine and reads the catalog; the first call to it waits until it is up.
+        record = _run(client, loaded, engine, home, resume, as_json, quiet, stage, version, run_key)
+    if record is None:
+        return
+    if as_json:
+        print_json(json.loads(record.to_json()))
+        return
+    if record.outcome == "pinned":
+        console.print(f"[yellow]![/] {record.version} was built and verified but not made live: {record.error}")
+        return
+    seconds = sum(record.timings.values())
+    rate = record.rows / record.timings.get("load", seconds) if record.timings.get("load") else 0
+    console.print(
+        f"[green]✓[/] {record.alias} → {record.version}: {record.rows:,} rows from snapshot {record.snapshot_id} "
+        f"in {seconds:.1f} s ({rate:,.0f} rows/s load)"
+    )
+    if record.retention_dropped:
+        console.print(f"  retention dropped: {', '.join(record.retention_dropped)}")
+
+
+def _run(
+    client: KvClient,
+    loaded: LoadedSpec,
+    engine: EngineChoice,
+    home: str | None,
+    resume: str | None,
+    as_json: bool,
+    quiet: bool,
+    stage: str | None,
+    version: str | None,
+    run_key: str | None,
+) -> RunRecord | None:
+    """The run (or one stage of it, whose outcome it prints itself: then None) with a progress bar."""
+    from bulldozer.load.wire import warm_up_in_background
+
+    warm_up_in_background()  # the encoder's kernels load while the run reads the catalog
+    from bulldozer.load.runner import run_job
+
     show = not (quiet or as_json) and err_console.is_terminal
     columns = (
         TextColumn("[bold]{task.description}"),
@@ -107,56 +148,41 @@ def run(
             elapsed = bar.tasks[0].elapsed or 0.0
             bar.update(task, completed=done, total=total or None, rate=f"{done / elapsed:,.0f}" if elapsed else "-")
 
-        with connect(target, home, token=kv.token) as client:
-            try:
-                if stage is not None:
-                    from bulldozer.load.runner import run_stage
+        try:
+            if stage is not None:
+                from bulldozer.load.runner import run_stage
 
-                    on_stage(stage)
-                    record = run_stage(
-                        stage,
-                        loaded,
-                        client,
-                        version=version,
-                        run_key=run_key or "",
-                        engine=engine.value,
-                        home=home,
-                        progress=on_progress,
-                    )
-                    if as_json:
-                        print_json(json.loads(record.to_json()))
-                    else:
-                        console.print(f"[green]✓[/] {stage}: {record.version or record.alias}")
-                    return
-                record = run_job(
+                on_stage(stage)
+                record = run_stage(
+                    stage,
                     loaded,
                     client,
+                    version=version,
+                    run_key=run_key or "",
                     engine=engine.value,
                     home=home,
-                    resume=resume,
-                    on_stage=on_stage,
                     progress=on_progress,
                 )
-            except BulldozerError:
-                raise
-            except Exception as exc:  # an unexpected failure: one line, the version is already FAILED
-                raise fail(f"run failed: {type(exc).__name__}: {exc} (the alias was not moved)", 1) from None
-            finally:
-                gc.unfreeze()  # a no-op for the process's own exit (main freezes again)
-    if as_json:
-        print_json(json.loads(record.to_json()))
-        return
-    if record.outcome == "pinned":
-        console.print(f"[yellow]![/] {record.version} was built and verified but not made live: {record.error}")
-        return
-    seconds = sum(record.timings.values())
-    rate = record.rows / record.timings.get("load", seconds) if record.timings.get("load") else 0
-    console.print(
-        f"[green]✓[/] {record.alias} → {record.version}: {record.rows:,} rows from snapshot {record.snapshot_id} "
-        f"in {seconds:.1f} s ({rate:,.0f} rows/s load)"
-    )
-    if record.retention_dropped:
-        console.print(f"  retention dropped: {', '.join(record.retention_dropped)}")
+                if as_json:
+                    print_json(json.loads(record.to_json()))
+                else:
+                    console.print(f"[green]✓[/] {stage}: {record.version or record.alias}")
+                return None
+            return run_job(
+                loaded,
+                client,
+                engine=engine.value,
+                home=home,
+                resume=resume,
+                on_stage=on_stage,
+                progress=on_progress,
+            )
+        except BulldozerError:
+            raise
+        except Exception as exc:  # an unexpected failure: one line, the version is already FAILED
+            raise fail(f"run failed: {type(exc).__name__}: {exc} (the alias was not moved)", 1) from None
+        finally:
+            gc.unfreeze()  # a no-op for the process's own exit (main freezes again)
 
 
 @handle_errors
