@@ -106,8 +106,10 @@ def _partition_writer(proto: Any, address: str, token: str | None, version: str,
 
         from bulldozer.kv.client import KvClient
         from bulldozer.kv.digest import Digest, digest_and_key_hashes
+        from bulldozer.load.arrow_memory import use_load_memory_pool
         from bulldozer.load.encode import RowEncoder
 
+        use_load_memory_pool()  # the batches Spark sends this worker land in jemalloc's pool too
         encoder = RowEncoder(proto)
         digest = Digest()
         nulls: dict[str, int] = {}
