@@ -151,7 +151,9 @@ def schema_at(table: Any, snapshot_id: int) -> Any:
 def _duplicates(hashes: list[np.ndarray[Any, Any]]) -> set[int]:
     if not hashes:
         return set()
-    allh = np.sort(np.concatenate(hashes))
+    allh = hashes[0] if len(hashes) == 1 else np.concatenate(hashes)
+    if len(allh) > 1 and not bool(np.all(allh[1:] >= allh[:-1])):  # an engine may hand them sorted
+        allh = np.sort(allh)
     dup = allh[1:][allh[1:] == allh[:-1]]
     return {int(h) for h in np.unique(dup[:10])}
 

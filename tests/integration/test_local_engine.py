@@ -121,3 +121,17 @@ def test_a_writers_acknowledgement_waiter_covers_what_was_sent_before_it(dal: Kv
             fails()
         with pytest.raises(NamespaceNotFoundError):
             missing.sync()
+
+
+def test_duplicate_key_hashes_are_found_sorted_or_not() -> None:
+    import numpy as np
+
+    from bulldozer.load.runner import _duplicates
+
+    rng = np.random.default_rng(7)
+    pieces = [rng.integers(0, 2**63, 1000, dtype=np.int64).view(np.uint64) for _ in range(3)]
+    pieces[2][17] = pieces[0][500]  # one key in two batches
+    assert _duplicates(pieces) == {int(pieces[0][500])}  # unsorted pieces (a resumed run adds some)
+    assert _duplicates([np.sort(np.concatenate(pieces))]) == {int(pieces[0][500])}  # sorted by the engine
+    assert _duplicates([np.sort(np.concatenate(pieces[:2]))]) == set()
+    assert _duplicates([]) == set()
