@@ -135,3 +135,35 @@ def test_duplicate_key_hashes_are_found_sorted_or_not() -> None:
     assert _duplicates([np.sort(np.concatenate(pieces))]) == {int(pieces[0][500])}  # sorted by the engine
     assert _duplicates([np.sort(np.concatenate(pieces[:2]))]) == set()
     assert _duplicates([]) == set()
+
+
+def test_the_next_local_file_is_read_ahead_into_the_page_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    advised: list[str] = []
+    real = os.posix_fadvise
+
+    def spy(fd: int, offset: int, length: int, advice: int) -> None:
+        assert advice == os.POSIX_FADV_WILLNEED
+        advised.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", spy)
+    data = tmp_path / "a b.parquet"
+    data.write_bytes(b"x" * 1000)
+    local._will_need(data.as_uri())  # file:// with an escaped space
+    local._will_need(str(data))
+    local._will_need("s3://bucket/key.parquet")  # left to that file system
+    local._will_need(str(tmp_path / "gone.parquet"))  # best effort: no error
+    local._will_need(None)
+    assert advised == [str(data), str(data)]
+
+
+def test_a_load_advises_each_next_split_file(home: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[str | None] = []
+    monkeypatch.setattr(local, "_will_need", seen.append)
+    _run(home, dal)
+    files = sorted(p.as_uri() for p in (home / "warehouse").rglob("*.parquet"))  # the splits' order
+    assert len(files) == ROWS // FILE_ROWS
+    # as each split starts, the next one's file; after the last split, nothing
+    assert seen == [*files[1:], None]

@@ -11,10 +11,12 @@ whatever the table's size: a file is decoded batch by batch, never whole.
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import numpy as np
 import pyarrow as pa
@@ -63,9 +65,33 @@ def _streaming_reader(arrow_scan: Any) -> Callable[[Any], Iterator[pa.RecordBatc
     return lambda task: stream([task], read_deletes(arrow_scan._io, [task]))
 
 
-def _batches(plan: LoadPlan, scan: Any, task: Any) -> Iterator[pa.RecordBatch]:
+def _will_need(location: str | None) -> None:
+    """Ask the kernel to read a local data file into the page cache in the background
+    (best effort; other file systems are left to their own read-ahead). The reader asks for
+    the next split's file as it starts a split: that file's reads then overlap this one's
+    work instead of waiting behind whatever the disk is busy with at the split boundary
+    (the DAL's fsync of the split just loaded, measured as a 0.8 s stall)."""
+    if not location:
+        return
+    parsed = urlparse(location)
+    if parsed.scheme not in ("", "file"):
+        return
+    try:
+        fd = os.open(unquote(parsed.path) if parsed.scheme else location, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _batches(plan: LoadPlan, scan: Any, task: Any, next_location: str | None = None) -> Iterator[pa.RecordBatch]:
     from pyiceberg.io.pyarrow import ArrowScan
 
+    _will_need(next_location)
     arrow_scan = ArrowScan(plan.table.metadata, plan.table.io, scan.projection(), scan.row_filter, scan.case_sensitive)
     streaming = _streaming_reader(arrow_scan)
     batches = streaming(task) if streaming is not None else arrow_scan.to_record_batches([task])
@@ -101,7 +127,12 @@ class LocalEngine(LoadEngine):
 
             return [("sql", 0, open_reader(plan.sql, columns))]
         scan = _scan(plan, columns)
-        return [(split_id(task), task.file.record_count, _batches(plan, scan, task)) for task in _tasks(scan)]
+        tasks = _tasks(scan)
+        following = [t.file.file_path for t in tasks[1:]] + [None]
+        return [
+            (split_id(task), task.file.record_count, _batches(plan, scan, task, then))
+            for task, then in zip(tasks, following, strict=True)
+        ]
 
     def load(self, plan: LoadPlan, client: KvClient, on_split: SplitDone, progress: Progress) -> LoadResult:
         use_load_memory_pool()
