@@ -4,8 +4,9 @@ The pinned snapshot is planned into file-scan tasks (the splits); each task is r
 stream of Arrow record batches (projection and the spec's filter pushed into the scan) on a
 reader thread a few batches ahead (``bulldozer.load.prefetch``), encoded column-wise, and
 sent through the client's batch writer while the next batch is encoded (the writer keeps
-several batches in flight on gRPC's own threads). Memory stays bounded by a few batches,
-whatever the table's size: a file is decoded batch by batch, never whole.
+several batches in flight on gRPC's own threads). Memory stays bounded by a row group and a
+few batches, whatever the table's size: a file is decoded row group by row group (Arrow's
+dataset scanner decodes a whole row group before it hands out its first batch).
 """
 
 from __future__ import annotations
@@ -53,9 +54,9 @@ def _tasks(scan: Any) -> list[Any]:
 
 
 def _streaming_reader(arrow_scan: Any) -> Callable[[Any], Iterator[pa.RecordBatch]] | None:
-    """pyiceberg's reader of one task batch by batch as Arrow decodes the file, or None when
-    this pyiceberg lacks the (private) pieces it is made of. The public ``to_record_batches``
-    decodes a whole file into a list first: a 1M-row row group held at once."""
+    """pyiceberg's reader of one task, yielding batches as Arrow decodes each row group, or
+    None when this pyiceberg lacks the (private) pieces it is made of. The public
+    ``to_record_batches`` collects a whole file's batches into a list first."""
     from pyiceberg.io import pyarrow as iceberg_arrow
 
     stream = getattr(arrow_scan, "_record_batches_from_scan_tasks_and_deletes", None)
@@ -180,12 +181,12 @@ class LocalEngine(LoadEngine):
                     done_rows += batch.num_rows
                     progress(done_rows, expected)
                     throttle.wait(batch.num_rows)
-            if result.key_hashes:
-                # sorted for the duplicate check while the last acknowledgements and the
-                # ledger's write (an fsync) are awaited, instead of after them
-                result.key_hashes = [np.sort(np.concatenate(result.key_hashes))]
-            for done in recorded:
-                done.result()  # a failed acknowledgement or ledger write fails the load
+                if result.key_hashes:
+                    # sorted for the duplicate check while the ledger's thread awaits the last
+                    # acknowledgements and writes (an fsync), instead of after them
+                    result.key_hashes = [np.sort(np.concatenate(result.key_hashes))]
+                for done in recorded:
+                    done.result()  # a failed acknowledgement or ledger write fails the load
         return result
 
     def key_hashes_of(self, plan: LoadPlan, split_ids: set[str]) -> list[np.ndarray[Any, Any]]:
