@@ -12,6 +12,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,14 +52,13 @@ def run_cli(args: list[str], home: Path, env: dict[str, str] | None = None) -> C
             env={**os.environ, "BULLDOZER_HOME": str(home), **(env or {})},
             cwd=REPO,
         )
-        done, peaks = threading.Event(), [(0, 0)]
-        poller = threading.Thread(target=lambda: peaks.append(peak_of_descendants(proc.pid, done)), daemon=True)
-        poller.start()
-        returncode = proc.wait()
-        seconds = time.perf_counter() - started
-        done.set()
-        poller.join()
-        kids, kids_anon = peaks[-1]
+        done = threading.Event()
+        with ThreadPoolExecutor(1, thread_name_prefix="rss-poll") as pool:
+            peaks = pool.submit(peak_of_descendants, proc.pid, done)
+            returncode = proc.wait()
+            seconds = time.perf_counter() - started
+            done.set()
+        kids, kids_anon = peaks.result()
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read(), err.read()
