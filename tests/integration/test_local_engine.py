@@ -1,10 +1,12 @@
-"""The local engine's reading: files streamed batch by batch on a reader thread, the public
-file-at-once path as a fallback, and the Arrow memory pool a load allocates from."""
+"""The local engine's reading: plain Parquet files read a batch at a time by their own
+reader, others streamed by pyiceberg's reader, both on a reader thread; the public
+file-at-once path as a fallback; and the Arrow memory pool a load allocates from."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -40,10 +42,103 @@ def test_files_are_streamed_not_decoded_whole(home: Path, dal: KvClient, monkeyp
     def whole_file(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("the file-at-once path was used")
 
+    read_by_parquet: list[str] = []
+    original = local._parquet_batches
+
+    def spy(arrow_scan: ArrowScan, task: Any) -> Any:
+        batches = original(arrow_scan, task)
+        if batches is not None:
+            read_by_parquet.append(task.file.file_path)
+        return batches
+
     monkeypatch.setattr(ArrowScan, "to_record_batches", whole_file)
+    monkeypatch.setattr(local, "_parquet_batches", spy)
     _digest, rows, ledger = _run(home, dal)
     assert rows == ROWS
     assert len(ledger) == ROWS // FILE_ROWS  # one ledger entry per file, in the ledger after its batches
+    assert len(read_by_parquet) == ROWS // FILE_ROWS  # plain files: the Parquet batch reader
+
+
+def _evolved_table(tmp_path: Path) -> Any:
+    """A table whose files predate its schema: the first file has (id, a, gone), the second
+    (id, a, b) after ``b`` was added and ``gone`` dropped, and ``a`` is renamed ``renamed``."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    catalog = SqlCatalog("evolved", uri=f"sqlite:///{tmp_path / 'catalog.db'}", warehouse=tmp_path.as_uri())
+    catalog.create_namespace("ns")
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=False),
+        NestedField(2, "a", StringType(), required=False),
+        NestedField(3, "gone", StringType(), required=False),
+    )
+    table = catalog.create_table("ns.t", schema=schema)
+    table.append(pa.table({"id": [1, 2, 3], "a": ["x", None, "z"], "gone": ["g", "g", "g"]}))
+    with table.update_schema() as update:
+        update.add_column("b", LongType())
+        update.delete_column("gone")
+    table.append(pa.table({"id": [4, 5], "a": ["u", "v"], "b": [40, None]}))
+    with table.update_schema() as update:
+        update.rename_column("a", "renamed")
+    return catalog.load_table("ns.t")
+
+
+def _both_readers(table: Any, scan: Any) -> tuple[pa.Table, pa.Table]:
+    from pyiceberg.io.pyarrow import _read_all_delete_files
+
+    tasks = local._tasks(scan)
+    arrow_scan = ArrowScan(table.metadata, table.io, scan.projection(), scan.row_filter, scan.case_sensitive)
+    ours = [batch for task in tasks for batch in local._parquet_batches(arrow_scan, task) or []]
+    theirs = list(
+        arrow_scan._record_batches_from_scan_tasks_and_deletes(tasks, _read_all_delete_files(table.io, tasks))
+    )
+    return pa.Table.from_batches(ours), pa.Table.from_batches(theirs)
+
+
+def test_the_parquet_batch_reader_reads_evolved_files_as_pyiceberg_does(tmp_path: Path) -> None:
+    table = _evolved_table(tmp_path)
+    for columns in (("*",), ("renamed", "b"), ("b", "id")):
+        ours, theirs = _both_readers(table, table.scan(selected_fields=columns))
+        assert ours.num_rows == 5
+        assert ours.schema.equals(theirs.schema) and ours.equals(theirs), columns
+    ours, _ = _both_readers(table, table.scan())
+    by_id = {row["id"]: row for row in ours.to_pylist()}
+    assert by_id[2] == {"id": 2, "renamed": None, "b": None}  # the column added later: null in old files
+    assert by_id[4] == {"id": 4, "renamed": "u", "b": 40}
+
+
+def test_a_row_filter_or_delete_files_go_through_pyicebergs_reader(tmp_path: Path) -> None:
+    import types
+
+    table = _evolved_table(tmp_path)
+    filtered = table.scan(row_filter="id > 2")
+    task = local._tasks(filtered)[0]
+    arrow_scan = ArrowScan(table.metadata, table.io, filtered.projection(), filtered.row_filter)
+    assert local._parquet_batches(arrow_scan, task) is None  # the filter is pushed into row groups there
+    plain = table.scan()
+    arrow_scan = ArrowScan(table.metadata, table.io, plain.projection(), plain.row_filter)
+    task = local._tasks(plain)[0]
+    assert local._parquet_batches(arrow_scan, task) is not None
+    with_deletes = types.SimpleNamespace(file=task.file, delete_files={object()})
+    assert local._parquet_batches(arrow_scan, with_deletes) is None
+
+
+def test_a_spec_filter_loads_exactly_the_matching_rows(home: Path, dal: KvClient) -> None:
+    from bulldozer.warehouse.catalog import load_table, open_catalog
+
+    text = TEMPLATE.replace(
+        "  key_columns: [user_id, item_id, locale]",
+        '  filter: "item_id < 20"\n  key_columns: [user_id, item_id, locale]',
+    )
+    table = load_table(open_catalog(None, home), "sample.user_item_scores")
+    expected = table.scan(row_filter="item_id < 20").to_arrow().num_rows
+    assert 0 < expected < ROWS
+    record = run_job(
+        load_spec_text(text.replace("min_rows: 1000", "min_rows: 1"), "job.yaml", env={}), dal, home=str(home)
+    )
+    assert record.rows == expected
+    assert dal.describe(record.version).record_count == expected
 
 
 def test_the_pinned_pyiceberg_has_the_streaming_reader() -> None:
@@ -59,21 +154,28 @@ def test_without_pyicebergs_streaming_reader_the_public_path_loads_the_same_reco
     assert _run(home, dal)[:2] == streamed[:2]  # same rows, same digest
 
 
+@pytest.mark.parametrize("reader", ["parquet", "pyiceberg"])
 def test_a_failing_read_fails_the_run_and_leaves_no_reader_behind(
-    home: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch
+    home: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch, reader: str
 ) -> None:
     import threading
 
-    original = ArrowScan._record_batches_from_scan_tasks_and_deletes
+    import pyarrow.parquet as pq
+
+    owner: Any = pq.ParquetFile if reader == "parquet" else ArrowScan
+    method = "iter_batches" if reader == "parquet" else "_record_batches_from_scan_tasks_and_deletes"
+    if reader == "pyiceberg":
+        monkeypatch.setattr(local, "_parquet_batches", lambda arrow_scan, task: None)
+    original = getattr(owner, method)
     calls = {"n": 0}
 
-    def second_file_fails(self: ArrowScan, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+    def second_file_fails(self: Any, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
         calls["n"] += 1
         if calls["n"] == 2:
             raise OSError("disk read error in the second file")
-        yield from original(self, *args, **kwargs)  # type: ignore[arg-type]
+        yield from original(self, *args, **kwargs)
 
-    monkeypatch.setattr(ArrowScan, "_record_batches_from_scan_tasks_and_deletes", second_file_fails)
+    monkeypatch.setattr(owner, method, second_file_fails)
     with pytest.raises(OSError, match="second file"):
         run_job(load_spec_text(TEMPLATE, "job.yaml", env={}), dal, home=str(home))
     assert not any(t.name == "source-reader" for t in threading.enumerate())
