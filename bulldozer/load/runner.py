@@ -49,7 +49,7 @@ from bulldozer.names import new_version_name
 from bulldozer.schema.job import JobSchema, build_job_schema
 from bulldozer.spec.loader import LoadedSpec
 from bulldozer.versioning.retention import apply_retention
-from bulldozer.warehouse.catalog import load_table, open_catalog
+from bulldozer.warehouse.catalog import load_source_table, open_catalog
 
 __all__ = [
     "RUN_LABEL",
@@ -241,7 +241,6 @@ class JobRun:
         """Read the source's schema at one snapshot and check the new one against the live version's."""
         spec, record = self.spec, self.record
         dm = spec.data_movement
-        catalog = open_catalog(dm.catalog, self.home)
         if dm.source.query is not None or dm.duplicate_keys.policy == "keep_latest":
             if not self.load_engine.runs_sql:
                 raise CatalogError(
@@ -249,7 +248,7 @@ class JobRun:
                 )
             from bulldozer.load.sql import build_sql_source
 
-            self.sql_source = build_sql_source(spec, catalog, schema_at)
+            self.sql_source = build_sql_source(spec, open_catalog(dm.catalog, self.home), schema_at)
             record.snapshots = self.sql_source.snapshots
             only = len(self.sql_source.snapshots) == 1
             record.snapshot_id = next(iter(self.sql_source.snapshots.values())) if only else 0
@@ -257,7 +256,7 @@ class JobRun:
             source_name = f"lake.{dm.source.table}" if dm.source.table else "query"
         else:
             assert dm.source.table is not None
-            self.table = load_table(catalog, dm.source.table)
+            self.table = load_source_table(dm.catalog, self.home, dm.source.table)
             snapshot = self.table.snapshot_by_id(dm.snapshot_id) if dm.snapshot_id else self.table.current_snapshot()
             if snapshot is None:
                 raise CatalogError(f"table {dm.source.table!r} has no snapshot to load (is it empty?)")

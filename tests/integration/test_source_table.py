@@ -1,0 +1,65 @@
+"""The table a run reads: from the embedded catalog, looked up in its SQLite file directly
+(no SQLAlchemy), the very table the catalog itself loads; anything else through the catalog."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from bulldozer.errors import TableNotFoundError
+from bulldozer.spec.models import CatalogConfig
+from bulldozer.warehouse import catalog as warehouse
+from bulldozer.warehouse.sample import create_sample_warehouse
+
+pytestmark = pytest.mark.integration
+TABLE = "sample.user_item_scores"
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    create_sample_warehouse(tmp_path, rows=500)
+    return tmp_path
+
+
+def test_the_embedded_lookup_finds_the_catalogs_current_table(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = CatalogConfig()
+    full = warehouse.load_table(warehouse.open_catalog(config, home), TABLE)
+    monkeypatch.setattr(warehouse, "open_catalog", _not_called)
+    direct = warehouse.load_source_table(config, home, TABLE)
+    assert direct.metadata_location == full.metadata_location
+    assert direct.current_snapshot().snapshot_id == full.current_snapshot().snapshot_id
+    assert direct.scan().to_arrow().equals(full.scan().to_arrow())
+    # a new snapshot is seen by the next lookup (nothing is cached)
+    full.append(full.scan(limit=10).to_arrow())
+    assert warehouse.load_source_table(config, home, TABLE).current_snapshot().snapshot_id != (
+        direct.current_snapshot().snapshot_id
+    )
+
+
+def _not_called(*_args: object) -> None:
+    raise AssertionError("the SqlCatalog was opened")
+
+
+def test_a_missing_table_is_named_with_the_tables_there_are(home: Path) -> None:
+    with pytest.raises(TableNotFoundError, match=r"'sample\.nope'.*sample\.user_item_scores"):
+        warehouse.load_source_table(CatalogConfig(), home, "sample.nope")
+
+
+def test_the_lookup_skips_other_catalogs_and_views(home: Path) -> None:
+    db = home / "catalog.db"
+    with sqlite3.connect(db) as connection:
+        # a view of the same name in the same catalog, and the table under another catalog name
+        connection.execute(
+            "INSERT INTO iceberg_tables VALUES ('lake', 'sample', 'a_view', 'file:///nowhere.json', NULL, 'VIEW')"
+        )
+        connection.execute(
+            "INSERT INTO iceberg_tables SELECT 'other', table_namespace, table_name, metadata_location, NULL, "
+            "iceberg_type FROM iceberg_tables WHERE table_name = 'user_item_scores'"
+        )
+    connection.close()
+    assert warehouse._embedded_metadata_location(CatalogConfig(), home, "sample.a_view") is None
+    assert warehouse._embedded_metadata_location(CatalogConfig(name="elsewhere"), home, TABLE) is None
+    assert warehouse._embedded_metadata_location(CatalogConfig(name="other"), home, TABLE) is not None
+    assert warehouse._embedded_metadata_location(CatalogConfig(), home / "empty", TABLE) is None  # no catalog.db
