@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import gc
+import sys
 from typing import Annotated
 
 import typer
 
 from bulldozer._version import __version__
-from bulldozer.cli import ops_cmds, proto_cmd, run_cmds, schedule_cmds, serve_cmd, spec_cmds, warehouse_cmds
+from bulldozer.cli import ops_cmds, process, proto_cmd, run_cmds, schedule_cmds, serve_cmd, spec_cmds, warehouse_cmds
 
 app = typer.Typer(
     name="bulldozer",
@@ -59,13 +60,17 @@ app.add_typer(warehouse_cmds.app, name="warehouse")
 
 
 def main() -> None:
+    process.claim()
     try:
         app()
     finally:
         # The process is about to exit: move every object to the permanent generation, so
         # the interpreter's final collections skip them (they cost 0.4-0.6 s after a large
-        # run: tens of thousands of objects from pyiceberg, numba, grpc, pydantic).
-        gc.freeze()
+        # run: tens of thousands of objects from pyiceberg, numba, grpc, pydantic). Not after
+        # DuckDB ran a query: its (nanobind) types would then still be alive when its module
+        # is torn down, and nanobind reports each one as a leak on stderr.
+        if "duckdb" not in sys.modules:
+            gc.freeze()
 
 
 if __name__ == "__main__":

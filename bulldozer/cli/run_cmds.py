@@ -77,6 +77,10 @@ def run(
     from bulldozer.spec.loader import load_spec
 
     loaded = load_spec(spec)
+    if engine is EngineChoice.local:
+        from bulldozer.cli.process import without_pandas
+
+        without_pandas()
     if master:
         import os
 

@@ -1,0 +1,75 @@
+"""What a ``bulldozer`` command-line process does to itself: a local run never imports
+pandas (pyarrow would, for 0.25-0.3 s, only to check whether values are pandas objects),
+and a run that used DuckDB exits without nanobind's leak report on stderr."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bulldozer.cli import process
+from bulldozer.warehouse.sample import create_sample_warehouse
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.integration
+TEMPLATE = (REPO / "templates" / "move_data_to_kv_dal.yaml").read_text()
+# runs the CLI's main and, as the interpreter exits, writes which of these modules it imported
+DRIVER = """
+import atexit, json, sys
+atexit.register(lambda: print("IMPORTED", json.dumps(sorted(m for m in ("pandas", "duckdb") if m in sys.modules))))
+import bulldozer.cli.main
+sys.argv = ["bulldozer", *sys.argv[1:]]
+bulldozer.cli.main.main()
+"""
+
+
+def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", DRIVER, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "BULLDOZER_HOME": str(home)},
+        cwd=REPO,
+    )
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    home = tmp_path_factory.mktemp("cli-process")
+    create_sample_warehouse(home, rows=2_000)
+    return home
+
+
+def test_a_local_run_does_without_pandas(home: Path) -> None:
+    spec = home / "job.yaml"
+    spec.write_text(TEMPLATE)
+    done = _cli(home, "run", str(spec), "-q")
+    assert done.returncode == 0, done.stderr
+    assert "IMPORTED []" in done.stdout
+    assert "2,000 rows" in done.stdout
+
+
+def test_a_query_run_exits_without_a_leak_report(home: Path) -> None:
+    spec = home / "query.yaml"
+    query = '    query: "SELECT user_id, item_id, locale, rating, price, profile FROM sample.user_item_scores"'
+    text = TEMPLATE.replace("    table: sample.user_item_scores  # namespace.table ...", query)
+    text = re.sub(
+        r"  value_columns:.*?\n(?=  renames:)", "  value_columns: [rating, price, profile]\n", text, flags=re.S
+    )
+    spec.write_text(text.replace("      nickname: 0.5", "      price: 0.5"))
+    done = _cli(home, "run", str(spec), "-q")
+    assert done.returncode == 0, done.stderr
+    assert 'IMPORTED ["duckdb"]' in done.stdout  # DuckDB ran the query; pandas was not needed
+    assert "leak" not in done.stderr
+
+
+def test_commands_run_in_process_leave_the_interpreter_alone() -> None:
+    assert not process.owned()
+    assert process.without_pandas() is False
+    assert not any(type(finder).__name__ == "_NoPandas" for finder in sys.meta_path)
