@@ -12,6 +12,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from bulldozer.cli import process
 from bulldozer.cli.common import HOME_HELP, console, err_console, fail, handle_errors, open_version, print_json
 from bulldozer.errors import BulldozerError, InvalidArgumentError
 
@@ -78,9 +79,7 @@ def run(
 
     loaded = load_spec(spec)
     if engine is EngineChoice.local:
-        from bulldozer.cli.process import without_pandas
-
-        without_pandas()
+        process.without_pandas()
     if master:
         import os
 
@@ -143,7 +142,7 @@ def _run(
             if stage == "load":
                 # Everything imported and built so far lives to the end of the run: keep the
                 # collector from walking it again at every full collection during the load.
-                gc.freeze()
+                process.started()
             bar.update(task, description=stage)
             if not show and not as_json and not quiet:
                 err_console.print(f"· {stage}")
@@ -187,6 +186,7 @@ def _run(
             raise fail(f"run failed: {type(exc).__name__}: {exc} (the alias was not moved)", 1) from None
         finally:
             gc.unfreeze()  # a no-op for the process's own exit (main freezes again)
+            process.collect_again()  # a run that failed before its load stage
 
 
 @handle_errors

@@ -1,5 +1,6 @@
 """What a ``bulldozer`` command-line process does to itself: a local run never imports
 pandas (pyarrow would, for 0.25-0.3 s, only to check whether values are pandas objects),
+the cyclic collector waits until a run is set up (and no longer for other commands),
 and a run that used DuckDB exits without nanobind's leak report on stderr."""
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ from tests.conftest import REPO
 
 pytestmark = pytest.mark.integration
 TEMPLATE = (REPO / "templates" / "move_data_to_kv_dal.yaml").read_text()
-# runs the CLI's main and, as the interpreter exits, writes which of these modules it imported
+# runs the CLI's main and, as the interpreter exits, writes which of these modules it
+# imported, whether the cyclic collector is on, and the OpenBLAS thread setting
 DRIVER = """
 import atexit, json, sys
+import gc, os
 atexit.register(lambda: print("IMPORTED", json.dumps(sorted(m for m in ("pandas", "duckdb") if m in sys.modules))))
+atexit.register(lambda: print("GC", gc.isenabled(), "BLAS", os.environ.get("OPENBLAS_NUM_THREADS")))
 import bulldozer.cli.main
 sys.argv = ["bulldozer", *sys.argv[1:]]
 bulldozer.cli.main.main()
@@ -53,6 +57,20 @@ def test_a_local_run_does_without_pandas(home: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "IMPORTED []" in done.stdout
     assert "2,000 rows" in done.stdout
+    assert "GC True BLAS 1" in done.stdout  # off while the run set up, on again from its load
+
+
+def test_other_commands_collect_from_the_start_and_a_failed_run_collects_again(home: Path, tmp_path: Path) -> None:
+    spec = home / "job.yaml"
+    spec.write_text(TEMPLATE)
+    validated = _cli(home, "validate", str(spec))
+    assert validated.returncode == 0, validated.stderr
+    assert "GC True" in validated.stdout
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(TEMPLATE.replace("sample.user_item_scores  #", "sample.no_such_table  #"))
+    failed = _cli(home, "run", str(broken), "-q")
+    assert failed.returncode != 0 and "no_such_table" in failed.stderr
+    assert "GC True" in failed.stdout
 
 
 def test_a_query_run_exits_without_a_leak_report(home: Path) -> None:
