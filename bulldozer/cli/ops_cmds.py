@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from bulldozer.cli.common import HOME_HELP, console, fail, handle_errors, open_version, print_json
-from bulldozer.kv.backends.base import NamespaceRecord
+
+if TYPE_CHECKING:
+    from bulldozer.kv.backends.base import NamespaceRecord
 
 ENDPOINT_HELP = "embedded or HOST:PORT."
 Endpoint = Annotated[str, typer.Option(help=ENDPOINT_HELP)]

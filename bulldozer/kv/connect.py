@@ -16,9 +16,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bulldozer.errors import BackendUnavailableError
-from bulldozer.kv.client import KvClient
+
+if TYPE_CHECKING:
+    from bulldozer.kv.client import KvClient
 
 __all__ = ["EmbeddedDal", "connect", "embedded_store_path", "start_embedded_dal"]
 
@@ -98,6 +101,9 @@ def connect(
     from ``BULLDOZER_TLS_CA`` / ``BULLDOZER_TLS_CERT`` / ``BULLDOZER_TLS_KEY``."""
     if endpoint == "embedded":
         with start_embedded_dal(home) as dal:
+            # imported once the DAL is on its way: gRPC, numpy and pydantic load meanwhile
+            from bulldozer.kv.client import KvClient
+
             client = KvClient(dal.address, token=token, timeout=timeout)
 
             def ready() -> None:
@@ -112,6 +118,7 @@ def connect(
                 client.close()
         return
     from bulldozer.kv.auth import env_credentials
+    from bulldozer.kv.client import KvClient
 
     client = KvClient(
         endpoint,
