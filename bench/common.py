@@ -94,27 +94,21 @@ def warm_layout(home: Path, spec_path: Path) -> None:
 def encoded_batches(home: Path, spec_path: Path, batch: int = 20_000) -> list[list[tuple[bytes, bytes]]]:
     """The (key, value) records the job in ``spec_path`` writes, encoded by the job's own
     encoder from the same table, in the order and the batches the local engine sends them:
-    its splits in its order, each read ``BATCH_ROWS`` rows at a time and sent ``batch``
-    records at a time. What a raw engine write gets: the same records in the same
-    transactions. (The order matters: the keys' protobuf bytes are not in the numbers'
-    order, and the same records in pyiceberg's scan order wrote at half the rate.)"""
-    from pyiceberg.io.pyarrow import ArrowScan
-
-    from bulldozer.load.engines.local import BATCH_ROWS, _tasks
+    its splits in its order, read by its own reader, sent ``batch`` records at a time. What
+    a raw engine write gets: the same records in the same transactions (the order matters
+    to LMDB, and the keys' protobuf bytes are not in the numbers' order)."""
+    from bulldozer.load.engines.local import _batches, _tasks
 
     table, encoder, columns = _job_encoder(home, spec_path)
     scan = table.scan(selected_fields=columns)
     batches = []
     for task in _tasks(scan):
-        arrow_scan = ArrowScan(table.metadata, table.io, scan.projection(), scan.row_filter)
-        for whole in arrow_scan.to_record_batches([task]):
-            for start in range(0, whole.num_rows, BATCH_ROWS):
-                enc = encoder.encode(whole.slice(start, BATCH_ROWS))
-                keys, values = enc.keys.to_pylist(), enc.values.to_pylist()
-                batches += [
-                    list(zip(keys[i : i + batch], values[i : i + batch], strict=True))
-                    for i in range(0, len(keys), batch)
-                ]
+        for arrow in _batches(table, scan, task):  # the local engine's own reader
+            enc = encoder.encode(arrow)
+            keys, values = enc.keys.to_pylist(), enc.values.to_pylist()
+            batches += [
+                list(zip(keys[i : i + batch], values[i : i + batch], strict=True)) for i in range(0, len(keys), batch)
+            ]
     return batches
 
 

@@ -160,11 +160,12 @@ def _will_need(location: str | None) -> None:
         os.close(fd)
 
 
-def _batches(plan: LoadPlan, scan: Any, task: Any, next_location: str | None = None) -> Iterator[pa.RecordBatch]:
+def _batches(table: Any, scan: Any, task: Any, next_location: str | None = None) -> Iterator[pa.RecordBatch]:
+    """One split's batches of at most ``BATCH_ROWS`` rows, as the load sends them."""
     from pyiceberg.io.pyarrow import ArrowScan
 
     _will_need(next_location)
-    arrow_scan = ArrowScan(plan.table.metadata, plan.table.io, scan.projection(), scan.row_filter, scan.case_sensitive)
+    arrow_scan = ArrowScan(table.metadata, table.io, scan.projection(), scan.row_filter, scan.case_sensitive)
     batches = _parquet_batches(arrow_scan, task)
     if batches is None:
         streaming = _streaming_reader(arrow_scan)
@@ -204,7 +205,7 @@ class LocalEngine(LoadEngine):
         tasks = _tasks(scan)
         following = [t.file.file_path for t in tasks[1:]] + [None]
         return [
-            (split_id(task), task.file.record_count, _batches(plan, scan, task, then))
+            (split_id(task), task.file.record_count, _batches(plan.table, scan, task, then))
             for task, then in zip(tasks, following, strict=True)
         ]
 
