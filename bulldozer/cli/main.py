@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import gc
 import os
-import sys
 from typing import Annotated
 
 # Before anything imports numpy (the DAL this process starts inherits it too): OpenBLAS's
@@ -72,13 +70,7 @@ def main() -> None:
     try:
         app()
     finally:
-        # The process is about to exit: move every object to the permanent generation, so
-        # the interpreter's final collections skip them (they cost 0.4-0.6 s after a large
-        # run: tens of thousands of objects from pyiceberg, numba, grpc, pydantic). Not after
-        # DuckDB ran a query: its (nanobind) types would then still be alive when its module
-        # is torn down, and nanobind reports each one as a leak on stderr.
-        if "duckdb" not in sys.modules:
-            gc.freeze()
+        process.exiting()
 
 
 if __name__ == "__main__":

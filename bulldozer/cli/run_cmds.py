@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import json
 from enum import StrEnum
 from pathlib import Path
@@ -185,8 +184,7 @@ def _run(
         except Exception as exc:  # an unexpected failure: one line, the version is already FAILED
             raise fail(f"run failed: {type(exc).__name__}: {exc} (the alias was not moved)", 1) from None
         finally:
-            gc.unfreeze()  # a no-op for the process's own exit (main freezes again)
-            process.collect_again()  # a run that failed before its load stage
+            process.run_ended()
 
 
 @handle_errors
