@@ -91,14 +91,20 @@ def warm_layout(home: Path, spec_path: Path) -> None:
     encoder.encode(next(iter(table.scan(selected_fields=columns, limit=1000).to_arrow_batch_reader())))
 
 
-def encoded_batches(home: Path, spec_path: Path, batch: int = 20_000) -> list[list[tuple[bytes, bytes]]]:
+def encoded_batches(home: Path, spec_path: Path) -> list[list[tuple[bytes, bytes]]]:
     """The (key, value) records the job in ``spec_path`` writes, encoded by the job's own
     encoder from the same table, in the order and the batches the local engine sends them:
-    its splits in its order, read by its own reader, sent ``batch`` records at a time. What
-    a raw engine write gets: the same records in the same transactions (the order matters
-    to LMDB, and the keys' protobuf bytes are not in the numbers' order)."""
-    from bulldozer.load.engines.local import _batches, _tasks
+    its splits in its order, read by its own reader, cut into batches where the client's
+    writer cuts them (the spec's ``batch_size`` and ``max_batch_bytes``). What a raw engine
+    write gets: the same records in the same transactions (the order matters to LMDB, and
+    the keys' protobuf bytes are not in the numbers' order)."""
+    import pyarrow.compute as pc
 
+    from bulldozer.kv.columnar import batch_bounds
+    from bulldozer.load.engines.local import _batches, _tasks
+    from bulldozer.spec import load_spec
+
+    write = load_spec(spec_path, env={}).spec.key_value_dal.write
     table, encoder, columns = _job_encoder(home, spec_path)
     scan = table.scan(selected_fields=columns)
     batches = []
@@ -106,8 +112,10 @@ def encoded_batches(home: Path, spec_path: Path, batch: int = 20_000) -> list[li
         for arrow in _batches(table, scan, task):  # the local engine's own reader
             enc = encoder.encode(arrow)
             keys, values = enc.keys.to_pylist(), enc.values.to_pylist()
+            sizes = pc.binary_length(enc.keys).to_numpy() + pc.binary_length(enc.values).to_numpy()
             batches += [
-                list(zip(keys[i : i + batch], values[i : i + batch], strict=True)) for i in range(0, len(keys), batch)
+                list(zip(keys[a:b], values[a:b], strict=True))
+                for a, b in batch_bounds(sizes, write.batch_size, write.max_batch_bytes)
             ]
     return batches
 

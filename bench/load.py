@@ -59,7 +59,7 @@ def _rss_run(rows: int) -> str:
 
 def raw_engine_rate(home: Path, rows: int) -> float:
     """Write the same records (pre-encoded from the same table) straight into a fresh store,
-    in batches of the job's batch size (one LMDB transaction each, as the DAL commits them)."""
+    in the batches the job's writer sends (one LMDB transaction each, as the DAL commits them)."""
     return rows / raw_write("embedded", 0, encoded_batches(home, SPEC), "")
 
 

@@ -579,7 +579,7 @@ class BatchWriter:
         import numpy as np
         import pyarrow as pa
 
-        from bulldozer.kv.columnar import put_batch_request
+        from bulldozer.kv.columnar import batch_bounds, put_batch_request
 
         self.flush()
         keys = keys.cast(pa.large_binary()) if keys.type != pa.large_binary() else keys
@@ -591,13 +591,7 @@ class BatchWriter:
         vdata = values.buffers()[2]
         kbuf = memoryview(kdata) if kdata is not None else memoryview(b"")
         vbuf = memoryview(vdata) if vdata is not None else memoryview(b"")
-        sizes = np.diff(koff) + np.diff(voff)
-        start = 0
-        while start < n:
-            # as many records as fit both limits (at least one)
-            cum = np.cumsum(sizes[start : start + self.batch_records])
-            count = max(1, int(np.searchsorted(cum, self.batch_bytes, side="right")))
-            end = start + count
+        for start, end in batch_bounds(np.diff(koff) + np.diff(voff), self.batch_records, self.batch_bytes):
             payload = put_batch_request(
                 self.namespace,
                 kbuf[koff[start] : koff[end]],
@@ -606,7 +600,6 @@ class BatchWriter:
                 np.diff(voff[start : end + 1]),
             )
             self._send(payload)
-            start = end
 
     def flush(self) -> None:
         if not self._keys:

@@ -11,11 +11,14 @@ the same batch (a test checks it), so the DAL parses them with the generated cod
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
+
+import numpy as np
 
 from bulldozer.protowire import packed_varints, varint
 
-__all__ = ["put_batch_request"]
+__all__ = ["batch_bounds", "put_batch_request"]
 
 # PutBatchRequest: namespace = 1 (string), columnar = 3 (ColumnarRecords)
 # ColumnarRecords: keys = 1, key_lengths = 2 (packed uint32), values = 3, value_lengths = 4
@@ -41,3 +44,15 @@ def put_batch_request(namespace: str, keys: Any, key_lengths: Any, values: Any, 
     ]
     inner = sum(len(p) for p in columnar)
     return b"".join([*_field(_NAMESPACE, namespace.encode()), _COLUMNAR, varint(inner), *columnar])
+
+
+def batch_bounds(sizes: np.ndarray[Any, Any], batch_records: int, batch_bytes: int) -> Iterator[tuple[int, int]]:
+    """Where records of these sizes (key + value bytes each) are cut into batches:
+    ``(start, end)`` of each, in order, as many records as fit both limits and at least one
+    (a record larger than ``batch_bytes`` goes alone)."""
+    start, n = 0, len(sizes)
+    while start < n:
+        cum = np.cumsum(sizes[start : start + batch_records])
+        end = start + max(1, int(np.searchsorted(cum, batch_bytes, side="right")))
+        yield start, end
+        start = end

@@ -1,4 +1,5 @@
-"""The hand-built PutBatchRequest bytes are exactly protobuf's own serialization."""
+"""The hand-built PutBatchRequest bytes are exactly protobuf's own serialization, and the
+writer's batches respect both of their limits."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bulldozer.kv.columnar import put_batch_request
+from bulldozer.kv.columnar import batch_bounds, put_batch_request
 from bulldozer.kv.v1 import kv_pb2
 from bulldozer.protowire import packed_varints, varint
 
@@ -55,3 +56,24 @@ def test_packed_varints(values: list[int]) -> None:
 def test_packed_varints_refuses_values_over_uint32() -> None:
     with pytest.raises(ValueError, match="uint32"):
         packed_varints([2**32])
+
+
+@given(st.lists(st.integers(1, 5_000), max_size=200), st.integers(1, 50), st.integers(1, 20_000))
+def test_batch_bounds_cover_every_record_within_both_limits(sizes: list[int], records: int, limit: int) -> None:
+    bounds = list(batch_bounds(np.array(sizes, dtype=np.int64), records, limit))
+    # contiguous, in order, every record once
+    assert [a for a, _ in bounds] == [0, *(b for _, b in bounds[:-1])][: len(bounds)]
+    assert (bounds[-1][1] if bounds else 0) == len(sizes)
+    for a, b in bounds:
+        assert 1 <= b - a <= records
+        # over the byte limit only as a single record larger than it
+        assert sum(sizes[a:b]) <= limit or b - a == 1
+        # and as full as the limits allow: the next record would not have fit
+        if b < len(sizes) and b - a < records:
+            assert sum(sizes[a : b + 1]) > limit
+
+
+def test_batch_bounds_cut_where_the_bytes_run_out() -> None:
+    assert list(batch_bounds(np.array([300] * 10), 4, 1_000)) == [(0, 3), (3, 6), (6, 9), (9, 10)]
+    assert list(batch_bounds(np.array([10] * 10), 4, 1_000)) == [(0, 4), (4, 8), (8, 10)]
+    assert list(batch_bounds(np.array([5_000, 10, 10]), 4, 1_000)) == [(0, 1), (1, 3)]
