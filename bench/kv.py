@@ -38,6 +38,7 @@ from bench.common import scratch_dir
 from bench.services import dal_server, engine_server, fresh_store_name, serve_args
 from bulldozer.kv import KvClient, create_engine
 from bulldozer.kv.backends.base import NamespaceRecord
+from bulldozer.kv.digest import digest_arrays
 from bulldozer.names import new_version_name
 
 BATCH = 20_000
@@ -143,7 +144,8 @@ def measure_embedded(
         print(f"  write round {r + 1}: direct {n / direct_times[-1]:,.0f}/s, {rates}", flush=True)
 
     # batch get of 100 random keys from the loaded version
-    sealed = clients["native"].seal(last_ns)
+    expected = digest_arrays(keys, values)
+    sealed = clients["native"].seal(last_ns, expected.count, expected.value)
     clients["native"].compare_and_set_alias("dal", None, sealed.name)
     rnd = random.Random(5)
     key_list = keys.to_pylist()
@@ -181,7 +183,8 @@ def measure_embedded(
             client.create_namespace(name, "flip")
             with client.writer(name) as writer:
                 writer.add_arrays(keys.slice(0, size), values.slice(0, size))
-            client.seal(name)
+            expected = digest_arrays(keys.slice(0, size), values.slice(0, size))
+            client.seal(name, expected.count, expected.value)
             times.append(timed(lambda name=name, current=current: client.compare_and_set_alias("flip", current, name)))
         return statistics.median(times)
 

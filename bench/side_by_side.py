@@ -437,6 +437,7 @@ def engines_section(ctx: Context) -> None:
 def flip_section(ctx: Context) -> None:
     from bench.kv import make_records
     from bulldozer.kv import KvClient
+    from bulldozer.kv.digest import digest_arrays
     from bulldozer.names import new_version_name
     from bulldozer.versioning.rollback import rollback
 
@@ -455,7 +456,8 @@ def flip_section(ctx: Context) -> None:
                 client.create_namespace(name, alias)
                 with client.writer(name, batch_records=2000, in_flight=4) as writer:
                     writer.add_arrays(keys, values)
-                client.seal(name)
+                expected = digest_arrays(keys, values)
+                client.seal(name, expected.count, expected.value)
                 names.append(name)
             client.compare_and_set_alias(alias, None, names[0])
             flip_t, back_t = [], []

@@ -327,15 +327,15 @@ class KvClient:
     def seal(
         self,
         name: str,
-        expected_records: int | None = None,
-        expected_digest: int | None = None,
+        expected_records: int,
+        expected_digest: int,
         timeout: float = 3600.0,
     ) -> NamespaceRecord:
-        request = kv_pb2.SealNamespaceRequest(name=name)
-        if expected_records is not None:
-            request.expected_records = expected_records
-        if expected_digest is not None:
-            request.expected_digest = expected_digest
+        """Freeze, measure and verify the version against what its loader sent: it becomes
+        SEALED (and may go live) only when the stored count and digest equal these."""
+        request = kv_pb2.SealNamespaceRequest(
+            name=name, expected_records=expected_records, expected_digest=expected_digest
+        )
         return self._ns("SealNamespace", request, timeout)
 
     def mark_failed(self, name: str, reason: str) -> NamespaceRecord:

@@ -33,6 +33,7 @@ def namespace_info(r: NamespaceRecord) -> kv_pb2.NamespaceInfo:
         value_message=r.value_message,
         labels=r.labels,
         failure_reason=r.failure_reason,
+        verified=r.verified,
     )
     info.created.CopyFrom(timestamp(r.created))
     info.state_changed.CopyFrom(timestamp(r.state_changed))
@@ -68,6 +69,7 @@ def record_from_info(info: kv_pb2.NamespaceInfo) -> NamespaceRecord:
         bytes=info.bytes,
         digest=info.digest,
         failure_reason=info.failure_reason,
+        verified=info.verified,
     )
 
 

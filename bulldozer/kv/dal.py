@@ -2,8 +2,9 @@
 
 Every request passes through here after the transport layers: names are validated,
 sizes checked against the limits, aliases resolved once per request, and each lifecycle
-rule enforced (writes only while LOADING, seal = freeze then measure, aliases only onto
-SEALED or RETIRED versions of themselves, ACTIVE versions cannot be dropped).
+rule enforced (writes only while LOADING, seal = freeze (SEALING) then measure then SEALED
+and verified, aliases only onto verified SEALED or RETIRED versions of themselves, ACTIVE
+versions cannot be dropped).
 """
 
 from __future__ import annotations
@@ -110,34 +111,51 @@ class KvDal:
             validate_alias(alias)
         return self.engine.list_namespaces(alias or None)
 
-    def seal(
-        self, name: str, expected_records: int | None = None, expected_digest: int | None = None
-    ) -> NamespaceRecord:
-        """Freeze the namespace (no write can land after this), then measure what it
-        stores. With expectations, a mismatch marks it FAILED and raises."""
-        record = self.describe(name)
-        if record.state != State.LOADING:
-            raise NamespaceStateError(
-                f"namespace {name!r} is {record.state.value}; only a LOADING namespace can be sealed"
+    def seal(self, name: str, expected_records: int | None, expected_digest: int | None) -> NamespaceRecord:
+        """Freeze the namespace (SEALING: no write lands after this, nothing reads it or
+        points at it), measure what it stores, and only then record it SEALED with the
+        measurement and ``verified`` — or FAILED when the measurement differs from the
+        expectation. A crash leaves it LOADING or SEALING, never SEALED unmeasured; sealing
+        a SEALING namespace again finishes the interrupted seal. Sealing a SEALED one with
+        the expectation it was verified against returns it unchanged (a retried seal)."""
+        if expected_records is None or expected_digest is None:
+            raise InvalidArgumentError(
+                "a seal needs the expected record count and digest: a version becomes SEALED only when what "
+                "it stores was measured and matched what its loader sent"
             )
-        now = utcnow()
-        frozen = self.engine.transition(name, frozenset({State.LOADING}), record.with_state(State.SEALED, sealed=now))
+        record = self.describe(name)
+        if record.state == State.SEALED and record.verified:
+            if (record.record_count, record.digest) == (expected_records, expected_digest):
+                return record
+            raise VerificationError(
+                f"namespace {name!r} is already SEALED with {record.record_count} records and digest "
+                f"{record.digest:#018x}, not the {expected_records} records and digest {expected_digest:#018x} expected"
+            )
+        if record.state == State.LOADING:
+            record = self.engine.transition(name, frozenset({State.LOADING}), record.with_state(State.SEALING))
+        elif record.state != State.SEALING:
+            raise NamespaceStateError(
+                f"namespace {name!r} is {record.state.value}; only a LOADING namespace (or one whose seal was "
+                "interrupted, SEALING) can be sealed"
+            )
         digest = self.engine.stored_digest(name) or self._scan_digest(name)
-        measured = replace(frozen, record_count=digest.count, bytes=digest.bytes, digest=digest.value)
+        measured = replace(record, record_count=digest.count, bytes=digest.bytes, digest=digest.value)
         problems = []
-        if expected_records is not None and expected_records != digest.count:
+        if expected_records != digest.count:
             problems.append(f"{digest.count} records stored, {expected_records} expected")
-        if expected_digest is not None and expected_digest != digest.value:
+        if expected_digest != digest.value:
             problems.append(f"digest {digest.value:#018x} stored, {expected_digest:#018x} expected")
         if problems:
             reason = "verification failed at seal: " + "; ".join(problems)
             self.engine.transition(
                 name,
-                frozenset({State.SEALED}),
+                frozenset({State.SEALING}),
                 measured.with_state(State.FAILED, failure_reason=reason),
             )
             raise VerificationError(f"namespace {name!r}: {reason}")
-        return self.engine.transition(name, frozenset({State.SEALED}), measured)
+        return self.engine.transition(
+            name, frozenset({State.SEALING}), measured.with_state(State.SEALED, sealed=utcnow(), verified=True)
+        )
 
     def _scan_digest(self, name: str) -> Digest:
         """Measure a frozen namespace by reading everything back (when the engine kept no
@@ -151,10 +169,11 @@ class KvDal:
         record = self.describe(name)
         if record.state == State.FAILED:
             return record
-        allowed = frozenset({State.LOADING, State.SEALED})
+        allowed = frozenset({State.LOADING, State.SEALING, State.SEALED})
         if record.state not in allowed:
             raise NamespaceStateError(
-                f"namespace {name!r} is {record.state.value}; only LOADING or SEALED versions can be marked FAILED"
+                f"namespace {name!r} is {record.state.value}; only LOADING, SEALING or SEALED versions can be "
+                "marked FAILED"
             )
         return self.engine.transition(name, allowed, record.with_state(State.FAILED, failure_reason=reason[:2000]))
 

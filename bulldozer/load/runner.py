@@ -181,6 +181,8 @@ LOADED_LABEL = "bulldozer.loaded"
 #: On the version: the scheduler's key of the run (e.g. Airflow's DAG run id), so a
 #: retried load stage finds and resumes the version its first attempt created.
 RUN_KEY_LABEL = "bulldozer.run_key"
+#: States of a version whose load stage finished (SEALING: its seal was interrupted).
+_LOADED_STATES = frozenset({State.SEALING, State.SEALED, State.ACTIVE, State.RETIRED})
 #: Failures a retry cannot fix: the version is marked FAILED at once.
 _FINAL = (LoadError, SchemaError, CatalogError, SpecError)
 
@@ -234,6 +236,8 @@ class JobRun:
         self.done: dict[str, SplitResult] = {}
         self.null_counts: dict[str, int] = {}
         self.digest_value = 0
+        #: the load stage's results are known (it ran, or ``restore`` read them back)
+        self.load_done = False
 
     # -- the stages -------------------------------------------------------------
 
@@ -290,11 +294,19 @@ class JobRun:
         assert self.job is not None
         if resume:
             existing = client.describe(resume)
-            if existing.alias != spec.alias or existing.state != State.LOADING:
+            if existing.alias != spec.alias or existing.state not in (State.LOADING, State.SEALING):
                 raise NamespaceStateError(
                     f"cannot resume {resume!r}: it is {existing.state.value} (alias {existing.alias!r}); "
-                    "only a LOADING version of this job can be resumed"
+                    "only a LOADING version of this job (or one whose seal was interrupted, SEALING) can be resumed"
                 )
+            if existing.state == State.SEALING:
+                # loaded in full and frozen, its seal interrupted: seal (verify) and flip it
+                if LOADED_LABEL not in existing.labels:
+                    raise NamespaceStateError(f"cannot resume {resume!r}: it is SEALING but records no finished load")
+                previous, live = record.previous, self.live
+                self.restore(resume)
+                self.record.previous, self.live, self.record.resumed = previous, live, True
+                return resume
             if existing.snapshot_id != record.snapshot_id and not spec.data_movement.snapshot_id:
                 record.snapshot_id = existing.snapshot_id  # a resumed run keeps its snapshot
             ledger = json.loads(existing.labels.get(LEDGER_LABEL, "{}"))
@@ -362,6 +374,7 @@ class JobRun:
                 "data_movement.duplicate_keys"
             )
         loaded = {"rows": record.rows, "digest": self.digest_value, "null_counts": self.null_counts}
+        self.load_done = True
         client.set_labels(
             record.version,
             {
@@ -375,7 +388,7 @@ class JobRun:
         """Seal with the expected count and digest (the DAL measures what it stores), then the quality gates."""
         record, client = self.record, self.client
         info = client.describe(record.version)
-        if info.state == State.LOADING:
+        if info.state in (State.LOADING, State.SEALING):
             client.seal(record.version, expected_records=record.rows, expected_digest=self.digest_value)
         elif info.state not in (State.SEALED, State.ACTIVE, State.RETIRED):
             raise NamespaceStateError(
@@ -455,6 +468,7 @@ class JobRun:
         if loaded is not None:
             self.record.rows, self.digest_value = int(loaded["rows"]), int(loaded["digest"])
             self.null_counts = {k: int(v) for k, v in loaded["null_counts"].items()}
+            self.load_done = True
         previous = self.record.previous
         self.live = self.client.describe(previous) if previous else None
 
@@ -484,8 +498,9 @@ def run_job(
             run.schema()
         with stage("create"):
             run.create(resume)
-        with stage("load"):
-            run.load()
+        if not run.load_done:
+            with stage("load"):
+                run.load()
         with stage("verify"):
             run.verify()
         with stage("flip"):
@@ -550,7 +565,7 @@ def run_stage(
                 return run.record
             earlier = find_run_version(client, run.spec.alias, run_key) if run_key else None
             if earlier is not None and earlier.state != State.LOADING:
-                if earlier.state in (State.SEALED, State.ACTIVE, State.RETIRED) and LOADED_LABEL in earlier.labels:
+                if earlier.state in _LOADED_STATES and LOADED_LABEL in earlier.labels:
                     run.restore(earlier.name)  # an earlier attempt already loaded it
                     run.record.outcome = "succeeded"
                     return run.record

@@ -1,6 +1,7 @@
 """Retention: keep the ACTIVE version, the newest ``keep_versions`` RETIRED ones (so a
 rollback is instant), and drop the rest once they have been retired longer than the grace
-period. Versions left LOADING or FAILED longer than the grace period are dropped too."""
+period. Versions left LOADING, SEALING or FAILED (or SEALED and never flipped) longer than
+the grace period are dropped too."""
 
 from __future__ import annotations
 
@@ -36,8 +37,8 @@ def plan_retention(
     for r in records:
         if r.state == State.ACTIVE or r.name in protect:
             plan.keep.append(r.name)
-        elif r.state in (State.LOADING, State.FAILED, State.SEALED):
-            # abandoned loads, failed runs and versions that lost their flip
+        elif r.state in (State.LOADING, State.SEALING, State.FAILED, State.SEALED):
+            # abandoned loads and seals, failed runs and versions that lost their flip
             (plan.drop if now - r.state_changed > grace_period else plan.keep).append(r.name)
     for i, r in enumerate(retired):
         if r.name in protect:

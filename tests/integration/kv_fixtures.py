@@ -14,6 +14,7 @@ import pytest
 
 from bulldozer.kv import KvClient, KvDal, Limits, create_engine
 from bulldozer.kv.backends import StorageEngine
+from bulldozer.kv.digest import digest_pairs
 from bulldozer.kv.server import create_server
 from bulldozer.names import new_version_name
 from tests.integration import services
@@ -96,7 +97,7 @@ class Harness:
         if pairs:
             self.client.put(name, pairs)
         if seal:
-            self.client.seal(name)
+            seal_as_loaded(self.client, name, pairs)
         return name
 
     def close(self) -> None:
@@ -113,6 +114,12 @@ def kv(request: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harne
     harness = Harness(engine_name, transport, tmp_path_factory.mktemp(f"kv-{engine_name}"))
     yield harness
     harness.close()
+
+
+def seal_as_loaded(client: KvClient, name: str, data: list[tuple[bytes, bytes]]) -> Any:
+    """Seal ``name`` expecting exactly ``data`` (distinct keys), as a loader that sent it would."""
+    expected = digest_pairs(data)
+    return client.seal(name, expected.count, expected.value)
 
 
 def pairs(n: int, prefix: bytes = b"k", value: bytes = b"v") -> list[tuple[bytes, bytes]]:

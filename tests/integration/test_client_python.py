@@ -15,6 +15,7 @@ from bulldozer.load.runner import run_job
 from bulldozer.names import new_version_name
 from bulldozer.schema.client_python import generate_python_client
 from bulldozer.schema.job import build_job_schema
+from tests.integration.kv_fixtures import seal_as_loaded
 from tests.integration.test_kv_server import _free_port, _start
 from tests.integration.test_run import KEY, read, spec, table
 from tests.schemas import ALL_TYPES, spec_for
@@ -108,7 +109,7 @@ def test_generated_python_client_reads_and_checks_compatibility(tmp_path: Path, 
                 value_message=incompatible.value_full_name,
             )
             dal.put(bad, [(b"\x08\x01", b"")])
-            dal.seal(bad)
+            seal_as_loaded(dal, bad, [(b"\x08\x01", b"")])
             dal.compare_and_set_alias("user_item_scores", newer.version, bad, reason="test: incompatible schema")
             refused = reader()
             assert "refused" in refused and "key fields changed" in str(refused["refused"])

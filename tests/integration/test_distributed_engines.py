@@ -18,6 +18,7 @@ import pytest
 from bulldozer.errors import BackendUnavailableError, ForeignDataError, ResourceExhaustedError
 from bulldozer.kv import KvClient, KvDal, Limits, create_engine
 from bulldozer.kv.backends.base import State, StorageEngine
+from bulldozer.kv.digest import digest_pairs
 from bulldozer.load.runner import run_job
 from bulldozer.names import new_version_name
 from bulldozer.warehouse.sample import create_sample_warehouse
@@ -169,7 +170,7 @@ def test_values_over_the_engine_limit_are_refused_and_large_ones_kept_whole(engi
             dal.put(name, [(b"too-big", b"x" * (engine.max_value_bytes + 1))])
         large = os.urandom(3 * 1024 * 1024)
         dal.put(name, [(b"large", large), (b"small", b"s")])
-        sealed = dal.seal(name)
+        sealed = dal.seal(name, 2, digest_pairs([(b"large", large), (b"small", b"s")]).value)
         assert sealed.record_count == 2
         assert dal.batch_get([b"large", b"small"], namespace=name)[1] == [large, b"s"]
     finally:

@@ -57,7 +57,7 @@ def test_hostile_identifiers_are_refused_and_nothing_is_written(engine_name: str
                 "create (good name, alias)": lambda b=bad: client.create_namespace(new_version_name(ok_alias), b),
                 "create (name, good alias)": lambda v=version: client.create_namespace(v, ok_alias),
                 "put": lambda v=version: client.put(v, [(b"k", b"v")]),
-                "seal": lambda v=version: client.seal(v),
+                "seal": lambda v=version: client.seal(v, 1, 0),
                 "drop": lambda v=version: client.drop(v),
                 "get by alias": lambda b=bad: client.get(b"k", alias=b),
                 "batch get by namespace": lambda v=version: client.batch_get([b"k"], namespace=v),

@@ -21,7 +21,7 @@ from bulldozer.errors import (
 )
 from bulldozer.kv.backends.base import State
 from bulldozer.kv.digest import digest_pairs
-from tests.integration.kv_fixtures import Harness, pairs
+from tests.integration.kv_fixtures import Harness, pairs, seal_as_loaded
 
 pytestmark = pytest.mark.integration
 
@@ -86,12 +86,13 @@ def test_seal_records_count_and_digest_of_stored_pairs(kv: Harness) -> None:
     with kv.client.writer(name, batch_records=700) as writer:
         writer.add_many(data)
     assert writer.stats.records == 2500 and writer.stats.batches == 4
-    sealed = kv.client.seal(name)
+    sealed = seal_as_loaded(kv.client, name, data)
     expected = digest_pairs(data)
-    assert (sealed.state, sealed.record_count, sealed.digest) == (
+    assert (sealed.state, sealed.record_count, sealed.digest, sealed.verified) == (
         State.SEALED,
         2500,
         expected.value,
+        True,
     )
     assert sealed.bytes == expected.bytes and sealed.sealed is not None
 
@@ -147,7 +148,7 @@ def test_columnar_and_record_batches_store_the_same(kv: Harness) -> None:
             pa.array([v for _, v in data], pa.large_binary()),
         )
     b = kv.loaded(kv.alias(), data)
-    assert kv.client.seal(a).digest == kv.client.describe(b).digest
+    assert seal_as_loaded(kv.client, a, data).digest == kv.client.describe(b).digest
 
 
 def test_put_stream(kv: Harness) -> None:
@@ -155,7 +156,7 @@ def test_put_stream(kv: Harness) -> None:
     name = kv.loaded(kv.alias(), [], seal=False)
     stats = kv.client.put_stream(name, [data[i : i + 250] for i in range(0, 1000, 250)])
     assert (stats.batches, stats.records) == (4, 1000)
-    assert kv.client.seal(name).record_count == 1000
+    assert seal_as_loaded(kv.client, name, data).record_count == 1000
 
 
 def test_client_disconnect_mid_stream_leaves_the_namespace_loading(kv: Harness) -> None:
@@ -186,10 +187,25 @@ def test_writes_only_while_loading(kv: Harness, state: str) -> None:
         kv.client.put(name, pairs(1))
 
 
-def test_seal_twice_is_refused(kv: Harness) -> None:
-    name = kv.loaded(kv.alias(), pairs(3))
-    with pytest.raises(NamespaceStateError, match="only a LOADING namespace can be sealed"):
-        kv.client.seal(name)
+def test_a_retried_seal_returns_the_seal_and_any_other_is_refused(kv: Harness) -> None:
+    alias, data = kv.alias(), pairs(3)
+    name = kv.loaded(alias, data)
+    expected = digest_pairs(data)
+    assert kv.client.seal(name, expected.count, expected.value).state == State.SEALED  # a retry: same answer
+    with pytest.raises(VerificationError, match="already SEALED with 3 records"):
+        kv.client.seal(name, 4, expected.value)
+    kv.client.compare_and_set_alias(alias, None, name)
+    with pytest.raises(NamespaceStateError, match="only a LOADING namespace"):
+        kv.client.seal(name, expected.count, expected.value)
+
+
+def test_a_seal_needs_the_expected_count_and_digest(kv: Harness) -> None:
+    from bulldozer.kv.v1 import kv_pb2
+
+    name = kv.loaded(kv.alias(), pairs(3), seal=False)
+    with pytest.raises(InvalidArgumentError, match="needs the expected record count and digest"):
+        kv.client._ns("SealNamespace", kv_pb2.SealNamespaceRequest(name=name, expected_records=3))
+    assert kv.client.describe(name).state == State.LOADING
 
 
 def test_empty_key_is_refused(kv: Harness) -> None:
@@ -374,6 +390,64 @@ def test_alias_only_points_at_sealed_versions(kv: Harness, state: str) -> None:
         kv.client.compare_and_set_alias(alias, None, name)
     with pytest.raises(AliasNotFoundError):
         kv.client.get_alias(alias)
+
+
+def _as_a_crash_leaves_it(kv: Harness, name: str, state: State, **changes: Any) -> None:
+    """Store ``name``'s record in ``state`` straight through the engine: what the store holds
+    after a DAL was killed there (SEALING: after the freeze, before the measurement)."""
+    record = kv.engine.get_namespace(name)
+    assert record is not None
+    kv.engine.transition(name, frozenset({record.state}), record.with_state(state, **changes))
+
+
+def test_an_interrupted_seal_is_neither_readable_nor_a_target_and_sealing_again_finishes_it(kv: Harness) -> None:
+    alias, data = kv.alias(), pairs(500)
+    name = kv.loaded(alias, data, seal=False)
+    _as_a_crash_leaves_it(kv, name, State.SEALING)
+    info = kv.client.describe(name)
+    assert (info.state, info.verified, info.record_count) == (State.SEALING, False, 0)
+    with pytest.raises(NamespaceStateError, match="SEALING"):
+        kv.client.compare_and_set_alias(alias, None, name)
+    with pytest.raises(NamespaceStateError):
+        kv.client.put(name, pairs(1, prefix=b"late"))
+    with pytest.raises(NamespaceStateError):
+        kv.client.batch_get([b"k000001"], namespace=name)
+    with pytest.raises(NamespaceStateError):
+        kv.client.get(b"k000001", alias=f"{alias}@{name}")
+    with pytest.raises(AliasNotFoundError):
+        kv.client.get_alias(alias)
+    sealed = seal_as_loaded(kv.client, name, data)  # what a resumed run does
+    assert (sealed.state, sealed.verified, sealed.record_count) == (State.SEALED, True, 500)
+    assert kv.client.compare_and_set_alias(alias, None, name).namespace == name
+    assert kv.client.get(b"k000001", alias=alias) == b"v1"
+
+
+def test_an_interrupted_seal_that_does_not_match_fails_the_version(kv: Harness) -> None:
+    alias, data = kv.alias(), pairs(50)
+    name = kv.loaded(alias, data, seal=False)
+    _as_a_crash_leaves_it(kv, name, State.SEALING)
+    with pytest.raises(VerificationError, match="50 records stored, 51 expected"):
+        kv.client.seal(name, 51, digest_pairs(data).value)
+    assert kv.client.describe(name).state == State.FAILED
+    with pytest.raises(NamespaceStateError):
+        kv.client.compare_and_set_alias(alias, None, name)
+
+
+@pytest.mark.parametrize("state", [State.SEALED, State.RETIRED])
+def test_a_version_without_a_recorded_verification_is_never_a_target(kv: Harness, state: State) -> None:
+    """A SEALED or RETIRED record with no verification (as an unmeasured seal of an older
+    DAL left it: count 0, digest 0) is refused by every compare-and-set, on every engine."""
+    alias = kv.alias()
+    live = kv.loaded(alias, pairs(5))
+    kv.client.compare_and_set_alias(alias, None, live)
+    name = kv.loaded(alias, pairs(5, value=b"w"), seal=False)
+    _as_a_crash_leaves_it(kv, name, state, verified=False)
+    with pytest.raises(NamespaceStateError, match="no recorded verification"):
+        kv.client.compare_and_set_alias(alias, live, name, reason="rollback by hand")
+    kv.client.set_pin(alias, True, "hold")
+    with pytest.raises(NamespaceStateError, match="no recorded verification"):
+        kv.client.compare_and_set_alias(alias, live, name, reason="operator, pinned alias")
+    assert kv.client.get_alias(alias).namespace == live
 
 
 def test_alias_cannot_point_at_another_alias_version(kv: Harness) -> None:

@@ -23,6 +23,7 @@ from bulldozer.kv import KvClient, Limits, create_engine
 from bulldozer.kv.metrics import Metrics
 from bulldozer.kv.server import SERVICE_NAMES, create_server
 from bulldozer.names import new_version_name
+from tests.integration.kv_fixtures import seal_as_loaded
 
 pytestmark = pytest.mark.integration
 
@@ -71,7 +72,7 @@ def test_metrics_count_requests_and_records(server: tuple[object, int, Metrics])
         client.create_namespace(name, "met")
         client.put(name, [(b"a", b"1"), (b"b", b"22")])
         with pytest.raises(Exception):  # noqa: B017
-            client.seal("met__v20000101000000_000000")
+            client.seal("met__v20000101000000_000000", 0, 0)
     metrics_port = metrics.serve(0)
     text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
     assert f'bulldozer_kv_records_written_total{{namespace="{name}"}} 2.0' in text
@@ -125,7 +126,7 @@ def race_to_flip(a: KvClient, b: KvClient, alias: str = "race", rounds: int = 5)
     base = new_version_name(alias)
     a.create_namespace(base, alias)
     a.put(base, [(b"k", b"base")])
-    a.seal(base)
+    seal_as_loaded(a, base, [(b"k", b"base")])
     b.compare_and_set_alias(alias, None, base)  # written through one process ...
     assert a.get(b"k", alias=alias) == b"base"  # ... seen through the other
     for round_ in range(rounds):
@@ -134,7 +135,7 @@ def race_to_flip(a: KvClient, b: KvClient, alias: str = "race", rounds: int = 5)
         for client, name in ((a, x), (b, y)):
             client.create_namespace(name, alias)
             client.put(name, [(b"k", name.encode())])
-            client.seal(name)
+            seal_as_loaded(client, name, [(b"k", name.encode())])
         results: dict[str, str] = {}
         barrier = threading.Barrier(2)
 

@@ -14,6 +14,7 @@ from pyiceberg.io.pyarrow import ArrowScan
 
 from bulldozer.errors import AliasNotFoundError
 from bulldozer.kv import KvClient
+from bulldozer.kv.digest import digest_pairs
 from bulldozer.load.arrow_memory import use_load_memory_pool
 from bulldozer.load.engines import local
 from bulldozer.load.runner import LEDGER_LABEL, run_job
@@ -215,7 +216,8 @@ def test_a_writers_acknowledgement_waiter_covers_what_was_sent_before_it(dal: Kv
         writer.add_many((b"later%03d" % i, b"v") for i in range(30))  # the writer goes on meanwhile
         acknowledged()
         assert all(f.done() for f in covered)
-    dal.seal(name, expected_records=125)
+    expected = digest_pairs([(b"k%03d" % i, b"v") for i in range(95)] + [(b"later%03d" % i, b"v") for i in range(30)])
+    assert dal.seal(name, expected_records=125, expected_digest=expected.value).verified
     with dal.writer("acks__v20000101000000_000000") as missing:  # no such version: every batch fails
         missing.add(b"k", b"v")
         fails = missing.sent_so_far()

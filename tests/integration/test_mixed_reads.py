@@ -21,7 +21,7 @@ import pytest
 from bulldozer.kv import KvClient
 from bulldozer.kv.server import create_server
 from bulldozer.names import new_version_name
-from tests.integration.kv_fixtures import ENGINE_FACTORIES
+from tests.integration.kv_fixtures import ENGINE_FACTORIES, seal_as_loaded
 from tests.integration.test_faults import result
 
 pytestmark = pytest.mark.integration
@@ -61,7 +61,7 @@ def test_no_mixed_or_unsealed_reads_across_100_flips_and_rollbacks(engine_name: 
             name = new_version_name(alias)
             admin.create_namespace(name, alias)
             admin.put(name, [(k, name.encode() + b"|" + k) for k in KEYS])
-            admin.seal(name)
+            seal_as_loaded(admin, name, [(k, name.encode() + b"|" + k) for k in KEYS])
             versions.append(name)
         loading = new_version_name(alias)  # written but never sealed: must never be read
         admin.create_namespace(loading, alias)

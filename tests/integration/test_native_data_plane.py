@@ -25,8 +25,10 @@ from bulldozer.errors import (
     InvalidArgumentError,
     NamespaceNotFoundError,
     NamespaceStateError,
+    VerificationError,
 )
 from bulldozer.kv import KvClient, create_engine
+from bulldozer.kv.backends.base import State
 from bulldozer.kv.digest import digest_pairs
 from bulldozer.kv.native import DataPlane, choose_data_plane, kvd_binary
 from bulldozer.kv.server import NativeServer, create_server
@@ -218,11 +220,14 @@ def test_writes_racing_a_seal_are_either_counted_or_refused(tmp_path: Path) -> N
         writer.start()
         assert started.wait(30)
         time.sleep(0.2)
-        sealed = client.seal("race__v1")
+        with pytest.raises(VerificationError):  # sealed with no expectation it could meet ...
+            client.seal("race__v1", 0, 0)
         writer.join(60)
         assert refused, "the writer went on after the seal"
-        assert sealed.record_count == len(acked) > 0
-        assert sealed.digest == digest_pairs(acked).value
+        measured = client.describe("race__v1")  # ... but measured: exactly what was acknowledged
+        assert measured.state == State.FAILED
+        assert measured.record_count == len(acked) > 0
+        assert measured.digest == digest_pairs(acked).value
     finally:
         client.close()
         server.stop(5)
@@ -235,7 +240,7 @@ def test_a_dropped_version_is_gone_for_the_front_too(tmp_path: Path) -> None:
             client.wait_ready()
             client.create_namespace("gone__v1", "gone")
             client.put("gone__v1", _pairs(100))  # the front opens the version's database
-            client.seal("gone__v1")
+            client.seal("gone__v1", 100, digest_pairs(_pairs(100)).value)
             assert client.batch_get([b"key-00000001"], namespace="gone__v1")[1][0] is not None
             client.drop("gone__v1")
             with pytest.raises(NamespaceNotFoundError):

@@ -25,6 +25,7 @@ from bulldozer.kv import KvClient, create_engine
 from bulldozer.kv.auth import AuthConfig, channel_credentials, server_credentials
 from bulldozer.kv.server import create_server
 from bulldozer.names import new_version_name
+from tests.integration.kv_fixtures import seal_as_loaded
 from tests.integration.test_kv_server import _free_port
 
 pytestmark = pytest.mark.integration
@@ -127,7 +128,7 @@ def loaded(client: KvClient, alias: str) -> str:
     name = new_version_name(alias)
     client.create_namespace(name, alias)
     client.put(name, [(b"k", name.encode())])
-    client.seal(name)
+    seal_as_loaded(client, name, [(b"k", name.encode())])
     return name
 
 

@@ -54,6 +54,11 @@ def plan_flip(
             f"namespace {target_name!r} is {target.state.value}; an alias may only point at a "
             "SEALED (or previously active, RETIRED) version"
         )
+    if not target.verified:
+        raise NamespaceStateError(
+            f"namespace {target_name!r} has no recorded verification (its seal did not measure a count and digest "
+            "that matched what its loader sent); an alias may only point at a verified version — reload it"
+        )
     now = utcnow()
     generation = (current.generation if current else 0) + 1
     changed = [replace(target, state=State.ACTIVE, state_changed=now)]

@@ -56,6 +56,10 @@ def chunked(pairs: Iterable[tuple[bytes, bytes]], size: int) -> Iterator[list[tu
 
 class State(enum.StrEnum):
     LOADING = "LOADING"
+    #: Frozen (no write lands any more) and being measured by the seal. Nothing reads it or
+    #: points an alias at it; a seal interrupted here (a crash) is finished by sealing again.
+    SEALING = "SEALING"
+    #: Measured, and the measurement matched what the loader expected (``verified``).
     SEALED = "SEALED"
     ACTIVE = "ACTIVE"
     RETIRED = "RETIRED"
@@ -85,6 +89,9 @@ class NamespaceRecord:
     bytes: int = 0
     digest: int = 0
     failure_reason: str = ""
+    #: The seal measured ``record_count`` and ``digest`` and they equalled what the loader
+    #: expected. Only a verified version may become the target of an alias.
+    verified: bool = False
 
     def with_state(self, state: State, **changes: Any) -> NamespaceRecord:
         return replace(self, state=state, state_changed=utcnow(), **changes)
@@ -109,6 +116,7 @@ class NamespaceRecord:
             "bytes": self.bytes,
             "digest": self.digest,
             "failure_reason": self.failure_reason,
+            "verified": self.verified,
         }
 
     @classmethod
@@ -132,6 +140,7 @@ class NamespaceRecord:
             bytes=int(data.get("bytes", 0)),
             digest=int(data.get("digest", 0)),
             failure_reason=data.get("failure_reason", ""),
+            verified=bool(data.get("verified", False)),
         )
 
 

@@ -165,8 +165,8 @@ class EmbeddedEngine(StorageEngine):
         return sorted(records, key=lambda r: (r.created, r.name))
 
     def transition(self, name: str, expected: frozenset[State], record: NamespaceRecord) -> NamespaceRecord:
-        if record.state == State.SEALED:
-            self._durable()  # every loaded record is on disk before the version is SEALED
+        if record.state == State.SEALING:
+            self._durable()  # every loaded record is on disk before the seal measures it
         with self._write() as txn:
             check_transition(name, self._ns(txn, name), expected)
             self._put_ns(txn, record)

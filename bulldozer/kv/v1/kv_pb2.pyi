@@ -38,11 +38,16 @@ class _NamespaceStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Namesp
     RETIRED: _NamespaceState.ValueType  # 4
     DROPPED: _NamespaceState.ValueType  # 5
     FAILED: _NamespaceState.ValueType  # 6
+    SEALING: _NamespaceState.ValueType  # 7
 
 class NamespaceState(_NamespaceState, metaclass=_NamespaceStateEnumTypeWrapper):
     """Lifecycle of a version namespace:
-      LOADING -> SEALED -> ACTIVE -> RETIRED -> DROPPED, or LOADING -> FAILED (-> DROPPED).
-    Writes only while LOADING; reads from SEALED, ACTIVE and RETIRED.
+      LOADING -> SEALING -> SEALED -> ACTIVE -> RETIRED -> DROPPED,
+      or LOADING / SEALING -> FAILED (-> DROPPED).
+    Writes only while LOADING; reads from SEALED, ACTIVE and RETIRED. SEALING is the seal's
+    measurement in progress (frozen, neither readable nor a possible alias target); a seal
+    interrupted there is finished by sealing again. SEALED means measured *and* matched
+    against the loader's expected count and digest (NamespaceInfo.verified).
     """
 
 NAMESPACE_STATE_UNSPECIFIED: NamespaceState.ValueType  # 0
@@ -52,6 +57,7 @@ ACTIVE: NamespaceState.ValueType  # 3
 RETIRED: NamespaceState.ValueType  # 4
 DROPPED: NamespaceState.ValueType  # 5
 FAILED: NamespaceState.ValueType  # 6
+SEALING: NamespaceState.ValueType  # 7
 Global___NamespaceState: _TypeAlias = NamespaceState  # noqa: Y015
 
 @_typing.final
@@ -433,6 +439,7 @@ class NamespaceInfo(_message.Message):
     VALUE_MESSAGE_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
     FAILURE_REASON_FIELD_NUMBER: _builtins.int
+    VERIFIED_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     state: Global___NamespaceState.ValueType
     alias: _builtins.str
@@ -447,6 +454,10 @@ class NamespaceInfo(_message.Message):
     key_message: _builtins.str
     value_message: _builtins.str
     failure_reason: _builtins.str
+    verified: _builtins.bool
+    """The seal measured record_count and digest and they equalled the loader's expectation.
+    Only a verified version may become the target of an alias.
+    """
     @_builtins.property
     def created(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -474,10 +485,11 @@ class NamespaceInfo(_message.Message):
         value_message: _builtins.str = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         failure_reason: _builtins.str = ...,
+        verified: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "sealed", b"sealed", "state_changed", b"state_changed"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "bytes", b"bytes", "created", b"created", "digest", b"digest", "failure_reason", b"failure_reason", "job_name", b"job_name", "key_message", b"key_message", "labels", b"labels", "name", b"name", "record_count", b"record_count", "sealed", b"sealed", "snapshot_id", b"snapshot_id", "state", b"state", "state_changed", b"state_changed", "value_descriptor_set", b"value_descriptor_set", "value_message", b"value_message"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "bytes", b"bytes", "created", b"created", "digest", b"digest", "failure_reason", b"failure_reason", "job_name", b"job_name", "key_message", b"key_message", "labels", b"labels", "name", b"name", "record_count", b"record_count", "sealed", b"sealed", "snapshot_id", b"snapshot_id", "state", b"state", "state_changed", b"state_changed", "value_descriptor_set", b"value_descriptor_set", "value_message", b"value_message", "verified", b"verified"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -554,8 +566,8 @@ class SealNamespaceRequest(_message.Message):
     EXPECTED_DIGEST_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     expected_records: _builtins.int
-    """When set, the seal is refused (and nothing changes) unless the stored data has
-    exactly this many records and this digest.
+    """Both required: the seal measures what is stored and marks the version FAILED unless it
+    has exactly this many records and this digest.
     """
     expected_digest: _builtins.int
     def __init__(
