@@ -17,7 +17,6 @@ scalars.
 
 from __future__ import annotations
 
-import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -27,11 +26,11 @@ import pyarrow as pa
 
 from bulldozer.errors import CatalogError, DuplicateKeyError, SchemaError, SpecError, SpecIssue
 from bulldozer.spec.models import JobSpec
+from bulldozer.spec.query import SANDBOX, check_query, duckdb_module
 
-__all__ = ["SqlSource", "build_sql_source", "open_reader", "quote", "referenced_tables"]
+__all__ = ["SqlSource", "build_sql_source", "open_reader", "quote", "sandboxed_connection"]
 
 BATCH_ROWS = 65_536
-_TABLE_RE = re.compile(r'^"?([A-Za-z_][A-Za-z0-9_]*)"?\."?([A-Za-z_][A-Za-z0-9_]*)"?')
 
 
 def quote(identifier: str) -> str:
@@ -39,28 +38,15 @@ def quote(identifier: str) -> str:
     return '"' + identifier.replace('"', '""') + '"'
 
 
-def _duckdb() -> Any:
-    try:
-        import duckdb
-    except ImportError as exc:
-        raise CatalogError("query sources and keep_latest need DuckDB: pip install 'bulldozer[sql]'") from exc
-    return duckdb
+def _nested(sql: str) -> str:
+    """A checked query as a subquery: on lines of its own, so a trailing ``--`` comment
+    cannot swallow the closing parenthesis."""
+    return f"\n{sql}\n"
 
 
-def referenced_tables(query: str) -> list[str]:
-    """``namespace.table`` names a query reads (it must parse)."""
-    duckdb = _duckdb()
-    try:
-        names = duckdb.get_table_names(query, qualified=True)
-    except duckdb.Error as exc:
-        raise SpecError([SpecIssue("spec", "data_movement.source.query", f"the query does not parse: {exc}")]) from None
-    out = []
-    for name in sorted(names):
-        m = _TABLE_RE.match(name)
-        if m is None:
-            raise CatalogError(f"the query reads {name.split(' AS ')[0]!r}; name tables as namespace.table")
-        out.append(f"{m.group(1)}.{m.group(2)}")
-    return sorted(set(out))
+def sandboxed_connection() -> Any:
+    """A DuckDB connection with the ``SANDBOX`` settings (lock it once set up)."""
+    return duckdb_module().connect(config=SANDBOX)
 
 
 @dataclass
@@ -102,8 +88,7 @@ def _reader(table: Any, snapshot_id: int, row_filter: str | None) -> pa.RecordBa
 
 
 def _connect(source: SqlSource, empty: bool = False) -> Any:
-    duckdb = _duckdb()
-    con = duckdb.connect()
+    con = sandboxed_connection()
     schemas = set()
     for i, (name, (table, snap)) in enumerate(sorted(source.tables.items())):
         namespace, table_name = name.split(".")
@@ -116,6 +101,7 @@ def _connect(source: SqlSource, empty: bool = False) -> Any:
             con.execute(f"CREATE SCHEMA {quote(namespace)}")
             schemas.add(namespace)
         con.execute(f"CREATE VIEW {quote(namespace)}.{quote(table_name)} AS SELECT * FROM __src_{i}")
+    con.execute("SET lock_configuration = true")
     return con
 
 
@@ -126,7 +112,7 @@ def open_reader(
     con = _connect(source)
     sql = source.sql
     if columns is not None:
-        sql = f"SELECT {', '.join(quote(c) for c in columns)} FROM ({sql})"
+        sql = f"SELECT {', '.join(quote(c) for c in columns)} FROM ({_nested(sql)})"
     try:
         reader = con.sql(sql).to_arrow_reader(batch_rows)
         yield from reader
@@ -138,7 +124,7 @@ def _keep_latest(sql: str, keys: list[str], order_by: str) -> str:
     k = ", ".join(quote(c) for c in keys)
     return (
         f"SELECT * EXCLUDE (__bulldozer_rank) FROM (SELECT *, row_number() OVER "
-        f"(PARTITION BY {k} ORDER BY {quote(order_by)} DESC NULLS LAST) AS __bulldozer_rank FROM ({sql})) "
+        f"(PARTITION BY {k} ORDER BY {quote(order_by)} DESC NULLS LAST) AS __bulldozer_rank FROM ({_nested(sql)})) "
         f"WHERE __bulldozer_rank = 1"
     )
 
@@ -148,7 +134,7 @@ def check_ties(source: SqlSource, base_sql: str, keys: list[str], order_by: str)
     k = ", ".join(quote(c) for c in keys)
     o = quote(order_by)
     sql = (
-        f"SELECT {k} FROM (SELECT {k}, {o}, max({o}) OVER (PARTITION BY {k}) AS __m FROM ({base_sql})) "
+        f"SELECT {k} FROM (SELECT {k}, {o}, max({o}) OVER (PARTITION BY {k}) AS __m FROM ({_nested(base_sql)})) "
         f"WHERE {o} IS NOT DISTINCT FROM __m GROUP BY {k} HAVING count(*) > 1 LIMIT 3"
     )
     con = _connect(source)
@@ -265,7 +251,7 @@ def build_sql_source(spec: JobSpec, catalog: Any, schema_of: Any) -> SqlSource:
     from bulldozer.warehouse.catalog import load_table
 
     dm = spec.data_movement
-    names = referenced_tables(dm.source.query) if dm.source.query else [dm.source.table or ""]
+    names = check_query(dm.source.query) if dm.source.query else [dm.source.table or ""]
     tables = {}
     for name in names:
         table = load_table(catalog, name)
@@ -286,7 +272,7 @@ def build_sql_source(spec: JobSpec, catalog: Any, schema_of: Any) -> SqlSource:
         con = _connect(source, empty=True)
         try:
             try:
-                arrow_schema = con.sql(f"SELECT * FROM ({base}) LIMIT 0").to_arrow_table().schema
+                arrow_schema = con.sql(f"SELECT * FROM ({_nested(base)}) LIMIT 0").to_arrow_table().schema
             except Exception as exc:  # DuckDB's binder / catalog errors
                 raise SpecError(
                     [SpecIssue("spec", "data_movement.source.query", f"the query cannot run: {exc}".splitlines()[0])]

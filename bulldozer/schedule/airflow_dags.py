@@ -118,14 +118,23 @@ def build_dags(folder: Path | None = None, strict: bool | None = None) -> dict[s
                 raise BulldozerError(f"{path}: job name {name!r} is already used by {owners[name]}")
             if name.startswith(INVALID_PREFIX):
                 raise BulldozerError(f"{path}: job names may not start with {INVALID_PREFIX!r}")
-        except BulldozerError as exc:
-            message = "\n".join(str(i) for i in getattr(exc, "issues", [])) or str(exc)
+            dag = _dag_for(path, loaded)
+        except Exception as exc:  # any failure of one spec (RecursionError, MemoryError, OSError...) is its own
             if strict:
                 raise
+            message = _describe_failure(path, exc)
             log.error("bulldozer: skipping invalid spec %s:\n%s", path, message)
             dag = _invalid_dag(path, message)
             dags[dag.dag_id] = dag
             continue
         owners[name] = path
-        dags[name] = _dag_for(path, loaded)
+        dags[name] = dag
     return dags
+
+
+def _describe_failure(path: Path, exc: Exception) -> str:
+    """One spec's failure as its invalid DAG shows it: the spec's issues, a Bulldozer error's
+    message, or only the kind of an unexpected failure (its text may quote the file)."""
+    if isinstance(exc, BulldozerError):
+        return "\n".join(str(i) for i in getattr(exc, "issues", [])) or str(exc)
+    return f"{path}: the spec could not be loaded ({type(exc).__name__})"

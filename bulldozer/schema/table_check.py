@@ -7,7 +7,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from bulldozer.errors import BulldozerError, SchemaError, SpecIssue
+from bulldozer.errors import BulldozerError, SchemaError, SpecError, SpecIssue
 from bulldozer.schema.iceberg import generate_proto
 from bulldozer.spec.loader import LoadedSpec
 from bulldozer.warehouse.catalog import load_table, open_catalog
@@ -25,8 +25,9 @@ def check_against_catalog(loaded: LoadedSpec, catalog: Any = None, home: str | N
     """Every problem of ``loaded`` against its catalog (empty when it is fine)."""
     spec = loaded.spec
     dm = spec.data_movement
-    if dm.source.table is None:
-        return []  # query sources are checked when the job plans its query
+    if dm.source.query is not None:
+        return _check_query(loaded, dm.source.query, catalog, home)
+    assert dm.source.table is not None
     try:
         catalog = catalog or open_catalog(dm.catalog, home)
         table = load_table(catalog, dm.source.table)
@@ -82,3 +83,27 @@ def _check_filter(loaded: LoadedSpec, text: str, schema: Any) -> list[SpecIssue]
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return [loaded.issue(("data_movement", "filter"), f"filter does not parse against the table: {first}")]
     return []
+
+
+def _check_query(loaded: LoadedSpec, query: str, catalog: Any, home: str | None) -> list[SpecIssue]:
+    """A query source: one read-only SELECT (``check_query``) whose every table is in the catalog."""
+    from bulldozer.spec.query import check_query
+
+    where = ("data_movement", "source", "query")
+    try:
+        tables = check_query(query)
+    except SpecError as exc:
+        return [loaded.issue(where, issue.message) for issue in exc.issues]
+    except BulldozerError as exc:
+        return [loaded.issue(where, str(exc))]
+    issues = []
+    try:
+        catalog = catalog or open_catalog(loaded.spec.data_movement.catalog, home)
+    except BulldozerError as exc:
+        return [loaded.issue(("data_movement", "catalog"), str(exc))]
+    for name in tables:
+        try:
+            load_table(catalog, name)
+        except BulldozerError as exc:
+            issues.append(loaded.issue(where, str(exc)))
+    return issues

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import stat
 import types
 import typing
 from collections.abc import Mapping
@@ -25,6 +26,7 @@ from bulldozer.errors import SpecError, SpecIssue
 from bulldozer.spec.models import JobSpec
 
 __all__ = [
+    "EXPANDABLE_FIELDS",
     "MAX_SPEC_BYTES",
     "LoadedSpec",
     "Positions",
@@ -39,6 +41,18 @@ MAX_DEPTH = 50
 
 PathT = tuple[str | int, ...]
 _ENV_RE = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+#: The fields where ``${VAR}`` is replaced by an environment variable: where an operator's
+#: deployment differs (the DAL endpoint, its token, the catalog's connection properties).
+#: Anywhere else — a query, a filter, a column, an alias — a ``${`` is refused, so a spec
+#: cannot copy the scheduler's environment into the data it loads.
+EXPANDABLE_FIELDS = ("key_value_dal.endpoint", "key_value_dal.token", "data_movement.catalog.properties.*")
+
+
+def expandable(path: PathT) -> bool:
+    """True where ``${VAR}`` expands (see EXPANDABLE_FIELDS)."""
+    return path in (("key_value_dal", "endpoint"), ("key_value_dal", "token")) or (
+        len(path) == 4 and path[:3] == ("data_movement", "catalog", "properties")
+    )
 
 
 def format_path(path: PathT) -> str:
@@ -100,6 +114,8 @@ class _Builder:
         self.issues: list[SpecIssue] = []
         self.nodes = 0
         self.constructor = yaml.constructor.SafeConstructor()
+        #: path -> (text as written, text after ${VAR} expansion)
+        self.expanded: dict[PathT, tuple[str, str]] = {}
 
     def add(self, mark: yaml.Mark | None, path: PathT, message: str) -> None:
         line = mark.line + 1 if mark is not None else None
@@ -164,6 +180,18 @@ class _Builder:
         return out
 
     def _interpolate(self, value: str, mark: yaml.Mark, path: PathT) -> str:
+        if "$" not in value:
+            return value
+        expands = any(m.group(0) != "$${" for m in _ENV_RE.finditer(value))
+        if expands and not expandable(path):
+            self.add(
+                mark,
+                path,
+                "${...} is not expanded in this field (only in: " + ", ".join(EXPANDABLE_FIELDS) + "); "
+                "write $${ for a literal ${",
+            )
+            return ""
+
         def repl(m: re.Match[str]) -> str:
             if m.group(0) == "$${":
                 return "${"
@@ -175,7 +203,52 @@ class _Builder:
             self.add(mark, path, f"environment variable {name} is not set (used as ${{{name}}})")
             return ""
 
-        return _ENV_RE.sub(repl, value) if "$" in value else value
+        expanded = _ENV_RE.sub(repl, value)
+        if expands:
+            self.expanded[path] = (value, expanded)
+        return expanded
+
+    def scrub(self, issue: SpecIssue) -> SpecIssue:
+        """``issue`` without any value that came from expansion (it may be a secret): the
+        field's ``${VAR}`` text stands where the value would."""
+        message = issue.message
+        for raw, expanded in self.expanded.values():
+            if expanded:
+                for shown in (repr(expanded)[1:-1], expanded):
+                    message = message.replace(shown, raw)
+        return (
+            SpecIssue(issue.source, issue.path, message, issue.line, issue.column)
+            if message != issue.message
+            else issue
+        )
+
+
+_OPEN = (
+    yaml.BlockMappingStartToken,
+    yaml.BlockSequenceStartToken,
+    yaml.FlowMappingStartToken,
+    yaml.FlowSequenceStartToken,
+)
+_CLOSE = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
+
+
+def _too_deep(text: str) -> yaml.Mark | None:
+    """Where the text nests deeper than MAX_DEPTH collections, found by PyYAML's scanner
+    (a loop) before its composer (a recursion, which a deep document overflows) runs; None
+    when it does not (a scanner error is left for the parse to report)."""
+    depth = 0
+    try:
+        for token in yaml.scan(text, Loader=yaml.SafeLoader):
+            if isinstance(token, _OPEN):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    mark: yaml.Mark = token.start_mark
+                    return mark
+            elif isinstance(token, _CLOSE):
+                depth -= 1
+    except yaml.YAMLError:
+        return None
+    return None
 
 
 def _parse(text: str, source: str, env: Mapping[str, str]) -> tuple[Any, _Builder]:
@@ -191,6 +264,11 @@ def _parse(text: str, source: str, env: Mapping[str, str]) -> tuple[Any, _Builde
         code = exc.character if isinstance(exc.character, int) else ord(exc.character)
         where = yaml.Mark(source, exc.position, line - 1, column - 1, None, 0)
         builder.add(where, (), f"character U+{code:04X} is not allowed in YAML (is this a text file?)")
+        return None, builder
+    too_deep = _too_deep(text)
+    if too_deep is not None:
+        builder.add(too_deep, (), f"nested deeper than {MAX_DEPTH} levels")
+        loader.dispose()
         return None, builder
     try:
         node = loader.get_single_node()
@@ -334,25 +412,51 @@ def load_spec_text(text: str, source: str = "<string>", env: Mapping[str, str] |
         except ValidationError as exc:
             issues.extend(_refine(_issues_from_validation(exc, builder, source), issues))
     if issues or spec is None:
-        raise SpecError(sorted(issues, key=_sort_key))
+        raise SpecError(sorted((builder.scrub(i) for i in issues), key=_sort_key))
     return LoadedSpec(spec=spec, source=source, text=text, positions=builder.positions)
+
+
+def _read_regular_file(path: Path, source: str) -> bytes:
+    """The bytes of a regular file of at most MAX_SPEC_BYTES. Opened without blocking (a
+    FIFO does not wait for a writer) and checked on the open descriptor, so a device, FIFO
+    or socket — also behind a symlink — is refused before anything is read, and the limit
+    holds while reading (a file that grows is not read past it)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(str(path))
+        if not stat.S_ISREG(mode):
+            raise SpecError(
+                [SpecIssue(source, "", "is not a regular file (a device, FIFO or socket); refusing to read it")]
+            )
+        chunks, size = [], 0
+        while size <= MAX_SPEC_BYTES:
+            chunk = os.read(fd, MAX_SPEC_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > MAX_SPEC_BYTES:
+            raise SpecError([SpecIssue(source, "", f"spec is larger than {MAX_SPEC_BYTES} bytes")])
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def load_spec(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> LoadedSpec:
     """Read and validate the spec file at ``path``."""
-    p = Path(path)
     source = str(path)
     try:
-        size = p.stat().st_size
-        if size > MAX_SPEC_BYTES:
-            raise SpecError([SpecIssue(source, "", f"spec is {size} bytes; the limit is {MAX_SPEC_BYTES}")])
-        raw = p.read_bytes()
+        raw = _read_regular_file(Path(path), source)
     except FileNotFoundError:
         raise SpecError([SpecIssue(source, "", "no such file")]) from None
     except IsADirectoryError:
         raise SpecError([SpecIssue(source, "", "is a directory, not a spec file")]) from None
     except PermissionError:
         raise SpecError([SpecIssue(source, "", "permission denied")]) from None
+    except OSError as exc:
+        raise SpecError([SpecIssue(source, "", f"cannot be read: {exc.strerror or exc}")]) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -442,6 +442,14 @@ def _column_checks(data: dict[str, Any]) -> Located:
                         )
                     )
     source = data.get("source")
+    if isinstance(source, dict) and source.get("query") is not None and data.get("filter") is not None:
+        errs.append(
+            (
+                ("filter",),
+                "filter applies to a table source; with a query source, write the condition in the query's WHERE",
+                data.get("filter"),
+            )
+        )
     if isinstance(source, dict) and source.get("query") is not None and data.get("snapshot_id") is not None:
         errs.append(
             (

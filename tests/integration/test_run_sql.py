@@ -15,7 +15,7 @@ from bulldozer.spec.loader import LoadedSpec
 from bulldozer.spec.models import CatalogConfig
 from bulldozer.warehouse.catalog import open_catalog
 from bulldozer.warehouse.sample import create_sample_warehouse, generate_sample
-from tests.integration.test_run import KEY, read
+from tests.integration.test_run import KEY, _cli, read
 
 pytest.importorskip("duckdb", reason="the sql extra is part of the default install (scripts/bootstrap.sh)")
 pytestmark = pytest.mark.integration
@@ -74,6 +74,46 @@ def test_a_query_reading_a_missing_table(home: Path, dal: KvClient) -> None:
 def test_a_query_that_does_not_bind(home: Path, dal: KvClient) -> None:
     with pytest.raises(SpecError, match="the query cannot run"):
         run_job(job("{query: 'SELECT no_such_column FROM sample.user_item_scores'}"), dal, home=str(home))
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT 1 AS user_id, 1 AS item_id, 'x' AS locale, content AS rating FROM read_text('/etc/passwd')",
+        "SELECT * FROM sample.user_item_scores, (SELECT content FROM read_text('/proc/self/environ')) e",
+        "SELECT * FROM sample.user_item_scores WHERE locale IN (SELECT file FROM glob('/*'))",
+        "SELECT * FROM 'http://127.0.0.1:9/x.parquet'",
+    ],
+)
+def test_a_hostile_query_is_refused_before_anything_is_read_or_written(
+    query: str, home: Path, dal: KvClient, tmp_path: Path
+) -> None:
+    source = "{query: " + "'" + query.replace("'", "''") + "'}"
+    with pytest.raises(SpecError, match=r"data_movement\.source\.query"):
+        run_job(job(source), dal, home=str(home))
+    assert dal.list_namespaces() == []
+    spec_file = tmp_path / "hostile.yaml"
+    spec_file.write_text(job(source).text)
+    refused = _cli(["validate", str(spec_file), "--catalog", "--home", str(home)], home)
+    assert refused.returncode == 2, refused.stdout
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{spec_file}:") and "data_movement.source.query" in lines[0]
+    assert "root:" not in refused.stderr + refused.stdout  # nothing of /etc/passwd
+
+
+def test_validate_catalog_checks_a_query_sources_tables(home: Path, tmp_path: Path) -> None:
+    spec_file = tmp_path / "q.yaml"
+    spec_file.write_text(job("{query: 'SELECT * FROM sample.missing'}").text)
+    refused = _cli(["validate", str(spec_file), "--catalog", "--home", str(home)], home)
+    assert refused.returncode == 2 and "sample.missing" in refused.stderr
+    spec_file.write_text(job("{query: 'SELECT * FROM sample.user_item_scores WHERE item_id < 5'}").text)
+    ok = _cli(["validate", str(spec_file), "--catalog", "--home", str(home)], home)
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_a_filter_with_a_query_source_is_refused_not_ignored() -> None:
+    with pytest.raises(SpecError, match=r"data_movement\.filter: filter applies to a table source"):
+        job("{query: 'SELECT * FROM sample.user_item_scores'}", extra='  filter: "item_id < 5"')
 
 
 def _add_newer_duplicates(home: Path, updated_shift: int) -> Any:

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -192,6 +193,9 @@ def test_dag_folder_loads_good_specs_and_reports_bad_ones(airflow_home: Path, ho
     write_spec(specs / "b_cron.yaml", **{"name: user_item_scores": "name: b_cron", '"@daily"': '"not a cron"'})
     write_spec(specs / "z_twin.yaml")  # a second job called user_item_scores
     write_spec(specs / "d_typo.yaml", **{"name: user_item_scores": "name: d_typo", "  owner:": "  ownr:"})
+    (specs / "e_deep.yaml").write_text("a: " + "[" * 600 + "]" * 600 + "\n")  # 1 KB that overflowed the parser
+    (specs / "f_zero.yaml").symlink_to("/dev/zero")  # read forever
+    os.mkfifo(specs / "g_fifo.yaml")  # blocked forever
     bag = dagbag(airflow_env(airflow_home, home, specs))
     assert bag["errors"] == {}  # one bad spec never breaks the loader file
     dags = bag["dags"]
@@ -210,9 +214,15 @@ def test_dag_folder_loads_good_specs_and_reports_bad_ones(airflow_home: Path, ho
     assert sorted(dags) == [
         "bulldozer_invalid__b_cron",
         "bulldozer_invalid__d_typo",
+        "bulldozer_invalid__e_deep",
+        "bulldozer_invalid__f_zero",
+        "bulldozer_invalid__g_fifo",
         "bulldozer_invalid__z_twin",
         "user_item_scores",
     ]
+    assert "nested deeper than 50 levels" in dags["bulldozer_invalid__e_deep"]["doc"]
+    assert "is not a regular file" in dags["bulldozer_invalid__f_zero"]["doc"]
+    assert "is not a regular file" in dags["bulldozer_invalid__g_fifo"]["doc"]
     assert "not a cron expression" in dags["bulldozer_invalid__b_cron"]["doc"]
     assert "is already used by" in dags["bulldozer_invalid__z_twin"]["doc"]
     assert "did you mean 'owner'" in dags["bulldozer_invalid__d_typo"]["doc"]
@@ -258,3 +268,28 @@ def test_a_dag_run_moves_the_alias_and_a_failing_verify_does_not(
     assert alias_now(home) == v1["version"]  # never moved
     states = sorted(str(r["state"]) for r in runs(home))
     assert states == ["ACTIVE", "FAILED"]
+
+
+@pytest.mark.parametrize("failure", [RecursionError("deep"), MemoryError(), OSError(5, "I/O error"), KeyError("x")])
+def test_any_failure_of_one_spec_stays_in_its_own_invalid_dag(
+    failure: Exception, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bulldozer.schedule import airflow_dags
+
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    write_spec(specs / "user_item_scores.yaml")
+    write_spec(specs / "a_bad.yaml", **{"name: user_item_scores": "name: a_bad"})
+    real = airflow_dags.load_spec
+
+    def load(path: Path) -> Any:
+        if path.name == "a_bad.yaml":
+            raise failure
+        return real(path)
+
+    monkeypatch.setattr(airflow_dags, "load_spec", load)
+    dags = airflow_dags.build_dags(specs, strict=False)
+    assert sorted(dags) == ["bulldozer_invalid__a_bad", "user_item_scores"]
+    assert type(failure).__name__ in dags["bulldozer_invalid__a_bad"].doc_md
+    with pytest.raises(type(failure)):
+        airflow_dags.build_dags(specs, strict=True)

@@ -9,6 +9,7 @@ seals always scan)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -25,7 +26,7 @@ import pytest
 from bulldozer.errors import BulldozerError, NamespaceStateError
 from bulldozer.kv import KvClient
 from bulldozer.kv.backends.base import State
-from bulldozer.kv.digest import digest_pairs
+from bulldozer.kv.digest import Digest, digest_pairs
 from bulldozer.load.runner import run_job
 from bulldozer.names import new_version_name
 from bulldozer.versioning.rollback import rollback
@@ -37,6 +38,7 @@ from tests.integration.test_kv_server import _free_port
 from tests.integration.test_run import spec
 
 pytestmark = pytest.mark.integration
+CLI_RUN = [sys.executable, "-m", "bulldozer.cli.main", "run", "templates/move_data_to_kv_dal.yaml", "--json"]
 
 
 class Dal:
@@ -67,10 +69,8 @@ class Dal:
 
     def kill(self) -> None:
         assert self.proc is not None
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.proc.wait(timeout=30)
 
     def stop(self) -> None:
@@ -131,7 +131,18 @@ def kill_while(dal: Dal, name: str, state: State, start: threading.Thread, timeo
 
 def _rollback_cli(dal: Dal, alias: str, to: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "bulldozer.cli.main", "rollback", alias, "--to", to, "--yes", "--endpoint", dal.endpoint],
+        [
+            sys.executable,
+            "-m",
+            "bulldozer.cli.main",
+            "rollback",
+            alias,
+            "--to",
+            to,
+            "--yes",
+            "--endpoint",
+            dal.endpoint,
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -161,7 +172,7 @@ def test_a_dal_killed_during_the_seal_never_shows_an_unverified_sealed_version(d
         expected = digest_pairs(data)
         outcome: list[object] = []
 
-        def seal(name: str = name, outcome: list[object] = outcome) -> None:
+        def seal(name: str = name, outcome: list[object] = outcome, expected: Digest = expected) -> None:
             with KvClient(dal.endpoint, timeout=120) as sealer:
                 try:
                     outcome.append(sealer.seal(name, expected.count, expected.value))
@@ -240,8 +251,7 @@ def test_a_run_whose_dal_died_at_the_seal_is_resumed_verified_and_flipped(tmp_pa
             assert client.describe(name).state == State.SEALING
             assert client.get_alias("user_item_scores").namespace == first
         resumed = subprocess.run(
-            [sys.executable, "-m", "bulldozer.cli.main", "run", "templates/move_data_to_kv_dal.yaml", "--json"]
-            + ["--endpoint", server.endpoint, "--resume", name],
+            [*CLI_RUN, "--endpoint", server.endpoint, "--resume", name],
             capture_output=True,
             text=True,
             timeout=300,
