@@ -73,7 +73,7 @@ def run(
     against what the DAL stored, quality gates) before the alias moves. On any failure the
     version is marked FAILED and the alias stays where it was; the exit code is non-zero.
     """
-    from bulldozer.kv.connect import connect
+    from bulldozer.kv.connect import connect_for_spec
     from bulldozer.spec.loader import load_spec
 
     loaded = load_spec(spec)
@@ -83,9 +83,7 @@ def run(
         import os
 
         os.environ["BULLDOZER_SPARK_MASTER"] = master
-    kv = loaded.spec.key_value_dal
-    target = endpoint or kv.endpoint
-    with connect(target, home, token=kv.token) as client:
+    with connect_for_spec(loaded, home, endpoint) as client:
         # An embedded DAL starts now, on the other core, while this process imports the
         # load engine and reads the catalog; the first call to it waits until it is up.
         record = _run(client, loaded, engine, home, resume, as_json, quiet, stage, version, run_key)
@@ -276,12 +274,12 @@ def plan(
     earlier run measured), the schema diff against the live version, and which versions
     retention would retire. Writes nothing. Exit 3 if the schema change would break readers.
     """
-    from bulldozer.kv.connect import connect
+    from bulldozer.kv.connect import connect_for_spec
     from bulldozer.load.plan import plan_run
     from bulldozer.spec.loader import load_spec
 
     loaded = load_spec(spec)
-    with connect(endpoint or loaded.spec.key_value_dal.endpoint, home, token=loaded.spec.key_value_dal.token) as client:
+    with connect_for_spec(loaded, home, endpoint) as client:
         result = plan_run(loaded, client, home)
     if as_json:
         print_json(result.as_dict())

@@ -122,8 +122,11 @@ class Authorizer:
 
     def authenticate(self, context: grpc.ServicerContext) -> str:
         token = ""
-        for key, value in context.invocation_metadata():
-            if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
+        headers = [value for key, value in context.invocation_metadata() if key == "authorization"]
+        if len(headers) > 1:
+            raise UnauthenticatedError("a request may carry one authorization header, not several")
+        for value in headers:
+            if isinstance(value, str) and value.startswith("Bearer "):
                 token = value[len("Bearer ") :]
         if token:
             digest = _sha256(token)

@@ -8,6 +8,7 @@ encoding and storing run on two cores. ``host:port`` connects to a running DAL.
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -22,8 +23,18 @@ from bulldozer.errors import BackendUnavailableError
 
 if TYPE_CHECKING:
     from bulldozer.kv.client import KvClient
+    from bulldozer.spec.loader import LoadedSpec
 
-__all__ = ["EmbeddedDal", "connect", "embedded_store_path", "start_embedded_dal"]
+__all__ = [
+    "EmbeddedDal",
+    "connect",
+    "connect_for_spec",
+    "embedded_store_path",
+    "spec_token",
+    "start_embedded_dal",
+    "token_endpoints",
+]
+log = logging.getLogger("bulldozer.kv.connect")
 
 
 def embedded_store_path(home: str | os.PathLike[str] | None = None) -> Path:
@@ -89,16 +100,71 @@ def start_embedded_dal(
                     proc.wait()
 
 
+#: Endpoints (``host:port``, as written) that the operator's token may be sent to when a
+#: spec names them, besides ``BULLDOZER_ENDPOINT``: comma-separated.
+TOKEN_ENDPOINTS_ENV = "BULLDOZER_TOKEN_ENDPOINTS"
+
+
+def token_endpoints() -> frozenset[str]:
+    """The endpoints the operator configured a token for: ``BULLDOZER_ENDPOINT`` and the
+    allowlist ``BULLDOZER_TOKEN_ENDPOINTS``."""
+    names = {e.strip() for e in os.environ.get(TOKEN_ENDPOINTS_ENV, "").split(",") if e.strip()}
+    if os.environ.get("BULLDOZER_ENDPOINT"):
+        names.add(os.environ["BULLDOZER_ENDPOINT"].strip())
+    return frozenset(names)
+
+
+def spec_token(loaded: LoadedSpec, endpoint: str, operator_endpoint: bool = False) -> str | None:
+    """The bearer token a run of ``loaded`` sends to ``endpoint``.
+
+    A token written in the spec itself is the spec's own and goes to the spec's endpoint.
+    The operator's token — ``BULLDOZER_TOKEN``, or a spec token that came from ``${VAR}``
+    expansion — goes only to an endpoint it was configured for (``BULLDOZER_ENDPOINT``,
+    ``BULLDOZER_TOKEN_ENDPOINTS``, the embedded DAL, or one the operator named on the command
+    line); a spec naming any other endpoint gets no token from the environment."""
+    own = loaded.spec.key_value_dal.token
+    if own and "key_value_dal.token" not in loaded.expanded:
+        return own
+    candidate = own or os.environ.get("BULLDOZER_TOKEN") or None
+    if candidate is None or operator_endpoint or endpoint == "embedded" or endpoint in token_endpoints():
+        return candidate
+    log.warning(
+        "%s: not sending the configured token to %s: the spec names an endpoint the token was not configured "
+        "for (BULLDOZER_ENDPOINT or %s)",
+        loaded.source,
+        endpoint,
+        TOKEN_ENDPOINTS_ENV,
+    )
+    return None
+
+
+@contextmanager
+def connect_for_spec(
+    loaded: LoadedSpec,
+    home: str | os.PathLike[str] | None = None,
+    endpoint: str | None = None,
+    timeout: float = 60.0,
+) -> Iterator[KvClient]:
+    """A client of the DAL ``loaded`` names (or of ``endpoint``, the operator's override),
+    with the token ``spec_token`` allows."""
+    target = endpoint or loaded.spec.key_value_dal.endpoint
+    token = spec_token(loaded, target, operator_endpoint=endpoint is not None)
+    with connect(target, home, token=token, timeout=timeout, env_token=False) as client:
+        yield client
+
+
 @contextmanager
 def connect(
     endpoint: str = "embedded",
     home: str | os.PathLike[str] | None = None,
     token: str | None = None,
     timeout: float = 60.0,
+    env_token: bool = True,
 ) -> Iterator[KvClient]:
     """A client of ``endpoint``: ``embedded`` (a DAL started for the duration, plaintext on
-    loopback) or ``host:port``, with the bearer token (``token`` or ``BULLDOZER_TOKEN``) and TLS
-    from ``BULLDOZER_TLS_CA`` / ``BULLDOZER_TLS_CERT`` / ``BULLDOZER_TLS_KEY``."""
+    loopback) or ``host:port``, with the bearer token (``token``, else — with ``env_token``,
+    for an endpoint the operator named — ``BULLDOZER_TOKEN``) and TLS from
+    ``BULLDOZER_TLS_CA`` / ``BULLDOZER_TLS_CERT`` / ``BULLDOZER_TLS_KEY``."""
     if endpoint == "embedded":
         with start_embedded_dal(home) as dal:
             # imported once the DAL is on its way: gRPC, numpy and pydantic load meanwhile
@@ -122,7 +188,7 @@ def connect(
 
     client = KvClient(
         endpoint,
-        token=token or os.environ.get("BULLDOZER_TOKEN") or None,
+        token=token or (os.environ.get("BULLDOZER_TOKEN") if env_token else None) or None,
         timeout=timeout,
         credentials=env_credentials(),
     )

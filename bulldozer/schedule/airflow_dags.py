@@ -36,17 +36,16 @@ START = datetime(2024, 1, 1, tzinfo=UTC)
 
 def run_stage_task(spec_file: str, stage: str, **context: Any) -> str:
     """The body of every task: run one stage of the spec's job; returns the version."""
-    from bulldozer.kv.connect import connect
+    from bulldozer.kv.connect import connect_for_spec
     from bulldozer.load.runner import run_stage
     from bulldozer.logs import configure_logging
 
     configure_logging("info", "text")
     loaded = load_spec(Path(spec_file))
-    kv = loaded.spec.key_value_dal
     run_key = f"{context['dag'].dag_id}/{context['run_id']}"
     engine = os.environ.get("BULLDOZER_LOAD_ENGINE", "local")
     home = os.environ.get("BULLDOZER_HOME")
-    with connect(kv.endpoint, home, token=kv.token) as client:
+    with connect_for_spec(loaded, home) as client:
         record = run_stage(stage, loaded, client, run_key=run_key, engine=engine, home=home)
     log.info("%s %s: %s (%s)", loaded.spec.metadata.name, stage, record.outcome, record.version or "-")
     return record.version

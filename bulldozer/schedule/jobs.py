@@ -117,11 +117,10 @@ def list_jobs(folder: Path, home: str | None = None, with_state: bool = True) ->
 
 
 def _fill_state(info: JobInfo, loaded: LoadedSpec, home: str | None) -> None:
-    from bulldozer.kv.connect import connect
+    from bulldozer.kv.connect import connect_for_spec
     from bulldozer.load.runner import RUN_LABEL, live_version
 
-    kv = loaded.spec.key_value_dal
-    with connect(kv.endpoint, home, token=kv.token) as client:
+    with connect_for_spec(loaded, home) as client:
         live = live_version(client, info.alias)
         info.current_version = live.name if live else ""
         versions = [v for v in client.list_namespaces(info.alias) if RUN_LABEL in v.labels]

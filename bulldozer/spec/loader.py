@@ -89,6 +89,9 @@ class LoadedSpec:
     source: str
     text: str
     positions: Positions
+    #: dotted paths of the fields whose value came from ``${VAR}`` expansion: the
+    #: environment's, not the spec's own (a token there is the operator's credential)
+    expanded: frozenset[str] = frozenset()
 
     def issue(self, path: PathT, message: str) -> SpecIssue:
         """A located issue about ``path`` (used by checks that run after loading)."""
@@ -413,7 +416,8 @@ def load_spec_text(text: str, source: str = "<string>", env: Mapping[str, str] |
             issues.extend(_refine(_issues_from_validation(exc, builder, source), issues))
     if issues or spec is None:
         raise SpecError(sorted((builder.scrub(i) for i in issues), key=_sort_key))
-    return LoadedSpec(spec=spec, source=source, text=text, positions=builder.positions)
+    expanded = frozenset(format_path(path) for path in builder.expanded)
+    return LoadedSpec(spec=spec, source=source, text=text, positions=builder.positions, expanded=expanded)
 
 
 def _read_regular_file(path: Path, source: str) -> bytes:
@@ -438,7 +442,9 @@ def _read_regular_file(path: Path, source: str) -> bytes:
             chunks.append(chunk)
             size += len(chunk)
         if size > MAX_SPEC_BYTES:
-            raise SpecError([SpecIssue(source, "", f"spec is larger than {MAX_SPEC_BYTES} bytes")])
+            raise SpecError(
+                [SpecIssue(source, "", f"spec is over the size limit; the limit is {MAX_SPEC_BYTES} bytes")]
+            )
         return b"".join(chunks)
     finally:
         os.close(fd)

@@ -95,4 +95,5 @@ def test_a_version_without_a_running_digest_is_scanned(dal: KvDal, monkeypatch: 
         txn.delete(name.encode(), db=engine._digests)  # type: ignore[attr-defined]
     assert engine.stored_digest(name) is None
     scans = _Scans(dal, monkeypatch)
-    assert dal.seal(name).digest == digest_pairs(DATA).value and scans.count == 1
+    expected = digest_pairs(DATA)
+    assert dal.seal(name, len(DATA), expected.value).digest == expected.value and scans.count == 1

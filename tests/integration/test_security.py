@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography import x509
@@ -264,3 +265,82 @@ def test_cli_serves_tls_with_tokens(pki: Path, tmp_path: Path) -> None:
         server.terminate()
         _, err = server.communicate(timeout=30)
     assert LOADER_TOKEN.encode() not in err and READER_TOKEN.encode() not in err
+
+
+def test_a_request_with_two_authorization_headers_is_refused(auth_server: int) -> None:
+    import grpc
+
+    from bulldozer.kv.v1 import kv_pb2, kv_pb2_grpc
+
+    with grpc.insecure_channel(f"127.0.0.1:{auth_server}") as channel:
+        stub = kv_pb2_grpc.KvAliasesStub(channel)
+        two = [("authorization", f"Bearer {READER_TOKEN}"), ("authorization", f"Bearer {LOADER_TOKEN}")]
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.GetAlias(kv_pb2.GetAliasRequest(alias="scores"), metadata=two, timeout=10)
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert "one authorization header" in (refused.value.details() or "")
+        with pytest.raises(grpc.RpcError) as one:  # one header is heard (the alias is simply not set)
+            stub.GetAlias(kv_pb2.GetAliasRequest(alias="scores"), metadata=two[:1], timeout=10)
+        assert one.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+class _Capture:
+    """A gRPC server on loopback that serves nothing and records each call's metadata."""
+
+    def __init__(self) -> None:
+        import grpc
+
+        seen = self.seen = []  # type: list[list[tuple[str, str]]]
+
+        class Interceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+            def intercept_service(self, continuation: Any, details: Any) -> Any:
+                seen.append([(k, v) for k, v in details.invocation_metadata if k == "authorization"])
+                return continuation(details)
+
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.server = grpc.server(ThreadPoolExecutor(2), interceptors=[Interceptor()])
+        self.endpoint = f"127.0.0.1:{self.server.add_insecure_port('127.0.0.1:0')}"
+        self.server.start()
+
+    def tokens_sent(self, loaded: Any, endpoint: str | None = None) -> list[str]:
+        from bulldozer.errors import BulldozerError
+        from bulldozer.kv.connect import connect_for_spec
+
+        self.seen.clear()
+        with connect_for_spec(loaded, endpoint=endpoint) as client, pytest.raises(BulldozerError):
+            client.get_alias("scores")  # the call is recorded, then refused (nothing is served)
+        return [value for call in self.seen for _, value in call]
+
+
+def test_the_operators_token_goes_only_where_it_was_configured_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bulldozer.spec import load_spec_text
+    from tests.integration.test_run import TEMPLATE
+
+    capture = _Capture()
+    try:
+        hostile = TEMPLATE.replace("${BULLDOZER_ENDPOINT:-embedded}", capture.endpoint)
+        monkeypatch.setenv("BULLDOZER_TOKEN", "operator-secret")
+        monkeypatch.delenv("BULLDOZER_ENDPOINT", raising=False)
+        monkeypatch.delenv("BULLDOZER_TOKEN_ENDPOINTS", raising=False)
+        plain = load_spec_text(hostile, "job.yaml")
+        assert capture.tokens_sent(plain) == []  # a spec naming its own endpoint gets no operator token
+        borrowed = load_spec_text(
+            hostile.replace("  alias: user_item_scores", "  alias: user_item_scores\n  token: ${BULLDOZER_TOKEN}"),
+            "job.yaml",
+        )
+        assert capture.tokens_sent(borrowed) == []  # nor by naming the variable
+        own = load_spec_text(
+            hostile.replace("  alias: user_item_scores", "  alias: user_item_scores\n  token: the-specs-own"),
+            "job.yaml",
+        )
+        assert capture.tokens_sent(own) == ["Bearer the-specs-own"]  # a token the spec carries is its own
+        assert capture.tokens_sent(plain, endpoint=capture.endpoint) == ["Bearer operator-secret"]  # --endpoint
+        monkeypatch.setenv("BULLDOZER_TOKEN_ENDPOINTS", f"dal.example:7110, {capture.endpoint}")
+        assert capture.tokens_sent(plain) == ["Bearer operator-secret"]  # the operator's allowlist
+        assert capture.tokens_sent(load_spec_text(hostile, "job.yaml")) == ["Bearer operator-secret"]
+        monkeypatch.delenv("BULLDOZER_TOKEN_ENDPOINTS")
+        monkeypatch.setenv("BULLDOZER_ENDPOINT", capture.endpoint)
+        assert capture.tokens_sent(borrowed) == ["Bearer operator-secret"]  # the operator's own endpoint
+    finally:
+        capture.server.stop(0)
