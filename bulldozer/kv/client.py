@@ -350,14 +350,21 @@ class KvClient:
     def set_labels(self, name: str, labels: dict[str, str]) -> NamespaceRecord:
         return self._ns("SetLabels", kv_pb2.SetLabelsRequest(name=name, labels=labels))
 
-    def list_namespaces(self, alias: str | None = None) -> list[NamespaceRecord]:
-        response = self._t.call(
-            self._t.namespaces,
-            "ListNamespaces",
-            kv_pb2.ListNamespacesRequest(alias=alias or ""),
-            self.timeout,
-        )
-        return [convert.record_from_info(i) for i in response.namespaces]
+    def list_namespaces(self, alias: str | None = None, page_size: int = 0) -> list[NamespaceRecord]:
+        """Every namespace (of ``alias``), oldest first, read page by page."""
+        out: list[NamespaceRecord] = []
+        token = ""
+        while True:
+            response = self._t.call(
+                self._t.namespaces,
+                "ListNamespaces",
+                kv_pb2.ListNamespacesRequest(alias=alias or "", page_size=page_size, page_token=token),
+                self.timeout,
+            )
+            out += [convert.record_from_info(i) for i in response.namespaces]
+            token = response.next_page_token
+            if not token:
+                return out
 
     # -- data -------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ versions cannot be dropped).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -37,6 +38,13 @@ __all__ = ["KvDal", "Limits"]
 
 _ANY_LIVE = frozenset(State) - {State.DROPPED}
 _MAX_LABELS = 64
+_MAX_LABEL_NAME = 128
+_MAX_MESSAGE_NAME = 512
+_MESSAGE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+_LABEL_NAME = re.compile(r"[A-Za-z0-9._-]+")
+#: What a DROPPED record keeps of its labels (history: the run record, the stage), each at most.
+_DROPPED_LABEL_BYTES = 16 * 1024
+_DEFAULT_PAGE, _MAX_PAGE = 100, 1000
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,11 @@ class Limits:
     max_message_bytes: int = 64 * 1024 * 1024
     max_batch_get_keys: int = 10_000
     max_scan_page: int = 10_000
+    #: Stored metadata of one namespace, each bounded so that any record fits a response and
+    #: a page of ListNamespaces always holds at least one (both are at most a quarter of
+    #: ``max_message_bytes``): the schema's descriptor set, and all labels together.
+    max_descriptor_bytes: int = 4 * 1024 * 1024
+    max_labels_bytes: int = 4 * 1024 * 1024
 
 
 class KvDal:
@@ -57,10 +70,13 @@ class KvDal:
     def __init__(self, engine: StorageEngine, limits: Limits | None = None) -> None:
         self.engine = engine
         base = limits or Limits()
+        quarter = base.max_message_bytes // 4
         self.limits = replace(
             base,
             max_key_bytes=min(base.max_key_bytes, engine.max_key_bytes),
             max_value_bytes=min(base.max_value_bytes, engine.max_value_bytes),
+            max_descriptor_bytes=min(base.max_descriptor_bytes, quarter),
+            max_labels_bytes=min(base.max_labels_bytes, quarter),
         )
 
     # -- namespaces -------------------------------------------------------------
@@ -82,7 +98,17 @@ class KvDal:
             raise InvalidNameError(f"namespace {name!r} must start with its alias {alias!r} followed by '__'")
         if job_name:
             validate_alias(job_name, "job name")
-        _check_labels(labels or {})
+        if len(value_descriptor_set) > self.limits.max_descriptor_bytes:
+            raise ResourceExhaustedError(
+                f"the value descriptor set is {len(value_descriptor_set)} bytes; the limit is "
+                f"{self.limits.max_descriptor_bytes}"
+            )
+        for what, message in (("key message", key_message), ("value message", value_message)):
+            if len(message) > _MAX_MESSAGE_NAME or not all(
+                part.isidentifier() for part in message.split(".") if message
+            ):
+                raise InvalidArgumentError(f"{what} {describe_value(message)} is not a protobuf message name")
+        self._check_labels(labels or {})
         now = utcnow()
         record = NamespaceRecord(
             name=name,
@@ -110,6 +136,36 @@ class KvDal:
         if alias:
             validate_alias(alias)
         return self.engine.list_namespaces(alias or None)
+
+    def list_namespaces_page(
+        self, alias: str | None, page_size: int = 0, page_token: str = ""
+    ) -> tuple[list[NamespaceRecord], str]:
+        """Up to ``page_size`` namespaces (default 100, at most 1000) after ``page_token``,
+        oldest first, and the token of the next page ("" after the last)."""
+        size = min(page_size or _DEFAULT_PAGE, _MAX_PAGE)
+        records = self.list_namespaces(alias)
+        if page_token:
+            after = self._page_key(page_token)
+            records = [r for r in records if (r.created, r.name) > after]
+        page = records[:size]
+        return page, (self.page_token(page[-1]) if len(records) > size else "")
+
+    @staticmethod
+    def page_token(record: NamespaceRecord) -> str:
+        """The token of the page that follows ``record``."""
+        return f"{record.created.isoformat()}|{record.name}"
+
+    @staticmethod
+    def _page_key(token: str) -> tuple[Any, str]:
+        from datetime import datetime
+
+        created, sep, name = token.partition("|")
+        try:
+            if not sep:
+                raise ValueError(token)
+            return datetime.fromisoformat(created), validate_namespace(name)
+        except (ValueError, InvalidNameError):
+            raise InvalidArgumentError("the page token is not one this server gave out") from None
 
     def seal(self, name: str, expected_records: int | None, expected_digest: int | None) -> NamespaceRecord:
         """Freeze the namespace (SEALING: no write lands after this, nothing reads it or
@@ -186,7 +242,14 @@ class KvDal:
                 f"namespace {name!r} is ACTIVE (alias {record.alias!r} points at it); "
                 "point the alias elsewhere before dropping it"
             )
-        dropped = self.engine.transition(name, _ANY_LIVE - {State.ACTIVE}, record.with_state(State.DROPPED))
+        # what history needs stays (names, states, times, counts, digest, the run's small labels);
+        # the schema and large labels go with the data
+        kept = {k: v for k, v in record.labels.items() if len(k) + len(v) <= _DROPPED_LABEL_BYTES}
+        dropped = self.engine.transition(
+            name,
+            _ANY_LIVE - {State.ACTIVE},
+            record.with_state(State.DROPPED, value_descriptor_set=b"", labels=kept),
+        )
         self.engine.drop_data(name)
         return dropped
 
@@ -196,7 +259,7 @@ class KvDal:
             raise NamespaceNotFoundError(f"namespace {name!r} was dropped")
         merged = {**record.labels, **labels}
         merged = {k: v for k, v in merged.items() if v != ""}
-        _check_labels(merged)
+        self._check_labels(merged)
         return self.engine.transition(name, frozenset({record.state}), replace(record, labels=merged))
 
     # -- data -------------------------------------------------------------------
@@ -349,15 +412,22 @@ class KvDal:
         validate_alias(alias)
         return self.engine.alias_history(alias, max(1, min(limit or 100, 10_000)))
 
-
-def _check_labels(labels: dict[str, str]) -> None:
-    if len(labels) > _MAX_LABELS:
-        raise InvalidArgumentError(f"at most {_MAX_LABELS} labels")
-    for key, value in labels.items():
-        if not key or len(key) > 128 or not key.replace(".", "").replace("-", "").replace("_", "").isalnum():
-            raise InvalidArgumentError(f"label name {describe_value(key)} is not valid")
-        if len(value) > 256 * 1024:
-            raise InvalidArgumentError(f"label {key!r} is longer than 256 KiB")
+    def _check_labels(self, labels: dict[str, str]) -> None:
+        if len(labels) > _MAX_LABELS:
+            raise InvalidArgumentError(f"at most {_MAX_LABELS} labels")
+        total = 0
+        for key, value in labels.items():
+            if (
+                not key
+                or len(key) > _MAX_LABEL_NAME
+                or not key.replace(".", "").replace("-", "").replace("_", "").isalnum()
+            ):
+                raise InvalidArgumentError(f"label name {describe_value(key)} is not valid")
+            total += len(key.encode()) + len(value.encode())
+        if total > self.limits.max_labels_bytes:
+            raise ResourceExhaustedError(
+                f"the labels would hold {total} bytes; the limit for one namespace is {self.limits.max_labels_bytes}"
+            )
 
 
 def _split(blob: bytes, lengths: Any) -> list[bytes]:

@@ -156,8 +156,20 @@ class NamespacesServicer(kv_pb2_grpc.KvNamespacesServicer):
     def ListNamespaces(
         self, request: kv_pb2.ListNamespacesRequest, context: grpc.ServicerContext
     ) -> kv_pb2.ListNamespacesResponse:
-        records = self.dal.list_namespaces(request.alias or None)
-        return kv_pb2.ListNamespacesResponse(namespaces=[convert.namespace_info(r) for r in records])
+        records, next_token = self.dal.list_namespaces_page(
+            request.alias or None, request.page_size, request.page_token
+        )
+        budget = self.dal.limits.max_message_bytes // 2
+        response = kv_pb2.ListNamespacesResponse(next_page_token=next_token)
+        size = 0
+        for i, record in enumerate(records):
+            info = convert.namespace_info(record)
+            size += info.ByteSize() + 8
+            if i and size > budget:  # the rest on the next page (a page holds one at least)
+                response.next_page_token = KvDal.page_token(records[i - 1])
+                break
+            response.namespaces.append(info)
+        return response
 
     def SetLabels(self, request: kv_pb2.SetLabelsRequest, context: grpc.ServicerContext) -> kv_pb2.NamespaceInfo:
         return convert.namespace_info(self.dal.set_labels(request.name, dict(request.labels)))

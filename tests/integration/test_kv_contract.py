@@ -21,7 +21,7 @@ from bulldozer.errors import (
 )
 from bulldozer.kv.backends.base import State
 from bulldozer.kv.digest import digest_pairs
-from tests.integration.kv_fixtures import Harness, pairs, seal_as_loaded
+from tests.integration.kv_fixtures import TEST_LIMITS, Harness, pairs, seal_as_loaded
 
 pytestmark = pytest.mark.integration
 
@@ -561,3 +561,70 @@ def test_pin_holds_runs_off_but_not_operators(kv: Harness) -> None:
     kv.client.compare_and_set_alias(alias, v3, v2, respect_pin=True)
     reasons = [h.reason for h in kv.client.alias_history(alias)]
     assert reasons[1:4] == ["unpinned", "operator", "pinned: incident 42"]
+
+
+# ------------------------------------------------------------------- metadata bounds
+
+
+def test_stored_metadata_is_bounded(kv: Harness) -> None:
+    alias = kv.alias()
+    limits = TEST_LIMITS.max_message_bytes // 4  # the DAL clamps both bounds to a quarter of a message
+    with pytest.raises(ResourceExhaustedError, match="descriptor set"):
+        kv.client.create_namespace(kv.version(alias), alias, value_descriptor_set=b"x" * (limits + 1))
+    with pytest.raises(ResourceExhaustedError, match="labels would hold"):
+        kv.client.create_namespace(kv.version(alias), alias, labels={"a": "x" * limits})
+    with pytest.raises(InvalidArgumentError, match="at most 64 labels"):
+        kv.client.create_namespace(kv.version(alias), alias, labels={f"l{i}": "v" for i in range(65)})
+    with pytest.raises(InvalidArgumentError, match="not a protobuf message name"):
+        kv.client.create_namespace(kv.version(alias), alias, key_message="a b" * 10)
+    name = kv.loaded(alias, [], seal=False)
+    kv.client.set_labels(name, {"a": "x" * (limits // 2)})
+    with pytest.raises(ResourceExhaustedError, match="labels would hold"):
+        kv.client.set_labels(name, {"b": "x" * (limits // 2 + 100)})  # bounded together, not one by one
+    assert [n.name for n in kv.client.list_namespaces(alias)] == [name]
+
+
+def test_listing_is_paged_and_survives_the_largest_records(kv: Harness) -> None:
+    """A principal with write on one alias fills namespaces with the largest metadata the
+    DAL accepts; listing (what `namespaces` and `gc` use) still works for everyone, page by
+    page, and dropping shrinks the records to what history needs."""
+    from bulldozer.kv.v1 import kv_pb2
+
+    alias = kv.alias()
+    big = TEST_LIMITS.max_message_bytes // 4 - 64
+    names = []
+    for _ in range(6):  # 6 x (1 MiB of labels + 1 MiB of descriptor): three times a message
+        name = kv.version(alias)
+        kv.client.create_namespace(name, alias, value_descriptor_set=b"d" * big, labels={"junk": "x" * big})
+        names.append(name)
+    assert [n.name for n in kv.client.list_namespaces(alias)] == names
+    pages, token = [], ""
+    while True:
+        response = kv.client._t.call(
+            kv.client._t.namespaces,
+            "ListNamespaces",
+            kv_pb2.ListNamespacesRequest(alias=alias, page_token=token),
+            30,
+        )
+        assert response.ByteSize() <= TEST_LIMITS.max_message_bytes
+        pages.append([i.name for i in response.namespaces])
+        token = response.next_page_token
+        if not token:
+            break
+    assert len(pages) > 1 and [n for page in pages for n in page] == names
+    small = [kv.loaded(alias, [], seal=False) for _ in range(5)]
+    paged = kv.client.list_namespaces(alias, page_size=2)
+    assert [n.name for n in paged] == names + small
+    for name in names:
+        dropped = kv.client.drop(name)
+        assert dropped.value_descriptor_set == b"" and dropped.labels == {}
+    assert [n.state for n in kv.client.list_namespaces(alias)][: len(names)] == [State.DROPPED] * len(names)
+
+
+def test_a_forged_page_token_is_refused(kv: Harness) -> None:
+    from bulldozer.kv.v1 import kv_pb2
+
+    with pytest.raises(InvalidArgumentError, match="page token"):
+        kv.client._t.call(
+            kv.client._t.namespaces, "ListNamespaces", kv_pb2.ListNamespacesRequest(page_token="nonsense"), 30
+        )

@@ -657,16 +657,26 @@ class ListNamespacesRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ALIAS_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     alias: _builtins.str
     """Only the versions of this alias (empty: all)."""
+    page_size: _builtins.int
+    """At most this many namespaces per page (0: 100; at most 1000). A page may hold fewer,
+    to stay within the server's message limit.
+    """
+    page_token: _builtins.str
+    """The previous page's next_page_token; empty for the first page."""
     def __init__(
         self,
         *,
         alias: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -677,16 +687,22 @@ class ListNamespacesResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACES_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Set when more namespaces follow: pass it as page_token for the next page."""
     @_builtins.property
-    def namespaces(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamespaceInfo]: ...
+    def namespaces(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamespaceInfo]:
+        """Oldest first."""
+
     def __init__(
         self,
         *,
         namespaces: _abc.Iterable[Global___NamespaceInfo] | None = ...,
+        next_page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespaces", b"namespaces"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespaces", b"namespaces", "next_page_token", b"next_page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
