@@ -97,6 +97,14 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    allow_unauthenticated: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unauthenticated",
+            help="Serve without --auth-config a store that was served with it (it remembers that, and refuses "
+            "otherwise, so a secured store is not opened to everyone by a forgotten flag).",
+        ),
+    ] = False,
     data_plane: Annotated[
         DataPlane,
         typer.Option(
@@ -168,6 +176,7 @@ def serve(
         credentials=credentials,
         auth=auth,
         data_plane=data_plane.value,
+        allow_unauthenticated=allow_unauthenticated,
     )
     # Exit now: request threads that outlived the grace period must not hold the process
     # (everything is flushed; the store is consistent at every committed transaction).

@@ -72,11 +72,11 @@ def start_embedded_dal(
     from bulldozer.warehouse.catalog import bulldozer_home
 
     logs = bulldozer_home(home) / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    logs.mkdir(mode=0o700, parents=True, exist_ok=True)
     log_path = logs / f"dal-{os.getpid()}-{int(time.time())}.log"
     with tempfile.TemporaryDirectory(prefix="bulldozer-dal-") as tmp:
         folder = Path(tmp)
-        with open(log_path, "wb") as log:
+        with open(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "wb") as log:
             proc = subprocess.Popen(
                 [
                     sys.executable, "-m", "bulldozer.cli.main", "serve",

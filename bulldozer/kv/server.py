@@ -22,7 +22,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from bulldozer.errors import BackendUnavailableError
+from bulldozer.errors import BackendUnavailableError, InvalidArgumentError
 from bulldozer.kv.auth import AuthConfig, AuthInterceptor, Authorizer
 from bulldozer.kv.backends import StorageEngine
 from bulldozer.kv.dal import KvDal, Limits
@@ -81,13 +81,23 @@ def create_server(
     credentials: grpc.ServerCredentials | None = None,
     auth: AuthConfig | None = None,
     data_plane: str = "python",
+    allow_unauthenticated: bool = False,
 ) -> tuple[RunningServer, int]:
     """A started KV DAL server on ``address`` (``host:0`` picks a free port); with
     ``credentials`` it speaks TLS, with ``auth`` every call is authenticated and checked
-    against the principals' per-alias permissions. ``data_plane`` ``native`` (or ``auto``)
-    puts ``bulldozer-kvd`` in front (see :mod:`bulldozer.kv.native`)."""
+    against the principals' per-alias permissions, and the store remembers it: a later
+    server of it without ``auth`` refuses to start unless ``allow_unauthenticated``.
+    ``data_plane`` ``native`` (or ``auto``) puts ``bulldozer-kvd`` in front (see
+    :mod:`bulldozer.kv.native`)."""
     from bulldozer.kv.native import DataPlane, choose_data_plane
 
+    if auth is not None:
+        engine.require_auth()
+    elif engine.auth_required() and not allow_unauthenticated:
+        raise InvalidArgumentError(
+            f"this {engine.name} store was served with --auth-config; serve it with --auth-config again "
+            "(or, to serve it without authentication on purpose, --allow-unauthenticated)"
+        )
     if choose_data_plane(data_plane, engine, credentials is not None or auth is not None) == DataPlane.native:
         try:
             return _create_native_server(address, engine, limits, metrics, max_workers, interceptors)

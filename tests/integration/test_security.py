@@ -11,6 +11,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -344,3 +345,68 @@ def test_the_operators_token_goes_only_where_it_was_configured_for(monkeypatch: 
         assert capture.tokens_sent(borrowed) == ["Bearer operator-secret"]  # the operator's own endpoint
     finally:
         capture.server.stop(0)
+
+
+def test_the_embedded_store_is_private(tmp_path: Path) -> None:
+    from bulldozer.kv import create_engine
+
+    old = os.umask(0o022)
+    try:
+        loose = tmp_path / "loose"
+        create_engine({"type": "embedded", "path": str(loose), "map_size": 1024**2 * 64}).close()
+        os.chmod(loose, 0o755)  # as a store made before the rule, or by hand
+        os.chmod(loose / "data.mdb", 0o644)
+        engine = create_engine({"type": "embedded", "path": str(loose), "map_size": 1024**2 * 64})
+        engine.close()
+        fresh = tmp_path / "fresh" / "kv"
+        create_engine({"type": "embedded", "path": str(fresh), "map_size": 1024**2 * 64}).close()
+    finally:
+        os.umask(old)
+    for store in (loose, fresh):
+        assert store.stat().st_mode & 0o777 == 0o700
+        files = list(store.iterdir())
+        assert files and all(f.stat().st_mode & 0o777 == 0o600 for f in files), [
+            (f.name, oct(f.stat().st_mode)) for f in files
+        ]
+
+
+def _serve(store: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "bulldozer.cli.main", "serve", "--path", str(store), "--port", "0", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "BULLDOZER_TEST_READER_TOKEN": READER_TOKEN},
+    )
+
+
+def test_a_store_served_with_auth_is_not_served_without_it_by_mistake(tmp_path: Path) -> None:
+    store, config = tmp_path / "kv", tmp_path / "auth.json"
+    config.write_text(json.dumps(AUTH))
+    port_file = tmp_path / "port"
+    secured = _serve(store, "--auth-config", str(config), "--port-file", str(port_file))
+    try:
+        deadline = time.monotonic() + 60
+        while not port_file.exists():
+            assert secured.poll() is None and time.monotonic() < deadline, secured.communicate()[1]
+            time.sleep(0.05)
+    finally:
+        secured.terminate()
+        secured.communicate(timeout=30)
+    opened = _serve(store)
+    _, err = opened.communicate(timeout=60)
+    assert opened.returncode == 1, err
+    assert err.strip().splitlines() == [
+        "error: this embedded store was served with --auth-config; serve it with --auth-config again "
+        "(or, to serve it without authentication on purpose, --allow-unauthenticated)"
+    ], err
+    port_file.unlink()
+    on_purpose = _serve(store, "--allow-unauthenticated", "--port-file", str(port_file))
+    try:
+        deadline = time.monotonic() + 60
+        while not port_file.exists():
+            assert on_purpose.poll() is None and time.monotonic() < deadline, on_purpose.communicate()[1]
+            time.sleep(0.05)
+    finally:
+        on_purpose.terminate()
+        on_purpose.communicate(timeout=30)

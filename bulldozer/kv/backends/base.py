@@ -316,6 +316,15 @@ class StorageEngine(ABC):
     def alias_history(self, alias: str, limit: int = 100) -> list[AliasChange]:
         """Changes to ``alias``, newest first."""
 
+    def auth_required(self) -> bool:
+        """True when this store was once served with authentication (see ``require_auth``)."""
+        return False
+
+    def require_auth(self) -> None:  # noqa: B027 - optional hook
+        """Record in the store that it is served with authentication, so a later server
+        without it refuses to start unless told to on purpose. Engines whose store a
+        Bulldozer server owns alone (embedded) implement it."""
+
     def flush(self) -> None:  # noqa: B027 - optional hook
         """Make everything written so far durable."""
 

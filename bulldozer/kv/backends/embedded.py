@@ -15,6 +15,7 @@ drop — is fsynced, and a seal first flushes all loaded data.
 from __future__ import annotations
 
 import json
+import os
 import struct
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -60,6 +61,10 @@ def _dumps(data: dict[str, Any]) -> bytes:
     return json.dumps(data, separators=(",", ":")).encode()
 
 
+#: A file in the store folder: the store was served with authentication.
+_AUTH_MARKER = "AUTH_REQUIRED"
+
+
 def _data_db(name: str) -> bytes:
     return b"ns." + name.encode()
 
@@ -72,9 +77,10 @@ class EmbeddedEngine(StorageEngine):
         self.config = config
         self.path = Path(config.path)
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
+            self._make_private()
             self.env = lmdb.open(
                 str(self.path),
+                mode=0o600,
                 map_size=config.map_size,
                 max_dbs=config.max_namespaces + 5,
                 subdir=True,
@@ -95,6 +101,30 @@ class EmbeddedEngine(StorageEngine):
         self._digests = self.env.open_db(_META_DIGESTS)
 
     # -- plumbing ---------------------------------------------------------------
+
+    def _make_private(self) -> None:
+        """The store is its owner's alone: its folder 0700, its files 0600 (also a store
+        created before this rule, and whatever the umask)."""
+        self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.path, 0o700)
+        for child in self.path.iterdir():
+            if child.is_file() and not child.is_symlink():
+                os.chmod(child, 0o600)
+
+    def _auth_marker(self) -> Path:
+        return self.path / _AUTH_MARKER
+
+    def auth_required(self) -> bool:
+        return self._auth_marker().exists()
+
+    def require_auth(self) -> None:
+        marker = self._auth_marker()
+        if not marker.exists():
+            fd = os.open(marker, os.O_WRONLY | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, b"this store is served with --auth-config; see bulldozer serve --help\n")
+            finally:
+                os.close(fd)
 
     def _db(self, name: str) -> Any:
         """The namespace's sub-database handle. Must be called outside any transaction:
