@@ -161,7 +161,10 @@ def _create_native_server(
 ) -> tuple[RunningServer, int]:
     private = Path(tempfile.mkdtemp(prefix="bulldozer-dal-"))
     backend = f"unix:{private / 'reference.sock'}"
-    reference, _ = create_server(backend, engine, limits, metrics, max_workers, interceptors)
+    # the private reference DAL behind the front: the caller already decided about authentication
+    reference, _ = create_server(
+        backend, engine, limits, metrics, max_workers, interceptors, allow_unauthenticated=True
+    )
     try:
         front = NativeFront.start(address, backend, engine, reference.dal.limits, private / "kvd.port")
         front.wait()
