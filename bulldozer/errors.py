@@ -62,6 +62,7 @@ __all__ = [
     "PermissionDeniedError",
     "QualityGateError",
     "ResourceExhaustedError",
+    "RetentionError",
     "SchemaError",
     "SourceDataError",
     "SpecError",
@@ -280,6 +281,14 @@ class VerificationError(LoadError):
 
 class QualityGateError(LoadError):
     """A quality gate of the spec refused the new version."""
+
+
+class RetentionError(BulldozerError):
+    """The run's version is live (the flip succeeded), but retention failed afterwards:
+    older versions were not dropped. Exit code 4, so a script can tell it from a failed run."""
+
+    grpc_code = "FAILED_PRECONDITION"
+    exit_code = 4
 
 
 def _all_subclasses(cls: type[BulldozerError]) -> list[type[BulldozerError]]:

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from bulldozer.cli import process
 from bulldozer.cli.common import HOME_HELP, console, err_console, fail, handle_errors, open_version, print_json
-from bulldozer.errors import BulldozerError, InvalidArgumentError
+from bulldozer.errors import BulldozerError, InvalidArgumentError, RetentionError
 
 if TYPE_CHECKING:
     from bulldozer.kv.client import KvClient
@@ -76,21 +76,29 @@ def run(
     from bulldozer.kv.connect import connect_for_spec
     from bulldozer.spec.loader import load_spec
 
-    loaded = load_spec(spec)
-    if engine is EngineChoice.local:
-        process.without_pandas()
-    if master:
-        import os
+    failures: list[RunRecord] = []
+    try:
+        loaded = load_spec(spec)
+        if engine is EngineChoice.local:
+            process.without_pandas()
+        if master:
+            import os
 
-        os.environ["BULLDOZER_SPARK_MASTER"] = master
-    with connect_for_spec(loaded, home, endpoint) as client:
-        # An embedded DAL starts now, on the other core, while this process imports the
-        # load engine and reads the catalog; the first call to it waits until it is up.
-        record = _run(client, loaded, engine, home, resume, as_json, quiet, stage, version, run_key)
+            os.environ["BULLDOZER_SPARK_MASTER"] = master
+        with connect_for_spec(loaded, home, endpoint) as client:
+            # An embedded DAL starts now, on the other core, while this process imports the
+            # load engine and reads the catalog; the first call to it waits until it is up.
+            record = _run(client, loaded, engine, home, resume, as_json, quiet, stage, version, run_key, failures)
+    except BulldozerError as exc:
+        if as_json:
+            print_json(_failure_json(failures[-1] if failures else None, exc, stage, version or resume or ""))
+        raise
     if record is None:
         return
     if as_json:
         print_json(json.loads(record.to_json()))
+        if record.retention_error:
+            raise typer.Exit(RetentionError.exit_code)
         return
     if record.outcome == "pinned":
         console.print(f"[yellow]![/] {record.version} was built and verified but not made live: {record.error}")
@@ -103,6 +111,26 @@ def run(
     )
     if record.retention_dropped:
         console.print(f"  retention dropped: {', '.join(record.retention_dropped)}")
+    if record.retention_error:
+        raise fail(
+            f"{record.version} is live, but retention failed (older versions were kept): {record.retention_error}",
+            RetentionError.exit_code,
+        )
+
+
+def _failure_json(record: RunRecord | None, exc: BulldozerError, stage: str | None, version: str) -> dict[str, Any]:
+    """What ``run --json`` prints when the run fails: the run record as far as it got (or
+    what is known before one existed), with the failed stage, the version and the reason."""
+    from bulldozer.errors import SpecError
+
+    data: dict[str, Any] = json.loads(record.to_json()) if record is not None else {"outcome": "failed"}
+    before = "validate" if isinstance(exc, SpecError) else "connect"
+    data["stage"] = (record.failed_stage if record is not None else "") or stage or before
+    data["version"] = (record.version if record is not None else "") or version
+    data["reason"] = str(exc)
+    data["error_type"] = type(exc).__name__
+    data["exit_code"] = exc.exit_code
+    return data
 
 
 def _run(
@@ -116,6 +144,7 @@ def _run(
     stage: str | None,
     version: str | None,
     run_key: str | None,
+    failures: list[RunRecord],
 ) -> RunRecord | None:
     """The run (or one stage of it, whose outcome it prints itself: then None) with a progress bar."""
     from bulldozer.load.wire import warm_up_in_background
@@ -176,11 +205,12 @@ def _run(
                 resume=resume,
                 on_stage=on_stage,
                 progress=on_progress,
+                on_failure=failures.append,
             )
         except BulldozerError:
             raise
         except Exception as exc:  # an unexpected failure: one line, the version is already FAILED
-            raise fail(f"run failed: {type(exc).__name__}: {exc} (the alias was not moved)", 1) from None
+            raise BulldozerError(f"run failed: {type(exc).__name__}: {exc} (the alias was not moved)") from None
         finally:
             process.run_ended()
 

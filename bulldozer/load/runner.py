@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from bulldozer.errors import (
+    AliasConflictError,
     AliasNotFoundError,
     AliasPinnedError,
     BulldozerError,
@@ -38,6 +39,7 @@ from bulldozer.errors import (
     LoadError,
     NamespaceStateError,
     QualityGateError,
+    RetentionError,
     SchemaError,
     SpecError,
 )
@@ -95,13 +97,18 @@ class RunRecord:
     finished: str = ""
     resumed: bool = False
     retention_dropped: list[str] = field(default_factory=list)
+    #: set when retention failed after the flip: the version is live, old ones were not dropped
+    retention_error: str = ""
+    #: the stage that failed (a failed run)
+    failed_stage: str = ""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> RunRecord:
-        return cls(**json.loads(text))
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in json.loads(text).items() if k in known})
 
 
 class _Stages:
@@ -238,6 +245,8 @@ class JobRun:
         self.digest_value = 0
         #: the load stage's results are known (it ran, or ``restore`` read them back)
         self.load_done = False
+        #: the alias points at this run's version (from then on it is never marked FAILED)
+        self.flipped = False
 
     # -- the stages -------------------------------------------------------------
 
@@ -412,15 +421,38 @@ class JobRun:
             client.compare_and_set_alias(
                 self.spec.alias, record.previous or None, record.version, reason=reason, respect_pin=True
             )
+            self.flipped = True
         except AliasPinnedError as pinned:
             # built and verified, kept SEALED; the operator decides when it goes live
             record.outcome = "pinned"
             record.error = str(pinned)
+        except AliasConflictError:
+            try:
+                winner = client.get_alias(self.spec.alias).namespace
+            except KvError:
+                winner = "another version"
+            raise AliasConflictError(
+                f"{record.version} was verified but not made live: alias {self.spec.alias!r} now points at {winner}, "
+                f"not at {record.previous or 'nothing'} as when this run began (another run or an operator moved it "
+                "first); run again to load from the current state"
+            ) from None
 
     def retention(self) -> None:
         retention = self.spec.key_value_dal.retention
         plan = apply_retention(self.client, self.spec.alias, retention.keep_versions, retention.grace_period)
         self.record.retention_dropped = plan.drop
+
+    def retention_after_flip(self) -> None:
+        """Retention once the version is live: a failure is recorded (``retention_error``)
+        and warned about, never turned into a failed run (the flip stands)."""
+        try:
+            self.retention()
+        except Exception as exc:
+            message = str(exc) if isinstance(exc, BulldozerError) else f"{type(exc).__name__}: {exc}"
+            self.record.retention_error = message
+            log.warning(
+                "run %s: %s is live, but retention failed: %s", self.record.run_id, self.record.version, message
+            )
 
     # -- running ----------------------------------------------------------------
 
@@ -439,10 +471,11 @@ class JobRun:
         record.outcome = "failed"
         record.finished = _now()
         message = str(exc) if isinstance(exc, BulldozerError) else f"{type(exc).__name__}: {exc}"
+        record.failed_stage = self.stage.current
         record.error = f"{self.stage.current}: {message}"
         if self.version_created:
             try:
-                if final:
+                if final and not self.flipped:
                     self.client.mark_failed(record.version, record.error)
                     self.client.set_labels(record.version, {STAGE_LABEL: "failed", RUN_LABEL: record.to_json()})
                 else:
@@ -483,9 +516,12 @@ def run_job(
     on_stage: Callable[[str], None] = lambda stage: None,
     progress: Callable[[int, int], None] = lambda done, total: None,
     fault: str | None = None,
+    on_failure: Callable[[RunRecord], None] | None = None,
 ) -> RunRecord:
     """Run the job once; returns the run record (raises a BulldozerError on failure,
-    after marking the version FAILED and leaving the alias untouched).
+    after marking the version FAILED and leaving the alias untouched; ``on_failure`` gets
+    the failed run's record first). Retention failing after the flip does not fail the run:
+    the record's ``retention_error`` says why.
 
     ``fault`` injects a failure for tests of failure handling (default: the
     ``BULLDOZER_FAULT`` environment variable): ``raise-after-rows:N`` raises once N rows
@@ -506,10 +542,12 @@ def run_job(
         with stage("flip"):
             run.flip()
         with stage("retention"):
-            run.retention()
+            run.retention_after_flip()
         return run.finish()
     except BaseException as exc:
         run.failed(exc)
+        if on_failure is not None:
+            on_failure(run.record)
         raise
 
 
@@ -589,11 +627,14 @@ def run_stage(
     run.restore(name)
     try:
         with stage(stage_name):
-            {"verify": run.verify, "flip": run.flip, "retention": run.retention}[stage_name]()
+            {"verify": run.verify, "flip": run.flip, "retention": run.retention_after_flip}[stage_name]()
     except BaseException as exc:
         run.failed(exc, final=stage_name == "verify" and not isinstance(exc, KvError))
         raise
     if stage_name == "retention":
-        return run.finish()
+        record = run.finish()
+        if record.retention_error:  # the task fails (and retries); the version stays live
+            raise RetentionError(f"{record.version} is live, but retention failed: {record.retention_error}")
+        return record
     run.record.outcome = "succeeded"
     return run.record

@@ -184,17 +184,26 @@ def test_concurrent_runs_of_one_job_have_exactly_one_winner(home: Path, dal: KvC
     live = run_job(spec(), dal, home=str(home)).version
     for _round in range(3):
         outcomes: list[str] = []
+        messages: list[tuple[str, str]] = []
         barrier = threading.Barrier(runs)
 
-        def one(barrier: threading.Barrier = barrier, outcomes: list[str] = outcomes) -> None:
+        def one(
+            barrier: threading.Barrier = barrier,
+            outcomes: list[str] = outcomes,
+            messages: list[tuple[str, str]] = messages,
+        ) -> None:
             def on_stage(stage: str) -> None:
                 if stage == "flip":
                     barrier.wait(timeout=60)  # all reach the flip together
 
+            failed: list[Any] = []
             try:
-                outcomes.append(run_job(spec(), dal, home=str(home), on_stage=on_stage).version)
-            except AliasConflictError:
+                outcomes.append(
+                    run_job(spec(), dal, home=str(home), on_stage=on_stage, on_failure=failed.append).version
+                )
+            except AliasConflictError as lost:
                 outcomes.append("conflict")
+                messages.append((failed[0].version, str(lost)))
 
         threads = [threading.Thread(target=one) for _ in range(runs)]
         for t in threads:
@@ -203,6 +212,8 @@ def test_concurrent_runs_of_one_job_have_exactly_one_winner(home: Path, dal: KvC
             t.join()
         winners = [o for o in outcomes if o != "conflict"]
         assert len(winners) == 1 and outcomes.count("conflict") == runs - 1
+        for own, message in messages:  # a loser names its own version and the winner
+            assert message.startswith(f"{own} was verified but not made live") and winners[0] in message
         assert dal.get_alias("user_item_scores").namespace == winners[0] != live
         history = dal.alias_history("user_item_scores", limit=1)
         assert (history[0].from_namespace, history[0].to_namespace) == (live, winners[0])  # exactly one flip
@@ -305,7 +316,29 @@ def test_resume_refuses_a_version_that_is_not_loading(tmp_path: Path) -> None:
     create_sample_warehouse(home, rows=1_500)
     done = json.loads(_cli(["run", "templates/move_data_to_kv_dal.yaml", "--json"], home).stdout)
     again = _cli(["run", "templates/move_data_to_kv_dal.yaml", "--resume", done["version"]], home)
-    assert again.returncode != 0 and "only a LOADING version of this job can be resumed" in again.stderr
+    assert again.returncode != 0 and "only a LOADING version of this job" in again.stderr
+    assert "it is ACTIVE" in again.stderr
+
+
+def test_run_json_prints_a_record_on_failure_too(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    create_sample_warehouse(home, rows=1_500)
+    gated = tmp_path / "gated.yaml"
+    gated.write_text(TEMPLATE.replace("min_rows: 1000", "min_rows: 5000"))
+    refused = _cli(["run", str(gated), "--json"], home)
+    assert refused.returncode == 1, refused.stderr
+    record = json.loads(refused.stdout)
+    assert (record["outcome"], record["stage"], record["error_type"]) == ("failed", "verify", "QualityGateError")
+    assert record["version"].startswith("user_item_scores__v") and "min_rows" in record["reason"]
+    assert refused.stderr.strip().splitlines()[-1].startswith("error: ")
+
+    invalid = tmp_path / "invalid.yaml"
+    invalid.write_text(TEMPLATE.replace("  alias: user_item_scores", "  alias: Not-Valid"))
+    refused = _cli(["run", str(invalid), "--json"], home)
+    assert refused.returncode == 2, refused.stderr
+    record = json.loads(refused.stdout)
+    assert (record["outcome"], record["stage"], record["version"]) == ("failed", "validate", "")
+    assert "key_value_dal.alias" in record["reason"]
 
 
 def test_plan_is_a_dry_run(home: Path, dal: KvClient) -> None:

@@ -25,6 +25,7 @@ from cryptography.x509.oid import NameOID
 from bulldozer.errors import BackendUnavailableError, PermissionDeniedError, UnauthenticatedError
 from bulldozer.kv import KvClient, create_engine
 from bulldozer.kv.auth import AuthConfig, channel_credentials, server_credentials
+from bulldozer.kv.backends.base import State
 from bulldozer.kv.server import create_server
 from bulldozer.names import new_version_name
 from tests.integration.kv_fixtures import seal_as_loaded
@@ -410,3 +411,48 @@ def test_a_store_served_with_auth_is_not_served_without_it_by_mistake(tmp_path: 
     finally:
         on_purpose.terminate()
         on_purpose.communicate(timeout=30)
+
+
+def test_retention_failing_after_the_flip_reports_the_flip_and_exits_4(auth_server: int, tmp_path: Path) -> None:
+    """The run's principal may write and flip `scores` but not drop (admin): retention fails
+    after a successful flip. The version stays live and ACTIVE, the run says so, and the
+    command exits with the documented code 4."""
+    from bulldozer.load.runner import run_job
+    from bulldozer.spec import load_spec_text
+    from bulldozer.warehouse.sample import create_sample_warehouse
+    from tests.integration.test_run import TEMPLATE
+
+    home = tmp_path / "h"
+    create_sample_warehouse(home, rows=2_000)
+    text = (
+        TEMPLATE.replace("  alias: user_item_scores", "  alias: scores")
+        .replace("keep_versions: 2 ", "keep_versions: 0 ")
+        .replace("grace_period: 24h", "grace_period: 1s")
+    )
+    endpoint = f"127.0.0.1:{auth_server}"
+    with KvClient(endpoint, token=LOADER_TOKEN) as client:
+        first = run_job(load_spec_text(text, "job.yaml"), client, home=str(home))
+        run_job(load_spec_text(text, "job.yaml"), client, home=str(home))  # retires the first
+        time.sleep(1.2)  # past the grace period: the next run's retention drops the first
+        third = run_job(load_spec_text(text, "job.yaml"), client, home=str(home))
+        assert third.outcome == "succeeded" and "may not admin" in third.retention_error
+        assert client.get_alias("scores").namespace == third.version
+        assert client.describe(third.version).state == State.ACTIVE  # never marked FAILED
+        assert client.describe(first.version).state == State.RETIRED  # kept: the drop was refused
+    spec_file = tmp_path / "job.yaml"
+    spec_file.write_text(text)
+    time.sleep(1.2)
+    env = {**os.environ, "BULLDOZER_HOME": str(home), "BULLDOZER_TOKEN": LOADER_TOKEN}
+    cmd = [sys.executable, "-m", "bulldozer.cli.main", "run", str(spec_file), "--endpoint", endpoint]
+    plain = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert plain.returncode == 4, plain.stderr
+    assert "✓ scores →" in plain.stdout
+    last = plain.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: scores__v") and "is live, but retention failed" in last, plain.stderr
+    assert "Traceback" not in plain.stderr
+    as_json = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=300, env=env)
+    assert as_json.returncode == 4, as_json.stderr
+    record = json.loads(as_json.stdout)
+    assert record["outcome"] == "succeeded" and "may not admin" in record["retention_error"]
+    with KvClient(endpoint, token=READER_TOKEN) as reader:
+        assert reader.get_alias("scores").namespace == record["version"]
