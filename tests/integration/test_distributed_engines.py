@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,7 @@ from tests.integration.test_kv_server import _free_port, _start, race_to_flip, s
 from tests.integration.test_run import KEY, _cli, spec
 
 pytestmark = pytest.mark.integration
+CLI = [sys.executable, "-m", "bulldozer.cli.main"]
 ENGINES = ["redis", "redis-cluster", "cassandra"]
 
 
@@ -238,3 +240,55 @@ def test_cassandra_stopped_mid_load(tmp_path: Path) -> None:
         f"type: cassandra\ncontact_points: [{host}]\nport: {cql_port}\nkeyspace: {unique()}\ntimeout_seconds: 3\n"
     )
     storage_stopped_mid_load(tmp_path, engine_yaml, pid, "Cassandra server stopped (SIGSTOP) mid-load")
+
+
+def test_cassandra_backpressure_slows_the_writes_and_never_fails_them() -> None:
+    """Far more writes in flight than one node takes (it answers ConnectionBusy beyond about
+    128 here): the engine backs off, lowers its limit, sends the refused batches again, and
+    stores every record exactly once."""
+    import threading
+
+    engine = engine_for("cassandra", unique(), concurrency=4096)
+    dal = KvDal(engine)
+    try:
+        name = new_version_name("busy")
+        dal.create_namespace(name, "busy")
+        data = [(b"key-%08d" % i, b"v" * 200) for i in range(160_000)]
+        errors: list[BaseException] = []
+
+        def put(chunk: list[tuple[bytes, bytes]]) -> None:
+            try:
+                dal.put(name, chunk)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=put, args=(data[i : i + 20_000],)) for i in range(0, len(data), 20_000)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        throttle = engine._throttle  # type: ignore[attr-defined]
+        assert throttle.pushed_back > 0, "the node never pushed back: the test did not exercise backpressure"
+        assert throttle.limit < 4096
+        expected = digest_pairs(data)
+        sealed = dal.seal(name, expected.count, expected.value)
+        assert (sealed.state, sealed.record_count) == (State.SEALED, len(data))
+    finally:
+        engine.close()
+
+
+def test_cassandra_contact_points_take_host_and_port(tmp_path: Path) -> None:
+    host, port = services.cassandra_endpoint()
+    server = _start(
+        None, _free_port(), "--engine", "cassandra", "--contact-point", f"{host}:{port}", "--keyspace", unique()
+    )
+    stop_servers([server])
+    bad = subprocess.run(
+        [*CLI, "serve", "--engine", "cassandra", "--contact-point", "c1:99999", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().splitlines()[-1].startswith("error: ") and "c1:99999" in bad.stderr, bad.stderr

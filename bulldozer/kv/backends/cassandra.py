@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -36,8 +38,10 @@ from typing import Any, TypeVar
 from cassandra import ConsistencyLevel, DriverException, InvalidRequest
 from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, Session
-from cassandra.concurrent import execute_concurrent, execute_concurrent_with_args
+from cassandra.concurrent import execute_concurrent_with_args
+from cassandra.connection import ConnectionBusy
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+from cassandra.protocol import OverloadedErrorMessage
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
 from bulldozer.errors import (
@@ -76,6 +80,108 @@ _BATCH_BYTES = 40 * 1024
 _BATCH_ROWS = 64
 
 
+def overloaded(exc: BaseException) -> bool:
+    """Cassandra pushing back — the coordinator is overloaded or every connection is busy —
+    so the request was not applied and may be sent again after a pause."""
+    if isinstance(exc, NoHostAvailable):
+        errors = list(getattr(exc, "errors", {}).values())
+        return bool(errors) and all(overloaded(e) for e in errors)
+    return isinstance(exc, ConnectionBusy | OverloadedErrorMessage)
+
+
+class _Throttle:
+    """Writes in flight over every put of one engine, limited additive-increase /
+    multiplicative-decrease: a refusal for overload halves the limit (once per burst), each
+    success adds about one per round of writes, up to the configured concurrency."""
+
+    def __init__(self, ceiling: int) -> None:
+        self.ceiling = float(ceiling)
+        self.limit = float(ceiling)
+        self.inflight = 0
+        #: writes refused by backpressure so far (each was sent again)
+        self.pushed_back = 0
+        self._cond = threading.Condition()
+        self._cut_at = 0.0
+
+    def acquire(self) -> None:
+        with self._cond:
+            while self.inflight >= max(1, int(self.limit)):
+                self._cond.wait()
+            self.inflight += 1
+
+    def release(self, pushed_back: bool) -> None:
+        with self._cond:
+            self.inflight -= 1
+            now = time.monotonic()
+            if pushed_back:
+                self.pushed_back += 1
+                if now - self._cut_at > 0.05:
+                    self.limit = max(1.0, self.limit / 2)
+                    self._cut_at = now
+            else:
+                self.limit = min(self.ceiling, self.limit + 1 / self.limit)
+            self._cond.notify_all()
+
+
+class _Round:
+    """The answers to one round of writes: which were pushed back (to send again) and which
+    failed otherwise; ``done`` is set once every write of the round answered or was skipped."""
+
+    def __init__(self, count: int, throttle: _Throttle) -> None:
+        self.throttle = throttle
+        self.retry: list[Any] = []
+        self.failures: list[BaseException] = []
+        self.done = threading.Event()
+        self._left = count
+        self._lock = threading.Lock()
+        if count == 0:
+            self.done.set()
+
+    def succeeded(self, _rows: Any, batch: Any) -> None:
+        self.settle(batch, None)
+
+    def failed(self, exc: BaseException, batch: Any) -> None:
+        self.settle(batch, exc)
+
+    def settle(self, batch: Any, exc: BaseException | None) -> None:
+        pushed_back = exc is not None and overloaded(exc)
+        self.throttle.release(pushed_back)
+        with self._lock:
+            if pushed_back:
+                self.retry.append(batch)
+            elif exc is not None:
+                self.failures.append(exc)
+        self.skip(1)
+
+    def skip(self, count: int) -> None:
+        with self._lock:
+            self._left -= count
+            if self._left == 0:
+                self.done.set()
+
+
+class _Backoff:
+    """Exponential pauses with jitter while a store pushes back; gives up once no progress
+    was made for ``patience`` seconds."""
+
+    def __init__(self, patience: float) -> None:
+        self.patience = patience
+        self.pause = 0.02
+        self.last_progress = time.monotonic()
+
+    def progress(self) -> None:
+        self.last_progress = time.monotonic()
+        self.pause = 0.02
+
+    def wait(self) -> bool:
+        """Pause before the next attempt; False when patience has run out."""
+        if time.monotonic() - self.last_progress > self.patience:
+            return False
+        time.sleep(self.pause * (0.5 + random.random()))
+        self.pause = min(self.pause * 2, 1.0)
+        return True
+
+
 def table_name(namespace: str) -> str:
     """The data table of a (validated) namespace name: 26 characters of [a-z0-9_]."""
     return "t_" + hashlib.blake2b(namespace.encode(), digest_size=12).hexdigest()
@@ -99,7 +205,8 @@ class CassandraEngine(StorageEngine):
 
     def __init__(self, config: CassandraConfig) -> None:
         self.config = config
-        self.where = ", ".join(f"{h}:{config.port}" for h in config.contact_points)
+        endpoints = config.endpoints()
+        self.where = ", ".join(f"{e}:{config.port}" if isinstance(e, str) else f"{e[0]}:{e[1]}" for e in endpoints)
         self.ks = config.keyspace
         self._write_cl = _consistency(config.write_consistency)
         self._read_cl = _consistency(config.read_consistency)
@@ -117,7 +224,7 @@ class CassandraEngine(StorageEngine):
             else None
         )
         self.cluster = Cluster(
-            config.contact_points,
+            endpoints,
             port=config.port,
             execution_profiles={EXEC_PROFILE_DEFAULT: profile},
             auth_provider=auth,
@@ -132,6 +239,7 @@ class CassandraEngine(StorageEngine):
             raise BackendUnavailableError(f"cannot reach Cassandra at {self.where}: {exc}") from exc
         self._tables: dict[str, dict[str, PreparedStatement]] = {}
         self._leases = PendingReleases()
+        self._throttle = _Throttle(config.concurrency)
         try:
             self._call(self._claim_keyspace)
             self._prepare_meta()
@@ -142,12 +250,52 @@ class CassandraEngine(StorageEngine):
     # -- plumbing ---------------------------------------------------------------
 
     def _call(self, fn: Callable[[], _T]) -> _T:
-        try:
-            return fn()
-        except KvError:
-            raise
-        except (NoHostAvailable, DriverException, OSError) as exc:
-            raise BackendUnavailableError(f"Cassandra at {self.where} failed a request: {exc}") from exc
+        """``fn``, retried while Cassandra pushes back (overloaded, connections busy: the
+        request was not applied) until no attempt has succeeded for ``_patience``; every
+        other driver error is BackendUnavailableError."""
+        backoff = _Backoff(self._patience())
+        while True:
+            try:
+                return fn()
+            except KvError:
+                raise
+            except (NoHostAvailable, DriverException, OSError) as exc:
+                if overloaded(exc) and backoff.wait():
+                    continue
+                raise BackendUnavailableError(f"Cassandra at {self.where} failed a request: {exc}") from exc
+
+    def _patience(self) -> float:
+        """How long backpressure may go on without any progress before a request fails."""
+        return self.config.timeout_seconds * 3
+
+    def _write(self, batches: list[Any]) -> None:
+        """Execute the batches with at most the throttle's limit of writes in flight over
+        every put of this engine; a batch refused by backpressure is sent again after a
+        backoff (writes are idempotent), and the limit halves, growing back as writes succeed."""
+        backoff = _Backoff(self._patience())
+        pending = batches
+        while pending:
+            outcome = _Round(len(pending), self._throttle)
+            for batch in pending:
+                if outcome.failures:
+                    outcome.skip(1)
+                    continue
+                self._throttle.acquire()
+                future = self.session.execute_async(batch)
+                future.add_callbacks(
+                    callback=outcome.succeeded, callback_args=(batch,), errback=outcome.failed, errback_args=(batch,)
+                )
+            outcome.done.wait()
+            if outcome.failures:
+                raise outcome.failures[0]
+            if len(outcome.retry) < len(pending):
+                backoff.progress()
+            if outcome.retry and not backoff.wait():
+                raise BackendUnavailableError(
+                    f"Cassandra at {self.where} kept refusing writes as overloaded for {self._patience():.0f} s "
+                    f"with {self._throttle.limit:.0f} in flight"
+                )
+            pending = outcome.retry
 
     def _claim_keyspace(self) -> None:
         tables = {
@@ -353,13 +501,7 @@ class CassandraEngine(StorageEngine):
                 state = rows[0].state if rows else None
                 if state != State.LOADING.value:
                     check_writable(name, NamespaceRecord(name=name, alias="", state=State(state)) if state else None)
-                results = execute_concurrent(
-                    self.session,
-                    [(b, ()) for b in self._batches(stmts["put"], records)],
-                    concurrency=self.config.concurrency,
-                    raise_on_first_error=True,
-                )
-                del results
+                self._write(self._batches(stmts["put"], records))
             finally:
                 self._leases.release(lambda: self.session.execute(self._leave, (name, token)))
 

@@ -3,13 +3,17 @@ discriminated union on ``type`` (no heavy imports here: drivers load lazily)."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 __all__ = ["CassandraConfig", "EmbeddedConfig", "EngineConfig", "MemoryConfig", "RedisConfig"]
 
 _MODEL = ConfigDict(frozen=True, extra="forbid")
+_HOST_PORT = re.compile(
+    r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9.-]+|[0-9A-Fa-f:]+(?<!:)))(?::(?P<port>[0-9]{1,5}))?"
+)
 
 
 class MemoryConfig(BaseModel):
@@ -78,7 +82,11 @@ class CassandraConfig(BaseModel):
 
     model_config = _MODEL
     type: Literal["cassandra"] = "cassandra"
-    contact_points: list[str] = Field(default=["127.0.0.1"], min_length=1, description="Seed hosts of the cluster.")
+    contact_points: list[str] = Field(
+        default=["127.0.0.1"],
+        min_length=1,
+        description="Seed hosts of the cluster: host, host:port or [ipv6]:port (without a port: `port`).",
+    )
     port: int = Field(default=9042, ge=1, le=65535, description="Native protocol port.")
     protocol_version: int = Field(default=5, ge=3, le=6, description="Native protocol version (5: Cassandra 4+).")
     keyspace: str = Field(default="bulldozer", pattern=_PREFIX, description="Keyspace Bulldozer owns.")
@@ -97,6 +105,33 @@ class CassandraConfig(BaseModel):
     timeout_seconds: float = Field(default=20.0, gt=0, description="Request timeout.")
     connect_timeout_seconds: float = Field(default=10.0, gt=0, description="Connect timeout at start.")
     write_lease_seconds: float = _WRITE_LEASE
+
+    @field_validator("contact_points")
+    @classmethod
+    def _contact_points(cls, points: list[str]) -> list[str]:
+        for point in points:
+            split_host_port(point)
+        return points
+
+    def endpoints(self) -> list[str | tuple[str, int]]:
+        """The contact points as the driver takes them: a host (on ``port``), or (host, port)."""
+        out: list[str | tuple[str, int]] = []
+        for point in self.contact_points:
+            host, port = split_host_port(point)
+            out.append(host if port is None else (host, port))
+        return out
+
+
+def split_host_port(point: str) -> tuple[str, int | None]:
+    """``host``, ``host:port`` or ``[ipv6]:port`` → (host, port or None); ValueError if malformed."""
+    match = _HOST_PORT.fullmatch(point.strip())
+    if match is None:
+        raise ValueError(f"contact point {point!r} is not host, host:port or [ipv6]:port")
+    host = match.group("v6") or match.group("host")
+    port = match.group("port")
+    if port is not None and not 1 <= int(port) <= 65535:
+        raise ValueError(f"contact point {point!r}: port {port} is out of range")
+    return host, int(port) if port is not None else None
 
 
 EngineConfig = Annotated[
