@@ -371,6 +371,20 @@ def test_the_embedded_store_is_private(tmp_path: Path) -> None:
         ]
 
 
+def _serves(store: Path, port_file: Path, *args: str) -> None:
+    """``bulldozer serve`` over ``store`` starts and listens (then is stopped), or the test fails."""
+    port_file.unlink(missing_ok=True)
+    server = _serve(store, *args, "--port-file", str(port_file))
+    try:
+        deadline = time.monotonic() + 60
+        while not port_file.exists():
+            assert server.poll() is None and time.monotonic() < deadline, server.communicate()[1]
+            time.sleep(0.05)
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)
+
+
 def _serve(store: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "bulldozer.cli.main", "serve", "--path", str(store), "--port", "0", *args],
@@ -384,16 +398,7 @@ def _serve(store: Path, *args: str) -> subprocess.Popen[str]:
 def test_a_store_served_with_auth_is_not_served_without_it_by_mistake(tmp_path: Path) -> None:
     store, config = tmp_path / "kv", tmp_path / "auth.json"
     config.write_text(json.dumps(AUTH))
-    port_file = tmp_path / "port"
-    secured = _serve(store, "--auth-config", str(config), "--port-file", str(port_file))
-    try:
-        deadline = time.monotonic() + 60
-        while not port_file.exists():
-            assert secured.poll() is None and time.monotonic() < deadline, secured.communicate()[1]
-            time.sleep(0.05)
-    finally:
-        secured.terminate()
-        secured.communicate(timeout=30)
+    _serves(store, tmp_path / "port", "--auth-config", str(config))
     opened = _serve(store)
     _, err = opened.communicate(timeout=60)
     assert opened.returncode == 1, err
@@ -401,16 +406,7 @@ def test_a_store_served_with_auth_is_not_served_without_it_by_mistake(tmp_path: 
         "error: this embedded store was served with --auth-config; serve it with --auth-config again "
         "(or, to serve it without authentication on purpose, --allow-unauthenticated)"
     ], err
-    port_file.unlink()
-    on_purpose = _serve(store, "--allow-unauthenticated", "--port-file", str(port_file))
-    try:
-        deadline = time.monotonic() + 60
-        while not port_file.exists():
-            assert on_purpose.poll() is None and time.monotonic() < deadline, on_purpose.communicate()[1]
-            time.sleep(0.05)
-    finally:
-        on_purpose.terminate()
-        on_purpose.communicate(timeout=30)
+    _serves(store, tmp_path / "port", "--allow-unauthenticated")
 
 
 def test_retention_failing_after_the_flip_reports_the_flip_and_exits_4(auth_server: int, tmp_path: Path) -> None:
