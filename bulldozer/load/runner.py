@@ -490,7 +490,7 @@ class JobRun:
             raise NamespaceStateError(f"{version!r} is a version of {info.alias!r}, not {self.spec.alias!r}")
         saved = RunRecord.from_json(info.labels[RUN_LABEL]) if RUN_LABEL in info.labels else None
         if saved is not None:
-            saved.outcome, saved.error = "running", ""
+            saved.outcome, saved.error, saved.failed_stage = "running", "", ""
             self.record = saved
             self.stage.record = saved
         self.record.version = version
