@@ -41,7 +41,6 @@ _MAX_LABELS = 64
 _MAX_LABEL_NAME = 128
 _MAX_MESSAGE_NAME = 512
 _MESSAGE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
-_LABEL_NAME = re.compile(r"[A-Za-z0-9._-]+")
 #: What a DROPPED record keeps of its labels (history: the run record, the stage), each at most.
 _DROPPED_LABEL_BYTES = 16 * 1024
 _DEFAULT_PAGE, _MAX_PAGE = 100, 1000
@@ -104,9 +103,7 @@ class KvDal:
                 f"{self.limits.max_descriptor_bytes}"
             )
         for what, message in (("key message", key_message), ("value message", value_message)):
-            if len(message) > _MAX_MESSAGE_NAME or not all(
-                part.isidentifier() for part in message.split(".") if message
-            ):
+            if message and (len(message) > _MAX_MESSAGE_NAME or not _MESSAGE_NAME.fullmatch(message)):
                 raise InvalidArgumentError(f"{what} {describe_value(message)} is not a protobuf message name")
         self._check_labels(labels or {})
         now = utcnow()
