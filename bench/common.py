@@ -70,7 +70,7 @@ def run_cli(args: list[str], home: Path, env: dict[str, str] | None = None) -> C
 
 def _job_encoder(home: Path, spec_path: Path, kernels: str | None = None) -> tuple[Any, Any, tuple[str, ...]]:
     """The job's table, its encoder and the columns it reads."""
-    from bulldozer.load.encode import RowEncoder
+    from bulldozer.load.encoder.encode import RowEncoder
     from bulldozer.schema.job import build_job_schema
     from bulldozer.spec import load_spec
     from bulldozer.warehouse.catalog import open_catalog
@@ -124,7 +124,7 @@ def raw_write(kind: str, port: int, batches: list[list[tuple[bytes, bytes]]], ta
     """Seconds for the engine's own client to bulk-write ``batches`` (the fastest mode)."""
     if kind == "embedded":
         from bulldozer.kv import create_engine
-        from bulldozer.kv.backends.base import NamespaceRecord
+        from bulldozer.kv.types import NamespaceRecord
 
         folder = tempfile.mkdtemp(prefix="bulldozer-bench-raw-")
         engine = create_engine({"type": "embedded", "path": folder, "map_size": 64 * 1024**3})

@@ -20,7 +20,7 @@ import pyarrow as pa
 from pyiceberg.schema import Schema
 from pyiceberg.types import BooleanType, DoubleType, IntegerType, LongType, NestedField, StringType
 
-from bulldozer.load.encode import RowEncoder
+from bulldozer.load.encoder.encode import RowEncoder
 from bulldozer.schema.job import build_job_schema
 from bulldozer.spec import JobSpec
 from bulldozer.warehouse.sample import SAMPLE_SCHEMA, generate_sample

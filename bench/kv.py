@@ -36,9 +36,9 @@ import pyarrow as pa
 
 from bench.common import scratch_dir
 from bench.services import dal_server, engine_server, fresh_store_name, serve_args
+from bulldozer.codec.digest import digest_arrays
 from bulldozer.kv import KvClient, create_engine
-from bulldozer.kv.backends.base import NamespaceRecord
-from bulldozer.kv.digest import digest_arrays
+from bulldozer.kv.types import NamespaceRecord
 from bulldozer.names import new_version_name
 
 BATCH = 20_000

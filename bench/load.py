@@ -78,7 +78,7 @@ def main() -> None:
 
     print(f"building the sample table ({rows:,} rows) ...", flush=True)
     create_sample_warehouse(home, rows=rows)
-    from bulldozer.load.wire import warm_up
+    from bulldozer.load.encoder.layouts import warm_up
 
     warm_up()  # compiles the kernels into numba's cache if the code changed, outside round 1
     warm_layout(home, SPEC)  # and the job's message layout, which a run compiles on first sight

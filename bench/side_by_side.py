@@ -436,8 +436,8 @@ def engines_section(ctx: Context) -> None:
 
 def flip_section(ctx: Context) -> None:
     from bench.kv import make_records
+    from bulldozer.codec.digest import digest_arrays
     from bulldozer.kv import KvClient
-    from bulldozer.kv.digest import digest_arrays
     from bulldozer.names import new_version_name
     from bulldozer.versioning.rollback import rollback
 

@@ -12,7 +12,7 @@ from rich.table import Table
 from bulldozer.cli.common import HOME_HELP, console, fail, handle_errors, open_version, print_json
 
 if TYPE_CHECKING:
-    from bulldozer.kv.backends.base import NamespaceRecord
+    from bulldozer.kv.types import NamespaceRecord
 
 ENDPOINT_HELP = "embedded or HOST:PORT."
 Endpoint = Annotated[str, typer.Option(help=ENDPOINT_HELP)]
@@ -234,7 +234,7 @@ def scan(
     """Print records in key order as JSON lines ({"key": ..., "value": ...}), decoded with the
     version's own stored schema."""
     from bulldozer.kv.connect import connect
-    from bulldozer.load.decode import message_to_json
+    from bulldozer.schema.decode import message_to_json
 
     with connect(endpoint, home) as client:
         alias, name, _info, key_cls, value_cls = open_version(client, target)

@@ -115,7 +115,7 @@ def client(
     go      a Go module (go build, go vet): messages, DAL stubs, client.Reader and
             cmd/read (protoc plugins installed with go install).
     """
-    from bulldozer.schema.client_python import generate_python_client
+    from bulldozer.codegen.python import generate_python_client
     from bulldozer.schema.job import build_job_schema
     from bulldozer.spec.loader import load_spec
     from bulldozer.warehouse.catalog import load_table, open_catalog
@@ -131,7 +131,7 @@ def client(
     if lang == "python":
         written = generate_python_client(s, job, out)
     else:
-        from bulldozer.schema.client_native import generate_go_client, generate_java_client
+        from bulldozer.codegen.native import generate_go_client, generate_java_client
 
         written = (generate_java_client if lang == "java" else generate_go_client)(s, job, out)
     for path in written:

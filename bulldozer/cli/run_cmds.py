@@ -147,7 +147,7 @@ def _run(
     failures: list[RunRecord],
 ) -> RunRecord | None:
     """The run (or one stage of it, whose outcome it prints itself: then None) with a progress bar."""
-    from bulldozer.load.wire import warm_up_in_background
+    from bulldozer.load.encoder.layouts import warm_up_in_background
 
     warm_up_in_background()  # the encoder's kernels load while the run reads the catalog
     from bulldozer.load.runner import run_job
@@ -231,7 +231,7 @@ def get(
     from google.protobuf import json_format
 
     from bulldozer.kv.connect import connect
-    from bulldozer.load.decode import message_to_json
+    from bulldozer.schema.decode import message_to_json
 
     try:
         key_data = json.loads(key)

@@ -10,7 +10,7 @@ import typer
 
 from bulldozer.cli.common import handle_errors
 from bulldozer.errors import InvalidArgumentError
-from bulldozer.kv.native import DataPlane
+from bulldozer.kv.server.native import DataPlane
 
 
 class EngineName(StrEnum):
@@ -93,7 +93,7 @@ def serve(
         Path | None,
         typer.Option(
             help="Principals (bearer-token hashes or certificate names) and their per-alias permissions "
-            "(read, write, flip, admin); every call is then authenticated. See bulldozer/kv/auth.py.",
+            "(read, write, flip, admin); every call is then authenticated. See bulldozer/kv/server/auth.py.",
             show_default=False,
         ),
     ] = None,
@@ -158,7 +158,7 @@ def serve(
         "keyspace": keyspace,
     }
     config.update({k: v for k, v in flags.items() if v is not None})
-    from bulldozer.kv.auth import load_auth_config, server_credentials
+    from bulldozer.kv.server.auth import load_auth_config, server_credentials
 
     if (tls_cert is None) != (tls_key is None):
         raise InvalidArgumentError("--tls-cert and --tls-key go together")

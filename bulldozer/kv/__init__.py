@@ -14,11 +14,11 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from bulldozer.codec.digest import Digest
     from bulldozer.kv.backends import create_engine
     from bulldozer.kv.client import BatchWriter, KvClient
-    from bulldozer.kv.dal import KvDal, Limits
-    from bulldozer.kv.digest import Digest
     from bulldozer.kv.server import create_server
+    from bulldozer.kv.server.rules import KvDal, Limits
 
 __all__ = ["BatchWriter", "Digest", "KvClient", "KvDal", "Limits", "create_engine", "create_server"]
 
@@ -26,9 +26,9 @@ _HOMES = {
     "create_engine": "bulldozer.kv.backends",
     "BatchWriter": "bulldozer.kv.client",
     "KvClient": "bulldozer.kv.client",
-    "KvDal": "bulldozer.kv.dal",
-    "Limits": "bulldozer.kv.dal",
-    "Digest": "bulldozer.kv.digest",
+    "KvDal": "bulldozer.kv.server.rules",
+    "Limits": "bulldozer.kv.server.rules",
+    "Digest": "bulldozer.codec.digest",
     "create_server": "bulldozer.kv.server",
 }
 

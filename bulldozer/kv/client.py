@@ -30,9 +30,8 @@ from bulldozer.errors import (
     error_class_by_name,
 )
 from bulldozer.kv import convert
-from bulldozer.kv.backends.base import AliasChange, AliasRecord, NamespaceRecord
-from bulldozer.kv.interceptors import ERROR_KEY
-from bulldozer.kv.servicer import PRINCIPAL_KEY
+from bulldozer.kv.convert import ERROR_KEY, PRINCIPAL_KEY
+from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord
 from bulldozer.kv.v1 import kv_pb2, kv_pb2_grpc
 
 __all__ = ["BatchWriter", "KvClient", "WriteStats"]
@@ -198,7 +197,7 @@ class _LocalContext:
 
 class _InProcessTransport:
     def __init__(self, dal: Any, principal: str) -> None:
-        from bulldozer.kv.servicer import AliasesServicer, DataServicer, NamespacesServicer
+        from bulldozer.kv.server.servicer import AliasesServicer, DataServicer, NamespacesServicer
 
         self.data = DataServicer(dal)
         self.namespaces = NamespacesServicer(dal)

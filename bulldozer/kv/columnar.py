@@ -4,7 +4,7 @@ Building the request through protobuf's Python API cost ≈ 18 ms for a 17 000-r
 (the length arrays become Python lists and then repeated fields, the blobs are copied into
 the message, the sub-message is copied into the request, and the whole is serialized
 again). Writing the few field headers by hand around the caller's buffers, with the length
-arrays varint-packed by numpy (``bulldozer.protowire``), costs ≈ 0.6 ms and copies each
+arrays varint-packed by numpy (``bulldozer.codec.protowire``), costs ≈ 0.6 ms and copies each
 blob once. The bytes are exactly what ``PutBatchRequest.SerializeToString()`` returns for
 the same batch (a test checks it), so the DAL parses them with the generated code as before.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from bulldozer.protowire import packed_varints, varint
+from bulldozer.codec.protowire import packed_varints, varint
 
 __all__ = ["batch_bounds", "put_batch_request"]
 

@@ -183,8 +183,8 @@ def connect(
             finally:
                 client.close()
         return
-    from bulldozer.kv.auth import env_credentials
     from bulldozer.kv.client import KvClient
+    from bulldozer.kv.tls import env_credentials
 
     client = KvClient(
         endpoint,

@@ -6,10 +6,16 @@ from datetime import datetime
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from bulldozer.kv.backends.base import AliasChange, AliasRecord, NamespaceRecord, State
+from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord, State
 from bulldozer.kv.v1 import kv_pb2
 
-__all__ = ["alias_change", "alias_info", "namespace_info", "state_name", "timestamp"]
+__all__ = ["ERROR_KEY", "PRINCIPAL_KEY", "alias_change", "alias_info", "namespace_info", "state_name", "timestamp"]
+
+#: Trailer that names the exception class of a failed call (the client raises the same one).
+ERROR_KEY = "bulldozer-error"
+#: Metadata a client may send to name who acts (kept in the alias history when no
+#: authentication overrides it).
+PRINCIPAL_KEY = "bulldozer-principal"
 
 
 def timestamp(when: datetime) -> Timestamp:

@@ -53,7 +53,7 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None) -> R
     files = rows = nbytes = 0
     if dm.source.query is not None or dm.duplicate_keys.policy == "keep_latest":
         # what the query reads: an upper bound of what it moves
-        from bulldozer.load.sql import build_sql_source
+        from bulldozer.load.source import build_sql_source
 
         sql = build_sql_source(spec, catalog, schema_at)
         job = build_job_schema(spec, sql.schema, dm.source.table or "query", previous, python=False)
@@ -88,7 +88,7 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None) -> R
     # after this run the live version would be retired too
     from dataclasses import replace
 
-    from bulldozer.kv.backends.base import State
+    from bulldozer.kv.types import State
 
     after = [replace(v, state=State.RETIRED) if live and v.name == live.name else v for v in versions]
     keep = plan_retention(after, retention.keep_versions, retention.grace_period)

@@ -43,8 +43,8 @@ from bulldozer.errors import (
     SchemaError,
     SpecError,
 )
-from bulldozer.kv.backends.base import NamespaceRecord, State
 from bulldozer.kv.client import KvClient
+from bulldozer.kv.types import NamespaceRecord, State
 from bulldozer.load.engines import LoadEngine, LoadPlan, LoadResult, SplitResult, create_load_engine
 from bulldozer.load.gates import GateResult, evaluate_gates
 from bulldozer.names import new_version_name
@@ -259,7 +259,7 @@ class JobRun:
                 raise CatalogError(
                     f"query sources and duplicate_keys keep_latest need --engine local (not {self.load_engine.name})"
                 )
-            from bulldozer.load.sql import build_sql_source
+            from bulldozer.load.source import build_sql_source
 
             self.sql_source = build_sql_source(spec, open_catalog(dm.catalog, self.home), schema_at)
             record.snapshots = self.sql_source.snapshots

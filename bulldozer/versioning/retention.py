@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from bulldozer.kv.backends.base import NamespaceRecord, State, utcnow
 from bulldozer.kv.client import KvClient
+from bulldozer.kv.types import NamespaceRecord, State, utcnow
 
 __all__ = ["RetentionPlan", "apply_retention", "plan_retention"]
 

@@ -4,8 +4,8 @@ compare-and-set, recorded in the alias history with principal and reason."""
 from __future__ import annotations
 
 from bulldozer.errors import NamespaceNotFoundError, NamespaceStateError
-from bulldozer.kv.backends.base import AliasRecord, NamespaceRecord, State
 from bulldozer.kv.client import KvClient
+from bulldozer.kv.types import AliasRecord, NamespaceRecord, State
 
 __all__ = ["previous_version", "rollback"]
 

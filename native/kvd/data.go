@@ -30,7 +30,7 @@ var (
 	namespaceRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,127}$`)
 )
 
-// Limits are the reference DAL's request limits (bulldozer.kv.dal.Limits, after the
+// Limits are the reference DAL's request limits (bulldozer.kv.server.rules.Limits, after the
 // engine lowered the key limit).
 type Limits struct {
 	MaxKeyBytes, MaxValueBytes, MaxBatchRecords, MaxBatchGetKeys int
@@ -200,7 +200,7 @@ func (s *dataServer) PutStream(stream kvpb.KvData_PutStreamServer) error {
 
 var readable = map[string]bool{"SEALED": true, "ACTIVE": true, "RETIRED": true}
 
-// resolve is the namespace a read addresses (bulldozer.kv.dal.KvDal.resolve); ok is false
+// resolve is the namespace a read addresses (bulldozer.kv.server.rules.KvDal.resolve); ok is false
 // when the reference DAL must answer (an error).
 func (s *dataServer) resolve(txn *lmdb.Txn, target *kvpb.Target) (string, bool) {
 	if ns := target.GetNamespace(); ns != "" {

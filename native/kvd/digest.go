@@ -1,6 +1,6 @@
 package main
 
-// The order-independent digest of (key, value) pairs, as bulldozer/kv/digest.py defines
+// The order-independent digest of (key, value) pairs, as bulldozer/codec/digest.py defines
 // it: XXH64 of the key (seed 0) and of the value (seed valueSeed), mixed by a splitmix64
 // finaliser, summed modulo 2^64. The Python runner and DAL compute the same number; the
 // contract suite's seal checks compare the two on every batch this process stores.

@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// Reference values from the xxhash library's XXH64 and from bulldozer.kv.digest.
+// Reference values from the xxhash library's XXH64 and from bulldozer.codec.digest.
 func TestXXH64(t *testing.T) {
 	cases := []struct {
 		in   string

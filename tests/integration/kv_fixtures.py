@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from bulldozer.codec.digest import digest_pairs
 from bulldozer.kv import KvClient, KvDal, Limits, create_engine
 from bulldozer.kv.backends import StorageEngine
-from bulldozer.kv.digest import digest_pairs
 from bulldozer.kv.server import create_server
 from bulldozer.names import new_version_name
 from tests.integration import services
@@ -61,7 +61,7 @@ ENGINE_FACTORIES: dict[str, Callable[[Path], StorageEngine]] = {
 CASES = [
     ("memory", "grpc"),
     ("embedded", "grpc"),
-    ("embedded", "native"),  # bulldozer-kvd in front of the DAL (bulldozer.kv.native)
+    ("embedded", "native"),  # bulldozer-kvd in front of the DAL (bulldozer.kv.server.native)
     ("memory", "in-process"),
     ("redis", "grpc"),
     ("redis-cluster", "grpc"),

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from bulldozer.kv import KvClient
-from bulldozer.kv.auth import channel_credentials
+from bulldozer.kv.tls import channel_credentials
 from bulldozer.load.runner import run_job
 from bulldozer.warehouse.sample import create_sample_warehouse
 from tests.conftest import REPO

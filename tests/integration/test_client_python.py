@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from bulldozer.codegen.python import generate_python_client
 from bulldozer.kv import KvClient
 from bulldozer.load.runner import run_job
 from bulldozer.names import new_version_name
-from bulldozer.schema.client_python import generate_python_client
 from bulldozer.schema.job import build_job_schema
 from tests.integration.kv_fixtures import seal_as_loaded
 from tests.integration.test_kv_server import _free_port, _start

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from bulldozer.codec.digest import digest_pairs
 from bulldozer.errors import BackendUnavailableError, ForeignDataError, ResourceExhaustedError
 from bulldozer.kv import KvClient, KvDal, Limits, create_engine
-from bulldozer.kv.backends.base import State, StorageEngine
-from bulldozer.kv.digest import digest_pairs
+from bulldozer.kv.backends.base import StorageEngine
+from bulldozer.kv.types import State
 from bulldozer.load.runner import run_job
 from bulldozer.names import new_version_name
 from bulldozer.warehouse.sample import create_sample_warehouse

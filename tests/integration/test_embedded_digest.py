@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from bulldozer.codec.digest import digest_pairs
 from bulldozer.kv import KvDal, create_engine
-from bulldozer.kv.backends.base import NamespaceRecord
-from bulldozer.kv.digest import digest_pairs
+from bulldozer.kv.types import NamespaceRecord
 from bulldozer.names import new_version_name
 
 pytestmark = pytest.mark.integration

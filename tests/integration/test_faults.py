@@ -22,7 +22,7 @@ import pytest
 
 from bulldozer.errors import BulldozerError
 from bulldozer.kv import KvClient
-from bulldozer.kv.backends.base import State
+from bulldozer.kv.types import State
 from bulldozer.load.runner import run_job
 from bulldozer.warehouse.sample import create_sample_warehouse
 from tests.integration.test_kv_server import _free_port, _start, stop_servers

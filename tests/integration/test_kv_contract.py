@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from bulldozer.codec.digest import digest_pairs
 from bulldozer.errors import (
     AliasConflictError,
     AliasNotFoundError,
@@ -19,8 +20,7 @@ from bulldozer.errors import (
     ResourceExhaustedError,
     VerificationError,
 )
-from bulldozer.kv.backends.base import State
-from bulldozer.kv.digest import digest_pairs
+from bulldozer.kv.types import State
 from tests.integration.kv_fixtures import TEST_LIMITS, Harness, pairs, seal_as_loaded
 
 pytestmark = pytest.mark.integration

@@ -20,8 +20,8 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from bulldozer.errors import AliasConflictError, BackendUnavailableError, ResourceExhaustedError
 from bulldozer.kv import KvClient, Limits, create_engine
-from bulldozer.kv.metrics import Metrics
 from bulldozer.kv.server import SERVICE_NAMES, create_server
+from bulldozer.kv.server.metrics import Metrics
 from bulldozer.names import new_version_name
 from tests.integration.kv_fixtures import seal_as_loaded
 

@@ -12,9 +12,9 @@ import pyarrow as pa
 import pytest
 from pyiceberg.io.pyarrow import ArrowScan
 
+from bulldozer.codec.digest import digest_pairs
 from bulldozer.errors import AliasNotFoundError
 from bulldozer.kv import KvClient
-from bulldozer.kv.digest import digest_pairs
 from bulldozer.load.arrow_memory import use_load_memory_pool
 from bulldozer.load.engines import local
 from bulldozer.load.runner import LEDGER_LABEL, run_job

@@ -144,9 +144,9 @@ def test_generated_python_client_never_mixes_versions(tmp_path: Path) -> None:
     import importlib
     import sys
 
+    from bulldozer.codegen.python import generate_python_client
     from bulldozer.kv import create_engine
     from bulldozer.load.runner import run_job
-    from bulldozer.schema.client_python import generate_python_client
     from bulldozer.schema.job import build_job_schema
     from bulldozer.warehouse.sample import create_sample_warehouse, overwrite_sample
     from tests.integration.test_run import spec, table

@@ -1,4 +1,4 @@
-"""The native data plane (bulldozer-kvd in front of the DAL, bulldozer.kv.native).
+"""The native data plane (bulldozer-kvd in front of the DAL, bulldozer.kv.server.native).
 
 The contract suite runs over it as the ``embedded-native`` case (every rule and every error
 answer); these tests check what is particular to it: that it really serves the hot calls
@@ -20,6 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from bulldozer.codec.digest import digest_pairs
 from bulldozer.errors import (
     BackendUnavailableError,
     InvalidArgumentError,
@@ -28,10 +29,9 @@ from bulldozer.errors import (
     VerificationError,
 )
 from bulldozer.kv import KvClient, create_engine
-from bulldozer.kv.backends.base import State
-from bulldozer.kv.digest import digest_pairs
-from bulldozer.kv.native import DataPlane, choose_data_plane, kvd_binary
 from bulldozer.kv.server import NativeServer, create_server
+from bulldozer.kv.server.native import DataPlane, choose_data_plane, kvd_binary
+from bulldozer.kv.types import State
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from bulldozer.cli.main import app
 from bulldozer.errors import AliasConflictError, NamespaceNotFoundError, NamespaceStateError
 from bulldozer.kv import KvClient
-from bulldozer.kv.backends.base import State
+from bulldozer.kv.types import State
 from bulldozer.load.runner import run_job
 from bulldozer.names import new_version_name
 from bulldozer.versioning import rollback

@@ -23,7 +23,7 @@ from bulldozer.errors import (
     TableNotFoundError,
 )
 from bulldozer.kv import KvClient
-from bulldozer.kv.backends.base import State
+from bulldozer.kv.types import State
 from bulldozer.load.runner import RUN_LABEL, run_job
 from bulldozer.schema.compile import load_message_classes
 from bulldozer.spec import load_spec_text

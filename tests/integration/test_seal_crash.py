@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
+from bulldozer.codec.digest import Digest, digest_pairs
 from bulldozer.errors import BulldozerError, NamespaceStateError
 from bulldozer.kv import KvClient
-from bulldozer.kv.backends.base import State
-from bulldozer.kv.digest import Digest, digest_pairs
+from bulldozer.kv.types import State
 from bulldozer.load.runner import run_job
 from bulldozer.names import new_version_name
 from bulldozer.versioning.rollback import rollback

@@ -24,9 +24,10 @@ from cryptography.x509.oid import NameOID
 
 from bulldozer.errors import BackendUnavailableError, PermissionDeniedError, UnauthenticatedError
 from bulldozer.kv import KvClient, create_engine
-from bulldozer.kv.auth import AuthConfig, channel_credentials, server_credentials
-from bulldozer.kv.backends.base import State
 from bulldozer.kv.server import create_server
+from bulldozer.kv.server.auth import AuthConfig, server_credentials
+from bulldozer.kv.tls import channel_credentials
+from bulldozer.kv.types import State
 from bulldozer.names import new_version_name
 from tests.integration.kv_fixtures import seal_as_loaded
 from tests.integration.test_kv_server import _free_port

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bulldozer.codec.protowire import packed_varints, varint
 from bulldozer.kv.columnar import batch_bounds, put_batch_request
 from bulldozer.kv.v1 import kv_pb2
-from bulldozer.protowire import packed_varints, varint
 
 _items = st.lists(st.binary(max_size=300), max_size=40)
 

@@ -8,7 +8,7 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bulldozer.kv.digest import Digest, digest_arrays, digest_pairs
+from bulldozer.codec.digest import Digest, digest_arrays, digest_pairs
 
 PAIRS = st.lists(st.tuples(st.binary(min_size=1, max_size=40), st.binary(max_size=200)), max_size=60)
 
@@ -50,7 +50,7 @@ def test_sliced_arrays() -> None:
 
 @given(PAIRS)
 def test_digest_and_key_hashes_in_one_pass(pairs: list[tuple[bytes, bytes]]) -> None:
-    from bulldozer.kv.digest import digest_and_key_hashes, key_hashes
+    from bulldozer.codec.digest import digest_and_key_hashes, key_hashes
 
     keys = pa.array([k for k, _ in pairs], pa.large_binary())
     values = pa.array([v for _, v in pairs], pa.large_binary())
@@ -63,14 +63,14 @@ def test_digest_and_key_hashes_in_one_pass(pairs: list[tuple[bytes, bytes]]) -> 
 def test_the_compiled_hash_is_xxh64(data: bytes, seed: int) -> None:
     import xxhash
 
-    from bulldozer.kv.digest import xxh64
+    from bulldozer.codec.digest import xxh64
 
     assert xxh64(data, seed) == xxhash.xxh64_intdigest(data, seed)
 
 
 @given(PAIRS)
 def test_the_dal_columnar_form_agrees(pairs: list[tuple[bytes, bytes]]) -> None:
-    from bulldozer.kv.digest import digest_columns
+    from bulldozer.codec.digest import digest_columns
 
     keys, values = [k for k, _ in pairs], [v for _, v in pairs]
     columns = digest_columns(b"".join(keys), [len(k) for k in keys], b"".join(values), [len(v) for v in values])

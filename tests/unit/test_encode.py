@@ -37,8 +37,8 @@ from pyiceberg.types import (
 )
 
 from bulldozer.errors import SourceDataError
-from bulldozer.load.decode import decode_row
-from bulldozer.load.encode import RowEncoder
+from bulldozer.load.encoder.encode import RowEncoder
+from bulldozer.schema.decode import decode_row
 from bulldozer.schema.job import build_job_schema
 from tests.schemas import ALL_TYPES, spec_for
 
@@ -488,7 +488,7 @@ def test_list_of_timestamptz_keeps_its_time_zone() -> None:
 def test_decimal_strings_are_what_arrow_casts(case: tuple[int, list[int | None]]) -> None:
     """The decimal kernel writes exactly Arrow's string for every valid value, or declines
     (None) when Arrow would use scientific notation; then the encoder casts."""
-    from bulldozer.load.wire import decimal_strings
+    from bulldozer.load.encoder.layouts import decimal_strings
 
     scale, units = case
     arr = pa.array([None if u is None else Decimal(u).scaleb(-scale) for u in units], pa.decimal128(18, scale))
@@ -503,7 +503,7 @@ def test_decimal_strings_are_what_arrow_casts(case: tuple[int, list[int | None]]
 
 
 def test_decimal_strings_decline_wide_decimals_and_read_slices() -> None:
-    from bulldozer.load.wire import decimal_strings
+    from bulldozer.load.encoder.layouts import decimal_strings
 
     wide = pa.array([Decimal("1.5")], pa.decimal128(30, 1))
     assert decimal_strings(wide) is None
@@ -513,7 +513,7 @@ def test_decimal_strings_decline_wide_decimals_and_read_slices() -> None:
 
 
 def test_fixed_size_uuid_bytes_are_viewed_not_copied_and_respect_slices() -> None:
-    from bulldozer.load.encode import _uuid_bytes
+    from bulldozer.load.encoder.encode import _uuid_bytes
 
     values = [uuid.UUID(int=i * 7919).bytes for i in range(6)]
     arr = pa.array([*values[:2], None, *values[3:]], pa.binary(16))
@@ -531,7 +531,7 @@ def test_auto_kernels_write_field_by_field_until_the_layout_is_compiled(
     by field), later ones use the compiled kernels; the bytes are the same either way."""
     import time as clock
 
-    from bulldozer.load import fused
+    from bulldozer.load.encoder import kernels as fused
 
     monkeypatch.setenv("BULLDOZER_KERNEL_CACHE", str(tmp_path / "kernels"))
     monkeypatch.setattr(fused, "_kernels", {})  # nothing compiled or loaded in this process yet
@@ -552,7 +552,7 @@ def test_auto_kernels_write_field_by_field_until_the_layout_is_compiled(
         calls.append(result is not None)
         return result
 
-    monkeypatch.setattr("bulldozer.load.encode.write_fused", spy)
+    monkeypatch.setattr("bulldozer.load.encoder.encode.write_fused", spy)
     first = encoder.encode(table)
     assert calls[:2] == [False, False], "the first batch must not wait for a compile"
     deadline = clock.monotonic() + 120

@@ -114,7 +114,7 @@ def test_plain_selects_over_catalog_tables_pass(query: str) -> None:
 def test_the_connection_that_runs_a_query_is_sandboxed_by_duckdb_too(statement: str) -> None:
     import pyarrow as pa
 
-    from bulldozer.load.sql import SqlSource, _connect
+    from bulldozer.load.source import SqlSource, _connect
 
     source_rows = pa.table({"a": [1]})  # noqa: F841 - what a replacement scan would find
     con = _connect(SqlSource("SELECT 1", {}))

@@ -14,7 +14,7 @@ from bulldozer.errors import (
     NamespaceNotFoundError,
     NamespaceStateError,
 )
-from bulldozer.kv.backends.base import AliasChange, AliasRecord, NamespaceRecord, State, utcnow
+from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord, State, utcnow
 
 FLIPPABLE = frozenset({State.SEALED, State.RETIRED})
 
@@ -102,7 +102,7 @@ def check_writable(name: str, record: NamespaceRecord | None) -> None:
 
 
 def check_readable(name: str, record: NamespaceRecord | None) -> None:
-    from bulldozer.kv.backends.base import READABLE
+    from bulldozer.kv.types import READABLE
 
     if record is None or record.state == State.DROPPED:
         raise NamespaceNotFoundError(f"namespace {name!r} does not exist")

@@ -60,15 +60,9 @@ from bulldozer.kv.backends._lifecycle import (
     pin_optimistically,
     transition_optimistically,
 )
-from bulldozer.kv.backends.base import (
-    AliasChange,
-    AliasRecord,
-    NamespaceRecord,
-    State,
-    StorageEngine,
-    chunked,
-)
+from bulldozer.kv.backends.base import StorageEngine, chunked
 from bulldozer.kv.backends.config import CassandraConfig
+from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord, State
 
 __all__ = ["CassandraEngine", "table_name"]
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import lmdb
 
+from bulldozer.codec.digest import Digest
 from bulldozer.errors import (
     BackendUnavailableError,
     InvalidArgumentError,
@@ -38,16 +39,9 @@ from bulldozer.kv.backends._lifecycle import (
     plan_flip,
     plan_pin,
 )
-from bulldozer.kv.backends.base import (
-    AliasChange,
-    AliasRecord,
-    NamespaceRecord,
-    State,
-    StorageEngine,
-    chunked,
-)
+from bulldozer.kv.backends.base import StorageEngine, chunked
 from bulldozer.kv.backends.config import EmbeddedConfig
-from bulldozer.kv.digest import Digest
+from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord, State
 
 _META_NS = b"meta.namespaces"
 _META_ALIAS = b"meta.aliases"

@@ -14,14 +14,9 @@ from bulldozer.kv.backends._lifecycle import (
     plan_flip,
     plan_pin,
 )
-from bulldozer.kv.backends.base import (
-    AliasChange,
-    AliasRecord,
-    NamespaceRecord,
-    State,
-    StorageEngine,
-)
+from bulldozer.kv.backends.base import StorageEngine
 from bulldozer.kv.backends.config import MemoryConfig
+from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord, State
 
 
 class MemoryEngine(StorageEngine):

@@ -50,15 +50,9 @@ from bulldozer.kv.backends._lifecycle import (
     pin_optimistically,
     transition_optimistically,
 )
-from bulldozer.kv.backends.base import (
-    AliasChange,
-    AliasRecord,
-    NamespaceRecord,
-    State,
-    StorageEngine,
-    chunked,
-)
+from bulldozer.kv.backends.base import StorageEngine, chunked
 from bulldozer.kv.backends.config import RedisConfig
+from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord, State
 
 __all__ = ["RedisEngine"]
 

@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from bulldozer.codec.digest import Digest
 from bulldozer.kv.client import KvClient
-from bulldozer.kv.digest import Digest
 from bulldozer.schema.model import ProtoFile
 from bulldozer.spec.models import JobSpec
 

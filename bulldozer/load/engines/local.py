@@ -23,10 +23,10 @@ from urllib.parse import unquote, urlparse
 import numpy as np
 import pyarrow as pa
 
+from bulldozer.codec.digest import Digest, digest_and_key_hashes, key_hashes
 from bulldozer.kv.client import KvClient
-from bulldozer.kv.digest import Digest, digest_and_key_hashes, key_hashes
 from bulldozer.load.arrow_memory import use_load_memory_pool
-from bulldozer.load.encode import RowEncoder
+from bulldozer.load.encoder.encode import RowEncoder
 from bulldozer.load.engines.base import LoadEngine, LoadPlan, LoadResult, Progress, SplitDone, SplitResult
 from bulldozer.load.prefetch import read_ahead
 
@@ -198,7 +198,7 @@ class LocalEngine(LoadEngine):
         """(split id, rows expected, lazy batches) for each split of the source; the scan is
         planned once, and a split's file is only read when its batches are iterated."""
         if plan.sql is not None:
-            from bulldozer.load.sql import open_reader
+            from bulldozer.load.source import open_reader
 
             return [("sql", 0, open_reader(plan.sql, columns))]
         scan = _scan(plan, columns)

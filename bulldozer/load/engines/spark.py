@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from bulldozer.codec.digest import Digest
 from bulldozer.kv.client import KvClient
-from bulldozer.kv.digest import Digest
 from bulldozer.load.engines.base import LoadPlan, LoadResult, Progress, SplitDone, SplitResult
 from bulldozer.load.engines.local import LocalEngine
 from bulldozer.warehouse.catalog import bulldozer_home
@@ -104,10 +104,10 @@ def _partition_writer(proto: Any, address: str, token: str | None, version: str,
         import pyarrow as pa
         from pyspark import TaskContext
 
+        from bulldozer.codec.digest import Digest, digest_and_key_hashes
         from bulldozer.kv.client import KvClient
-        from bulldozer.kv.digest import Digest, digest_and_key_hashes
         from bulldozer.load.arrow_memory import use_load_memory_pool
-        from bulldozer.load.encode import RowEncoder
+        from bulldozer.load.encoder.encode import RowEncoder
 
         use_load_memory_pool()  # the batches Spark sends this worker land in jemalloc's pool too
         encoder = RowEncoder(proto)

@@ -6,7 +6,7 @@ building its bytes: ``VarintRows`` (``tag + varint(v)``), ``FixedRows`` (``tag +
 fixed32 / fixed64), ``BytesRows`` (a binary or string column as it is, or each value
 ``tag + varint(len) + payload``), ``ConcatRows`` (the fields of a message, optionally
 length-delimited as a nested message field) and ``GroupedRows`` (the elements of a
-repeated field or map, per row). ``bulldozer.load.fused`` compiles a job's tree into
+repeated field or map, per row). ``bulldozer.load.encoder.kernels`` compiles a job's tree into
 kernels that write a batch row by row in one pass (the fast path). ``materialize`` writes
 it without compiling anything: it asks the tree for every row's size, allocates the
 output once and has each node write its bytes straight into place, one pass per node over
@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
-from bulldozer.buffers import EMPTY_BYTES, binary_array, binary_view
+from bulldozer.codec.buffers import EMPTY_BYTES, binary_array, binary_view
 
 __all__ = [
     "BytesRows",
@@ -444,7 +444,7 @@ def warm_up() -> None:
     and fresh output arrays. Loading is mostly LLVM work outside the GIL, so a run does it
     in a background thread while it reads the catalog (≈ 1 s it would otherwise spend on
     its first batch)."""
-    from bulldozer.kv.digest import warm_up as warm_digest
+    from bulldozer.codec.digest import warm_up as warm_digest
 
     keep = np.array([True, False])
     strings = binary_array([b"ab", b"c"], pa.string())
@@ -476,6 +476,6 @@ def read_only(array: np.ndarray[Any, Any], dtype: Any = None) -> np.ndarray[Any,
 def warm_up_in_background() -> None:
     """``warm_up`` on a daemon thread (best effort: the first real call loads or compiles
     whatever is missing)."""
-    from bulldozer.buffers import in_background
+    from bulldozer.codec.buffers import in_background
 
     in_background(warm_up, "kernel-warm-up")

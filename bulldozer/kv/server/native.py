@@ -28,7 +28,7 @@ from bulldozer.errors import BackendUnavailableError, InvalidArgumentError
 
 if TYPE_CHECKING:
     from bulldozer.kv.backends import StorageEngine
-    from bulldozer.kv.dal import Limits
+    from bulldozer.kv.server.rules import Limits
 
 __all__ = ["DataPlane", "NativeFront", "choose_data_plane", "kvd_binary"]
 
@@ -48,7 +48,7 @@ def kvd_binary() -> Path | None:
     configured = os.environ.get(BINARY_ENV)
     if configured:
         return Path(configured) if os.access(configured, os.X_OK) else None
-    built = Path(__file__).resolve().parents[2] / "native" / "bin" / "bulldozer-kvd"
+    built = Path(__file__).resolve().parents[3] / "native" / "bin" / "bulldozer-kvd"
     if os.access(built, os.X_OK):
         return built
     found = shutil.which("bulldozer-kvd")

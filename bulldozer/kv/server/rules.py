@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from bulldozer.codec.digest import Digest, digest_columns, digest_lists
 from bulldozer.errors import (
     InvalidArgumentError,
     InvalidNameError,
@@ -22,16 +23,8 @@ from bulldozer.errors import (
     ResourceExhaustedError,
     VerificationError,
 )
-from bulldozer.kv.backends.base import (
-    READABLE,
-    AliasChange,
-    AliasRecord,
-    NamespaceRecord,
-    State,
-    StorageEngine,
-    utcnow,
-)
-from bulldozer.kv.digest import Digest, digest_columns, digest_lists
+from bulldozer.kv.backends.base import StorageEngine
+from bulldozer.kv.types import READABLE, AliasChange, AliasRecord, NamespaceRecord, State, utcnow
 from bulldozer.names import describe_value, validate_alias, validate_namespace
 
 __all__ = ["KvDal", "Limits"]

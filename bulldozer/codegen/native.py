@@ -29,8 +29,8 @@ from pathlib import Path
 
 from google.protobuf import descriptor_pb2
 
+from bulldozer.codegen.python import kv_api_descriptor_set
 from bulldozer.errors import ToolchainError
-from bulldozer.schema.client_python import kv_api_descriptor_set
 from bulldozer.schema.job import JobSchema
 from bulldozer.spec.models import JobSpec
 
@@ -64,7 +64,7 @@ def _cache() -> Path:
 
 
 def _template(lang: str, name: str) -> str:
-    return (resources.files("bulldozer") / "templates" / f"client_{lang}" / name).read_text(encoding="utf-8")
+    return (resources.files("bulldozer.codegen") / "templates" / f"client_{lang}" / name).read_text(encoding="utf-8")
 
 
 def _tool(name: str, hint: str) -> str:

@@ -1,7 +1,7 @@
-"""Protobuf wire-format pieces shared by the row encoder (``bulldozer.load.encode``) and
+"""Protobuf wire-format pieces shared by the row encoder (``bulldozer.load.encoder.encode``) and
 the KV client's hand-built requests (``bulldozer.kv.columnar``): plain Python and numpy,
 no compiled kernels (the client imports this; the encoder's per-row kernels are in
-``bulldozer.load.wire``)."""
+``bulldozer.load.encoder.layouts``)."""
 
 from __future__ import annotations
 

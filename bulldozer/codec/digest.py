@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from bulldozer.buffers import binary_array, binary_view
+from bulldozer.codec.buffers import binary_array, binary_view
 
 __all__ = [
     "Digest",
@@ -93,7 +93,7 @@ def digest_buffers(
 ) -> tuple[Digest, np.ndarray[Any, Any]]:
     """Digest of pairs laid out as Arrow-style buffers (uint64 offsets into uint8 data),
     and each key's hash."""
-    from bulldozer.kv._xxh64 import pair_sums
+    from bulldozer.codec._xxh64 import pair_sums
 
     total, nbytes, hashes = pair_sums(key_offsets, keys, value_offsets, values, np.uint64(_VALUE_SEED))
     return Digest(len(hashes), int(total), int(nbytes)), hashes
@@ -147,7 +147,7 @@ def digest_and_key_hashes(keys: Any, values: Any) -> tuple[Digest, np.ndarray[An
 def key_hashes(keys: Any) -> np.ndarray[Any, Any]:
     """A 64-bit hash of each key in an Arrow binary array (for duplicate detection)."""
     offsets, data = binary_view(keys)
-    from bulldozer.kv._xxh64 import hash_items
+    from bulldozer.codec._xxh64 import hash_items
 
     hashes: np.ndarray[Any, Any] = hash_items(offsets, data, np.uint64(0))
     return hashes
@@ -155,13 +155,13 @@ def key_hashes(keys: Any) -> np.ndarray[Any, Any]:
 
 def xxh64(data: bytes, seed: int = 0) -> int:
     """XXH64 of one byte string, through the same kernel (for tests and tools)."""
-    from bulldozer.kv._xxh64 import xxh64_range
+    from bulldozer.codec._xxh64 import xxh64_range
 
     return int(xxh64_range(_bytes_view(data), np.uint64(0), np.uint64(len(data)), np.uint64(seed)))
 
 
 def warm_up() -> None:
-    """Load the hash kernels (see ``bulldozer.load.wire.warm_up``) with real batch types:
+    """Load the hash kernels (see ``bulldozer.load.encoder.layouts.warm_up``) with real batch types:
     read-only Arrow buffers (runner) and blobs received by the DAL."""
     keys = binary_array([b"k1", b"k2"])
     values = binary_array([b"v1", b""])
@@ -174,6 +174,6 @@ def warm_up() -> None:
 def warm_up_in_background() -> None:
     """``warm_up`` on a daemon thread (best effort: the first real call loads or compiles
     whatever is missing)."""
-    from bulldozer.buffers import in_background
+    from bulldozer.codec.buffers import in_background
 
     in_background(warm_up, "digest-warm-up")

@@ -30,7 +30,7 @@ def kv_api_descriptor_set() -> bytes:
 
 
 def _template(name: str) -> str:
-    return (resources.files("bulldozer") / "templates" / "client_python" / name).read_text(encoding="utf-8")
+    return (resources.files("bulldozer.codegen") / "templates" / "client_python" / name).read_text(encoding="utf-8")
 
 
 def generate_python_client(spec: JobSpec, job: JobSchema, out: Path) -> list[Path]:

@@ -2,7 +2,7 @@
 
 This is the hot path of every load, shared by the local and the Spark engine. Instead of
 building one message object per row, it writes the protobuf wire format straight from
-Arrow columns: each field becomes a row layout (``bulldozer.load.wire``: a tag and a
+Arrow columns: each field becomes a row layout (``bulldozer.load.encoder.layouts``: a tag and a
 varint, fixed bytes or a length-delimited payload per row, nested messages and the
 elements of repeated fields and maps as trees of those), numpy prepares the values column
 by column, and compiled kernels write every row's bytes straight into one output buffer
@@ -23,10 +23,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bulldozer.buffers import binary_view
+from bulldozer.codec.buffers import binary_view
+from bulldozer.codec.protowire import varint
 from bulldozer.errors import SourceDataError
-from bulldozer.load.fused import write_fused
-from bulldozer.load.wire import (
+from bulldozer.load.encoder.kernels import write_fused
+from bulldozer.load.encoder.layouts import (
     BytesRows,
     ConcatRows,
     FixedRows,
@@ -37,7 +38,6 @@ from bulldozer.load.wire import (
     fixed_rows,
     materialize,
 )
-from bulldozer.protowire import varint
 from bulldozer.schema.model import ProtoField, ProtoFile, ProtoMessage
 
 __all__ = ["EncodedBatch", "Kernels", "RowEncoder"]
@@ -220,8 +220,8 @@ def _scalar_element_payload(s: _Scalar) -> Rows:
 
 
 #: How the encoder writes a batch's bytes: ``layout``, with the kernels compiled for the
-#: job's message layout (``bulldozer.load.fused``: one pass per batch, the fastest);
-#: ``fields``, one pass per field (``bulldozer.load.wire``: no compiling); ``auto``, the
+#: job's message layout (``bulldozer.load.encoder.kernels``: one pass per batch, the fastest);
+#: ``fields``, one pass per field (``bulldozer.load.encoder.layouts``: no compiling); ``auto``, the
 #: layout's kernels once they are loaded, field by field while they compile on a
 #: background thread (a new job's first run on a machine). ``BULLDOZER_ENCODER_KERNELS``
 #: sets the default.

@@ -23,13 +23,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from bulldozer.errors import BackendUnavailableError, InvalidArgumentError
-from bulldozer.kv.auth import AuthConfig, AuthInterceptor, Authorizer
 from bulldozer.kv.backends import StorageEngine
-from bulldozer.kv.dal import KvDal, Limits
-from bulldozer.kv.interceptors import ErrorInterceptor
-from bulldozer.kv.metrics import Metrics
-from bulldozer.kv.native import NativeFront
-from bulldozer.kv.servicer import AliasesServicer, DataServicer, NamespacesServicer
+from bulldozer.kv.server.auth import AuthConfig, AuthInterceptor, Authorizer
+from bulldozer.kv.server.interceptors import ErrorInterceptor
+from bulldozer.kv.server.metrics import Metrics
+from bulldozer.kv.server.native import NativeFront
+from bulldozer.kv.server.rules import KvDal, Limits
+from bulldozer.kv.server.servicer import AliasesServicer, DataServicer, NamespacesServicer
 from bulldozer.kv.v1 import kv_pb2, kv_pb2_grpc
 
 __all__ = ["SERVICE_NAMES", "NativeServer", "RunningServer", "create_server", "serve"]
@@ -88,8 +88,8 @@ def create_server(
     against the principals' per-alias permissions, and the store remembers it: a later
     server of it without ``auth`` refuses to start unless ``allow_unauthenticated``.
     ``data_plane`` ``native`` (or ``auto``) puts ``bulldozer-kvd`` in front (see
-    :mod:`bulldozer.kv.native`)."""
-    from bulldozer.kv.native import DataPlane, choose_data_plane
+    :mod:`bulldozer.kv.server.native`)."""
+    from bulldozer.kv.server.native import DataPlane, choose_data_plane
 
     if auth is not None:
         engine.require_auth()
@@ -194,7 +194,7 @@ def serve(
         # which digests the batches it stores, this process only sees the rare batch off
         # the fast path, and skips the warm-up's ≈ 0.3 s of CPU at start (the CPU a run's
         # own start-up wants on a small machine).
-        from bulldozer.kv.digest import warm_up_in_background
+        from bulldozer.codec.digest import warm_up_in_background
 
         warm_up_in_background()
     if port_file is not None:

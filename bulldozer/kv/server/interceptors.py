@@ -13,9 +13,10 @@ import grpc
 
 from bulldozer.errors import BulldozerError
 
-__all__ = ["ERROR_KEY", "ErrorInterceptor"]
+__all__ = ["ErrorInterceptor"]
 
-ERROR_KEY = "bulldozer-error"
+from bulldozer.kv.convert import ERROR_KEY
+
 log = logging.getLogger("bulldozer.kv.server")
 
 

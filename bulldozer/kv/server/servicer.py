@@ -1,4 +1,4 @@
-"""The gRPC servicers: translate API messages to :class:`~bulldozer.kv.dal.KvDal` calls.
+"""The gRPC servicers: translate API messages to :class:`~bulldozer.kv.server.rules.KvDal` calls.
 
 They raise Bulldozer errors; the error interceptor turns those into status codes."""
 
@@ -10,12 +10,11 @@ from typing import Any
 import grpc
 
 from bulldozer.kv import convert
-from bulldozer.kv.dal import KvDal
+from bulldozer.kv.convert import PRINCIPAL_KEY
+from bulldozer.kv.server.rules import KvDal
 from bulldozer.kv.v1 import kv_pb2, kv_pb2_grpc
 
 __all__ = ["AliasesServicer", "DataServicer", "NamespacesServicer", "principal_of"]
-
-PRINCIPAL_KEY = "bulldozer-principal"
 
 
 def principal_of(context: Any) -> str:

@@ -50,8 +50,6 @@ __all__ = [
     "AuthInterceptor",
     "Authorizer",
     "Permission",
-    "channel_credentials",
-    "env_credentials",
     "load_auth_config",
     "server_credentials",
 ]
@@ -267,28 +265,3 @@ def server_credentials(cert: Path, key: Path, client_ca: Path | None = None) -> 
     except OSError as exc:
         raise InvalidArgumentError(f"cannot read a TLS file: {exc}") from None
     return grpc.ssl_server_credentials([pair], root_certificates=ca, require_client_auth=ca is not None)
-
-
-def channel_credentials(
-    ca: str | os.PathLike[str] | None = None,
-    cert: str | os.PathLike[str] | None = None,
-    key: str | os.PathLike[str] | None = None,
-) -> grpc.ChannelCredentials:
-    """TLS for a client: the CA that signed the server's certificate, and for mutual TLS
-    the client's certificate and key."""
-    try:
-        return grpc.ssl_channel_credentials(
-            root_certificates=Path(ca).read_bytes() if ca else None,
-            private_key=Path(key).read_bytes() if key else None,
-            certificate_chain=Path(cert).read_bytes() if cert else None,
-        )
-    except OSError as exc:
-        raise InvalidArgumentError(f"cannot read a TLS file: {exc}") from None
-
-
-def env_credentials() -> grpc.ChannelCredentials | None:
-    """Client TLS from BULLDOZER_TLS_CA / BULLDOZER_TLS_CERT / BULLDOZER_TLS_KEY (None: plaintext)."""
-    ca, cert, key = (os.environ.get(f"BULLDOZER_TLS_{x}") for x in ("CA", "CERT", "KEY"))
-    if not (ca or cert):
-        return None
-    return channel_credentials(ca, cert, key)

@@ -1,0 +1,167 @@
+"""The records of the KV DAL, shared by its engines, server and client: the namespace
+lifecycle's states, namespace and alias records, and alias history entries."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+__all__ = ["READABLE", "AliasChange", "AliasRecord", "NamespaceRecord", "State", "utcnow"]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class State(enum.StrEnum):
+    LOADING = "LOADING"
+    #: Frozen (no write lands any more) and being measured by the seal. Nothing reads it or
+    #: points an alias at it; a seal interrupted here (a crash) is finished by sealing again.
+    SEALING = "SEALING"
+    #: Measured, and the measurement matched what the loader expected (``verified``).
+    SEALED = "SEALED"
+    ACTIVE = "ACTIVE"
+    RETIRED = "RETIRED"
+    DROPPED = "DROPPED"
+    FAILED = "FAILED"
+
+
+#: States whose data may be read.
+READABLE = frozenset({State.SEALED, State.ACTIVE, State.RETIRED})
+
+
+@dataclass(frozen=True)
+class NamespaceRecord:
+    name: str
+    alias: str
+    state: State = State.LOADING
+    created: datetime = field(default_factory=utcnow)
+    state_changed: datetime = field(default_factory=utcnow)
+    sealed: datetime | None = None
+    job_name: str = ""
+    snapshot_id: int = 0
+    value_descriptor_set: bytes = b""
+    key_message: str = ""
+    value_message: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    record_count: int = 0
+    bytes: int = 0
+    digest: int = 0
+    failure_reason: str = ""
+    #: The seal measured ``record_count`` and ``digest`` and they equalled what the loader
+    #: expected. Only a verified version may become the target of an alias.
+    verified: bool = False
+
+    def with_state(self, state: State, **changes: Any) -> NamespaceRecord:
+        return replace(self, state=state, state_changed=utcnow(), **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        import base64
+
+        return {
+            "name": self.name,
+            "alias": self.alias,
+            "state": self.state.value,
+            "created": self.created.isoformat(),
+            "state_changed": self.state_changed.isoformat(),
+            "sealed": self.sealed.isoformat() if self.sealed else None,
+            "job_name": self.job_name,
+            "snapshot_id": self.snapshot_id,
+            "value_descriptor_set": base64.b64encode(self.value_descriptor_set).decode(),
+            "key_message": self.key_message,
+            "value_message": self.value_message,
+            "labels": dict(self.labels),
+            "record_count": self.record_count,
+            "bytes": self.bytes,
+            "digest": self.digest,
+            "failure_reason": self.failure_reason,
+            "verified": self.verified,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> NamespaceRecord:
+        import base64
+
+        return cls(
+            name=data["name"],
+            alias=data["alias"],
+            state=State(data["state"]),
+            created=datetime.fromisoformat(data["created"]),
+            state_changed=datetime.fromisoformat(data["state_changed"]),
+            sealed=datetime.fromisoformat(data["sealed"]) if data.get("sealed") else None,
+            job_name=data.get("job_name", ""),
+            snapshot_id=int(data.get("snapshot_id", 0)),
+            value_descriptor_set=base64.b64decode(data.get("value_descriptor_set", "")),
+            key_message=data.get("key_message", ""),
+            value_message=data.get("value_message", ""),
+            labels=dict(data.get("labels", {})),
+            record_count=int(data.get("record_count", 0)),
+            bytes=int(data.get("bytes", 0)),
+            digest=int(data.get("digest", 0)),
+            failure_reason=data.get("failure_reason", ""),
+            verified=bool(data.get("verified", False)),
+        )
+
+
+@dataclass(frozen=True)
+class AliasRecord:
+    alias: str
+    namespace: str
+    updated: datetime
+    generation: int
+    pinned: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "alias": self.alias,
+            "namespace": self.namespace,
+            "updated": self.updated.isoformat(),
+            "generation": self.generation,
+            "pinned": self.pinned,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AliasRecord:
+        return cls(
+            data["alias"],
+            data["namespace"],
+            datetime.fromisoformat(data["updated"]),
+            int(data["generation"]),
+            bool(data.get("pinned", False)),
+        )
+
+
+@dataclass(frozen=True)
+class AliasChange:
+    alias: str
+    time: datetime
+    principal: str
+    reason: str
+    from_namespace: str
+    to_namespace: str
+    generation: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "alias": self.alias,
+            "time": self.time.isoformat(),
+            "principal": self.principal,
+            "reason": self.reason,
+            "from_namespace": self.from_namespace,
+            "to_namespace": self.to_namespace,
+            "generation": self.generation,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AliasChange:
+        return cls(
+            data["alias"],
+            datetime.fromisoformat(data["time"]),
+            data["principal"],
+            data["reason"],
+            data["from_namespace"],
+            data["to_namespace"],
+            int(data["generation"]),
+        )
