@@ -14,8 +14,8 @@ from bulldozer.cli.common import HOME_HELP, console, fail, handle_errors, open_v
 if TYPE_CHECKING:
     from bulldozer.kv.types import NamespaceRecord
 
-ENDPOINT_HELP = "embedded or HOST:PORT."
-Endpoint = Annotated[str, typer.Option(help=ENDPOINT_HELP)]
+ENDPOINT_HELP = "embedded or HOST:PORT (default: $BULLDOZER_ENDPOINT, else embedded)."
+Endpoint = Annotated[str | None, typer.Option(help=ENDPOINT_HELP, show_default=False)]
 Home = Annotated[str | None, typer.Option(help=HOME_HELP, show_default=False)]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
@@ -33,7 +33,7 @@ def _ns_json(n: NamespaceRecord) -> dict[str, Any]:
 @handle_errors
 def namespaces(
     alias: Annotated[str | None, typer.Argument(help="Only this alias's versions.", show_default=False)] = None,
-    endpoint: Endpoint = "embedded",
+    endpoint: Endpoint = None,
     home: Home = None,
     as_json: Json = False,
 ) -> None:
@@ -64,7 +64,7 @@ def namespaces(
 @handle_errors
 def namespace_describe(
     name: Annotated[str, typer.Argument(help="The namespace.", show_default=False)],
-    endpoint: Endpoint = "embedded",
+    endpoint: Endpoint = None,
     home: Home = None,
 ) -> None:
     """Everything the DAL knows about one namespace (as JSON)."""
@@ -79,7 +79,7 @@ def namespace_describe(
 def namespace_drop(
     name: Annotated[str, typer.Argument(help="The namespace.", show_default=False)],
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask.")] = False,
-    endpoint: Endpoint = "embedded",
+    endpoint: Endpoint = None,
     home: Home = None,
 ) -> None:
     """Drop a namespace's data (refused for the ACTIVE version of an alias)."""
@@ -96,7 +96,7 @@ def namespace_drop(
 @handle_errors
 def alias_show(
     alias: Annotated[str, typer.Argument(help="The alias.", show_default=False)],
-    endpoint: Endpoint = "embedded",
+    endpoint: Endpoint = None,
     home: Home = None,
     as_json: Json = False,
 ) -> None:
@@ -121,7 +121,7 @@ def alias_show(
 def alias_history(
     alias: Annotated[str, typer.Argument(help="The alias.", show_default=False)],
     limit: Annotated[int, typer.Option(min=1, help="Newest changes to show.")] = 50,
-    endpoint: Endpoint = "embedded",
+    endpoint: Endpoint = None,
     home: Home = None,
     as_json: Json = False,
 ) -> None:
@@ -158,7 +158,7 @@ def rollback(
         typer.Option(help="Refuse unless the alias still points here (the version you looked at).", show_default=False),
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask.")] = False,
-    endpoint: Endpoint = "embedded",
+    endpoint: Endpoint = None,
     home: Home = None,
     as_json: Json = False,
 ) -> None:
@@ -188,7 +188,7 @@ def gc(
     keep: Annotated[int, typer.Option(min=0, help="RETIRED versions kept per alias, for rollback.")] = 2,
     grace: Annotated[str, typer.Option(help="Drop only what changed state longer ago than this.")] = "24h",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only show what would be dropped.")] = False,
-    endpoint: Endpoint = "embedded",
+    endpoint: Endpoint = None,
     home: Home = None,
     as_json: Json = False,
 ) -> None:
@@ -228,7 +228,7 @@ def gc(
 def scan(
     target: Annotated[str, typer.Argument(help="ALIAS or ALIAS@VERSION.", show_default=False)],
     limit: Annotated[int, typer.Option(min=1, help="Records to print.")] = 10,
-    endpoint: Endpoint = "embedded",
+    endpoint: Endpoint = None,
     home: Home = None,
 ) -> None:
     """Print records in key order as JSON lines ({"key": ..., "value": ...}), decoded with the
@@ -246,7 +246,7 @@ def scan(
             typer.echo(json.dumps(line))
 
 
-def _set_pin(alias: str, pinned: bool, reason: str, endpoint: str, home: str | None) -> None:
+def _set_pin(alias: str, pinned: bool, reason: str, endpoint: str | None, home: str | None) -> None:
     from bulldozer.kv.connect import connect
 
     with connect(endpoint, home) as client:
@@ -259,7 +259,7 @@ def _set_pin(alias: str, pinned: bool, reason: str, endpoint: str, home: str | N
 def pin(
     alias: Annotated[str, typer.Argument(help="The alias to hold where it is.", show_default=False)],
     reason: Annotated[str, typer.Option(help="Why (kept in the alias history).")] = "",
-    endpoint: Endpoint = "embedded",
+    endpoint: Endpoint = None,
     home: Home = None,
 ) -> None:
     """Hold the alias on its current version: runs keep building and verifying versions but
@@ -271,7 +271,7 @@ def pin(
 def unpin(
     alias: Annotated[str, typer.Argument(help="The alias to release.", show_default=False)],
     reason: Annotated[str, typer.Option(help="Why (kept in the alias history).")] = "",
-    endpoint: Endpoint = "embedded",
+    endpoint: Endpoint = None,
     home: Home = None,
 ) -> None:
     """Release a pinned alias: the next run flips it again."""

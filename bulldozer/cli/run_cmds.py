@@ -81,14 +81,12 @@ def run(
         loaded = load_spec(spec)
         if engine is EngineChoice.local:
             process.without_pandas()
-        if master:
-            import os
-
-            os.environ["BULLDOZER_SPARK_MASTER"] = master
         with connect_for_spec(loaded, home, endpoint) as client:
             # An embedded DAL starts now, on the other core, while this process imports the
             # load engine and reads the catalog; the first call to it waits until it is up.
-            record = _run(client, loaded, engine, home, resume, as_json, quiet, stage, version, run_key, failures)
+            record = _run(
+                client, loaded, engine, master, home, resume, as_json, quiet, stage, version, run_key, failures
+            )
     except BulldozerError as exc:
         if as_json:
             print_json(_failure_json(failures[-1] if failures else None, exc, stage, version or resume or ""))
@@ -137,6 +135,7 @@ def _run(
     client: KvClient,
     loaded: LoadedSpec,
     engine: EngineChoice,
+    master: str | None,
     home: str | None,
     resume: str | None,
     as_json: bool,
@@ -150,8 +149,12 @@ def _run(
     from bulldozer.load.encoder.layouts import warm_up_in_background
 
     warm_up_in_background()  # the encoder's kernels load while the run reads the catalog
+    from bulldozer.load.engines import create_load_engine
     from bulldozer.load.runner import run_job
 
+    if master and engine is not EngineChoice.spark:
+        raise InvalidArgumentError("--master applies to --engine spark only")
+    load_engine = create_load_engine(engine.value, **({"master": master} if master else {}))
     show = not (quiet or as_json) and err_console.is_terminal
     columns = (
         TextColumn("[bold]{task.description}"),
@@ -188,7 +191,7 @@ def _run(
                     client,
                     version=version,
                     run_key=run_key or "",
-                    engine=engine.value,
+                    engine=load_engine,
                     home=home,
                     progress=on_progress,
                 )
@@ -200,7 +203,7 @@ def _run(
             return run_job(
                 loaded,
                 client,
-                engine=engine.value,
+                engine=load_engine,
                 home=home,
                 resume=resume,
                 on_stage=on_stage,
@@ -221,10 +224,13 @@ def get(
     key: Annotated[
         str, typer.Option(help='The key as JSON, e.g. \'{"user_id": 1, "item_id": 8}\'.', show_default=False)
     ],
-    endpoint: Annotated[str, typer.Option(help="embedded or HOST:PORT.")] = "embedded",
+    endpoint: Annotated[
+        str | None,
+        typer.Option(help="embedded or HOST:PORT (default: $BULLDOZER_ENDPOINT, else embedded).", show_default=False),
+    ] = None,
     home: Annotated[str | None, typer.Option(help=HOME_HELP, show_default=False)] = None,
     token: Annotated[
-        str | None, typer.Option(envvar="BULLDOZER_TOKEN", help="Bearer token.", show_default=False)
+        str | None, typer.Option(help="Bearer token (default: $BULLDOZER_TOKEN).", show_default=False)
     ] = None,
 ) -> None:
     """Read one value and print it as JSON, decoded with the version's own stored schema."""
@@ -258,7 +264,10 @@ def get(
 @handle_errors
 def runs(
     alias: Annotated[str, typer.Argument(help="The alias whose runs to list.", show_default=False)],
-    endpoint: Annotated[str, typer.Option(help="embedded or HOST:PORT.")] = "embedded",
+    endpoint: Annotated[
+        str | None,
+        typer.Option(help="embedded or HOST:PORT (default: $BULLDOZER_ENDPOINT, else embedded).", show_default=False),
+    ] = None,
     home: Annotated[str | None, typer.Option(help=HOME_HELP, show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:

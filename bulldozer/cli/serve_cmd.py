@@ -106,15 +106,16 @@ def serve(
         ),
     ] = False,
     data_plane: Annotated[
-        DataPlane,
+        DataPlane | None,
         typer.Option(
-            envvar="BULLDOZER_DATA_PLANE",
-            help="Who answers batch puts, gets and batch gets: 'native' = bulldozer-kvd (Go, built by "
+            show_default=False,
+            help="[default: $BULLDOZER_DATA_PLANE, else auto] "
+            "Who answers batch puts, gets and batch gets: 'native' = bulldozer-kvd (Go, built by "
             "scripts/build_native.sh) reading and writing the embedded store itself, in front of this DAL, which "
             "keeps every other call; 'python' = this DAL alone; 'auto' = native for the embedded engine without "
             "TLS or auth when the binary is built.",
         ),
-    ] = DataPlane.auto,
+    ] = None,
     engine_config: Annotated[
         Path | None,
         typer.Option(
@@ -140,6 +141,7 @@ def serve(
     from bulldozer.kv.backends import create_engine
     from bulldozer.kv.server import serve as run
     from bulldozer.logs import configure_logging
+    from bulldozer.settings import load_settings
     from bulldozer.warehouse.catalog import bulldozer_home
 
     configure_logging("info", log_format.value)
@@ -175,7 +177,7 @@ def serve(
         parent_pid=parent_pid,
         credentials=credentials,
         auth=auth,
-        data_plane=data_plane.value,
+        data_plane=(data_plane or DataPlane(load_settings().data_plane)).value,
         allow_unauthenticated=allow_unauthenticated,
     )
     # Exit now: request threads that outlived the grace period must not hold the process

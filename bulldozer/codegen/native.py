@@ -19,7 +19,6 @@ is written by ``go mod tidy`` from pinned versions).
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import shutil
 import subprocess
@@ -32,6 +31,7 @@ from google.protobuf import descriptor_pb2
 from bulldozer.codegen.python import kv_api_descriptor_set
 from bulldozer.errors import ToolchainError
 from bulldozer.schema.job import JobSchema
+from bulldozer.settings import child_environment
 from bulldozer.spec.models import JobSpec
 
 __all__ = ["GRPC_JAVA", "generate_go_client", "generate_java_client", "go_plugins", "grpc_java_plugin", "java_protoc"]
@@ -59,8 +59,9 @@ def _protobuf_java() -> str:
 
 
 def _cache() -> Path:
-    base = os.environ.get("BULLDOZER_CACHE")
-    return (Path(base) if base else Path.home() / ".cache" / "bulldozer") / "tools"
+    from bulldozer.settings import cache_root, load_settings
+
+    return (load_settings().cache or cache_root() / "bulldozer") / "tools"
 
 
 def _template(lang: str, name: str) -> str:
@@ -118,7 +119,7 @@ def go_plugins() -> tuple[Path, Path]:
     gen_go, gen_grpc = folder / "protoc-gen-go", folder / "protoc-gen-go-grpc"
     if not (gen_go.exists() and gen_grpc.exists()):
         go = _tool("go", "install the Go toolchain to generate Go clients")
-        env = {**os.environ, "GOBIN": str(folder)}
+        env = child_environment(GOBIN=str(folder))
         for module in (
             f"google.golang.org/protobuf/cmd/protoc-gen-go@{GO_PROTOBUF}",
             f"google.golang.org/grpc/cmd/protoc-gen-go-grpc@{GO_GRPC_PLUGIN}",

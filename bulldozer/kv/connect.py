@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bulldozer.errors import BackendUnavailableError
+from bulldozer.settings import load_settings
 
 if TYPE_CHECKING:
     from bulldozer.kv.client import KvClient
@@ -32,7 +33,6 @@ __all__ = [
     "embedded_store_path",
     "spec_token",
     "start_embedded_dal",
-    "token_endpoints",
 ]
 log = logging.getLogger("bulldozer.kv.connect")
 
@@ -100,20 +100,6 @@ def start_embedded_dal(
                     proc.wait()
 
 
-#: Endpoints (``host:port``, as written) that the operator's token may be sent to when a
-#: spec names them, besides ``BULLDOZER_ENDPOINT``: comma-separated.
-TOKEN_ENDPOINTS_ENV = "BULLDOZER_TOKEN_ENDPOINTS"
-
-
-def token_endpoints() -> frozenset[str]:
-    """The endpoints the operator configured a token for: ``BULLDOZER_ENDPOINT`` and the
-    allowlist ``BULLDOZER_TOKEN_ENDPOINTS``."""
-    names = {e.strip() for e in os.environ.get(TOKEN_ENDPOINTS_ENV, "").split(",") if e.strip()}
-    if os.environ.get("BULLDOZER_ENDPOINT"):
-        names.add(os.environ["BULLDOZER_ENDPOINT"].strip())
-    return frozenset(names)
-
-
 def spec_token(loaded: LoadedSpec, endpoint: str, operator_endpoint: bool = False) -> str | None:
     """The bearer token a run of ``loaded`` sends to ``endpoint``.
 
@@ -125,15 +111,15 @@ def spec_token(loaded: LoadedSpec, endpoint: str, operator_endpoint: bool = Fals
     own = loaded.spec.key_value_dal.token
     if own and "key_value_dal.token" not in loaded.expanded:
         return own
-    candidate = own or os.environ.get("BULLDOZER_TOKEN") or None
-    if candidate is None or operator_endpoint or endpoint == "embedded" or endpoint in token_endpoints():
+    settings = load_settings()
+    candidate = own or settings.operator_token()
+    if candidate is None or operator_endpoint or settings.token_allowed_for(endpoint):
         return candidate
     log.warning(
         "%s: not sending the configured token to %s: the spec names an endpoint the token was not configured "
-        "for (BULLDOZER_ENDPOINT or %s)",
+        "for (BULLDOZER_ENDPOINT or BULLDOZER_TOKEN_ENDPOINTS)",
         loaded.source,
         endpoint,
-        TOKEN_ENDPOINTS_ENV,
     )
     return None
 
@@ -155,16 +141,19 @@ def connect_for_spec(
 
 @contextmanager
 def connect(
-    endpoint: str = "embedded",
+    endpoint: str | None = None,
     home: str | os.PathLike[str] | None = None,
     token: str | None = None,
     timeout: float = 60.0,
     env_token: bool = True,
 ) -> Iterator[KvClient]:
-    """A client of ``endpoint``: ``embedded`` (a DAL started for the duration, plaintext on
-    loopback) or ``host:port``, with the bearer token (``token``, else — with ``env_token``,
-    for an endpoint the operator named — ``BULLDOZER_TOKEN``) and TLS from
-    ``BULLDOZER_TLS_CA`` / ``BULLDOZER_TLS_CERT`` / ``BULLDOZER_TLS_KEY``."""
+    """A client of ``endpoint`` (None: ``BULLDOZER_ENDPOINT``, else ``embedded``): ``embedded``
+    (a DAL started for the duration, plaintext on loopback) or ``host:port``, with the bearer
+    token (``token``, else — with ``env_token``, for an endpoint the operator named —
+    ``BULLDOZER_TOKEN``) and TLS from ``BULLDOZER_TLS_CA`` / ``BULLDOZER_TLS_CERT`` /
+    ``BULLDOZER_TLS_KEY``."""
+    settings = load_settings()
+    endpoint = settings.dal_endpoint(endpoint)
     if endpoint == "embedded":
         with start_embedded_dal(home) as dal:
             # imported once the DAL is on its way: gRPC, numpy and pydantic load meanwhile
@@ -184,13 +173,13 @@ def connect(
                 client.close()
         return
     from bulldozer.kv.client import KvClient
-    from bulldozer.kv.tls import env_credentials
+    from bulldozer.kv.tls import settings_credentials
 
     client = KvClient(
         endpoint,
-        token=token or (os.environ.get("BULLDOZER_TOKEN") if env_token else None) or None,
+        token=token or (settings.operator_token() if env_token else None),
         timeout=timeout,
-        credentials=env_credentials(),
+        credentials=settings_credentials(settings),
     )
     try:
         client.wait_ready(timeout=min(timeout, 15.0))

@@ -8,8 +8,9 @@ from pathlib import Path
 import grpc
 
 from bulldozer.errors import InvalidArgumentError
+from bulldozer.settings import Settings
 
-__all__ = ["channel_credentials", "env_credentials"]
+__all__ = ["channel_credentials", "settings_credentials"]
 
 
 def channel_credentials(
@@ -29,9 +30,7 @@ def channel_credentials(
         raise InvalidArgumentError(f"cannot read a TLS file: {exc}") from None
 
 
-def env_credentials() -> grpc.ChannelCredentials | None:
-    """Client TLS from BULLDOZER_TLS_CA / BULLDOZER_TLS_CERT / BULLDOZER_TLS_KEY (None: plaintext)."""
-    ca, cert, key = (os.environ.get(f"BULLDOZER_TLS_{x}") for x in ("CA", "CERT", "KEY"))
-    if not (ca or cert):
-        return None
-    return channel_credentials(ca, cert, key)
+def settings_credentials(settings: Settings) -> grpc.ChannelCredentials | None:
+    """Client TLS from the settings (``BULLDOZER_TLS_CA`` / ``_CERT`` / ``_KEY``); None: plaintext."""
+    files = settings.tls_files()
+    return channel_credentials(*files) if files else None

@@ -49,6 +49,7 @@ from bulldozer.load.engines import LoadEngine, LoadPlan, LoadResult, SplitResult
 from bulldozer.load.gates import GateResult, evaluate_gates
 from bulldozer.names import new_version_name
 from bulldozer.schema.job import JobSchema, build_job_schema
+from bulldozer.settings import load_settings
 from bulldozer.spec.loader import LoadedSpec
 from bulldozer.versioning.retention import apply_retention
 from bulldozer.warehouse.catalog import load_source_table, open_catalog
@@ -212,9 +213,7 @@ class JobRun:
     ) -> None:
         self.loaded, self.spec, self.client, self.home = loaded, loaded.spec, client, home
         self.progress = progress
-        self.fault_kind, self.fault_rows = _parse_fault(
-            fault if fault is not None else os.environ.get("BULLDOZER_FAULT", "")
-        )
+        self.fault_kind, self.fault_rows = _parse_fault(fault if fault is not None else load_settings().fault)
         self.load_engine = create_load_engine(engine) if isinstance(engine, str) else engine
         self.run_key = run_key
         self.record = RunRecord(

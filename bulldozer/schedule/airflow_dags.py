@@ -16,7 +16,6 @@ spec raises instead, and Airflow reports the loader file as broken.
 from __future__ import annotations
 
 import logging
-import os
 import re
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 from bulldozer.errors import BulldozerError
 from bulldozer.load.runner import STAGES
 from bulldozer.schedule.jobs import find_specs, specs_folder
+from bulldozer.settings import load_settings
 from bulldozer.spec.loader import LoadedSpec, load_spec
 
 __all__ = ["INVALID_PREFIX", "build_dags", "run_stage_task"]
@@ -43,8 +43,9 @@ def run_stage_task(spec_file: str, stage: str, **context: Any) -> str:
     configure_logging("info", "text")
     loaded = load_spec(Path(spec_file))
     run_key = f"{context['dag'].dag_id}/{context['run_id']}"
-    engine = os.environ.get("BULLDOZER_LOAD_ENGINE", "local")
-    home = os.environ.get("BULLDOZER_HOME")
+    settings = load_settings()
+    engine = settings.load_engine
+    home = str(settings.home) if settings.home else None
     with connect_for_spec(loaded, home) as client:
         record = run_stage(stage, loaded, client, run_key=run_key, engine=engine, home=home)
     log.info("%s %s: %s (%s)", loaded.spec.metadata.name, stage, record.outcome, record.version or "-")
@@ -106,7 +107,7 @@ def _invalid_dag(path: Path, message: str) -> Any:
 def build_dags(folder: Path | None = None, strict: bool | None = None) -> dict[str, Any]:
     """DAG id → DAG for every spec in ``folder`` (default: the specs folder)."""
     folder = folder or specs_folder()
-    strict = os.environ.get("BULLDOZER_DAGS_STRICT") == "1" if strict is None else strict
+    strict = load_settings().dags_strict if strict is None else strict
     dags: dict[str, Any] = {}
     owners: dict[str, Path] = {}
     for path in find_specs(folder):

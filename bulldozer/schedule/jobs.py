@@ -22,12 +22,9 @@ SUFFIXES = (".yaml", ".yml")
 
 
 def specs_folder(home: str | os.PathLike[str] | None = None) -> Path:
-    given = os.environ.get("BULLDOZER_SPECS_DIR")
-    if given:
-        return Path(given)
-    from bulldozer.warehouse.catalog import bulldozer_home
+    from bulldozer.settings import load_settings
 
-    return Path(home) / "specs" if home else bulldozer_home() / "specs"
+    return load_settings().specs_folder(home)
 
 
 def find_specs(folder: Path) -> list[Path]:

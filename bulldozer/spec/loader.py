@@ -23,6 +23,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from bulldozer.errors import SpecError, SpecIssue
+from bulldozer.settings import environment
 from bulldozer.spec.models import JobSpec
 
 __all__ = [
@@ -406,7 +407,7 @@ def load_spec_text(text: str, source: str = "<string>", env: Mapping[str, str] |
     """Validate spec text. Raises :class:`SpecError` with every issue found."""
     if len(text.encode("utf-8", errors="replace")) > MAX_SPEC_BYTES:
         raise SpecError([SpecIssue(source, "", f"spec is larger than {MAX_SPEC_BYTES} bytes")])
-    data, builder = _parse(text, source, os.environ if env is None else env)
+    data, builder = _parse(text, source, environment() if env is None else env)
     issues = list(builder.issues)
     spec: JobSpec | None = None
     if data is not None:

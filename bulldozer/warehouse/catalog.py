@@ -23,7 +23,9 @@ DEFAULT_HOME = ".bulldozer"
 
 def bulldozer_home(home: str | os.PathLike[str] | None = None) -> Path:
     """Where embedded state lives: ``home``, else ``$BULLDOZER_HOME``, else ``./.bulldozer``."""
-    return Path(home or os.environ.get("BULLDOZER_HOME") or DEFAULT_HOME).absolute()
+    from bulldozer.settings import load_settings
+
+    return load_settings().home_path(home)
 
 
 def embedded_catalog_properties(home: str | os.PathLike[str] | None = None) -> dict[str, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -137,3 +138,34 @@ def test_pin_blocks_a_flip_and_unpin_releases_it(home: Path, dal: KvClient) -> N
     assert _cli(dal, "unpin", "user_item_scores").exit_code == 0
     freed = run_job(spec(), dal, home=str(home))
     assert freed.outcome == "succeeded" and dal.get_alias("user_item_scores").namespace == freed.version
+
+
+def test_every_command_without_a_spec_acts_on_bulldozer_endpoint(home: Path, dal: KvClient, tmp_path: Path) -> None:
+    """BULLDOZER_ENDPOINT names the DAL for every command, as it does for run: none of them
+    falls back to the local embedded store (which would be empty here, and is never made)."""
+    v1 = run_job(spec(), dal, home=str(home)).version
+    v2 = run_job(spec(), dal, home=str(home)).version
+    elsewhere = tmp_path / "elsewhere"
+    env = {"BULLDOZER_ENDPOINT": dal.target, "BULLDOZER_HOME": str(elsewhere)}
+
+    def cli(*args: str) -> Any:
+        result = runner.invoke(app, list(args), env=env)
+        assert result.exit_code == 0, (args, result.output)
+        return result
+
+    names = [n["name"] for n in json.loads(cli("namespaces", "--json").stdout)]
+    assert [v1, v2] == [n for n in names if n in (v1, v2)]
+    assert json.loads(cli("namespace", "describe", v2).stdout)["state"] == "ACTIVE"
+    assert json.loads(cli("alias", "show", "user_item_scores", "--json").stdout)["namespace"] == v2
+    assert len(json.loads(cli("alias", "history", "user_item_scores", "--json").stdout)) == 2
+    assert {r["version"] for r in json.loads(cli("runs", "user_item_scores", "--json").stdout)} >= {v1, v2}
+    assert json.loads(cli("get", "user_item_scores", "--key", json.dumps(KEY)).stdout)
+    assert len(cli("scan", "user_item_scores", "--limit", "2").stdout.strip().splitlines()) == 2
+    cli("pin", "user_item_scores", "--reason", "hold")
+    assert dal.get_alias("user_item_scores").pinned
+    cli("unpin", "user_item_scores")
+    assert not dal.get_alias("user_item_scores").pinned
+    assert json.loads(cli("rollback", "user_item_scores", "--yes", "--json").stdout)["to"] == v1
+    assert dal.get_alias("user_item_scores").namespace == v1
+    assert json.loads(cli("gc", "--dry-run", "--json").stdout)["dry_run"] is True
+    assert not (elsewhere / "kv").exists()  # the embedded store was never opened

@@ -45,3 +45,64 @@ def test_the_limit_halves_on_pushback_and_grows_back_on_success() -> None:
         throttle.acquire()
         throttle.release(False)
     assert throttle.limit == 128 and throttle.inflight == 0
+
+
+class _BusyNode:
+    """A session whose node answers ConnectionBusy beyond ``capacity`` writes in flight and
+    completes the others a moment later, on another thread (as the driver does)."""
+
+    def __init__(self, capacity: int) -> None:
+        import threading
+
+        self.capacity = capacity
+        self.inflight = 0
+        self.stored: list[object] = []
+        self.busy = 0
+        self._lock = threading.Lock()
+
+    def execute_async(self, batch: object) -> _Answer:
+        with self._lock:
+            refused = self.inflight >= self.capacity
+            if refused:
+                self.busy += 1
+            else:
+                self.inflight += 1
+        return _Answer(self, batch, refused)
+
+
+class _Answer:
+    def __init__(self, node: _BusyNode, batch: object, refused: bool) -> None:
+        self.node, self.batch, self.refused = node, batch, refused
+
+    def add_callbacks(
+        self, callback: object, errback: object, callback_args: tuple = (), errback_args: tuple = ()
+    ) -> None:  # type: ignore[type-arg]
+        import threading
+
+        def answer() -> None:
+            if self.refused:
+                errback(NoHostAvailable("busy", {"h": ConnectionBusy("busy")}), *errback_args)  # type: ignore[operator]
+                return
+            with self.node._lock:
+                self.node.inflight -= 1
+                self.node.stored.append(self.batch)
+            callback([], *callback_args)  # type: ignore[operator]
+
+        threading.Timer(0.005, answer).start()
+
+
+def test_writes_to_a_node_that_pushes_back_all_land_once_and_the_limit_comes_down() -> None:
+    from bulldozer.kv.backends.cassandra import CassandraEngine
+    from bulldozer.kv.backends.config import CassandraConfig
+
+    engine = object.__new__(CassandraEngine)
+    engine.config = CassandraConfig(concurrency=256, timeout_seconds=5)
+    engine.where = "fake"
+    engine._throttle = _Throttle(256)
+    node = _BusyNode(capacity=4)
+    engine.session = node  # type: ignore[assignment]
+    batches = [f"batch-{i}" for i in range(500)]
+    engine._write(batches)
+    assert sorted(node.stored) == sorted(batches)  # every batch landed exactly once
+    assert node.busy > 0 and engine._throttle.pushed_back == node.busy
+    assert engine._throttle.limit < 256 and engine._throttle.inflight == 0

@@ -44,6 +44,7 @@ from bulldozer.errors import (
     PermissionDeniedError,
     UnauthenticatedError,
 )
+from bulldozer.settings import environment
 
 __all__ = [
     "AuthConfig",
@@ -105,7 +106,7 @@ class Authorizer:
         self._grants: dict[str, dict[str, frozenset[str]]] = {}
         for name, p in config.principals.items():
             if p.token_env is not None:
-                value = os.environ.get(p.token_env)
+                value = environment().get(p.token_env)
                 if not value:
                     raise InvalidArgumentError(f"principal {name!r}: environment variable {p.token_env} is not set")
                 self._tokens.append((_sha256(value), name))

@@ -45,9 +45,11 @@ class DataPlane(StrEnum):
 def kvd_binary() -> Path | None:
     """The ``bulldozer-kvd`` binary: ``$BULLDOZER_KVD``, else the one ``scripts/build_native.sh``
     built in this checkout, else one on ``PATH``; None when there is none."""
-    configured = os.environ.get(BINARY_ENV)
+    from bulldozer.settings import load_settings
+
+    configured = load_settings().kvd
     if configured:
-        return Path(configured) if os.access(configured, os.X_OK) else None
+        return configured if os.access(configured, os.X_OK) else None
     built = Path(__file__).resolve().parents[3] / "native" / "bin" / "bulldozer-kvd"
     if os.access(built, os.X_OK):
         return built

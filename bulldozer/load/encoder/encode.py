@@ -15,7 +15,6 @@ tests check, so a key a consumer builds with the generated class finds its row.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -237,7 +236,9 @@ class RowEncoder:
 
     def __init__(self, proto: ProtoFile, kernels: Kernels | None = None) -> None:
         self.proto = proto
-        chosen = kernels or os.environ.get("BULLDOZER_ENCODER_KERNELS") or "auto"
+        from bulldozer.settings import load_settings
+
+        chosen = kernels or load_settings().encoder_kernels or "auto"
         if chosen not in ("auto", "layout", "fields"):
             raise ValueError(f"BULLDOZER_ENCODER_KERNELS must be auto, layout or fields, not {chosen!r}")
         self.kernels = chosen

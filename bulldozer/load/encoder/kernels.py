@@ -61,11 +61,9 @@ _U1 = np.uint64(1)
 
 def kernel_cache_dir() -> Path:
     """Where generated kernels (and numba's cache of them) are kept."""
-    configured = os.environ.get("BULLDOZER_KERNEL_CACHE")
-    if configured:
-        return Path(configured)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "bulldozer" / "kernels"
+    from bulldozer.settings import cache_root, load_settings
+
+    return load_settings().kernel_cache or cache_root() / "bulldozer" / "kernels"
 
 
 class _Source:

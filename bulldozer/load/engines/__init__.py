@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 from bulldozer.errors import BackendUnavailableError
 from bulldozer.load.engines.base import LoadEngine, LoadPlan, LoadResult, SplitResult
@@ -16,7 +17,8 @@ ENGINES: dict[str, tuple[str, str, str | None]] = {
 }
 
 
-def create_load_engine(name: str) -> LoadEngine:
+def create_load_engine(name: str, **options: Any) -> LoadEngine:
+    """The load engine called ``name``, made with ``options`` (e.g. Spark's ``master``)."""
     if name not in ENGINES:
         raise BackendUnavailableError(f"unknown load engine {name!r}; known: {', '.join(sorted(ENGINES))}")
     module_name, class_name, extra = ENGINES[name]
@@ -25,5 +27,5 @@ def create_load_engine(name: str) -> LoadEngine:
     except ImportError as exc:
         hint = f"; install it with: pip install 'bulldozer[{extra}]'" if extra else ""
         raise BackendUnavailableError(f"the {name} engine cannot be loaded ({exc}){hint}") from exc
-    engine: LoadEngine = getattr(module, class_name)()
+    engine: LoadEngine = getattr(module, class_name)(**options)
     return engine

@@ -30,6 +30,7 @@ from bulldozer.codec.digest import Digest
 from bulldozer.kv.client import KvClient
 from bulldozer.load.engines.base import LoadPlan, LoadResult, Progress, SplitDone, SplitResult
 from bulldozer.load.engines.local import LocalEngine
+from bulldozer.settings import load_settings
 from bulldozer.warehouse.catalog import bulldozer_home
 
 log = logging.getLogger(__name__)
@@ -42,11 +43,16 @@ _SESSION: Any = None
 _SESSION_KEY: tuple[object, ...] = ()
 
 
-def spark_session(catalog_name: str = "lake", properties: dict[str, str] | None = None, home: str | None = None) -> Any:
+def spark_session(
+    catalog_name: str = "lake",
+    properties: dict[str, str] | None = None,
+    home: str | None = None,
+    master: str | None = None,
+) -> Any:
     """A SparkSession with the Iceberg catalog configured, reused while the catalog is the
     same (a different catalog or home gets a fresh session: Spark catalogs load once)."""
     global _SESSION, _SESSION_KEY
-    key = (catalog_name, tuple(sorted((properties or {}).items())), str(bulldozer_home(home)))
+    key = (catalog_name, tuple(sorted((properties or {}).items())), str(bulldozer_home(home)), master)
     if _SESSION is not None:
         if key == _SESSION_KEY:
             return _SESSION
@@ -57,7 +63,8 @@ def spark_session(catalog_name: str = "lake", properties: dict[str, str] | None 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local mode stays on loopback
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    master = os.environ.get("BULLDOZER_SPARK_MASTER", "local[*]")
+    settings = load_settings()
+    master = master or settings.spark_master
     prefix = f"spark.sql.catalog.{catalog_name}"
     builder = (
         SparkSession.builder.appName("bulldozer")
@@ -71,7 +78,7 @@ def spark_session(catalog_name: str = "lake", properties: dict[str, str] | None 
         .config("spark.driver.host", os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"))
         .config("spark.driver.bindAddress", os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"))
         .config("spark.sql.shuffle.partitions", "8")
-        .config("spark.driver.memory", os.environ.get("BULLDOZER_SPARK_DRIVER_MEMORY", "2g"))
+        .config("spark.driver.memory", settings.spark_driver_memory)
     )
     if properties:
         for prop, value in properties.items():
@@ -159,10 +166,14 @@ class SparkEngine(LocalEngine):
     resumes_splits = False
     runs_sql = False
 
+    def __init__(self, master: str | None = None) -> None:
+        #: the cluster to run on (``spark://host:7077``); default ``BULLDOZER_SPARK_MASTER`` or local[*]
+        self.master = master
+
     def load(self, plan: LoadPlan, client: KvClient, on_split: SplitDone, progress: Progress) -> LoadResult:
         spec = plan.spec
         catalog = spec.data_movement.catalog
-        spark = spark_session(catalog.name, dict(catalog.properties) or None, plan.home)
+        spark = spark_session(catalog.name, dict(catalog.properties) or None, plan.home, self.master)
         identifier = f"{catalog.name}.{spec.data_movement.source.table}"
         frame = spark.read.option("versionAsOf", str(plan.snapshot_id)).table(identifier)
         if spec.data_movement.filter:
