@@ -15,12 +15,22 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bulldozer.errors import InvalidArgumentError
 
-__all__ = ["DEFAULT_HOME", "Settings", "cache_root", "child_environment", "environment", "load_settings"]
+__all__ = [
+    "DEFAULT_HOME",
+    "Profile",
+    "ProfilesFile",
+    "Settings",
+    "cache_root",
+    "child_environment",
+    "environment",
+    "load_settings",
+    "select_profile",
+]
 
 DEFAULT_HOME = ".bulldozer"
 
@@ -28,7 +38,7 @@ DEFAULT_HOME = ".bulldozer"
 class Settings(BaseSettings):
     """``BULLDOZER_<FIELD>`` for each field (``BULLDOZER_ENDPOINT``, ``BULLDOZER_TOKEN``, …)."""
 
-    model_config = SettingsConfigDict(env_prefix="BULLDOZER_", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(env_prefix="BULLDOZER_", extra="ignore", frozen=True, env_ignore_empty=True)
 
     #: Embedded state folder: catalog, warehouse, KV store, logs.
     home: Path | None = None
@@ -63,6 +73,10 @@ class Settings(BaseSettings):
     data_plane: Literal["auto", "native", "python"] = "auto"
     #: Where downloaded tools (protoc plugins, Maven) are cached (default ``~/.cache/bulldozer``).
     cache: Path | None = None
+    #: The named profile to use (``--profile`` overrides), and the file that holds the profiles
+    #: (default ``$XDG_CONFIG_HOME/bulldozer/profiles.yaml``, i.e. ``~/.config/bulldozer/…``).
+    profile: str | None = None
+    profiles_file: Path | None = None
 
     def specs_folder(self, home: str | os.PathLike[str] | None = None) -> Path:
         """The scheduler's specs folder: ``BULLDOZER_SPECS_DIR``, else ``<home>/specs``."""
@@ -94,11 +108,98 @@ class Settings(BaseSettings):
         return self.tls_ca, self.tls_cert, self.tls_key
 
 
-def load_settings() -> Settings:
-    """The settings as the environment holds them now; a malformed variable is one clear
-    error naming it (its value is not repeated: it may be a secret)."""
+class Profile(BaseModel):
+    """One named profile: where a set of commands acts, in the style of kubectl's contexts.
+    A variable set in the environment wins over the profile's value."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    endpoint: str | None = None
+    home: Path | None = None
+    tls_ca: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    #: Where the profile's bearer token is: an environment variable's name, or a file.
+    token_env: str | None = None
+    token_file: Path | None = None
+
+
+class ProfilesFile(BaseModel):
+    """``profiles.yaml``: ``current`` (the profile used when none is selected) and ``profiles``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    current: str | None = None
+    profiles: dict[str, Profile] = Field(default_factory=dict)
+
+
+_selected: str | None = None
+
+
+def select_profile(name: str | None) -> None:
+    """The profile the command line's ``--profile`` names (it wins over ``BULLDOZER_PROFILE``)."""
+    global _selected
+    _selected = name
+
+
+def _profiles_file(settings: Settings) -> Path:
+    if settings.profiles_file:
+        return settings.profiles_file
+    base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
+    return Path(base) / "bulldozer" / "profiles.yaml"
+
+
+def _read_profiles(path: Path) -> ProfilesFile:
+    import yaml
+
     try:
-        return Settings()
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+        return ProfilesFile.model_validate(data or {})
+    except (OSError, yaml.YAMLError, ValidationError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InvalidArgumentError(f"{path}: not a valid profiles file: {first}") from None
+
+
+def _with_profile(settings: Settings) -> Settings:
+    """``settings`` with the selected profile's values where no variable set them."""
+    path = _profiles_file(settings)
+    profiles = _read_profiles(path)
+    name = _selected or settings.profile or profiles.current
+    if not name:
+        return settings
+    profile = profiles.profiles.get(name)
+    if profile is None:
+        known = ", ".join(sorted(profiles.profiles)) or "none"
+        raise InvalidArgumentError(f"profile {name!r} is not in {path} (profiles there: {known})")
+    update: dict[str, object] = {
+        field: getattr(profile, field)
+        for field in ("endpoint", "home", "tls_ca", "tls_cert", "tls_key")
+        if getattr(settings, field) is None and getattr(profile, field) is not None
+    }
+    if settings.token is None and (profile.token_env or profile.token_file):
+        update["token"] = SecretStr(_profile_token(name, profile))
+    return settings.model_copy(update=update)
+
+
+def _profile_token(name: str, profile: Profile) -> str:
+    if profile.token_env:
+        value = os.environ.get(profile.token_env)
+        if not value:
+            raise InvalidArgumentError(f"profile {name!r}: environment variable {profile.token_env} is not set")
+        return value
+    assert profile.token_file is not None
+    try:
+        return profile.token_file.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise InvalidArgumentError(f"profile {name!r}: cannot read its token file: {exc.strerror}") from None
+
+
+def load_settings() -> Settings:
+    """The settings as the environment holds them now, completed by the selected profile; a
+    malformed variable is one clear error naming it (its value is not repeated: it may be a
+    secret)."""
+    try:
+        return _with_profile(Settings())
     except ValidationError as exc:
         problems = "; ".join(
             f"BULLDOZER_{'_'.join(str(p) for p in err['loc']).upper()}: {err['msg']}" for err in exc.errors()

@@ -37,8 +37,19 @@ def _root(
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
     ] = False,
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            help="The named profile (endpoint, TLS files, token source, home) of the profiles file to use "
+            "(default: $BULLDOZER_PROFILE, else the file's current one).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Bulldozer: batch data movement from Iceberg to a KV DAL."""
+    from bulldozer.settings import select_profile
+
+    select_profile(profile)
     if ctx.invoked_subcommand != "run":
         process.collect_again()  # a run does once it is set up
 

@@ -131,10 +131,12 @@ def connect_for_spec(
     endpoint: str | None = None,
     timeout: float = 60.0,
 ) -> Iterator[KvClient]:
-    """A client of the DAL ``loaded`` names (or of ``endpoint``, the operator's override),
-    with the token ``spec_token`` allows."""
-    target = endpoint or loaded.spec.key_value_dal.endpoint
-    token = spec_token(loaded, target, operator_endpoint=endpoint is not None)
+    """A client of ``endpoint`` (the operator's override), else of the DAL ``loaded`` names,
+    else of the operator's (``BULLDOZER_ENDPOINT``, the profile's, else embedded), with the
+    token ``spec_token`` allows."""
+    named = loaded.spec.key_value_dal.endpoint
+    target = endpoint or named or load_settings().dal_endpoint()
+    token = spec_token(loaded, target, operator_endpoint=endpoint is not None or named is None)
     with connect(target, home, token=token, timeout=timeout, env_token=False) as client:
         yield client
 

@@ -512,7 +512,8 @@ class KeyValueDal(BaseModel):
 
     model_config = _FROZEN
 
-    endpoint: Annotated[str, _matching(ENDPOINT_PATTERN, "embedded or host:port")] = "embedded"
+    #: None: the operator's (``--endpoint``, ``BULLDOZER_ENDPOINT``, the profile's, else embedded)
+    endpoint: Annotated[str, _matching(ENDPOINT_PATTERN, "embedded or host:port")] | None = None
     alias: Identifier
     token: str | None = Field(default=None, repr=False, description="Bearer token, e.g. ${TOKEN}.")
     write: WriteTuning = Field(default_factory=WriteTuning)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -169,3 +170,73 @@ def test_every_command_without_a_spec_acts_on_bulldozer_endpoint(home: Path, dal
     assert dal.get_alias("user_item_scores").namespace == v1
     assert json.loads(cli("gc", "--dry-run", "--json").stdout)["dry_run"] is True
     assert not (elsewhere / "kv").exists()  # the embedded store was never opened
+
+
+def _profiles(tmp_path: Path, **profiles: dict[str, str]) -> Path:
+    import yaml
+
+    path = tmp_path / "profiles.yaml"
+    path.write_text(yaml.safe_dump({"profiles": profiles}))
+    return path
+
+
+def test_a_profile_names_the_dal_for_every_command(home: Path, dal: KvClient, tmp_path: Path) -> None:
+    """``--profile remote`` (a profile whose endpoint is a DAL on a loopback port): every
+    command — with a spec or without — acts on that DAL, never on the local embedded store."""
+    import shutil
+
+    from tests.conftest import REPO
+
+    profiles = _profiles(tmp_path, remote={"endpoint": dal.target, "home": str(home)})
+    env = {"BULLDOZER_PROFILES_FILE": str(profiles), "BULLDOZER_HOME": "", "BULLDOZER_ENDPOINT": ""}
+    spec_file = tmp_path / "job.yaml"
+    shutil.copy(REPO / "templates" / "move_data_to_kv_dal.yaml", spec_file)  # names no endpoint
+
+    def cli(*args: str) -> Any:
+        result = runner.invoke(app, ["--profile", "remote", *args], env=env)
+        assert result.exit_code == 0, (args, result.output)
+        return result
+
+    v1 = json.loads(cli("run", str(spec_file), "--json").stdout)["version"]
+    assert dal.get_alias("user_item_scores").namespace == v1  # the run went to the profile's DAL
+    v2 = json.loads(cli("run", str(spec_file), "--json").stdout)["version"]
+    assert json.loads(cli("plan", str(spec_file), "--json").stdout)["live_version"] == v2
+    assert [n["name"] for n in json.loads(cli("namespaces", "user_item_scores", "--json").stdout)] == [v1, v2]
+    assert json.loads(cli("namespace", "describe", v2).stdout)["state"] == "ACTIVE"
+    assert json.loads(cli("alias", "show", "user_item_scores", "--json").stdout)["namespace"] == v2
+    assert len(json.loads(cli("alias", "history", "user_item_scores", "--json").stdout)) == 2
+    assert {r["version"] for r in json.loads(cli("runs", "user_item_scores", "--json").stdout)} == {v1, v2}
+    assert json.loads(cli("get", "user_item_scores", "--key", json.dumps(KEY)).stdout)
+    assert len(cli("scan", "user_item_scores", "--limit", "3").stdout.strip().splitlines()) == 3
+    cli("pin", "user_item_scores")
+    assert dal.get_alias("user_item_scores").pinned
+    cli("unpin", "user_item_scores")
+    assert json.loads(cli("rollback", "user_item_scores", "--yes", "--json").stdout)["to"] == v1
+    assert json.loads(cli("gc", "--dry-run", "--json").stdout)["dry_run"] is True
+    cli("submit", str(spec_file), "--specs-dir", str(tmp_path / "specs"), "--no-catalog")
+    (job,) = json.loads(cli("jobs", "--specs-dir", str(tmp_path / "specs"), "--json").stdout)
+    assert job["current_version"] == v1  # read from the profile's DAL
+
+
+def test_profile_selection_and_precedence(dal: KvClient, tmp_path: Path) -> None:
+    from bulldozer.settings import load_settings, select_profile
+
+    profiles = _profiles(tmp_path, remote={"endpoint": dal.target}, other={"endpoint": "other:7110"})
+    env = {"BULLDOZER_PROFILES_FILE": str(profiles), "BULLDOZER_ENDPOINT": ""}
+    unknown = runner.invoke(app, ["--profile", "nope", "namespaces"], env=env)
+    assert unknown.exit_code == 1 and "profile 'nope' is not in" in unknown.output and "other, remote" in unknown.output
+    for name, value in env.items():
+        os.environ[name] = value
+    try:
+        select_profile(None)  # as a new process starts
+        os.environ["BULLDOZER_PROFILE"] = "other"
+        assert load_settings().dal_endpoint() == "other:7110"  # BULLDOZER_PROFILE selects
+        select_profile("remote")
+        assert load_settings().dal_endpoint() == dal.target  # --profile wins over BULLDOZER_PROFILE
+        os.environ["BULLDOZER_ENDPOINT"] = "env:1"
+        assert load_settings().dal_endpoint() == "env:1"  # a variable wins over the profile
+        assert load_settings().dal_endpoint("flag:2") == "flag:2"  # and a flag over both
+    finally:
+        select_profile(None)
+        for name in (*env, "BULLDOZER_PROFILE"):
+            os.environ.pop(name, None)

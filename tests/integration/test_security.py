@@ -322,7 +322,7 @@ def test_the_operators_token_goes_only_where_it_was_configured_for(monkeypatch: 
 
     capture = _Capture()
     try:
-        hostile = TEMPLATE.replace("${BULLDOZER_ENDPOINT:-embedded}", capture.endpoint)
+        hostile = TEMPLATE.replace("  # endpoint: dal.example.com:7110", f"  endpoint: {capture.endpoint}")
         monkeypatch.setenv("BULLDOZER_TOKEN", "operator-secret")
         monkeypatch.delenv("BULLDOZER_ENDPOINT", raising=False)
         monkeypatch.delenv("BULLDOZER_TOKEN_ENDPOINTS", raising=False)

@@ -46,3 +46,45 @@ def test_a_malformed_variable_is_one_clear_error(monkeypatch: pytest.MonkeyPatch
     with pytest.raises(InvalidArgumentError, match="BULLDOZER_DATA_PLANE") as refused:
         load_settings()
     assert "\n" not in str(refused.value)
+
+
+def test_a_profile_completes_what_no_variable_set(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import yaml
+
+    from bulldozer.settings import select_profile
+
+    token_file = tmp_path / "token"
+    token_file.write_text("from-a-file\n")
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text(
+        yaml.safe_dump(
+            {
+                "current": "prod",
+                "profiles": {
+                    "prod": {"endpoint": "dal.prod:7110", "home": str(tmp_path), "token_file": str(token_file)},
+                    "env": {"endpoint": "dal.env:7110", "token_env": "PROD_DAL_TOKEN"},
+                },
+            }
+        )
+    )
+    for name in ("HOME", "ENDPOINT", "TOKEN", "PROFILE", "TOKEN_ENDPOINTS"):
+        monkeypatch.delenv(f"BULLDOZER_{name}", raising=False)
+    monkeypatch.setenv("BULLDOZER_PROFILES_FILE", str(profiles))
+    select_profile(None)
+    settings = load_settings()  # the file's current profile
+    assert (settings.dal_endpoint(), settings.home_path(), settings.operator_token()) == (
+        "dal.prod:7110",
+        tmp_path,
+        "from-a-file",
+    )
+    assert settings.token_allowed_for("dal.prod:7110") and not settings.token_allowed_for("evil:1")
+    monkeypatch.setenv("BULLDOZER_PROFILE", "env")
+    with pytest.raises(InvalidArgumentError, match="PROD_DAL_TOKEN is not set"):
+        load_settings()
+    monkeypatch.setenv("PROD_DAL_TOKEN", "t")
+    assert load_settings().operator_token() == "t"
+    monkeypatch.setenv("BULLDOZER_TOKEN", "variable")
+    assert load_settings().operator_token() == "variable"  # a variable wins over the profile
+    profiles.write_text("profiles: [not, a, mapping]")
+    with pytest.raises(InvalidArgumentError, match="not a valid profiles file"):
+        load_settings()

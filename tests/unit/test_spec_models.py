@@ -20,7 +20,7 @@ MINIMAL = (SPECS / "good" / "minimal.yaml").read_text()
 def test_template_is_valid_and_complete() -> None:
     spec = load_spec(TEMPLATE, env={}).spec
     assert spec.kind == "MoveDataToKvDal"
-    assert spec.key_value_dal.endpoint == "embedded"  # ${BULLDOZER_ENDPOINT:-embedded}
+    assert spec.key_value_dal.endpoint is None  # the operator's: --endpoint, BULLDOZER_ENDPOINT, the profile's
     assert spec.data_movement.key_columns == ("user_id", "item_id", "locale")
     assert spec.key_value_dal.retention.grace_period == timedelta(hours=24)
     assert spec.data_movement.renames == {"rating": "user_rating"}
@@ -39,7 +39,7 @@ def test_installed_template_resource_matches() -> None:
 
 def test_defaults_of_a_minimal_spec() -> None:
     spec = load_spec_text(MINIMAL).spec
-    assert spec.key_value_dal.endpoint == "embedded"
+    assert spec.key_value_dal.endpoint is None  # the operator's, else embedded
     assert spec.key_value_dal.write.batch_size == 20_000
     assert spec.data_movement.duplicate_keys.policy == "fail"
     assert spec.bulldozer_protobuf.key_message == "KeyMessage"

@@ -82,8 +82,10 @@ def test_variables_expand_only_where_meant(old: str, new: str, field: str) -> No
 
 
 def test_variables_expand_in_endpoint_token_and_catalog_properties() -> None:
-    text = TEMPLATE.replace("  alias: user_item_scores", "  alias: user_item_scores\n  token: ${TOKEN}").replace(
-        "    # properties:", "    properties: {uri: '${CATALOG_URI}'}\n    #", 1
+    text = (
+        TEMPLATE.replace("  alias: user_item_scores", "  alias: user_item_scores\n  token: ${TOKEN}")
+        .replace("  # endpoint: dal.example.com:7110", "  endpoint: ${BULLDOZER_ENDPOINT}")
+        .replace("    # properties:", "    properties: {uri: '${CATALOG_URI}'}\n    #", 1)
     )
     env = {"TOKEN": "t0ken", "CATALOG_URI": "sqlite:////tmp/c.db", "BULLDOZER_ENDPOINT": "dal:7110"}
     spec = load_spec_text(text, "job.yaml", env=env).spec
@@ -98,7 +100,7 @@ def test_a_literal_dollar_brace_is_fine_anywhere() -> None:
 
 
 def test_an_expanded_value_is_never_printed_back() -> None:
-    text = TEMPLATE.replace("  endpoint: ${BULLDOZER_ENDPOINT:-embedded}", "  endpoint: ${DAL}")
+    text = TEMPLATE.replace("  # endpoint: dal.example.com:7110", "  endpoint: ${DAL}")
     secret = "s3cr3t-value with spaces"
     lines = _issues(lambda: load_spec_text(text, "job.yaml", env={"DAL": secret}))
     assert lines and any("key_value_dal.endpoint" in line for line in lines)
