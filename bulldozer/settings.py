@@ -5,7 +5,8 @@ This module is the only one below the command line that reads the environment: e
 part needs (a spec's ``${VAR}``, a principal's ``token_env``, the cache root, a child
 process's environment) are read through its functions. Commands resolve their options
 with one precedence — a command-line flag, then the spec where one applies, then the
-environment, then the default — and pass the result down as arguments.
+variable, then the selected profile (see :class:`ProfilesFile`), then the default — and
+pass the result down as arguments.
 """
 
 from __future__ import annotations

@@ -18,8 +18,6 @@ from bulldozer.spec.models import CatalogConfig
 
 __all__ = ["bulldozer_home", "embedded_catalog_properties", "load_source_table", "load_table", "open_catalog"]
 
-DEFAULT_HOME = ".bulldozer"
-
 
 def bulldozer_home(home: str | os.PathLike[str] | None = None) -> Path:
     """Where embedded state lives: ``home``, else ``$BULLDOZER_HOME``, else ``./.bulldozer``."""
