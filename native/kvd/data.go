@@ -113,6 +113,7 @@ func (s *dataServer) putNative(req *kvpb.PutBatchRequest) (resp *kvpb.PutBatchRe
 		return nil, false
 	}
 	var d lmdb.Digest
+	hasher := newPairHasher()
 	keys, values := c.Keys, c.Values
 	var kp, vp uint64
 	for i := 0; i < n; i++ {
@@ -121,7 +122,7 @@ func (s *dataServer) putNative(req *kvpb.PutBatchRequest) (resp *kvpb.PutBatchRe
 			kp+kl > uint64(len(keys)) || vp+vl > uint64(len(values)) {
 			return nil, false
 		}
-		d.Sum += pairHash(keys[kp:kp+kl], values[vp:vp+vl])
+		d.Sum += hasher.hash(keys[kp:kp+kl], values[vp:vp+vl])
 		kp, vp = kp+kl, vp+vl
 	}
 	if kp != uint64(len(keys)) || vp != uint64(len(values)) {

@@ -3,6 +3,7 @@ module bulldozer/kvd
 go 1.26.0
 
 require (
+	github.com/cespare/xxhash/v2 v2.3.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 )
