@@ -17,8 +17,8 @@ from bulldozer.errors import BulldozerError, InvalidArgumentError, RetentionErro
 
 if TYPE_CHECKING:
     from bulldozer.kv.client import KvClient
-    from bulldozer.load.runner import RunRecord
     from bulldozer.spec.loader import LoadedSpec
+    from bulldozer.versioning.run_state import RunRecord
 
 
 class EngineChoice(StrEnum):
@@ -272,15 +272,17 @@ def runs(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List the runs of an alias (newest first) with their outcome, rows and timings."""
+    from dataclasses import asdict
+
     from bulldozer.kv.connect import connect
-    from bulldozer.load.runner import RUN_LABEL
+    from bulldozer.versioning.run_state import run_record_of
 
     with connect(endpoint, home) as client:
         namespaces = client.list_namespaces(alias)
     rows: list[dict[str, Any]] = []
     for ns in reversed(namespaces):
-        run = json.loads(ns.labels.get(RUN_LABEL, "{}"))
-        rows.append({"version": ns.name, "state": ns.state.value, **run})
+        run = run_record_of(ns)
+        rows.append({"version": ns.name, "state": ns.state.value, **(asdict(run) if run else {})})
     if as_json:
         print_json(rows)
         return

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -43,7 +42,9 @@ class RunPlan:
 
 def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None) -> RunPlan:
     from bulldozer.load.engines.local import _scan, _tasks
-    from bulldozer.load.runner import RUN_LABEL, live_version, schema_at
+    from bulldozer.load.runner import schema_at
+    from bulldozer.versioning.flip import live_version
+    from bulldozer.versioning.run_state import run_record_of
 
     spec = loaded.spec
     dm = spec.data_movement
@@ -79,10 +80,9 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None) -> R
     rate, source = DEFAULT_RATE, "default estimate (no earlier run measured one)"
     versions = client.list_namespaces(spec.alias)
     for ns in reversed(versions):
-        record = json.loads(ns.labels.get(RUN_LABEL, "{}"))
-        load_seconds = record.get("timings", {}).get("load")
-        if record.get("outcome") == "succeeded" and load_seconds and record.get("rows"):
-            rate, source = record["rows"] / max(load_seconds, 1e-3), f"measured by run {record['run_id']}"
+        record = run_record_of(ns)
+        if record is not None and record.outcome == "succeeded" and record.load_seconds and record.rows:
+            rate, source = record.rows / max(record.load_seconds, 1e-3), f"measured by run {record.run_id}"
             break
     retention = spec.key_value_dal.retention
     # after this run the live version would be retired too

@@ -20,16 +20,12 @@ import signal
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 
 from bulldozer.errors import (
-    AliasConflictError,
-    AliasNotFoundError,
-    AliasPinnedError,
     BulldozerError,
     CatalogError,
     DuplicateKeyError,
@@ -51,65 +47,27 @@ from bulldozer.names import new_version_name
 from bulldozer.schema.job import JobSchema, build_job_schema
 from bulldozer.settings import load_settings
 from bulldozer.spec.loader import LoadedSpec
+from bulldozer.versioning.flip import flip, live_version
 from bulldozer.versioning.retention import apply_retention
+from bulldozer.versioning.run_state import (
+    LOADED_LABEL,
+    RUN_KEY_LABEL,
+    RUN_LABEL,
+    SPEC_LABEL,
+    STAGE_LABEL,
+    Loaded,
+    RunRecord,
+    ledger_label,
+    ledger_of,
+    loaded_of,
+    run_key_of,
+    run_record_of,
+)
 from bulldozer.warehouse.catalog import load_source_table, open_catalog
 
-__all__ = [
-    "RUN_LABEL",
-    "STAGES",
-    "JobRun",
-    "RunRecord",
-    "find_run_version",
-    "live_version",
-    "run_job",
-    "run_stage",
-    "schema_at",
-]
+__all__ = ["STAGES", "JobRun", "find_run_version", "run_job", "run_stage", "schema_at"]
 
 log = logging.getLogger("bulldozer.run")
-RUN_LABEL = "bulldozer.run"
-LEDGER_LABEL = "bulldozer.ledger"
-SPEC_LABEL = "bulldozer.spec_sha256"
-STAGE_LABEL = "bulldozer.stage"
-
-
-@dataclass
-class RunRecord:
-    """What one run did; kept with the version and shown by ``bulldozer runs``."""
-
-    run_id: str
-    job: str
-    alias: str
-    version: str = ""
-    previous: str = ""
-    engine: str = "local"
-    spec_sha256: str = ""
-    snapshot_id: int = 0
-    #: every table read, at its pinned snapshot (one for a table source)
-    snapshots: dict[str, int] = field(default_factory=dict)
-    rows: int = 0
-    bytes: int = 0
-    digest: str = ""
-    gates: list[dict[str, object]] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)
-    outcome: str = "running"
-    error: str = ""
-    started: str = ""
-    finished: str = ""
-    resumed: bool = False
-    retention_dropped: list[str] = field(default_factory=list)
-    #: set when retention failed after the flip: the version is live, old ones were not dropped
-    retention_error: str = ""
-    #: the stage that failed (a failed run)
-    failed_stage: str = ""
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: str) -> RunRecord:
-        known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in json.loads(text).items() if k in known})
 
 
 class _Stages:
@@ -135,14 +93,6 @@ class _Stages:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def live_version(client: KvClient, alias: str) -> NamespaceRecord | None:
-    """The version the alias points at, or None before its first flip."""
-    try:
-        return client.describe(client.get_alias(alias).namespace)
-    except AliasNotFoundError:
-        return None
 
 
 def schema_at(table: Any, snapshot_id: int) -> Any:
@@ -184,11 +134,6 @@ def _parse_fault(text: str) -> tuple[str, int | str]:
 
 #: The stages of a run, in order; each can be called on its own (``run_stage``).
 STAGES = ("validate", "schema", "load", "verify", "flip", "retention")
-#: On the version: what the load stage measured, for a verify stage in another process.
-LOADED_LABEL = "bulldozer.loaded"
-#: On the version: the scheduler's key of the run (e.g. Airflow's DAG run id), so a
-#: retried load stage finds and resumes the version its first attempt created.
-RUN_KEY_LABEL = "bulldozer.run_key"
 #: States of a version whose load stage finished (SEALING: its seal was interrupted).
 _LOADED_STATES = frozenset({State.SEALING, State.SEALED, State.ACTIVE, State.RETIRED})
 #: Failures a retry cannot fix: the version is marked FAILED at once.
@@ -309,7 +254,7 @@ class JobRun:
                 )
             if existing.state == State.SEALING:
                 # loaded in full and frozen, its seal interrupted: seal (verify) and flip it
-                if LOADED_LABEL not in existing.labels:
+                if loaded_of(existing) is None:
                     raise NamespaceStateError(f"cannot resume {resume!r}: it is SEALING but records no finished load")
                 previous, live = record.previous, self.live
                 self.restore(resume)
@@ -317,7 +262,7 @@ class JobRun:
                 return resume
             if existing.snapshot_id != record.snapshot_id and not spec.data_movement.snapshot_id:
                 record.snapshot_id = existing.snapshot_id  # a resumed run keeps its snapshot
-            ledger = json.loads(existing.labels.get(LEDGER_LABEL, "{}"))
+            ledger = ledger_of(existing)
             if self.load_engine.resumes_splits and self.sql_source is None:
                 self.done = {sid: SplitResult.from_json(sid, v) for sid, v in ledger.items()}
             record.version, record.resumed = resume, True
@@ -357,7 +302,7 @@ class JobRun:
 
         def on_split(split: SplitResult) -> None:
             ledger_state[split.split_id] = split.to_json()
-            client.set_labels(record.version, {LEDGER_LABEL: json.dumps(ledger_state, separators=(",", ":"))})
+            client.set_labels(record.version, ledger_label(ledger_state))
 
         def on_progress(rows: int, total: int) -> None:
             self.progress(rows, total)
@@ -381,13 +326,13 @@ class JobRun:
                 f"the source has rows sharing a key, e.g. {shown}; fix the source, filter it, or set "
                 "data_movement.duplicate_keys"
             )
-        loaded = {"rows": record.rows, "digest": self.digest_value, "null_counts": self.null_counts}
+        loaded = Loaded(record.rows, self.digest_value, dict(self.null_counts))
         self.load_done = True
         client.set_labels(
             record.version,
             {
                 STAGE_LABEL: "verify",
-                LOADED_LABEL: json.dumps(loaded, separators=(",", ":")),
+                LOADED_LABEL: loaded.to_json(),
                 RUN_LABEL: record.to_json(),
             },
         )
@@ -416,25 +361,11 @@ class JobRun:
         record, client = self.record, self.client
         client.set_labels(record.version, {STAGE_LABEL: "flip"})
         reason = f"run {record.run_id}: {record.rows:,} rows from snapshot {record.snapshot_id}"
-        try:
-            client.compare_and_set_alias(
-                self.spec.alias, record.previous or None, record.version, reason=reason, respect_pin=True
-            )
+        kept_back = flip(client, self.spec.alias, record.previous or None, record.version, reason)
+        if kept_back is not None:
+            record.outcome, record.error = "pinned", kept_back
+        else:
             self.flipped = True
-        except AliasPinnedError as pinned:
-            # built and verified, kept SEALED; the operator decides when it goes live
-            record.outcome = "pinned"
-            record.error = str(pinned)
-        except AliasConflictError:
-            try:
-                winner = client.get_alias(self.spec.alias).namespace
-            except KvError:
-                winner = "another version"
-            raise AliasConflictError(
-                f"{record.version} was verified but not made live: alias {self.spec.alias!r} now points at {winner}, "
-                f"not at {record.previous or 'nothing'} as when this run began (another run or an operator moved it "
-                "first); run again to load from the current state"
-            ) from None
 
     def retention(self) -> None:
         retention = self.spec.key_value_dal.retention
@@ -487,19 +418,18 @@ class JobRun:
         info = self.client.describe(version)
         if info.alias != self.spec.alias:
             raise NamespaceStateError(f"{version!r} is a version of {info.alias!r}, not {self.spec.alias!r}")
-        saved = RunRecord.from_json(info.labels[RUN_LABEL]) if RUN_LABEL in info.labels else None
+        saved = run_record_of(info)
         if saved is not None:
             saved.outcome, saved.error, saved.failed_stage = "running", "", ""
             self.record = saved
             self.stage.record = saved
         self.record.version = version
         self.version_created = True
-        loaded = json.loads(info.labels.get(LOADED_LABEL, "null"))
+        loaded = loaded_of(info)
         if loaded is None and info.state == State.LOADING:
             raise NamespaceStateError(f"{version!r} has not finished its load stage; run the load stage first")
         if loaded is not None:
-            self.record.rows, self.digest_value = int(loaded["rows"]), int(loaded["digest"])
-            self.null_counts = {k: int(v) for k, v in loaded["null_counts"].items()}
+            self.record.rows, self.digest_value, self.null_counts = loaded.rows, loaded.digest, dict(loaded.null_counts)
             self.load_done = True
         previous = self.record.previous
         self.live = self.client.describe(previous) if previous else None
@@ -553,7 +483,7 @@ def run_job(
 def find_run_version(client: KvClient, alias: str, run_key: str) -> NamespaceRecord | None:
     """The version a run with this scheduler key created (newest first), if any."""
     for info in reversed(client.list_namespaces(alias)):
-        if info.labels.get(RUN_KEY_LABEL) == run_key:
+        if run_key_of(info) == run_key:
             return info
     return None
 
@@ -602,7 +532,7 @@ def run_stage(
                 return run.record
             earlier = find_run_version(client, run.spec.alias, run_key) if run_key else None
             if earlier is not None and earlier.state != State.LOADING:
-                if earlier.state in _LOADED_STATES and LOADED_LABEL in earlier.labels:
+                if earlier.state in _LOADED_STATES and loaded_of(earlier) is not None:
                     run.restore(earlier.name)  # an earlier attempt already loaded it
                     run.record.outcome = "succeeded"
                     return run.record

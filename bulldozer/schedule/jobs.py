@@ -115,22 +115,20 @@ def list_jobs(folder: Path, home: str | None = None, with_state: bool = True) ->
 
 def _fill_state(info: JobInfo, loaded: LoadedSpec, home: str | None) -> None:
     from bulldozer.kv.connect import connect_for_spec
-    from bulldozer.load.runner import RUN_LABEL, live_version
+    from bulldozer.versioning.flip import live_version
+    from bulldozer.versioning.run_state import run_record_of
 
     with connect_for_spec(loaded, home) as client:
         live = live_version(client, info.alias)
         info.current_version = live.name if live else ""
-        versions = [v for v in client.list_namespaces(info.alias) if RUN_LABEL in v.labels]
-        if versions:
-            import json
-
-            newest = versions[-1]
-            run = json.loads(newest.labels[RUN_LABEL])
+        runs = [(v, run) for v in client.list_namespaces(info.alias) if (run := run_record_of(v)) is not None]
+        if runs:
+            newest, run = runs[-1]
             info.last_run = {
                 "version": newest.name,
                 "state": newest.state.value,
-                "outcome": run.get("outcome", ""),
-                "started": run.get("started", ""),
-                "finished": run.get("finished", ""),
-                "error": run.get("error", "") or newest.failure_reason,
+                "outcome": run.outcome,
+                "started": run.started,
+                "finished": run.finished,
+                "error": run.error or newest.failure_reason,
             }

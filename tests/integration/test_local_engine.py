@@ -17,8 +17,9 @@ from bulldozer.errors import AliasNotFoundError
 from bulldozer.kv import KvClient
 from bulldozer.load.arrow_memory import use_load_memory_pool
 from bulldozer.load.engines import local
-from bulldozer.load.runner import LEDGER_LABEL, run_job
+from bulldozer.load.runner import run_job
 from bulldozer.spec import load_spec_text
+from bulldozer.versioning.run_state import LEDGER_LABEL
 from bulldozer.warehouse.sample import create_sample_warehouse
 from tests.conftest import REPO
 

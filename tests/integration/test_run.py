@@ -24,11 +24,12 @@ from bulldozer.errors import (
 )
 from bulldozer.kv import KvClient
 from bulldozer.kv.types import State
-from bulldozer.load.runner import RUN_LABEL, run_job
+from bulldozer.load.runner import run_job
 from bulldozer.schema.compile import load_message_classes
 from bulldozer.spec import load_spec_text
 from bulldozer.spec.loader import LoadedSpec
 from bulldozer.spec.models import CatalogConfig
+from bulldozer.versioning.run_state import RUN_LABEL
 from bulldozer.warehouse.catalog import open_catalog
 from bulldozer.warehouse.sample import create_sample_warehouse, overwrite_sample
 from tests.conftest import REPO

@@ -1,0 +1,134 @@
+"""The typed state of a run, kept in its version's labels in the DAL.
+
+One model, read and written here only: the runner writes it stage by stage, and a resumed
+run, the scheduler's stages, ``bulldozer runs``, ``plan`` and ``jobs`` read it back. The
+labels (``bulldozer.*``) are its storage format, not an API: nothing else parses them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from bulldozer.kv.types import NamespaceRecord
+
+__all__ = [
+    "LEDGER_LABEL",
+    "LOADED_LABEL",
+    "RUN_KEY_LABEL",
+    "RUN_LABEL",
+    "SPEC_LABEL",
+    "STAGE_LABEL",
+    "Loaded",
+    "RunRecord",
+    "ledger_of",
+    "loaded_of",
+    "run_key_of",
+    "run_record_of",
+]
+
+#: The run record (JSON of :class:`RunRecord`).
+RUN_LABEL = "bulldozer.run"
+#: Splits already loaded and acknowledged: ``{split id: [rows, digest, bytes, null counts]}``.
+LEDGER_LABEL = "bulldozer.ledger"
+#: The sha256 of the spec text the run loaded.
+SPEC_LABEL = "bulldozer.spec_sha256"
+#: The stage the run is at (load, verify, flip, done, failed).
+STAGE_LABEL = "bulldozer.stage"
+#: What the load stage measured (:class:`Loaded`), for a verify stage in another process.
+LOADED_LABEL = "bulldozer.loaded"
+#: The scheduler's key of the run (e.g. Airflow's DAG run id), so a retried load stage
+#: finds and resumes the version its first attempt created.
+RUN_KEY_LABEL = "bulldozer.run_key"
+
+
+def _compact(data: Any) -> str:
+    return json.dumps(data, separators=(",", ":"))
+
+
+@dataclass
+class RunRecord:
+    """What one run did; kept with the version and shown by ``bulldozer runs``."""
+
+    run_id: str
+    job: str
+    alias: str
+    version: str = ""
+    previous: str = ""
+    engine: str = "local"
+    spec_sha256: str = ""
+    snapshot_id: int = 0
+    #: every table read, at its pinned snapshot (one for a table source)
+    snapshots: dict[str, int] = field(default_factory=dict)
+    rows: int = 0
+    bytes: int = 0
+    digest: str = ""
+    gates: list[dict[str, object]] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    outcome: str = "running"
+    error: str = ""
+    started: str = ""
+    finished: str = ""
+    resumed: bool = False
+    retention_dropped: list[str] = field(default_factory=list)
+    #: set when retention failed after the flip: the version is live, old ones were not dropped
+    retention_error: str = ""
+    #: the stage that failed (a failed run)
+    failed_stage: str = ""
+
+    def to_json(self) -> str:
+        return _compact(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> RunRecord:
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in json.loads(text).items() if k in known})
+
+    @property
+    def load_seconds(self) -> float:
+        return float(self.timings.get("load", 0.0))
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What the load stage measured: rows, digest and null counts per column."""
+
+    rows: int
+    digest: int
+    null_counts: dict[str, int]
+
+    def to_json(self) -> str:
+        return _compact({"rows": self.rows, "digest": self.digest, "null_counts": self.null_counts})
+
+    @classmethod
+    def from_json(cls, text: str) -> Loaded:
+        data = json.loads(text)
+        return cls(int(data["rows"]), int(data["digest"]), {k: int(v) for k, v in data["null_counts"].items()})
+
+
+def run_record_of(version: NamespaceRecord) -> RunRecord | None:
+    """The run record a version keeps, or None (a version no run made)."""
+    text = version.labels.get(RUN_LABEL)
+    return RunRecord.from_json(text) if text else None
+
+
+def loaded_of(version: NamespaceRecord) -> Loaded | None:
+    """What the version's load stage measured, or None before it finished."""
+    text = version.labels.get(LOADED_LABEL)
+    return Loaded.from_json(text) if text else None
+
+
+def ledger_of(version: NamespaceRecord) -> dict[str, Any]:
+    """The splits the version holds already (see LEDGER_LABEL)."""
+    ledger: dict[str, Any] = json.loads(version.labels.get(LEDGER_LABEL, "{}"))
+    return ledger
+
+
+def ledger_label(ledger: dict[str, Any]) -> dict[str, str]:
+    """The labels that record ``ledger``."""
+    return {LEDGER_LABEL: _compact(ledger)}
+
+
+def run_key_of(version: NamespaceRecord) -> str:
+    return version.labels.get(RUN_KEY_LABEL, "")
