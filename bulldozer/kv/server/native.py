@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 __all__ = ["DataPlane", "NativeFront", "choose_data_plane", "kvd_binary"]
 
 log = logging.getLogger("bulldozer.kv.server")
-BINARY_ENV = "BULLDOZER_KVD"
 
 
 class DataPlane(StrEnum):
