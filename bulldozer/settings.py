@@ -150,12 +150,24 @@ def _profiles_file(settings: Settings) -> Path:
     return Path(base) / "bulldozer" / "profiles.yaml"
 
 
+#: path -> (mtime_ns, size, parsed): a command reads its settings in several places, the
+#: file is parsed once while it stays the same
+_parsed: dict[Path, tuple[int, int, ProfilesFile]] = {}
+
+
 def _read_profiles(path: Path) -> ProfilesFile:
     import yaml
 
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
-        return ProfilesFile.model_validate(data or {})
+        if not path.is_file():
+            return ProfilesFile()
+        stat = path.stat()
+        cached = _parsed.get(path)
+        if cached is not None and cached[:2] == (stat.st_mtime_ns, stat.st_size):
+            return cached[2]
+        parsed = ProfilesFile.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+        _parsed[path] = (stat.st_mtime_ns, stat.st_size, parsed)
+        return parsed
     except (OSError, yaml.YAMLError, ValidationError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise InvalidArgumentError(f"{path}: not a valid profiles file: {first}") from None
