@@ -68,7 +68,7 @@ def run_cli(args: list[str], home: Path, env: dict[str, str] | None = None) -> C
     return CliRun(json.loads(stdout), seconds, int(rss_line.split()[1]), kids, kids_anon)
 
 
-def _job_encoder(home: Path, spec_path: Path, kernels: str | None = None) -> tuple[Any, Any, tuple[str, ...]]:
+def _job_encoder(home: Path, spec_path: Path) -> tuple[Any, Any, tuple[str, ...]]:
     """The job's table, its encoder and the columns it reads."""
     from bulldozer.load.encoder.encode import RowEncoder
     from bulldozer.schema.job import build_job_schema
@@ -81,14 +81,7 @@ def _job_encoder(home: Path, spec_path: Path, kernels: str | None = None) -> tup
     table = open_catalog(spec.data_movement.catalog, home).load_table(source)
     job = build_job_schema(spec, table.schema(), python=False)
     columns = tuple(f.column for f in [*job.proto.key.fields, *job.proto.value.fields])
-    return table, RowEncoder(job.proto, kernels=kernels), columns  # type: ignore[arg-type]
-
-
-def warm_layout(home: Path, spec_path: Path) -> None:
-    """Compile the job's message layout into the kernel cache (a run's first sight of a new
-    layout writes field by field while it compiles), outside the measured rounds."""
-    table, encoder, columns = _job_encoder(home, spec_path, kernels="layout")
-    encoder.encode(next(iter(table.scan(selected_fields=columns, limit=1000).to_arrow_batch_reader())))
+    return table, RowEncoder(job.proto), columns
 
 
 def encoded_batches(home: Path, spec_path: Path) -> list[list[tuple[bytes, bytes]]]:

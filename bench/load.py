@@ -27,7 +27,7 @@ import shutil
 import statistics
 from pathlib import Path
 
-from bench.common import REPO, encoded_batches, raw_write, run_cli, scratch_dir, warm_layout
+from bench.common import REPO, encoded_batches, raw_write, run_cli, scratch_dir
 
 SPEC = REPO / "templates" / "move_data_to_kv_dal.yaml"
 
@@ -78,10 +78,6 @@ def main() -> None:
 
     print(f"building the sample table ({rows:,} rows) ...", flush=True)
     create_sample_warehouse(home, rows=rows)
-    from bulldozer.load.encoder.layouts import warm_up
-
-    warm_up()  # compiles the kernels into numba's cache if the code changed, outside round 1
-    warm_layout(home, SPEC)  # and the job's message layout, which a run compiles on first sight
     repeat = 1 if args.quick else max(1, args.repeat)
     local_rates, load_rates, raws, raws_after_run, python_rates = [], [], [], [], []
     for r in range(repeat):

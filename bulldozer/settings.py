@@ -63,9 +63,6 @@ class Settings(BaseSettings):
     #: Spark: the master (``local[*]``, ``spark://host:7077``) and the driver's memory.
     spark_master: str = "local[*]"
     spark_driver_memory: str = "2g"
-    #: The encoder: compiled kernels' cache folder, and which kernels (auto, layout, fields).
-    kernel_cache: Path | None = None
-    encoder_kernels: Literal["auto", "layout", "fields"] | None = None
     #: Fault injection for the tests of failure handling (see ``bulldozer.load.runner``).
     fault: str = ""
     #: The native data plane's binary (default: the one scripts/build_native.sh built).

@@ -25,14 +25,27 @@ if [ ! -x .venv/bin/python ]; then
   "$py" -m venv .venv
 fi
 
+# The install compiles the kernels (native/kernels, Rust): rustup's cargo, where a
+# non-login shell has not put it on PATH yet.
+if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+  export PATH="$HOME/.cargo/bin:$PATH"
+fi
+command -v cargo >/dev/null 2>&1 || {
+  echo "bootstrap: Rust (cargo) is required to build the kernels in native/kernels (https://rustup.rs)" >&2
+  exit 1
+}
+
 stamp=.venv/.bulldozer-installed
-want="$(sha256sum pyproject.toml | cut -c1-16) $EXTRAS"
+# reinstalled (and the kernels rebuilt) when the project's metadata or the kernels' sources change
+want="$(cat pyproject.toml native/kernels/Cargo.toml native/kernels/Cargo.lock native/kernels/src/*.rs \
+  | sha256sum | cut -c1-16) $EXTRAS"
 if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
   echo "bootstrap: installing bulldozer[$EXTRAS] into .venv"
   .venv/bin/python -m pip install --quiet --upgrade pip
   .venv/bin/python -m pip install --quiet -e ".[$EXTRAS]"
   echo "$want" > "$stamp"
 fi
+[ -n "$(ls bulldozer/_kernels*.so 2>/dev/null)" ] || .venv/bin/python -m pip install --quiet --no-deps -e .
 
 # Bytecode for the package: an editable install compiles none, and with
 # PYTHONDONTWRITEBYTECODE set (as on these machines) Python would compile every module from

@@ -42,8 +42,7 @@ def update_goldens() -> bool:
 def _hypothesis_profiles() -> None:
     """CI replays a fixed set of examples (a landing never depends on luck); local runs
     explore new ones (set BULLDOZER_HYPOTHESIS_EXAMPLES to explore more). No deadline:
-    the encoder's and the digest's compiled kernels load (or compile, on a fresh machine)
-    on their first call, which is not the code's speed."""
+    this small machine's timings are too noisy for one."""
     from hypothesis import settings
 
     settings.register_profile("dev", deadline=None)

@@ -19,7 +19,7 @@ def claim() -> None:
     """Called by the CLI's ``main``: this interpreter runs one command and exits. The cyclic
     collector is off until the command says otherwise (``collect_again`` for most, as soon
     as it is known; ``started`` for a run, once it is set up): what start-up allocates
-    (imported modules, pyiceberg's and numba's objects) lives to the end, and the full
+    (imported modules, pyiceberg's objects) lives to the end, and the full
     collections it set off walked all of it for nothing, 0.15-0.2 s of a run."""
     global _owned
     _owned = True
@@ -46,7 +46,7 @@ def run_ended() -> None:
 def exiting() -> None:
     """The process is about to exit: move every object to the permanent generation, so the
     interpreter's final collections skip them (they cost 0.4-0.6 s after a large run: tens
-    of thousands of objects from pyiceberg, numba, grpc, pydantic). Not after DuckDB ran a
+    of thousands of objects from pyiceberg, grpc, pydantic). Not after DuckDB ran a
     query: its (nanobind) types would then still be alive when its module is torn down, and
     nanobind reports each one as a leak on stderr."""
     if "duckdb" not in sys.modules:

@@ -146,9 +146,6 @@ def _run(
     failures: list[RunRecord],
 ) -> RunRecord | None:
     """The run (or one stage of it, whose outcome it prints itself: then None) with a progress bar."""
-    from bulldozer.load.encoder.layouts import warm_up_in_background
-
-    warm_up_in_background()  # the encoder's kernels load while the run reads the catalog
     from bulldozer.load.engines import create_load_engine
     from bulldozer.load.runner import run_job
 

@@ -7,9 +7,10 @@ as it stores each batch, and a DAL scanning what it stored (in key order) all co
 same number, and a lost or altered pair changes it. Not a cryptographic hash: it detects
 loss, not tampering.
 
-XXH64 runs as a numba kernel (``_xxh64.py``, imported on first use so that commands
-which never hash do not load numba) over Arrow-style buffers (offsets + bytes), with no
-Python object per item; the tests check it against the ``xxhash`` library's own XXH64.
+The hashing runs in compiled code (``bulldozer._kernels``: XXH64 from the ``xxhash-rust``
+crate) over Arrow-style buffers (offsets + bytes), with no Python object per item and
+without the GIL; the tests check it against the ``xxhash`` library's own XXH64, and Go's
+digest of the same pairs against it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from bulldozer.codec.buffers import binary_array, binary_view
+from bulldozer import _kernels
+from bulldozer.codec.buffers import binary_view
 
 __all__ = [
     "Digest",
@@ -30,8 +32,6 @@ __all__ = [
     "digest_lists",
     "digest_pairs",
     "key_hashes",
-    "warm_up",
-    "warm_up_in_background",
     "xxh64",
 ]
 
@@ -93,10 +93,9 @@ def digest_buffers(
 ) -> tuple[Digest, np.ndarray[Any, Any]]:
     """Digest of pairs laid out as Arrow-style buffers (uint64 offsets into uint8 data),
     and each key's hash."""
-    from bulldozer.codec._xxh64 import pair_sums
-
-    total, nbytes, hashes = pair_sums(key_offsets, keys, value_offsets, values, np.uint64(_VALUE_SEED))
-    return Digest(len(hashes), int(total), int(nbytes)), hashes
+    hashes = np.empty(len(key_offsets) - 1, dtype=np.uint64)
+    total, nbytes = _kernels.pair_sums(key_offsets, keys, value_offsets, values, _VALUE_SEED, hashes)
+    return Digest(len(hashes), total, nbytes), hashes
 
 
 def digest_columns(keys: bytes, key_lengths: Any, values: bytes, value_lengths: Any) -> Digest:
@@ -147,33 +146,11 @@ def digest_and_key_hashes(keys: Any, values: Any) -> tuple[Digest, np.ndarray[An
 def key_hashes(keys: Any) -> np.ndarray[Any, Any]:
     """A 64-bit hash of each key in an Arrow binary array (for duplicate detection)."""
     offsets, data = binary_view(keys)
-    from bulldozer.codec._xxh64 import hash_items
-
-    hashes: np.ndarray[Any, Any] = hash_items(offsets, data, np.uint64(0))
+    hashes = np.empty(len(offsets) - 1, dtype=np.uint64)
+    _kernels.hash_items(offsets, data, 0, hashes)
     return hashes
 
 
 def xxh64(data: bytes, seed: int = 0) -> int:
-    """XXH64 of one byte string, through the same kernel (for tests and tools)."""
-    from bulldozer.codec._xxh64 import xxh64_range
-
-    return int(xxh64_range(_bytes_view(data), np.uint64(0), np.uint64(len(data)), np.uint64(seed)))
-
-
-def warm_up() -> None:
-    """Load the hash kernels (see ``bulldozer.load.encoder.layouts.warm_up``) with real batch types:
-    read-only Arrow buffers (runner) and blobs received by the DAL."""
-    keys = binary_array([b"k1", b"k2"])
-    values = binary_array([b"v1", b""])
-    digest_and_key_hashes(keys, values)
-    key_hashes(keys)
-    digest_columns(b"k1k2", [2, 2], b"v1", [2, 0])
-    digest_pairs([(b"k", b"v")])
-
-
-def warm_up_in_background() -> None:
-    """``warm_up`` on a daemon thread (best effort: the first real call loads or compiles
-    whatever is missing)."""
-    from bulldozer.codec.buffers import in_background
-
-    in_background(warm_up, "digest-warm-up")
+    """XXH64 of one byte string, through the same code (for tests and tools)."""
+    return _kernels.xxh64(data, seed)

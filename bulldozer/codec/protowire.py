@@ -1,6 +1,6 @@
 """Protobuf wire-format pieces shared by the row encoder (``bulldozer.load.encoder.encode``) and
 the KV client's hand-built requests (``bulldozer.kv.columnar``): plain Python and numpy,
-no compiled kernels (the client imports this; the encoder's per-row kernels are in
+no compiled kernels (the client imports this; the encoder's row layouts are in
 ``bulldozer.load.encoder.layouts``)."""
 
 from __future__ import annotations

@@ -189,14 +189,6 @@ def serve(
     gone, so a DAL started for a run that was killed does not outlive it); returns the exit code."""
     metrics = Metrics()
     running, port = create_server(address, engine, metrics=metrics, **kwargs)
-    if not isinstance(running, NativeServer):
-        # The digest kernels load before the first batch arrives. Behind bulldozer-kvd,
-        # which digests the batches it stores, this process only sees the rare batch off
-        # the fast path, and skips the warm-up's ≈ 0.3 s of CPU at start (the CPU a run's
-        # own start-up wants on a small machine).
-        from bulldozer.codec.digest import warm_up_in_background
-
-        warm_up_in_background()
     if port_file is not None:
         tmp = Path(f"{port_file}.tmp")
         tmp.write_text(str(port))

@@ -1,3 +1,3 @@
 """Rows → protobuf key/value bytes, shared by every load engine: the encoder
-(``encode``), the row layouts it builds (``layouts``) and the fused per-layout kernels
-(``kernels``)."""
+(``encode``) and the row layouts it builds (``layouts``), written by the compiled kernels
+(``bulldozer._kernels``)."""

@@ -5,8 +5,8 @@ building one message object per row, it writes the protobuf wire format straight
 Arrow columns: each field becomes a row layout (``bulldozer.load.encoder.layouts``: a tag and a
 varint, fixed bytes or a length-delimited payload per row, nested messages and the
 elements of repeated fields and maps as trees of those), numpy prepares the values column
-by column, and compiled kernels write every row's bytes straight into one output buffer
-per batch. ``bench/encode.py`` compares this with iterating rows.
+by column, and compiled kernels (``bulldozer._kernels``) write every row's bytes straight
+into one output buffer per batch. ``bench/encode.py`` compares this with iterating rows.
 
 The output is byte-identical to protobuf's own serializer for these messages (fields in
 number order, implicit-presence defaults omitted, packed repeated scalars), which the
@@ -16,7 +16,7 @@ tests check, so a key a consumer builds with the generated class finds its row.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -25,7 +25,6 @@ import pyarrow.compute as pc
 from bulldozer.codec.buffers import binary_view
 from bulldozer.codec.protowire import varint
 from bulldozer.errors import SourceDataError
-from bulldozer.load.encoder.kernels import write_fused
 from bulldozer.load.encoder.layouts import (
     BytesRows,
     ConcatRows,
@@ -39,7 +38,7 @@ from bulldozer.load.encoder.layouts import (
 )
 from bulldozer.schema.model import ProtoField, ProtoFile, ProtoMessage
 
-__all__ = ["EncodedBatch", "Kernels", "RowEncoder"]
+__all__ = ["EncodedBatch", "RowEncoder"]
 
 _VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
 _PACKABLE = frozenset({"bool", "int32", "int64", "float", "double", "date", "time"})
@@ -218,15 +217,6 @@ def _scalar_element_payload(s: _Scalar) -> Rows:
 # --------------------------------------------------------------------- encoder
 
 
-#: How the encoder writes a batch's bytes: ``layout``, with the kernels compiled for the
-#: job's message layout (``bulldozer.load.encoder.kernels``: one pass per batch, the fastest);
-#: ``fields``, one pass per field (``bulldozer.load.encoder.layouts``: no compiling); ``auto``, the
-#: layout's kernels once they are loaded, field by field while they compile on a
-#: background thread (a new job's first run on a machine). ``BULLDOZER_ENCODER_KERNELS``
-#: sets the default.
-Kernels = Literal["auto", "layout", "fields"]
-
-
 class RowEncoder:
     """Encodes record batches into (key, value) bytes for one generated schema.
 
@@ -234,29 +224,16 @@ class RowEncoder:
     batches (identity by default; a query may deliver renamed columns).
     """
 
-    def __init__(self, proto: ProtoFile, kernels: Kernels | None = None) -> None:
+    def __init__(self, proto: ProtoFile) -> None:
         self.proto = proto
-        from bulldozer.settings import load_settings
-
-        chosen = kernels or load_settings().encoder_kernels or "auto"
-        if chosen not in ("auto", "layout", "fields"):
-            raise ValueError(f"BULLDOZER_ENCODER_KERNELS must be auto, layout or fields, not {chosen!r}")
-        self.kernels = chosen
 
     def encode(self, batch: pa.RecordBatch | pa.Table) -> EncodedBatch:
         keys = self.encode_message(self.proto.key, batch, top_level=True, is_key=True)
         values = self.encode_message(self.proto.value, batch, top_level=True)
-        return EncodedBatch(self._write(keys), self._write(values))
+        return EncodedBatch(materialize(keys), materialize(values))
 
     def encode_keys(self, batch: pa.RecordBatch | pa.Table) -> pa.Array:
-        return self._write(self.encode_message(self.proto.key, batch, top_level=True, is_key=True))
-
-    def _write(self, rows: Rows) -> pa.Array:
-        if self.kernels != "fields":
-            fused = write_fused(rows, wait=self.kernels == "layout")
-            if fused is not None:
-                return fused
-        return materialize(rows)
+        return materialize(self.encode_message(self.proto.key, batch, top_level=True, is_key=True))
 
     # -- messages ---------------------------------------------------------------
 

@@ -1,23 +1,20 @@
-"""How the encoder writes protobuf wire bytes for whole columns: compiled kernels (numba,
-no GIL) driven by a small tree of row layouts.
+"""How the encoder writes protobuf wire bytes for whole columns: a small tree of row
+layouts, written by compiled code (``bulldozer._kernels``, Rust: ``native/kernels``).
 
 The encoder (``encode.py``) describes each field of each row as a ``Rows`` node instead of
 building its bytes: ``VarintRows`` (``tag + varint(v)``), ``FixedRows`` (``tag + raw bytes``,
 fixed32 / fixed64), ``BytesRows`` (a binary or string column as it is, or each value
 ``tag + varint(len) + payload``), ``ConcatRows`` (the fields of a message, optionally
 length-delimited as a nested message field) and ``GroupedRows`` (the elements of a
-repeated field or map, per row). ``bulldozer.load.encoder.kernels`` compiles a job's tree into
-kernels that write a batch row by row in one pass (the fast path). ``materialize`` writes
-it without compiling anything: it asks the tree for every row's size, allocates the
-output once and has each node write its bytes straight into place, one pass per node over
-a slice of rows at a time (while a job's layout compiles, and for tests of both).
-``decimal_strings`` writes decimal128 values as the strings Arrow's cast writes
-(``-0.05``).
+repeated field or map, per row). ``materialize`` hands the tree to the kernels, which walk
+it row by row: each row's size, then its bytes, written once into one output buffer
+allocated for the batch. ``decimal_strings`` writes decimal128 values as the strings
+Arrow's cast writes (``-0.05``).
 
 Arrow arrays go in and come out as plain buffers (offsets + bytes), without a copy. The
-kernels are compiled once and cached on disk (``cache=True``): the first run on a machine
-pays a few seconds, later runs load the cached machine code. ``nogil`` lets the client's
-sender threads run while a batch is being encoded.
+kernels are compiled when Bulldozer is installed (no JIT: a first run is as fast as the
+next), release the GIL (the client's sender threads run while a batch is being encoded)
+and check every index (a malformed layout is an error, never a write out of place).
 """
 
 from __future__ import annotations
@@ -26,9 +23,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from numba import njit
 
-from bulldozer.codec.buffers import EMPTY_BYTES, binary_array, binary_view
+from bulldozer import _kernels
+from bulldozer.codec.buffers import binary_view
 
 __all__ = [
     "BytesRows",
@@ -41,194 +38,11 @@ __all__ = [
     "decimal_strings",
     "fixed_rows",
     "materialize",
-    "read_only",
     "varint_rows",
-    "warm_up",
-    "warm_up_in_background",
 ]
 
-#: How much output ``materialize`` writes at a time: all fields pass over one slice of rows
-#: while it is in the CPU's (L2) cache, instead of each streaming through the whole batch.
-WRITE_SLICE_BYTES = 256 * 1024
-MIN_SLICE_ROWS = 64
-EMPTY_MASK = np.zeros(0, dtype=np.bool_)
-
-_U0 = np.uint64(0)
-_U1 = np.uint64(1)
-_U7 = np.uint64(7)
-_U127 = np.uint64(0x7F)
-_U128 = np.uint64(0x80)
-_U6 = np.uint64(6)
-_U10 = np.uint64(10)
-_B7, _B14, _B21, _B28, _B35, _B42, _B49, _B56, _B63 = (np.uint64(1 << (7 * k)) for k in range(1, 10))
-
-# Every index in these kernels is unsigned (np.uint64): numba checks signed indices for
-# negative (wrap-around) values on every access, which made the byte loops 6x slower.
-# Unsigned and signed integers never meet in one expression (numba would go to float).
-
-
-@njit(cache=True, nogil=True)
-def _varint_size(v: Any) -> Any:
-    # branch-free, so the size loops below compile to SIMD code (a loop here was 4x slower)
-    return (
-        _U1
-        + np.uint64(v >= _B7)
-        + np.uint64(v >= _B14)
-        + np.uint64(v >= _B21)
-        + np.uint64(v >= _B28)
-        + np.uint64(v >= _B35)
-        + np.uint64(v >= _B42)
-        + np.uint64(v >= _B49)
-        + np.uint64(v >= _B56)
-        + np.uint64(v >= _B63)
-    )
-
-
-@njit(cache=True, nogil=True)
-def _put_varint(out: Any, p: Any, v: Any) -> Any:
-    while v >= _U128:
-        out[p] = np.uint8((v & _U127) | _U128)
-        v >>= _U7
-        p += _U1
-    out[p] = np.uint8(v)
-    return p + _U1
-
-
-@njit(cache=True, nogil=True)
-def _put(out: Any, p: Any, data: Any, start: Any, end: Any) -> Any:
-    """Copy ``data[start:end]`` to ``out[p:]``; the position after it."""
-    while start < end:
-        out[p] = data[start]
-        p += _U1
-        start += _U1
-    return p
-
-
-@njit(cache=True, nogil=True)
-def _varint_sizes(values: Any, keep: Any, t: Any) -> Any:
-    sizes = np.empty(len(values), dtype=np.uint64)
-    for i in range(len(values)):
-        sizes[i] = np.uint64(keep[i]) * (t + _varint_size(values[i]))
-    return sizes
-
-
-@njit(cache=True, nogil=True)
-def _write_varints(out: Any, pos: Any, values: Any, keep: Any, prefix: Any, start: Any, end: Any) -> None:
-    t = np.uint64(len(prefix))
-    for i in range(start, end):
-        if keep[i]:
-            p = _put(out, pos[i], prefix, _U0, t)
-            pos[i] = _put_varint(out, p, values[i])
-
-
-@njit(cache=True, nogil=True)
-def _write_fixed(out: Any, pos: Any, raw: Any, keep: Any, prefix: Any, start: Any, end: Any) -> None:
-    width = np.uint64(raw.shape[1])
-    flat = raw.reshape(-1)
-    t = np.uint64(len(prefix))
-    for i in range(start, end):
-        if keep[i]:
-            p = _put(out, pos[i], prefix, _U0, t)
-            at = np.uint64(i) * width
-            pos[i] = _put(out, p, flat, at, at + width)
-
-
-@njit(cache=True, nogil=True)
-def _delimited_sizes(payload: Any, keep: Any, t: Any) -> Any:
-    """``t + varint(size) + size`` per kept row (0 for the others)."""
-    sizes = np.empty(len(payload), dtype=np.uint64)
-    for i in range(len(payload)):
-        sizes[i] = np.uint64(keep[i]) * (t + _varint_size(payload[i]) + payload[i])
-    return sizes
-
-
-@njit(cache=True, nogil=True)
-def _write_headers(out: Any, pos: Any, payload: Any, keep: Any, prefix: Any, start: Any, end: Any) -> None:
-    """``prefix + varint(size)`` of each kept row, the payload to follow."""
-    t = np.uint64(len(prefix))
-    for i in range(start, end):
-        if keep[i]:
-            p = _put(out, pos[i], prefix, _U0, t)
-            pos[i] = _put_varint(out, p, payload[i])
-
-
-@njit(cache=True, nogil=True)
-def _write_bytes(out: Any, pos: Any, offsets: Any, data: Any, keep: Any, prefix: Any, start: Any, end: Any) -> None:
-    """Each kept row's bytes (``data[offsets[i]:offsets[i + 1]]``), length-delimited after
-    ``prefix`` when there is one."""
-    t = np.uint64(len(prefix))
-    for i in range(start, end):
-        if keep[i]:
-            first, last = offsets[i], offsets[i + 1]
-            p = pos[i]
-            if t > _U0:
-                p = _put(out, p, prefix, _U0, t)
-                p = _put_varint(out, p, last - first)
-            pos[i] = _put(out, p, data, first, last)
-
-
-@njit(cache=True, nogil=True)
-def _element_positions(pos: Any, bounds: Any, sizes: Any, keep: Any, epos: Any, start: Any, end: Any) -> None:
-    """Where each element of a kept row goes (its row's elements follow one another from
-    the row's position on), and every kept row's position moved past its elements."""
-    for i in range(start, end):
-        if keep[i]:
-            p = pos[i]
-            for j in range(bounds[i], bounds[i + 1]):
-                epos[j] = p
-                p += sizes[j]
-            pos[i] = p
-
-
-@njit(cache=True, nogil=True)
-def _decimals(low: Any, valid: Any, scale: Any) -> Any:
-    """Decimal strings of values that fit an int64 (``low``: the low 64 bits of each
-    decimal128), plain notation only; ``None`` if a valid value would need Arrow's
-    scientific form (fewer than ``scale - 5`` digits, e.g. ``5E-7`` at scale 7)."""
-    n = len(low)
-    offsets = np.empty(n + 1, dtype=np.uint64)
-    offsets[0] = _U0
-    total = _U0
-    for i in range(n):
-        if valid[i]:
-            v = low[i]
-            mag = np.uint64(-v) if v < 0 else np.uint64(v)
-            digits = _U1
-            m = mag
-            while m >= _U10:
-                m //= _U10
-                digits += _U1
-            if digits + _U6 < scale + _U1:
-                return None
-            size = digits if digits > scale else scale + _U1  # at least one integer digit
-            if scale > _U0:
-                size += _U1
-            if v < 0:
-                size += _U1
-            total += size
-        offsets[i + 1] = total
-    out = np.empty(total, dtype=np.uint8)
-    for i in range(n):
-        start = offsets[i]
-        p = offsets[i + 1]
-        if p == start:
-            continue
-        v = low[i]
-        mag = np.uint64(-v) if v < 0 else np.uint64(v)
-        written = _U0
-        while True:  # digits from the right, the point after ``scale`` of them
-            if scale > _U0 and written == scale:
-                p -= _U1
-                out[p] = np.uint8(46)  # "."
-            p -= _U1
-            out[p] = np.uint8(48) + np.uint8(mag % _U10)
-            mag //= _U10
-            written += _U1
-            if mag == _U0 and written > scale:
-                break
-        if v < 0:
-            out[start] = np.uint8(45)  # "-"
-    return offsets, out
+#: A layout node as the kernels read it: ``(kind, rows, keep or None, ...)``.
+Layout = tuple[Any, ...]
 
 
 def decimal_strings(arr: pa.Array) -> pa.Array | None:
@@ -246,56 +60,36 @@ def decimal_strings(arr: pa.Array) -> pa.Array | None:
     words = np.frombuffer(arr.buffers()[1], dtype=np.int64)[2 * arr.offset : 2 * (arr.offset + n)]
     low = np.ascontiguousarray(words[0::2])  # |value| < 10**18: the high word is only its sign
     valid = np.ones(n, dtype=np.bool_) if arr.null_count == 0 else arr.is_valid().to_numpy(zero_copy_only=False)
-    result = _decimals(low, valid, np.uint64(t.scale))
-    if result is None:
+    offsets = np.empty(n + 1, dtype=np.uint64)
+    data = _kernels.decimals(low, _flags(valid), t.scale, offsets)
+    if data is None:
         return None
-    offsets, data = result
     return binary_rows(n, offsets, data)
 
 
-def binary_rows(n: int, offsets: np.ndarray[Any, Any], data: np.ndarray[Any, Any]) -> pa.Array:
+def binary_rows(n: int, offsets: np.ndarray[Any, Any], data: Any) -> pa.Array:
     return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
-def _keep(n: int, keep: np.ndarray[Any, Any] | None) -> np.ndarray[Any, Any]:
-    return np.ones(n, dtype=np.bool_) if keep is None else np.ascontiguousarray(keep, dtype=np.bool_)
+def _flags(keep: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """A mask as the kernels read it: one byte per row, C-contiguous."""
+    return np.ascontiguousarray(keep, dtype=np.bool_).view(np.uint8)
 
 
-def _prefix(prefix: bytes) -> np.ndarray[Any, Any]:
-    return np.frombuffer(prefix, dtype=np.uint8) if prefix else EMPTY_BYTES
+def _keep(keep: np.ndarray[Any, Any] | None) -> np.ndarray[Any, Any] | None:
+    return None if keep is None else _flags(keep)
 
 
 class Rows:
-    """The bytes of one field (or message) for every row, laid out lazily. ``sizes()`` says
-    how many bytes each row takes; ``prepare(mask)`` settles which rows are written (those
-    kept by the node's own ``keep`` and by its parents'); ``write(out, pos, start, end)``
-    puts the bytes of rows ``start:end`` at their positions in the one output buffer and
-    moves each position past them. ``materialize`` writes a batch a slice of rows at a
-    time, so the part of the output being written stays in the CPU's cache while every
-    field passes over it."""
+    """The bytes of one field (or message) for every row, described, not yet written.
+    ``keep`` (a mask, or None for every row) says which rows have the field at all: a row
+    not kept is written as nothing, and neither are its children."""
 
     n: int
     keep: np.ndarray[Any, Any] | None
-    _sizes: np.ndarray[Any, Any] | None = None
-    _write_mask: np.ndarray[Any, Any] = EMPTY_MASK
 
-    def sizes(self) -> np.ndarray[Any, Any]:
-        """Bytes per row (uint64), computed once."""
-        if self._sizes is None:
-            self._sizes = self._compute_sizes()
-        return self._sizes
-
-    def _compute_sizes(self) -> np.ndarray[Any, Any]:
-        raise NotImplementedError
-
-    def prepare(self, mask: np.ndarray[Any, Any] | None) -> None:
-        """Settle the rows to write: this node's ``keep`` and the caller's ``mask`` (None: all)."""
-        if self.keep is None:
-            self._write_mask = _keep(self.n, mask)
-        else:
-            self._write_mask = self.keep if mask is None else self.keep & mask
-
-    def write(self, out: np.ndarray[Any, Any], pos: np.ndarray[Any, Any], start: int, end: int) -> None:
+    def layout(self) -> Layout:
+        """The node as ``bulldozer._kernels.encode`` reads it."""
         raise NotImplementedError
 
 
@@ -306,13 +100,10 @@ class VarintRows(Rows):
     def __init__(self, values: np.ndarray[Any, Any], keep: np.ndarray[Any, Any] | None, prefix: bytes = b"") -> None:
         v = values.astype(np.int64, copy=False).view(np.uint64) if values.dtype.kind == "i" else values
         self.values = np.ascontiguousarray(v, dtype=np.uint64)
-        self.n, self.keep, self.prefix = len(self.values), keep, _prefix(prefix)
+        self.n, self.keep, self.prefix = len(self.values), keep, prefix
 
-    def _compute_sizes(self) -> np.ndarray[Any, Any]:
-        return _varint_sizes(self.values, _keep(self.n, self.keep), np.uint64(len(self.prefix)))  # type: ignore[no-any-return]
-
-    def write(self, out: np.ndarray[Any, Any], pos: np.ndarray[Any, Any], start: int, end: int) -> None:
-        _write_varints(out, pos, self.values, self._write_mask, self.prefix, start, end)
+    def layout(self) -> Layout:
+        return ("v", self.n, _keep(self.keep), self.values, self.prefix)
 
 
 class FixedRows(Rows):
@@ -320,14 +111,11 @@ class FixedRows(Rows):
 
     def __init__(self, raw: np.ndarray[Any, Any], keep: np.ndarray[Any, Any] | None, prefix: bytes = b"") -> None:
         self.raw = np.ascontiguousarray(raw, dtype=np.uint8)
-        self.n, self.keep, self.prefix = len(self.raw), keep, _prefix(prefix)
+        self.n, self.keep, self.prefix = len(self.raw), keep, prefix
 
-    def _compute_sizes(self) -> np.ndarray[Any, Any]:
-        width = np.uint64(len(self.prefix) + self.raw.shape[1])
-        return _keep(self.n, self.keep).astype(np.uint64) * width
-
-    def write(self, out: np.ndarray[Any, Any], pos: np.ndarray[Any, Any], start: int, end: int) -> None:
-        _write_fixed(out, pos, self.raw, self._write_mask, self.prefix, start, end)
+    def layout(self) -> Layout:
+        width = self.raw.shape[1] if self.raw.ndim == 2 else 0
+        return ("f", self.n, _keep(self.keep), self.raw.reshape(-1), width, self.prefix)
 
 
 class BytesRows(Rows):
@@ -336,16 +124,10 @@ class BytesRows(Rows):
 
     def __init__(self, payload: pa.Array, keep: np.ndarray[Any, Any] | None, prefix: bytes = b"") -> None:
         self.offsets, self.data = binary_view(payload)
-        self.n, self.keep, self.prefix = len(payload), keep, _prefix(prefix)
+        self.n, self.keep, self.prefix = len(payload), keep, prefix
 
-    def _compute_sizes(self) -> np.ndarray[Any, Any]:
-        lengths = np.diff(self.offsets)
-        if len(self.prefix):
-            return _delimited_sizes(lengths, _keep(self.n, self.keep), np.uint64(len(self.prefix)))  # type: ignore[no-any-return]
-        return lengths if self.keep is None else np.where(self.keep, lengths, _U0)
-
-    def write(self, out: np.ndarray[Any, Any], pos: np.ndarray[Any, Any], start: int, end: int) -> None:
-        _write_bytes(out, pos, self.offsets, self.data, self._write_mask, self.prefix, start, end)
+    def layout(self) -> Layout:
+        return ("b", self.n, _keep(self.keep), self.offsets, self.data, self.prefix)
 
 
 class ConcatRows(Rows):
@@ -356,30 +138,10 @@ class ConcatRows(Rows):
     def __init__(
         self, parts: list[Rows], n: int, keep: np.ndarray[Any, Any] | None = None, prefix: bytes | None = None
     ) -> None:
-        self.parts, self.n, self.keep = parts, n, keep
-        self.prefix = None if prefix is None else _prefix(prefix)
-        self._payload: np.ndarray[Any, Any] | None = None
+        self.parts, self.n, self.keep, self.prefix = parts, n, keep, prefix
 
-    def _compute_sizes(self) -> np.ndarray[Any, Any]:
-        payload = np.zeros(self.n, dtype=np.uint64)
-        for part in self.parts:
-            payload += part.sizes()
-        if self.prefix is not None:
-            self._payload = payload
-            return _delimited_sizes(payload, _keep(self.n, self.keep), np.uint64(len(self.prefix)))  # type: ignore[no-any-return]
-        return payload if self.keep is None else np.where(self.keep, payload, _U0)
-
-    def prepare(self, mask: np.ndarray[Any, Any] | None) -> None:
-        super().prepare(mask)
-        self.sizes()  # the payload sizes the headers write
-        for part in self.parts:
-            part.prepare(self._write_mask)
-
-    def write(self, out: np.ndarray[Any, Any], pos: np.ndarray[Any, Any], start: int, end: int) -> None:
-        if self.prefix is not None:
-            _write_headers(out, pos, self._payload, self._write_mask, self.prefix, start, end)
-        for part in self.parts:
-            part.write(out, pos, start, end)
+    def layout(self) -> Layout:
+        return ("c", self.n, _keep(self.keep), self.prefix, [part.layout() for part in self.parts])
 
 
 class GroupedRows(Rows):
@@ -388,44 +150,19 @@ class GroupedRows(Rows):
 
     def __init__(self, elements: Rows, counts: np.ndarray[Any, Any], keep: np.ndarray[Any, Any] | None = None) -> None:
         self.elements, self.n, self.keep = elements, len(counts), keep
-        self.counts = np.asarray(counts, dtype=np.int64)
         self.bounds = np.zeros(len(counts) + 1, dtype=np.uint64)
-        np.cumsum(counts, out=self.bounds[1:])
-        self._epos = np.zeros(0, dtype=np.uint64)
+        np.cumsum(np.asarray(counts, dtype=np.int64), out=self.bounds[1:])
 
-    def _compute_sizes(self) -> np.ndarray[Any, Any]:
-        ends = np.zeros(self.elements.n + 1, dtype=np.uint64)
-        np.cumsum(self.elements.sizes(), out=ends[1:])
-        sizes = ends[self.bounds[1:]] - ends[self.bounds[:-1]]
-        return sizes if self.keep is None else np.where(self.keep, sizes, _U0)
-
-    def prepare(self, mask: np.ndarray[Any, Any] | None) -> None:
-        super().prepare(mask)
-        self._epos = np.zeros(self.elements.n, dtype=np.uint64)
-        self.elements.prepare(np.repeat(self._write_mask, self.counts))
-
-    def write(self, out: np.ndarray[Any, Any], pos: np.ndarray[Any, Any], start: int, end: int) -> None:
-        bounds = self.bounds
-        _element_positions(pos, bounds, self.elements.sizes(), self._write_mask, self._epos, start, end)
-        self.elements.write(out, self._epos, int(bounds[start]), int(bounds[end]))
+    def layout(self) -> Layout:
+        return ("g", self.n, _keep(self.keep), self.bounds, self.elements.layout())
 
 
 def materialize(rows: Rows) -> pa.Array:
-    """Every row of ``rows`` as one ``large_binary`` array: one allocation, each byte
-    written once, about ``WRITE_SLICE_BYTES`` of rows at a time."""
-    n = rows.n
-    offsets = np.zeros(n + 1, dtype=np.uint64)
-    np.cumsum(rows.sizes(), out=offsets[1:])
-    total = int(offsets[-1])
-    out = np.empty(total, dtype=np.uint8)
-    pos = offsets[:-1].copy()
-    rows.prepare(None)
-    step = max(MIN_SLICE_ROWS, n * WRITE_SLICE_BYTES // max(total, 1))
-    for start in range(0, n, step):
-        rows.write(out, pos, start, min(n, start + step))
-    if not np.array_equal(pos, offsets[1:]):  # a layout bug, never bad input
-        raise AssertionError("encoder: the bytes written differ from the sizes laid out")
-    return binary_rows(rows.n, offsets, out)
+    """Every row of ``rows`` as one ``large_binary`` array: sizes first, one allocation,
+    each byte written once."""
+    offsets = np.empty(rows.n + 1, dtype=np.uint64)
+    data = _kernels.encode(rows.layout(), rows.n, offsets)
+    return binary_rows(rows.n, offsets, data)
 
 
 def varint_rows(values: np.ndarray[Any, Any], keep: np.ndarray[Any, Any] | None, prefix: bytes = b"") -> pa.Array:
@@ -436,46 +173,3 @@ def varint_rows(values: np.ndarray[Any, Any], keep: np.ndarray[Any, Any] | None,
 def fixed_rows(raw: np.ndarray[Any, Any], keep: np.ndarray[Any, Any] | None, prefix: bytes = b"") -> pa.Array:
     """``prefix + raw[i]`` (a row of a uint8 matrix) per row; empty where not kept."""
     return materialize(FixedRows(raw, keep, prefix))
-
-
-def warm_up() -> None:
-    """Load every kernel (and the digest's) from numba's on-disk cache, or compile them on
-    a machine's first run, with inputs typed like a real batch's: read-only Arrow buffers
-    and fresh output arrays. Loading is mostly LLVM work outside the GIL, so a run does it
-    in a background thread while it reads the catalog (≈ 1 s it would otherwise spend on
-    its first batch)."""
-    from bulldozer.codec.digest import warm_up as warm_digest
-
-    keep = np.array([True, False])
-    strings = binary_array([b"ab", b"c"], pa.string())
-    blobs = binary_array([b"ab", b"c"])
-    for values in (np.array([1, 300], dtype=np.int64), np.array([1, 300], dtype=np.uint64)):
-        for ints in (values, read_only(values)):  # Arrow's columns come read-only
-            varint_rows(ints, keep, b"\x08")
-            varint_rows(ints, None)
-    for raw in (np.zeros((2, 8), dtype=np.uint8), read_only(np.zeros((2, 4), dtype=np.uint8))):
-        fixed_rows(raw, keep, b"\x09")
-        fixed_rows(raw, None)
-    nested = ConcatRows([BytesRows(strings, keep, b"\x0a"), BytesRows(blobs, None)], 2, keep, b"\x12")
-    elements = ConcatRows([VarintRows(np.array([1, 2, 3]), None, b"\x08")], 3, prefix=b"\x1a")
-    grouped = GroupedRows(elements, np.array([2, 1]), keep)
-    materialize(ConcatRows([nested, grouped, BytesRows(materialize(nested), None, b"\x22")], 2))
-    words = np.array([5, 0, -5, -1], dtype=np.int64)  # 0.05 and -0.05 as decimal128 words
-    decimal_strings(pa.Array.from_buffers(pa.decimal128(10, 2), 2, [None, pa.py_buffer(words)]))
-    warm_digest()
-
-
-def read_only(array: np.ndarray[Any, Any], dtype: Any = None) -> np.ndarray[Any, Any]:
-    """A C-contiguous, read-only view (a copy only when the dtype or layout differs), typed
-    by numba as Arrow's buffers are."""
-    view = np.ascontiguousarray(array, dtype=dtype).view()
-    view.flags.writeable = False
-    return view
-
-
-def warm_up_in_background() -> None:
-    """``warm_up`` on a daemon thread (best effort: the first real call loads or compiles
-    whatever is missing)."""
-    from bulldozer.codec.buffers import in_background
-
-    in_background(warm_up, "kernel-warm-up")

@@ -1,0 +1,557 @@
+//! `bulldozer._kernels`: the load path's inner loops, compiled ahead of time.
+//!
+//! * `encode` walks a row layout (the tree `bulldozer.load.encoder.layouts` describes: varint,
+//!   fixed, bytes, concatenated and grouped rows) row by row: each row's size, then its bytes
+//!   written once into one output buffer;
+//! * `decimals` writes decimal128 values as the strings Arrow's cast writes;
+//! * `hash_items`, `pair_sums` and `xxh64` compute the order-independent pair digest
+//!   (`bulldozer.codec.digest`), with XXH64 from the `xxhash-rust` crate.
+//!
+//! Arrays arrive through the buffer protocol (numpy views of Arrow buffers: no copy) and
+//! every index is bounds-checked, so a malformed layout is an error, never a write out of
+//! place. The work runs without the GIL, so the client's sender threads go on meanwhile.
+
+use pyo3::buffer::{Element, PyBuffer};
+use pyo3::exceptions::{PyAssertionError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+
+// ---------------------------------------------------------------------------- buffers
+
+/// The Python buffers a call reads or writes, kept alive (and exported) until it returns.
+#[derive(Default)]
+struct Held {
+    u8s: Vec<PyBuffer<u8>>,
+    u64s: Vec<PyBuffer<u64>>,
+    i64s: Vec<PyBuffer<i64>>,
+}
+
+fn check<T: Element>(buf: &PyBuffer<T>, what: &str) -> PyResult<usize> {
+    if !buf.is_c_contiguous() {
+        return Err(PyValueError::new_err(format!("{what}: the array must be C-contiguous")));
+    }
+    Ok(buf.item_count())
+}
+
+/// A read-only view of `buf`. The caller keeps `buf` (in a `Held`) for as long as the
+/// slice is used: the exporter keeps the memory in place while it is exported.
+fn view<T: Element>(buf: &PyBuffer<T>, what: &str) -> PyResult<&'static [T]> {
+    let n = check(buf, what)?;
+    if n == 0 {
+        return Ok(&[]);
+    }
+    Ok(unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const T, n) })
+}
+
+fn view_mut<T: Element>(buf: &PyBuffer<T>, what: &str) -> PyResult<&'static mut [T]> {
+    let n = check(buf, what)?;
+    if buf.readonly() {
+        return Err(PyValueError::new_err(format!("{what}: the array must be writable")));
+    }
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    Ok(unsafe { std::slice::from_raw_parts_mut(buf.buf_ptr() as *mut T, n) })
+}
+
+impl Held {
+    fn u8s(&mut self, obj: &Bound<'_, PyAny>, what: &str) -> PyResult<&'static [u8]> {
+        let buf = PyBuffer::<u8>::get(obj)?;
+        let slice = view(&buf, what)?;
+        self.u8s.push(buf);
+        Ok(slice)
+    }
+
+    fn u64s(&mut self, obj: &Bound<'_, PyAny>, what: &str) -> PyResult<&'static [u64]> {
+        let buf = PyBuffer::<u64>::get(obj)?;
+        let slice = view(&buf, what)?;
+        self.u64s.push(buf);
+        Ok(slice)
+    }
+
+    fn u64s_mut(&mut self, obj: &Bound<'_, PyAny>, what: &str) -> PyResult<&'static mut [u64]> {
+        let buf = PyBuffer::<u64>::get(obj)?;
+        let slice = view_mut(&buf, what)?;
+        self.u64s.push(buf);
+        Ok(slice)
+    }
+
+    fn i64s(&mut self, obj: &Bound<'_, PyAny>, what: &str) -> PyResult<&'static [i64]> {
+        let buf = PyBuffer::<i64>::get(obj)?;
+        let slice = view(&buf, what)?;
+        self.i64s.push(buf);
+        Ok(slice)
+    }
+}
+
+fn bad(msg: String) -> PyErr {
+    PyValueError::new_err(msg)
+}
+
+/// Arrow-style offsets of `n` items into `data`: `n + 1` of them, never decreasing, within `data`.
+fn check_offsets(offsets: &[u64], n: usize, data_len: usize, what: &str) -> PyResult<()> {
+    if offsets.len() != n + 1 {
+        return Err(bad(format!("{what}: {} offsets for {n} items", offsets.len())));
+    }
+    if offsets.windows(2).any(|w| w[1] < w[0]) || offsets[n] > data_len as u64 {
+        return Err(bad(format!("{what}: offsets out of order or past the data")));
+    }
+    Ok(())
+}
+
+// ----------------------------------------------------------------------- wire format
+
+#[inline(always)]
+fn varint_size(v: u64) -> u64 {
+    (u64::from(64 - (v | 1).leading_zeros()) + 6) / 7
+}
+
+#[inline(always)]
+fn put_varint(out: &mut [u8], mut p: usize, mut v: u64) -> usize {
+    while v >= 0x80 {
+        out[p] = (v as u8) | 0x80;
+        v >>= 7;
+        p += 1;
+    }
+    out[p] = v as u8;
+    p + 1
+}
+
+#[inline(always)]
+fn put(out: &mut [u8], p: usize, src: &[u8]) -> usize {
+    let end = p + src.len();
+    out[p..end].copy_from_slice(src);
+    end
+}
+
+// ------------------------------------------------------------------------ row layouts
+
+type Keep = Option<&'static [u8]>;
+
+#[inline(always)]
+fn kept(keep: Keep, i: usize) -> bool {
+    match keep {
+        None => true,
+        Some(k) => k[i] != 0,
+    }
+}
+
+/// One node of a row layout (see `bulldozer.load.encoder.layouts` for each kind). A node
+/// with `keep` writes nothing for the rows it does not keep, nor do its children.
+enum Node {
+    /// `prefix + varint(values[i])`
+    Varint { keep: Keep, values: &'static [u64], prefix: Vec<u8> },
+    /// `prefix + raw[i * width..(i + 1) * width]`
+    Fixed { keep: Keep, raw: &'static [u8], width: usize, prefix: Vec<u8> },
+    /// item `i` as it is, or `prefix + varint(len) + item` with a prefix
+    Bytes { keep: Keep, offsets: &'static [u64], data: &'static [u8], prefix: Vec<u8> },
+    /// row `i` of each part in order; with a prefix, length-delimited (the lengths are
+    /// kept from the sizing pass for the writing one)
+    Concat { keep: Keep, prefix: Option<Vec<u8>>, parts: Vec<Node>, lengths: Vec<u64> },
+    /// elements `bounds[i]..bounds[i + 1]` of `element`, concatenated
+    Grouped { keep: Keep, bounds: &'static [u64], element: Box<Node> },
+}
+
+struct Parsed {
+    node: Node,
+    n: usize,
+}
+
+fn parse(obj: &Bound<'_, PyAny>, held: &mut Held, depth: usize) -> PyResult<Parsed> {
+    if depth > 200 {
+        return Err(bad("layout: nested too deeply".into()));
+    }
+    let t = obj.cast::<PyTuple>()?;
+    let kind: String = t.get_item(0)?.extract()?;
+    let n: usize = t.get_item(1)?.extract()?;
+    let keep_obj = t.get_item(2)?;
+    let keep = if keep_obj.is_none() {
+        None
+    } else {
+        let k = held.u8s(&keep_obj, "layout keep")?;
+        if k.len() != n {
+            return Err(bad(format!("layout {kind}: {} keep flags for {n} rows", k.len())));
+        }
+        Some(k)
+    };
+    let prefix_of = |i: usize| -> PyResult<Vec<u8>> { t.get_item(i)?.extract::<Vec<u8>>() };
+    let node = match kind.as_str() {
+        "v" => {
+            let values = held.u64s(&t.get_item(3)?, "layout varints")?;
+            if values.len() != n {
+                return Err(bad(format!("layout v: {} values for {n} rows", values.len())));
+            }
+            Node::Varint { keep, values, prefix: prefix_of(4)? }
+        }
+        "f" => {
+            let raw = held.u8s(&t.get_item(3)?, "layout fixed")?;
+            let width: usize = t.get_item(4)?.extract()?;
+            if raw.len() != n * width {
+                return Err(bad(format!("layout f: {} bytes for {n} rows of {width}", raw.len())));
+            }
+            Node::Fixed { keep, raw, width, prefix: prefix_of(5)? }
+        }
+        "b" => {
+            let offsets = held.u64s(&t.get_item(3)?, "layout offsets")?;
+            let data = held.u8s(&t.get_item(4)?, "layout data")?;
+            check_offsets(offsets, n, data.len(), "layout b")?;
+            Node::Bytes { keep, offsets, data, prefix: prefix_of(5)? }
+        }
+        "c" => {
+            let p = t.get_item(3)?;
+            let prefix = if p.is_none() { None } else { Some(p.extract::<Vec<u8>>()?) };
+            let mut parts = Vec::new();
+            for part in t.get_item(4)?.cast::<PyList>()?.iter() {
+                let parsed = parse(&part, held, depth + 1)?;
+                if parsed.n != n {
+                    return Err(bad(format!("layout c: a part of {} rows in a node of {n}", parsed.n)));
+                }
+                parts.push(parsed.node);
+            }
+            let lengths = if prefix.is_some() { vec![0; n] } else { Vec::new() };
+            Node::Concat { keep, prefix, parts, lengths }
+        }
+        "g" => {
+            let bounds = held.u64s(&t.get_item(3)?, "layout bounds")?;
+            let element = parse(&t.get_item(4)?, held, depth + 1)?;
+            check_offsets(bounds, n, element.n, "layout g")?;
+            Node::Grouped { keep, bounds, element: Box::new(element.node) }
+        }
+        other => return Err(bad(format!("layout: unknown node kind {other:?}"))),
+    };
+    Ok(Parsed { node, n })
+}
+
+impl Node {
+    /// Row `i`'s size in bytes (0 where it is not kept).
+    fn size(&mut self, i: usize) -> u64 {
+        match self {
+            Node::Varint { keep, values, prefix } => {
+                if kept(*keep, i) {
+                    prefix.len() as u64 + varint_size(values[i])
+                } else {
+                    0
+                }
+            }
+            Node::Fixed { keep, width, prefix, .. } => {
+                if kept(*keep, i) {
+                    (prefix.len() + *width) as u64
+                } else {
+                    0
+                }
+            }
+            Node::Bytes { keep, offsets, prefix, .. } => {
+                if !kept(*keep, i) {
+                    return 0;
+                }
+                let len = offsets[i + 1] - offsets[i];
+                if prefix.is_empty() {
+                    len
+                } else {
+                    prefix.len() as u64 + varint_size(len) + len
+                }
+            }
+            Node::Concat { keep, prefix, parts, lengths } => {
+                if !kept(*keep, i) {
+                    return 0;
+                }
+                let mut s = 0;
+                for part in parts.iter_mut() {
+                    s += part.size(i);
+                }
+                match prefix {
+                    None => s,
+                    Some(p) => {
+                        lengths[i] = s;
+                        p.len() as u64 + varint_size(s) + s
+                    }
+                }
+            }
+            Node::Grouped { keep, bounds, element } => {
+                if !kept(*keep, i) {
+                    return 0;
+                }
+                let mut s = 0;
+                for j in bounds[i] as usize..bounds[i + 1] as usize {
+                    s += element.size(j);
+                }
+                s
+            }
+        }
+    }
+
+    /// Row `i`'s bytes at `out[p..]`; the position after them.
+    fn write(&self, i: usize, out: &mut [u8], mut p: usize) -> usize {
+        match self {
+            Node::Varint { keep, values, prefix } => {
+                if kept(*keep, i) {
+                    p = put(out, p, prefix);
+                    p = put_varint(out, p, values[i]);
+                }
+                p
+            }
+            Node::Fixed { keep, raw, width, prefix } => {
+                if kept(*keep, i) {
+                    p = put(out, p, prefix);
+                    p = put(out, p, &raw[i * width..(i + 1) * width]);
+                }
+                p
+            }
+            Node::Bytes { keep, offsets, data, prefix } => {
+                if kept(*keep, i) {
+                    let (a, b) = (offsets[i] as usize, offsets[i + 1] as usize);
+                    if !prefix.is_empty() {
+                        p = put(out, p, prefix);
+                        p = put_varint(out, p, (b - a) as u64);
+                    }
+                    p = put(out, p, &data[a..b]);
+                }
+                p
+            }
+            Node::Concat { keep, prefix, parts, lengths } => {
+                if kept(*keep, i) {
+                    if let Some(tag) = prefix {
+                        p = put(out, p, tag);
+                        p = put_varint(out, p, lengths[i]);
+                    }
+                    for part in parts {
+                        p = part.write(i, out, p);
+                    }
+                }
+                p
+            }
+            Node::Grouped { keep, bounds, element } => {
+                if kept(*keep, i) {
+                    for j in bounds[i] as usize..bounds[i + 1] as usize {
+                        p = element.write(j, out, p);
+                    }
+                }
+                p
+            }
+        }
+    }
+}
+
+/// Every row of `layout` (`n` rows): fills `offsets` (uint64, `n + 1`) with where each
+/// row starts and returns the bytes.
+#[pyfunction]
+fn encode<'py>(
+    py: Python<'py>,
+    layout: &Bound<'py, PyAny>,
+    n: usize,
+    offsets: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let mut held = Held::default();
+    let Parsed { node: mut root, n: rows } = parse(layout, &mut held, 0)?;
+    if rows != n {
+        return Err(bad(format!("encode: a layout of {rows} rows, {n} asked for")));
+    }
+    let offs = held.u64s_mut(offsets, "encode offsets")?;
+    if offs.len() != n + 1 {
+        return Err(bad(format!("encode: {} offsets for {n} rows", offs.len())));
+    }
+    let total = py.detach(|| {
+        offs[0] = 0;
+        for r in 0..n {
+            offs[r + 1] = offs[r] + root.size(r);
+        }
+        offs[n]
+    });
+    let total = usize::try_from(total).map_err(|_| bad("encode: the batch does not fit in memory".into()))?;
+    let mut wrong: Option<usize> = None;
+    let bytes = PyBytes::new_with(py, total, |out| {
+        wrong = py.detach(|| {
+            for r in 0..n {
+                if root.write(r, out, offs[r] as usize) as u64 != offs[r + 1] {
+                    return Some(r);
+                }
+            }
+            None
+        });
+        Ok(())
+    })?;
+    if let Some(r) = wrong {
+        // a layout bug, never bad input
+        return Err(PyAssertionError::new_err(format!(
+            "encoder: row {r}'s bytes differ from the size laid out for it"
+        )));
+    }
+    Ok(bytes)
+}
+
+// ---------------------------------------------------------------------------- decimals
+
+/// Decimal strings of values that fit an int64 (`low`: the low word of each decimal128),
+/// plain notation only, as Arrow's cast writes them; `None` if a valid value would need
+/// Arrow's scientific form (fewer than `scale - 5` digits, e.g. `5E-7` at scale 7). Fills
+/// `offsets` (uint64, `n + 1`); invalid rows come out empty.
+#[pyfunction]
+fn decimals<'py>(
+    py: Python<'py>,
+    low: &Bound<'py, PyAny>,
+    valid: &Bound<'py, PyAny>,
+    scale: u64,
+    offsets: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    let mut held = Held::default();
+    let low = held.i64s(low, "decimals values")?;
+    let valid = held.u8s(valid, "decimals validity")?;
+    let offs = held.u64s_mut(offsets, "decimals offsets")?;
+    let n = low.len();
+    if valid.len() != n || offs.len() != n + 1 {
+        return Err(bad(format!("decimals: {n} values, {} flags, {} offsets", valid.len(), offs.len())));
+    }
+    let plain = py.detach(|| {
+        offs[0] = 0;
+        let mut total = 0u64;
+        for i in 0..n {
+            if valid[i] != 0 {
+                let v = low[i];
+                let mut digits = 1u64;
+                let mut m = v.unsigned_abs();
+                while m >= 10 {
+                    m /= 10;
+                    digits += 1;
+                }
+                if digits + 6 < scale + 1 {
+                    return false;
+                }
+                let mut size = if digits > scale { digits } else { scale + 1 }; // an integer digit at least
+                if scale > 0 {
+                    size += 1;
+                }
+                if v < 0 {
+                    size += 1;
+                }
+                total += size;
+            }
+            offs[i + 1] = total;
+        }
+        true
+    });
+    if !plain {
+        return Ok(None);
+    }
+    let bytes = PyBytes::new_with(py, offs[n] as usize, |out| {
+        py.detach(|| {
+            for i in 0..n {
+                let start = offs[i] as usize;
+                let mut p = offs[i + 1] as usize;
+                if p == start {
+                    continue;
+                }
+                let v = low[i];
+                let mut mag = v.unsigned_abs();
+                let mut written = 0u64;
+                loop {
+                    // digits from the right, the point after `scale` of them
+                    if scale > 0 && written == scale {
+                        p -= 1;
+                        out[p] = b'.';
+                    }
+                    p -= 1;
+                    out[p] = b'0' + (mag % 10) as u8;
+                    mag /= 10;
+                    written += 1;
+                    if mag == 0 && written > scale {
+                        break;
+                    }
+                }
+                if v < 0 {
+                    out[start] = b'-';
+                }
+            }
+        });
+        Ok(())
+    })?;
+    Ok(Some(bytes))
+}
+
+// ------------------------------------------------------------------------------ digest
+
+#[inline(always)]
+fn item<'a>(data: &'a [u8], offsets: &[u64], i: usize) -> &'a [u8] {
+    &data[offsets[i] as usize..offsets[i + 1] as usize]
+}
+
+/// XXH64 of one byte string.
+#[pyfunction]
+#[pyo3(signature = (data, seed = 0))]
+fn xxh64(data: &Bound<'_, PyAny>, seed: u64) -> PyResult<u64> {
+    let mut held = Held::default();
+    Ok(xxhash_rust::xxh64::xxh64(held.u8s(data, "xxh64 data")?, seed))
+}
+
+/// XXH64 (`seed`) of each item of Arrow-style buffers, into `out` (uint64, one per item).
+#[pyfunction]
+fn hash_items(
+    py: Python<'_>,
+    offsets: &Bound<'_, PyAny>,
+    data: &Bound<'_, PyAny>,
+    seed: u64,
+    out: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let mut held = Held::default();
+    let offsets = held.u64s(offsets, "hash offsets")?;
+    let data = held.u8s(data, "hash data")?;
+    let out = held.u64s_mut(out, "hash output")?;
+    check_offsets(offsets, out.len(), data.len(), "hash_items")?;
+    py.detach(|| {
+        for (i, h) in out.iter_mut().enumerate() {
+            *h = xxhash_rust::xxh64::xxh64(item(data, offsets, i), seed);
+        }
+    });
+    Ok(())
+}
+
+const C1: u64 = 0x9E37_79B9_7F4A_7C15;
+const C2: u64 = 0xBF58_476D_1CE4_E5B9;
+const C3: u64 = 0x94D0_49BB_1331_11EB;
+
+/// The pair digest's sum over `n` (key, value) pairs and their total bytes; each key's
+/// hash goes to `key_hashes` (uint64, `n`). A pair hashes as XXH64 of the key (seed 0) and
+/// of the value (`value_seed`) mixed by a splitmix64 finaliser; the sum wraps at 2**64.
+#[pyfunction]
+fn pair_sums(
+    py: Python<'_>,
+    key_offsets: &Bound<'_, PyAny>,
+    keys: &Bound<'_, PyAny>,
+    value_offsets: &Bound<'_, PyAny>,
+    values: &Bound<'_, PyAny>,
+    value_seed: u64,
+    key_hashes: &Bound<'_, PyAny>,
+) -> PyResult<(u64, u64)> {
+    let mut held = Held::default();
+    let ko = held.u64s(key_offsets, "key offsets")?;
+    let k = held.u8s(keys, "keys")?;
+    let vo = held.u64s(value_offsets, "value offsets")?;
+    let v = held.u8s(values, "values")?;
+    let out = held.u64s_mut(key_hashes, "key hashes")?;
+    let n = out.len();
+    check_offsets(ko, n, k.len(), "pair_sums keys")?;
+    check_offsets(vo, n, v.len(), "pair_sums values")?;
+    Ok(py.detach(|| {
+        let mut total = 0u64;
+        for (i, h) in out.iter_mut().enumerate() {
+            let hk = xxhash_rust::xxh64::xxh64(item(k, ko, i), 0);
+            let hv = xxhash_rust::xxh64::xxh64(item(v, vo, i), value_seed);
+            *h = hk;
+            let mut x = hk.wrapping_mul(C1).wrapping_add(hv.rotate_left(17)).wrapping_add(C3);
+            x = (x ^ (x >> 30)).wrapping_mul(C2);
+            x = (x ^ (x >> 27)).wrapping_mul(C3);
+            total = total.wrapping_add(x ^ (x >> 31));
+        }
+        let nbytes = (ko[n] - ko[0]) + (vo[n] - vo[0]);
+        (total, nbytes)
+    }))
+}
+
+#[pymodule]
+fn _kernels(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(encode, m)?)?;
+    m.add_function(wrap_pyfunction!(decimals, m)?)?;
+    m.add_function(wrap_pyfunction!(xxh64, m)?)?;
+    m.add_function(wrap_pyfunction!(hash_items, m)?)?;
+    m.add_function(wrap_pyfunction!(pair_sums, m)?)?;
+    Ok(())
+}
