@@ -117,11 +117,61 @@ fn put_varint(out: &mut [u8], mut p: usize, mut v: u64) -> usize {
     p + 1
 }
 
+/// `src` at `out[p..]`; the position after it. Rows are written in order, each from its
+/// start on, so bytes past the end of `src` may be written with junk that what follows
+/// overwrites: short copies are then one fixed-size move instead of a call to memcpy.
 #[inline(always)]
 fn put(out: &mut [u8], p: usize, src: &[u8]) -> usize {
-    let end = p + src.len();
-    out[p..end].copy_from_slice(src);
-    end
+    let len = src.len();
+    if len <= 16 && p + 16 <= out.len() && len > 0 {
+        let mut block = [0u8; 16];
+        block[..len].copy_from_slice(src);
+        out[p..p + 16].copy_from_slice(&block);
+    } else {
+        out[p..p + len].copy_from_slice(src);
+    }
+    p + len
+}
+
+/// `data[a..b]` at `out[p..]`, reading 16 bytes at once where both buffers have them.
+#[inline(always)]
+fn put_range(out: &mut [u8], p: usize, data: &[u8], a: usize, b: usize) -> usize {
+    let len = b - a;
+    if len <= 16 && a + 16 <= data.len() && p + 16 <= out.len() {
+        let block: [u8; 16] = data[a..a + 16].try_into().unwrap();
+        out[p..p + 16].copy_from_slice(&block);
+        p + len
+    } else {
+        put(out, p, &data[a..b])
+    }
+}
+
+/// A field's tag (at most 10 bytes), written as one 16-byte move.
+#[derive(Clone, Copy)]
+struct Tag {
+    bytes: [u8; 16],
+    len: usize,
+}
+
+impl Tag {
+    fn new(bytes: &[u8]) -> PyResult<Tag> {
+        if bytes.len() > 10 {
+            return Err(bad(format!("layout: a prefix of {} bytes (a tag has at most 10)", bytes.len())));
+        }
+        let mut tag = Tag { bytes: [0; 16], len: bytes.len() };
+        tag.bytes[..bytes.len()].copy_from_slice(bytes);
+        Ok(tag)
+    }
+
+    #[inline(always)]
+    fn put(&self, out: &mut [u8], p: usize) -> usize {
+        if p + 16 <= out.len() {
+            out[p..p + 16].copy_from_slice(&self.bytes);
+            p + self.len
+        } else {
+            put(out, p, &self.bytes[..self.len])
+        }
+    }
 }
 
 // ------------------------------------------------------------------------ row layouts
@@ -140,14 +190,14 @@ fn kept(keep: Keep, i: usize) -> bool {
 /// with `keep` writes nothing for the rows it does not keep, nor do its children.
 enum Node {
     /// `prefix + varint(values[i])`
-    Varint { keep: Keep, values: &'static [u64], prefix: Vec<u8> },
+    Varint { keep: Keep, values: &'static [u64], prefix: Tag },
     /// `prefix + raw[i * width..(i + 1) * width]`
-    Fixed { keep: Keep, raw: &'static [u8], width: usize, prefix: Vec<u8> },
+    Fixed { keep: Keep, raw: &'static [u8], width: usize, prefix: Tag },
     /// item `i` as it is, or `prefix + varint(len) + item` with a prefix
-    Bytes { keep: Keep, offsets: &'static [u64], data: &'static [u8], prefix: Vec<u8> },
+    Bytes { keep: Keep, offsets: &'static [u64], data: &'static [u8], prefix: Tag },
     /// row `i` of each part in order; with a prefix, length-delimited (the lengths are
     /// kept from the sizing pass for the writing one)
-    Concat { keep: Keep, prefix: Option<Vec<u8>>, parts: Vec<Node>, lengths: Vec<u64> },
+    Concat { keep: Keep, prefix: Option<Tag>, parts: Vec<Node>, lengths: Vec<u64> },
     /// elements `bounds[i]..bounds[i + 1]` of `element`, concatenated
     Grouped { keep: Keep, bounds: &'static [u64], element: Box<Node> },
 }
@@ -174,7 +224,7 @@ fn parse(obj: &Bound<'_, PyAny>, held: &mut Held, depth: usize) -> PyResult<Pars
         }
         Some(k)
     };
-    let prefix_of = |i: usize| -> PyResult<Vec<u8>> { t.get_item(i)?.extract::<Vec<u8>>() };
+    let prefix_of = |i: usize| -> PyResult<Tag> { Tag::new(&t.get_item(i)?.extract::<Vec<u8>>()?) };
     let node = match kind.as_str() {
         "v" => {
             let values = held.u64s(&t.get_item(3)?, "layout varints")?;
@@ -199,7 +249,7 @@ fn parse(obj: &Bound<'_, PyAny>, held: &mut Held, depth: usize) -> PyResult<Pars
         }
         "c" => {
             let p = t.get_item(3)?;
-            let prefix = if p.is_none() { None } else { Some(p.extract::<Vec<u8>>()?) };
+            let prefix = if p.is_none() { None } else { Some(Tag::new(&p.extract::<Vec<u8>>()?)?) };
             let mut parts = Vec::new();
             for part in t.get_item(4)?.cast::<PyList>()?.iter() {
                 let parsed = parse(&part, held, depth + 1)?;
@@ -208,8 +258,7 @@ fn parse(obj: &Bound<'_, PyAny>, held: &mut Held, depth: usize) -> PyResult<Pars
                 }
                 parts.push(parsed.node);
             }
-            let lengths = if prefix.is_some() { vec![0; n] } else { Vec::new() };
-            Node::Concat { keep, prefix, parts, lengths }
+            Node::Concat { keep, prefix, parts, lengths: Vec::new() }
         }
         "g" => {
             let bounds = held.u64s(&t.get_item(3)?, "layout bounds")?;
@@ -223,95 +272,112 @@ fn parse(obj: &Bound<'_, PyAny>, held: &mut Held, depth: usize) -> PyResult<Pars
 }
 
 impl Node {
-    /// Row `i`'s size in bytes (0 where it is not kept).
-    fn size(&mut self, i: usize) -> u64 {
+    /// Adds each row's size in bytes (0 where it is not kept) to `out` (one per row), a
+    /// node at a time: the loops over whole columns are simple enough to vectorise.
+    /// (Rows a parent does not keep get sizes here too; the parent multiplies them by 0.)
+    fn sizes(&mut self, out: &mut [u64]) {
         match self {
             Node::Varint { keep, values, prefix } => {
-                if kept(*keep, i) {
-                    prefix.len() as u64 + varint_size(values[i])
-                } else {
-                    0
+                let t = prefix.len as u64;
+                match keep {
+                    None => out.iter_mut().zip(values.iter()).for_each(|(o, v)| *o += t + varint_size(*v)),
+                    Some(k) => out
+                        .iter_mut()
+                        .zip(values.iter().zip(k.iter()))
+                        .for_each(|(o, (v, k))| *o += u64::from(*k != 0) * (t + varint_size(*v))),
                 }
             }
             Node::Fixed { keep, width, prefix, .. } => {
-                if kept(*keep, i) {
-                    (prefix.len() + *width) as u64
-                } else {
-                    0
+                let w = (prefix.len + *width) as u64;
+                match keep {
+                    None => out.iter_mut().for_each(|o| *o += w),
+                    Some(k) => out.iter_mut().zip(k.iter()).for_each(|(o, k)| *o += u64::from(*k != 0) * w),
                 }
             }
             Node::Bytes { keep, offsets, prefix, .. } => {
-                if !kept(*keep, i) {
-                    return 0;
-                }
-                let len = offsets[i + 1] - offsets[i];
-                if prefix.is_empty() {
-                    len
-                } else {
-                    prefix.len() as u64 + varint_size(len) + len
+                let t = prefix.len as u64;
+                let lens = offsets.windows(2).map(|w| w[1] - w[0]);
+                let each = |len: u64| if t == 0 { len } else { t + varint_size(len) + len };
+                match keep {
+                    None => out.iter_mut().zip(lens).for_each(|(o, len)| *o += each(len)),
+                    Some(k) => out
+                        .iter_mut()
+                        .zip(lens.zip(k.iter()))
+                        .for_each(|(o, (len, k))| *o += u64::from(*k != 0) * each(len)),
                 }
             }
             Node::Concat { keep, prefix, parts, lengths } => {
-                if !kept(*keep, i) {
-                    return 0;
-                }
-                let mut s = 0;
+                let mut own = vec![0u64; out.len()];
                 for part in parts.iter_mut() {
-                    s += part.size(i);
+                    part.sizes(&mut own);
                 }
-                match prefix {
+                let t = prefix.map(|tag| tag.len as u64);
+                let flags = keep.map(|k| k.iter().map(|k| u64::from(*k != 0)));
+                let whole = |s: u64| match t {
                     None => s,
-                    Some(p) => {
-                        lengths[i] = s;
-                        p.len() as u64 + varint_size(s) + s
-                    }
+                    Some(t) => t + varint_size(s) + s,
+                };
+                match flags {
+                    None => out.iter_mut().zip(own.iter()).for_each(|(o, s)| *o += whole(*s)),
+                    Some(f) => out.iter_mut().zip(own.iter().zip(f)).for_each(|(o, (s, k))| *o += k * whole(*s)),
+                }
+                if prefix.is_some() {
+                    *lengths = own; // the length headers the writing pass puts before each row
                 }
             }
             Node::Grouped { keep, bounds, element } => {
-                if !kept(*keep, i) {
-                    return 0;
+                let mut each = vec![0u64; bounds[bounds.len() - 1] as usize];
+                element.sizes(&mut each);
+                for (i, o) in out.iter_mut().enumerate() {
+                    if kept(*keep, i) {
+                        *o += each[bounds[i] as usize..bounds[i + 1] as usize].iter().sum::<u64>();
+                    }
                 }
-                let mut s = 0;
-                for j in bounds[i] as usize..bounds[i + 1] as usize {
-                    s += element.size(j);
-                }
-                s
             }
         }
     }
 
-    /// Row `i`'s bytes at `out[p..]`; the position after them.
+    /// Row `i`'s bytes at `out[p..]`; the position after them. Leaves are written inline
+    /// (a call per field and row cost more than the field's bytes); inner nodes recurse.
+    #[inline(always)]
     fn write(&self, i: usize, out: &mut [u8], mut p: usize) -> usize {
         match self {
             Node::Varint { keep, values, prefix } => {
                 if kept(*keep, i) {
-                    p = put(out, p, prefix);
+                    p = prefix.put(out, p);
                     p = put_varint(out, p, values[i]);
                 }
                 p
             }
             Node::Fixed { keep, raw, width, prefix } => {
                 if kept(*keep, i) {
-                    p = put(out, p, prefix);
-                    p = put(out, p, &raw[i * width..(i + 1) * width]);
+                    p = prefix.put(out, p);
+                    p = put_range(out, p, raw, i * *width, (i + 1) * *width);
                 }
                 p
             }
             Node::Bytes { keep, offsets, data, prefix } => {
                 if kept(*keep, i) {
                     let (a, b) = (offsets[i] as usize, offsets[i + 1] as usize);
-                    if !prefix.is_empty() {
-                        p = put(out, p, prefix);
+                    if prefix.len != 0 {
+                        p = prefix.put(out, p);
                         p = put_varint(out, p, (b - a) as u64);
                     }
-                    p = put(out, p, &data[a..b]);
+                    p = put_range(out, p, data, a, b);
                 }
                 p
             }
+            Node::Concat { .. } | Node::Grouped { .. } => self.write_inner(i, out, p),
+        }
+    }
+
+    #[inline(never)]
+    fn write_inner(&self, i: usize, out: &mut [u8], mut p: usize) -> usize {
+        match self {
             Node::Concat { keep, prefix, parts, lengths } => {
                 if kept(*keep, i) {
                     if let Some(tag) = prefix {
-                        p = put(out, p, tag);
+                        p = tag.put(out, p);
                         p = put_varint(out, p, lengths[i]);
                     }
                     for part in parts {
@@ -328,6 +394,7 @@ impl Node {
                 }
                 p
             }
+            _ => self.write(i, out, p),
         }
     }
 }
@@ -351,9 +418,11 @@ fn encode<'py>(
         return Err(bad(format!("encode: {} offsets for {n} rows", offs.len())));
     }
     let total = py.detach(|| {
+        let mut sizes = vec![0u64; n];
+        root.sizes(&mut sizes);
         offs[0] = 0;
         for r in 0..n {
-            offs[r + 1] = offs[r] + root.size(r);
+            offs[r + 1] = offs[r] + sizes[r];
         }
         offs[n]
     });
