@@ -63,8 +63,6 @@ class Settings(BaseSettings):
     #: Spark: the master (``local[*]``, ``spark://host:7077``) and the driver's memory.
     spark_master: str = "local[*]"
     spark_driver_memory: str = "2g"
-    #: Fault injection for the tests of failure handling (see ``bulldozer.load.runner``).
-    fault: str = ""
     #: The native data plane's binary (default: the one scripts/build_native.sh built).
     kvd: Path | None = None
     #: Which data plane ``serve`` uses: auto, native or python.

@@ -15,8 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import signal
 import time
 import uuid
 from collections.abc import Callable
@@ -45,7 +43,6 @@ from bulldozer.load.engines import LoadEngine, LoadPlan, LoadResult, SplitResult
 from bulldozer.load.gates import GateResult, evaluate_gates
 from bulldozer.names import new_version_name
 from bulldozer.schema.job import JobSchema, build_job_schema
-from bulldozer.settings import load_settings
 from bulldozer.spec.loader import LoadedSpec
 from bulldozer.versioning.flip import flip, live_version
 from bulldozer.versioning.retention import apply_retention
@@ -116,22 +113,6 @@ def _duplicates(hashes: list[np.ndarray[Any, Any]]) -> set[int]:
     return {int(h) for h in np.unique(dup[:10])}
 
 
-def _parse_fault(text: str) -> tuple[str, int | str]:
-    """``raise-after-rows:N`` / ``kill-after-rows:N`` (during the load) or ``kill-at:STAGE``
-    (SIGKILL as the stage starts, e.g. verify or flip)."""
-    if not text:
-        return "", 0
-    if text.startswith("kill-at:"):
-        stage = text[len("kill-at:") :]
-        if stage not in STAGES:
-            raise ValueError(f"BULLDOZER_FAULT={text!r}: kill-at: takes one of {', '.join(STAGES)}")
-        return "kill-at", stage
-    kind, _, rows = text.partition("-after-rows:")
-    if kind not in ("raise", "kill") or not rows.isdigit():
-        raise ValueError(f"BULLDOZER_FAULT={text!r}: expected raise-after-rows:N, kill-after-rows:N or kill-at:STAGE")
-    return kind, int(rows)
-
-
 #: The stages of a run, in order; each can be called on its own (``run_stage``).
 STAGES = ("validate", "schema", "load", "verify", "flip", "retention")
 #: States of a version whose load stage finished (SEALING: its seal was interrupted).
@@ -153,12 +134,10 @@ class JobRun:
         home: str | None = None,
         on_stage: Callable[[str], None] = lambda stage: None,
         progress: Callable[[int, int], None] = lambda done, total: None,
-        fault: str | None = None,
         run_key: str = "",
     ) -> None:
         self.loaded, self.spec, self.client, self.home = loaded, loaded.spec, client, home
         self.progress = progress
-        self.fault_kind, self.fault_rows = _parse_fault(fault if fault is not None else load_settings().fault)
         self.load_engine = create_load_engine(engine) if isinstance(engine, str) else engine
         self.run_key = run_key
         self.record = RunRecord(
@@ -169,16 +148,7 @@ class JobRun:
             spec_sha256=hashlib.sha256(loaded.text.encode()).hexdigest(),
             started=_now(),
         )
-        if self.fault_kind == "kill-at":
-
-            def on_stage_or_die(stage: str, target: object = self.fault_rows) -> None:
-                if stage == target:
-                    os.kill(os.getpid(), signal.SIGKILL)
-                on_stage(stage)
-
-            self.stage = _Stages(self.record, on_stage_or_die)
-        else:
-            self.stage = _Stages(self.record, on_stage)
+        self.stage = _Stages(self.record, on_stage)
         self.version_created = False
         self.live: NamespaceRecord | None = None
         self.table: Any = None
@@ -304,14 +274,7 @@ class JobRun:
             ledger_state[split.split_id] = split.to_json()
             client.set_labels(record.version, ledger_label(ledger_state))
 
-        def on_progress(rows: int, total: int) -> None:
-            self.progress(rows, total)
-            if self.fault_kind in ("kill", "raise") and rows >= int(self.fault_rows):
-                if self.fault_kind == "kill":
-                    os.kill(os.getpid(), signal.SIGKILL)
-                raise RuntimeError(f"injected failure after {rows} rows")
-
-        result: LoadResult = self.load_engine.load(plan, client, on_split, on_progress)
+        result: LoadResult = self.load_engine.load(plan, client, on_split, self.progress)
         record.rows, record.bytes = result.rows, result.digest.bytes
         record.digest = f"{result.digest.value:#018x}"
         self.digest_value, self.null_counts = result.digest.value, dict(result.null_counts)
@@ -444,19 +407,14 @@ def run_job(
     resume: str | None = None,
     on_stage: Callable[[str], None] = lambda stage: None,
     progress: Callable[[int, int], None] = lambda done, total: None,
-    fault: str | None = None,
     on_failure: Callable[[RunRecord], None] | None = None,
 ) -> RunRecord:
     """Run the job once; returns the run record (raises a BulldozerError on failure,
     after marking the version FAILED and leaving the alias untouched; ``on_failure`` gets
     the failed run's record first). Retention failing after the flip does not fail the run:
-    the record's ``retention_error`` says why.
-
-    ``fault`` injects a failure for tests of failure handling (default: the
-    ``BULLDOZER_FAULT`` environment variable): ``raise-after-rows:N`` raises once N rows
-    were loaded; ``kill-after-rows:N`` kills the process (SIGKILL) at that point.
+    the record's ``retention_error`` says why. ``on_stage`` is called as each stage starts.
     """
-    run = JobRun(loaded, client, engine=engine, home=home, on_stage=on_stage, progress=progress, fault=fault)
+    run = JobRun(loaded, client, engine=engine, home=home, on_stage=on_stage, progress=progress)
     stage = run.stage
     try:
         with stage("schema"):
@@ -498,7 +456,6 @@ def run_stage(
     engine: str | LoadEngine = "local",
     home: str | None = None,
     progress: Callable[[int, int], None] = lambda done, total: None,
-    fault: str | None = None,
 ) -> RunRecord:
     """Run one stage, safe to retry, for a scheduler that calls stages separately.
 
@@ -512,7 +469,7 @@ def run_stage(
     """
     if stage_name not in STAGES:
         raise InvalidArgumentError(f"unknown stage {stage_name!r}; stages: {', '.join(STAGES)}")
-    run = JobRun(loaded, client, engine=engine, home=home, progress=progress, fault=fault, run_key=run_key)
+    run = JobRun(loaded, client, engine=engine, home=home, progress=progress, run_key=run_key)
     stage = run.stage
     if stage_name == "validate":
         from bulldozer.schema.table_check import check_against_catalog

@@ -105,9 +105,7 @@ def test_runner_killed_at_random_points(where: str, home: Path, dal_process: tup
         for _ in range(REPEATS):
             fault = f"kill-after-rows:{rnd.randrange(1_000, ROWS)}" if where == "load" else f"kill-at:{where}"
             killed = _cli(
-                ["run", "templates/move_data_to_kv_dal.yaml", "-q", "--endpoint", endpoint],
-                home,
-                {"BULLDOZER_FAULT": fault},
+                ["run", "templates/move_data_to_kv_dal.yaml", "-q", "--endpoint", endpoint], home, fault=fault
             )
             assert killed.returncode == -9, killed.stderr
             tally.after_fault(client, home)  # killed before its flip: still the old version

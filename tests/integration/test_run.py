@@ -24,6 +24,7 @@ from bulldozer.errors import (
 )
 from bulldozer.kv import KvClient
 from bulldozer.kv.types import State
+from bulldozer.load.engines import create_load_engine
 from bulldozer.load.runner import run_job
 from bulldozer.schema.compile import load_message_classes
 from bulldozer.spec import load_spec_text
@@ -33,6 +34,7 @@ from bulldozer.versioning.run_state import RUN_LABEL
 from bulldozer.warehouse.catalog import open_catalog
 from bulldozer.warehouse.sample import create_sample_warehouse, overwrite_sample
 from tests.conftest import REPO
+from tests.faults import FaultyEngine
 
 pytestmark = pytest.mark.integration
 TEMPLATE = (REPO / "templates" / "move_data_to_kv_dal.yaml").read_text()
@@ -104,7 +106,7 @@ def test_a_failing_quality_gate_leaves_the_alias_on_v1(home: Path, dal: KvClient
 def test_an_injected_crash_leaves_the_alias_and_marks_the_version_failed(home: Path, dal: KvClient) -> None:
     first = run_job(spec(), dal, home=str(home))
     with pytest.raises(RuntimeError, match="injected failure"):
-        run_job(spec(), dal, home=str(home), fault="raise-after-rows:1000")
+        run_job(spec(), dal, home=str(home), engine=FaultyEngine(create_load_engine("local"), "raise", 1000))
     assert dal.get_alias("user_item_scores").namespace == first.version
     states = sorted(n.state.value for n in dal.list_namespaces("user_item_scores"))
     assert states == ["ACTIVE", "FAILED"]
@@ -239,9 +241,13 @@ def test_retention_keeps_n_versions_and_drops_the_rest(home: Path, dal: KvClient
 # ------------------------------------------------------------ the command line
 
 
-def _cli(args: list[str], home: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _cli(
+    args: list[str], home: Path, env: dict[str, str] | None = None, fault: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``bulldozer ARGS`` in its own process; with ``fault``, failing as ``tests.faults`` says."""
+    command = ["tests.faults", fault] if fault else ["bulldozer.cli.main"]
     return subprocess.run(
-        [sys.executable, "-m", "bulldozer.cli.main", *args],
+        [sys.executable, "-m", *command, *args],
         capture_output=True,
         text=True,
         timeout=300,
@@ -293,9 +299,7 @@ def _dal_processes(store: Path) -> list[int]:
 def test_a_killed_run_is_resumed(tmp_path: Path) -> None:
     home = tmp_path / "h"
     create_sample_warehouse(home, rows=30_000, chunk_rows=10_000)  # three data files: three splits
-    killed = _cli(
-        ["run", "templates/move_data_to_kv_dal.yaml", "-q"], home, {"BULLDOZER_FAULT": "kill-after-rows:15000"}
-    )
+    killed = _cli(["run", "templates/move_data_to_kv_dal.yaml", "-q"], home, fault="kill-after-rows:15000")
     assert killed.returncode == -9
     # the DAL the killed run had started notices its parent is gone and stops
     deadline = time.monotonic() + 15

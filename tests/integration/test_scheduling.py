@@ -52,9 +52,9 @@ def alias_now(home: Path) -> str:
 # -- stages one at a time ---------------------------------------------------------
 
 
-def stage(home: Path, name: str, run_key: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def stage(home: Path, name: str, run_key: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
     args = ["run", "templates/move_data_to_kv_dal.yaml", "--stage", name, "--run-key", run_key, "--json"]
-    return _cli(args, home, env)
+    return _cli(args, home, fault=fault)
 
 
 def test_stages_one_by_one_with_a_killed_and_retried_load(tmp_path: Path) -> None:
@@ -62,7 +62,7 @@ def test_stages_one_by_one_with_a_killed_and_retried_load(tmp_path: Path) -> Non
     create_sample_warehouse(home, rows=30_000, chunk_rows=10_000)
     for name in ("validate", "schema"):
         assert stage(home, name, "run-1").returncode == 0
-    killed = stage(home, "load", "run-1", {"BULLDOZER_FAULT": "kill-after-rows:15000"})
+    killed = stage(home, "load", "run-1", fault="kill-after-rows:15000")
     assert killed.returncode == -9
     (loading,) = [r["version"] for r in runs(home) if r["state"] == "LOADING"]
     retried = stage(home, "load", "run-1")  # the scheduler's retry: same run key

@@ -1,0 +1,108 @@
+"""Failures on demand, for the tests of failure handling (none of this is in the package).
+
+* ``FaultyEngine`` wraps a load engine: after N rows it raises, or SIGKILLs its process.
+* ``python -m tests.faults FAULT ARGS...`` runs ``bulldozer ARGS...`` with ``FAULT``
+  injected into every run the command makes:
+
+  - ``raise-after-rows:N`` / ``kill-after-rows:N``: during the load, through ``FaultyEngine``;
+  - ``kill-at:STAGE``: SIGKILL as the stage starts (e.g. ``verify``, ``flip``), through the
+    runner's public ``on_stage`` hook.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from bulldozer.kv import KvClient
+from bulldozer.load.engines.base import LoadEngine, LoadPlan, LoadResult, SplitDone
+from bulldozer.load.runner import STAGES
+
+__all__ = ["FaultyEngine", "main", "parse"]
+
+
+def parse(text: str) -> tuple[str, int | str]:
+    """``(kind, rows or stage)`` of a fault's text."""
+    if text.startswith("kill-at:"):
+        stage = text.removeprefix("kill-at:")
+        if stage not in STAGES:
+            raise ValueError(f"kill-at: takes one of {', '.join(STAGES)}, not {stage!r}")
+        return "kill-at", stage
+    kind, _, rows = text.partition("-after-rows:")
+    if kind not in ("raise", "kill") or not rows.isdigit():
+        raise ValueError(f"{text!r}: expected raise-after-rows:N, kill-after-rows:N or kill-at:STAGE")
+    return kind, int(rows)
+
+
+class FaultyEngine(LoadEngine):
+    """``engine``, except that once ``rows`` rows are loaded it raises (``raise``) or its
+    process is SIGKILLed (``kill``)."""
+
+    def __init__(self, engine: LoadEngine, kind: str, rows: int) -> None:
+        self.engine, self.kind, self.rows = engine, kind, rows
+        self.name = engine.name  # type: ignore[misc]  # a class variable, mirrored per instance
+        self.resumes_splits = engine.resumes_splits  # type: ignore[misc]
+        self.runs_sql = engine.runs_sql  # type: ignore[misc]
+
+    def load(
+        self, plan: LoadPlan, client: KvClient, on_split: SplitDone, progress: Callable[[int, int], None]
+    ) -> LoadResult:
+        def failing(rows: int, total: int) -> None:
+            progress(rows, total)
+            if rows >= self.rows:
+                if self.kind == "kill":
+                    os.kill(os.getpid(), signal.SIGKILL)
+                raise RuntimeError(f"injected failure after {rows} rows")
+
+        return self.engine.load(plan, client, on_split, failing)
+
+    def key_hashes_of(self, plan: LoadPlan, split_ids: set[str]) -> list[np.ndarray[Any, Any]]:
+        return self.engine.key_hashes_of(plan, split_ids)
+
+    def find_keys(self, plan: LoadPlan, hashes: set[int], limit: int = 3) -> list[dict[str, Any]]:
+        return self.engine.find_keys(plan, hashes, limit)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+
+def inject(fault: str) -> None:
+    """Make every ``JobRun`` of this process fail as ``fault`` says."""
+    from bulldozer.load import runner
+
+    kind, where = parse(fault)
+    real_init = runner.JobRun.__init__
+
+    def init(self: runner.JobRun, *args: Any, **kwargs: Any) -> None:
+        if kind == "kill-at":
+            on_stage = kwargs.get("on_stage") or (lambda stage: None)
+
+            def dying(stage: str) -> None:
+                if stage == where:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                on_stage(stage)
+
+            kwargs["on_stage"] = dying
+        real_init(self, *args, **kwargs)
+        if kind != "kill-at":
+            self.load_engine = FaultyEngine(self.load_engine, kind, int(where))
+
+    runner.JobRun.__init__ = init  # type: ignore[method-assign]
+
+
+def main(argv: list[str]) -> int:
+    inject(argv[0])
+    from bulldozer.cli.main import main as cli
+
+    sys.argv = ["bulldozer", *argv[1:]]
+    cli()  # exits with the command's code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
