@@ -12,6 +12,7 @@ pass the result down as arguments.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
@@ -30,6 +31,7 @@ __all__ = [
     "child_environment",
     "environment",
     "load_settings",
+    "pyspark_python",
     "select_profile",
 ]
 
@@ -63,6 +65,9 @@ class Settings(BaseSettings):
     #: Spark: the master (``local[*]``, ``spark://host:7077``) and the driver's memory.
     spark_master: str = "local[*]"
     spark_driver_memory: str = "2g"
+    #: The address the Spark driver binds and tells executors (loopback: local mode and a
+    #: cluster on this machine; a cluster elsewhere needs an address it can reach).
+    spark_driver_host: str = "127.0.0.1"
     #: The native data plane's binary (default: the one scripts/build_native.sh built).
     kvd: Path | None = None
     #: Which data plane ``serve`` uses: auto, native or python.
@@ -223,6 +228,15 @@ def environment() -> Mapping[str, str]:
 def cache_root() -> Path:
     """``$XDG_CACHE_HOME``, else ``~/.cache``."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+
+
+def pyspark_python() -> None:
+    """Have pyspark start its Python workers with this interpreter (Bulldozer is installed
+    beside it), unless the environment chose one. pyspark reads the worker's interpreter
+    from ``PYSPARK_PYTHON`` only (``SparkContext.pythonExec``; the ``spark.pyspark.python``
+    property is for spark-submit): this is the one variable written for a library below
+    the CLI, and it is written here."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
 def child_environment(**extra: str) -> dict[str, str]:

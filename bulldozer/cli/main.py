@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import os
 from typing import Annotated
 
-# Before anything imports numpy (the DAL this process starts inherits it too): OpenBLAS's
-# worker threads spun for 0.08 s of CPU per process at start-up, and nothing here uses BLAS.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+from bulldozer.cli import process
 
-import typer
+process.before_imports()  # before anything imports numpy
 
-from bulldozer._version import __version__
-from bulldozer.cli import ops_cmds, process, proto_cmd, run_cmds, schedule_cmds, serve_cmd, spec_cmds, warehouse_cmds
+import typer  # noqa: E402  (after the process tuning above)
+
+from bulldozer._version import __version__  # noqa: E402
+from bulldozer.cli import ops_cmds, proto_cmd, run_cmds, schedule_cmds, serve_cmd, spec_cmds, warehouse_cmds  # noqa: E402
 
 app = typer.Typer(
     name="bulldozer",

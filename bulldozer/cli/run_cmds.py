@@ -152,6 +152,8 @@ def _run(
     if master and engine is not EngineChoice.spark:
         raise InvalidArgumentError("--master applies to --engine spark only")
     load_engine = create_load_engine(engine.value, **({"master": master} if master else {}))
+    if process.owned():
+        process.use_load_memory_pool()
     show = not (quiet or as_json) and err_console.is_terminal
     columns = (
         TextColumn("[bold]{task.description}"),

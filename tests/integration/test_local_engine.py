@@ -12,10 +12,10 @@ import pyarrow as pa
 import pytest
 from pyiceberg.io.pyarrow import ArrowScan
 
+from bulldozer.cli.process import use_load_memory_pool
 from bulldozer.codec.digest import digest_pairs
 from bulldozer.errors import AliasNotFoundError
 from bulldozer.kv import KvClient
-from bulldozer.load.arrow_memory import use_load_memory_pool
 from bulldozer.load.engines import local
 from bulldozer.load.runner import run_job
 from bulldozer.spec import load_spec_text

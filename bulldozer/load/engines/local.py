@@ -25,7 +25,6 @@ import pyarrow as pa
 
 from bulldozer.codec.digest import Digest, digest_and_key_hashes, key_hashes
 from bulldozer.kv.client import KvClient
-from bulldozer.load.arrow_memory import use_load_memory_pool
 from bulldozer.load.encoder.encode import RowEncoder
 from bulldozer.load.engines.base import LoadEngine, LoadPlan, LoadResult, Progress, SplitDone, SplitResult
 from bulldozer.load.prefetch import read_ahead
@@ -210,7 +209,6 @@ class LocalEngine(LoadEngine):
         ]
 
     def load(self, plan: LoadPlan, client: KvClient, on_split: SplitDone, progress: Progress) -> LoadResult:
-        use_load_memory_pool()
         splits = self._splits(plan, plan.columns)
         expected = sum(rows for _sid, rows, _batches in splits)
         encoder = RowEncoder(plan.proto)

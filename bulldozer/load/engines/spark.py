@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import sys
 from typing import Any
 
 import numpy as np
@@ -30,7 +28,7 @@ from bulldozer.codec.digest import Digest
 from bulldozer.kv.client import KvClient
 from bulldozer.load.engines.base import LoadPlan, LoadResult, Progress, SplitDone, SplitResult
 from bulldozer.load.engines.local import LocalEngine
-from bulldozer.settings import load_settings
+from bulldozer.settings import load_settings, pyspark_python
 from bulldozer.warehouse.catalog import bulldozer_home
 
 log = logging.getLogger(__name__)
@@ -60,9 +58,7 @@ def spark_session(
         _SESSION = None
     from pyspark.sql import SparkSession
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local mode stays on loopback
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    pyspark_python()
     settings = load_settings()
     master = master or settings.spark_master
     prefix = f"spark.sql.catalog.{catalog_name}"
@@ -75,8 +71,10 @@ def spark_session(
         .config(f"{prefix}.cache-enabled", "false")  # each run must see the latest snapshots
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"))
-        .config("spark.driver.bindAddress", os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"))
+        .config("spark.driver.host", settings.spark_driver_host)
+        .config("spark.driver.bindAddress", settings.spark_driver_host)
+        # the batches of the Python workers land in jemalloc's pool (bulldozer.cli.process)
+        .config("spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
         .config("spark.sql.shuffle.partitions", "8")
         .config("spark.driver.memory", settings.spark_driver_memory)
     )
@@ -113,10 +111,8 @@ def _partition_writer(proto: Any, address: str, token: str | None, version: str,
 
         from bulldozer.codec.digest import Digest, digest_and_key_hashes
         from bulldozer.kv.client import KvClient
-        from bulldozer.load.arrow_memory import use_load_memory_pool
         from bulldozer.load.encoder.encode import RowEncoder
 
-        use_load_memory_pool()  # the batches Spark sends this worker land in jemalloc's pool too
         encoder = RowEncoder(proto)
         digest = Digest()
         nulls: dict[str, int] = {}
