@@ -1,19 +1,35 @@
-"""Shared pieces of the command line: consoles, JSON output and the error boundary."""
+"""Shared pieces of the command line: consoles, JSON output, the error boundary and the
+client of the store a command acts on (named in its output)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import sys
-from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
 
 from bulldozer.errors import BulldozerError, SpecError
 
-__all__ = ["HOME_HELP", "console", "err_console", "fail", "handle_errors", "open_version", "print_json"]
+if TYPE_CHECKING:
+    from bulldozer.kv.client import KvClient
+
+__all__ = [
+    "HOME_HELP",
+    "console",
+    "err_console",
+    "fail",
+    "handle_errors",
+    "open_client",
+    "open_version",
+    "print_json",
+    "say_store",
+    "with_store",
+]
 
 HOME_HELP = "Embedded state folder (default $BULLDOZER_HOME or ./.bulldozer)."
 
@@ -72,3 +88,27 @@ def _escape(text: str) -> str:
     from rich.markup import escape
 
     return escape(text)
+
+
+@contextlib.contextmanager
+def open_client(endpoint: str | None, home: str | None, as_json: bool = False, **options: Any) -> Iterator[KvClient]:
+    """A client of the DAL the command acts on (``--endpoint`` > ``BULLDOZER_ENDPOINT`` >
+    the profile's > embedded), named on stderr for a person (``say_store``)."""
+    from bulldozer.kv.connect import connect
+
+    with connect(endpoint, home, **options) as client:
+        if not as_json:
+            say_store(client)
+        yield client
+
+
+def say_store(client: KvClient) -> None:
+    """One dim line on stderr naming the store (stdout stays the command's output)."""
+    err_console.print(f"[dim]store: {client.store}[/]", markup=True, soft_wrap=True)
+
+
+def with_store(client: KvClient, data: Any) -> Any:
+    """``data`` (an object, or a list of them) with the store it came from in each object."""
+    if isinstance(data, list):
+        return [{**item, "store": client.store} for item in data]
+    return {**data, "store": client.store}

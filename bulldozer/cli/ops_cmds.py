@@ -9,7 +9,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from bulldozer.cli.common import HOME_HELP, console, fail, handle_errors, open_version, print_json
+from bulldozer.cli.common import (
+    HOME_HELP,
+    console,
+    fail,
+    handle_errors,
+    open_client,
+    open_version,
+    print_json,
+    with_store,
+)
 
 if TYPE_CHECKING:
     from bulldozer.kv.types import NamespaceRecord
@@ -38,12 +47,10 @@ def namespaces(
     as_json: Json = False,
 ) -> None:
     """List version namespaces (newest last) with their state, size and times."""
-    from bulldozer.kv.connect import connect
-
-    with connect(endpoint, home) as client:
+    with open_client(endpoint, home, as_json) as client:
         records = client.list_namespaces(alias)
     if as_json:
-        print_json([_ns_json(n) for n in records])
+        print_json(with_store(client, [_ns_json(n) for n in records]))
         return
     table = Table(title=f"versions of {alias}" if alias else "namespaces")
     for col in ("namespace", "state", "records", "MiB", "created", "state changed"):
@@ -68,10 +75,8 @@ def namespace_describe(
     home: Home = None,
 ) -> None:
     """Everything the DAL knows about one namespace (as JSON)."""
-    from bulldozer.kv.connect import connect
-
-    with connect(endpoint, home) as client:
-        print_json(_ns_json(client.describe(name)))
+    with open_client(endpoint, home, as_json=True) as client:
+        print_json(with_store(client, _ns_json(client.describe(name))))
 
 
 @namespace_app.command("drop")
@@ -83,11 +88,9 @@ def namespace_drop(
     home: Home = None,
 ) -> None:
     """Drop a namespace's data (refused for the ACTIVE version of an alias)."""
-    from bulldozer.kv.connect import connect
-
-    if not yes and not typer.confirm(f"drop {name} and all its data?"):
-        raise typer.Exit(1)
-    with connect(endpoint, home) as client:
+    with open_client(endpoint, home) as client:
+        if not yes and not typer.confirm(f"drop {name} and all its data?"):
+            raise typer.Exit(1)
         dropped = client.drop(name)
     console.print(f"[green]✓[/] {dropped.name} is {dropped.state.value}")
 
@@ -101,12 +104,10 @@ def alias_show(
     as_json: Json = False,
 ) -> None:
     """Where the alias points, and that version's size and run."""
-    from bulldozer.kv.connect import connect
-
-    with connect(endpoint, home) as client:
+    with open_client(endpoint, home, as_json) as client:
         record = client.get_alias(alias)
         live = client.describe(record.namespace)
-    data = {**record.to_json(), "version": _ns_json(live)}
+    data = with_store(client, {**record.to_json(), "version": _ns_json(live)})
     if as_json:
         print_json(data)
         return
@@ -126,12 +127,10 @@ def alias_history(
     as_json: Json = False,
 ) -> None:
     """Every change of the alias (flips and rollbacks), newest first, with who and why."""
-    from bulldozer.kv.connect import connect
-
-    with connect(endpoint, home) as client:
+    with open_client(endpoint, home, as_json) as client:
         changes = client.alias_history(alias, limit)
     if as_json:
-        print_json([c.to_json() for c in changes])
+        print_json(with_store(client, [c.to_json() for c in changes]))
         return
     table = Table(title=f"history of {alias}")
     for col in ("#", "time (UTC)", "from", "to", "principal", "reason"):
@@ -167,18 +166,18 @@ def rollback(
     Refused when the target was dropped, failed or never sealed, or when the alias moved
     since you looked (--expect). Every rollback is kept in the alias history.
     """
-    from bulldozer.kv.connect import connect
     from bulldozer.versioning.rollback import previous_version
     from bulldozer.versioning.rollback import rollback as do_rollback
 
-    with connect(endpoint, home) as client:
+    with open_client(endpoint, home, as_json) as client:
         current = expect or client.get_alias(alias).namespace
         target = to or previous_version(client, alias, current).name
         if not yes and not as_json and not typer.confirm(f"point {alias} from {current} back to {target}?"):
             raise typer.Exit(1)
         before, record = do_rollback(client, alias, target, reason, expected=current)
     if as_json:
-        print_json({"alias": alias, "from": before, "to": record.namespace, "generation": record.generation})
+        data = {"alias": alias, "from": before, "to": record.namespace, "generation": record.generation}
+        print_json(with_store(client, data))
     else:
         console.print(f"[green]✓[/] {alias}: {before} → {record.namespace}")
 
@@ -194,7 +193,6 @@ def gc(
 ) -> None:
     """Apply retention to every alias: drop RETIRED versions beyond --keep, and versions left
     LOADING, FAILED or never flipped (SEALED), once they are older than --grace."""
-    from bulldozer.kv.connect import connect
     from bulldozer.spec.models import parse_duration
     from bulldozer.versioning.retention import plan_retention
 
@@ -203,7 +201,7 @@ def gc(
     except Exception:
         raise fail(f"--grace {grace!r} is not a duration (e.g. 24h, 30m, 7d)", 2) from None
     dropped: dict[str, list[str]] = {}
-    with connect(endpoint, home) as client:
+    with open_client(endpoint, home, as_json) as client:
         by_alias: dict[str, list[NamespaceRecord]] = {}
         for n in client.list_namespaces():
             by_alias.setdefault(n.alias, []).append(n)
@@ -215,7 +213,7 @@ def gc(
                     for name in plan.drop:
                         client.drop(name)
     if as_json:
-        print_json({"dry_run": dry_run, "dropped": dropped})
+        print_json(with_store(client, {"dry_run": dry_run, "dropped": dropped}))
         return
     if not dropped:
         console.print("[green]✓[/] nothing to drop")
@@ -233,10 +231,9 @@ def scan(
 ) -> None:
     """Print records in key order as JSON lines ({"key": ..., "value": ...}), decoded with the
     version's own stored schema."""
-    from bulldozer.kv.connect import connect
     from bulldozer.schema.decode import message_to_json
 
-    with connect(endpoint, home) as client:
+    with open_client(endpoint, home) as client:
         alias, name, _info, key_cls, value_cls = open_version(client, target)
         for key, value in client.scan(alias=f"{alias}@{name}", limit=limit):
             line = {
@@ -246,11 +243,12 @@ def scan(
             typer.echo(json.dumps(line))
 
 
-def _set_pin(alias: str, pinned: bool, reason: str, endpoint: str | None, home: str | None) -> None:
-    from bulldozer.kv.connect import connect
-
-    with connect(endpoint, home) as client:
+def _set_pin(alias: str, pinned: bool, reason: str, endpoint: str | None, home: str | None, as_json: bool) -> None:
+    with open_client(endpoint, home, as_json) as client:
         record = client.set_pin(alias, pinned, reason)
+    if as_json:
+        print_json(with_store(client, record.to_json()))
+        return
     state = "pinned" if record.pinned else "not pinned"
     console.print(f"[green]✓[/] {alias} → {record.namespace} is {state}")
 
@@ -261,10 +259,11 @@ def pin(
     reason: Annotated[str, typer.Option(help="Why (kept in the alias history).")] = "",
     endpoint: Endpoint = None,
     home: Home = None,
+    as_json: Json = False,
 ) -> None:
     """Hold the alias on its current version: runs keep building and verifying versions but
     do not flip (they end with outcome "pinned"). Rollbacks still work."""
-    _set_pin(alias, True, reason, endpoint, home)
+    _set_pin(alias, True, reason, endpoint, home, as_json)
 
 
 @handle_errors
@@ -273,6 +272,7 @@ def unpin(
     reason: Annotated[str, typer.Option(help="Why (kept in the alias history).")] = "",
     endpoint: Endpoint = None,
     home: Home = None,
+    as_json: Json = False,
 ) -> None:
     """Release a pinned alias: the next run flips it again."""
-    _set_pin(alias, False, reason, endpoint, home)
+    _set_pin(alias, False, reason, endpoint, home, as_json)

@@ -12,7 +12,18 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from bulldozer.cli import process
-from bulldozer.cli.common import HOME_HELP, console, err_console, fail, handle_errors, open_version, print_json
+from bulldozer.cli.common import (
+    HOME_HELP,
+    console,
+    err_console,
+    fail,
+    handle_errors,
+    open_client,
+    open_version,
+    print_json,
+    say_store,
+    with_store,
+)
 from bulldozer.errors import BulldozerError, InvalidArgumentError, RetentionError
 
 if TYPE_CHECKING:
@@ -77,11 +88,15 @@ def run(
     from bulldozer.spec.loader import load_spec
 
     failures: list[RunRecord] = []
+    store = ""
     try:
         loaded = load_spec(spec)
         if engine is EngineChoice.local:
             process.without_pandas()
         with connect_for_spec(loaded, home, endpoint) as client:
+            store = client.store
+            if not (as_json or quiet):
+                say_store(client)
             # An embedded DAL starts now, on the other core, while this process imports the
             # load engine and reads the catalog; the first call to it waits until it is up.
             record = _run(
@@ -89,12 +104,13 @@ def run(
             )
     except BulldozerError as exc:
         if as_json:
-            print_json(_failure_json(failures[-1] if failures else None, exc, stage, version or resume or ""))
+            failure = _failure_json(failures[-1] if failures else None, exc, stage, version or resume or "")
+            print_json({**failure, "store": store} if store else failure)
         raise
     if record is None:
         return
     if as_json:
-        print_json(json.loads(record.to_json()))
+        print_json({**json.loads(record.to_json()), "store": store})
         if record.retention_error:
             raise typer.Exit(RetentionError.exit_code)
         return
@@ -195,7 +211,7 @@ def _run(
                     progress=on_progress,
                 )
                 if as_json:
-                    print_json(json.loads(record.to_json()))
+                    print_json(with_store(client, json.loads(record.to_json())))
                 else:
                     console.print(f"[green]✓[/] {stage}: {record.version or record.alias}")
                 return None
@@ -235,7 +251,6 @@ def get(
     """Read one value and print it as JSON, decoded with the version's own stored schema."""
     from google.protobuf import json_format
 
-    from bulldozer.kv.connect import connect
     from bulldozer.schema.decode import message_to_json
 
     try:
@@ -244,7 +259,7 @@ def get(
         raise fail(f"--key is not JSON: {exc}", 2) from None
     if not isinstance(key_data, dict):
         raise fail("--key must be a JSON object of the key fields", 2)
-    with connect(endpoint, home, token=token) as client:
+    with open_client(endpoint, home, token=token) as client:  # the value alone on stdout; the store on stderr
         alias, name, info, key_cls, value_cls = open_version(client, target)
         names = [f.name for f in key_cls.DESCRIPTOR.fields]
         missing = [n for n in names if n not in key_data]
@@ -273,17 +288,16 @@ def runs(
     """List the runs of an alias (newest first) with their outcome, rows and timings."""
     from dataclasses import asdict
 
-    from bulldozer.kv.connect import connect
     from bulldozer.versioning.run_state import run_record_of
 
-    with connect(endpoint, home) as client:
+    with open_client(endpoint, home, as_json) as client:
         namespaces = client.list_namespaces(alias)
     rows: list[dict[str, Any]] = []
     for ns in reversed(namespaces):
         run = run_record_of(ns)
         rows.append({"version": ns.name, "state": ns.state.value, **(asdict(run) if run else {})})
     if as_json:
-        print_json(rows)
+        print_json(with_store(client, rows))
         return
     table = Table(title=f"runs of {alias}")
     for col in ("version", "state", "outcome", "rows", "snapshot", "seconds", "error"):
@@ -320,9 +334,11 @@ def plan(
 
     loaded = load_spec(spec)
     with connect_for_spec(loaded, home, endpoint) as client:
+        if not as_json:
+            say_store(client)
         result = plan_run(loaded, client, home)
     if as_json:
-        print_json(result.as_dict())
+        print_json(with_store(client, result.as_dict()))
     else:
         console.print(
             f"[bold]{result.job}[/]: {result.rows:,} rows ({result.bytes / 1024**2:,.1f} MiB in {result.files} files) "

@@ -58,11 +58,13 @@ def jobs(
     if not found:
         console.print(f"no jobs submitted in {folder}")
         return
-    table = Table("job", "alias", "schedule", "current version", "last run", box=None)
+    table = Table("job", "alias", "schedule", "current version", "last run", "store", box=None)
     for job in found:
         last = job.last_run or {}
         outcome = f"{last.get('outcome', '')} {last.get('finished') or last.get('started', '')}".strip()
         if job.error:
             outcome = f"[red]{job.error}[/]"
-        table.add_row(job.name, job.alias, job.schedule or "-", job.current_version or "-", outcome or "-")
+        table.add_row(
+            job.name, job.alias, job.schedule or "-", job.current_version or "-", outcome or "-", job.store or "-"
+        )
     console.print(table)

@@ -253,6 +253,8 @@ class KvClient:
         if token:
             metadata.append(("authorization", f"Bearer {token}"))
         self.target = target
+        #: which store this client acts on, as commands name it to the operator
+        self.store = f"{target} (TLS)" if credentials is not None else target
         self.timeout = timeout
         self._t: Any = _GrpcTransport(channel, metadata)
 
@@ -260,7 +262,7 @@ class KvClient:
     def in_process(cls, dal: Any, principal: str = "in-process") -> KvClient:
         """A client calling ``dal`` directly (same interface, no network)."""
         client = cls.__new__(cls)
-        client.target = "in-process"
+        client.target = client.store = "in-process"
         client.timeout = 30.0
         client._t = _InProcessTransport(dal, principal)
         return client

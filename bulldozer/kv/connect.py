@@ -162,6 +162,7 @@ def connect(
             from bulldozer.kv.client import KvClient
 
             client = KvClient(dal.address, token=token, timeout=timeout)
+            client.store = f"embedded ({embedded_store_path(home)})"
 
             def ready() -> None:
                 dal.wait()

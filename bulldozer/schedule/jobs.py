@@ -82,6 +82,8 @@ class JobInfo:
     current_version: str = ""
     last_run: dict[str, Any] | None = None
     error: str = ""
+    #: the store the job's versions were read from (empty offline)
+    store: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -119,6 +121,7 @@ def _fill_state(info: JobInfo, loaded: LoadedSpec, home: str | None) -> None:
     from bulldozer.versioning.run_state import run_record_of
 
     with connect_for_spec(loaded, home) as client:
+        info.store = client.store
         live = live_version(client, info.alias)
         info.current_version = live.name if live else ""
         runs = [(v, run) for v in client.list_namespaces(info.alias) if (run := run_record_of(v)) is not None]

@@ -45,6 +45,7 @@ def test_v1_v2_rollback_reads_v1_and_history_shows_all_three(home: Path, dal: Kv
     result = _cli(dal, "rollback", "user_item_scores", "--yes", "--reason", "bad prices", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout) == {
+        "store": dal.target,
         "alias": "user_item_scores",
         "from": v2.version,
         "to": v1.version,
@@ -197,24 +198,40 @@ def test_a_profile_names_the_dal_for_every_command(home: Path, dal: KvClient, tm
         assert result.exit_code == 0, (args, result.output)
         return result
 
-    v1 = json.loads(cli("run", str(spec_file), "--json").stdout)["version"]
+    def said(*args: str) -> Any:
+        """The command's JSON, which names the store it acted on: the profile's DAL."""
+        data = json.loads(cli(*args).stdout)
+        for item in data if isinstance(data, list) else [data]:
+            assert item["store"] == dal.target, (args, item)
+        return data
+
+    v1 = said("run", str(spec_file), "--json")["version"]
     assert dal.get_alias("user_item_scores").namespace == v1  # the run went to the profile's DAL
-    v2 = json.loads(cli("run", str(spec_file), "--json").stdout)["version"]
-    assert json.loads(cli("plan", str(spec_file), "--json").stdout)["live_version"] == v2
-    assert [n["name"] for n in json.loads(cli("namespaces", "user_item_scores", "--json").stdout)] == [v1, v2]
-    assert json.loads(cli("namespace", "describe", v2).stdout)["state"] == "ACTIVE"
-    assert json.loads(cli("alias", "show", "user_item_scores", "--json").stdout)["namespace"] == v2
-    assert len(json.loads(cli("alias", "history", "user_item_scores", "--json").stdout)) == 2
-    assert {r["version"] for r in json.loads(cli("runs", "user_item_scores", "--json").stdout)} == {v1, v2}
-    assert json.loads(cli("get", "user_item_scores", "--key", json.dumps(KEY)).stdout)
+    v2 = said("run", str(spec_file), "--json")["version"]
+    assert said("plan", str(spec_file), "--json")["live_version"] == v2
+    assert [n["name"] for n in said("namespaces", "user_item_scores", "--json")] == [v1, v2]
+    assert said("namespace", "describe", v2)["state"] == "ACTIVE"
+    assert said("alias", "show", "user_item_scores", "--json")["namespace"] == v2
+    assert len(said("alias", "history", "user_item_scores", "--json")) == 2
+    assert {r["version"] for r in said("runs", "user_item_scores", "--json")} == {v1, v2}
+    got = cli("get", "user_item_scores", "--key", json.dumps(KEY))
+    assert json.loads(got.stdout) and f"store: {dal.target}" in got.stderr  # the value alone on stdout
     assert len(cli("scan", "user_item_scores", "--limit", "3").stdout.strip().splitlines()) == 3
-    cli("pin", "user_item_scores")
+    assert said("pin", "user_item_scores", "--json")["pinned"] is True
     assert dal.get_alias("user_item_scores").pinned
-    cli("unpin", "user_item_scores")
-    assert json.loads(cli("rollback", "user_item_scores", "--yes", "--json").stdout)["to"] == v1
-    assert json.loads(cli("gc", "--dry-run", "--json").stdout)["dry_run"] is True
+    unpinned = cli("unpin", "user_item_scores")  # a person's output: the store on stderr
+    assert f"store: {dal.target}" in unpinned.stderr and "not pinned" in unpinned.stdout
+    for human in (
+        ["namespaces"],
+        ["alias", "show", "user_item_scores"],
+        ["runs", "user_item_scores"],
+        ["gc", "--dry-run"],
+    ):
+        assert f"store: {dal.target}" in cli(*human).stderr, human
+    assert said("rollback", "user_item_scores", "--yes", "--json")["to"] == v1
+    assert said("gc", "--dry-run", "--json")["dry_run"] is True
     cli("submit", str(spec_file), "--specs-dir", str(tmp_path / "specs"), "--no-catalog")
-    (job,) = json.loads(cli("jobs", "--specs-dir", str(tmp_path / "specs"), "--json").stdout)
+    (job,) = said("jobs", "--specs-dir", str(tmp_path / "specs"), "--json")
     assert job["current_version"] == v1  # read from the profile's DAL
 
 
