@@ -12,6 +12,7 @@ import secrets
 from datetime import UTC, datetime
 
 from bulldozer.errors import InvalidNameError
+from bulldozer.kv.v1 import shared
 
 __all__ = [
     "ALIAS_PATTERN",
@@ -24,10 +25,11 @@ __all__ = [
     "validate_namespace",
 ]
 
+# Both patterns are rules shared with the Go data plane: proto/bulldozer/kv/v1/shared.yaml.
 #: Job names and aliases: a lowercase letter, then up to 62 lowercase letters, digits or ``_``.
-ALIAS_PATTERN = r"^[a-z][a-z0-9_]{0,62}$"
+ALIAS_PATTERN = shared.NAMES_ALIAS_PATTERN
 #: Namespaces (an alias plus a version suffix): same alphabet, up to 128 characters.
-NAMESPACE_PATTERN = r"^[a-z][a-z0-9_]{0,127}$"
+NAMESPACE_PATTERN = shared.NAMES_NAMESPACE_PATTERN
 
 _ALIAS_RE = re.compile(ALIAS_PATTERN)
 _NAMESPACE_RE = re.compile(NAMESPACE_PATTERN)

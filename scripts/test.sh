@@ -12,6 +12,7 @@ ruff check bulldozer tests scripts bench dags
 ruff format --check bulldozer tests scripts bench dags
 echo "== generated code"
 python scripts/gen_kv_proto.py --check
+python scripts/gen_shared.py --check
 echo "== go (native/kvd)"
 command -v go >/dev/null || { echo "test: Go >= 1.26 is required (native/kvd, the DAL's native data plane)" >&2; exit 1; }
 (cd native/kvd && test -z "$(gofmt -l .)" || { gofmt -l .; echo "gofmt: files above need formatting" >&2; exit 1; })

@@ -93,13 +93,14 @@ def _escape(text: str) -> str:
 @contextlib.contextmanager
 def open_client(endpoint: str | None, home: str | None, as_json: bool = False, **options: Any) -> Iterator[KvClient]:
     """A client of the DAL the command acts on (``--endpoint`` > ``BULLDOZER_ENDPOINT`` >
-    the profile's > embedded), named on stderr for a person (``say_store``)."""
+    the profile's > embedded), named on stderr for a person (``say_store``) once the command
+    succeeded: a refused command prints its one error line and nothing else."""
     from bulldozer.kv.connect import connect
 
     with connect(endpoint, home, **options) as client:
+        yield client
         if not as_json:
             say_store(client)
-        yield client
 
 
 def say_store(client: KvClient) -> None:

@@ -95,8 +95,6 @@ def run(
             process.without_pandas()
         with connect_for_spec(loaded, home, endpoint) as client:
             store = client.store
-            if not (as_json or quiet):
-                say_store(client)
             # An embedded DAL starts now, on the other core, while this process imports the
             # load engine and reads the catalog; the first call to it waits until it is up.
             record = _run(
@@ -114,6 +112,8 @@ def run(
         if record.retention_error:
             raise typer.Exit(RetentionError.exit_code)
         return
+    if not quiet:
+        say_store(client)
     if record.outcome == "pinned":
         console.print(f"[yellow]![/] {record.version} was built and verified but not made live: {record.error}")
         return
@@ -270,8 +270,8 @@ def get(
         except json_format.ParseError as exc:
             raise InvalidArgumentError(f"--key does not match {info.key_message}: {exc}") from None
         value = client.get(key_msg.SerializeToString(), alias=f"{alias}@{name}")
-    if value is None:
-        raise fail(f"no value for that key in {name}", 4)
+        if value is None:
+            raise fail(f"no value for that key in {name}", 4)
     print_json(message_to_json(value_cls.FromString(value)))
 
 
@@ -334,9 +334,9 @@ def plan(
 
     loaded = load_spec(spec)
     with connect_for_spec(loaded, home, endpoint) as client:
-        if not as_json:
-            say_store(client)
         result = plan_run(loaded, client, home)
+    if not as_json:
+        say_store(client)
     if as_json:
         print_json(with_store(client, result.as_dict()))
     else:

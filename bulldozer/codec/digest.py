@@ -22,6 +22,7 @@ import numpy as np
 
 from bulldozer import _kernels
 from bulldozer.codec.buffers import binary_view
+from bulldozer.kv.v1 import shared
 
 __all__ = [
     "Digest",
@@ -36,7 +37,7 @@ __all__ = [
 ]
 
 _MASK = (1 << 64) - 1
-_VALUE_SEED = 0x5BD1E995
+_VALUE_SEED = shared.DIGEST_VALUE_SEED  # with the mixing constants: proto/bulldozer/kv/v1/shared.yaml
 
 
 class Digest:

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from bulldozer.kv.v1 import shared
+
 __all__ = ["READABLE", "AliasChange", "AliasRecord", "NamespaceRecord", "State", "utcnow"]
 
 
@@ -28,8 +30,10 @@ class State(enum.StrEnum):
     FAILED = "FAILED"
 
 
-#: States whose data may be read.
-READABLE = frozenset({State.SEALED, State.ACTIVE, State.RETIRED})
+#: States whose data may be read (a rule shared with the Go data plane: proto/bulldozer/kv/v1/shared.yaml).
+READABLE = frozenset(State(name) for name in shared.STATES_READABLE)
+#: The one state a version takes writes in.
+WRITABLE = State(shared.STATES_WRITABLE)
 
 
 @dataclass(frozen=True)

@@ -21,14 +21,23 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"bulldozer/kvd/internal/kvpb"
+	"bulldozer/kvd/internal/shared"
 	"bulldozer/kvd/lmdb"
 )
 
-// The patterns of bulldozer/names.py.
+// The name patterns, the states a version is readable in and the store's layout: the
+// rules shared with Python (proto/bulldozer/kv/v1/shared.yaml, generated into package shared).
 var (
-	aliasRE     = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
-	namespaceRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,127}$`)
+	aliasRE     = regexp.MustCompile(shared.NamesAliasPattern)
+	namespaceRE = regexp.MustCompile(shared.NamesNamespacePattern)
+	readable    = map[string]bool{}
 )
+
+func init() {
+	for _, state := range shared.StatesReadable {
+		readable[state] = true
+	}
+}
 
 // Limits are the reference DAL's request limits (bulldozer.kv.server.rules.Limits, after the
 // engine lowered the key limit).
@@ -53,7 +62,12 @@ func openMeta(env *lmdb.Env) (meta, error) {
 	for _, x := range []struct {
 		dbi  *lmdb.DBI
 		name string
-	}{{&m.namespaces, "meta.namespaces"}, {&m.aliases, "meta.aliases"}, {&m.states, "meta.states"}, {&m.digests, "meta.digests"}} {
+	}{
+		{&m.namespaces, shared.StoreMetaNamespaces},
+		{&m.aliases, shared.StoreMetaAliases},
+		{&m.states, shared.StoreMetaStates},
+		{&m.digests, shared.StoreMetaDigests},
+	} {
 		if *x.dbi, err = env.DBI(x.name); err != nil {
 			return m, errors.New("the store has no " + x.name + " database (is it a Bulldozer embedded store?): " + err.Error())
 		}
@@ -129,7 +143,7 @@ func (s *dataServer) putNative(req *kvpb.PutBatchRequest) (resp *kvpb.PutBatchRe
 		return nil, false
 	}
 	d.Count, d.Bytes = uint64(n), kp+vp
-	dbi, err := s.env.DBI("ns." + name)
+	dbi, err := s.env.DBI(shared.StoreDataPrefix + name)
 	if err != nil {
 		return nil, false
 	}
@@ -199,8 +213,6 @@ func (s *dataServer) PutStream(stream kvpb.KvData_PutStreamServer) error {
 
 // -- reads ----------------------------------------------------------------------------------
 
-var readable = map[string]bool{"SEALED": true, "ACTIVE": true, "RETIRED": true}
-
 // resolve is the namespace a read addresses (bulldozer.kv.server.rules.KvDal.resolve); ok is false
 // when the reference DAL must answer (an error).
 func (s *dataServer) resolve(txn *lmdb.Txn, target *kvpb.Target) (string, bool) {
@@ -254,7 +266,7 @@ func (s *dataServer) getNative(target *kvpb.Target, keys [][]byte) (name string,
 	if !ok {
 		return "", nil, false
 	}
-	dbi, err := s.env.DBI("ns." + name) // before the transaction that uses the handle
+	dbi, err := s.env.DBI(shared.StoreDataPrefix + name) // before the transaction that uses the handle
 	if err != nil {
 		return "", nil, false
 	}

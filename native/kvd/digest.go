@@ -9,13 +9,16 @@ import (
 	"math/bits"
 
 	"github.com/cespare/xxhash/v2"
+
+	"bulldozer/kvd/internal/shared"
 )
 
+// The digest's constants, shared with Python and the Rust kernels (proto/bulldozer/kv/v1/shared.yaml).
 const (
-	mixC1     uint64 = 0x9E3779B97F4A7C15
-	mixC2     uint64 = 0xBF58476D1CE4E5B9
-	mixC3     uint64 = 0x94D049BB133111EB
-	valueSeed uint64 = 0x5BD1E995
+	mixC1     uint64 = shared.DigestMixC1
+	mixC2     uint64 = shared.DigestMixC2
+	mixC3     uint64 = shared.DigestMixC3
+	valueSeed uint64 = shared.DigestValueSeed
 )
 
 // pairHasher computes pairs' contributions to the digest with XXH64 from

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"bulldozer/kvd/internal/kvpb"
+	"bulldozer/kvd/internal/shared"
 	"bulldozer/kvd/lmdb"
 )
 
@@ -36,11 +37,11 @@ func main() {
 	mapSize := flag.Int64("map-size", 64<<30, "LMDB map size (as the reference DAL opened the store)")
 	maxDBs := flag.Int("max-dbs", 8192+5, "LMDB named databases this process may open")
 	writeMap := flag.Bool("writemap", false, "open the store with MDB_WRITEMAP (as the reference DAL did)")
-	maxKey := flag.Int("max-key-bytes", 511, "largest key")
-	maxValue := flag.Int("max-value-bytes", 32<<20, "largest value")
-	maxBatch := flag.Int("max-batch-records", 100_000, "most records in one put batch")
-	maxGet := flag.Int("max-batch-get-keys", 10_000, "most keys in one batch get")
-	maxMsg := flag.Int("max-message-bytes", 64<<20, "largest request or response")
+	maxKey := flag.Int("max-key-bytes", shared.LimitsEmbeddedMaxKeyBytes, "largest key")
+	maxValue := flag.Int("max-value-bytes", shared.LimitsMaxValueBytes, "largest value")
+	maxBatch := flag.Int("max-batch-records", shared.LimitsMaxBatchRecords, "most records in one put batch")
+	maxGet := flag.Int("max-batch-get-keys", shared.LimitsMaxBatchGetKeys, "most keys in one batch get")
+	maxMsg := flag.Int("max-message-bytes", shared.LimitsMaxMessageBytes, "largest request or response")
 	readyFile := flag.String("ready-file", "", "write the bound port here once listening")
 	grace := flag.Duration("grace", 30*time.Second, "how long in-flight calls may finish after SIGTERM")
 	parent := flag.Int("parent-pid", 0, "stop when this process is no longer the parent")

@@ -42,13 +42,16 @@ from bulldozer.kv.backends._lifecycle import (
 from bulldozer.kv.backends.base import StorageEngine, chunked
 from bulldozer.kv.backends.config import EmbeddedConfig
 from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord, State
+from bulldozer.kv.v1 import shared
 
-_META_NS = b"meta.namespaces"
-_META_ALIAS = b"meta.aliases"
-_META_HISTORY = b"meta.history"
-_META_STATES = b"meta.states"  # name -> state only: the hot-path check reads a few bytes
-_META_DIGESTS = b"meta.digests"  # name -> running (count, digest, bytes, exact) of what is stored
-_DIGEST = struct.Struct("<QQQB")
+# The store's layout is shared with the Go data plane: proto/bulldozer/kv/v1/shared.yaml.
+_META_NS = shared.STORE_META_NAMESPACES.encode()
+_META_ALIAS = shared.STORE_META_ALIASES.encode()
+_META_HISTORY = shared.STORE_META_HISTORY.encode()
+_META_STATES = shared.STORE_META_STATES.encode()  # name -> state only: the hot-path check reads a few bytes
+_META_DIGESTS = shared.STORE_META_DIGESTS.encode()  # name -> running (count, digest, bytes, exact) of what is stored
+_DATA_PREFIX = shared.STORE_DATA_PREFIX.encode()
+_DIGEST = struct.Struct(shared.STORE_DIGEST_RECORD)
 
 
 def _dumps(data: dict[str, Any]) -> bytes:
@@ -60,12 +63,12 @@ _AUTH_MARKER = "AUTH_REQUIRED"
 
 
 def _data_db(name: str) -> bytes:
-    return b"ns." + name.encode()
+    return _DATA_PREFIX + name.encode()
 
 
 class EmbeddedEngine(StorageEngine):
     name = "embedded"
-    max_key_bytes = 511  # LMDB's compiled-in limit
+    max_key_bytes = shared.LIMITS_EMBEDDED_MAX_KEY_BYTES  # LMDB's compiled-in limit
 
     def __init__(self, config: EmbeddedConfig) -> None:
         self.config = config

@@ -25,6 +25,7 @@ from bulldozer.errors import (
 )
 from bulldozer.kv.backends.base import StorageEngine
 from bulldozer.kv.types import READABLE, AliasChange, AliasRecord, NamespaceRecord, State, utcnow
+from bulldozer.kv.v1 import shared
 from bulldozer.names import describe_value, validate_alias, validate_namespace
 
 __all__ = ["KvDal", "Limits"]
@@ -43,11 +44,12 @@ _DEFAULT_PAGE, _MAX_PAGE = 100, 1000
 class Limits:
     """Request limits of one DAL (the engine may lower the key limit)."""
 
-    max_key_bytes: int = 4096
-    max_value_bytes: int = 32 * 1024 * 1024
-    max_batch_records: int = 100_000
-    max_message_bytes: int = 64 * 1024 * 1024
-    max_batch_get_keys: int = 10_000
+    # the defaults are rules shared with the Go data plane (proto/bulldozer/kv/v1/shared.yaml)
+    max_key_bytes: int = shared.LIMITS_MAX_KEY_BYTES
+    max_value_bytes: int = shared.LIMITS_MAX_VALUE_BYTES
+    max_batch_records: int = shared.LIMITS_MAX_BATCH_RECORDS
+    max_message_bytes: int = shared.LIMITS_MAX_MESSAGE_BYTES
+    max_batch_get_keys: int = shared.LIMITS_MAX_BATCH_GET_KEYS
     max_scan_page: int = 10_000
     #: Stored metadata of one namespace, each bounded so that any record fits a response and
     #: a page of ListNamespaces always holds at least one (both are at most a quarter of

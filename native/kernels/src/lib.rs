@@ -11,6 +11,8 @@
 //! every index is bounds-checked, so a malformed layout is an error, never a write out of
 //! place. The work runs without the GIL, so the client's sender threads go on meanwhile.
 
+mod shared;
+
 use pyo3::buffer::{Element, PyBuffer};
 use pyo3::exceptions::{PyAssertionError, PyValueError};
 use pyo3::prelude::*;
@@ -573,9 +575,10 @@ fn hash_items(
     Ok(())
 }
 
-const C1: u64 = 0x9E37_79B9_7F4A_7C15;
-const C2: u64 = 0xBF58_476D_1CE4_E5B9;
-const C3: u64 = 0x94D0_49BB_1331_11EB;
+// The mixing constants, shared with Python and the Go data plane (proto/bulldozer/kv/v1/shared.yaml).
+const C1: u64 = shared::DIGEST_MIX_C1;
+const C2: u64 = shared::DIGEST_MIX_C2;
+const C3: u64 = shared::DIGEST_MIX_C3;
 
 /// The pair digest's sum over `n` (key, value) pairs and their total bytes; each key's
 /// hash goes to `key_hashes` (uint64, `n`). A pair hashes as XXH64 of the key (seed 0) and

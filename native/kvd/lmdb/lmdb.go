@@ -20,7 +20,8 @@ package lmdb
 
 // One batch into a LOADING namespace, in one write transaction: the rules of the Python
 // engine's EmbeddedEngine._put_pairs and _add_digest, byte for byte:
-//  - the namespace's state (meta.states) must be LOADING, else nothing is written and
+//  - the namespace's state (meta.states) must be `writable` (shared.StatesWritable:
+//    LOADING), else nothing is written and
 //    *outcome is KVD_NOT_LOADING (the caller asks the reference DAL for the exact error);
 //  - the pairs are put without overwriting; if any key was already there (a retried batch,
 //    a key repeated in the batch), they are put again in order with overwriting (the last
@@ -29,6 +30,7 @@ package lmdb
 //    u64, u64, u64, u8) grows by the batch's digest.
 static int kvd_put_batch(MDB_env *env, MDB_dbi data, MDB_dbi states, MDB_dbi digests,
                          const char *name, size_t name_len,
+                         const char *writable, size_t writable_len,
                          const char *keys, const uint32_t *klens,
                          const char *vals, const uint32_t *vlens, size_t n,
                          uint64_t dcount, uint64_t dsum, uint64_t dbytes, int *outcome) {
@@ -42,7 +44,7 @@ static int kvd_put_batch(MDB_env *env, MDB_dbi data, MDB_dbi states, MDB_dbi dig
 	if (rc) return rc;
 	k.mv_data = (void *)name; k.mv_size = name_len;
 	rc = mdb_get(txn, states, &k, &v);
-	if (rc == MDB_NOTFOUND || (rc == 0 && !(v.mv_size == 7 && memcmp(v.mv_data, "LOADING", 7) == 0))) {
+	if (rc == MDB_NOTFOUND || (rc == 0 && !(v.mv_size == writable_len && memcmp(v.mv_data, writable, writable_len) == 0))) {
 		mdb_txn_abort(txn);
 		*outcome = KVD_NOT_LOADING;
 		return 0;
@@ -130,6 +132,8 @@ import (
 	"fmt"
 	"sync"
 	"unsafe"
+
+	"bulldozer/kvd/internal/shared"
 )
 
 // Errno is an LMDB return code.
@@ -256,8 +260,9 @@ func lens(l []uint32) *C.uint32_t {
 func (e *Env) PutBatch(data, states, digests DBI, name string, b Batch, d Digest) (loading bool, err error) {
 	var outcome C.int
 	cname := []byte(name)
+	writable := []byte(shared.StatesWritable) // the one state a version takes writes in
 	rc := C.kvd_put_batch(e.env, C.MDB_dbi(data), C.MDB_dbi(states), C.MDB_dbi(digests),
-		ptr(cname), C.size_t(len(cname)),
+		ptr(cname), C.size_t(len(cname)), ptr(writable), C.size_t(len(writable)),
 		ptr(b.Keys), lens(b.KeyLengths), ptr(b.Values), lens(b.ValueLengths), C.size_t(len(b.KeyLengths)),
 		C.uint64_t(d.Count), C.uint64_t(d.Sum), C.uint64_t(d.Bytes), &outcome)
 	if err := check(rc); err != nil {

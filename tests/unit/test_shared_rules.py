@@ -1,0 +1,65 @@
+"""The rules the Go data plane, the Rust kernels and Python share have one written source,
+proto/bulldozer/kv/v1/shared.yaml: the generated constants of all three languages must
+match it, and the Python code must take its values from them."""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import sys
+
+from bulldozer.codec import digest
+from bulldozer.kv.backends import embedded
+from bulldozer.kv.server.rules import Limits
+from bulldozer.kv.types import READABLE, WRITABLE
+from bulldozer.kv.v1 import shared
+from bulldozer.names import ALIAS_PATTERN, NAMESPACE_PATTERN
+from tests.conftest import REPO
+
+sys.path.insert(0, str(REPO / "scripts"))
+import gen_shared
+
+
+def test_every_generated_file_matches_the_source() -> None:
+    assert gen_shared.stale() == [], "run scripts/gen_shared.py"
+
+
+def test_a_changed_source_makes_every_language_stale(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The check fails when the source and a language drift apart (here: a limit changed)."""
+    rules = gen_shared.load()
+    rules["limits"]["max_batch_records"] += 1
+    assert sorted(p.suffix for p in gen_shared.stale(rules)) == [".go", ".py", ".rs"]
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "gen_shared.py"), "--check"], capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_python_takes_the_shared_values() -> None:
+    assert (ALIAS_PATTERN, NAMESPACE_PATTERN) == (shared.NAMES_ALIAS_PATTERN, shared.NAMES_NAMESPACE_PATTERN)
+    assert {s.value for s in READABLE} == set(shared.STATES_READABLE)
+    assert WRITABLE.value == shared.STATES_WRITABLE
+    limits = Limits()
+    assert (limits.max_key_bytes, limits.max_value_bytes, limits.max_batch_records) == (
+        shared.LIMITS_MAX_KEY_BYTES,
+        shared.LIMITS_MAX_VALUE_BYTES,
+        shared.LIMITS_MAX_BATCH_RECORDS,
+    )
+    assert embedded.EmbeddedEngine.max_key_bytes == shared.LIMITS_EMBEDDED_MAX_KEY_BYTES
+    assert shared.STORE_META_STATES.encode() == embedded._META_STATES
+    assert embedded._DIGEST.size == struct.calcsize(shared.STORE_DIGEST_RECORD) == 25
+    assert digest._VALUE_SEED == shared.DIGEST_VALUE_SEED
+
+
+def test_the_go_plane_is_built_from_the_current_rules() -> None:
+    """bulldozer-kvd's flag defaults come from the generated Go constants: a binary built
+    from stale rules shows other defaults."""
+    kvd = REPO / "native" / "bin" / "bulldozer-kvd"
+    proc = subprocess.run([str(kvd), "-help"], capture_output=True, text=True)
+    usage = proc.stderr
+    for flag, value in (
+        ("max-key-bytes", shared.LIMITS_EMBEDDED_MAX_KEY_BYTES),
+        ("max-value-bytes", shared.LIMITS_MAX_VALUE_BYTES),
+        ("max-batch-records", shared.LIMITS_MAX_BATCH_RECORDS),
+        ("max-batch-get-keys", shared.LIMITS_MAX_BATCH_GET_KEYS),
+        ("max-message-bytes", shared.LIMITS_MAX_MESSAGE_BYTES),
+    ):
+        assert f"-{flag} int" in usage and f"(default {value})" in usage.split(f"-{flag} int", 1)[1].split("\n  -")[0]
