@@ -6,7 +6,7 @@ resumable after any key it returned, but not the keys' byte order."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 
 import xxhash
 
@@ -17,7 +17,7 @@ def bucket_of(key: bytes, buckets: int) -> int:
     return xxhash.xxh3_64_intdigest(key) % buckets
 
 
-def group_by_bucket(records: Sequence[tuple[bytes, bytes]], buckets: int) -> dict[int, dict[bytes, bytes]]:
+def group_by_bucket(records: Iterable[tuple[bytes, bytes]], buckets: int) -> dict[int, dict[bytes, bytes]]:
     grouped: dict[int, dict[bytes, bytes]] = {}
     hash_ = xxhash.xxh3_64_intdigest
     for key, value in records:

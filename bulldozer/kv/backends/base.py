@@ -79,26 +79,20 @@ class StorageEngine(ABC):
     # -- data -------------------------------------------------------------------
 
     @abstractmethod
-    def put(self, name: str, records: Sequence[tuple[bytes, bytes]]) -> None:
-        """Idempotent puts by key, refused (NamespaceStateError) unless the namespace is
-        LOADING at the moment of the write."""
+    def write_batch(self, name: str, keys: list[bytes], values: list[bytes], digest: Digest | None = None) -> None:
+        """The one write, the one the DAL calls (in the style of Feast's
+        ``OnlineStore.online_write_batch``): ``keys[i]`` gets ``values[i]``, idempotent by
+        key (a key given twice keeps the later value), refused (NamespaceStateError) unless
+        the namespace is LOADING at the moment of the write.
 
-    def put_columns(self, name: str, keys: list[bytes], values: list[bytes]) -> None:
-        """The same as ``put`` for records given as two equal-length lists (what a columnar
-        batch splits into); engines override it to skip building pairs. A key given twice
-        keeps the later value."""
-        self.put(name, list(zip(keys, values, strict=True)))
-
-    def put_counted(self, name: str, keys: list[bytes], values: list[bytes], digest: Digest) -> None:
-        """``put_columns``, told the batch's digest. An engine that can keep a running
-        digest of the namespace in the same atomic write (and knows when a key was written
-        twice, which makes a running sum wrong) adds it there, so the seal need not scan
-        everything back. The default just puts."""
-        self.put_columns(name, keys, values)
+        ``digest`` is the batch's: an engine that can keep a running digest of the
+        namespace in the same atomic write (and knows when a key was written twice, which
+        makes a running sum wrong) adds it there, so the seal need not scan everything back
+        (see ``stored_digest``); the others ignore it."""
 
     def stored_digest(self, name: str) -> Digest | None:
         """The exact digest of what the namespace stores, when the engine kept one (see
-        ``put_counted``); None means unknown, and the DAL measures it by a full scan."""
+        ``write_batch``); None means unknown, and the DAL measures it by a full scan."""
         return None
 
     @abstractmethod

@@ -32,7 +32,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from cassandra import ConsistencyLevel, DriverException, InvalidRequest
@@ -44,6 +44,7 @@ from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.protocol import OverloadedErrorMessage
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
+from bulldozer.codec.digest import Digest
 from bulldozer.errors import (
     BackendUnavailableError,
     ForeignDataError,
@@ -464,7 +465,7 @@ class CassandraEngine(StorageEngine):
 
     # -- data -------------------------------------------------------------------
 
-    def _batches(self, insert: PreparedStatement, records: Sequence[tuple[bytes, bytes]]) -> list[Any]:
+    def _batches(self, insert: PreparedStatement, records: Iterable[tuple[bytes, bytes]]) -> list[Any]:
         """Unlogged batches of rows that share a replica, under the batch size limit."""
         by_replica: dict[Any, list[tuple[bytes, bytes]]] = {}
         metadata = self.cluster.metadata
@@ -485,7 +486,7 @@ class CassandraEngine(StorageEngine):
                 size += row_size
         return batches
 
-    def put(self, name: str, records: Sequence[tuple[bytes, bytes]]) -> None:
+    def write_batch(self, name: str, keys: list[bytes], values: list[bytes], digest: Digest | None = None) -> None:
         def run() -> None:
             stmts = self._statements(name)
             token = uuid.uuid4().hex
@@ -495,7 +496,7 @@ class CassandraEngine(StorageEngine):
                 state = rows[0].state if rows else None
                 if state != State.LOADING.value:
                     check_writable(name, NamespaceRecord(name=name, alias="", state=State(state)) if state else None)
-                self._write(self._batches(stmts["put"], records))
+                self._write(self._batches(stmts["put"], zip(keys, values, strict=True)))
             finally:
                 self._leases.release(lambda: self.session.execute(self._leave, (name, token)))
 

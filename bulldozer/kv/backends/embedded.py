@@ -215,13 +215,7 @@ class EmbeddedEngine(StorageEngine):
 
     # -- data -------------------------------------------------------------------
 
-    def put(self, name: str, records: Sequence[tuple[bytes, bytes]]) -> None:
-        self._put_pairs(name, lambda: records, None)
-
-    def put_columns(self, name: str, keys: list[bytes], values: list[bytes]) -> None:
-        self._put_pairs(name, lambda: zip(keys, values, strict=True), None)
-
-    def put_counted(self, name: str, keys: list[bytes], values: list[bytes], digest: Digest) -> None:
+    def write_batch(self, name: str, keys: list[bytes], values: list[bytes], digest: Digest | None = None) -> None:
         self._put_pairs(name, lambda: zip(keys, values, strict=True), digest)
 
     def _put_pairs(self, name: str, pairs: Callable[[], Iterable[tuple[bytes, bytes]]], digest: Digest | None) -> None:

@@ -6,6 +6,7 @@ import bisect
 import threading
 from collections.abc import Sequence
 
+from bulldozer.codec.digest import Digest
 from bulldozer.errors import NamespaceExistsError
 from bulldozer.kv.backends._lifecycle import (
     check_readable,
@@ -57,10 +58,10 @@ class MemoryEngine(StorageEngine):
             self._data.pop(name, None)
             self._sorted.pop(name, None)
 
-    def put(self, name: str, records: Sequence[tuple[bytes, bytes]]) -> None:
+    def write_batch(self, name: str, keys: list[bytes], values: list[bytes], digest: Digest | None = None) -> None:
         with self._lock:
             check_writable(name, self._namespaces.get(name))
-            self._data[name].update(records)
+            self._data[name].update(zip(keys, values, strict=True))
             self._sorted.pop(name, None)
 
     def get_many(self, name: str, keys: Sequence[bytes]) -> list[bytes | None]:

@@ -35,6 +35,7 @@ import redis.exceptions
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from bulldozer.codec.digest import Digest
 from bulldozer.errors import (
     BackendUnavailableError,
     ForeignDataError,
@@ -276,7 +277,7 @@ class RedisEngine(StorageEngine):
 
     # -- data -------------------------------------------------------------------
 
-    def put(self, name: str, records: Sequence[tuple[bytes, bytes]]) -> None:
+    def write_batch(self, name: str, keys: list[bytes], values: list[bytes], digest: Digest | None = None) -> None:
         def run() -> None:
             token = uuid.uuid4().hex
             inflight = self._k_inflight(name)
@@ -286,7 +287,7 @@ class RedisEngine(StorageEngine):
                 if state != "LOADING":
                     check_writable(name, NamespaceRecord(name=name, alias="", state=State(state)) if state else None)
                 pipe = self.r.pipeline(transaction=False)
-                for bucket, mapping in group_by_bucket(records, self.buckets).items():
+                for bucket, mapping in group_by_bucket(zip(keys, values, strict=True), self.buckets).items():
                     pipe.hset(self._k_bucket(name, bucket), mapping=mapping)
                 pipe.execute()
             finally:

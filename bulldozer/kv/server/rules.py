@@ -275,7 +275,7 @@ class KvDal:
         if records:
             keys = [k for k, _ in records]
             values = [v for _, v in records]
-            self.engine.put_counted(name, keys, values, digest_lists(keys, values))
+            self.engine.write_batch(name, keys, values, digest_lists(keys, values))
         return len(records), total
 
     def put_columnar(
@@ -314,7 +314,7 @@ class KvDal:
                 f"a value of {int(vlen.max())} bytes is over the limit of {self.limits.max_value_bytes}"
             )
         digest = digest_columns(keys, klen, values, vlen)
-        self.engine.put_counted(name, _split(keys, klen), _split(values, vlen), digest)
+        self.engine.write_batch(name, _split(keys, klen), _split(values, vlen), digest)
         return n, len(keys) + len(values)
 
     def resolve(self, namespace: str = "", alias: str = "") -> str:
