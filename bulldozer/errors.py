@@ -72,6 +72,7 @@ __all__ = [
     "UnauthenticatedError",
     "VerificationError",
     "error_class_by_name",
+    "error_class_for_code",
 ]
 
 
@@ -304,3 +305,13 @@ def error_class_by_name(name: str) -> type[BulldozerError] | None:
         if cls.__name__ == name:
             return cls
     return None
+
+
+def error_class_for_code(code: str) -> type[BulldozerError]:
+    """The exception a KV DAL status code stands for when the server named none: the first
+    class of the ``KvError`` tree declared with that ``grpc_code`` (so the mapping is the
+    classes' own codes, written once), else ``KvError``."""
+    for cls in _all_subclasses(KvError):
+        if cls.grpc_code == code:
+            return cls
+    return KvError

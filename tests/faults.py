@@ -1,6 +1,8 @@
 """Failures on demand, for the tests of failure handling (none of this is in the package).
 
 * ``FaultyEngine`` wraps a load engine: after N rows it raises, or SIGKILLs its process.
+* ``FlakyTransport`` wraps a KV client's transport: the DAL becomes unreachable after N
+  batches (``KvClient.over(FlakyTransport(...), ...)``).
 * ``python -m tests.faults FAULT ARGS...`` runs ``bulldozer ARGS...`` with ``FAULT``
   injected into every run the command makes:
 
@@ -14,16 +16,18 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
+from bulldozer.errors import BackendUnavailableError
 from bulldozer.kv import KvClient
+from bulldozer.kv._transports import Transport
 from bulldozer.load.engines.base import LoadEngine, LoadPlan, LoadResult, SplitDone
 from bulldozer.load.runner import STAGES
 
-__all__ = ["FaultyEngine", "main", "parse"]
+__all__ = ["FaultyEngine", "FlakyTransport", "main", "parse"]
 
 
 def parse(text: str) -> tuple[str, int | str]:
@@ -69,6 +73,43 @@ class FaultyEngine(LoadEngine):
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.engine, name)
+
+
+class FlakyTransport(Transport):
+    """``inner``, except that every batch after the first ``batches`` fails as a DAL gone
+    away would (BackendUnavailableError), and so does every call after that."""
+
+    def __init__(self, inner: Transport, batches: int) -> None:
+        self.inner, self.left = inner, batches
+        self.data, self.namespaces, self.aliases = inner.data, inner.namespaces, inner.aliases
+        self.broken = False
+
+    def _check(self) -> None:
+        if self.broken:
+            raise BackendUnavailableError("the KV DAL is not reachable (injected)")
+
+    def call(self, stub: Any, method: str, request: Any, timeout: float) -> Any:
+        self._check()
+        return self.inner.call(stub, method, request, timeout)
+
+    def future(self, stub: Any, method: str, request: Any, timeout: float) -> Any:
+        self._check()
+        return self.inner.future(stub, method, request, timeout)
+
+    def put_batch_future(self, payload: bytes, timeout: float) -> Any:
+        if self.left <= 0:
+            self.broken = True
+        self._check()
+        self.left -= 1
+        return self.inner.put_batch_future(payload, timeout)
+
+    def stream(self, stub: Any, method: str, request: Any, timeout: float) -> Iterator[Any]:
+        self._check()
+        return self.inner.stream(stub, method, request, timeout)
+
+    def client_stream(self, stub: Any, method: str, requests: Iterator[Any], timeout: float) -> Any:
+        self._check()
+        return self.inner.client_stream(stub, method, requests, timeout)
 
 
 def inject(fault: str) -> None:

@@ -103,6 +103,28 @@ def test_a_failing_quality_gate_leaves_the_alias_on_v1(home: Path, dal: KvClient
     assert read(dal, "user_item_scores", KEY) is not None
 
 
+def test_a_dal_lost_mid_load_leaves_the_alias_and_the_version_loading(tmp_path: Path) -> None:
+    """A failure driven through the client's transport (the DAL goes away after a few
+    batches): the run fails with one clear error, the alias stays on the old version, and
+    the new one stays LOADING (a resume can finish it), never SEALED or live."""
+    from bulldozer.errors import BackendUnavailableError
+    from bulldozer.kv import KvDal, create_engine
+    from tests.faults import FlakyTransport
+
+    home = tmp_path / "h"
+    create_sample_warehouse(home, rows=30_000, chunk_rows=10_000)
+    dal = KvDal(create_engine({"type": "memory"}))
+    healthy = KvClient.in_process(dal)
+    first = run_job(spec(), healthy, home=str(home))
+    flaky = KvClient.over(FlakyTransport(KvClient.in_process(dal).transport, batches=1), "flaky")
+    with pytest.raises(BackendUnavailableError, match="not reachable"):
+        run_job(spec(), flaky, home=str(home))
+    assert healthy.get_alias("user_item_scores").namespace == first.version
+    states = {n.name: n.state for n in healthy.list_namespaces("user_item_scores")}
+    assert states.pop(first.version) == State.ACTIVE
+    assert list(states.values()) == [State.LOADING]
+
+
 def test_an_injected_crash_leaves_the_alias_and_marks_the_version_failed(home: Path, dal: KvClient) -> None:
     first = run_job(spec(), dal, home=str(home))
     with pytest.raises(RuntimeError, match="injected failure"):

@@ -1,0 +1,270 @@
+"""How ``KvClient`` reaches a DAL: one small interface, ``Transport``, and its two
+implementations, in the style of httpx's ``_transports/base.py`` and ``mock.py``:
+
+* ``GrpcTransport``: a gRPC channel (retries for UNAVAILABLE in its service config, a
+  deadline on every call);
+* ``InProcessTransport``: a ``KvDal`` in this process, through the servicers a server runs.
+
+``translate`` turns a failed gRPC call back into the exception the server raised: by the
+name the server sent, else by the status code, through the codes the exception classes
+declare (``bulldozer.errors``: the one mapping).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from typing import Any
+
+import grpc
+
+from bulldozer.errors import (
+    BackendUnavailableError,
+    BulldozerError,
+    KvError,
+    error_class_by_name,
+    error_class_for_code,
+)
+from bulldozer.kv.convert import ERROR_KEY, PRINCIPAL_KEY
+from bulldozer.kv.v1 import kv_pb2, kv_pb2_grpc
+
+__all__ = ["GrpcTransport", "InProcessTransport", "Transport", "translate"]
+
+#: Failures of the transport itself (the server raised nothing): the DAL is not reachable.
+_UNREACHABLE = (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
+
+_RETRY_SERVICE_CONFIG = json.dumps(
+    {
+        "methodConfig": [
+            {
+                "name": [
+                    {"service": "bulldozer.kv.v1.KvData"},
+                    {"service": "bulldozer.kv.v1.KvNamespaces"},
+                    {"service": "bulldozer.kv.v1.KvAliases"},
+                ],
+                "retryPolicy": {
+                    "maxAttempts": 5,
+                    "initialBackoff": "0.1s",
+                    "maxBackoff": "2s",
+                    "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["UNAVAILABLE"],
+                },
+            }
+        ]
+    }
+)
+
+
+def translate(err: grpc.RpcError) -> BulldozerError:
+    """The Bulldozer exception a failed call stands for."""
+    code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
+    details = err.details() if hasattr(err, "details") else str(err)
+    name = None
+    trailing: Any = err.trailing_metadata() if hasattr(err, "trailing_metadata") else None
+    for key, value in trailing or ():
+        if key == ERROR_KEY:
+            name = str(value)
+    cls = error_class_by_name(name) if name else None
+    if cls is None:
+        cls = BackendUnavailableError if code in _UNREACHABLE else error_class_for_code(code.name)
+    if code in (grpc.StatusCode.UNAVAILABLE, *_UNREACHABLE) and name is None:
+        details = f"the KV DAL is not reachable ({code.name.lower()}): {details}"
+    try:
+        return cls(details or code.name)
+    except TypeError:  # an error class with a richer constructor
+        return KvError(details or code.name)
+
+
+class Transport(ABC):
+    """How a ``KvClient`` reaches a DAL. ``data``, ``namespaces`` and ``aliases`` are the
+    three services (what ``call`` and friends are handed back); a failed call raises the
+    exception the server raised."""
+
+    data: Any
+    namespaces: Any
+    aliases: Any
+
+    @abstractmethod
+    def call(self, stub: Any, method: str, request: Any, timeout: float) -> Any:
+        """One unary call."""
+
+    @abstractmethod
+    def future(self, stub: Any, method: str, request: Any, timeout: float) -> Any:
+        """One unary call, answered later (``.result()`` raises what the call raised)."""
+
+    @abstractmethod
+    def put_batch_future(self, payload: bytes, timeout: float) -> Any:
+        """PutBatch of a request serialized by the caller (``bulldozer.kv.columnar``)."""
+
+    @abstractmethod
+    def stream(self, stub: Any, method: str, request: Any, timeout: float) -> Iterator[Any]:
+        """A server-streaming call."""
+
+    @abstractmethod
+    def client_stream(self, stub: Any, method: str, requests: Iterator[Any], timeout: float) -> Any:
+        """A client-streaming call: ``requests`` in, one response out."""
+
+    def set_gate(self, gate: Callable[[], None]) -> None:
+        """Run ``gate`` once before the first call (a transport with nothing to wait for
+        ignores it)."""
+        return None
+
+    def wait_ready(self, timeout: float) -> None:
+        """Block until the DAL answers (or raise BackendUnavailableError)."""
+        return None
+
+    def close(self) -> None:
+        """Release what the transport holds."""
+        return None
+
+
+class GrpcTransport(Transport):
+    """A gRPC channel to a DAL: retries with backoff for UNAVAILABLE declared in the
+    channel's service config, a deadline on every call."""
+
+    def __init__(
+        self,
+        target: str,
+        metadata: list[tuple[str, str]],
+        credentials: grpc.ChannelCredentials | None = None,
+        max_message_bytes: int = 64 * 1024 * 1024,
+    ) -> None:
+        options = [
+            ("grpc.enable_retries", 1),
+            ("grpc.service_config", _RETRY_SERVICE_CONFIG),
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", max_message_bytes),
+        ]
+        channel = (
+            grpc.secure_channel(target, credentials, options=options)
+            if credentials is not None
+            else grpc.insecure_channel(target, options=options)
+        )
+        self.target = target
+        self.channel = channel
+        self.metadata = metadata
+        self.data = kv_pb2_grpc.KvDataStub(channel)
+        self.namespaces = kv_pb2_grpc.KvNamespacesStub(channel)
+        self.aliases = kv_pb2_grpc.KvAliasesStub(channel)
+        # PutBatch with the request already serialized (see bulldozer.kv.columnar); typed
+        # Any: the stubs do not know the `_registered_method` flag generated code passes
+        untyped: Any = channel
+        self._put_batch_bytes: Any = untyped.unary_unary(
+            "/bulldozer.kv.v1.KvData/PutBatch",
+            request_serializer=None,
+            response_deserializer=kv_pb2.PutBatchResponse.FromString,
+            _registered_method=True,
+        )
+        self._gate: Callable[[], None] | None = None
+        self._gate_lock = threading.RLock()
+
+    def set_gate(self, gate: Callable[[], None]) -> None:
+        """Run ``gate`` once, before the first call (e.g. wait for a server still starting)."""
+        self._gate = gate
+
+    def pass_gate(self) -> None:
+        if self._gate is None:
+            return
+        with self._gate_lock:
+            gate, self._gate = self._gate, None
+            if gate is None:
+                return
+            try:
+                gate()
+            except BaseException:
+                self._gate = gate  # the next call waits again
+                raise
+
+    def call(self, stub: Any, method: str, request: Any, timeout: float) -> Any:
+        self.pass_gate()
+        try:
+            return getattr(stub, method)(request, timeout=timeout, metadata=self.metadata)
+        except grpc.RpcError as err:
+            raise translate(err) from None
+
+    def future(self, stub: Any, method: str, request: Any, timeout: float) -> Any:
+        self.pass_gate()
+        return getattr(stub, method).future(request, timeout=timeout, metadata=self.metadata)
+
+    def put_batch_future(self, payload: bytes, timeout: float) -> Any:
+        """PutBatch of a request serialized by the caller."""
+        self.pass_gate()
+        return self._put_batch_bytes.future(payload, timeout=timeout, metadata=self.metadata)
+
+    def stream(self, stub: Any, method: str, request: Any, timeout: float) -> Iterator[Any]:
+        self.pass_gate()
+        try:
+            yield from getattr(stub, method)(request, timeout=timeout, metadata=self.metadata)
+        except grpc.RpcError as err:
+            raise translate(err) from None
+
+    def client_stream(self, stub: Any, method: str, requests: Iterator[Any], timeout: float) -> Any:
+        self.pass_gate()
+        try:
+            return getattr(stub, method)(requests, timeout=timeout, metadata=self.metadata)
+        except grpc.RpcError as err:
+            raise translate(err) from None
+
+    def wait_ready(self, timeout: float) -> None:
+        self.pass_gate()
+        try:
+            grpc.channel_ready_future(self.channel).result(timeout=timeout)
+        except grpc.FutureTimeoutError:
+            raise BackendUnavailableError(
+                f"the KV DAL at {self.target} did not answer within {timeout:.0f} s"
+            ) from None
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+class _LocalContext:
+    """Enough of a ServicerContext for the in-process transport."""
+
+    def __init__(self, principal: str) -> None:
+        self._principal = principal
+
+    def invocation_metadata(self) -> list[tuple[str, str]]:
+        return [(PRINCIPAL_KEY, self._principal)]
+
+    def peer(self) -> str:
+        return "in-process"
+
+
+class InProcessTransport(Transport):
+    """A ``KvDal`` in this process, through the very servicers a server runs (validation,
+    error mapping): the same interface as gRPC, no network."""
+
+    def __init__(self, dal: Any, principal: str) -> None:
+        from bulldozer.kv.server.servicer import AliasesServicer, DataServicer, NamespacesServicer
+
+        self.data = DataServicer(dal)
+        self.namespaces = NamespacesServicer(dal)
+        self.aliases = AliasesServicer(dal)
+        self.context = _LocalContext(principal)
+
+    def call(self, stub: Any, method: str, request: Any, timeout: float) -> Any:
+        return getattr(stub, method)(request, self.context)
+
+    def future(self, stub: Any, method: str, request: Any, timeout: float) -> Any:
+        done: Future[Any] = Future()
+        try:
+            done.set_result(self.call(stub, method, request, timeout))
+        except BulldozerError as exc:
+            done.set_exception(exc)
+        return done
+
+    def put_batch_future(self, payload: bytes, timeout: float) -> Any:
+        return self.future(self.data, "PutBatch", kv_pb2.PutBatchRequest.FromString(payload), timeout)
+
+    def stream(self, stub: Any, method: str, request: Any, timeout: float) -> Iterator[Any]:
+        return iter(getattr(stub, method)(request, self.context))
+
+    def client_stream(self, stub: Any, method: str, requests: Iterator[Any], timeout: float) -> Any:
+        return getattr(stub, method)(requests, self.context)
+
+    def close(self) -> None:
+        pass

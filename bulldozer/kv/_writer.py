@@ -1,0 +1,160 @@
+"""``BatchWriter``: a client's writes in batches by count and bytes, with a bounded number
+of batches in flight, over any transport (``KvClient.writer`` makes one)."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from bulldozer.kv._transports import translate
+
+if TYPE_CHECKING:
+    from bulldozer.kv.client import KvClient
+
+__all__ = ["BatchWriter", "WriteStats"]
+
+
+@dataclass
+class WriteStats:
+    batches: int = 0
+    records: int = 0
+    bytes: int = 0
+
+
+class BatchWriter:
+    """Batches records by count and bytes, with a bounded number of batches in flight.
+
+    Use as a context manager; leaving it flushes and waits for every acknowledgement
+    (raising the first error). ``stats`` holds what the DAL acknowledged.
+    """
+
+    def __init__(self, client: KvClient, namespace: str, batch_records: int, batch_bytes: int, in_flight: int) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.batch_records = batch_records
+        self.batch_bytes = batch_bytes
+        self.in_flight = max(1, in_flight)
+        self.stats = WriteStats()
+        self._pending: deque[Any] = deque()
+        self._keys: list[bytes] = []
+        self._values: list[bytes] = []
+        self._size = 0
+
+    def __enter__(self) -> BatchWriter:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self._drain(raise_errors=False)
+
+    def add(self, key: bytes, value: bytes) -> None:
+        self._keys.append(key)
+        self._values.append(value)
+        self._size += len(key) + len(value)
+        if len(self._keys) >= self.batch_records or self._size >= self.batch_bytes:
+            self.flush()
+
+    def add_many(self, pairs: Iterable[tuple[bytes, bytes]]) -> None:
+        for key, value in pairs:
+            self.add(key, value)
+
+    def add_arrays(self, keys: Any, values: Any) -> None:
+        """Add the pairs held in two Arrow binary arrays (the encoder's output), sending
+        their buffers column-wise without a Python object per record."""
+        import numpy as np
+        import pyarrow as pa
+
+        from bulldozer.kv.columnar import batch_bounds, put_batch_request
+
+        self.flush()
+        keys = keys.cast(pa.large_binary()) if keys.type != pa.large_binary() else keys
+        values = values.cast(pa.large_binary()) if values.type != pa.large_binary() else values
+        n = len(keys)
+        koff = np.frombuffer(keys.buffers()[1], dtype=np.int64)[keys.offset : keys.offset + n + 1]
+        voff = np.frombuffer(values.buffers()[1], dtype=np.int64)[values.offset : values.offset + n + 1]
+        kdata = keys.buffers()[2]
+        vdata = values.buffers()[2]
+        kbuf = memoryview(kdata) if kdata is not None else memoryview(b"")
+        vbuf = memoryview(vdata) if vdata is not None else memoryview(b"")
+        for start, end in batch_bounds(np.diff(koff) + np.diff(voff), self.batch_records, self.batch_bytes):
+            payload = put_batch_request(
+                self.namespace,
+                kbuf[koff[start] : koff[end]],
+                np.diff(koff[start : end + 1]),
+                vbuf[voff[start] : voff[end]],
+                np.diff(voff[start : end + 1]),
+            )
+            self._send(payload)
+
+    def flush(self) -> None:
+        if not self._keys:
+            return
+        from bulldozer.kv.columnar import put_batch_request  # numpy: imported on first use
+
+        payload = put_batch_request(
+            self.namespace,
+            b"".join(self._keys),
+            [len(k) for k in self._keys],
+            b"".join(self._values),
+            [len(v) for v in self._values],
+        )
+        self._keys, self._values, self._size = [], [], 0
+        self._send(payload)
+
+    def _send(self, payload: bytes) -> None:
+        """Send one serialized PutBatchRequest, once fewer than ``in_flight`` are unanswered."""
+        while len(self._pending) >= self.in_flight:
+            self._wait_one()
+        self._pending.append(self.client.transport.put_batch_future(payload, self.client.timeout))
+
+    def sent_so_far(self) -> Callable[[], None]:
+        """Send what is buffered; return a function that blocks (in any thread) until every
+        batch sent up to now is acknowledged, raising the first failure. Unlike ``sync``, the
+        writer goes on sending meanwhile (a caller records progress without a pause)."""
+        self.flush()
+        futures = list(self._pending)
+
+        def wait() -> None:
+            for future in futures:
+                _acknowledgement(future)
+
+        return wait
+
+    def _wait_one(self) -> None:
+        response = _acknowledgement(self._pending.popleft())
+        self.stats.batches += 1
+        self.stats.records += response.records
+        self.stats.bytes += response.bytes
+
+    def _drain(self, raise_errors: bool = True) -> None:
+        first: BaseException | None = None
+        while self._pending:
+            try:
+                self._wait_one()
+            except BaseException as exc:
+                first = first or exc
+        if first is not None and raise_errors:
+            raise first
+
+    def sync(self) -> WriteStats:
+        """Send what is buffered and wait until every batch is acknowledged."""
+        self.flush()
+        self._drain()
+        return self.stats
+
+    def close(self) -> WriteStats:
+        return self.sync()
+
+
+def _acknowledgement(future: Any) -> Any:
+    """A sent batch's response, or its failure as the exception tree's error."""
+    try:
+        return future.result()
+    except grpc.RpcError as err:
+        raise translate(err) from None
