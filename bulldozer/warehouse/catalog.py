@@ -9,7 +9,6 @@ SQLite file, which works because both use the same catalog name (``lake``).
 from __future__ import annotations
 
 import os
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -73,37 +72,16 @@ def load_table(catalog: Any, identifier: str) -> Any:
 def _embedded_metadata_location(
     config: CatalogConfig, home: str | os.PathLike[str] | None, identifier: str
 ) -> str | None:
-    """The current metadata file of ``identifier`` in the embedded catalog, read straight
-    from its SQLite file (read-only), as pyiceberg's ``SqlCatalog.load_table`` looks it up
-    (same catalog name, namespace and table name; views excluded); None when it cannot say."""
-    namespace, _, name = identifier.rpartition(".")
-    db = bulldozer_home(home) / "catalog.db"
-    if not namespace or not db.is_file():
-        return None
-    try:
-        connection = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)
-    except sqlite3.Error:
-        return None
-    try:
-        columns = {row[1] for row in connection.execute("PRAGMA table_info(iceberg_tables)")}
-        query = (
-            "SELECT metadata_location FROM iceberg_tables WHERE catalog_name = ? AND table_namespace = ? "
-            "AND table_name = ?"
-        )
-        if "iceberg_type" in columns:
-            query += " AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)"
-        row = connection.execute(query, (config.name, namespace, name)).fetchone()
-    except sqlite3.Error:
-        return None
-    finally:
-        connection.close()
-    return row[0] if row and row[0] else None
+    from bulldozer.warehouse.pyiceberg_fast import embedded_metadata_location
+
+    return embedded_metadata_location(config.name, bulldozer_home(home), identifier)
 
 
 def load_source_table(config: CatalogConfig, home: str | os.PathLike[str] | None, identifier: str) -> Any:
     """The table a run reads, read-only: from the embedded catalog, a ``StaticTable`` on the
-    table's current metadata file, looked up in the catalog's SQLite file directly (opening
-    the ``SqlCatalog`` costs 0.2 s of SQLAlchemy imports, a tenth of a small load); from any
+    table's current metadata file, looked up in the catalog's SQLite file directly
+    (``bulldozer.warehouse.pyiceberg_fast``: opening the ``SqlCatalog`` costs 0.2 s of
+    SQLAlchemy imports, a tenth of a small load); from any
     other catalog, or when the lookup finds nothing (the full path then says which tables
     exist), the catalog's own table."""
     if config.embedded:

@@ -45,16 +45,16 @@ def test_files_are_streamed_not_decoded_whole(home: Path, dal: KvClient, monkeyp
         raise AssertionError("the file-at-once path was used")
 
     read_by_parquet: list[str] = []
-    original = local._parquet_batches
+    original = local.parquet_batches
 
-    def spy(arrow_scan: ArrowScan, task: Any) -> Any:
-        batches = original(arrow_scan, task)
+    def spy(arrow_scan: ArrowScan, task: Any, batch_rows: int) -> Any:
+        batches = original(arrow_scan, task, batch_rows)
         if batches is not None:
             read_by_parquet.append(task.file.file_path)
         return batches
 
     monkeypatch.setattr(ArrowScan, "to_record_batches", whole_file)
-    monkeypatch.setattr(local, "_parquet_batches", spy)
+    monkeypatch.setattr(local, "parquet_batches", spy)
     _digest, rows, ledger = _run(home, dal)
     assert rows == ROWS
     assert len(ledger) == ROWS // FILE_ROWS  # one ledger entry per file, in the ledger after its batches
@@ -91,7 +91,7 @@ def _both_readers(table: Any, scan: Any) -> tuple[pa.Table, pa.Table]:
 
     tasks = local._tasks(scan)
     arrow_scan = ArrowScan(table.metadata, table.io, scan.projection(), scan.row_filter, scan.case_sensitive)
-    ours = [batch for task in tasks for batch in local._parquet_batches(arrow_scan, task) or []]
+    ours = [batch for task in tasks for batch in local.parquet_batches(arrow_scan, task, local.BATCH_ROWS) or []]
     theirs = list(
         arrow_scan._record_batches_from_scan_tasks_and_deletes(tasks, _read_all_delete_files(table.io, tasks))
     )
@@ -117,13 +117,15 @@ def test_a_row_filter_or_delete_files_go_through_pyicebergs_reader(tmp_path: Pat
     filtered = table.scan(row_filter="id > 2")
     task = local._tasks(filtered)[0]
     arrow_scan = ArrowScan(table.metadata, table.io, filtered.projection(), filtered.row_filter)
-    assert local._parquet_batches(arrow_scan, task) is None  # the filter is pushed into row groups there
+    assert (
+        local.parquet_batches(arrow_scan, task, local.BATCH_ROWS) is None
+    )  # the filter is pushed into row groups there
     plain = table.scan()
     arrow_scan = ArrowScan(table.metadata, table.io, plain.projection(), plain.row_filter)
     task = local._tasks(plain)[0]
-    assert local._parquet_batches(arrow_scan, task) is not None
+    assert local.parquet_batches(arrow_scan, task, local.BATCH_ROWS) is not None
     with_deletes = types.SimpleNamespace(file=task.file, delete_files={object()})
-    assert local._parquet_batches(arrow_scan, with_deletes) is None
+    assert local.parquet_batches(arrow_scan, with_deletes, local.BATCH_ROWS) is None
 
 
 def test_a_spec_filter_loads_exactly_the_matching_rows(home: Path, dal: KvClient) -> None:
@@ -145,14 +147,14 @@ def test_a_spec_filter_loads_exactly_the_matching_rows(home: Path, dal: KvClient
 
 def test_the_pinned_pyiceberg_has_the_streaming_reader() -> None:
     # private pieces of pyiceberg: an upgrade that drops them falls back to whole files (slower, same data)
-    assert local._streaming_reader(ArrowScan.__new__(ArrowScan)) is not None
+    assert local.streaming_reader(ArrowScan.__new__(ArrowScan)) is not None
 
 
 def test_without_pyicebergs_streaming_reader_the_public_path_loads_the_same_records(
     home: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     streamed = _run(home, dal)
-    monkeypatch.setattr(local, "_streaming_reader", lambda arrow_scan: None)
+    monkeypatch.setattr(local, "streaming_reader", lambda arrow_scan: None)
     assert _run(home, dal)[:2] == streamed[:2]  # same rows, same digest
 
 
@@ -167,7 +169,7 @@ def test_a_failing_read_fails_the_run_and_leaves_no_reader_behind(
     owner: Any = pq.ParquetFile if reader == "parquet" else ArrowScan
     method = "iter_batches" if reader == "parquet" else "_record_batches_from_scan_tasks_and_deletes"
     if reader == "pyiceberg":
-        monkeypatch.setattr(local, "_parquet_batches", lambda arrow_scan, task: None)
+        monkeypatch.setattr(local, "parquet_batches", lambda arrow_scan, task, batch_rows: None)
     original = getattr(owner, method)
     calls = {"n": 0}
 

@@ -6,8 +6,9 @@ stream of Arrow record batches on a reader thread a few batches ahead
 writer while the next batch is encoded (the writer keeps several batches in flight on gRPC's
 own threads). A plain Parquet file is read by its own batch reader a batch at a time; a
 task with a row filter or delete files goes through pyiceberg's reader (the filter pushed
-into the scan), which decodes a row group at a time. Memory stays bounded by a row group and
-a few batches, whatever the table's size.
+into the scan), which decodes a row group at a time (both shortcuts past pyiceberg's public
+API live in ``bulldozer.warehouse.pyiceberg_fast``, with their measured reasons). Memory
+stays bounded by a row group and a few batches, whatever the table's size.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from bulldozer.kv.client import KvClient
 from bulldozer.load.encoder.encode import RowEncoder
 from bulldozer.load.engines.base import LoadEngine, LoadPlan, LoadResult, Progress, SplitDone, SplitResult
 from bulldozer.load.prefetch import read_ahead
+from bulldozer.warehouse.pyiceberg_fast import parquet_batches, streaming_reader
 
 __all__ = ["LocalEngine", "split_id"]
 
@@ -51,89 +53,6 @@ def _scan(plan: LoadPlan, columns: list[str]) -> Any:
 
 def _tasks(scan: Any) -> list[Any]:
     return sorted(scan.plan_files(), key=lambda t: t.file.file_path)
-
-
-def _streaming_reader(arrow_scan: Any) -> Callable[[Any], Iterator[pa.RecordBatch]] | None:
-    """pyiceberg's reader of one task, yielding batches as Arrow decodes each row group, or
-    None when this pyiceberg lacks the (private) pieces it is made of. The public
-    ``to_record_batches`` collects a whole file's batches into a list first."""
-    from pyiceberg.io import pyarrow as iceberg_arrow
-
-    stream = getattr(arrow_scan, "_record_batches_from_scan_tasks_and_deletes", None)
-    read_deletes = getattr(iceberg_arrow, "_read_all_delete_files", None)
-    if stream is None or read_deletes is None:
-        return None
-    return lambda task: stream([task], read_deletes(arrow_scan._io, [task]))
-
-
-def _parquet_batches(arrow_scan: Any, task: Any) -> Iterator[pa.RecordBatch] | None:
-    """A plain task's batches from the Parquet file's own batch reader, ``BATCH_ROWS`` rows
-    at a time, or None when pyiceberg's reader must read the task: a row filter (pushed down
-    to row-group statistics there), delete files, a format other than Parquet, or a
-    pyiceberg without the (private) helpers this is made of.
-
-    pyiceberg reads through Arrow's dataset scanner, which decodes a whole row group before
-    it hands out the first batch: a 1 M-row group (pyiceberg's default size) kept the
-    encoder and the DAL idle for 0.3-0.45 s at a load's start. The file reader decodes a
-    batch at a time, on the reader thread (``use_threads=False``: that thread is the
-    parallelism). The Iceberg side is pyiceberg's own: file columns are matched to the
-    table's by field id (or the table's name mapping), columns a file lacks come from its
-    partition or as nulls, and every batch is cast to the requested schema, as its reader does."""
-    from pyiceberg.expressions import AlwaysTrue
-    from pyiceberg.io import pyarrow as iceberg_arrow
-    from pyiceberg.manifest import FileFormat
-    from pyiceberg.schema import prune_columns
-
-    names = ("pyarrow_to_schema", "_get_column_projection_values", "_to_requested_schema")
-    helpers: list[Any] = [getattr(iceberg_arrow, name, None) for name in names]
-    scan_state: list[Any] = [
-        getattr(arrow_scan, a, None) for a in ("_bound_row_filter", "_table_metadata", "_projected_schema", "_io")
-    ]
-    if (
-        None in helpers
-        or None in scan_state
-        or not hasattr(type(arrow_scan), "_projected_field_ids")
-        or getattr(arrow_scan, "_limit", None) is not None
-        or task.delete_files
-        or task.file.file_format != FileFormat.PARQUET
-        or scan_state[0] != AlwaysTrue()
-    ):
-        return None
-    file_to_schema, missing_field_values, to_requested_schema = helpers
-    _row_filter, metadata, projected, io = scan_state
-    downcast = getattr(arrow_scan, "_downcast_ns_timestamp_to_us", None)
-    if downcast is None:
-        downcast = metadata.format_version <= 2  # pyiceberg's own default
-
-    def batches() -> Iterator[pa.RecordBatch]:
-        import pyarrow.parquet as pq
-
-        with io.new_input(task.file.file_path).open() as fin:
-            parquet = pq.ParquetFile(fin, pre_buffer=True)
-            file_schema = file_to_schema(
-                parquet.schema_arrow,
-                metadata.name_mapping(),
-                downcast_ns_timestamp_to_us=downcast,
-                format_version=metadata.format_version,
-            )
-            partition_spec = metadata.specs().get(task.file.spec_id)
-            missing = missing_field_values(
-                task.file, projected, metadata.schema(), partition_spec, file_schema.field_ids
-            )
-            read = prune_columns(file_schema, arrow_scan._projected_field_ids, select_full_types=False)
-            columns = [column.name for column in read.columns]
-            for batch in parquet.iter_batches(batch_size=BATCH_ROWS, columns=columns, use_threads=False):
-                if batch.num_rows:
-                    yield to_requested_schema(
-                        projected,
-                        read,
-                        batch,
-                        downcast_ns_timestamp_to_us=downcast,
-                        projected_missing_fields=missing,
-                        allow_timestamp_tz_mismatch=True,
-                    )
-
-    return batches()
 
 
 def _will_need(location: str | None) -> None:
@@ -165,9 +84,9 @@ def _batches(table: Any, scan: Any, task: Any, next_location: str | None = None)
 
     _will_need(next_location)
     arrow_scan = ArrowScan(table.metadata, table.io, scan.projection(), scan.row_filter, scan.case_sensitive)
-    batches = _parquet_batches(arrow_scan, task)
+    batches = parquet_batches(arrow_scan, task, BATCH_ROWS)
     if batches is None:
-        streaming = _streaming_reader(arrow_scan)
+        streaming = streaming_reader(arrow_scan)
         batches = streaming(task) if streaming is not None else arrow_scan.to_record_batches([task])
     for batch in batches:
         for start in range(0, batch.num_rows, BATCH_ROWS):
