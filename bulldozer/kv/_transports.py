@@ -28,7 +28,7 @@ from bulldozer.errors import (
     error_class_by_name,
     error_class_for_code,
 )
-from bulldozer.kv.convert import ERROR_KEY, PRINCIPAL_KEY
+from bulldozer.kv.convert import ERROR_DOMAIN, PRINCIPAL_KEY
 from bulldozer.kv.v1 import kv_pb2, kv_pb2_grpc
 
 __all__ = ["GrpcTransport", "InProcessTransport", "Transport", "translate"]
@@ -62,11 +62,7 @@ def translate(err: grpc.RpcError) -> BulldozerError:
     """The Bulldozer exception a failed call stands for."""
     code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
     details = err.details() if hasattr(err, "details") else str(err)
-    name = None
-    trailing: Any = err.trailing_metadata() if hasattr(err, "trailing_metadata") else None
-    for key, value in trailing or ():
-        if key == ERROR_KEY:
-            name = str(value)
+    name = _error_name(err)
     cls = error_class_by_name(name) if name else None
     if cls is None:
         cls = BackendUnavailableError if code in _UNREACHABLE else error_class_for_code(code.name)
@@ -76,6 +72,25 @@ def translate(err: grpc.RpcError) -> BulldozerError:
         return cls(details or code.name)
     except TypeError:  # an error class with a richer constructor
         return KvError(details or code.name)
+
+
+def _error_name(err: grpc.RpcError) -> str | None:
+    """The exception class the server named in the call's standard status details
+    (``google.rpc.ErrorInfo`` of Bulldozer's domain), if any."""
+    from google.rpc import error_details_pb2
+    from grpc_status import rpc_status
+
+    try:
+        status = rpc_status.from_call(err) if hasattr(err, "trailing_metadata") else None  # type: ignore[arg-type]
+    except ValueError:  # details that contradict the call's own code or message
+        return None
+    for detail in status.details if status is not None else ():
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            if info.domain == ERROR_DOMAIN:
+                return str(info.reason)
+    return None
 
 
 class Transport(ABC):

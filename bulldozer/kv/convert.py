@@ -9,10 +9,13 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord, State
 from bulldozer.kv.v1 import kv_pb2
 
-__all__ = ["ERROR_KEY", "PRINCIPAL_KEY", "alias_change", "alias_info", "namespace_info", "state_name", "timestamp"]
+__all__ = ["ERROR_DOMAIN", "PRINCIPAL_KEY", "alias_change", "alias_info", "namespace_info", "state_name", "timestamp"]
 
 #: Trailer that names the exception class of a failed call (the client raises the same one).
-ERROR_KEY = "bulldozer-error"
+#: The domain of the ``google.rpc.ErrorInfo`` a failed call carries in its standard status
+#: details (``grpc-status-details-bin``); its ``reason`` names the exception class the
+#: server raised, so the client raises the very same one.
+ERROR_DOMAIN = "bulldozer.kv.v1"
 #: Metadata a client may send to name who acts (kept in the alias history when no
 #: authentication overrides it).
 PRINCIPAL_KEY = "bulldozer-principal"

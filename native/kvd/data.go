@@ -89,7 +89,9 @@ func forwarded(ctx context.Context) context.Context {
 	return metadata.NewOutgoingContext(ctx, out)
 }
 
-// forward makes call to the reference DAL for ctx's caller; on an error, the DAL's trailer
+// forward makes call to the reference DAL for ctx's caller. On an error, the returned status
+// keeps its google.rpc.Status details (an ErrorInfo naming the exception class the client
+// raises), and the DAL's other trailing metadata
 // (it names the exception class the client raises) goes back through setTrailer.
 func forward[Req, Resp any](ctx context.Context, setTrailer func(metadata.MD),
 	call func(context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {

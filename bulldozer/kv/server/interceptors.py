@@ -1,6 +1,7 @@
-"""Server interceptors: the exception tree → gRPC status codes (with the exception's
-class name in the trailing metadata, so the client raises the very same class), plus
-request metrics and one log line per failed request."""
+"""Server interceptors: the exception tree → gRPC status codes, with the exception's class
+as a standard ``google.rpc.Status`` detail (``ErrorInfo``, through grpcio-status) so the
+client raises the very same class, plus request metrics and one log line per failed
+request."""
 
 from __future__ import annotations
 
@@ -10,21 +11,30 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
+from google.protobuf import any_pb2
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
 
 from bulldozer.errors import BulldozerError
+from bulldozer.kv.convert import ERROR_DOMAIN
 
-__all__ = ["ErrorInterceptor"]
-
-from bulldozer.kv.convert import ERROR_KEY
+__all__ = ["ErrorInterceptor", "error_status"]
 
 log = logging.getLogger("bulldozer.kv.server")
 
 
+def error_status(exc: BulldozerError) -> grpc.Status:
+    """The status a Bulldozer error travels as: its class's code, its one-line message, and
+    an ``ErrorInfo`` naming its class."""
+    code = getattr(grpc.StatusCode, exc.grpc_code, grpc.StatusCode.UNKNOWN)
+    detail = any_pb2.Any()
+    detail.Pack(error_details_pb2.ErrorInfo(reason=type(exc).__name__, domain=ERROR_DOMAIN))
+    return rpc_status.to_status(status_pb2.Status(code=code.value[0], message=str(exc), details=[detail]))
+
+
 def _abort(context: grpc.ServicerContext, exc: BaseException) -> None:
     if isinstance(exc, BulldozerError):
-        code = getattr(grpc.StatusCode, exc.grpc_code, grpc.StatusCode.UNKNOWN)
-        context.set_trailing_metadata(((ERROR_KEY, type(exc).__name__),))
-        context.abort(code, str(exc))
+        context.abort_with_status(error_status(exc))
     log.exception("unexpected error", exc_info=exc)
     context.abort(grpc.StatusCode.INTERNAL, f"internal error ({type(exc).__name__}); see the DAL's log")
 
