@@ -91,8 +91,7 @@ func forwarded(ctx context.Context) context.Context {
 
 // forward makes call to the reference DAL for ctx's caller. On an error, the returned status
 // keeps its google.rpc.Status details (an ErrorInfo naming the exception class the client
-// raises), and the DAL's other trailing metadata
-// (it names the exception class the client raises) goes back through setTrailer.
+// raises), and the DAL's trailing metadata goes back through setTrailer.
 func forward[Req, Resp any](ctx context.Context, setTrailer func(metadata.MD),
 	call func(context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
 	var trailer metadata.MD
