@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 import numpy as np
@@ -157,6 +158,31 @@ def _partition_writer(proto: Any, address: str, token: str | None, version: str,
     return run
 
 
+def worker_error(exc: Exception) -> Exception:
+    """The error a failed Spark job stands for: the Bulldozer error an executor raised (bad
+    data, a DAL refusal), as the local engine raises it, with its one-line message; else
+    ``exc`` itself. Spark hands the executor's error back as a PythonException whose text
+    ends with the worker's traceback; its last ``module.Class: message`` line of
+    Bulldozer's tree is the error."""
+    from bulldozer.errors import BulldozerError, error_class_by_name
+
+    for line in reversed(str(exc).splitlines()):
+        match = _TRACEBACK_ERROR.match(line.strip())
+        if match is None:
+            continue
+        cls = error_class_by_name(match.group(1))
+        if cls is not None and issubclass(cls, BulldozerError):
+            try:
+                return cls(match.group(2))
+            except TypeError:  # a class with a richer constructor: keep Spark's error
+                return exc
+    return exc
+
+
+#: ``bulldozer.errors.SourceDataError: message`` (the module path is optional)
+_TRACEBACK_ERROR = re.compile(r"^(?:[\w.]+\.)?([A-Z]\w*Error): (.+)$")
+
+
 class SparkEngine(LocalEngine):
     name = "spark"
     resumes_splits = False
@@ -184,7 +210,10 @@ class SparkEngine(LocalEngine):
         fn = _partition_writer(plan.proto, client.target, spec.key_value_dal.token, plan.version, writer_options)
         schema = "partition long, rows long, digest string, bytes long, nulls string, hashes binary"
         progress(0, 0)
-        results = frame.mapInArrow(fn, schema).collect()
+        try:
+            results = frame.mapInArrow(fn, schema).collect()
+        except Exception as exc:
+            raise worker_error(exc) from None
         result = LoadResult()
         done = 0
         for row in results:
