@@ -207,10 +207,22 @@ def _profile_token(name: str, profile: Profile) -> str:
         raise InvalidArgumentError(f"profile {name!r}: cannot read its token file: {exc.strerror}") from None
 
 
+#: Variables earlier releases read and this one does not: set, they are refused (one line
+#: saying why) rather than silently ignored.
+RETIRED = {
+    "BULLDOZER_KERNEL_CACHE": "the encoder's kernels are compiled when Bulldozer is installed; nothing is cached",
+    "BULLDOZER_ENCODER_KERNELS": "the encoder has one compiled path, built when Bulldozer is installed",
+    "BULLDOZER_FAULT": "fault injection is the tests' own: python -m tests.faults",
+}
+
+
 def load_settings() -> Settings:
     """The settings as the environment holds them now, completed by the selected profile; a
     malformed variable is one clear error naming it (its value is not repeated: it may be a
-    secret)."""
+    secret), and so is a retired one (``RETIRED``)."""
+    retired = [name for name in RETIRED if os.environ.get(name)]
+    if retired:
+        raise InvalidArgumentError(f"{retired[0]} is no longer read ({RETIRED[retired[0]]}); unset it")
     try:
         return _with_profile(Settings())
     except ValidationError as exc:

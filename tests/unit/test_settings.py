@@ -88,3 +88,11 @@ def test_a_profile_completes_what_no_variable_set(monkeypatch: pytest.MonkeyPatc
     profiles.write_text("profiles: [not, a, mapping]")
     with pytest.raises(InvalidArgumentError, match="not a valid profiles file"):
         load_settings()
+
+
+def test_a_retired_variable_is_refused_not_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BULLDOZER_ENCODER_KERNELS", "fields")
+    with pytest.raises(InvalidArgumentError, match=r"BULLDOZER_ENCODER_KERNELS is no longer read .*compiled"):
+        load_settings()
+    monkeypatch.setenv("BULLDOZER_ENCODER_KERNELS", "")  # empty is unset
+    assert load_settings() is not None
