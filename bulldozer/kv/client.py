@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import socket
 from collections import deque
@@ -143,11 +144,26 @@ class KvClient:
         timeout: float = 3600.0,
     ) -> NamespaceRecord:
         """Freeze, measure and verify the version against what its loader sent: it becomes
-        SEALED (and may go live) only when the stored count and digest equal these."""
+        SEALED (and may go live) only when the stored count and digest equal these.
+
+        What the writes staged is ingested first (``ingest``), on the data plane's fast
+        path. The seal ingests whatever is left itself, so an ingest that is refused (an
+        unknown or FAILED version...) leaves the answer to the seal, whose error is the
+        canonical one."""
+        from bulldozer.errors import BulldozerError
+
+        with contextlib.suppress(BulldozerError):
+            self.ingest(name, timeout)
         request = kv_pb2.SealNamespaceRequest(
             name=name, expected_records=expected_records, expected_digest=expected_digest
         )
         return self._ns("SealNamespace", request, timeout)
+
+    def ingest(self, name: str, timeout: float = 3600.0) -> tuple[int, int]:
+        """Make what a LOADING version's writes staged part of its data (merged in key order
+        by an engine that stages, such as embedded); returns (runs, records) merged."""
+        response = self._t.call(self._t.data, "Ingest", kv_pb2.IngestRequest(namespace=name), timeout)
+        return int(response.runs), int(response.records)
 
     def mark_failed(self, name: str, reason: str) -> NamespaceRecord:
         return self._ns("MarkFailed", kv_pb2.MarkFailedRequest(name=name, reason=reason))

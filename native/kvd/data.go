@@ -45,7 +45,7 @@ type Limits struct {
 	MaxKeyBytes, MaxValueBytes, MaxBatchRecords, MaxBatchGetKeys int
 }
 
-type meta struct{ namespaces, aliases, states, digests lmdb.DBI }
+type meta struct{ namespaces, aliases, states, digests, stage lmdb.DBI }
 
 type dataServer struct {
 	kvpb.UnimplementedKvDataServer
@@ -67,6 +67,7 @@ func openMeta(env *lmdb.Env) (meta, error) {
 		{&m.aliases, shared.StoreMetaAliases},
 		{&m.states, shared.StoreMetaStates},
 		{&m.digests, shared.StoreMetaDigests},
+		{&m.stage, shared.StoreMetaStage},
 	} {
 		if *x.dbi, err = env.DBI(x.name); err != nil {
 			return m, errors.New("the store has no " + x.name + " database (is it a Bulldozer embedded store?): " + err.Error())
@@ -144,12 +145,8 @@ func (s *dataServer) putNative(req *kvpb.PutBatchRequest) (resp *kvpb.PutBatchRe
 		return nil, false
 	}
 	d.Count, d.Bytes = uint64(n), kp+vp
-	dbi, err := s.env.DBI(shared.StoreDataPrefix + name)
-	if err != nil {
-		return nil, false
-	}
 	b := lmdb.Batch{Keys: keys, Values: values, KeyLengths: c.KeyLengths, ValueLengths: c.ValueLengths}
-	loading, err := s.env.PutBatch(dbi, s.meta.states, s.meta.digests, name, b, d)
+	loading, err := s.env.StageBatch(s.meta.stage, s.meta.states, s.meta.digests, name, b, d)
 	if err != nil {
 		slog.Warn("put: forwarded to the reference DAL", "namespace", name, "error", err.Error())
 		return nil, false
@@ -210,6 +207,27 @@ func (s *dataServer) PutStream(stream kvpb.KvData_PutStreamServer) error {
 		total.Records += resp.GetRecords()
 		total.Bytes += resp.GetBytes()
 	}
+}
+
+// Ingest merges a LOADING namespace's staged runs into its data on the fast path; any other
+// case (a bad name, a namespace that is SEALING or not LOADING, an error) goes to the
+// reference DAL, which ingests or answers with the canonical error.
+func (s *dataServer) Ingest(ctx context.Context, req *kvpb.IngestRequest) (*kvpb.IngestResponse, error) {
+	name := req.GetNamespace()
+	if namespaceRE.MatchString(name) {
+		if dbi, err := s.env.DBI(shared.StoreDataPrefix + name); err == nil {
+			loading, runs, records, err := s.env.Ingest(dbi, s.meta.stage, s.meta.states, s.meta.digests, name)
+			if err == nil && loading {
+				s.stats.served("Ingest", true)
+				return &kvpb.IngestResponse{Runs: runs, Records: records}, nil
+			}
+			if err != nil {
+				slog.Warn("ingest: forwarded to the reference DAL", "namespace", name, "error", err.Error())
+			}
+		}
+	}
+	s.stats.served("Ingest", false)
+	return forward(ctx, unaryTrailer(ctx), s.backend.Ingest, req)
 }
 
 // -- reads ----------------------------------------------------------------------------------

@@ -57,6 +57,8 @@ def test_clean_loads_seal_from_the_running_digest(dal: KvDal, monkeypatch: pytes
         _columnar(dal, name, DATA[start : start + 1500])
     dal.put(name, [(b"z-record-path", b"v")])  # the record (non-columnar) path counts too
     expected = digest_pairs([*DATA, (b"z-record-path", b"v")])
+    assert dal.engine.stored_digest(name) is None  # staged: not known until ingested
+    dal.ingest(name)
     assert dal.engine.stored_digest(name) == expected
     scans = _Scans(dal, monkeypatch)
     sealed = dal.seal(name, expected_records=expected.count, expected_digest=expected.value)
@@ -68,6 +70,7 @@ def test_a_retried_batch_makes_the_seal_scan(dal: KvDal, monkeypatch: pytest.Mon
     name = _new(dal)
     _columnar(dal, name, DATA)
     _columnar(dal, name, DATA[:10])  # retried: every key already there
+    dal.ingest(name)  # where the repeat is found
     assert dal.engine.stored_digest(name) is None
     scans = _Scans(dal, monkeypatch)
     expected = digest_pairs(DATA)

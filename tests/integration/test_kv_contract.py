@@ -175,6 +175,54 @@ def test_client_disconnect_mid_stream_leaves_the_namespace_loading(kv: Harness) 
     assert kv.client.seal(name, expected_records=400, expected_digest=digest_pairs(data).value).record_count == 400
 
 
+def test_ingest_merges_staged_writes_newest_batch_winning(kv: Harness) -> None:
+    """Batches in no key order, a key repeated across batches and inside one, writes after
+    an ingest (into data that is no longer empty, overwriting an ingested key): what is
+    sealed is the last value of every key, scanned in key order. An engine that stages
+    writes (embedded) merges them here; for the others ingest has nothing to do."""
+    import random
+
+    data = pairs(3000)
+    shuffled = data[:]
+    random.Random(7).shuffle(shuffled)
+    name = kv.loaded(kv.alias(), [], seal=False)
+    for i in range(0, 3000, 400):
+        kv.client.put(name, shuffled[i : i + 400])
+    # "x" > "second": a store that settled a repeat by the greater value would keep the wrong one
+    kv.client.put(name, [(data[10][0], b"second"), (data[11][0], b"x"), (data[11][0], b"second")])
+    runs, records = kv.client.ingest(name)
+    staged = kv.engine_name.startswith("embedded")
+    assert (runs, records) == ((9, 3002) if staged else (0, 0))  # a key repeated in a batch is staged once
+    assert kv.client.ingest(name) == (0, 0)  # nothing left: a retried ingest changes nothing
+    assert kv.client.describe(name).state == State.LOADING  # still loading: more writes may come
+    kv.client.put(name, [(data[12][0], b"third"), (b"k999999", b"last")])
+    final = dict(data)
+    final.update({data[10][0]: b"second", data[11][0]: b"second", data[12][0]: b"third", b"k999999": b"last"})
+    expected = digest_pairs(sorted(final.items()))
+    sealed = kv.client.seal(name, expected.count, expected.value)  # the seal ingests what is left
+    assert (sealed.state, sealed.record_count, sealed.digest) == (State.SEALED, 3001, expected.value)
+    scanned = list(kv.client.scan(namespace=name, page_size=500))
+    assert sorted(scanned) == sorted(final.items())
+    if kv.engine.key_ordered_scan:
+        assert scanned == sorted(final.items())
+
+
+def test_ingest_only_while_a_version_has_writes_to_ingest(kv: Harness) -> None:
+    alias = kv.alias()
+    sealed = kv.loaded(alias, pairs(5))
+    assert kv.client.ingest(sealed) == (0, 0)  # a retry after the seal
+    failed = kv.loaded(alias, pairs(5), seal=False)
+    kv.client.mark_failed(failed, "test")
+    with pytest.raises(NamespaceStateError, match="FAILED"):
+        kv.client.ingest(failed)
+    with pytest.raises(NamespaceNotFoundError):
+        kv.client.ingest("nope__v20260101000000_abcdef")
+    dropped = kv.loaded(alias, pairs(5), seal=False)
+    kv.client.drop(dropped)  # its staged writes go with it
+    with pytest.raises((NamespaceNotFoundError, NamespaceStateError)):
+        kv.client.ingest(dropped)
+
+
 @pytest.mark.parametrize("state", ["SEALED", "FAILED", "DROPPED"])
 def test_writes_only_while_loading(kv: Harness, state: str) -> None:
     name = kv.loaded(kv.alias(), pairs(3), seal=state != "FAILED")

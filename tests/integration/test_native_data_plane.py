@@ -81,7 +81,7 @@ def test_the_front_serves_puts_and_reads_itself(tmp_path: Path, capfd: pytest.Ca
         client.close()
         server.stop(5)
     totals = _totals(capfd.readouterr().err)
-    assert totals["served"] == {"PutBatch": 4, "BatchGet": 3, "Get": 2}
+    assert totals["served"] == {"PutBatch": 4, "Ingest": 1, "BatchGet": 3, "Get": 2}
     assert totals["forwarded"] == {"PutBatch": 1}
     assert totals["records_written"] == {"feat__v1": expected.count}
 

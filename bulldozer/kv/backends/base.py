@@ -90,6 +90,14 @@ class StorageEngine(ABC):
         makes a running sum wrong) adds it there, so the seal need not scan everything back
         (see ``stored_digest``); the others ignore it."""
 
+    def ingest(self, name: str) -> tuple[int, int]:
+        """Make what ``write_batch`` staged for the namespace part of its data, atomically,
+        returning (runs, records) merged. An engine that stages writes (embedded: a sorted
+        run per batch, merged in key order with LMDB's append mode) does it here; one that
+        writes in place has nothing to do. The DAL calls it before a seal measures, so a
+        version is never measured (or read) with writes still staged."""
+        return 0, 0
+
     def stored_digest(self, name: str) -> Digest | None:
         """The exact digest of what the namespace stores, when the engine kept one (see
         ``write_batch``); None means unknown, and the DAL measures it by a full scan."""

@@ -496,7 +496,10 @@ class CassandraEngine(StorageEngine):
                 state = rows[0].state if rows else None
                 if state != State.LOADING.value:
                     check_writable(name, NamespaceRecord(name=name, alias="", state=State(state)) if state else None)
-                self._write(self._batches(stmts["put"], zip(keys, values, strict=True)))
+                # a key given twice keeps its later value: Cassandra would settle two writes of
+                # one key with the same timestamp by the greater value, and the batches run concurrently
+                latest = dict(zip(keys, values, strict=True))
+                self._write(self._batches(stmts["put"], latest.items()))
             finally:
                 self._leases.release(lambda: self.session.execute(self._leave, (name, token)))
 

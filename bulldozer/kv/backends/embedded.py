@@ -7,6 +7,14 @@ rewrites nothing else. Every lifecycle change runs in one LMDB write transaction
 LMDB serializes across processes, so several DAL processes can serve one store safely;
 the alias compare-and-set is atomic in the engine itself.
 
+A LOADING version's writes are staged, not put in place: each batch becomes one sorted run
+in ``meta.stage`` (one put of a few MiB, whatever the key order), and ``ingest`` — called
+by the seal, or earlier by the loader through the DAL's ``Ingest`` — merges the runs in key
+order into the version's fresh sub-database with LMDB's append mode, in one transaction.
+Measured on 1 M flat records in the job's batches: puts in place 5.7 s; sorted and
+appended 0.21 s (issue #25). The layout of a run is shared with the Go data plane
+(proto/bulldozer/kv/v1/shared.yaml), which stages and ingests the same way.
+
 Data puts are committed without fsync (a crash can only lose writes of a LOADING
 version, which is then resumed or failed); every metadata change — create, seal, flip,
 drop — is fsynced, and a seal first flushes all loaded data.
@@ -18,7 +26,7 @@ import json
 import os
 import struct
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +60,10 @@ _META_STATES = shared.STORE_META_STATES.encode()  # name -> state only: the hot-
 _META_DIGESTS = shared.STORE_META_DIGESTS.encode()  # name -> running (count, digest, bytes, exact) of what is stored
 _DATA_PREFIX = shared.STORE_DATA_PREFIX.encode()
 _DIGEST = struct.Struct(shared.STORE_DIGEST_RECORD)
+_META_STAGE = shared.STORE_META_STAGE.encode()  # name NUL run number -> a sorted run
+_RUN = struct.Struct(shared.STORE_STAGE_RUN_HEADER)
+_RECORD = struct.Struct(shared.STORE_STAGE_RECORD_HEADER)
+_RUN_NUMBER = struct.Struct(">Q")
 
 
 def _dumps(data: dict[str, Any]) -> bytes:
@@ -64,6 +76,42 @@ _AUTH_MARKER = "AUTH_REQUIRED"
 
 def _data_db(name: str) -> bytes:
     return _DATA_PREFIX + name.encode()
+
+
+def _stage_prefix(name: str) -> bytes:
+    return name.encode() + b"\x00"
+
+
+def sorted_run(keys: Sequence[bytes], values: Sequence[bytes]) -> tuple[bytes, bool]:
+    """A batch as one staged run (keys ascending, a repeated key keeping its last value),
+    and whether a key repeated."""
+    order = sorted(range(len(keys)), key=keys.__getitem__)  # stable: equal keys stay in batch order
+    kept: list[int] = []
+    repeated = False
+    for i in order:
+        if kept and keys[kept[-1]] == keys[i]:
+            kept[-1] = i
+            repeated = True
+        else:
+            kept.append(i)
+    parts = [_RUN.pack(len(kept))]
+    for i in kept:
+        key, value = keys[i], values[i]
+        parts += (_RECORD.pack(len(key), len(value)), key, value)
+    return b"".join(parts), repeated
+
+
+def run_records(run: Any) -> Iterator[tuple[bytes, Any]]:
+    """The (key, value) records of a staged run, in key order."""
+    (n,) = _RUN.unpack_from(run, 0)
+    pos = _RUN.size
+    for _ in range(n):
+        klen, vlen = _RECORD.unpack_from(run, pos)
+        pos += _RECORD.size
+        key = bytes(run[pos : pos + klen])
+        pos += klen
+        yield key, run[pos : pos + vlen]
+        pos += vlen
 
 
 class EmbeddedEngine(StorageEngine):
@@ -96,6 +144,7 @@ class EmbeddedEngine(StorageEngine):
         self._history = self.env.open_db(_META_HISTORY)
         self._states = self.env.open_db(_META_STATES)
         self._digests = self.env.open_db(_META_DIGESTS)
+        self._stage = self.env.open_db(_META_STAGE)
 
     # -- plumbing ---------------------------------------------------------------
 
@@ -154,7 +203,7 @@ class EmbeddedEngine(StorageEngine):
     def _state(self, txn: Any, name: str) -> NamespaceRecord | None:
         """A stand-in record carrying only the state (enough for the lifecycle checks)."""
         raw = txn.get(name.encode(), db=self._states)
-        return NamespaceRecord(name=name, alias="", state=State(raw.decode())) if raw is not None else None
+        return NamespaceRecord(name=name, alias="", state=State(bytes(raw).decode())) if raw is not None else None
 
     def _map_full(self, exc: Exception) -> ResourceExhaustedError:
         return ResourceExhaustedError(
@@ -211,42 +260,101 @@ class EmbeddedEngine(StorageEngine):
                     return
             txn.drop(db, delete=True)
             txn.delete(name.encode(), db=self._digests)
+            self._delete_runs(txn, _stage_prefix(name))
         self._durable()
 
     # -- data -------------------------------------------------------------------
 
     def write_batch(self, name: str, keys: list[bytes], values: list[bytes], digest: Digest | None = None) -> None:
-        self._put_pairs(name, lambda: zip(keys, values, strict=True), digest)
-
-    def _put_pairs(self, name: str, pairs: Callable[[], Iterable[tuple[bytes, bytes]]], digest: Digest | None) -> None:
-        """One transaction, in the order given (a repeated key keeps its last value). Not
-        sorted first: measured on 1 M protobuf keys in 20 000-record batches, sorting
-        in Python cost more than the page locality it bought (541 k/s sorted, 655 k/s not).
-        ``pairs`` makes a fresh iterator (zip, not a list of tuples: building 20 000
-        tuples cost as much as storing them).
-
-        With the batch's ``digest``, the namespace's running digest grows by it in the same
-        transaction, as long as every key was new: the batch is first put without
-        overwriting, and if any key was already there (a retried batch, a key repeated in
-        the source) it is put again with overwrites and the running digest is marked
-        inexact, so the seal scans instead."""
-        db = self._db(name)
+        """Stage the batch as one sorted run (see the module's docstring), in one
+        transaction that checks the version is LOADING. With the batch's ``digest``, the
+        namespace's running digest grows by it in the same transaction; a key repeated in
+        the batch marks it inexact (the seal then scans), as ``ingest`` does for a key
+        repeated across runs."""
+        if any(not k or len(k) > self.max_key_bytes for k in keys):
+            raise InvalidArgumentError(f"a key is empty or larger than {self.max_key_bytes} bytes")
+        run, repeated = sorted_run(keys, values)
+        prefix = _stage_prefix(name)
         try:
             with self._write() as txn:
                 check_writable(name, self._state(txn, name))
-                cursor = txn.cursor(db=db)
-                if digest is None:
-                    cursor.putmulti(pairs())
-                    self._add_digest(txn, name, None)
-                    return
-                consumed, added = cursor.putmulti(pairs(), overwrite=False)
-                if added != consumed:
-                    cursor.putmulti(pairs())
-                self._add_digest(txn, name, digest if added == consumed else None)
+                number = self._next_run(txn.cursor(db=self._stage), prefix)
+                txn.put(prefix + _RUN_NUMBER.pack(number), run, db=self._stage)
+                self._add_digest(txn, name, None if repeated else digest)
         except lmdb.MapFullError as exc:
             raise self._map_full(exc) from exc
-        except lmdb.BadValsizeError as exc:
-            raise InvalidArgumentError(f"a key is larger than {self.max_key_bytes} bytes ({exc})") from exc
+
+    @staticmethod
+    def _next_run(cursor: Any, prefix: bytes) -> int:
+        """The number the namespace's next staged run gets: one after its last."""
+        found = cursor.prev() if cursor.set_range(prefix + b"\xff" * _RUN_NUMBER.size) else cursor.last()
+        if found:
+            key = cursor.key()
+            if len(key) == len(prefix) + _RUN_NUMBER.size and key.startswith(prefix):
+                return int(_RUN_NUMBER.unpack_from(key, len(prefix))[0]) + 1
+        return 0
+
+    def _delete_runs(self, txn: Any, prefix: bytes) -> None:
+        cursor = txn.cursor(db=self._stage)
+        found = cursor.set_range(prefix)
+        while found and bytes(cursor.key()[: len(prefix)]) == prefix:
+            found = cursor.delete()
+
+    def ingest(self, name: str) -> tuple[int, int]:
+        """Merge the namespace's staged runs into its data in key order, in one
+        transaction (a crash leaves them staged, to be ingested again), the newest run
+        winning a repeated key; appended (MDB_APPEND) when the data is empty, else put
+        without overwriting and overwritten where a key was there (the running digest is
+        then inexact). The reference for the Go data plane's kvd_ingest."""
+        import heapq
+        from operator import itemgetter
+
+        db = self._db(name)
+        prefix = _stage_prefix(name)
+        try:
+            with self.env.begin(write=True, buffers=True) as txn:
+                record = self._state(txn, name)
+                if record is None or record.state == State.DROPPED:
+                    raise NamespaceNotFoundError(f"namespace {name!r} does not exist")
+                runs = []
+                cursor = txn.cursor(db=self._stage)
+                found = cursor.set_range(prefix)
+                while found and bytes(cursor.key()[: len(prefix)]) == prefix:
+                    runs.append(cursor.value())  # a view into the map, valid for the transaction
+                    found = cursor.next()
+                if not runs:
+                    return 0, 0
+                empty = txn.stat(db)["entries"] == 0
+                out = txn.cursor(db=db)
+                repeated = False
+                records = 0
+
+                def write(key: bytes, value: Any) -> None:
+                    nonlocal repeated
+                    if empty:
+                        out.put(key, value, append=True)
+                    elif not out.put(key, value, overwrite=False):
+                        out.put(key, value)
+                        repeated = True
+
+                last_key: bytes | None = None
+                last_value: Any = None
+                # heapq.merge keeps the order of the runs among equal keys: the newest comes last
+                for key, value in heapq.merge(*(run_records(r) for r in runs), key=itemgetter(0)):
+                    records += 1
+                    if key == last_key:
+                        repeated = True
+                    elif last_key is not None:
+                        write(last_key, last_value)
+                    last_key, last_value = key, value
+                if last_key is not None:
+                    write(last_key, last_value)
+                self._delete_runs(txn, prefix)
+                if repeated:
+                    self._add_digest(txn, name, None)
+                return len(runs), records
+        except lmdb.MapFullError as exc:
+            raise self._map_full(exc) from exc
 
     def _add_digest(self, txn: Any, name: str, digest: Digest | None) -> None:
         raw = txn.get(name.encode(), db=self._digests)
@@ -263,7 +371,13 @@ class EmbeddedEngine(StorageEngine):
         txn.put(name.encode(), _DIGEST.pack(total.count, total.value, total.bytes, 1), db=self._digests)
 
     def stored_digest(self, name: str) -> Digest | None:
+        """The running digest, once nothing is staged (a key repeated across staged runs is
+        only found when they are ingested)."""
+        prefix = _stage_prefix(name)
         with self.env.begin() as txn:
+            cursor = txn.cursor(db=self._stage)
+            if cursor.set_range(prefix) and cursor.key().startswith(prefix):
+                return None
             raw = txn.get(name.encode(), db=self._digests)
         if raw is None:
             return None

@@ -186,6 +186,7 @@ class KvDal:
                 f"namespace {name!r} is {record.state.value}; only a LOADING namespace (or one whose seal was "
                 "interrupted, SEALING) can be sealed"
             )
+        self.engine.ingest(name)  # whatever is still staged becomes part of what is measured
         digest = self.engine.stored_digest(name) or self._scan_digest(name)
         measured = replace(record, record_count=digest.count, bytes=digest.bytes, digest=digest.value)
         problems = []
@@ -203,6 +204,19 @@ class KvDal:
             raise VerificationError(f"namespace {name!r}: {reason}")
         return self.engine.transition(
             name, frozenset({State.SEALING}), measured.with_state(State.SEALED, sealed=utcnow(), verified=True)
+        )
+
+    def ingest(self, name: str) -> tuple[int, int]:
+        """Make what the namespace's writes staged part of its data (``StorageEngine.ingest``):
+        while it is LOADING, or SEALING (a seal ingests too); a no-op for a sealed version,
+        so a retried call after the seal succeeds. Returns (runs, records) merged."""
+        record = self.describe(name)
+        if record.state in (State.LOADING, State.SEALING):
+            return self.engine.ingest(name)
+        if record.state in (State.SEALED, State.ACTIVE, State.RETIRED):
+            return 0, 0
+        raise NamespaceStateError(
+            f"namespace {name!r} is {record.state.value}; only a LOADING or SEALING version has writes to ingest"
         )
 
     def _scan_digest(self, name: str) -> Digest:

@@ -64,6 +64,10 @@ class DataServicer(kv_pb2_grpc.KvDataServicer):
             batches, records, nbytes = batches + 1, records + count, nbytes + size
         return kv_pb2.PutStreamResponse(batches=batches, records=records, bytes=nbytes)
 
+    def Ingest(self, request: kv_pb2.IngestRequest, context: grpc.ServicerContext) -> kv_pb2.IngestResponse:
+        runs, records = self.dal.ingest(request.namespace)
+        return kv_pb2.IngestResponse(runs=runs, records=records)
+
     def Get(self, request: kv_pb2.GetRequest, context: grpc.ServicerContext) -> kv_pb2.GetResponse:
         name, (value,) = self.dal.batch_get([request.key], **_target(request.target))
         return kv_pb2.GetResponse(found=value is not None, value=value or b"", namespace=name)

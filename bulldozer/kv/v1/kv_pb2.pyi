@@ -398,6 +398,48 @@ class ScanResponse(_message.Message):
 Global___ScanResponse: _TypeAlias = ScanResponse  # noqa: Y015
 
 @_typing.final
+class IngestRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IngestRequest: _TypeAlias = IngestRequest  # noqa: Y015
+
+@_typing.final
+class IngestResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUNS_FIELD_NUMBER: _builtins.int
+    RECORDS_FIELD_NUMBER: _builtins.int
+    runs: _builtins.int
+    """Staged runs merged, and the records they held (a repeated key counted once per run)."""
+    records: _builtins.int
+    def __init__(
+        self,
+        *,
+        runs: _builtins.int = ...,
+        records: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["records", b"records", "runs", b"runs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IngestResponse: _TypeAlias = IngestResponse  # noqa: Y015
+
+@_typing.final
 class NamespaceInfo(_message.Message):
     """------------------------------------------------------------------------ namespaces"""
 

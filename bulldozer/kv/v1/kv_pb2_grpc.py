@@ -44,6 +44,11 @@ class KvDataStub:
                 request_serializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.PutBatchRequest.SerializeToString,
                 response_deserializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.PutStreamResponse.FromString,
                 _registered_method=True)
+        self.Ingest = channel.unary_unary(
+                '/bulldozer.kv.v1.KvData/Ingest',
+                request_serializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.IngestRequest.SerializeToString,
+                response_deserializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.IngestResponse.FromString,
+                _registered_method=True)
         self.Get = channel.unary_unary(
                 '/bulldozer.kv.v1.KvData/Get',
                 request_serializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.GetRequest.SerializeToString,
@@ -73,6 +78,16 @@ class KvDataServicer:
 
     def PutStream(self, request_iterator, context):
         """A client stream of batches into LOADING namespaces.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Ingest(self, request, context):
+        """Make what a LOADING namespace's writes staged part of its data, in one atomic step:
+        an engine that stages writes as sorted runs (embedded) merges them in key order into
+        the version's data; for the others it does nothing. A seal ingests whatever is still
+        staged, so calling this first only moves the work to the fast path.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -109,6 +124,11 @@ def add_KvDataServicer_to_server(servicer, server):
                     servicer.PutStream,
                     request_deserializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.PutBatchRequest.FromString,
                     response_serializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.PutStreamResponse.SerializeToString,
+            ),
+            'Ingest': grpc.unary_unary_rpc_method_handler(
+                    servicer.Ingest,
+                    request_deserializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.IngestRequest.FromString,
+                    response_serializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.IngestResponse.SerializeToString,
             ),
             'Get': grpc.unary_unary_rpc_method_handler(
                     servicer.Get,
@@ -180,6 +200,33 @@ class KvData:
             '/bulldozer.kv.v1.KvData/PutStream',
             bulldozer_dot_kv_dot_v1_dot_kv__pb2.PutBatchRequest.SerializeToString,
             bulldozer_dot_kv_dot_v1_dot_kv__pb2.PutStreamResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Ingest(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/bulldozer.kv.v1.KvData/Ingest',
+            bulldozer_dot_kv_dot_v1_dot_kv__pb2.IngestRequest.SerializeToString,
+            bulldozer_dot_kv_dot_v1_dot_kv__pb2.IngestResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -40,6 +40,12 @@ class KvDataStub:
     """Idempotent put of one batch into a LOADING namespace."""
     PutStream: _grpc.StreamUnaryMultiCallable[_kv_pb2.PutBatchRequest, _kv_pb2.PutStreamResponse]
     """A client stream of batches into LOADING namespaces."""
+    Ingest: _grpc.UnaryUnaryMultiCallable[_kv_pb2.IngestRequest, _kv_pb2.IngestResponse]
+    """Make what a LOADING namespace's writes staged part of its data, in one atomic step:
+    an engine that stages writes as sorted runs (embedded) merges them in key order into
+    the version's data; for the others it does nothing. A seal ingests whatever is still
+    staged, so calling this first only moves the work to the fast path.
+    """
     Get: _grpc.UnaryUnaryMultiCallable[_kv_pb2.GetRequest, _kv_pb2.GetResponse]
     BatchGet: _grpc.UnaryUnaryMultiCallable[_kv_pb2.BatchGetRequest, _kv_pb2.BatchGetResponse]
     Scan: _grpc.UnaryStreamMultiCallable[_kv_pb2.ScanRequest, _kv_pb2.ScanResponse]
@@ -52,6 +58,12 @@ class KvDataAsyncStub(KvDataStub):
     """Idempotent put of one batch into a LOADING namespace."""
     PutStream: _aio.StreamUnaryMultiCallable[_kv_pb2.PutBatchRequest, _kv_pb2.PutStreamResponse]  # type: ignore[assignment]
     """A client stream of batches into LOADING namespaces."""
+    Ingest: _aio.UnaryUnaryMultiCallable[_kv_pb2.IngestRequest, _kv_pb2.IngestResponse]  # type: ignore[assignment]
+    """Make what a LOADING namespace's writes staged part of its data, in one atomic step:
+    an engine that stages writes as sorted runs (embedded) merges them in key order into
+    the version's data; for the others it does nothing. A seal ingests whatever is still
+    staged, so calling this first only moves the work to the fast path.
+    """
     Get: _aio.UnaryUnaryMultiCallable[_kv_pb2.GetRequest, _kv_pb2.GetResponse]  # type: ignore[assignment]
     BatchGet: _aio.UnaryUnaryMultiCallable[_kv_pb2.BatchGetRequest, _kv_pb2.BatchGetResponse]  # type: ignore[assignment]
     Scan: _aio.UnaryStreamMultiCallable[_kv_pb2.ScanRequest, _kv_pb2.ScanResponse]  # type: ignore[assignment]
@@ -73,6 +85,18 @@ class KvDataServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_kv_pb2.PutStreamResponse, _abc.Awaitable[_kv_pb2.PutStreamResponse]]:
         """A client stream of batches into LOADING namespaces."""
+
+    @_abc_1.abstractmethod
+    def Ingest(
+        self,
+        request: _kv_pb2.IngestRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kv_pb2.IngestResponse, _abc.Awaitable[_kv_pb2.IngestResponse]]:
+        """Make what a LOADING namespace's writes staged part of its data, in one atomic step:
+        an engine that stages writes as sorted runs (embedded) merges them in key order into
+        the version's data; for the others it does nothing. A seal ingests whatever is still
+        staged, so calling this first only moves the work to the fast path.
+        """
 
     @_abc_1.abstractmethod
     def Get(

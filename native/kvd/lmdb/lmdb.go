@@ -9,6 +9,8 @@ package lmdb
 
 /*
 #cgo CFLAGS: -O2 -w
+#define _GNU_SOURCE
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
@@ -18,76 +20,275 @@ package lmdb
 #define KVD_STORED 0
 #define KVD_NOT_LOADING 1
 
-// One batch into a LOADING namespace, in one write transaction: the rules of the Python
-// engine's EmbeddedEngine._put_pairs and _add_digest, byte for byte:
-//  - the namespace's state (meta.states) must be `writable` (shared.StatesWritable:
-//    LOADING), else nothing is written and
-//    *outcome is KVD_NOT_LOADING (the caller asks the reference DAL for the exact error);
-//  - the pairs are put without overwriting; if any key was already there (a retried batch,
-//    a key repeated in the batch), they are put again in order with overwriting (the last
-//    value wins) and the running digest is marked inexact;
-//  - otherwise the running digest (meta.digests: <count, sum, bytes, exact> little-endian
-//    u64, u64, u64, u8) grows by the batch's digest.
-static int kvd_put_batch(MDB_env *env, MDB_dbi data, MDB_dbi states, MDB_dbi digests,
-                         const char *name, size_t name_len,
-                         const char *writable, size_t writable_len,
-                         const char *keys, const uint32_t *klens,
-                         const char *vals, const uint32_t *vlens, size_t n,
-                         uint64_t dcount, uint64_t dsum, uint64_t dbytes, int *outcome) {
-	MDB_txn *txn;
-	MDB_cursor *cur = NULL;
+// The state check of every write: the namespace's state (meta.states) must be `writable`
+// (shared.StatesWritable: LOADING), else *outcome is KVD_NOT_LOADING (the caller asks the
+// reference DAL for the exact error). Returns LMDB's code of the lookup.
+static int kvd_check_writable(MDB_txn *txn, MDB_dbi states, const char *name, size_t name_len,
+                              const char *writable, size_t writable_len, int *outcome) {
 	MDB_val k, v;
-	size_t i, added = 0;
-	const char *kp, *vp;
-	int rc = mdb_txn_begin(env, NULL, 0, &txn);
-	*outcome = KVD_STORED;
-	if (rc) return rc;
+	int rc;
 	k.mv_data = (void *)name; k.mv_size = name_len;
 	rc = mdb_get(txn, states, &k, &v);
 	if (rc == MDB_NOTFOUND || (rc == 0 && !(v.mv_size == writable_len && memcmp(v.mv_data, writable, writable_len) == 0))) {
-		mdb_txn_abort(txn);
 		*outcome = KVD_NOT_LOADING;
 		return 0;
 	}
-	if (rc) goto fail;
-	// A cursor, as py-lmdb's putmulti: a key on the page the cursor is on skips the descent
-	// from the root.
-	if ((rc = mdb_cursor_open(txn, data, &cur))) goto fail;
-	for (i = 0, kp = keys, vp = vals; i < n; kp += klens[i], vp += vlens[i], i++) {
-		k.mv_data = (void *)kp; k.mv_size = klens[i];
-		v.mv_data = (void *)vp; v.mv_size = vlens[i];
-		rc = mdb_cursor_put(cur, &k, &v, MDB_NOOVERWRITE);
-		if (rc == 0) added++;
-		else if (rc != MDB_KEYEXIST) goto fail;
-	}
-	if (added != n) {
-		for (i = 0, kp = keys, vp = vals; i < n; kp += klens[i], vp += vlens[i], i++) {
-			k.mv_data = (void *)kp; k.mv_size = klens[i];
-			v.mv_data = (void *)vp; v.mv_size = vlens[i];
-			if ((rc = mdb_cursor_put(cur, &k, &v, 0))) goto fail;
-		}
-	}
+	return rc;
+}
+
+// The running digest (meta.digests: <count, sum, bytes, exact> little-endian u64, u64, u64,
+// u8) grows by (dcount, dsum, dbytes) while it is exact; exact false makes it inexact.
+static int kvd_add_digest(MDB_txn *txn, MDB_dbi digests, const char *name, size_t name_len,
+                          uint64_t dcount, uint64_t dsum, uint64_t dbytes, int exact) {
+	MDB_val k, v;
+	int rc;
 	k.mv_data = (void *)name; k.mv_size = name_len;
 	rc = mdb_get(txn, digests, &k, &v);
-	if (rc == 0 && v.mv_size == 25 && ((const unsigned char *)v.mv_data)[24]) {
+	if (rc == MDB_NOTFOUND) return 0;  // created before running digests were kept: the seal scans
+	if (rc) return rc;
+	if (v.mv_size == 25 && ((const unsigned char *)v.mv_data)[24]) {
 		unsigned char buf[25];
 		uint64_t count, sum, bytes;
 		memcpy(&count, v.mv_data, 8);
 		memcpy(&sum, (const char *)v.mv_data + 8, 8);
 		memcpy(&bytes, (const char *)v.mv_data + 16, 8);
-		if (added == n) { count += dcount; sum += dsum; bytes += dbytes; }
+		if (exact) { count += dcount; sum += dsum; bytes += dbytes; }
 		memcpy(buf, &count, 8); memcpy(buf + 8, &sum, 8); memcpy(buf + 16, &bytes, 8);
-		buf[24] = added == n;
+		buf[24] = exact != 0;
 		v.mv_data = buf; v.mv_size = 25;
-		if ((rc = mdb_put(txn, digests, &k, &v, 0))) goto fail;
-	} else if (rc && rc != MDB_NOTFOUND) {
-		goto fail;
+		return mdb_put(txn, digests, &k, &v, 0);
 	}
-	mdb_cursor_close(cur);
-	return mdb_txn_commit(txn);
-fail:
+	return 0;
+}
+
+// The key of a namespace's staged run: name, NUL, the run's number (big-endian u64).
+static void kvd_run_key(unsigned char *out, const char *name, size_t name_len, uint64_t number) {
+	int i;
+	memcpy(out, name, name_len);
+	out[name_len] = 0;
+	for (i = 0; i < 8; i++) out[name_len + 1 + i] = (unsigned char)(number >> (56 - 8 * i));
+}
+
+// Byte order of two keys, then their positions (which makes the sort stable).
+struct kvd_sort_ctx { const char *keys; const uint64_t *offs; const uint32_t *lens; };
+
+static int kvd_cmp_keys(const void *a, const void *b, void *arg) {
+	const struct kvd_sort_ctx *c = arg;
+	uint32_t i = *(const uint32_t *)a, j = *(const uint32_t *)b;
+	uint32_t li = c->lens[i], lj = c->lens[j];
+	int r = memcmp(c->keys + c->offs[i], c->keys + c->offs[j], li < lj ? li : lj);
+	if (r) return r;
+	if (li != lj) return li < lj ? -1 : 1;
+	return i < j ? -1 : (i > j);
+}
+
+// One batch into a LOADING namespace, in one write transaction: the rules of the Python
+// engine's EmbeddedEngine.write_batch, byte for byte. The batch is staged as one sorted run
+// (meta.stage, keyed by name, NUL and the run's number, one after the namespace's last
+// run) in the layout of shared.StoreStageRunHeader / StoreStageRecordHeader: a u32 count,
+// then per record u32 key and value lengths, the key and the value, keys ascending; a key
+// repeated in the batch keeps its last value and marks the running digest inexact,
+// otherwise the running digest grows by the batch's.
+static int kvd_stage_batch(MDB_env *env, MDB_dbi stage, MDB_dbi states, MDB_dbi digests,
+                           const char *name, size_t name_len,
+                           const char *writable, size_t writable_len,
+                           const char *keys, const uint32_t *klens,
+                           const char *vals, const uint32_t *vlens, size_t n,
+                           uint64_t dcount, uint64_t dsum, uint64_t dbytes, int *outcome) {
+	MDB_txn *txn = NULL;
+	MDB_cursor *cur = NULL;
+	MDB_val k, v;
+	uint64_t *koffs = NULL, *voffs = NULL, number = 0, size = 4;
+	uint32_t *order = NULL, kept = 0;
+	unsigned char *key = NULL, *out;
+	size_t i;
+	int rc = ENOMEM, repeated = 0;
+	*outcome = KVD_STORED;
+	koffs = malloc(n * sizeof *koffs);
+	voffs = malloc(n * sizeof *voffs);
+	order = malloc(n * sizeof *order);
+	key = malloc(name_len + 9);
+	if (!koffs || !voffs || !order || !key) goto done;
+	for (i = 0; i < n; i++) {
+		koffs[i] = i ? koffs[i - 1] + klens[i - 1] : 0;
+		voffs[i] = i ? voffs[i - 1] + vlens[i - 1] : 0;
+		order[i] = (uint32_t)i;
+	}
+	struct kvd_sort_ctx ctx = {keys, koffs, klens};
+	qsort_r(order, n, sizeof *order, kvd_cmp_keys, &ctx);
+	// equal keys are adjacent, in batch order: keep the last of each
+	for (i = 0; i < n; i++) {
+		uint32_t r = order[i];
+		if (kept && klens[order[kept - 1]] == klens[r] &&
+		    memcmp(keys + koffs[order[kept - 1]], keys + koffs[r], klens[r]) == 0) {
+			size -= 8 + (uint64_t)klens[order[kept - 1]] + vlens[order[kept - 1]];
+			order[kept - 1] = r;
+			repeated = 1;
+		} else {
+			order[kept++] = r;
+		}
+		size += 8 + (uint64_t)klens[r] + vlens[r];
+	}
+	if ((rc = mdb_txn_begin(env, NULL, 0, &txn))) { txn = NULL; goto done; }
+	if ((rc = kvd_check_writable(txn, states, name, name_len, writable, writable_len, outcome)) || *outcome != KVD_STORED) goto done;
+	// the number after the namespace's last run: the last key before name NUL ff..ff
+	if ((rc = mdb_cursor_open(txn, stage, &cur))) goto done;
+	kvd_run_key(key, name, name_len, UINT64_MAX);
+	k.mv_data = key; k.mv_size = name_len + 9;
+	rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+	rc = mdb_cursor_get(cur, &k, &v, rc == 0 ? MDB_PREV : MDB_LAST);
+	if (rc == 0 && k.mv_size == name_len + 9 && memcmp(k.mv_data, name, name_len) == 0 &&
+	    ((const unsigned char *)k.mv_data)[name_len] == 0) {
+		for (i = 0; i < 8; i++) number = number << 8 | ((const unsigned char *)k.mv_data)[name_len + 1 + i];
+		number++;
+	} else if (rc && rc != MDB_NOTFOUND) {
+		goto done;
+	}
+	kvd_run_key(key, name, name_len, number);
+	k.mv_data = key; k.mv_size = name_len + 9;
+	v.mv_data = NULL; v.mv_size = size;
+	if ((rc = mdb_put(txn, stage, &k, &v, MDB_RESERVE))) goto done;
+	out = v.mv_data;
+	memcpy(out, &kept, 4); out += 4;
+	for (i = 0; i < kept; i++) {
+		uint32_t r = order[i];
+		memcpy(out, &klens[r], 4); memcpy(out + 4, &vlens[r], 4); out += 8;
+		memcpy(out, keys + koffs[r], klens[r]); out += klens[r];
+		memcpy(out, vals + voffs[r], vlens[r]); out += vlens[r];
+	}
+	if ((rc = kvd_add_digest(txn, digests, name, name_len, dcount, dsum, dbytes, !repeated))) goto done;
+	mdb_cursor_close(cur); cur = NULL;
+	rc = mdb_txn_commit(txn); txn = NULL;
+done:
 	if (cur) mdb_cursor_close(cur);
-	mdb_txn_abort(txn);
+	if (txn) mdb_txn_abort(txn);
+	free(koffs); free(voffs); free(order); free(key);
+	return rc;
+}
+
+// A staged run being merged: where its next record is, and how many are left.
+struct kvd_run { const unsigned char *at; uint32_t left, klen, vlen; size_t index; };
+
+static void kvd_run_load(struct kvd_run *r) {
+	memcpy(&r->klen, r->at, 4);
+	memcpy(&r->vlen, r->at + 4, 4);
+}
+
+// Heap order: the smaller key first, and of equal keys the older run (so the newest comes last).
+static int kvd_run_less(const struct kvd_run *a, const struct kvd_run *b) {
+	uint32_t l = a->klen < b->klen ? a->klen : b->klen;
+	int r = memcmp(a->at + 8, b->at + 8, l);
+	if (r) return r < 0;
+	if (a->klen != b->klen) return a->klen < b->klen;
+	return a->index < b->index;
+}
+
+static void kvd_sift_down(struct kvd_run **heap, size_t n, size_t i) {
+	for (;;) {
+		size_t l = 2 * i + 1, m = i;
+		if (l < n && kvd_run_less(heap[l], heap[m])) m = l;
+		if (l + 1 < n && kvd_run_less(heap[l + 1], heap[m])) m = l + 1;
+		if (m == i) return;
+		struct kvd_run *t = heap[i]; heap[i] = heap[m]; heap[m] = t;
+		i = m;
+	}
+}
+
+// Ingest a LOADING namespace's staged runs, in one write transaction: the rules of the
+// Python engine's EmbeddedEngine.ingest. The runs are merged in key order (the newest run
+// winning a repeated key, which makes the running digest inexact) into the namespace's
+// data, with MDB_APPEND when it is empty (else put without overwriting, and overwritten
+// where the key was there: inexact too), and deleted. *runs_out and *records_out are what
+// was merged. A crash before the commit leaves everything staged.
+static int kvd_ingest(MDB_env *env, MDB_dbi data, MDB_dbi stage, MDB_dbi states, MDB_dbi digests,
+                      const char *name, size_t name_len, const char *writable, size_t writable_len,
+                      uint64_t *runs_out, uint64_t *records_out, int *outcome) {
+	MDB_txn *txn = NULL;
+	MDB_cursor *cur = NULL, *dcur = NULL;
+	MDB_val k, v;
+	MDB_stat st;
+	struct kvd_run *runs = NULL, **heap = NULL;
+	size_t nruns = 0, cap = 0, live, i;
+	unsigned char *prefix = NULL;
+	uint64_t records = 0;
+	unsigned int flags;
+	int rc, repeated = 0;
+	*outcome = KVD_STORED;
+	*runs_out = *records_out = 0;
+	if (!(prefix = malloc(name_len + 1))) return ENOMEM;
+	memcpy(prefix, name, name_len);
+	prefix[name_len] = 0;
+	if ((rc = mdb_txn_begin(env, NULL, 0, &txn))) { txn = NULL; goto done; }
+	if ((rc = kvd_check_writable(txn, states, name, name_len, writable, writable_len, outcome)) || *outcome != KVD_STORED) goto done;
+	if ((rc = mdb_cursor_open(txn, stage, &cur))) goto done;
+	k.mv_data = prefix; k.mv_size = name_len + 1;
+	for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+		if (k.mv_size != name_len + 9 || memcmp(k.mv_data, prefix, name_len + 1) != 0) break;
+		if (nruns == cap) {
+			struct kvd_run *grown = realloc(runs, (cap = cap ? 2 * cap : 64) * sizeof *runs);
+			if (!grown) { rc = ENOMEM; goto done; }
+			runs = grown;
+		}
+		struct kvd_run *r = &runs[nruns];
+		if (v.mv_size < 4) { rc = MDB_CORRUPTED; goto done; }
+		memcpy(&r->left, v.mv_data, 4);
+		r->at = (const unsigned char *)v.mv_data + 4;
+		r->index = nruns++;
+	}
+	if (rc && rc != MDB_NOTFOUND) goto done;
+	if (nruns == 0) { rc = 0; goto done; }  // nothing staged: nothing to commit
+	if (!(heap = malloc(nruns * sizeof *heap))) { rc = ENOMEM; goto done; }
+	for (i = live = 0; i < nruns; i++) {
+		if (runs[i].left) { kvd_run_load(&runs[i]); heap[live++] = &runs[i]; }
+	}
+	for (i = live / 2; i-- > 0;) kvd_sift_down(heap, live, i);
+	if ((rc = mdb_stat(txn, data, &st))) goto done;
+	flags = st.ms_entries == 0 ? MDB_APPEND : MDB_NOOVERWRITE;
+	if ((rc = mdb_cursor_open(txn, data, &dcur))) goto done;
+	while (live) {
+		struct kvd_run *r = heap[0];
+		const unsigned char *key = r->at + 8, *val = key + r->klen;
+		uint32_t klen = r->klen, vlen = r->vlen;
+		records++;
+		// the next records with this key (newer runs): the last of them wins
+		for (;;) {
+			r->at = val + vlen;
+			if (--r->left) { kvd_run_load(r); } else { heap[0] = heap[--live]; }
+			if (live) kvd_sift_down(heap, live, 0);
+			if (!live) break;
+			r = heap[0];
+			if (r->klen != klen || memcmp(r->at + 8, key, klen) != 0) break;
+			key = r->at + 8; val = key + klen; vlen = r->vlen;
+			repeated = 1;
+			records++;
+		}
+		k.mv_data = (void *)key; k.mv_size = klen;
+		v.mv_data = (void *)val; v.mv_size = vlen;
+		rc = mdb_cursor_put(dcur, &k, &v, flags);
+		if (rc == MDB_KEYEXIST && flags == MDB_NOOVERWRITE) {
+			repeated = 1;
+			v.mv_data = (void *)val; v.mv_size = vlen;  // MDB_NOOVERWRITE pointed v at the stored value
+			rc = mdb_cursor_put(dcur, &k, &v, 0);
+		}
+		if (rc) goto done;
+	}
+	// delete the runs (the records read above are not used past this point)
+	k.mv_data = prefix; k.mv_size = name_len + 1;
+	for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_GET_CURRENT)) {
+		if (k.mv_size != name_len + 9 || memcmp(k.mv_data, prefix, name_len + 1) != 0) break;
+		if ((rc = mdb_cursor_del(cur, 0))) goto done;
+	}
+	if (rc && rc != MDB_NOTFOUND && rc != EINVAL) goto done;
+	if (repeated && (rc = kvd_add_digest(txn, digests, name, name_len, 0, 0, 0, 0))) goto done;
+	mdb_cursor_close(dcur); dcur = NULL;
+	mdb_cursor_close(cur); cur = NULL;
+	rc = mdb_txn_commit(txn); txn = NULL;
+	if (rc == 0) { *runs_out = nruns; *records_out = records; }
+done:
+	if (dcur) mdb_cursor_close(dcur);
+	if (cur) mdb_cursor_close(cur);
+	if (txn) mdb_txn_abort(txn);
+	free(runs); free(heap); free(prefix);
 	return rc;
 }
 
@@ -254,14 +455,14 @@ func lens(l []uint32) *C.uint32_t {
 	return (*C.uint32_t)(unsafe.Pointer(&l[0]))
 }
 
-// PutBatch writes a batch into the data database of a LOADING namespace, growing its
-// running digest (see kvd_put_batch). loading is false, and nothing is written, when the
+// StageBatch stages a batch of a LOADING namespace as one sorted run, growing its running
+// digest (see kvd_stage_batch). loading is false, and nothing is written, when the
 // namespace is not (or no longer) LOADING.
-func (e *Env) PutBatch(data, states, digests DBI, name string, b Batch, d Digest) (loading bool, err error) {
+func (e *Env) StageBatch(stage, states, digests DBI, name string, b Batch, d Digest) (loading bool, err error) {
 	var outcome C.int
 	cname := []byte(name)
 	writable := []byte(shared.StatesWritable) // the one state a version takes writes in
-	rc := C.kvd_put_batch(e.env, C.MDB_dbi(data), C.MDB_dbi(states), C.MDB_dbi(digests),
+	rc := C.kvd_stage_batch(e.env, C.MDB_dbi(stage), C.MDB_dbi(states), C.MDB_dbi(digests),
 		ptr(cname), C.size_t(len(cname)), ptr(writable), C.size_t(len(writable)),
 		ptr(b.Keys), lens(b.KeyLengths), ptr(b.Values), lens(b.ValueLengths), C.size_t(len(b.KeyLengths)),
 		C.uint64_t(d.Count), C.uint64_t(d.Sum), C.uint64_t(d.Bytes), &outcome)
@@ -269,6 +470,22 @@ func (e *Env) PutBatch(data, states, digests DBI, name string, b Batch, d Digest
 		return false, err
 	}
 	return outcome == C.KVD_STORED, nil
+}
+
+// Ingest merges a LOADING namespace's staged runs into its data in key order, in one
+// transaction (see kvd_ingest): runs and records are what it merged. loading is false, and
+// nothing is changed, when the namespace is not (or no longer) LOADING.
+func (e *Env) Ingest(data, stage, states, digests DBI, name string) (loading bool, runs, records uint64, err error) {
+	var outcome C.int
+	var cruns, crecords C.uint64_t
+	cname := []byte(name)
+	writable := []byte(shared.StatesWritable)
+	rc := C.kvd_ingest(e.env, C.MDB_dbi(data), C.MDB_dbi(stage), C.MDB_dbi(states), C.MDB_dbi(digests),
+		ptr(cname), C.size_t(len(cname)), ptr(writable), C.size_t(len(writable)), &cruns, &crecords, &outcome)
+	if err := check(rc); err != nil {
+		return false, 0, 0, err
+	}
+	return outcome == C.KVD_STORED, uint64(cruns), uint64(crecords), nil
 }
 
 // Txn is a read-only transaction.

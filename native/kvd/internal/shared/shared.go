@@ -35,6 +35,12 @@ const StoreMetaDigests = "meta.digests"
 
 const StoreDataPrefix = "ns."
 
+const StoreMetaStage = "meta.stage"
+
+const StoreStageRunHeader = "<I"
+
+const StoreStageRecordHeader = "<II"
+
 const StoreDigestRecord = "<QQQB"
 
 const DigestValueSeed = 0x5BD1E995
