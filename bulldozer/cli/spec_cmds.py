@@ -12,7 +12,6 @@ import typer
 from bulldozer.cli.common import console, err_console, fail, handle_errors, print_json
 from bulldozer.errors import SpecError, SpecIssue
 from bulldozer.names import ALIAS_PATTERN, is_identifier
-from bulldozer.spec.loader import load_spec, load_spec_text
 
 TEMPLATE_NAME = "move_data_to_kv_dal.yaml"
 
@@ -24,6 +23,8 @@ def template_text() -> str:
 
 def _check_one(path: Path, catalog: bool, home: str | None) -> list[SpecIssue]:
     try:
+        from bulldozer.spec.loader import load_spec
+
         loaded = load_spec(path)
     except SpecError as exc:
         return exc.issues
@@ -104,6 +105,8 @@ def init(
     if target.exists() and not force:
         raise fail(f"{target} exists; pass --force to overwrite it", 1)
     text = _personalize(template_text(), name)
+    from bulldozer.spec.loader import load_spec_text
+
     load_spec_text(text, str(target), env={})  # the written spec must be valid
     target.write_text(text, encoding="utf-8")
     console.print(f"[green]✓[/] wrote {target}")
