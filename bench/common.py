@@ -26,7 +26,8 @@ class CliRun:
     seconds: float  # wall time, process start to exit
     rss_kib: int  # peak RSS (VmHWM) of the command's process
     child_rss_kib: int  # peak RSS of its descendants together (the embedded DAL and its bulldozer-kvd, or Spark's JVM)
-    child_anon_kib: int = 0  # peak anonymous (private) resident memory of a descendant
+    child_anon_kib: int = 0  # peak anonymous (private) resident memory of its descendants together
+    anon_kib: int = 0  # peak anonymous resident memory of the command's process (polled)
 
 
 def scratch_dir(prefix: str) -> Path:
@@ -58,14 +59,14 @@ def run_cli(args: list[str], home: Path, env: dict[str, str] | None = None) -> C
             returncode = proc.wait()
             seconds = time.perf_counter() - started
             done.set()
-        kids, kids_anon = peaks.result()
+        kids, kids_anon, anon = peaks.result()
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read(), err.read()
     if returncode != 0:
         raise SystemExit(f"bulldozer {' '.join(args)} failed:\n{stderr[-3000:]}")
     rss_line = [line for line in stderr.splitlines() if line.startswith("RSS ")][-1]
-    return CliRun(json.loads(stdout), seconds, int(rss_line.split()[1]), kids, kids_anon)
+    return CliRun(json.loads(stdout), seconds, int(rss_line.split()[1]), kids, kids_anon, anon)
 
 
 def _job_encoder(home: Path, spec_path: Path) -> tuple[Any, Any, tuple[str, ...]]:

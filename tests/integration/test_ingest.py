@@ -96,3 +96,45 @@ def _ingest_quietly(endpoint: str, name: str) -> None:
             client.ingest(name)
     except Exception:  # the DAL was killed under it
         pass
+
+
+@pytest.mark.parametrize("plane", ["python", "native"])
+def test_a_full_store_refuses_the_ingest_and_keeps_every_other_version(plane: str, tmp_path: Path) -> None:
+    """The runs fit in the store, but not the runs and the merged data together (they live
+    side by side until the ingest commits): the ingest is refused with one clear error, the
+    new version stays LOADING (and can be failed and dropped, which frees its runs), and the
+    alias and the live version are untouched."""
+    from bulldozer.errors import ResourceExhaustedError
+
+    dal = Dal(["--path", str(tmp_path / "store"), "--data-plane", plane, "--map-size-gib", str(12 / 1024)])
+    try:
+        with KvClient(dal.endpoint, timeout=60) as client:
+            live_data = [(b"live-%04d" % i, b"x" * 100) for i in range(500)]
+            live = new_version_name("full")
+            client.create_namespace(live, "full")
+            client.put(live, live_data)
+            expected = digest_pairs(live_data)
+            client.seal(live, expected.count, expected.value)
+            client.compare_and_set_alias("full", None, live)
+            big = [(b"big-%06d" % i, b"y" * 400) for i in range(16_000)]  # ≈ 6.6 MiB: staged once, it fits
+            name = new_version_name("full")
+            client.create_namespace(name, "full")
+            for i in range(0, len(big), 2_000):
+                client.put(name, big[i : i + 2_000])
+            with pytest.raises(ResourceExhaustedError, match="is full"):
+                client.ingest(name)
+            assert client.describe(name).state == State.LOADING
+            expected = digest_pairs(big)
+            with pytest.raises(ResourceExhaustedError, match="is full"):
+                client.seal(name, expected.count, expected.value)
+            client.mark_failed(name, "the store is full")
+            client.drop(name)
+            assert client.get_alias("full").namespace == live
+            assert client.get(b"live-0007", alias="full") == b"x" * 100
+            again = new_version_name("full")  # the space of the dropped runs is free again
+            client.create_namespace(again, "full")
+            client.put(again, live_data)
+            expected = digest_pairs(live_data)
+            assert client.seal(again, expected.count, expected.value).verified
+    finally:
+        dal.stop()

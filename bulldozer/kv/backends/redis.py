@@ -18,6 +18,13 @@ checks the namespace is LOADING, and leaves it when the batch is stored; a seal 
 waits until the fence is empty. A batch therefore either lands before the version is
 sealed (and is in its digest) or is refused — never half in, even though the data keys
 live on other nodes than the state.
+
+The seal reads a *running digest* rather than scanning the version back: each batch, once
+stored and still inside the fence, appends ``count value bytes exact`` to the list
+``{P}:digest:<namespace>`` (created with the namespace, with a first entry marking it
+kept), where ``exact`` says every key of the batch was new (``HSET`` counts the fields it
+added; a repeated or already stored key makes it 0). The seal sums the list; any inexact
+entry, or a namespace without the list, makes it scan as before.
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord, State
 __all__ = ["RedisEngine"]
 
 _FORMAT = 1
+_DIGEST_KEPT = "kept"  # the first entry of a namespace's running digest list
 _T = TypeVar("_T")
 
 # Apply a list of hash writes and list pushes iff every (hash, field) still holds the
@@ -74,6 +82,7 @@ for _, c in ipairs(op.checks) do
 end
 for _, w in ipairs(op.hset) do redis.call('HSET', KEYS[w[1]], w[2], w[3]) end
 for _, p in ipairs(op.lpush) do redis.call('LPUSH', KEYS[p[1]], p[2]) end
+for _, p in ipairs(op.rpush or {}) do redis.call('RPUSH', KEYS[p[1]], p[2]) end
 return 1
 """
 
@@ -190,6 +199,9 @@ class RedisEngine(StorageEngine):
     def _k_inflight(self, name: str) -> str:
         return f"{self._tag}:inflight:{name}"
 
+    def _k_digest(self, name: str) -> str:
+        return f"{self._tag}:digest:{name}"
+
     def _k_bucket(self, name: str, bucket: int) -> str:
         return f"{self._data_prefix}{name}:{bucket}"
 
@@ -199,11 +211,13 @@ class RedisEngine(StorageEngine):
         checks: list[tuple[int, str, str | None]],
         hset: list[tuple[int, str, str]],
         lpush: list[tuple[int, str]] = (),  # type: ignore[assignment]
+        rpush: list[tuple[int, str]] = (),  # type: ignore[assignment]
     ) -> bool:
         op = {
             "checks": [[i + 1, f, v] for i, f, v in checks],
             "hset": [[i + 1, f, v] for i, f, v in hset],
             "lpush": [[i + 1, v] for i, v in lpush],
+            "rpush": [[i + 1, v] for i, v in rpush],
         }
         return bool(self._cas(keys=keys, args=[json.dumps(op)]))
 
@@ -229,9 +243,10 @@ class RedisEngine(StorageEngine):
     def create_namespace(self, record: NamespaceRecord) -> None:
         def run() -> None:
             if not self._apply(
-                [self._k_namespaces],
+                [self._k_namespaces, self._k_digest(record.name)],
                 [(0, record.name, None)],
                 [(0, record.name, self._ns_json(record))],
+                rpush=[(1, _DIGEST_KEPT)],
             ):
                 raise NamespaceExistsError(f"namespace {record.name!r} already exists")
 
@@ -271,6 +286,7 @@ class RedisEngine(StorageEngine):
             for b in range(self.buckets):
                 pipe.unlink(self._k_bucket(name, b))
             pipe.unlink(self._k_inflight(name))
+            pipe.unlink(self._k_digest(name))
             pipe.execute()
 
         self._call(run)
@@ -289,11 +305,30 @@ class RedisEngine(StorageEngine):
                 pipe = self.r.pipeline(transaction=False)
                 for bucket, mapping in group_by_bucket(zip(keys, values, strict=True), self.buckets).items():
                     pipe.hset(self._k_bucket(name, bucket), mapping=mapping)
-                pipe.execute()
+                added = sum(pipe.execute())
+                # still inside the fence, so a seal sees it; exact when every key was new (a
+                # key repeated in the batch or already stored adds fewer fields than keys)
+                exact = int(digest is not None and added == len(keys))
+                count, value, nbytes = (digest.count, digest.value, digest.bytes) if digest else (0, 0, 0)
+                self.r.rpush(self._k_digest(name), f"{count} {value} {nbytes} {exact}")
             finally:
                 self._leases.release(lambda: self.r.zrem(inflight, token))
 
         self._call(run)
+
+    def stored_digest(self, name: str) -> Digest | None:
+        """The sum of the batches' digests, when every batch was exact (see the module's
+        docstring); None means the seal scans."""
+        entries = self._call(lambda: self.r.lrange(self._k_digest(name), 0, -1))
+        if not entries or entries[0] != _DIGEST_KEPT.encode():
+            return None
+        total = Digest()
+        for entry in entries[1:]:
+            count, value, nbytes, exact = (int(x) for x in entry.split())
+            if not exact:
+                return None
+            total.add(Digest(count, value, nbytes))
+        return total
 
     def _readable(self, name: str) -> None:
         raw = self._raw_ns(name)

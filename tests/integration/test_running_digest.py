@@ -1,17 +1,20 @@
-"""The embedded engine's running digest: the seal reads it instead of scanning the version
-back, and falls back to the scan whenever the running sum could be wrong."""
+"""The running digest of the engines that keep one (embedded, Redis standalone and cluster):
+the seal reads it instead of scanning the version back, and falls back to the scan whenever
+the running sum could be wrong."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bulldozer.codec.digest import digest_pairs
-from bulldozer.kv import KvDal, create_engine
+from bulldozer.kv import KvDal
 from bulldozer.kv.types import NamespaceRecord
 from bulldozer.names import new_version_name
+from tests.integration.kv_fixtures import ENGINE_FACTORIES
 
 pytestmark = pytest.mark.integration
 
@@ -35,11 +38,21 @@ class _Scans:
         monkeypatch.setattr(dal.engine, "iterate", counted)
 
 
-@pytest.fixture
-def dal(tmp_path: Path) -> Iterator[KvDal]:
-    engine = create_engine({"type": "embedded", "path": str(tmp_path / "kv")})
+@pytest.fixture(params=["embedded", "redis", "redis-cluster"])
+def dal(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KvDal]:
+    engine = ENGINE_FACTORIES[request.param](tmp_path)
     yield KvDal(engine)
     engine.close()
+
+
+def _forget_running_digest(dal: KvDal, name: str) -> None:
+    """What a version loaded before the engine kept running digests looks like."""
+    engine: Any = dal.engine
+    if engine.name == "embedded":
+        with engine.env.begin(write=True) as txn:
+            txn.delete(name.encode(), db=engine._digests)
+    else:
+        engine.r.delete(engine._k_digest(name))
 
 
 def _new(dal: KvDal) -> str:
@@ -57,8 +70,7 @@ def test_clean_loads_seal_from_the_running_digest(dal: KvDal, monkeypatch: pytes
         _columnar(dal, name, DATA[start : start + 1500])
     dal.put(name, [(b"z-record-path", b"v")])  # the record (non-columnar) path counts too
     expected = digest_pairs([*DATA, (b"z-record-path", b"v")])
-    assert dal.engine.stored_digest(name) is None  # staged: not known until ingested
-    dal.ingest(name)
+    dal.ingest(name)  # (embedded: staged runs are only measured once ingested)
     assert dal.engine.stored_digest(name) == expected
     scans = _Scans(dal, monkeypatch)
     sealed = dal.seal(name, expected_records=expected.count, expected_digest=expected.value)
@@ -94,8 +106,7 @@ def test_a_version_without_a_running_digest_is_scanned(dal: KvDal, monkeypatch: 
     name = _new(dal)
     _columnar(dal, name, DATA)
     engine = dal.engine
-    with engine.env.begin(write=True) as txn:  # type: ignore[attr-defined]
-        txn.delete(name.encode(), db=engine._digests)  # type: ignore[attr-defined]
+    _forget_running_digest(dal, name)
     assert engine.stored_digest(name) is None
     scans = _Scans(dal, monkeypatch)
     expected = digest_pairs(DATA)
