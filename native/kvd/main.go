@@ -16,7 +16,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -47,12 +46,6 @@ func main() {
 	parent := flag.Int("parent-pid", 0, "stop when this process is no longer the parent")
 	version := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
-	if os.Getenv("GOGC") == "" {
-		// Every batch put arrives in fresh buffers (a few MiB each) over a small live heap,
-		// so at Go's default (100) the collector ran every few batches; a larger target
-		// cuts its CPU at a few tens of MiB more memory. GOGC in the environment wins.
-		debug.SetGCPercent(400)
-	}
 	slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "bulldozer-kvd"))
 	if *version {
 		fmt.Printf("bulldozer-kvd (LMDB %s)\n", lmdb.Version())
