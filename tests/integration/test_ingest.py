@@ -2,7 +2,9 @@
 stages a batch as byte for byte the run the Python engine would (the layout written once in
 proto/bulldozer/kv/v1/shared.yaml), and a DAL process SIGKILLed at any moment of an ingest
 leaves the version LOADING with either every run still staged or every record ingested —
-never part of them — after which a seal (what a resumed run does) verifies it."""
+never part of them at this size (the Go ingest commits every 64 MiB; native/kvd/lmdb's
+ingest_test.go checks a chunked ingest) — after which a seal (what a resumed run does)
+verifies it."""
 
 from __future__ import annotations
 

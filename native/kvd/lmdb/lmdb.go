@@ -194,15 +194,23 @@ static void kvd_sift_down(struct kvd_run **heap, size_t n, size_t i) {
 	}
 }
 
-// Ingest a LOADING namespace's staged runs, in one write transaction: the rules of the
-// Python engine's EmbeddedEngine.ingest. The runs are merged in key order (the newest run
-// winning a repeated key, which makes the running digest inexact) into the namespace's
-// data, with MDB_APPEND when it is empty (else put without overwriting, and overwritten
-// where the key was there: inexact too), and deleted. *runs_out and *records_out are what
-// was merged. A crash before the commit leaves everything staged.
+// Ingest a LOADING namespace's staged runs: the rules of the Python engine's
+// EmbeddedEngine.ingest. The runs are merged in key order (the newest run winning a
+// repeated key, which makes the running digest inexact) into the namespace's data, with
+// MDB_APPEND when it is empty (else put without overwriting, and overwritten where the key
+// was there: inexact too). The merged data is committed every chunk_bytes, so the
+// transaction's dirty pages (malloc'd by LMDB until it commits) stay bounded (10 M nested
+// rows held 629 MiB in one transaction); the runs stay staged
+// until the last chunk's transaction deletes them (those merged, not any staged meanwhile),
+// so a crash between chunks leaves every run staged and part of the data written, which
+// the next ingest (or the seal's) writes again over it, inexact. Each chunk's transaction
+// first checks the version is still LOADING (else *outcome is KVD_NOT_LOADING and the
+// caller hands the rest to the reference DAL); the caller runs one ingest at a time, so
+// the runs read in the first transaction stay in the map until the last deletes them.
+// *runs_out and *records_out are what was merged.
 static int kvd_ingest(MDB_env *env, MDB_dbi data, MDB_dbi stage, MDB_dbi states, MDB_dbi digests,
                       const char *name, size_t name_len, const char *writable, size_t writable_len,
-                      uint64_t *runs_out, uint64_t *records_out, int *outcome) {
+                      size_t chunk_bytes, uint64_t *runs_out, uint64_t *records_out, int *outcome) {
 	MDB_txn *txn = NULL;
 	MDB_cursor *cur = NULL, *dcur = NULL;
 	MDB_val k, v;
@@ -210,7 +218,8 @@ static int kvd_ingest(MDB_env *env, MDB_dbi data, MDB_dbi stage, MDB_dbi states,
 	struct kvd_run *runs = NULL, **heap = NULL;
 	size_t nruns = 0, cap = 0, live, i;
 	unsigned char *prefix = NULL;
-	uint64_t records = 0;
+	uint64_t records = 0, last_number = 0, number;
+	size_t chunk = 0;
 	unsigned int flags;
 	int rc, repeated = 0;
 	*outcome = KVD_STORED;
@@ -234,6 +243,7 @@ static int kvd_ingest(MDB_env *env, MDB_dbi data, MDB_dbi stage, MDB_dbi states,
 		memcpy(&r->left, v.mv_data, 4);
 		r->at = (const unsigned char *)v.mv_data + 4;
 		r->index = nruns++;
+		for (i = 0, last_number = 0; i < 8; i++) last_number = last_number << 8 | ((const unsigned char *)k.mv_data)[name_len + 1 + i];
 	}
 	if (rc && rc != MDB_NOTFOUND) goto done;
 	if (nruns == 0) { rc = 0; goto done; }  // nothing staged: nothing to commit
@@ -271,11 +281,26 @@ static int kvd_ingest(MDB_env *env, MDB_dbi data, MDB_dbi stage, MDB_dbi states,
 			rc = mdb_cursor_put(dcur, &k, &v, 0);
 		}
 		if (rc) goto done;
+		chunk += (size_t)klen + vlen;
+		if (chunk >= chunk_bytes && live) {
+			if (repeated && (rc = kvd_add_digest(txn, digests, name, name_len, 0, 0, 0, 0))) goto done;
+			mdb_cursor_close(dcur); dcur = NULL;
+			mdb_cursor_close(cur); cur = NULL;
+			rc = mdb_txn_commit(txn); txn = NULL;
+			if (rc) goto done;
+			if ((rc = mdb_txn_begin(env, NULL, 0, &txn))) { txn = NULL; goto done; }
+			if ((rc = kvd_check_writable(txn, states, name, name_len, writable, writable_len, outcome)) || *outcome != KVD_STORED) goto done;
+			if ((rc = mdb_cursor_open(txn, stage, &cur))) goto done;
+			if ((rc = mdb_cursor_open(txn, data, &dcur))) goto done;
+			chunk = 0;
+		}
 	}
-	// delete the runs (the records read above are not used past this point)
+	// delete the runs merged (the records read above are not used past this point)
 	k.mv_data = prefix; k.mv_size = name_len + 1;
 	for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_GET_CURRENT)) {
 		if (k.mv_size != name_len + 9 || memcmp(k.mv_data, prefix, name_len + 1) != 0) break;
+		for (i = 0, number = 0; i < 8; i++) number = number << 8 | ((const unsigned char *)k.mv_data)[name_len + 1 + i];
+		if (number > last_number) break;  // staged while this ingest ran: the next one merges it
 		if ((rc = mdb_cursor_del(cur, 0))) goto done;
 	}
 	if (rc && rc != MDB_NOTFOUND && rc != EINVAL) goto done;
@@ -314,6 +339,23 @@ static int kvd_get(MDB_txn *txn, MDB_dbi dbi, const char *key, size_t len, MDB_v
 	MDB_val k;
 	k.mv_data = (void *)key; k.mv_size = len;
 	return mdb_get(txn, dbi, &k, out);
+}
+
+// Create a named database if missing and put one record in another (for tests: the
+// Python DAL creates the store's databases).
+static int kvd_create_and_put(MDB_env *env, const char *name, MDB_dbi dbi, const char *k, size_t kl, const char *v, size_t vl) {
+	MDB_txn *txn;
+	MDB_dbi created;
+	MDB_val key, val;
+	int rc = mdb_txn_begin(env, NULL, 0, &txn);
+	if (rc) return rc;
+	if (name && (rc = mdb_dbi_open(txn, name, MDB_CREATE, &created))) { mdb_txn_abort(txn); return rc; }
+	if (k) {
+		key.mv_data = (void *)k; key.mv_size = kl;
+		val.mv_data = (void *)v; val.mv_size = vl;
+		if ((rc = mdb_put(txn, dbi, &key, &val, 0))) { mdb_txn_abort(txn); return rc; }
+	}
+	return mdb_txn_commit(txn);
 }
 
 // Open an existing named database in a read-only transaction whose commit publishes the
@@ -372,9 +414,14 @@ type Options struct {
 
 // Env is an open LMDB environment (a directory).
 type Env struct {
-	env  *C.MDB_env
-	mu   sync.Mutex // mdb_dbi_open must not run in two transactions at once
-	dbis map[string]DBI
+	env *C.MDB_env
+	mu  sync.Mutex // mdb_dbi_open must not run in two transactions at once
+	// one ingest at a time: an ingest reads the runs in its first transaction and uses
+	// them until its last, which deletes them (see kvd_ingest)
+	ingestMu sync.Mutex
+	// IngestChunkBytes is how much merged data an ingest commits at a time.
+	IngestChunkBytes int
+	dbis             map[string]DBI
 }
 
 // Open opens the store in dir, which must already hold one (the Python DAL creates it).
@@ -383,7 +430,7 @@ func Open(dir string, o Options) (*Env, error) {
 	if err := check(C.mdb_env_create(&env)); err != nil {
 		return nil, err
 	}
-	e := &Env{env: env, dbis: map[string]DBI{}}
+	e := &Env{env: env, dbis: map[string]DBI{}, IngestChunkBytes: 64 << 20}
 	steps := []C.int{
 		C.mdb_env_set_mapsize(env, C.size_t(o.MapSize)),
 		C.mdb_env_set_maxdbs(env, C.MDB_dbi(o.MaxDBs)),
@@ -476,16 +523,31 @@ func (e *Env) StageBatch(stage, states, digests DBI, name string, b Batch, d Dig
 // transaction (see kvd_ingest): runs and records are what it merged. loading is false, and
 // nothing is changed, when the namespace is not (or no longer) LOADING.
 func (e *Env) Ingest(data, stage, states, digests DBI, name string) (loading bool, runs, records uint64, err error) {
+	e.ingestMu.Lock()
+	defer e.ingestMu.Unlock()
 	var outcome C.int
 	var cruns, crecords C.uint64_t
 	cname := []byte(name)
 	writable := []byte(shared.StatesWritable)
 	rc := C.kvd_ingest(e.env, C.MDB_dbi(data), C.MDB_dbi(stage), C.MDB_dbi(states), C.MDB_dbi(digests),
-		ptr(cname), C.size_t(len(cname)), ptr(writable), C.size_t(len(writable)), &cruns, &crecords, &outcome)
+		ptr(cname), C.size_t(len(cname)), ptr(writable), C.size_t(len(writable)), C.size_t(e.IngestChunkBytes),
+		&cruns, &crecords, &outcome)
 	if err := check(rc); err != nil {
 		return false, 0, 0, err
 	}
 	return outcome == C.KVD_STORED, uint64(cruns), uint64(crecords), nil
+}
+
+// createDB creates the named database (tests only: the Python DAL creates the store).
+func (e *Env) createDB(name string) error {
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	return check(C.kvd_create_and_put(e.env, cname, 0, nil, 0, nil, 0))
+}
+
+// put writes one record (tests only).
+func (e *Env) put(dbi DBI, key, value []byte) error {
+	return check(C.kvd_create_and_put(e.env, nil, C.MDB_dbi(dbi), ptr(key), C.size_t(len(key)), ptr(value), C.size_t(len(value))))
 }
 
 // Txn is a read-only transaction.
