@@ -217,8 +217,12 @@ def test_a_dal_killed_during_the_seal_never_shows_an_unverified_sealed_version(d
 
 
 def test_a_run_whose_dal_died_at_the_seal_is_resumed_verified_and_flipped(tmp_path: Path) -> None:
-    """The runner's side: a real run on Redis (its seal scans), the DAL killed while the
-    version is SEALING; ``bulldozer run --resume`` then seals, verifies and flips it."""
+    """The runner's side: a real run on Redis, the DAL killed while the version is SEALING;
+    ``bulldozer run --resume`` then seals, verifies and flips it. The version's running
+    digest is forgotten as it is created, so its seal scans (long enough to be seen)."""
+    import redis
+    import yaml
+
     home = tmp_path / "h"
     create_sample_warehouse(home, rows=60_000, chunk_rows=20_000)
     server = Dal(_serve_args("redis", tmp_path))
@@ -243,6 +247,8 @@ def test_a_run_whose_dal_died_at_the_seal_is_resumed_verified_and_flipped(tmp_pa
                 loading = [n.name for n in watcher.list_namespaces("user_item_scores") if n.name != first]
                 name = loading[0] if loading else ""
                 time.sleep(0.01)
+        config = yaml.safe_load((tmp_path / "engine.yaml").read_text())
+        redis.Redis.from_url(config["url"]).delete(f"{{{config['prefix']}}}:digest:{name}")
         assert kill_while(server, name, State.SEALING, thread), "the seal finished before it was seen measuring"
         assert failures and isinstance(failures[0], BulldozerError), failures
 
