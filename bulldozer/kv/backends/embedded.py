@@ -10,7 +10,8 @@ the alias compare-and-set is atomic in the engine itself.
 A LOADING version's writes are staged, not put in place: each batch becomes one sorted run
 in ``meta.stage`` (one put of a few MiB, whatever the key order), and ``ingest`` — called
 by the seal, or earlier by the loader through the DAL's ``Ingest`` — merges the runs in key
-order into the version's fresh sub-database with LMDB's append mode, in one transaction.
+order into the version's fresh sub-database with LMDB's append mode, in one transaction
+(the Go data plane's ingest commits every 64 MiB and deletes the runs in its last).
 Measured on 1 M flat records in the job's batches: puts in place 5.7 s; sorted and
 appended 0.21 s (issue #25). The layout of a run is shared with the Go data plane
 (proto/bulldozer/kv/v1/shared.yaml), which stages and ingests the same way.
