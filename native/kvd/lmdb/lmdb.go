@@ -69,6 +69,15 @@ static void kvd_run_key(unsigned char *out, const char *name, size_t name_len, u
 	for (i = 0; i < 8; i++) out[name_len + 1 + i] = (unsigned char)(number >> (56 - 8 * i));
 }
 
+// The number of the staged run whose key (name, NUL, big-endian u64) is k.
+static uint64_t kvd_run_number(const MDB_val *k, size_t name_len) {
+	const unsigned char *p = (const unsigned char *)k->mv_data + name_len + 1;
+	uint64_t number = 0;
+	int i;
+	for (i = 0; i < 8; i++) number = number << 8 | p[i];
+	return number;
+}
+
 // Byte order of two keys, then their positions (which makes the sort stable).
 struct kvd_sort_ctx { const char *keys; const uint64_t *offs; const uint32_t *lens; };
 
@@ -139,8 +148,7 @@ static int kvd_stage_batch(MDB_env *env, MDB_dbi stage, MDB_dbi states, MDB_dbi 
 	rc = mdb_cursor_get(cur, &k, &v, rc == 0 ? MDB_PREV : MDB_LAST);
 	if (rc == 0 && k.mv_size == name_len + 9 && memcmp(k.mv_data, name, name_len) == 0 &&
 	    ((const unsigned char *)k.mv_data)[name_len] == 0) {
-		for (i = 0; i < 8; i++) number = number << 8 | ((const unsigned char *)k.mv_data)[name_len + 1 + i];
-		number++;
+		number = kvd_run_number(&k, name_len) + 1;
 	} else if (rc && rc != MDB_NOTFOUND) {
 		goto done;
 	}
@@ -218,7 +226,7 @@ static int kvd_ingest(MDB_env *env, MDB_dbi data, MDB_dbi stage, MDB_dbi states,
 	struct kvd_run *runs = NULL, **heap = NULL;
 	size_t nruns = 0, cap = 0, live, i;
 	unsigned char *prefix = NULL;
-	uint64_t records = 0, last_number = 0, number;
+	uint64_t records = 0, last_number = 0;
 	size_t chunk = 0;
 	unsigned int flags;
 	int rc, repeated = 0;
@@ -243,7 +251,7 @@ static int kvd_ingest(MDB_env *env, MDB_dbi data, MDB_dbi stage, MDB_dbi states,
 		memcpy(&r->left, v.mv_data, 4);
 		r->at = (const unsigned char *)v.mv_data + 4;
 		r->index = nruns++;
-		for (i = 0, last_number = 0; i < 8; i++) last_number = last_number << 8 | ((const unsigned char *)k.mv_data)[name_len + 1 + i];
+		last_number = kvd_run_number(&k, name_len);
 	}
 	if (rc && rc != MDB_NOTFOUND) goto done;
 	if (nruns == 0) { rc = 0; goto done; }  // nothing staged: nothing to commit
@@ -299,8 +307,7 @@ static int kvd_ingest(MDB_env *env, MDB_dbi data, MDB_dbi stage, MDB_dbi states,
 	k.mv_data = prefix; k.mv_size = name_len + 1;
 	for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_GET_CURRENT)) {
 		if (k.mv_size != name_len + 9 || memcmp(k.mv_data, prefix, name_len + 1) != 0) break;
-		for (i = 0, number = 0; i < 8; i++) number = number << 8 | ((const unsigned char *)k.mv_data)[name_len + 1 + i];
-		if (number > last_number) break;  // staged while this ingest ran: the next one merges it
+		if (kvd_run_number(&k, name_len) > last_number) break;  // staged while this ingest ran: the next one merges it
 		if ((rc = mdb_cursor_del(cur, 0))) goto done;
 	}
 	if (rc && rc != MDB_NOTFOUND && rc != EINVAL) goto done;
