@@ -4,6 +4,7 @@ records a job would write, pre-encoded, for the raw-engine baselines."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,30 +116,33 @@ def encoded_batches(home: Path, spec_path: Path) -> list[list[tuple[bytes, bytes
     return batches
 
 
-def _raw_lmdb(folder: str) -> Any:
-    """A fresh LMDB environment opened as the embedded engine opens its store."""
+@contextlib.contextmanager
+def _fresh_lmdb() -> Iterator[tuple[Any, Any]]:
+    """An LMDB environment in a new folder, opened as the embedded engine opens its store,
+    and one database in it; removed afterwards."""
     import lmdb
 
-    return lmdb.open(folder, map_size=64 * 1024**3, max_dbs=4, subdir=True, sync=False, metasync=False, readahead=False)
+    folder = tempfile.mkdtemp(prefix="bulldozer-bench-raw-")
+    env = lmdb.open(folder, map_size=64 * 1024**3, max_dbs=4, subdir=True, sync=False, metasync=False, readahead=False)
+    try:
+        yield env, env.open_db(b"raw")
+    finally:
+        env.close()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def raw_lmdb_puts(batches: list[list[tuple[bytes, bytes]]]) -> float:
     """Seconds for LMDB to put the records in place, in the job's batches, one write
     transaction each (py-lmdb's putmulti through a cursor), then sync: what a plain bulk
     load into LMDB does, and what the embedded engine did before it staged sorted runs."""
-    folder = tempfile.mkdtemp(prefix="bulldozer-bench-raw-")
-    env = _raw_lmdb(folder)
-    db = env.open_db(b"raw")
     columns = [([k for k, _ in b], [v for _, v in b]) for b in batches]  # split before the clock starts
-    started = time.perf_counter()
-    for keys, values in columns:
-        with env.begin(write=True) as txn:
-            txn.cursor(db=db).putmulti(zip(keys, values, strict=True))
-    env.sync(True)
-    seconds = time.perf_counter() - started
-    env.close()
-    shutil.rmtree(folder, ignore_errors=True)
-    return seconds
+    with _fresh_lmdb() as (env, db):
+        started = time.perf_counter()
+        for keys, values in columns:
+            with env.begin(write=True) as txn:
+                txn.cursor(db=db).putmulti(zip(keys, values, strict=True))
+        env.sync(True)
+        return time.perf_counter() - started
 
 
 def raw_lmdb_sorted_append(batches: list[list[tuple[bytes, bytes]]]) -> float:
@@ -148,19 +153,14 @@ def raw_lmdb_sorted_append(batches: list[list[tuple[bytes, bytes]]]) -> float:
 
     keys = pa.array([k for b in batches for k, _ in b], pa.binary())
     values = pa.array([v for b in batches for _, v in b], pa.binary())
-    folder = tempfile.mkdtemp(prefix="bulldozer-bench-raw-")
-    env = _raw_lmdb(folder)
-    db = env.open_db(b"raw")
-    started = time.perf_counter()
-    order = pc.sort_indices(keys)
-    pairs = zip(keys.take(order).to_pylist(), values.take(order).to_pylist(), strict=True)
-    with env.begin(write=True) as txn:
-        txn.cursor(db=db).putmulti(pairs, append=True)
-    env.sync(True)
-    seconds = time.perf_counter() - started
-    env.close()
-    shutil.rmtree(folder, ignore_errors=True)
-    return seconds
+    with _fresh_lmdb() as (env, db):
+        started = time.perf_counter()
+        order = pc.sort_indices(keys)
+        pairs = zip(keys.take(order).to_pylist(), values.take(order).to_pylist(), strict=True)
+        with env.begin(write=True) as txn:
+            txn.cursor(db=db).putmulti(pairs, append=True)
+        env.sync(True)
+        return time.perf_counter() - started
 
 
 def raw_write(kind: str, port: int, batches: list[list[tuple[bytes, bytes]]], tag: str) -> float:
