@@ -45,16 +45,35 @@ type Limits struct {
 	MaxKeyBytes, MaxValueBytes, MaxBatchRecords, MaxBatchGetKeys int
 }
 
-type meta struct{ namespaces, aliases, states, digests, stage lmdb.DBI }
+// store is what the fast path writes to and reads from: the embedded (LMDB) store, or
+// Redis (redis.go). Each answers ok=false (or loading=false) when the reference DAL must
+// handle the request, which then applies the rule and answers with the canonical error.
+type store interface {
+	// stage stores a well-formed batch of a LOADING namespace; loading is false (nothing
+	// stored) when it is not LOADING.
+	stage(ctx context.Context, name string, b lmdb.Batch, d lmdb.Digest) (loading bool, err error)
+	// ingest merges a LOADING namespace's staged runs; ok is false when the reference DAL
+	// must answer.
+	ingest(name string) (runs, records uint64, ok bool)
+	// getMany reads keys from the readable version target addresses.
+	getMany(ctx context.Context, target *kvpb.Target, keys [][]byte) (name string, values [][]byte, ok bool)
+}
 
 type dataServer struct {
 	kvpb.UnimplementedKvDataServer
-	env     *lmdb.Env
-	meta    meta
+	store   store
 	limits  Limits
 	backend kvpb.KvDataClient
 	stats   *stats
 }
+
+// lmdbStore is the embedded store.
+type lmdbStore struct {
+	env  *lmdb.Env
+	meta meta
+}
+
+type meta struct{ namespaces, aliases, states, digests, stage lmdb.DBI }
 
 func openMeta(env *lmdb.Env) (meta, error) {
 	var m meta
@@ -112,7 +131,7 @@ func unaryTrailer(ctx context.Context) func(metadata.MD) {
 
 // putNative stores a well-formed columnar batch; ok is false when the reference DAL must
 // handle it.
-func (s *dataServer) putNative(req *kvpb.PutBatchRequest) (resp *kvpb.PutBatchResponse, ok bool) {
+func (s *dataServer) putNative(ctx context.Context, req *kvpb.PutBatchRequest) (resp *kvpb.PutBatchResponse, ok bool) {
 	c := req.GetColumnar()
 	name := req.GetNamespace()
 	if records := req.GetRecords(); len(records) > 0 {
@@ -146,7 +165,7 @@ func (s *dataServer) putNative(req *kvpb.PutBatchRequest) (resp *kvpb.PutBatchRe
 	}
 	d.Count, d.Bytes = uint64(n), kp+vp
 	b := lmdb.Batch{Keys: keys, Values: values, KeyLengths: c.KeyLengths, ValueLengths: c.ValueLengths}
-	loading, err := s.env.StageBatch(s.meta.stage, s.meta.states, s.meta.digests, name, b, d)
+	loading, err := s.store.stage(ctx, name, b, d)
 	if err != nil {
 		slog.Warn("put: forwarded to the reference DAL", "namespace", name, "error", err.Error())
 		return nil, false
@@ -176,7 +195,7 @@ func columnar(records []*kvpb.KeyValue) *kvpb.ColumnarRecords {
 }
 
 func (s *dataServer) put(ctx context.Context, req *kvpb.PutBatchRequest, setTrailer func(metadata.MD)) (*kvpb.PutBatchResponse, error) {
-	if resp, ok := s.putNative(req); ok {
+	if resp, ok := s.putNative(ctx, req); ok {
 		s.stats.served("PutBatch", true)
 		return resp, nil
 	}
@@ -209,51 +228,68 @@ func (s *dataServer) PutStream(stream kvpb.KvData_PutStreamServer) error {
 	}
 }
 
+func (m *lmdbStore) stage(_ context.Context, name string, b lmdb.Batch, d lmdb.Digest) (bool, error) {
+	return m.env.StageBatch(m.meta.stage, m.meta.states, m.meta.digests, name, b, d)
+}
+
 // Ingest merges a LOADING namespace's staged runs into its data on the fast path; any other
-// case (a bad name, a namespace that is SEALING or not LOADING, an error) goes to the
-// reference DAL, which ingests or answers with the canonical error.
+// case (a bad name, a namespace that is SEALING or not LOADING, an error, an engine that
+// writes in place) goes to the reference DAL, which ingests or answers with the canonical error.
 func (s *dataServer) Ingest(ctx context.Context, req *kvpb.IngestRequest) (*kvpb.IngestResponse, error) {
 	name := req.GetNamespace()
 	if namespaceRE.MatchString(name) {
-		if dbi, err := s.env.DBI(shared.StoreDataPrefix + name); err == nil {
-			loading, runs, records, err := s.env.Ingest(dbi, s.meta.stage, s.meta.states, s.meta.digests, name)
-			if err == nil && loading {
-				s.stats.served("Ingest", true)
-				return &kvpb.IngestResponse{Runs: runs, Records: records}, nil
-			}
-			if err != nil {
-				slog.Warn("ingest: forwarded to the reference DAL", "namespace", name, "error", err.Error())
-			}
+		if runs, records, ok := s.store.ingest(name); ok {
+			s.stats.served("Ingest", true)
+			return &kvpb.IngestResponse{Runs: runs, Records: records}, nil
 		}
 	}
 	s.stats.served("Ingest", false)
 	return forward(ctx, unaryTrailer(ctx), s.backend.Ingest, req)
 }
 
+func (m *lmdbStore) ingest(name string) (runs, records uint64, ok bool) {
+	dbi, err := m.env.DBI(shared.StoreDataPrefix + name)
+	if err != nil {
+		return 0, 0, false
+	}
+	loading, runs, records, err := m.env.Ingest(dbi, m.meta.stage, m.meta.states, m.meta.digests, name)
+	if err != nil {
+		slog.Warn("ingest: forwarded to the reference DAL", "namespace", name, "error", err.Error())
+	}
+	return runs, records, err == nil && loading
+}
+
 // -- reads ----------------------------------------------------------------------------------
 
-// resolve is the namespace a read addresses (bulldozer.kv.server.rules.KvDal.resolve); ok is false
-// when the reference DAL must answer (an error).
-func (s *dataServer) resolve(txn *lmdb.Txn, target *kvpb.Target) (string, bool) {
+// parseTarget splits a read's target (bulldozer.kv.server.rules.KvDal.resolve): a namespace,
+// an alias, or alias@namespace (pinned); ok is false when a name is malformed.
+func parseTarget(target *kvpb.Target) (namespace, alias, pinned string, ok bool) {
 	if ns := target.GetNamespace(); ns != "" {
-		return ns, namespaceRE.MatchString(ns)
+		return ns, "", "", namespaceRE.MatchString(ns)
 	}
 	alias, pinned, isPinned := strings.Cut(target.GetAlias(), "@")
-	if !aliasRE.MatchString(alias) {
-		return "", false
+	if !aliasRE.MatchString(alias) || (isPinned && !namespaceRE.MatchString(pinned)) {
+		return "", "", "", false
 	}
-	if isPinned {
-		if !namespaceRE.MatchString(pinned) {
-			return "", false
-		}
-		raw, found, err := txn.Get(s.meta.namespaces, []byte(pinned))
+	return "", alias, pinned, true
+}
+
+// resolve is the namespace a read addresses; ok is false when the reference DAL must answer
+// (an error).
+func (m *lmdbStore) resolve(txn *lmdb.Txn, target *kvpb.Target) (string, bool) {
+	ns, alias, pinned, ok := parseTarget(target)
+	if !ok || ns != "" {
+		return ns, ok
+	}
+	if pinned != "" {
+		raw, found, err := txn.Get(m.meta.namespaces, []byte(pinned))
 		var record struct{ Alias string }
 		if err != nil || !found || json.Unmarshal(raw, &record) != nil || record.Alias != alias {
 			return "", false
 		}
 		return pinned, true
 	}
-	raw, found, err := txn.Get(s.meta.aliases, []byte(alias))
+	raw, found, err := txn.Get(m.meta.aliases, []byte(alias))
 	var record struct{ Namespace string }
 	if err != nil || !found || json.Unmarshal(raw, &record) != nil || record.Namespace == "" {
 		return "", false
@@ -265,35 +301,41 @@ func (s *dataServer) resolve(txn *lmdb.Txn, target *kvpb.Target) (string, bool) 
 // DAL must handle the request. Like the reference DAL, it resolves the alias in one read
 // transaction and reads in another (which checks the version is still readable): a
 // request sees one version, whatever flips in between.
-func (s *dataServer) getNative(target *kvpb.Target, keys [][]byte) (name string, values [][]byte, ok bool) {
+func (s *dataServer) getNative(ctx context.Context, target *kvpb.Target, keys [][]byte) (name string, values [][]byte, ok bool) {
 	if target == nil || len(keys) > s.limits.MaxBatchGetKeys {
 		return "", nil, false
 	}
-	size := 0
 	for _, k := range keys {
 		if len(k) == 0 || len(k) > s.limits.MaxKeyBytes {
 			return "", nil, false
 		}
+	}
+	return s.store.getMany(ctx, target, keys)
+}
+
+func (m *lmdbStore) getMany(_ context.Context, target *kvpb.Target, keys [][]byte) (name string, values [][]byte, ok bool) {
+	size := 0
+	for _, k := range keys {
 		size += len(k)
 	}
-	txn, err := s.env.BeginRead()
+	txn, err := m.env.BeginRead()
 	if err != nil {
 		return "", nil, false
 	}
-	name, ok = s.resolve(txn, target)
+	name, ok = m.resolve(txn, target)
 	txn.Abort()
 	if !ok {
 		return "", nil, false
 	}
-	dbi, err := s.env.DBI(shared.StoreDataPrefix + name) // before the transaction that uses the handle
+	dbi, err := m.env.DBI(shared.StoreDataPrefix + name) // before the transaction that uses the handle
 	if err != nil {
 		return "", nil, false
 	}
-	if txn, err = s.env.BeginRead(); err != nil {
+	if txn, err = m.env.BeginRead(); err != nil {
 		return "", nil, false
 	}
 	defer txn.Abort()
-	state, found, err := txn.Get(s.meta.states, []byte(name))
+	state, found, err := txn.Get(m.meta.states, []byte(name))
 	if err != nil || !found || !readable[string(state)] {
 		return "", nil, false
 	}
@@ -310,7 +352,7 @@ func (s *dataServer) getNative(target *kvpb.Target, keys [][]byte) (name string,
 }
 
 func (s *dataServer) Get(ctx context.Context, req *kvpb.GetRequest) (*kvpb.GetResponse, error) {
-	if name, values, ok := s.getNative(req.GetTarget(), [][]byte{req.GetKey()}); ok {
+	if name, values, ok := s.getNative(ctx, req.GetTarget(), [][]byte{req.GetKey()}); ok {
 		s.stats.served("Get", true)
 		return &kvpb.GetResponse{Found: values[0] != nil, Value: values[0], Namespace: name}, nil
 	}
@@ -319,7 +361,7 @@ func (s *dataServer) Get(ctx context.Context, req *kvpb.GetRequest) (*kvpb.GetRe
 }
 
 func (s *dataServer) BatchGet(ctx context.Context, req *kvpb.BatchGetRequest) (*kvpb.BatchGetResponse, error) {
-	if name, values, ok := s.getNative(req.GetTarget(), req.GetKeys()); ok {
+	if name, values, ok := s.getNative(ctx, req.GetTarget(), req.GetKeys()); ok {
 		s.stats.served("BatchGet", true)
 		items := make([]*kvpb.BatchGetResponse_Item, len(values))
 		for i, v := range values {

@@ -1,7 +1,8 @@
 // bulldozer-kvd is the native data plane of the KV DAL (bulldozer serve --data-plane native).
 //
 // It listens where the DAL was asked to listen and serves batch puts, gets and batch gets
-// straight from the embedded (LMDB) store; every other call, and every request that is not
+// straight from the store: the embedded (LMDB) store, or Redis (--engine redis, its
+// configuration as JSON on standard input; package redisstore). Every other call, and every request that is not
 // on the fast path, goes to the reference DAL (the Python server over the same store,
 // listening on a private socket), so the lifecycle rules and error answers stay in one
 // place. See data.go and proxy.go. It is started and stopped by `bulldozer serve`.
@@ -9,6 +10,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -27,11 +29,13 @@ import (
 	"bulldozer/kvd/internal/kvpb"
 	"bulldozer/kvd/internal/shared"
 	"bulldozer/kvd/lmdb"
+	"bulldozer/kvd/redisstore"
 )
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:7110", "where to listen: HOST:PORT or unix:PATH")
 	backend := flag.String("backend", "", "the reference DAL's address (unix:PATH or HOST:PORT)")
+	engine := flag.String("engine", "embedded", "the store: embedded (--store DIR) or redis (its configuration as JSON on standard input)")
 	store := flag.String("store", "", "directory of the embedded store")
 	mapSize := flag.Int64("map-size", 64<<30, "LMDB map size (as the reference DAL opened the store)")
 	maxDBs := flag.Int("max-dbs", 8192+5, "LMDB named databases this process may open")
@@ -51,7 +55,7 @@ func main() {
 		fmt.Printf("bulldozer-kvd (LMDB %s)\n", lmdb.Version())
 		return
 	}
-	if err := run(*listen, *backend, *store, lmdb.Options{MapSize: *mapSize, MaxDBs: *maxDBs, MaxReaders: 512, WriteMap: *writeMap},
+	if err := run(*listen, *backend, *engine, *store, lmdb.Options{MapSize: *mapSize, MaxDBs: *maxDBs, MaxReaders: 512, WriteMap: *writeMap},
 		Limits{MaxKeyBytes: *maxKey, MaxValueBytes: *maxValue, MaxBatchRecords: *maxBatch, MaxBatchGetKeys: *maxGet},
 		*maxMsg, *readyFile, *grace, *parent); err != nil {
 		slog.Error("stopped", "error", err.Error())
@@ -60,19 +64,54 @@ func main() {
 	}
 }
 
-func run(listen, backend, store string, opts lmdb.Options, limits Limits, maxMsg int, readyFile string, grace time.Duration, parent int) error {
-	if backend == "" || store == "" {
-		return fmt.Errorf("--backend and --store are required")
+// openStore opens the store the fast path serves; close releases it (and, for the embedded
+// store, flushes it to disk).
+func openStore(engine, dir string, opts lmdb.Options) (s store, close func() error, err error) {
+	switch engine {
+	case "embedded":
+		if dir == "" {
+			return nil, nil, fmt.Errorf("--store is required")
+		}
+		env, err := lmdb.Open(dir, opts)
+		if err != nil {
+			return nil, nil, err
+		}
+		m, err := openMeta(env)
+		if err != nil {
+			env.Close()
+			return nil, nil, err
+		}
+		return &lmdbStore{env: env, meta: m}, func() error { defer env.Close(); return env.Sync() }, nil
+	case "redis":
+		var cfg redisstore.Config
+		if err := json.NewDecoder(os.Stdin).Decode(&cfg); err != nil {
+			return nil, nil, fmt.Errorf("the Redis configuration on standard input: %w", err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		r, err := redisstore.Open(ctx, cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		return redisStore{r}, r.Close, nil
 	}
-	env, err := lmdb.Open(store, opts)
+	return nil, nil, fmt.Errorf("--engine %q: embedded or redis", engine)
+}
+
+func run(listen, backend, engine, dir string, opts lmdb.Options, limits Limits, maxMsg int, readyFile string, grace time.Duration, parent int) error {
+	if backend == "" {
+		return fmt.Errorf("--backend is required")
+	}
+	st0, closeStore, err := openStore(engine, dir, opts)
 	if err != nil {
 		return err
 	}
-	defer env.Close()
-	m, err := openMeta(env)
-	if err != nil {
-		return err
-	}
+	closed := false
+	defer func() {
+		if !closed {
+			_ = closeStore()
+		}
+	}()
 	conn, err := grpc.NewClient(backend,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg)))
@@ -98,7 +137,7 @@ func run(listen, backend, store string, opts lmdb.Options, limits Limits, maxMsg
 		grpc.MaxRecvMsgSize(maxMsg),
 		grpc.MaxSendMsgSize(maxMsg),
 	)
-	kvpb.RegisterKvDataServer(server, &dataServer{env: env, meta: m, limits: limits, backend: kvpb.NewKvDataClient(conn), stats: st})
+	kvpb.RegisterKvDataServer(server, &dataServer{store: st0, limits: limits, backend: kvpb.NewKvDataClient(conn), stats: st})
 
 	port := 0
 	if tcp, ok := lis.Addr().(*net.TCPAddr); ok {
@@ -113,7 +152,7 @@ func run(listen, backend, store string, opts lmdb.Options, limits Limits, maxMsg
 			return err
 		}
 	}
-	slog.Info("serving", "listen", listen, "port", port, "backend", backend, "store", store, "lmdb", lmdb.Version())
+	slog.Info("serving", "listen", listen, "port", port, "backend", backend, "engine", engine, "store", dir, "lmdb", lmdb.Version())
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -145,7 +184,8 @@ func run(listen, backend, store string, opts lmdb.Options, limits Limits, maxMsg
 		server.Stop()
 	}
 	st.log()
-	if err := env.Sync(); err != nil {
+	closed = true
+	if err := closeStore(); err != nil {
 		return err
 	}
 	slog.Info("stopped")

@@ -64,7 +64,9 @@ CASES = [
     ("embedded", "native"),  # bulldozer-kvd in front of the DAL (bulldozer.kv.server.native)
     ("memory", "in-process"),
     ("redis", "grpc"),
+    ("redis", "native"),  # bulldozer-kvd writing and reading Redis itself
     ("redis-cluster", "grpc"),
+    ("redis-cluster", "native"),
     ("cassandra", "grpc"),
 ]
 _counter = itertools.count()

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pyarrow as pa
@@ -29,15 +30,24 @@ from bulldozer.errors import (
     VerificationError,
 )
 from bulldozer.kv import KvClient, create_engine
+from bulldozer.kv.backends import StorageEngine
 from bulldozer.kv.server import NativeServer, create_server
 from bulldozer.kv.server.native import DataPlane, choose_data_plane, kvd_binary
 from bulldozer.kv.types import State
+from tests.integration import services
+from tests.integration.kv_fixtures import ENGINE_FACTORIES
 
 pytestmark = pytest.mark.integration
 
 
 def _embedded(tmp_path: Path):  # type: ignore[no-untyped-def]
     return create_engine({"type": "embedded", "path": str(tmp_path / "kv"), "map_size": 1024**3})
+
+
+@pytest.fixture(params=["embedded", "redis"])
+def engine(request: pytest.FixtureRequest, tmp_path: Path) -> StorageEngine:
+    """Each engine the front serves itself (a new store, or a new Redis prefix)."""
+    return ENGINE_FACTORIES[request.param](tmp_path)
 
 
 def _pairs(n: int, start: int = 0, value: bytes = b"value-") -> list[tuple[bytes, bytes]]:
@@ -52,8 +62,8 @@ def _totals(stderr: str) -> dict[str, dict[str, int]]:
     raise AssertionError(f"bulldozer-kvd logged no totals; its output:\n{stderr[-3000:]}")
 
 
-def test_the_front_serves_puts_and_reads_itself(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
-    server, port = create_server("127.0.0.1:0", _embedded(tmp_path), data_plane="native")
+def test_the_front_serves_puts_and_reads_itself(engine: StorageEngine, capfd: pytest.CaptureFixture[str]) -> None:
+    server, port = create_server("127.0.0.1:0", engine, data_plane="native")
     assert isinstance(server, NativeServer)
     client = KvClient(f"127.0.0.1:{port}")
     try:
@@ -81,16 +91,19 @@ def test_the_front_serves_puts_and_reads_itself(tmp_path: Path, capfd: pytest.Ca
         client.close()
         server.stop(5)
     totals = _totals(capfd.readouterr().err)
-    assert totals["served"] == {"PutBatch": 4, "Ingest": 1, "BatchGet": 3, "Get": 2}
-    assert totals["forwarded"] == {"PutBatch": 1}
+    if engine.name == "embedded":
+        assert totals["served"] == {"PutBatch": 4, "Ingest": 1, "BatchGet": 3, "Get": 2}
+        assert totals["forwarded"] == {"PutBatch": 1}
+    else:  # Redis writes in place: nothing to ingest, the reference DAL answers (0, 0)
+        assert totals["served"] == {"PutBatch": 4, "BatchGet": 3, "Get": 2}
+        assert totals["forwarded"] == {"PutBatch": 1, "Ingest": 1}
     assert totals["records_written"] == {"feat__v1": expected.count}
 
 
-def test_writes_through_either_plane_make_one_digest(tmp_path: Path) -> None:
+def test_writes_through_either_plane_make_one_digest(engine: StorageEngine) -> None:
     """Batches stored by bulldozer-kvd and by the Python engine over one store, a retried
     batch and a key written twice with another value: the seal's digest is of what is
     stored, whoever stored it."""
-    engine = _embedded(tmp_path)
     native, native_port = create_server("127.0.0.1:0", engine, data_plane="native")
     python, python_port = create_server("127.0.0.1:0", engine, data_plane="python")
     fast, slow = KvClient(f"127.0.0.1:{native_port}"), KvClient(f"127.0.0.1:{python_port}")
@@ -104,6 +117,12 @@ def test_writes_through_either_plane_make_one_digest(tmp_path: Path) -> None:
         assert fast.describe("mix__v1").record_count == 0  # counted at the seal
         expected = digest_pairs(first + second)
         assert slow.seal("mix__v1", expected_records=6_000, expected_digest=expected.value).digest == expected.value
+        # both planes put every key where the other looks for it (for Redis: in one bucket)
+        keys = [first[0][0], first[-1][0], second[0][0], second[-1][0]]
+        want = [first[0][1], first[-1][1], second[0][1], second[-1][1]]
+        assert (
+            fast.batch_get(keys, namespace="mix__v1") == slow.batch_get(keys, namespace="mix__v1") == ("mix__v1", want)
+        )
 
         fast.create_namespace("mix__v2", "mix")
         fast.put("mix__v2", first)
@@ -128,7 +147,7 @@ def test_choosing_the_data_plane(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert choose_data_plane("auto", memory, secured=False) == DataPlane.python
     assert choose_data_plane("auto", embedded, secured=True) == DataPlane.python
     assert choose_data_plane("python", embedded, secured=False) == DataPlane.python
-    with pytest.raises(InvalidArgumentError, match="embedded engine only, not memory"):
+    with pytest.raises(InvalidArgumentError, match="embedded and redis engines only, not memory"):
         choose_data_plane("native", memory, secured=False)
     with pytest.raises(InvalidArgumentError, match="TLS or authentication"):
         choose_data_plane("native", embedded, secured=True)
@@ -193,10 +212,11 @@ def test_auto_falls_back_to_python_when_the_front_cannot_start(tmp_path: Path, m
         server.stop(5)
 
 
-def test_writes_racing_a_seal_are_either_counted_or_refused(tmp_path: Path) -> None:
-    """bulldozer-kvd checks LOADING inside its write transaction and the Python DAL seals
-    in its own: LMDB orders the two, so a batch is stored and counted, or refused."""
-    server, port = create_server("127.0.0.1:0", _embedded(tmp_path), data_plane="native")
+def test_writes_racing_a_seal_are_either_counted_or_refused(engine: StorageEngine) -> None:
+    """bulldozer-kvd checks LOADING inside its write transaction (LMDB) or as it enters the
+    version's write fence (Redis), and the Python DAL seals in its own transaction, waiting
+    for the fence to empty: a batch is stored and counted, or refused."""
+    server, port = create_server("127.0.0.1:0", engine, data_plane="native")
     client = KvClient(f"127.0.0.1:{port}")
     acked: list[tuple[bytes, bytes]] = []
     refused: list[Exception] = []
@@ -233,8 +253,8 @@ def test_writes_racing_a_seal_are_either_counted_or_refused(tmp_path: Path) -> N
         server.stop(5)
 
 
-def test_a_dropped_version_is_gone_for_the_front_too(tmp_path: Path) -> None:
-    server, port = create_server("127.0.0.1:0", _embedded(tmp_path), data_plane="native")
+def test_a_dropped_version_is_gone_for_the_front_too(engine: StorageEngine) -> None:
+    server, port = create_server("127.0.0.1:0", engine, data_plane="native")
     try:
         with KvClient(f"127.0.0.1:{port}") as client:
             client.wait_ready()
@@ -249,3 +269,37 @@ def test_a_dropped_version_is_gone_for_the_front_too(tmp_path: Path) -> None:
                 client.put("gone__v1", _pairs(1))
     finally:
         server.stop(5)
+
+
+def test_the_redis_password_is_not_in_the_fronts_arguments_or_environment(tmp_path: Path) -> None:
+    """bulldozer-kvd gets the Redis configuration on its standard input: another user of
+    the machine (ps, /proc) sees neither the URL's password in its arguments nor in its
+    environment, and the front still writes and reads with it."""
+    import redis
+
+    url = services.redis_url()
+    user, secret = f"kvd_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    admin = redis.Redis.from_url(url)
+    admin.acl_setuser(user, enabled=True, passwords=[f"+{secret}"], keys=["*"], channels=["*"], commands=["+@all"])
+    try:
+        host_port = url.split("://", 1)[1]
+        engine = create_engine(
+            {"type": "redis", "url": f"redis://{user}:{secret}@{host_port}", "prefix": f"pw_{uuid.uuid4().hex[:8]}"}
+        )
+        server, port = create_server("127.0.0.1:0", engine, data_plane="native")
+        try:
+            assert isinstance(server, NativeServer)
+            pid = server.front.proc.pid
+            for part in ("cmdline", "environ"):
+                assert secret.encode() not in Path(f"/proc/{pid}/{part}").read_bytes()
+            with KvClient(f"127.0.0.1:{port}") as client:
+                client.wait_ready()
+                client.create_namespace("pw__v1", "pw")
+                client.put("pw__v1", _pairs(10))
+                client.seal("pw__v1", 10, digest_pairs(_pairs(10)).value)
+                assert client.batch_get([b"key-00000003"], namespace="pw__v1")[1] == [_pairs(10)[3][1]]
+        finally:
+            server.stop(5)
+    finally:
+        admin.acl_deluser(user)
+        admin.close()

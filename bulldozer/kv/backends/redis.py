@@ -61,11 +61,12 @@ from bulldozer.kv.backends._lifecycle import (
 from bulldozer.kv.backends.base import StorageEngine, chunked
 from bulldozer.kv.backends.config import RedisConfig
 from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord, State
+from bulldozer.kv.v1 import shared
 
 __all__ = ["RedisEngine"]
 
-_FORMAT = 1
-_DIGEST_KEPT = "kept"  # the first entry of a namespace's running digest list
+_FORMAT = shared.REDIS_FORMAT
+_DIGEST_KEPT = shared.REDIS_DIGEST_KEPT  # the first entry of a namespace's running digest list
 _T = TypeVar("_T")
 
 # Apply a list of hash writes and list pushes iff every (hash, field) still holds the
@@ -86,18 +87,8 @@ for _, p in ipairs(op.rpush or {}) do redis.call('RPUSH', KEYS[p[1]], p[2]) end
 return 1
 """
 
-# Enter the write fence of a namespace iff it is LOADING: KEYS = namespaces, inflight;
-# ARGV = namespace, lease token, lease ms. Returns the state ('' when missing).
-_ENTER = """
-local raw = redis.call('HGET', KEYS[1], ARGV[1])
-if not raw then return '' end
-local state = cjson.decode(raw)['state']
-if state ~= 'LOADING' then return state end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[2])
-return 'LOADING'
-"""
+# Enter the write fence of a namespace iff it is LOADING (shared with the Go data plane).
+_ENTER = shared.REDIS_ENTER_SCRIPT
 
 # Writers still inside the fence (expired leases of crashed writers are removed).
 _LIVE = """
@@ -121,10 +112,9 @@ class RedisEngine(StorageEngine):
         self.where = config.url + (" (cluster)" if config.cluster else "")
         p = config.prefix
         self._tag = "{" + p + "}"
-        self._k_namespaces = f"{self._tag}:namespaces"
-        self._k_aliases = f"{self._tag}:aliases"
-        self._k_marker = f"{self._tag}:marker"
-        self._data_prefix = f"{p}:d:"
+        self._k_namespaces = shared.REDIS_NAMESPACES_KEY % p
+        self._k_aliases = shared.REDIS_ALIASES_KEY % p
+        self._k_marker = shared.REDIS_MARKER_KEY % p
         try:
             if config.cluster:
                 self.r: Any = redis.cluster.RedisCluster.from_url(
@@ -197,13 +187,13 @@ class RedisEngine(StorageEngine):
         return f"{self._tag}:history:{alias}"
 
     def _k_inflight(self, name: str) -> str:
-        return f"{self._tag}:inflight:{name}"
+        return shared.REDIS_INFLIGHT_KEY % (self.config.prefix, name)
 
     def _k_digest(self, name: str) -> str:
-        return f"{self._tag}:digest:{name}"
+        return shared.REDIS_DIGEST_KEY % (self.config.prefix, name)
 
     def _k_bucket(self, name: str, bucket: int) -> str:
-        return f"{self._data_prefix}{name}:{bucket}"
+        return shared.REDIS_DATA_KEY % (self.config.prefix, name, bucket)
 
     def _apply(
         self,
@@ -310,7 +300,7 @@ class RedisEngine(StorageEngine):
                 # key repeated in the batch or already stored adds fewer fields than keys)
                 exact = int(digest is not None and added == len(keys))
                 count, value, nbytes = (digest.count, digest.value, digest.bytes) if digest else (0, 0, 0)
-                self.r.rpush(self._k_digest(name), f"{count} {value} {nbytes} {exact}")
+                self.r.rpush(self._k_digest(name), shared.REDIS_DIGEST_ENTRY % (count, value, nbytes, exact))
             finally:
                 self._leases.release(lambda: self.r.zrem(inflight, token))
 

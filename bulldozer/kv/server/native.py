@@ -2,19 +2,22 @@
 
 With ``bulldozer serve --data-plane native`` (the default ``auto`` picks it when it can),
 the public address is served by ``bulldozer-kvd``. It stores batch puts and answers gets
-and batch gets straight from the embedded store, and relays every other call, and every
-request off its fast path, to this Python DAL, which then listens on a private Unix socket
-over the same store. So there is one set of lifecycle rules and error answers (here), and
+and batch gets straight from the store (the embedded store, or Redis: pipelined from Go
+under the engine's write fence and running digest, whose rules it reads from
+``proto/bulldozer/kv/v1/shared.yaml``), and relays every other call, and every request
+off its fast path, to this Python DAL, which then listens on a private Unix socket over
+the same store. So there is one set of lifecycle rules and error answers (here), and
 the hot calls skip Python's per-call cost: measured on this 2-core machine, an empty
 Python-to-Python gRPC call took 0.73 ms at the median; the same call answered in Go took
 0.46 ms.
 
-Available for the embedded engine without TLS or authentication (those stay with the
-Python data plane); ``scripts/build_native.sh`` builds the binary (``bootstrap.sh`` runs it).
+Available for the embedded and Redis engines without TLS or authentication (those stay
+with the Python data plane); ``scripts/build_native.sh`` builds the binary (``bootstrap.sh`` runs it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -30,7 +33,10 @@ if TYPE_CHECKING:
     from bulldozer.kv.backends import StorageEngine
     from bulldozer.kv.server.rules import Limits
 
-__all__ = ["DataPlane", "NativeFront", "choose_data_plane", "kvd_binary"]
+__all__ = ["NATIVE_ENGINES", "DataPlane", "NativeFront", "choose_data_plane", "kvd_binary"]
+
+#: the engines bulldozer-kvd serves (its --engine)
+NATIVE_ENGINES = ("embedded", "redis")
 
 log = logging.getLogger("bulldozer.kv.server")
 
@@ -63,8 +69,8 @@ def choose_data_plane(requested: DataPlane | str, engine: StorageEngine, secured
     if requested == DataPlane.python:
         return requested
     reason = None
-    if engine.name != "embedded":
-        reason = f"it serves the embedded engine only, not {engine.name}"
+    if engine.name not in NATIVE_ENGINES:
+        reason = f"it serves the {' and '.join(NATIVE_ENGINES)} engines only, not {engine.name}"
     elif secured:
         reason = "it does not do TLS or authentication yet"
     elif kvd_binary() is None:
@@ -96,24 +102,32 @@ class NativeFront:
         grace: float = 30.0,
     ) -> NativeFront:
         """Start ``bulldozer-kvd`` on ``listen`` in front of the DAL at ``backend``, over the
-        store ``engine`` (an open embedded engine: its settings are passed on)."""
+        store ``engine`` (an open embedded or Redis engine: its settings are passed on)."""
         binary = kvd_binary()
         if binary is None:
             raise BackendUnavailableError("bulldozer-kvd is not built (run scripts/build_native.sh)")
-        from bulldozer.kv.backends.config import EmbeddedConfig
+        from bulldozer.kv.backends.config import EmbeddedConfig, RedisConfig
 
-        config: EmbeddedConfig | None = getattr(engine, "config", None)
-        if not isinstance(config, EmbeddedConfig):
-            raise InvalidArgumentError(f"the native data plane serves the embedded engine, not {engine.name}")
+        config = getattr(engine, "config", None)
         ready_file.unlink(missing_ok=True)
-        args = [
-            str(binary),
-            f"--listen={listen}",
-            f"--backend={backend}",
-            f"--store={config.path}",
-            f"--map-size={config.map_size}",
-            f"--max-dbs={config.max_namespaces + 5}",
-            f"--writemap={'true' if config.writemap else 'false'}",
+        args = [str(binary), f"--listen={listen}", f"--backend={backend}"]
+        stdin: bytes | None = None
+        if isinstance(config, EmbeddedConfig):
+            args += [
+                "--engine=embedded",
+                f"--store={config.path}",
+                f"--map-size={config.map_size}",
+                f"--max-dbs={config.max_namespaces + 5}",
+                f"--writemap={'true' if config.writemap else 'false'}",
+            ]
+        elif isinstance(config, RedisConfig):
+            # on standard input: the URL may hold a password, which neither the arguments
+            # nor the environment of a process should show
+            args.append("--engine=redis")
+            stdin = config.model_dump_json().encode()
+        else:
+            raise InvalidArgumentError(f"the native data plane does not serve the {engine.name} engine")
+        args += [
             f"--max-key-bytes={limits.max_key_bytes}",
             f"--max-value-bytes={limits.max_value_bytes}",
             f"--max-batch-records={limits.max_batch_records}",
@@ -123,7 +137,12 @@ class NativeFront:
             f"--grace={grace}s",
             f"--parent-pid={os.getpid()}",
         ]
-        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL)  # its log lines go where this process's go
+        # its log lines go where this process's go
+        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE)
+        if stdin is not None:
+            assert proc.stdin is not None
+            with contextlib.suppress(BrokenPipeError), proc.stdin:  # if it died, wait() says so
+                proc.stdin.write(stdin)
         return cls(proc, ready_file)
 
     def wait(self, timeout: float = 30.0) -> int:

@@ -26,3 +26,13 @@ DIGEST_VALUE_SEED = 0x5BD1E995
 DIGEST_MIX_C1 = 0x9E3779B97F4A7C15
 DIGEST_MIX_C2 = 0xBF58476D1CE4E5B9
 DIGEST_MIX_C3 = 0x94D049BB133111EB
+REDIS_FORMAT = 1
+REDIS_MARKER_KEY = "{%s}:marker"
+REDIS_NAMESPACES_KEY = "{%s}:namespaces"
+REDIS_ALIASES_KEY = "{%s}:aliases"
+REDIS_INFLIGHT_KEY = "{%s}:inflight:%s"
+REDIS_DIGEST_KEY = "{%s}:digest:%s"
+REDIS_DATA_KEY = "%s:d:%s:%d"
+REDIS_DIGEST_KEPT = "kept"
+REDIS_DIGEST_ENTRY = "%d %d %d %d"
+REDIS_ENTER_SCRIPT = "local raw = redis.call('HGET', KEYS[1], ARGV[1])\nif not raw then return '' end\nlocal state = cjson.decode(raw)['state']\nif state ~= 'LOADING' then return state end\nlocal t = redis.call('TIME')\nlocal now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\nredis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[2])\nreturn 'LOADING'\n"

@@ -50,3 +50,23 @@ const DigestMixC1 = 0x9E3779B97F4A7C15
 const DigestMixC2 = 0xBF58476D1CE4E5B9
 
 const DigestMixC3 = 0x94D049BB133111EB
+
+const RedisFormat = 1
+
+const RedisMarkerKey = "{%s}:marker"
+
+const RedisNamespacesKey = "{%s}:namespaces"
+
+const RedisAliasesKey = "{%s}:aliases"
+
+const RedisInflightKey = "{%s}:inflight:%s"
+
+const RedisDigestKey = "{%s}:digest:%s"
+
+const RedisDataKey = "%s:d:%s:%d"
+
+const RedisDigestKept = "kept"
+
+const RedisDigestEntry = "%d %d %d %d"
+
+const RedisEnterScript = "local raw = redis.call('HGET', KEYS[1], ARGV[1])\nif not raw then return '' end\nlocal state = cjson.decode(raw)['state']\nif state ~= 'LOADING' then return state end\nlocal t = redis.call('TIME')\nlocal now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\nredis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[2])\nreturn 'LOADING'\n"

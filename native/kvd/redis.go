@@ -1,0 +1,39 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"bulldozer/kvd/internal/kvpb"
+	"bulldozer/kvd/lmdb"
+	"bulldozer/kvd/redisstore"
+)
+
+// redisStore serves the fast path from Redis (package redisstore).
+type redisStore struct{ r *redisstore.Store }
+
+func (s redisStore) stage(ctx context.Context, name string, b lmdb.Batch, d lmdb.Digest) (bool, error) {
+	return s.r.WriteBatch(ctx, name, redisstore.Batch(b), redisstore.Digest(d))
+}
+
+// ingest: Redis writes in place, so there is nothing to merge; the reference DAL answers.
+func (redisStore) ingest(string) (uint64, uint64, bool) { return 0, 0, false }
+
+func (s redisStore) getMany(ctx context.Context, target *kvpb.Target, keys [][]byte) (string, [][]byte, bool) {
+	ns, alias, pinned, ok := parseTarget(target)
+	if !ok {
+		return "", nil, false
+	}
+	name, err := s.r.Resolve(ctx, ns, alias, pinned)
+	if err == nil {
+		var values [][]byte
+		if values, err = s.r.GetMany(ctx, name, keys); err == nil {
+			return name, values, true
+		}
+	}
+	if !errors.Is(err, redisstore.ErrNotReadable) {
+		slog.Warn("read: forwarded to the reference DAL", "error", err.Error())
+	}
+	return "", nil, false
+}
