@@ -70,6 +70,9 @@ class Settings(BaseSettings):
     spark_driver_host: str = "127.0.0.1"
     #: The native data plane's binary (default: the one scripts/build_native.sh built).
     kvd: Path | None = None
+    #: ``bulldozer run`` hands itself over to the home's warm loader when one runs (``auto``),
+    #: or always runs in its own process (``off``); see bulldozer.loader.
+    loader: Literal["auto", "off"] = "auto"
     #: Which data plane ``serve`` uses: auto, native or python.
     data_plane: Literal["auto", "native", "python"] = "auto"
     #: Where downloaded tools (protoc plugins, Maven) are cached (default ``~/.cache/bulldozer``).

@@ -11,7 +11,16 @@ process.before_imports()  # before anything imports numpy
 import typer  # noqa: E402  (after the process tuning above)
 
 from bulldozer._version import __version__  # noqa: E402
-from bulldozer.cli import ops_cmds, proto_cmd, run_cmds, schedule_cmds, serve_cmd, spec_cmds, warehouse_cmds  # noqa: E402
+from bulldozer.cli import (  # noqa: E402
+    loader_cmds,
+    ops_cmds,
+    proto_cmd,
+    run_cmds,
+    schedule_cmds,
+    serve_cmd,
+    spec_cmds,
+    warehouse_cmds,
+)
 
 app = typer.Typer(
     name="bulldozer",
@@ -73,6 +82,7 @@ app.command("unpin")(ops_cmds.unpin)
 app.command("gc")(ops_cmds.gc)
 app.command("scan")(ops_cmds.scan)
 app.add_typer(warehouse_cmds.app, name="warehouse")
+app.add_typer(loader_cmds.app, name="loader")
 
 
 def main() -> None:

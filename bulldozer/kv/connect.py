@@ -3,7 +3,9 @@
 ``embedded`` starts a DAL for the duration: a child ``bulldozer serve`` process on a
 private Unix socket over the embedded store in ``$BULLDOZER_HOME/kv`` (its log goes to
 ``$BULLDOZER_HOME/logs/``), stopped gracefully afterwards. A separate process lets
-encoding and storing run on two cores. ``host:port`` connects to a running DAL.
+encoding and storing run on two cores. In a command the warm loader runs
+(bulldozer.loader), the loader's own embedded DAL over the same store is used instead
+(``use_warm_dal``), when it answers. ``host:port`` connects to a running DAL.
 """
 
 from __future__ import annotations
@@ -33,8 +35,20 @@ __all__ = [
     "embedded_store_path",
     "spec_token",
     "start_embedded_dal",
+    "use_warm_dal",
 ]
 log = logging.getLogger("bulldozer.kv.connect")
+
+
+#: (store, address) of an embedded DAL already running over that store: set by the warm
+#: loader in the command it runs, so the command need not start one
+_warm: tuple[Path, str] | None = None
+
+
+def use_warm_dal(store: Path, address: str) -> None:
+    """Connect this process's commands on ``store`` to the DAL at ``address``."""
+    global _warm
+    _warm = (store, address)
 
 
 def embedded_store_path(home: str | os.PathLike[str] | None = None) -> Path:
@@ -156,6 +170,22 @@ def connect(
     ``BULLDOZER_TLS_KEY``."""
     settings = load_settings()
     endpoint = settings.dal_endpoint(endpoint)
+    if endpoint == "embedded" and _warm is not None and _warm[0] == embedded_store_path(home):
+        from bulldozer.kv.client import KvClient
+
+        client = KvClient(_warm[1], token=token, timeout=timeout)
+        client.store = f"embedded ({_warm[0]})"
+        try:
+            client.wait_ready(timeout=2.0)
+        except BackendUnavailableError:
+            client.close()  # the loader's DAL does not answer: start one as usual
+            log.warning("the warm loader's embedded DAL at %s does not answer; starting one", _warm[1])
+        else:
+            try:
+                yield client
+            finally:
+                client.close()
+            return
     if endpoint == "embedded":
         with start_embedded_dal(home) as dal:
             # imported once the DAL is on its way: gRPC, numpy and pydantic load meanwhile

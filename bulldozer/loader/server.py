@@ -1,0 +1,344 @@
+"""The loader process (``bulldozer loader serve``): preloads, keeps an embedded DAL, forks
+one child per handed-over command (see the package's docstring).
+
+It stays single-threaded so that forking it is safe: one ``selectors`` loop waits on the
+listening socket, a self-pipe for SIGTERM/SIGINT, and each child's pidfd (readable when
+the child exits, then its exit code goes back to the caller). Nothing in it opens a gRPC
+channel or a thread pool; the children do, after the fork.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib
+import json
+import logging
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bulldozer.errors import BackendUnavailableError
+from bulldozer.loader import loader_folder, socket_path
+
+__all__ = ["PRELOAD", "serve"]
+
+log = logging.getLogger("bulldozer.loader")
+
+#: What the children find imported: everything a local run imports on its way, except the
+#: command line's own modules (they make rich consoles, which read the terminal when they
+#: are made: each child makes its own, on its caller's terminal).
+PRELOAD = (
+    "typer",
+    "rich.console",
+    "rich.progress",
+    "pyarrow",
+    "pyarrow.parquet",
+    "pyarrow.compute",
+    "pyiceberg.table",
+    "pyiceberg.catalog.sql",
+    "pyiceberg.io.pyarrow",
+    "grpc",
+    "bulldozer.kv.client",
+    "bulldozer.kv.connect",
+    "bulldozer.load.runner",
+    "bulldozer.load.engines.local",
+    "bulldozer.load.encoder.encode",
+    "bulldozer.schema.iceberg",
+    "bulldozer.spec.loader",
+    "bulldozer.warehouse.catalog",
+)
+
+_HEADER = struct.Struct("!I")
+_MAX_REQUEST = 16 * 1024 * 1024
+
+
+@dataclass
+class _Child:
+    pid: int
+    conn: socket.socket
+    pidfd: int
+
+
+@dataclass
+class _State:
+    home: Path
+    listener: socket.socket
+    selector: selectors.BaseSelector
+    wake: socket.socket
+    dal: Any = None  # the warm embedded DAL (bulldozer.kv.connect.EmbeddedDal) or None
+    children: dict[int, _Child] = field(default_factory=dict)
+    served: int = 0
+    started: float = field(default_factory=time.time)
+    stopping: bool = False
+
+
+def preload() -> float:
+    """Import what a run imports; the seconds it took."""
+    from bulldozer.cli import process
+
+    process.without_pandas()  # as a local run does, before anything imports pyarrow.dataset
+    began = time.perf_counter()
+    for name in PRELOAD:
+        importlib.import_module(name)
+    return time.perf_counter() - began
+
+
+def _listen(path: Path) -> socket.socket:
+    folder = path.parent
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(folder, 0o700)  # only this user can reach the socket
+    if path.exists():
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            path.unlink()  # a loader that died left it
+        else:
+            raise BackendUnavailableError(f"a loader already serves {folder.parent} (its socket {path} answers)")
+        finally:
+            probe.close()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    os.chmod(path, 0o600)
+    listener.listen(64)
+    listener.setblocking(False)
+    return listener
+
+
+def serve(home: Path, warm_dal: bool = True) -> int:
+    """Run the loader for ``home`` until SIGTERM or SIGINT; the exit code."""
+    seconds = preload()
+    folder = loader_folder(home)
+    path = socket_path(home)
+    listener = _listen(path)
+    wake_r, wake_w = socket.socketpair()
+    wake_r.setblocking(False)
+    wake_w.setblocking(False)
+    signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)  # handled in the loop, through the wakeup fd
+    selector = selectors.DefaultSelector()
+    state = _State(home, listener, selector, wake_r)
+    selector.register(listener, selectors.EVENT_READ, "accept")
+    selector.register(wake_r, selectors.EVENT_READ, "signal")
+    (folder / "loader.pid").write_text(str(os.getpid()))
+    with contextlib.ExitStack() as stack:
+        if warm_dal:
+            state.dal = _start_dal(stack, home)
+        gc.freeze()  # what is loaded now is shared with every child, untouched by collections
+        log.info("loader ready for %s in %.2f s of imports (pid %d, socket %s)", home, seconds, os.getpid(), path)
+        try:
+            _loop(state, stack)
+        finally:
+            for child in list(state.children.values()):  # they run on; their callers get no code
+                _forget(state, child)
+            selector.close()
+            listener.close()
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            with contextlib.suppress(FileNotFoundError):
+                (folder / "loader.pid").unlink()
+    log.info("loader stopped after %d command(s)", state.served)
+    return 0
+
+
+def _start_dal(stack: contextlib.ExitStack, home: Path) -> Any:
+    from bulldozer.kv.connect import start_embedded_dal
+
+    dal = stack.enter_context(start_embedded_dal(home))
+    dal.wait()
+    return dal
+
+
+def _loop(state: _State, stack: contextlib.ExitStack) -> None:
+    while not (state.stopping and not state.children):
+        for key, _ in state.selector.select(timeout=1.0):
+            if key.data == "accept":
+                with contextlib.suppress(BlockingIOError):
+                    conn, _ = state.listener.accept()
+                    _handle(state, conn, stack)
+            elif key.data == "signal":
+                with contextlib.suppress(BlockingIOError):
+                    state.wake.recv(64)
+                if not state.stopping:
+                    log.info("loader stopping: no new commands; waiting for %d running", len(state.children))
+                    state.stopping = True
+                    state.selector.unregister(state.listener)
+            else:
+                _reap(state, key.data)
+
+
+def _reply(conn: socket.socket, message: dict[str, Any]) -> None:
+    with contextlib.suppress(OSError):
+        conn.sendall(json.dumps(message).encode() + b"\n")
+
+
+def _handle(state: _State, conn: socket.socket, stack: contextlib.ExitStack) -> None:
+    """One caller: check who it is, read its request, answer a status or fork its command."""
+    conn.setblocking(True)
+    conn.settimeout(5.0)
+    fds: list[int] = []
+    try:
+        pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+        if uid != os.getuid():
+            log.warning("refused a connection from uid %d (pid %d): not this loader's user", uid, pid)
+            conn.close()
+            return
+        data, fds, _, _ = socket.recv_fds(conn, 65536, 3)
+        if len(data) < _HEADER.size:
+            raise ValueError("no request")
+        (size,) = _HEADER.unpack_from(data)
+        if size > _MAX_REQUEST:
+            raise ValueError(f"a request of {size} bytes")
+        body = bytearray(data[_HEADER.size :])
+        while len(body) < size:
+            chunk = conn.recv(size - len(body))
+            if not chunk:
+                raise ValueError("the request was cut short")
+            body += chunk
+        request = json.loads(body)
+    except (OSError, ValueError) as exc:
+        log.warning("a request was not understood: %s", exc)
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+        return
+    if request.get("op") == "status":
+        _reply(conn, {"pid": os.getpid(), "home": str(state.home), "running": len(state.children),
+                      "served": state.served, "since": state.started,
+                      "dal": state.dal.address if state.dal is not None else None})  # fmt: skip
+        conn.close()
+        return
+    if state.stopping or len(fds) != 3 or Path(request.get("home", "")) != state.home:
+        for fd in fds:
+            os.close(fd)
+        _reply(conn, {"refused": "stopping" if state.stopping else "not this loader's home"})
+        conn.close()
+        return
+    if state.dal is not None and state.dal.proc.poll() is not None:
+        log.warning("the warm embedded DAL exited (code %s); starting another", state.dal.proc.returncode)
+        try:
+            state.dal = _start_dal(stack, state.home)
+        except BackendUnavailableError as exc:
+            log.warning("no warm embedded DAL (runs start their own): %s", exc)
+            state.dal = None
+    child = os.fork()
+    if child == 0:
+        _become(state, conn, fds, request, pid)  # never returns
+    for fd in fds:
+        os.close(fd)
+    state.served += 1
+    pidfd = os.pidfd_open(child)
+    state.children[child] = _Child(child, conn, pidfd)
+    state.selector.register(pidfd, selectors.EVENT_READ, child)
+    _reply(conn, {"pid": child})
+
+
+def _reap(state: _State, pid: int) -> None:
+    child = state.children.pop(pid)
+    state.selector.unregister(child.pidfd)
+    os.close(child.pidfd)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    _reply(child.conn, {"exit": code if code >= 0 else 128 - code})
+    child.conn.close()
+
+
+def _forget(state: _State, child: _Child) -> None:
+    state.selector.unregister(child.pidfd)
+    os.close(child.pidfd)
+    child.conn.close()
+
+
+def _become(state: _State, conn: socket.socket, fds: list[int], request: dict[str, Any], caller: int) -> None:
+    """In the child: become the caller's command, run it, exit with its code."""
+    code = 70  # EX_SOFTWARE, if anything below fails before the command runs
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        state.selector.close()
+        state.listener.close()
+        state.wake.close()
+        for other in state.children.values():
+            other.conn.close()
+            os.close(other.pidfd)
+        conn.close()
+        os.setpgid(0, 0)  # its own group: the caller's signals reach it (and its DAL) alone
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.chdir(request["cwd"])
+        os.umask(int(request["umask"]))
+        os.environ.clear()
+        os.environ.update(request["env"])
+        sys.argv = ["bulldozer", *request["argv"]]
+        sys.stdin = open(0, closefd=False, encoding="utf-8", errors="replace")  # noqa: SIM115
+        sys.stdout = open(1, "w", buffering=1 if os.isatty(1) else -1, closefd=False, encoding="utf-8")  # noqa: SIM115
+        sys.stderr = open(2, "w", buffering=1, closefd=False, encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
+        _die_with(caller)
+        ours = logging.getLogger("bulldozer")  # as a new process has it: the command configures its own
+        ours.handlers.clear()
+        ours.setLevel(logging.NOTSET)
+        ours.propagate = True
+        if state.dal is not None:
+            from bulldozer.kv.connect import embedded_store_path, use_warm_dal
+
+            use_warm_dal(embedded_store_path(state.home), state.dal.address)
+        code = _run_cli()  # the preloaded objects stay frozen: collections leave the shared pages alone
+    except BaseException:
+        import traceback
+
+        with contextlib.suppress(Exception):
+            traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            logging.shutdown()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _run_cli() -> int:
+    from bulldozer.cli.main import main
+
+    try:
+        main()
+    except SystemExit as exc:
+        if exc.code is None:
+            return 0
+        if isinstance(exc.code, int):
+            return exc.code
+        print(exc.code, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # before the command's own handler was reached
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _die_with(caller: int) -> None:
+    """Kill this command (and its process group: its DAL) when the caller is gone, as the
+    one-shot command would be gone with it."""
+    try:
+        pidfd = os.pidfd_open(caller)
+    except ProcessLookupError:
+        os.killpg(0, signal.SIGKILL)
+        return
+
+    def watch() -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(pidfd, selectors.EVENT_READ)
+        sel.select()
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="caller-watch", daemon=True).start()

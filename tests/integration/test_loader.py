@@ -1,0 +1,149 @@
+"""The warm loader (bulldozer.loader): a ``bulldozer run`` handed over to it is the same
+command — the caller's arguments, working directory, environment, output and exit code —
+run in a process that already imported everything, with the loader's embedded DAL; it
+dies with its caller; and with no loader (or ``BULLDOZER_LOADER=off``) nothing changes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bulldozer.loader import loader_folder, socket_path
+from bulldozer.loader.client import status
+from bulldozer.warehouse.sample import create_sample_warehouse
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.integration
+TEMPLATE = (REPO / "templates" / "move_data_to_kv_dal.yaml").read_text()
+
+
+def _bulldozer(home: Path, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
+               **kwargs: object) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """``bulldozer ARGS`` through the command's entry point (which hands a run over)."""
+    return subprocess.run(
+        [sys.executable, "-m", "bulldozer.cli.entry", *args],
+        capture_output=True, text=True, timeout=120, cwd=cwd or REPO,
+        env={**os.environ, "BULLDOZER_HOME": str(home), **(env or {})}, **kwargs,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    home = tmp_path_factory.mktemp("loader")
+    create_sample_warehouse(home, rows=2_000)
+    (home / "job.yaml").write_text(TEMPLATE)
+    started = _bulldozer(home, "loader", "start")
+    assert started.returncode == 0, started.stdout + started.stderr
+    yield home
+    stopped = _bulldozer(home, "loader", "stop")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert status(home) is None and not socket_path(home).exists()
+
+
+def _dal_logs(home: Path) -> set[str]:
+    return {p.name for p in (home / "logs").glob("dal-*.log")}
+
+
+def test_a_run_is_handed_over_and_uses_the_loaders_dal(home: Path) -> None:
+    before = status(home)
+    assert before is not None and before["dal"]
+    logs = _dal_logs(home)
+    done = _bulldozer(home, "run", "job.yaml", "--json", "-q", cwd=home)  # a path relative to the caller's cwd
+    assert done.returncode == 0, done.stderr
+    record = json.loads(done.stdout)
+    assert (record["outcome"], record["rows"]) == ("succeeded", 2_000)
+    assert record["store"] == f"embedded ({home / 'kv'})"
+    after = status(home)
+    assert after is not None and after["served"] == before["served"] + 1
+    assert _dal_logs(home) == logs  # no DAL was started for the run: the loader's answered
+
+
+def test_the_same_command_runs_here_without_the_loader(home: Path) -> None:
+    served = status(home)["served"]  # type: ignore[index]
+    logs = _dal_logs(home)
+    done = _bulldozer(home, "run", str(home / "job.yaml"), "--json", "-q", env={"BULLDOZER_LOADER": "off"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["rows"] == 2_000
+    assert status(home)["served"] == served  # type: ignore[index]
+    assert len(_dal_logs(home) - logs) == 1  # it started its own DAL
+
+
+def test_the_callers_environment_and_errors_are_the_commands(home: Path) -> None:
+    """The child reads the caller's environment, not the loader's: a spec's ${VAR} is the
+    caller's variable, and without it the run fails as it would here, with the same one
+    line and exit code."""
+    spec = home / "env.yaml"
+    spec.write_text(TEMPLATE.replace("  # endpoint: dal.example.com:7110", "  endpoint: ${LOADER_TEST_DAL}"))
+    served = status(home)["served"]  # type: ignore[index]
+    done = _bulldozer(home, "run", str(spec), "-q", env={"LOADER_TEST_DAL": "embedded"})
+    assert done.returncode == 0, done.stderr
+    assert status(home)["served"] == served + 1  # type: ignore[index]
+    there = _bulldozer(home, "run", str(spec), "-q")
+    assert status(home)["served"] == served + 2  # type: ignore[index]
+    here = _bulldozer(home, "run", str(spec), "-q", env={"BULLDOZER_LOADER": "off"})
+    assert there.returncode == here.returncode == 2
+    assert there.stderr == here.stderr and "LOADER_TEST_DAL is not set" in there.stderr, there.stderr
+    assert "Traceback" not in there.stderr
+    bad = _bulldozer(home, "run", str(home / "missing.yaml"))
+    assert bad.returncode == 2 and bad.stderr.strip().endswith("no such file"), bad.stderr
+
+
+def test_the_command_dies_with_its_caller(home: Path) -> None:
+    """A caller killed mid-command takes its command with it (as a one-shot process would
+    be gone): here the command waits on a DAL that accepts connections but never answers."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        env = {**os.environ, "BULLDOZER_HOME": str(home), "BULLDOZER_ENDPOINT": f"127.0.0.1:{silent.getsockname()[1]}"}
+        caller = subprocess.Popen([sys.executable, "-m", "bulldozer.cli.entry", "run", str(home / "job.yaml"), "-q"],
+                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        deadline = time.monotonic() + 30
+        while (status(home) or {}).get("running", 0) == 0:
+            assert caller.poll() is None and time.monotonic() < deadline, "the run never reached the loader"
+            time.sleep(0.05)
+        caller.send_signal(signal.SIGKILL)
+        caller.wait()
+        deadline = time.monotonic() + 10
+        while (status(home) or {}).get("running", 1) != 0:
+            assert time.monotonic() < deadline, "the command outlived its caller"
+            time.sleep(0.05)
+
+
+def test_ctrl_c_reaches_the_command(home: Path) -> None:
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        env = {**os.environ, "BULLDOZER_HOME": str(home), "BULLDOZER_ENDPOINT": f"127.0.0.1:{silent.getsockname()[1]}"}
+        caller = subprocess.Popen([sys.executable, "-m", "bulldozer.cli.entry", "run", str(home / "job.yaml"), "-q"],
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        deadline = time.monotonic() + 30
+        while (status(home) or {}).get("running", 0) == 0:
+            assert caller.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(0.3)
+        caller.send_signal(signal.SIGINT)
+        _, err = caller.communicate(timeout=30)
+    assert caller.returncode == 130
+    assert err.strip().splitlines()[-1] == "error: interrupted"
+
+
+def test_only_its_user_can_reach_it(home: Path) -> None:
+    folder = loader_folder(home)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE(socket_path(home).stat().st_mode) == 0o600
+
+
+def test_a_second_loader_for_the_home_is_refused(home: Path) -> None:
+    again = _bulldozer(home, "loader", "serve")
+    assert again.returncode != 0
+    assert "a loader already serves" in again.stderr and "Traceback" not in again.stderr
