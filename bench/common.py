@@ -40,15 +40,17 @@ def scratch_dir(prefix: str) -> Path:
     return path
 
 
-def run_cli(args: list[str], home: Path, env: dict[str, str] | None = None) -> CliRun:
+def run_cli(args: list[str], home: Path, env: dict[str, str] | None = None, entry: bool = False) -> CliRun:
     """Run ``bulldozer ARGS`` in its own process with ``BULLDOZER_HOME=home``, polling its
-    descendants' memory from here (not from inside the command, where it would cost it time)."""
+    descendants' memory from here (not from inside the command, where it would cost it time).
+    ``entry``: through the ``bulldozer`` command's entry point, which hands a run over to
+    the home's warm loader when one runs (its memory is then the loader's, not polled here)."""
     from bench.measured_cli import peak_of_descendants
 
     started = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.measured_cli", *args],
+            [sys.executable, "-m", "bench.measured_cli", *(["--entry"] if entry else []), *args],
             stdout=out,
             stderr=err,
             text=True,

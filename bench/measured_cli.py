@@ -69,9 +69,16 @@ def peak_of_descendants(root: int, done: threading.Event, every: float = 0.25) -
 
 
 def main() -> None:
-    sys.argv = ["bulldozer", *sys.argv[1:]]
+    """``python -m bench.measured_cli [--entry] ARGS``: ``bulldozer ARGS`` run by the CLI's
+    main (always in this process), or with ``--entry`` by the ``bulldozer`` command's entry
+    point (which hands a run over to a warm loader when one runs: bulldozer.loader)."""
+    args = sys.argv[1:]
+    module = "bulldozer.cli.main"
+    if args[:1] == ["--entry"]:
+        args, module = args[1:], "bulldozer.cli.entry"
+    sys.argv = ["bulldozer", *args]
     try:
-        runpy.run_module("bulldozer.cli.main", run_name="__main__")
+        runpy.run_module(module, run_name="__main__")
     finally:
         sys.stderr.write(f"\nRSS {vm_hwm_kib('self')}\n")
 

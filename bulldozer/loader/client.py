@@ -23,6 +23,8 @@ from bulldozer.loader import socket_path
 __all__ = ["hand_over", "request", "status"]
 
 _HEADER = struct.Struct("!I")
+#: how long the loader may take to fork the command (it answers in milliseconds)
+_FIRST_REPLY_SECONDS = 30.0
 
 
 def _option(argv: Sequence[str], name: str) -> str | None:
@@ -117,14 +119,24 @@ def hand_over(argv: Sequence[str]) -> int | None:
     except OSError:
         return None  # no loader listens there (a stale socket): run here
     with sock:
-        sock.settimeout(None)
+        sock.settimeout(_FIRST_REPLY_SECONDS)
         replies = _replies(sock)
         try:
             first = next(replies, None)
+        except TimeoutError:
+            # it may have forked the command meanwhile: running it here too could run it twice
+            # (the command, if it started, dies with this process)
+            print(
+                f"error: the loader for {home} did not answer within {_FIRST_REPLY_SECONDS:.0f} s; stop it "
+                "(bulldozer loader stop) or run without it (BULLDOZER_LOADER=off)",
+                file=sys.stderr,
+            )
+            return 1
         except (OSError, ValueError):
             first = None
         if first is None or "pid" not in first:
             return None  # refused, or gone before it forked: nothing ran, run here
+        sock.settimeout(None)
         child = int(first["pid"])
 
         def forward(signum: int, _frame: Any) -> None:
