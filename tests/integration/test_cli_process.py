@@ -24,7 +24,7 @@ TEMPLATE = (REPO / "templates" / "move_data_to_kv_dal.yaml").read_text()
 DRIVER = """
 import atexit, json, sys
 import gc, os
-atexit.register(lambda: print("IMPORTED", json.dumps(sorted(m for m in ("pandas", "duckdb") if m in sys.modules))))
+atexit.register(lambda: print("IMPORTED", json.dumps(sorted(m for m in ("pandas", "duckdb", "pyparsing") if m in sys.modules))))
 atexit.register(lambda: print("GC", gc.isenabled(), "BLAS", os.environ.get("OPENBLAS_NUM_THREADS")))
 import bulldozer.cli.main
 sys.argv = ["bulldozer", *sys.argv[1:]]
@@ -60,6 +60,20 @@ def test_a_local_run_does_without_pandas(home: Path) -> None:
     assert "GC True BLAS 1" in done.stdout  # off while the run set up, on again from its load
 
 
+def test_the_filter_parser_is_loaded_only_for_a_filter(home: Path) -> None:
+    """pyiceberg's string-filter parser (a pyparsing grammar built at import) is deferred
+    (process.DEFERRED): a run without a filter never executes it (the test above: no
+    pyparsing), and a run with one loads it at first use and filters."""
+    spec = home / "filtered.yaml"
+    text = TEMPLATE.replace("  value_columns:  ", "  filter: rating >= 3\n  value_columns:  ", 1)
+    spec.write_text(text.replace("min_rows: 1000", "min_rows: 1").replace("alias: user_item_scores", "alias: filtered"))
+    done = _cli(home, "run", str(spec), "-q")
+    assert done.returncode == 0, done.stderr
+    assert 'IMPORTED ["pyparsing"]' in done.stdout
+    rows = int(re.search(r"([\d,]+) rows from snapshot", done.stdout).group(1).replace(",", ""))  # type: ignore[union-attr]
+    assert 0 < rows < 2_000
+
+
 def test_other_commands_collect_from_the_start_and_a_failed_run_collects_again(home: Path, tmp_path: Path) -> None:
     spec = home / "job.yaml"
     spec.write_text(TEMPLATE)
@@ -90,4 +104,4 @@ def test_a_query_run_exits_without_a_leak_report(home: Path) -> None:
 def test_commands_run_in_process_leave_the_interpreter_alone() -> None:
     assert not process.owned()
     assert process.without_pandas() is False
-    assert not any(type(finder).__name__ == "_NoPandas" for finder in sys.meta_path)
+    assert not any(type(finder).__name__ in ("_NoPandas", "_Deferred") for finder in sys.meta_path)
