@@ -113,7 +113,11 @@ def hand_over(argv: Sequence[str]) -> int | None:
         return None
     umask = os.umask(0)
     os.umask(umask)
-    message = {"argv": list(argv), "cwd": os.getcwd(), "env": dict(os.environ), "umask": umask, "home": str(home)}
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        return None  # a working directory that is gone: the command says so itself
+    message = {"argv": list(argv), "cwd": cwd, "env": dict(os.environ), "umask": umask, "home": str(home)}
     try:
         sock = request(home, message, fds=(0, 1, 2))
     except OSError:

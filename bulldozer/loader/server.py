@@ -206,6 +206,7 @@ def _handle(state: _State, conn: socket.socket, stack: contextlib.ExitStack) -> 
                 raise ValueError("the request was cut short")
             body += chunk
         request = json.loads(body)
+        _check(request)
     except (OSError, ValueError) as exc:
         log.warning("a request was not understood: %s", exc)
         for fd in fds:
@@ -243,6 +244,22 @@ def _handle(state: _State, conn: socket.socket, stack: contextlib.ExitStack) -> 
     _reply(conn, {"pid": child})
 
 
+def _check(request: Any) -> None:
+    """A request is a status query, or a command: arguments, working directory, environment,
+    umask and home, each of its type (ValueError otherwise)."""
+    if not isinstance(request, dict):
+        raise ValueError("not a JSON object")
+    if request.get("op") == "status":
+        return
+    argv, cwd, env, umask, home = (request.get(k) for k in ("argv", "cwd", "env", "umask", "home"))
+    if not (isinstance(argv, list) and all(isinstance(a, str) for a in argv)):
+        raise ValueError("argv is not a list of strings")
+    if not (isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
+        raise ValueError("env is not a mapping of strings")
+    if not (isinstance(cwd, str) and isinstance(home, str) and isinstance(umask, int)):
+        raise ValueError("cwd, home or umask is missing")
+
+
 def _reap(state: _State, pid: int) -> None:
     child = state.children.pop(pid)
     state.selector.unregister(child.pidfd)
@@ -277,7 +294,12 @@ def _become(state: _State, conn: socket.socket, fds: list[int], request: dict[st
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
-        os.chdir(request["cwd"])
+        try:
+            os.chdir(request["cwd"])
+        except OSError as exc:
+            print(f"error: the loader cannot enter the working directory {request['cwd']}: {exc.strerror}",
+                  file=sys.stderr)  # fmt: skip
+            raise SystemExit(code) from None
         os.umask(int(request["umask"]))
         os.environ.clear()
         os.environ.update(request["env"])
@@ -295,7 +317,9 @@ def _become(state: _State, conn: socket.socket, fds: list[int], request: dict[st
 
             use_warm_dal(embedded_store_path(state.home), state.dal.address)
         code = _run_cli()  # the preloaded objects stay frozen: collections leave the shared pages alone
-    except BaseException:
+    except SystemExit:
+        pass  # the one line was said
+    except BaseException:  # the child must reach os._exit, whatever happened
         import traceback
 
         with contextlib.suppress(Exception):

@@ -147,3 +147,21 @@ def test_a_second_loader_for_the_home_is_refused(home: Path) -> None:
     again = _bulldozer(home, "loader", "serve")
     assert again.returncode != 0
     assert "a loader already serves" in again.stderr and "Traceback" not in again.stderr
+
+
+def test_a_malformed_request_does_not_stop_it(home: Path) -> None:
+    """Whatever a connection sends — not JSON, the wrong shape, nothing — the loader drops
+    it and serves the next command."""
+    import struct
+
+    for payload in (b"not json", json.dumps(["a", "list"]).encode(), json.dumps({"argv": "run"}).encode(), b""):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.connect(str(socket_path(home)))
+            if payload:
+                sock.sendall(struct.pack("!I", len(payload)) + payload)
+            sock.shutdown(socket.SHUT_WR)
+            sock.settimeout(10)
+            assert sock.recv(100) == b""  # closed without an answer
+    done = _bulldozer(home, "run", str(home / "job.yaml"), "-q")
+    assert done.returncode == 0, done.stderr
+    assert status(home) is not None
