@@ -51,7 +51,7 @@ def start(
     home: Annotated[str | None, typer.Option(help=HOME_HELP, show_default=False)] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait until it answers.")] = 60.0,
 ) -> None:
-    """Start the loader in the background (its log: <home>/logs/loader.log) and wait until it answers."""
+    """Start the loader in the background (its log: <home>/logs/loader-DATE.log) and wait until it answers."""
     from bulldozer.loader import loader_folder
     from bulldozer.loader.client import status
 
@@ -60,10 +60,11 @@ def start(
     if running is not None:
         console.print(f"a loader already runs for {root} (pid {running['pid']})")
         return
-    logs = root / "logs"
-    logs.mkdir(mode=0o700, parents=True, exist_ok=True)
+    from bulldozer.logs import log_file, open_log
+
+    log_path = log_file(root / "logs", "loader")
     loader_folder(root).mkdir(mode=0o700, parents=True, exist_ok=True)
-    with open(os.open(logs / "loader.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "wb") as log:
+    with open(open_log(log_path), "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "bulldozer.cli.main", "loader", "serve", "--home", str(root)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
@@ -71,8 +72,8 @@ def start(
     deadline = time.monotonic() + timeout
     while (answer := status(root)) is None:
         if proc.poll() is not None or time.monotonic() > deadline:
-            tail = (logs / "loader.log").read_text(errors="replace").strip().splitlines()[-1:]
-            raise fail(f"the loader did not start ({logs / 'loader.log'}): {' '.join(tail)}")
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-1:]
+            raise fail(f"the loader did not start ({log_path}): {' '.join(tail)}")
         time.sleep(0.05)
     console.print(f"loader running for {root} (pid {answer['pid']}); `bulldozer run` in this home now uses it")
 

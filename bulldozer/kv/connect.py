@@ -1,8 +1,9 @@
 """Connect to the DAL a spec names.
 
 ``embedded`` starts a DAL for the duration: a child ``bulldozer serve`` process on a
-private Unix socket over the embedded store in ``$BULLDOZER_HOME/kv`` (its log goes to
-``$BULLDOZER_HOME/logs/``), stopped gracefully afterwards. A separate process lets
+private Unix socket over the embedded store in ``$BULLDOZER_HOME/kv`` (its log goes to the
+day's ``$BULLDOZER_HOME/logs/dal-YYYY-MM-DD.log``, see ``bulldozer.logs.log_file``),
+stopped gracefully afterwards. A separate process lets
 encoding and storing run on two cores. In a command the warm loader runs
 (bulldozer.loader), the loader's own embedded DAL over the same store is used instead
 (``use_warm_dal``), when it answers. ``host:port`` connects to a running DAL.
@@ -61,20 +62,42 @@ class EmbeddedDal:
     """A ``bulldozer serve`` child process over the embedded store, listening on a Unix
     socket in a private folder, so its address is known before it is up."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], folder: Path, log_path: Path, startup_timeout: float) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], folder: Path, log_path: Path, log_offset: int, startup_timeout: float
+    ) -> None:
         self.proc = proc
         self.address = f"unix:{folder / 'dal.sock'}"
         self._ready_file = folder / "ready"
         self._log_path = log_path
+        self._log_offset = log_offset
         self._deadline = time.monotonic() + startup_timeout
 
     def wait(self) -> None:
         """Block until the server listens, or raise BackendUnavailableError with its log."""
         while not self._ready_file.exists():
             if self.proc.poll() is not None or time.monotonic() > self._deadline:
-                tail = self._log_path.read_text(errors="replace")[-2000:]
-                raise BackendUnavailableError(f"the embedded DAL did not start (log {self._log_path}): {tail.strip()}")
+                raise BackendUnavailableError(
+                    f"the embedded DAL did not start (log {self._log_path}): {self._own_log()[-2000:].strip()}"
+                )
             time.sleep(0.02)
+
+    def _own_log(self) -> str:
+        """What this DAL logged: the log file from where it started, without the JSON lines
+        of other processes sharing the day's file."""
+        import json
+
+        with open(self._log_path, "rb") as f:
+            f.seek(self._log_offset)
+            text = f.read().decode(errors="replace")
+        kept = []
+        for line in text.splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                record = None
+            if not isinstance(record, dict) or record.get("pid") in (None, self.proc.pid):
+                kept.append(line)
+        return "\n".join(kept)
 
 
 @contextmanager
@@ -83,14 +106,14 @@ def start_embedded_dal(
 ) -> Iterator[EmbeddedDal]:
     """Start a ``bulldozer serve`` child process over the embedded store and return at once;
     ``.wait()`` blocks until it listens on ``.address``. Stopped gracefully on exit."""
+    from bulldozer.logs import log_file, open_log
     from bulldozer.warehouse.catalog import bulldozer_home
 
-    logs = bulldozer_home(home) / "logs"
-    logs.mkdir(mode=0o700, parents=True, exist_ok=True)
-    log_path = logs / f"dal-{os.getpid()}-{int(time.time())}.log"
+    log_path = log_file(bulldozer_home(home) / "logs", "dal")
     with tempfile.TemporaryDirectory(prefix="bulldozer-dal-") as tmp:
         folder = Path(tmp)
-        with open(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "wb") as log:
+        with open(open_log(log_path), "wb") as log:
+            offset = os.fstat(log.fileno()).st_size
             proc = subprocess.Popen(
                 [
                     sys.executable, "-m", "bulldozer.cli.main", "serve",
@@ -103,7 +126,7 @@ def start_embedded_dal(
                 stderr=log,
             )  # fmt: skip
         try:
-            yield EmbeddedDal(proc, folder, log_path, startup_timeout)
+            yield EmbeddedDal(proc, folder, log_path, offset, startup_timeout)
         finally:
             if proc.poll() is None:
                 proc.terminate()

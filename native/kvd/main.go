@@ -50,7 +50,8 @@ func main() {
 	parent := flag.Int("parent-pid", 0, "stop when this process is no longer the parent")
 	version := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
-	slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "bulldozer-kvd"))
+	// its lines go to the DAL's log file, which other DALs of the day share: each names its pid
+	slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "bulldozer-kvd", "pid", os.Getpid()))
 	if *version {
 		fmt.Printf("bulldozer-kvd (LMDB %s)\n", lmdb.Version())
 		return

@@ -105,3 +105,20 @@ def test_commands_run_in_process_leave_the_interpreter_alone() -> None:
     assert not process.owned()
     assert process.without_pandas() is False
     assert not any(type(finder).__name__ in ("_NoPandas", "_Deferred") for finder in sys.meta_path)
+
+
+def test_embedded_dals_share_the_days_log_and_a_failed_start_says_its_own_reason(tmp_path: Path) -> None:
+    """Each command's embedded DAL appends to the day's log file (not one file per command),
+    and a DAL that cannot start is reported with what it logged, not what others did."""
+    home = tmp_path / "home"
+    create_sample_warehouse(home, rows=100)
+    (home / "kv").write_text("not a store")
+    spec = tmp_path / "job.yaml"
+    spec.write_text(TEMPLATE)
+    for _ in range(2):
+        failed = _cli(home, "run", str(spec), "-q")
+        assert failed.returncode == 1
+        assert failed.stderr.count("cannot open the embedded store") == 1, failed.stderr
+        assert "the embedded DAL did not start" in failed.stderr and "Traceback" not in failed.stderr
+    (log,) = (home / "logs").glob("dal-*.log")
+    assert log.read_text().count("cannot open the embedded store") == 2
