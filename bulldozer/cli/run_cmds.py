@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -147,6 +148,29 @@ def _failure_json(record: RunRecord | None, exc: BulldozerError, stage: str | No
     return data
 
 
+#: without a terminal (a scheduler's task log), a run prints its progress this often
+PROGRESS_LINE_SECONDS = 10.0
+
+
+class _ProgressLines:
+    """The load's progress as a line every ``every`` seconds, for logs where no bar shows."""
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self.started = time.monotonic()
+        self.last = self.started
+
+    def update(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self.last < self.every:
+            return
+        self.last = now
+        rate = done / (now - self.started) if now > self.started else 0.0
+        of = f" of {total:,}" if total else ""
+        eta = f", about {max(total - done, 0) / rate:,.0f} s left" if total and rate else ""
+        err_console.print(f"· load: {done:,}{of} rows, {rate:,.0f} rows/s{eta}", highlight=False)
+
+
 def _run(
     client: KvClient,
     loaded: LoadedSpec,
@@ -191,9 +215,13 @@ def _run(
             if not show and not as_json and not quiet:
                 err_console.print(f"· {stage}")
 
+        lines = _ProgressLines(PROGRESS_LINE_SECONDS) if not show and not as_json and not quiet else None
+
         def on_progress(done: int, total: int) -> None:
             elapsed = bar.tasks[0].elapsed or 0.0
             bar.update(task, completed=done, total=total or None, rate=f"{done / elapsed:,.0f}" if elapsed else "-")
+            if lines is not None:
+                lines.update(done, total)
 
         try:
             if stage is not None:

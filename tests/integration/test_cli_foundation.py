@@ -120,3 +120,21 @@ def test_warehouse_sample_command(tmp_path: Path) -> None:
     summary = json.loads(result.stdout)
     assert summary["rows"] == 500 and summary["snapshot_id"]
     assert (home / "catalog.db").exists()
+
+
+def test_a_run_without_a_terminal_prints_progress_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no progress bar can show (a scheduler's task log), the load's progress is a
+    line every PROGRESS_LINE_SECONDS: rows done of the total, the rate and the time left."""
+    from bulldozer.cli import run_cmds
+    from bulldozer.warehouse.sample import create_sample_warehouse
+
+    home = tmp_path / "home"
+    create_sample_warehouse(home, rows=2_000)
+    monkeypatch.setattr(run_cmds, "PROGRESS_LINE_SECONDS", 0.0)
+    result = runner.invoke(app, ["run", TEMPLATE, "--home", str(home)])
+    assert result.exit_code == 0, result.output
+    assert re.search(r"· load: [\d,]+ of 2,000 rows, [\d,]+ rows/s", result.stderr), result.stderr
+    monkeypatch.setattr(run_cmds, "PROGRESS_LINE_SECONDS", 3600.0)
+    quiet = runner.invoke(app, ["run", TEMPLATE, "--home", str(home)])
+    assert quiet.exit_code == 0, quiet.output
+    assert "· load:" not in quiet.stderr  # not before an interval has passed
