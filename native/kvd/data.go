@@ -16,9 +16,11 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"bulldozer/kvd/internal/kvpb"
 	"bulldozer/kvd/internal/shared"
@@ -65,6 +67,7 @@ type dataServer struct {
 	limits  Limits
 	backend kvpb.KvDataClient
 	stats   *stats
+	metrics *metrics
 }
 
 // lmdbStore is the embedded store.
@@ -174,6 +177,7 @@ func (s *dataServer) putNative(ctx context.Context, req *kvpb.PutBatchRequest) (
 		return nil, false
 	}
 	s.stats.written(name, d.Count, d.Bytes)
+	s.metrics.written(name, d.Count, d.Bytes)
 	return &kvpb.PutBatchResponse{Records: d.Count, Bytes: d.Bytes}, true
 }
 
@@ -194,20 +198,31 @@ func columnar(records []*kvpb.KeyValue) *kvpb.ColumnarRecords {
 	return c
 }
 
-func (s *dataServer) put(ctx context.Context, req *kvpb.PutBatchRequest, setTrailer func(metadata.MD)) (*kvpb.PutBatchResponse, error) {
+// put stores req on the fast path or forwards it; native says which.
+func (s *dataServer) put(ctx context.Context, req *kvpb.PutBatchRequest, setTrailer func(metadata.MD)) (resp *kvpb.PutBatchResponse, native bool, err error) {
 	if resp, ok := s.putNative(ctx, req); ok {
 		s.stats.served("PutBatch", true)
-		return resp, nil
+		return resp, true, nil
 	}
 	s.stats.served("PutBatch", false)
-	return forward(ctx, setTrailer, s.backend.PutBatch, req)
+	resp, err = forward(ctx, setTrailer, s.backend.PutBatch, req)
+	return resp, false, err
 }
 
 func (s *dataServer) PutBatch(ctx context.Context, req *kvpb.PutBatchRequest) (*kvpb.PutBatchResponse, error) {
-	return s.put(ctx, req, unaryTrailer(ctx))
+	started := time.Now()
+	resp, native, err := s.put(ctx, req, unaryTrailer(ctx))
+	if native {
+		s.metrics.request("PutBatch", "OK", started)
+	}
+	return resp, err
 }
 
-func (s *dataServer) PutStream(stream kvpb.KvData_PutStreamServer) error {
+// PutStream is served here, each message on the fast path or forwarded as a PutBatch (which
+// the reference DAL then counts); the stream itself is counted here.
+func (s *dataServer) PutStream(stream kvpb.KvData_PutStreamServer) (err error) {
+	started := time.Now()
+	defer func() { s.metrics.request("PutStream", status.Code(err).String(), started) }()
 	total := &kvpb.PutStreamResponse{}
 	ctx := stream.Context()
 	for {
@@ -218,7 +233,7 @@ func (s *dataServer) PutStream(stream kvpb.KvData_PutStreamServer) error {
 		if err != nil {
 			return err // the client went away: what was stored stays, nothing is sealed
 		}
-		resp, err := s.put(ctx, req, stream.SetTrailer)
+		resp, _, err := s.put(ctx, req, stream.SetTrailer)
 		if err != nil {
 			return err
 		}
@@ -236,10 +251,12 @@ func (m *lmdbStore) stage(_ context.Context, name string, b lmdb.Batch, d lmdb.D
 // case (a bad name, a namespace that is SEALING or not LOADING, an error, an engine that
 // writes in place) goes to the reference DAL, which ingests or answers with the canonical error.
 func (s *dataServer) Ingest(ctx context.Context, req *kvpb.IngestRequest) (*kvpb.IngestResponse, error) {
+	started := time.Now()
 	name := req.GetNamespace()
 	if namespaceRE.MatchString(name) {
 		if runs, records, ok := s.store.ingest(name); ok {
 			s.stats.served("Ingest", true)
+			s.metrics.request("Ingest", "OK", started)
 			return &kvpb.IngestResponse{Runs: runs, Records: records}, nil
 		}
 	}
@@ -352,8 +369,10 @@ func (m *lmdbStore) getMany(_ context.Context, target *kvpb.Target, keys [][]byt
 }
 
 func (s *dataServer) Get(ctx context.Context, req *kvpb.GetRequest) (*kvpb.GetResponse, error) {
+	started := time.Now()
 	if name, values, ok := s.getNative(ctx, req.GetTarget(), [][]byte{req.GetKey()}); ok {
 		s.stats.served("Get", true)
+		s.metrics.request("Get", "OK", started)
 		return &kvpb.GetResponse{Found: values[0] != nil, Value: values[0], Namespace: name}, nil
 	}
 	s.stats.served("Get", false)
@@ -361,8 +380,10 @@ func (s *dataServer) Get(ctx context.Context, req *kvpb.GetRequest) (*kvpb.GetRe
 }
 
 func (s *dataServer) BatchGet(ctx context.Context, req *kvpb.BatchGetRequest) (*kvpb.BatchGetResponse, error) {
+	started := time.Now()
 	if name, values, ok := s.getNative(ctx, req.GetTarget(), req.GetKeys()); ok {
 		s.stats.served("BatchGet", true)
+		s.metrics.request("BatchGet", "OK", started)
 		items := make([]*kvpb.BatchGetResponse_Item, len(values))
 		for i, v := range values {
 			items[i] = &kvpb.BatchGetResponse_Item{Found: v != nil, Value: v}

@@ -46,6 +46,7 @@ func main() {
 	maxGet := flag.Int("max-batch-get-keys", shared.LimitsMaxBatchGetKeys, "most keys in one batch get")
 	maxMsg := flag.Int("max-message-bytes", shared.LimitsMaxMessageBytes, "largest request or response")
 	readyFile := flag.String("ready-file", "", "write the bound port here once listening")
+	metricsListen := flag.String("metrics-listen", "", "serve Prometheus metrics of the calls served here (unix:PATH or HOST:PORT)")
 	grace := flag.Duration("grace", 30*time.Second, "how long in-flight calls may finish after SIGTERM")
 	parent := flag.Int("parent-pid", 0, "stop when this process is no longer the parent")
 	version := flag.Bool("version", false, "print the version and exit")
@@ -58,7 +59,7 @@ func main() {
 	}
 	if err := run(*listen, *backend, *engine, *store, lmdb.Options{MapSize: *mapSize, MaxDBs: *maxDBs, MaxReaders: 512, WriteMap: *writeMap},
 		Limits{MaxKeyBytes: *maxKey, MaxValueBytes: *maxValue, MaxBatchRecords: *maxBatch, MaxBatchGetKeys: *maxGet},
-		*maxMsg, *readyFile, *grace, *parent); err != nil {
+		*maxMsg, *readyFile, *metricsListen, *grace, *parent); err != nil {
 		slog.Error("stopped", "error", err.Error())
 		fmt.Fprintln(os.Stderr, "bulldozer-kvd:", err)
 		os.Exit(1)
@@ -99,7 +100,7 @@ func openStore(engine, dir string, opts lmdb.Options) (s store, close func() err
 	return nil, nil, fmt.Errorf("--engine %q: embedded or redis", engine)
 }
 
-func run(listen, backend, engine, dir string, opts lmdb.Options, limits Limits, maxMsg int, readyFile string, grace time.Duration, parent int) error {
+func run(listen, backend, engine, dir string, opts lmdb.Options, limits Limits, maxMsg int, readyFile, metricsListen string, grace time.Duration, parent int) error {
 	if backend == "" {
 		return fmt.Errorf("--backend is required")
 	}
@@ -131,6 +132,13 @@ func run(listen, backend, engine, dir string, opts lmdb.Options, limits Limits, 
 		return fmt.Errorf("cannot listen on %s: %w", listen, err)
 	}
 	st := newStats()
+	var m *metrics
+	if metricsListen != "" {
+		m = newMetrics()
+		if err := m.serve(metricsListen); err != nil {
+			return fmt.Errorf("metrics on %s: %w", metricsListen, err)
+		}
+	}
 	r := &relay{conn: conn}
 	server := grpc.NewServer(
 		grpc.ForceServerCodec(codec{}),
@@ -138,7 +146,7 @@ func run(listen, backend, engine, dir string, opts lmdb.Options, limits Limits, 
 		grpc.MaxRecvMsgSize(maxMsg),
 		grpc.MaxSendMsgSize(maxMsg),
 	)
-	kvpb.RegisterKvDataServer(server, &dataServer{store: st0, limits: limits, backend: kvpb.NewKvDataClient(conn), stats: st})
+	kvpb.RegisterKvDataServer(server, &dataServer{store: st0, limits: limits, backend: kvpb.NewKvDataClient(conn), stats: st, metrics: m})
 
 	port := 0
 	if tcp, ok := lis.Addr().(*net.TCPAddr); ok {

@@ -303,3 +303,54 @@ def test_the_redis_password_is_not_in_the_fronts_arguments_or_environment(tmp_pa
     finally:
         admin.acl_deluser(user)
         admin.close()
+
+
+def test_calls_the_front_serves_are_counted_on_the_dals_metrics(engine: StorageEngine) -> None:
+    """One /metrics counts every call: those bulldozer-kvd serves itself (reads, puts) and
+    those the Python DAL serves (namespaces, a forwarded put), with the same names, labels
+    and buckets, added up."""
+    from urllib.request import urlopen
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from bulldozer.kv.server.metrics import Metrics
+
+    metrics = Metrics()
+    server, port = create_server("127.0.0.1:0", engine, data_plane="native", metrics=metrics)
+    metrics_port = metrics.serve(0)
+    try:
+        with KvClient(f"127.0.0.1:{port}") as client:
+            client.wait_ready()
+            client.create_namespace("m__v1", "m")
+            client.put("m__v1", _pairs(100))  # served by the front
+            with pytest.raises(NamespaceNotFoundError):  # forwarded: the Python DAL refuses it
+                client.put("m__v2", _pairs(1))
+            client.seal("m__v1", 100, digest_pairs(_pairs(100)).value)
+            for _ in range(3):
+                client.batch_get([b"key-00000001", b"nope"], namespace="m__v1")
+            for _ in range(2):
+                client.get(b"key-00000002", namespace="m__v1")
+    finally:
+        text = urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+        server.stop(5)
+    assert (
+        text.count("# TYPE bulldozer_kv_requests_total counter") + text.count("# TYPE bulldozer_kv_requests counter")
+        == 1
+    )
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+    def count(name: str, **labels: str) -> float:
+        return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+    assert count("bulldozer_kv_requests_total", method="BatchGet", code="OK") == 3
+    assert count("bulldozer_kv_requests_total", method="Get", code="OK") == 2
+    assert count("bulldozer_kv_requests_total", method="PutBatch", code="OK") == 1
+    assert count("bulldozer_kv_requests_total", method="PutBatch", code="NOT_FOUND") == 1
+    assert count("bulldozer_kv_requests_total", method="CreateNamespace", code="OK") == 1
+    assert count("bulldozer_kv_request_seconds_count", method="BatchGet") == 3
+    assert count("bulldozer_kv_request_seconds_bucket", method="BatchGet", le="+Inf") == 3
+    assert count("bulldozer_kv_records_written_total", namespace="m__v1") == 100

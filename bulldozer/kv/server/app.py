@@ -165,13 +165,21 @@ def _create_native_server(
     reference, _ = create_server(
         backend, engine, limits, metrics, max_workers, interceptors, allow_unauthenticated=True
     )
+    metrics_socket = private / "kvd-metrics.sock" if metrics is not None else None
     try:
-        front = NativeFront.start(address, backend, engine, reference.dal.limits, private / "kvd.port")
+        front = NativeFront.start(
+            address, backend, engine, reference.dal.limits, private / "kvd.port", metrics_socket=metrics_socket
+        )
         front.wait()
     except BaseException:
         reference.stop(0, close_engine=False)
         shutil.rmtree(private, ignore_errors=True)
         raise
+    if metrics is not None and metrics_socket is not None:
+        from bulldozer.kv.server.native import fetch_metrics
+
+        socket_path = metrics_socket
+        metrics.add_source(lambda: fetch_metrics(socket_path))  # the calls the front serves itself
     log.info("data plane: native (bulldozer-kvd pid %d in front of this DAL)", front.proc.pid)
     return NativeServer(reference, front, private), front.port
 

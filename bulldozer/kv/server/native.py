@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from bulldozer.kv.backends import StorageEngine
     from bulldozer.kv.server.rules import Limits
 
-__all__ = ["NATIVE_ENGINES", "DataPlane", "NativeFront", "choose_data_plane", "kvd_binary"]
+__all__ = ["NATIVE_ENGINES", "DataPlane", "NativeFront", "choose_data_plane", "fetch_metrics", "kvd_binary"]
 
 #: the engines bulldozer-kvd serves (its --engine)
 NATIVE_ENGINES = ("embedded", "redis")
@@ -100,9 +100,11 @@ class NativeFront:
         limits: Limits,
         ready_file: Path,
         grace: float = 30.0,
+        metrics_socket: Path | None = None,
     ) -> NativeFront:
         """Start ``bulldozer-kvd`` on ``listen`` in front of the DAL at ``backend``, over the
-        store ``engine`` (an open embedded or Redis engine: its settings are passed on)."""
+        store ``engine`` (an open embedded or Redis engine: its settings are passed on); with
+        ``metrics_socket``, it serves the metrics of the calls it serves there."""
         binary = kvd_binary()
         if binary is None:
             raise BackendUnavailableError("bulldozer-kvd is not built (run scripts/build_native.sh)")
@@ -134,6 +136,7 @@ class NativeFront:
             f"--max-batch-get-keys={limits.max_batch_get_keys}",
             f"--max-message-bytes={limits.max_message_bytes}",
             f"--ready-file={ready_file}",
+            *([f"--metrics-listen=unix:{metrics_socket}"] if metrics_socket else []),
             f"--grace={grace}s",
             f"--parent-pid={os.getpid()}",
         ]
@@ -169,3 +172,26 @@ class NativeFront:
                 self.proc.kill()
                 self.proc.wait()
         return self.proc.returncode
+
+
+def fetch_metrics(socket_path: Path, timeout: float = 5.0) -> str | None:
+    """``bulldozer-kvd``'s metrics (Prometheus text) from its private socket; None when it
+    does not answer (it is stopping, say)."""
+    import http.client
+    import socket
+
+    class _Unix(http.client.HTTPConnection):
+        def connect(self) -> None:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(timeout)
+            self.sock.connect(str(socket_path))
+
+    conn = _Unix("kvd", timeout=timeout)
+    try:
+        conn.request("GET", "/metrics")
+        response = conn.getresponse()
+        return response.read().decode() if response.status == 200 else None
+    except OSError:
+        return None
+    finally:
+        conn.close()

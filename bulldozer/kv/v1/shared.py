@@ -36,3 +36,8 @@ REDIS_DATA_KEY = "%s:d:%s:%d"
 REDIS_DIGEST_KEPT = "kept"
 REDIS_DIGEST_ENTRY = "%d %d %d %d"
 REDIS_ENTER_SCRIPT = "local raw = redis.call('HGET', KEYS[1], ARGV[1])\nif not raw then return '' end\nlocal state = cjson.decode(raw)['state']\nif state ~= 'LOADING' then return state end\nlocal t = redis.call('TIME')\nlocal now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\nredis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[2])\nreturn 'LOADING'\n"
+METRICS_REQUESTS = "bulldozer_kv_requests"
+METRICS_REQUEST_SECONDS = "bulldozer_kv_request_seconds"
+METRICS_REQUEST_SECONDS_BUCKETS: tuple[str, ...] = ("0.0005", "0.001", "0.002", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "1", "5", "30")
+METRICS_RECORDS_WRITTEN = "bulldozer_kv_records_written"
+METRICS_BYTES_WRITTEN = "bulldozer_kv_bytes_written"

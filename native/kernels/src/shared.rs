@@ -35,3 +35,8 @@ pub const REDIS_DATA_KEY: &str = "%s:d:%s:%d";
 pub const REDIS_DIGEST_KEPT: &str = "kept";
 pub const REDIS_DIGEST_ENTRY: &str = "%d %d %d %d";
 pub const REDIS_ENTER_SCRIPT: &str = "local raw = redis.call('HGET', KEYS[1], ARGV[1])\nif not raw then return '' end\nlocal state = cjson.decode(raw)['state']\nif state ~= 'LOADING' then return state end\nlocal t = redis.call('TIME')\nlocal now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\nredis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[2])\nreturn 'LOADING'\n";
+pub const METRICS_REQUESTS: &str = "bulldozer_kv_requests";
+pub const METRICS_REQUEST_SECONDS: &str = "bulldozer_kv_request_seconds";
+pub const METRICS_REQUEST_SECONDS_BUCKETS: &[&str] = &["0.0005", "0.001", "0.002", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "1", "5", "30"];
+pub const METRICS_RECORDS_WRITTEN: &str = "bulldozer_kv_records_written";
+pub const METRICS_BYTES_WRITTEN: &str = "bulldozer_kv_bytes_written";

@@ -70,3 +70,13 @@ const RedisDigestKept = "kept"
 const RedisDigestEntry = "%d %d %d %d"
 
 const RedisEnterScript = "local raw = redis.call('HGET', KEYS[1], ARGV[1])\nif not raw then return '' end\nlocal state = cjson.decode(raw)['state']\nif state ~= 'LOADING' then return state end\nlocal t = redis.call('TIME')\nlocal now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\nredis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[2])\nreturn 'LOADING'\n"
+
+const MetricsRequests = "bulldozer_kv_requests"
+
+const MetricsRequestSeconds = "bulldozer_kv_request_seconds"
+
+var MetricsRequestSecondsBuckets = []string{"0.0005", "0.001", "0.002", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "1", "5", "30"}
+
+const MetricsRecordsWritten = "bulldozer_kv_records_written"
+
+const MetricsBytesWritten = "bulldozer_kv_bytes_written"
