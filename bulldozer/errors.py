@@ -82,6 +82,11 @@ class BulldozerError(Exception):
     grpc_code: ClassVar[str] = "UNKNOWN"
     #: Process exit code the CLI uses for this error family.
     exit_code: ClassVar[int] = 1
+    #: Whether trying the same step again can succeed. False where the failure is a property
+    #: of the spec, the source data, the schema or a rule of the store (an invalid spec, a
+    #: breaking change, duplicate keys, a refused gate...): a scheduler fails such a task at
+    #: once instead of retrying it (bulldozer.schedule.airflow_dags).
+    retryable: ClassVar[bool] = True
 
 
 # --------------------------------------------------------------------------- spec
@@ -121,6 +126,7 @@ class SpecError(BulldozerError):
 
     grpc_code = "INVALID_ARGUMENT"
     exit_code = 2
+    retryable = False
 
     def __init__(self, issues: list[SpecIssue]) -> None:
         self.issues = list(issues)
@@ -150,6 +156,7 @@ class SchemaError(BulldozerError):
     clash after sanitizing, a key column of a type whose bytes are not deterministic)."""
 
     grpc_code = "INVALID_ARGUMENT"
+    retryable = False
 
 
 class IncompatibleSchemaError(SchemaError):
@@ -184,6 +191,7 @@ class InvalidArgumentError(KvError):
     """A malformed request: an empty key, an unknown field value, a bad page token."""
 
     grpc_code = "INVALID_ARGUMENT"
+    retryable = False
 
 
 class InvalidNameError(InvalidArgumentError):
@@ -207,6 +215,7 @@ class NamespaceStateError(KvError):
     SEALED version, pointing an alias at a LOADING one)."""
 
     grpc_code = "FAILED_PRECONDITION"
+    retryable = False
 
 
 class AliasNotFoundError(KvError):
@@ -245,18 +254,21 @@ class ForeignDataError(KvError):
     Bulldozer did not write; it is left untouched and the engine refuses to start."""
 
     grpc_code = "FAILED_PRECONDITION"
+    retryable = False
 
 
 class UnauthenticatedError(KvError):
     """The caller did not prove who it is (missing or unknown credentials)."""
 
     grpc_code = "UNAUTHENTICATED"
+    retryable = False
 
 
 class PermissionDeniedError(KvError):
     """The caller is known but may not perform this operation on this alias."""
 
     grpc_code = "PERMISSION_DENIED"
+    retryable = False
 
 
 # --------------------------------------------------------------------------- load
@@ -271,6 +283,8 @@ class LoadError(BulldozerError):
 class SourceDataError(LoadError):
     """The source rows break a rule of the spec (e.g. a null in a key column)."""
 
+    retryable = False
+
 
 class DuplicateKeyError(SourceDataError):
     """Two source rows share a key and the spec's ``duplicate_keys`` policy is ``fail``."""
@@ -279,9 +293,13 @@ class DuplicateKeyError(SourceDataError):
 class VerificationError(LoadError):
     """What the runner sent differs from what the DAL acknowledged (count or digest)."""
 
+    retryable = False
+
 
 class QualityGateError(LoadError):
     """A quality gate of the spec refused the new version."""
+
+    retryable = False
 
 
 class RetentionError(BulldozerError):

@@ -5,7 +5,10 @@ schedule, owner, tags and retries, and the tasks validate → schema → load �
 flip → retention, each a Python task calling :func:`bulldozer.load.runner.run_stage`
 with the DAG run's id as the run key: a retried load resumes the version its first
 attempt created, later stages find that version by the key, and a retried flip is a
-no-op. Spark loads run from the Python task through the load engine (no Spark provider).
+no-op. Only transient failures are retried: one that trying again cannot change (an
+invalid spec, a breaking schema change, duplicate keys, a refused gate: errors whose
+``retryable`` is False) fails the task at once (``AirflowFailException``). Spark loads run
+from the Python task through the load engine (no Spark provider).
 
 A spec that does not validate never breaks the others: it is logged, and shows up as a
 DAG ``bulldozer_invalid__<file>`` whose one task fails with the validation errors (so it
@@ -41,19 +44,28 @@ def run_stage_task(spec_file: str, stage: str, **context: Any) -> str:
     from bulldozer.logs import configure_logging
 
     configure_logging("info", "text")
-    loaded = load_spec(Path(spec_file))
     run_key = f"{context['dag'].dag_id}/{context['run_id']}"
     settings = load_settings()
     engine = settings.load_engine
     home = str(settings.home) if settings.home else None
-    with connect_for_spec(loaded, home) as client:
-        record = run_stage(stage, loaded, client, run_key=run_key, engine=engine, home=home)
+    try:
+        loaded = load_spec(Path(spec_file))
+        with connect_for_spec(loaded, home) as client:
+            record = run_stage(stage, loaded, client, run_key=run_key, engine=engine, home=home)
+    except BulldozerError as exc:
+        if exc.retryable:
+            raise  # transient (the DAL unavailable, a timeout...): the DAG's retries apply
+        from airflow.sdk.exceptions import AirflowFailException
+
+        raise AirflowFailException(f"{type(exc).__name__}: {exc} (not retried: trying again cannot change it)") from exc
     log.info("%s %s: %s (%s)", loaded.spec.metadata.name, stage, record.outcome, record.version or "-")
     return record.version
 
 
 def _fail_invalid(message: str, **context: Any) -> None:
-    raise BulldozerError(message)
+    from airflow.sdk.exceptions import AirflowFailException
+
+    raise AirflowFailException(message)  # an invalid spec stays invalid: no retry
 
 
 def _dag_for(path: Path, loaded: LoadedSpec) -> Any:

@@ -244,7 +244,7 @@ def dags_test(airflow: Path, home: Path, specs: Path) -> subprocess.CompletedPro
     )
 
 
-def test_a_dag_run_moves_the_alias_and_a_failing_verify_does_not(
+def test_a_dag_run_moves_the_alias_and_a_failing_gate_fails_without_retries(
     airflow_home: Path, home: Path, tmp_path: Path
 ) -> None:
     specs = tmp_path / "specs"
@@ -258,11 +258,19 @@ def test_a_dag_run_moves_the_alias_and_a_failing_verify_does_not(
     got = _cli(["get", "user_item_scores", "--key", json.dumps(KEY)], home)
     assert got.returncode == 0 and json.loads(got.stdout)["profile"]["tier"]
 
-    strict = write_spec(tmp_path / "job.yaml", **{"min_rows: 1000": "min_rows: 1000000"})
+    # retries configured, but a refused gate is not retried: the task fails at once
+    changes = {
+        "min_rows: 1000": "min_rows: 1000000",
+        "retries: 0 ": "retries: 2 ",
+        "retry_delay: 5m": "retry_delay: 1s",
+    }
+    strict = write_spec(tmp_path / "job.yaml", **changes)
     assert _cli(["submit", str(strict)], home, env).returncode == 0  # replaces the submitted spec
     failed = dags_test(airflow_home, home, specs)
     output = failed.stdout + failed.stderr
     assert "quality gate failed: min_rows" in output  # the reason, in the task log
+    assert "not retried: trying again cannot change it" in output
+    assert "up_for_retry" not in output.lower()  # (with the gate retried like a blip, it was)
     finished = [line for line in output.splitlines() if "DagRun Finished" in line]
     assert finished and "state=failed" in finished[-1]  # the DAG run is failed
     assert alias_now(home) == v1["version"]  # never moved
@@ -293,3 +301,44 @@ def test_any_failure_of_one_spec_stays_in_its_own_invalid_dag(
     assert type(failure).__name__ in dags["bulldozer_invalid__a_bad"].doc_md
     with pytest.raises(type(failure)):
         airflow_dags.build_dags(specs, strict=True)
+
+
+@pytest.mark.parametrize(
+    ("error", "retried"),
+    [
+        ("BackendUnavailableError('the DAL is down')", True),
+        ("QualityGateError('min_rows: 5 rows (minimum 1,000)')", False),
+        ("DuplicateKeyError('two rows share a key')", False),
+        ("IncompatibleSchemaError('breaking change', [])", False),
+        ("SpecError([])", False),
+    ],
+)
+def test_a_stage_task_fails_fast_only_where_retrying_cannot_help(
+    error: str, retried: bool, home: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The task body re-raises a transient failure (the DAG's retries apply) and turns one
+    that trying again cannot change into AirflowFailException (no retry)."""
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from bulldozer import errors
+    from bulldozer.load import runner
+    from bulldozer.schedule import airflow_dags
+
+    exc = eval(error, vars(errors))
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise exc
+
+    monkeypatch.setattr(runner, "run_stage", failing)
+    monkeypatch.setenv("BULLDOZER_HOME", str(home))
+    spec = write_spec(tmp_path / "job.yaml")
+    context = {"dag": SimpleNamespace(dag_id="user_item_scores"), "run_id": "manual__1"}
+    with pytest.raises(Exception) as raised:
+        airflow_dags.run_stage_task(str(spec), "load", **context)
+    if retried:
+        assert raised.value is exc
+    else:
+        assert isinstance(raised.value, AirflowFailException) and raised.value.__cause__ is exc
+        assert "not retried" in str(raised.value)
