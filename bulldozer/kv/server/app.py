@@ -196,6 +196,7 @@ def serve(
     """Run until SIGTERM or SIGINT (or, with ``parent_pid``, until that parent process is
     gone, so a DAL started for a run that was killed does not outlive it); returns the exit code."""
     metrics = Metrics()
+    metrics.watch_jobs(engine)  # per-alias freshness and last-run gauges, read at each scrape
     running, port = create_server(address, engine, metrics=metrics, **kwargs)
     if port_file is not None:
         tmp = Path(f"{port_file}.tmp")

@@ -5,6 +5,11 @@ The names, labels and latency buckets are shared with the native data plane
 calls it serves itself and serves them on a private socket, and this process's
 ``/metrics`` adds them to its own (``add_source``), so one scrape counts every call
 whichever plane served it.
+
+``watch_jobs`` adds, per alias, what an on-call engineer alerts on, read from the DAL's own
+metadata at each scrape (so one scrape shows every job's freshness): the live version's
+age, size and records, whether the alias is pinned, and the latest run's outcome, time,
+stage durations and gates (``JOB_METRICS``).
 """
 
 from __future__ import annotations
@@ -14,13 +19,26 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from bulldozer.kv.v1 import shared
 
-__all__ = ["Metrics"]
+__all__ = ["JOB_METRICS", "Metrics"]
+
+#: the per-alias gauges ``watch_jobs`` exports: name -> help
+JOB_METRICS = {
+    "bulldozer_alias_version_age_seconds": "Seconds since the alias last moved (flip or rollback) to its live version.",
+    "bulldozer_alias_records": "Records in the alias's live version.",
+    "bulldozer_alias_bytes": "Key + value bytes in the alias's live version.",
+    "bulldozer_alias_pinned": "1 while the alias is pinned (runs build versions but do not flip).",
+    "bulldozer_job_last_run_success": "1 if the alias's latest run succeeded (or ended pinned), 0 if it failed.",
+    "bulldozer_job_last_run_timestamp_seconds": "When the alias's latest run finished (Unix time).",
+    "bulldozer_job_last_run_rows": "Rows the alias's latest run loaded.",
+    "bulldozer_job_stage_seconds": "Seconds each stage of the alias's latest run took.",
+    "bulldozer_job_gate_passed": "1 if a quality gate passed in the alias's latest run, 0 if it refused the version.",
+}
 
 log = logging.getLogger("bulldozer.kv.server")
 
@@ -60,6 +78,10 @@ class Metrics:
         """Add another process's counts (``fetch``: its exposition text, None if it has
         none now) to every scrape of this registry."""
         self._sources.append(fetch)
+
+    def watch_jobs(self, engine: Any) -> None:
+        """Export the per-alias job and freshness gauges of ``engine``'s metadata (``JOB_METRICS``)."""
+        self.registry.register(_Jobs(engine))
 
     def serve(self, port: int, host: str = "127.0.0.1") -> int:
         server, _thread = start_http_server(port, addr=host, registry=self.registry)
@@ -103,3 +125,57 @@ def _key(sample: Any) -> tuple[str, tuple[tuple[str, str], ...]]:
     ``le="1.0"``, Go ``le="1"``)."""
     labels = {k: repr(float(v)) if k == "le" else v for k, v in sample.labels.items()}
     return sample.name, tuple(sorted(labels.items()))
+
+
+class _Jobs(Collector):
+    """Per-alias gauges from the engine's aliases and versions, read at each scrape."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+
+    def collect(self) -> Iterator[Metric]:
+        from datetime import UTC, datetime
+
+        from bulldozer.versioning.run_state import run_record_of
+
+        gauges = {
+            name: GaugeMetricFamily(name, text, labels=["alias", *extra])
+            for (name, text), extra in zip(
+                JOB_METRICS.items(), [[], [], [], [], [], [], [], ["stage"], ["gate"]], strict=True
+            )
+        }
+        try:
+            aliases = self.engine.list_aliases()
+            versions = self.engine.list_namespaces()
+        except Exception as exc:  # a scrape must not fail while the store is unreachable
+            log.warning("metrics: the job gauges could not be read: %s", exc)
+            return
+        by_name = {v.name: v for v in versions}
+        now = datetime.now(UTC)
+        for alias in aliases:
+            gauges["bulldozer_alias_version_age_seconds"].add_metric(
+                [alias.alias], (now - alias.updated).total_seconds()
+            )
+            live = by_name.get(alias.namespace)
+            if live is not None:
+                gauges["bulldozer_alias_records"].add_metric([alias.alias], live.record_count)
+                gauges["bulldozer_alias_bytes"].add_metric([alias.alias], live.bytes)
+            gauges["bulldozer_alias_pinned"].add_metric([alias.alias], 1.0 if alias.pinned else 0.0)
+        latest: dict[str, Any] = {}
+        for version in sorted(versions, key=lambda v: v.created):
+            record = run_record_of(version)
+            if record is not None and record.outcome != "running":
+                latest[version.alias] = record
+        for alias_name, record in latest.items():
+            ok = record.outcome in ("succeeded", "pinned")
+            gauges["bulldozer_job_last_run_success"].add_metric([alias_name], 1.0 if ok else 0.0)
+            if record.finished:
+                finished = datetime.fromisoformat(record.finished).timestamp()
+                gauges["bulldozer_job_last_run_timestamp_seconds"].add_metric([alias_name], finished)
+            gauges["bulldozer_job_last_run_rows"].add_metric([alias_name], record.rows)
+            for stage, seconds in record.timings.items():
+                gauges["bulldozer_job_stage_seconds"].add_metric([alias_name, stage], float(seconds))
+            for gate in record.gates:
+                passed = 1.0 if gate.get("passed") else 0.0
+                gauges["bulldozer_job_gate_passed"].add_metric([alias_name, str(gate.get("gate", ""))], passed)
+        yield from gauges.values()

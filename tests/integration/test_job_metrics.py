@@ -1,0 +1,68 @@
+"""The DAL's /metrics shows, per alias, what an on-call engineer alerts on (freshness, size,
+the latest run's outcome, stage durations and gates), read from its own metadata."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from urllib.request import urlopen
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from bulldozer.kv import create_engine
+from bulldozer.kv.server import create_server
+from bulldozer.kv.server.metrics import Metrics
+from bulldozer.warehouse.sample import create_sample_warehouse
+from tests.conftest import REPO
+from tests.integration.test_run import _cli
+
+pytestmark = pytest.mark.integration
+
+
+def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_freshness_and_last_run_gauges(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    create_sample_warehouse(home, rows=2_000)
+    engine = create_engine({"type": "embedded", "path": str(tmp_path / "kv"), "map_size": 1024**3})
+    metrics = Metrics()
+    metrics.watch_jobs(engine)
+    server, port = create_server("127.0.0.1:0", engine, metrics=metrics)
+    metrics_port = metrics.serve(0)
+    env = {"BULLDOZER_ENDPOINT": f"127.0.0.1:{port}"}
+    try:
+        assert not [k for k in _scrape(metrics_port) if k[0].startswith("bulldozer_alias_")]  # no alias yet
+        done = _cli(["run", "templates/move_data_to_kv_dal.yaml", "-q"], home, env)
+        assert done.returncode == 0, done.stderr
+        time.sleep(0.2)
+        got = _scrape(metrics_port)
+        alias = (("alias", "user_item_scores"),)
+        assert 0 <= got[("bulldozer_alias_version_age_seconds", alias)] < 60
+        assert got[("bulldozer_alias_records", alias)] == 2_000
+        assert got[("bulldozer_alias_bytes", alias)] > 0
+        assert got[("bulldozer_alias_pinned", alias)] == 0
+        assert got[("bulldozer_job_last_run_success", alias)] == 1
+        assert got[("bulldozer_job_last_run_rows", alias)] == 2_000
+        assert abs(got[("bulldozer_job_last_run_timestamp_seconds", alias)] - time.time()) < 120
+        assert got[("bulldozer_job_stage_seconds", (("alias", "user_item_scores"), ("stage", "load")))] > 0
+        assert got[("bulldozer_job_gate_passed", (("alias", "user_item_scores"), ("gate", "min_rows")))] == 1
+
+        refused = tmp_path / "refused.yaml"
+        template = (REPO / "templates" / "move_data_to_kv_dal.yaml").read_text()
+        refused.write_text(template.replace("min_rows: 1000", "min_rows: 1000000"))
+        failed = _cli(["run", str(refused), "-q"], home, env)
+        assert failed.returncode == 1
+        got = _scrape(metrics_port)
+        assert got[("bulldozer_job_last_run_success", alias)] == 0  # the latest run failed ...
+        assert got[("bulldozer_job_gate_passed", (("alias", "user_item_scores"), ("gate", "min_rows")))] == 0
+        assert got[("bulldozer_alias_records", alias)] == 2_000  # ... and the live version is the old one
+    finally:
+        server.stop(5)
