@@ -522,5 +522,6 @@ def run_stage(
         if record.retention_error:  # the task fails (and retries); the version stays live
             raise RetentionError(f"{record.version} is live, but retention failed: {record.retention_error}")
         return record
-    run.record.outcome = "succeeded"
+    if run.record.outcome != "pinned":  # a flip kept back by a pinned alias says so
+        run.record.outcome = "succeeded"
     return run.record

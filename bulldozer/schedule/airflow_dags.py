@@ -19,6 +19,7 @@ spec raises instead, and Airflow reports the loader file as broken.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,11 +31,26 @@ from bulldozer.schedule.jobs import find_specs, specs_folder
 from bulldozer.settings import load_settings
 from bulldozer.spec.loader import LoadedSpec, load_spec
 
-__all__ = ["INVALID_PREFIX", "build_dags", "run_stage_task"]
+__all__ = ["INVALID_PREFIX", "alias_asset_uri", "build_dags", "bulldozer_task_group", "run_stage_task"]
 
 log = logging.getLogger("bulldozer.dags")
 INVALID_PREFIX = "bulldozer_invalid__"
 START = datetime(2024, 1, 1, tzinfo=UTC)
+
+
+def alias_asset_uri(alias: str) -> str:
+    """The Airflow Asset a job's flip updates: a downstream DAG scheduled on it runs once the
+    alias points at a new version."""
+    return f"bulldozer://{alias}"
+
+
+def table_asset_uri(loaded: LoadedSpec) -> str | None:
+    """The Asset of the Iceberg table a job reads (None for a query source)."""
+    source = loaded.spec.data_movement.source
+    if not source.table:
+        return None
+    namespace, _, table = source.table.rpartition(".")
+    return f"iceberg://{loaded.spec.data_movement.catalog.name}/{namespace}/{table}"
 
 
 def run_stage_task(spec_file: str, stage: str, **context: Any) -> str:
@@ -45,6 +61,10 @@ def run_stage_task(spec_file: str, stage: str, **context: Any) -> str:
 
     configure_logging("info", "text")
     run_key = f"{context['dag'].dag_id}/{context['run_id']}"
+    task = context.get("task")
+    group = getattr(task, "task_id", "").rpartition(".")[0] if task is not None else ""
+    if group:  # a task group in a user's own DAG (bulldozer_task_group): one key per job
+        run_key += f"/{group}"
     settings = load_settings()
     engine = settings.load_engine
     home = str(settings.home) if settings.home else None
@@ -59,7 +79,27 @@ def run_stage_task(spec_file: str, stage: str, **context: Any) -> str:
 
         raise AirflowFailException(f"{type(exc).__name__}: {exc} (not retried: trying again cannot change it)") from exc
     log.info("%s %s: %s (%s)", loaded.spec.metadata.name, stage, record.outcome, record.version or "-")
+    if stage == "flip":
+        _flipped(loaded, record, context)
     return record.version
+
+
+def _flipped(loaded: LoadedSpec, record: Any, context: dict[str, Any]) -> None:
+    """The flip task's Asset event: its extra names the version, rows and snapshot. A flip
+    kept back by a pinned alias moved nothing: the task is skipped, so no event is sent."""
+    from airflow.sdk import Asset
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    if record.outcome == "pinned":
+        raise AirflowSkipException(f"{record.version} was built and verified but not made live: {record.error}")
+    events = context.get("outlet_events")
+    if events is not None:
+        events[Asset(alias_asset_uri(loaded.spec.alias))].extra = {
+            "alias": loaded.spec.alias,
+            "version": record.version,
+            "rows": record.rows,
+            "snapshot_id": record.snapshot_id,
+        }
 
 
 def _fail_invalid(message: str, **context: Any) -> None:
@@ -69,7 +109,6 @@ def _fail_invalid(message: str, **context: Any) -> None:
 
 
 def _dag_for(path: Path, loaded: LoadedSpec) -> Any:
-    from airflow.providers.standard.operators.python import PythonOperator
     from airflow.sdk import DAG
 
     meta = loaded.spec.metadata
@@ -84,18 +123,53 @@ def _dag_for(path: Path, loaded: LoadedSpec) -> Any:
         default_args={"owner": meta.owner, "retries": meta.retries, "retry_delay": meta.retry_delay},
         doc_md=f"Loads `{path}` into alias `{loaded.spec.alias}` (stages: {' → '.join(STAGES)}).",
     )
-    previous = None
+    with dag:
+        _stage_tasks(path, loaded)
+    return dag
+
+
+def _stage_tasks(path: Path, loaded: LoadedSpec) -> tuple[Any, Any]:
+    """The job's stage tasks, chained, in the DAG (or task group) being defined: the load
+    reads the table's Asset, the flip updates the alias's. The first and the last task."""
+    from airflow.providers.standard.operators.python import PythonOperator
+    from airflow.sdk import Asset
+
+    table = table_asset_uri(loaded)
+    tasks: list[Any] = []
     for stage in STAGES:
+        extra: dict[str, Any] = {}
+        if stage == "load" and table is not None:
+            extra["inlets"] = [Asset(table)]
+        if stage == "flip":
+            extra["outlets"] = [Asset(alias_asset_uri(loaded.spec.alias))]
         task = PythonOperator(
             task_id=stage,
             python_callable=run_stage_task,
             op_kwargs={"spec_file": str(path), "stage": stage},
-            dag=dag,
+            **extra,
         )
-        if previous is not None:
-            previous >> task
-        previous = task
-    return dag
+        if tasks:
+            tasks[-1] >> task
+        tasks.append(task)
+    return tasks[0], tasks[-1]
+
+
+def bulldozer_task_group(spec_file: str | os.PathLike[str], group_id: str | None = None) -> Any:
+    """A job's stages as a task group for your own DAG, the same tasks the generated DAGs run
+    (resume by run key, fail fast, the Assets), e.g.::
+
+        with DAG("features", schedule="@daily", start_date=...) as dag:
+            extract >> bulldozer_task_group("specs/user_item_scores.yaml") >> notify
+
+    ``group_id`` defaults to the job's name; the spec is validated here, so a bad spec is an
+    import error of your DAG file."""
+    from airflow.sdk import TaskGroup
+
+    path = Path(spec_file).absolute()
+    loaded = load_spec(path)
+    with TaskGroup(group_id=group_id or loaded.spec.metadata.name) as group:
+        _stage_tasks(path, loaded)
+    return group
 
 
 def _invalid_dag(path: Path, message: str) -> Any:

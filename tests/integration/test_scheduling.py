@@ -342,3 +342,87 @@ def test_a_stage_task_fails_fast_only_where_retrying_cannot_help(
     else:
         assert isinstance(raised.value, AirflowFailException) and raised.value.__cause__ is exc
         assert "not retried" in str(raised.value)
+
+
+DOWNSTREAM = """
+from datetime import datetime
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.sdk import DAG, Asset
+with DAG("features_ready", schedule=[Asset("bulldozer://user_item_scores")], start_date=datetime(2024, 1, 1)):
+    EmptyOperator(task_id="use_the_new_version")
+"""
+
+OWN_DAG = """
+from datetime import datetime
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.sdk import DAG
+from bulldozer.schedule.airflow_dags import bulldozer_task_group
+with DAG("my_pipeline", schedule=None, start_date=datetime(2024, 1, 1)):
+    EmptyOperator(task_id="extract") >> bulldozer_task_group(%r) >> EmptyOperator(task_id="notify")
+"""
+
+ASSET_STATE = """
+import json
+from airflow.models.asset import AssetDagRunQueue, AssetEvent, AssetModel
+from airflow.utils.session import create_session
+with create_session() as session:
+    asset = session.query(AssetModel).filter(AssetModel.name == "bulldozer://user_item_scores").one()
+    events = [e.extra for e in session.query(AssetEvent).filter(AssetEvent.asset_id == asset.id)]
+    queued = [q.target_dag_id for q in session.query(AssetDagRunQueue).filter(AssetDagRunQueue.asset_id == asset.id)]
+print("ASSETS" + json.dumps({"events": events, "queued": queued}))
+"""
+
+
+def test_a_flip_updates_the_alias_asset_and_a_task_group_runs_the_job_in_your_dag(
+    airflow_home: Path, home: Path, tmp_path: Path
+) -> None:
+    """The flip task's Asset event (with the version in its extra) queues a DAG scheduled on
+    ``bulldozer://<alias>``; the load reads the table's Asset; and bulldozer_task_group puts
+    the same stage tasks in a user's own DAG."""
+    specs, dags = tmp_path / "specs", tmp_path / "dags"
+    dags.mkdir()
+    (dags / "bulldozer_dags.py").write_text((REPO / "dags" / "bulldozer_dags.py").read_text())
+    (dags / "features_ready.py").write_text(DOWNSTREAM)
+    (dags / "my_pipeline.py").write_text(OWN_DAG % str(write_spec(tmp_path / "own.yaml")))
+    env = airflow_env(
+        airflow_home,
+        home,
+        specs,
+        AIRFLOW__CORE__DAGS_FOLDER=str(dags),
+        AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="False",
+    )
+    assert (
+        _cli(["submit", str(write_spec(tmp_path / "job.yaml"))], home, {"BULLDOZER_SPECS_DIR": str(specs)}).returncode
+        == 0
+    )
+
+    bag = subprocess.run(
+        [sys.executable, "-c", DAGBAG % str(dags)], env=env, capture_output=True, text=True, timeout=300
+    )
+    (line,) = [x for x in bag.stdout.splitlines() if x.startswith("DAGBAG")]
+    found = json.loads(line[len("DAGBAG") :])
+    assert found["errors"] == {}
+    own = found["dags"]["my_pipeline"]["tasks"]
+    assert own["extract"] == ["user_item_scores.validate"]
+    assert own["user_item_scores.flip"] == ["user_item_scores.retention"]
+    assert own["user_item_scores.retention"] == ["notify"]
+
+    serialized = subprocess.run([sys.executable, "-m", "airflow", "dags", "reserialize"], env=env,
+                                capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert serialized.returncode == 0, serialized.stderr[-3000:]
+    run = subprocess.run([sys.executable, "-m", "airflow", "dags", "test", "user_item_scores"], env=env,
+                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    live = alias_now(home)
+    state = subprocess.run([sys.executable, "-c", ASSET_STATE], env=env, capture_output=True, text=True, timeout=300)
+    assert state.returncode == 0, state.stdout[-3000:] + state.stderr[-300:]
+    (line,) = [x for x in state.stdout.splitlines() if x.startswith("ASSETS")]
+    assets = json.loads(line[len("ASSETS") :])
+    assert [e["version"] for e in assets["events"]] == [live]
+    assert assets["events"][0]["rows"] == 3_000 and assets["events"][0]["alias"] == "user_item_scores"
+    assert assets["queued"] == ["features_ready"]  # the scheduler starts it on its next loop
+
+    mine = subprocess.run([sys.executable, "-m", "airflow", "dags", "test", "my_pipeline"], env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert mine.returncode == 0, mine.stdout[-3000:] + mine.stderr[-3000:]
+    assert alias_now(home) != live  # the task group ran the job again: a new version is live
