@@ -66,3 +66,36 @@ def test_freshness_and_last_run_gauges(tmp_path: Path) -> None:
         assert got[("bulldozer_alias_records", alias)] == 2_000  # ... and the live version is the old one
     finally:
         server.stop(5)
+
+
+def test_a_metrics_port_in_use_is_one_line_and_the_dal_serves_on(tmp_path: Path) -> None:
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from bulldozer.kv import KvClient
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port_file = tmp_path / "port"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bulldozer.cli.main", "serve", "--path", str(tmp_path / "kv"), "--port", "0",
+             "--port-file", str(port_file), "--metrics-port", str(busy.getsockname()[1])],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "BULLDOZER_HOME": str(tmp_path)},
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while not port_file.exists():
+                assert proc.poll() is None and time.monotonic() < deadline, "the DAL did not start"
+                time.sleep(0.05)
+            with KvClient(f"127.0.0.1:{port_file.read_text()}") as client:
+                client.wait_ready()
+                client.create_namespace("served__v1", "served")
+        finally:
+            proc.terminate()
+            output, _ = proc.communicate(timeout=60)
+    lines = [line for line in output.splitlines() if "metrics: cannot serve on port" in line]
+    assert len(lines) == 1 and "Traceback" not in output, output

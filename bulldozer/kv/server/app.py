@@ -203,8 +203,12 @@ def serve(
         tmp.write_text(str(port))
         tmp.replace(port_file)  # atomic: a reader never sees a half-written port
     if metrics_port is not None:
-        bound = metrics.serve(metrics_port)
-        log.info("metrics on http://127.0.0.1:%d/metrics", bound)
+        try:
+            bound = metrics.serve(metrics_port)
+        except OSError as exc:  # the DAL serves on without its metrics: one line says why
+            log.error("metrics: cannot serve on port %d (%s); serving without metrics", metrics_port, exc.strerror)
+        else:
+            log.info("metrics on http://127.0.0.1:%d/metrics", bound)
     log.info(
         "KV DAL serving %s engine on %s (data plane: %s)",
         engine.name,
