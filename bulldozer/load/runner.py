@@ -39,6 +39,7 @@ from bulldozer.errors import (
 )
 from bulldozer.kv.client import KvClient
 from bulldozer.kv.types import NamespaceRecord, State
+from bulldozer.lineage import lineage_for
 from bulldozer.load.engines import LoadEngine, LoadPlan, LoadResult, SplitResult, create_load_engine
 from bulldozer.load.gates import GateResult, evaluate_gates
 from bulldozer.names import new_version_name
@@ -161,6 +162,9 @@ class JobRun:
         self.load_done = False
         #: the alias points at this run's version (from then on it is never marked FAILED)
         self.flipped = False
+        #: the source table's columns (name, Iceberg type), for lineage
+        self.source_fields: list[tuple[str, str]] = []
+        self.lineage = lineage_for(loaded, getattr(client, "store", "") or "in-process")
 
     # -- the stages -------------------------------------------------------------
 
@@ -191,6 +195,7 @@ class JobRun:
             record.snapshots = {dm.source.table: snapshot.snapshot_id}
             source_schema = schema_at(self.table, snapshot.snapshot_id)
             source_name = f"lake.{dm.source.table}"
+            self.source_fields = [(f.name, str(f.field_type)) for f in source_schema.fields]
         self.live = live_version(self.client, spec.alias)
         record.previous = self.live.name if self.live else ""
         live = self.live
@@ -376,6 +381,16 @@ class JobRun:
             except BulldozerError as cleanup:  # the DAL may be the thing that failed
                 log.warning("could not record the failure of %s: %s", record.version, cleanup)
 
+    def lineage_start(self) -> None:
+        """The run's START event, once its snapshot is pinned (bulldozer.lineage)."""
+        if self.lineage is not None:
+            self.lineage.fields = self.source_fields
+            self.lineage.start(self.record)
+
+    def lineage_fail(self) -> None:
+        if self.lineage is not None:
+            self.lineage.fail(self.record)
+
     def restore(self, version: str) -> None:
         """Pick up a version an earlier stage (another process) created and loaded."""
         info = self.client.describe(version)
@@ -419,6 +434,7 @@ def run_job(
     try:
         with stage("schema"):
             run.schema()
+        run.lineage_start()
         with stage("create"):
             run.create(resume)
         if not run.load_done:
@@ -430,9 +446,13 @@ def run_job(
             run.flip()
         with stage("retention"):
             run.retention_after_flip()
-        return run.finish()
+        record = run.finish()
+        if run.lineage is not None:
+            run.lineage.complete(record)
+        return record
     except BaseException as exc:
         run.failed(exc)
+        run.lineage_fail()
         if on_failure is not None:
             on_failure(run.record)
         raise
@@ -498,10 +518,14 @@ def run_stage(
                 )
             with stage("create"):
                 run.create(earlier.name if earlier is not None else version)
+            if earlier is None:
+                run.lineage_start()  # once per run: a resumed load was started by its first attempt
             with stage("load"):
                 run.load()
         except BaseException as exc:
             run.failed(exc, final=isinstance(exc, _FINAL))
+            if isinstance(exc, _FINAL):
+                run.lineage_fail()
             raise
         run.record.outcome = "succeeded"
         return run.record
@@ -515,10 +539,15 @@ def run_stage(
         with stage(stage_name):
             {"verify": run.verify, "flip": run.flip, "retention": run.retention_after_flip}[stage_name]()
     except BaseException as exc:
-        run.failed(exc, final=stage_name == "verify" and not isinstance(exc, KvError))
+        final = stage_name == "verify" and not isinstance(exc, KvError)
+        run.failed(exc, final=final)
+        if final:
+            run.lineage_fail()
         raise
     if stage_name == "retention":
         record = run.finish()
+        if run.lineage is not None:
+            run.lineage.complete(record)
         if record.retention_error:  # the task fails (and retries); the version stays live
             raise RetentionError(f"{record.version} is live, but retention failed: {record.retention_error}")
         return record

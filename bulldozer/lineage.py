@@ -1,0 +1,217 @@
+"""OpenLineage events of runs, through the ``openlineage-python`` client (``bulldozer[lineage]``).
+
+A run emits START once its snapshot is pinned, then COMPLETE or FAIL: input, each Iceberg
+table read at its snapshot (namespace ``iceberg://<catalog>``, with its schema and the
+snapshot as the dataset version); output, the alias (namespace ``bulldozer://<store>``, ``store_namespace``)
+with the new version, its row count and size; run facets, the quality gates' results (and
+the error of a failed run). The job is the spec's job name in the namespace ``bulldozer``.
+
+Only when OpenLineage is configured the way its client reads it — ``OPENLINEAGE_URL``, an
+``OPENLINEAGE__TRANSPORT__*`` variable, ``OPENLINEAGE_CONFIG`` or an ``openlineage.yml``
+where the client looks — is the client imported at all; otherwise nothing is emitted and
+nothing is paid. Events are sent from a background thread while the run goes on; the end
+of a run waits at most ``SEND_WAIT_SECONDS`` for them. Lineage never fails a run: a
+transport that is down, or a client that is not installed, is one warning line.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bulldozer import __version__
+from bulldozer.settings import environment
+
+if TYPE_CHECKING:
+    from bulldozer.spec.loader import LoadedSpec
+    from bulldozer.versioning.run_state import RunRecord
+
+__all__ = ["JOB_NAMESPACE", "Lineage", "lineage_for", "store_namespace"]
+
+log = logging.getLogger("bulldozer.lineage")
+
+JOB_NAMESPACE = "bulldozer"
+PRODUCER = f"https://github.com/bulldozer/bulldozer/tree/{__version__}"
+#: how long the end of a run waits for its events to be sent
+SEND_WAIT_SECONDS = 5.0
+
+
+def _configured() -> bool:
+    env = environment()
+    if any(k == "OPENLINEAGE_URL" or k == "OPENLINEAGE_CONFIG" or k.startswith("OPENLINEAGE__") for k in env):
+        return env.get("OPENLINEAGE_DISABLED", "").strip().lower() != "true"
+    return any(p.is_file() for p in (Path("openlineage.yml"), Path.home() / ".openlineage" / "openlineage.yml"))
+
+
+class Lineage:
+    """The events of one run."""
+
+    def __init__(self, client: Any, loaded: LoadedSpec, store: str, wait_seconds: float = SEND_WAIT_SECONDS) -> None:
+        self.client = client
+        self.loaded = loaded
+        self.namespace = store_namespace(store)
+        self.fields: list[tuple[str, str]] = []  # the source table's columns, when known
+        self.wait_seconds = wait_seconds
+        self._queue: queue.Queue[tuple[str, str, Any] | None] = queue.Queue()
+        self._done = threading.Event()
+        self._broken = False
+        # a daemon thread: the run never waits on a slow transport beyond wait_seconds, and
+        # the process may exit while it still retries
+        threading.Thread(target=self._send_all, name="lineage", daemon=True).start()
+
+    def start(self, record: RunRecord) -> None:
+        self._emit("START", record)
+
+    def complete(self, record: RunRecord) -> None:
+        self._emit("COMPLETE", record)
+        self._finish()
+
+    def fail(self, record: RunRecord) -> None:
+        self._emit("FAIL", record)
+        self._finish()
+
+    def _emit(self, kind: str, record: RunRecord) -> None:
+        try:
+            event = self._event(kind, record)  # now: the record changes as the run goes on
+        except Exception as exc:  # lineage never fails a run
+            log.warning("OpenLineage: the %s event of run %s could not be made: %s", kind, record.run_id, exc)
+            return
+        self._queue.put((kind, record.run_id, event))
+
+    def _send_all(self) -> None:
+        while (item := self._queue.get()) is not None:
+            kind, run_id, event = item
+            if self._broken:
+                continue
+            try:
+                self.client.emit(event)
+            except Exception as exc:
+                self._broken = True  # one line per run, and no more waiting on this transport
+                log.warning("OpenLineage: the %s event of run %s was not sent (nor later ones): %s", kind, run_id, exc)
+        self._done.set()
+
+    def _finish(self) -> None:
+        """Let the events go out, waiting at most ``wait_seconds``."""
+        self._queue.put(None)
+        if not self._done.wait(self.wait_seconds):
+            log.warning(
+                "OpenLineage: events still unsent after %.0f s; the run does not wait for them", self.wait_seconds
+            )
+
+    def _event(self, kind: str, record: RunRecord) -> Any:
+        from datetime import UTC, datetime
+
+        from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
+        from openlineage.client.facet_v2 import (
+            dataset_version_dataset,
+            error_message_run,
+            output_statistics_output_dataset,
+            schema_dataset,
+        )
+
+        catalog = self.loaded.spec.data_movement.catalog.name
+        schema = schema_dataset.SchemaDatasetFacet(
+            fields=[schema_dataset.SchemaDatasetFacetFields(name=n, type=t) for n, t in self.fields]
+        )
+        inputs = [
+            InputDataset(
+                namespace=f"iceberg://{catalog}",
+                name=table,
+                facets={
+                    "version": dataset_version_dataset.DatasetVersionDatasetFacet(datasetVersion=str(snapshot)),
+                    **({"schema": schema} if self.fields and len(record.snapshots) == 1 else {}),
+                },
+            )
+            for table, snapshot in record.snapshots.items()
+        ]
+        outputs = [
+            OutputDataset(
+                namespace=self.namespace,
+                name=self.loaded.spec.alias,
+                facets={"version": dataset_version_dataset.DatasetVersionDatasetFacet(datasetVersion=record.version)}
+                if record.version
+                else {},
+                outputFacets={
+                    "outputStatistics": output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
+                        rowCount=record.rows, size=record.bytes
+                    )
+                }
+                if kind == "COMPLETE"
+                else {},
+            )
+        ]
+        run_facets: dict[str, Any] = {}
+        if record.gates:
+            run_facets["bulldozer_gates"] = GatesRunFacet(gates=[dict(g) for g in record.gates])
+        if kind == "FAIL" and record.error:
+            run_facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(
+                message=record.error, programmingLanguage="python"
+            )
+        return RunEvent(
+            eventType=getattr(RunState, kind),
+            eventTime=datetime.now(UTC).isoformat(),
+            run=Run(runId=str(uuid.uuid5(uuid.NAMESPACE_URL, f"bulldozer-run:{record.run_id}")), facets=run_facets),
+            job=Job(namespace=JOB_NAMESPACE, name=self.loaded.spec.metadata.name),
+            producer=PRODUCER,
+            inputs=inputs,
+            outputs=outputs,
+        )
+
+
+def _gates_facet() -> type:
+    import attrs
+    from openlineage.client.facet_v2 import RunFacet
+
+    @attrs.define
+    class _Gates(RunFacet):
+        """The quality gates of the run: gate, passed, detail."""
+
+        gates: list[dict[str, object]] = attrs.field(factory=list)
+
+    return _Gates
+
+
+class _LazyGates:
+    """``GatesRunFacet(gates=...)``: the facet class, made when first used (openlineage is
+    imported only when lineage is configured)."""
+
+    _cls: type | None = None
+
+    def __call__(self, gates: list[dict[str, object]]) -> Any:
+        if self._cls is None:
+            self._cls = _gates_facet()
+        return self._cls(gates=gates)
+
+
+GatesRunFacet = _LazyGates()
+
+
+def store_namespace(store: str) -> str:
+    """The output datasets' namespace for a store as a client names it: ``embedded (/path)``
+    -> ``bulldozer://embedded/path``, ``host:port (TLS)`` -> ``bulldozer://host:port``."""
+    if store.startswith("embedded (") and store.endswith(")"):
+        return "bulldozer://embedded" + store[len("embedded (") : -1]
+    return "bulldozer://" + store.removesuffix(" (TLS)")
+
+
+def lineage_for(loaded: LoadedSpec, store: str) -> Lineage | None:
+    """The run's lineage, or None when OpenLineage is not configured (or not installed)."""
+    if not _configured():
+        return None
+    try:
+        from openlineage.client import OpenLineageClient
+    except ImportError:
+        log.warning(
+            "OpenLineage is configured, but openlineage-python is not installed (pip install 'bulldozer[lineage]')"
+        )
+        return None
+    try:
+        client = OpenLineageClient()
+    except Exception as exc:
+        log.warning("OpenLineage: the client could not be set up: %s", exc)
+        return None
+    return Lineage(client, loaded, store)
