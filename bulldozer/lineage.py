@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from bulldozer.spec.loader import LoadedSpec
     from bulldozer.versioning.run_state import RunRecord
 
-__all__ = ["JOB_NAMESPACE", "Lineage", "lineage_for", "store_namespace"]
+__all__ = ["JOB_NAMESPACE", "Lineage", "datasets", "lineage_for", "store_namespace"]
 
 log = logging.getLogger("bulldozer.lineage")
 
@@ -105,52 +105,9 @@ class Lineage:
     def _event(self, kind: str, record: RunRecord) -> Any:
         from datetime import UTC, datetime
 
-        from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
-        from openlineage.client.facet_v2 import (
-            dataset_version_dataset,
-            error_message_run,
-            output_statistics_output_dataset,
-            schema_dataset,
-        )
+        from openlineage.client.event_v2 import Job, Run, RunEvent, RunState
 
-        catalog = self.loaded.spec.data_movement.catalog.name
-        schema = schema_dataset.SchemaDatasetFacet(
-            fields=[schema_dataset.SchemaDatasetFacetFields(name=n, type=t) for n, t in self.fields]
-        )
-        inputs = [
-            InputDataset(
-                namespace=f"iceberg://{catalog}",
-                name=table,
-                facets={
-                    "version": dataset_version_dataset.DatasetVersionDatasetFacet(datasetVersion=str(snapshot)),
-                    **({"schema": schema} if self.fields and len(record.snapshots) == 1 else {}),
-                },
-            )
-            for table, snapshot in record.snapshots.items()
-        ]
-        outputs = [
-            OutputDataset(
-                namespace=self.namespace,
-                name=self.loaded.spec.alias,
-                facets={"version": dataset_version_dataset.DatasetVersionDatasetFacet(datasetVersion=record.version)}
-                if record.version
-                else {},
-                outputFacets={
-                    "outputStatistics": output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
-                        rowCount=record.rows, size=record.bytes
-                    )
-                }
-                if kind == "COMPLETE"
-                else {},
-            )
-        ]
-        run_facets: dict[str, Any] = {}
-        if record.gates:
-            run_facets["bulldozer_gates"] = GatesRunFacet(gates=[dict(g) for g in record.gates])
-        if kind == "FAIL" and record.error:
-            run_facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(
-                message=record.error, programmingLanguage="python"
-            )
+        inputs, outputs, run_facets = datasets(self.loaded, self.namespace, self.fields, record, kind)
         return RunEvent(
             eventType=getattr(RunState, kind),
             eventTime=datetime.now(UTC).isoformat(),
@@ -160,6 +117,61 @@ class Lineage:
             inputs=inputs,
             outputs=outputs,
         )
+
+
+def datasets(
+    loaded: LoadedSpec, namespace: str, fields: list[tuple[str, str]], record: RunRecord, kind: str
+) -> tuple[list[Any], list[Any], dict[str, Any]]:
+    """A run's OpenLineage inputs, outputs and run facets as its record says them (``kind``:
+    START, COMPLETE or FAIL); used for this module's events and by the Airflow tasks'
+    OpenLineage methods (bulldozer.schedule.airflow_dags)."""
+    from openlineage.client.event_v2 import InputDataset, OutputDataset
+    from openlineage.client.facet_v2 import (
+        dataset_version_dataset,
+        error_message_run,
+        output_statistics_output_dataset,
+        schema_dataset,
+    )
+
+    catalog = loaded.spec.data_movement.catalog.name
+    schema = schema_dataset.SchemaDatasetFacet(
+        fields=[schema_dataset.SchemaDatasetFacetFields(name=n, type=t) for n, t in fields]
+    )
+    inputs = [
+        InputDataset(
+            namespace=f"iceberg://{catalog}",
+            name=table,
+            facets={
+                "version": dataset_version_dataset.DatasetVersionDatasetFacet(datasetVersion=str(snapshot)),
+                **({"schema": schema} if fields and len(record.snapshots) == 1 else {}),
+            },
+        )
+        for table, snapshot in record.snapshots.items()
+    ]
+    outputs = [
+        OutputDataset(
+            namespace=namespace,
+            name=loaded.spec.alias,
+            facets={"version": dataset_version_dataset.DatasetVersionDatasetFacet(datasetVersion=record.version)}
+            if record.version
+            else {},
+            outputFacets={
+                "outputStatistics": output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
+                    rowCount=record.rows, size=record.bytes
+                )
+            }
+            if kind == "COMPLETE" and record.rows
+            else {},
+        )
+    ]
+    run_facets: dict[str, Any] = {}
+    if record.gates:
+        run_facets["bulldozer_gates"] = GatesRunFacet(gates=[dict(g) for g in record.gates])
+    if kind == "FAIL" and record.error:
+        run_facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(
+            message=record.error, programmingLanguage="python"
+        )
+    return inputs, outputs, run_facets
 
 
 def _gates_facet() -> type:

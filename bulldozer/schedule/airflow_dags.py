@@ -18,6 +18,7 @@ spec raises instead, and Airflow reports the loader file as broken.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -72,6 +73,7 @@ def run_stage_task(spec_file: str, stage: str, **context: Any) -> str:
         loaded = load_spec(Path(spec_file))
         with connect_for_spec(loaded, home) as client:
             record = run_stage(stage, loaded, client, run_key=run_key, engine=engine, home=home)
+            store = client.store
     except BulldozerError as exc:
         if exc.retryable:
             raise  # transient (the DAL unavailable, a timeout...): the DAG's retries apply
@@ -79,6 +81,8 @@ def run_stage_task(spec_file: str, stage: str, **context: Any) -> str:
 
         raise AirflowFailException(f"{type(exc).__name__}: {exc} (not retried: trying again cannot change it)") from exc
     log.info("%s %s: %s (%s)", loaded.spec.metadata.name, stage, record.outcome, record.version or "-")
+    if task is not None and hasattr(task, "bulldozer_run"):
+        task.bulldozer_run = (loaded, store, record)  # for its OpenLineage method
     if stage == "flip":
         _flipped(loaded, record, context)
     return record.version
@@ -131,7 +135,6 @@ def _dag_for(path: Path, loaded: LoadedSpec) -> Any:
 def _stage_tasks(path: Path, loaded: LoadedSpec) -> tuple[Any, Any]:
     """The job's stage tasks, chained, in the DAG (or task group) being defined: the load
     reads the table's Asset, the flip updates the alias's. The first and the last task."""
-    from airflow.providers.standard.operators.python import PythonOperator
     from airflow.sdk import Asset
 
     table = table_asset_uri(loaded)
@@ -142,7 +145,7 @@ def _stage_tasks(path: Path, loaded: LoadedSpec) -> tuple[Any, Any]:
             extra["inlets"] = [Asset(table)]
         if stage == "flip":
             extra["outlets"] = [Asset(alias_asset_uri(loaded.spec.alias))]
-        task = PythonOperator(
+        task = _stage_operator()(
             task_id=stage,
             python_callable=run_stage_task,
             op_kwargs={"spec_file": str(path), "stage": stage},
@@ -152,6 +155,30 @@ def _stage_tasks(path: Path, loaded: LoadedSpec) -> tuple[Any, Any]:
             tasks[-1] >> task
         tasks.append(task)
     return tasks[0], tasks[-1]
+
+
+@functools.cache
+def _stage_operator() -> Any:
+    """The stage tasks' operator: a PythonOperator that tells Airflow's OpenLineage provider
+    (when installed) the run's datasets, as bulldozer.lineage makes them from the record."""
+    from airflow.providers.standard.operators.python import PythonOperator
+
+    class BulldozerStageOperator(PythonOperator):
+        #: (spec, store, run record) of the stage that ran, set by run_stage_task
+        bulldozer_run: tuple[LoadedSpec, str, Any] | None = None
+
+        def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+            from airflow.providers.openlineage.extractors import OperatorLineage
+
+            from bulldozer.lineage import datasets, store_namespace
+
+            if self.bulldozer_run is None:
+                return OperatorLineage()
+            loaded, store, record = self.bulldozer_run
+            inputs, outputs, facets = datasets(loaded, store_namespace(store), [], record, "COMPLETE")
+            return OperatorLineage(inputs=inputs, outputs=outputs, run_facets=facets)
+
+    return BulldozerStageOperator
 
 
 def bulldozer_task_group(spec_file: str | os.PathLike[str], group_id: str | None = None) -> Any:

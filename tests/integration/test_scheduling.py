@@ -410,10 +410,20 @@ def test_a_flip_updates_the_alias_asset_and_a_task_group_runs_the_job_in_your_da
     serialized = subprocess.run([sys.executable, "-m", "airflow", "dags", "reserialize"], env=env,
                                 capture_output=True, text=True, timeout=300)  # fmt: skip
     assert serialized.returncode == 0, serialized.stderr[-3000:]
-    run = subprocess.run([sys.executable, "-m", "airflow", "dags", "test", "user_item_scores"], env=env,
+    lineage = tmp_path / "lineage.jsonl"  # Airflow's OpenLineage provider, to a file
+    ol = {"OPENLINEAGE__TRANSPORT__TYPE": "file", "OPENLINEAGE__TRANSPORT__LOG_FILE_PATH": str(lineage),
+          "OPENLINEAGE__TRANSPORT__APPEND": "true"}  # fmt: skip
+    run = subprocess.run([sys.executable, "-m", "airflow", "dags", "test", "user_item_scores"], env={**env, **ol},
                          capture_output=True, text=True, timeout=600)  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     live = alias_now(home)
+    events = {(e["job"]["name"], e["eventType"]): e for e in map(json.loads, lineage.read_text().splitlines())}
+    flip = events[("user_item_scores.flip", "COMPLETE")]  # the provider's task event, with the run's datasets
+    assert [(o["name"], o["facets"]["version"]["datasetVersion"]) for o in flip["outputs"]] == [
+        ("user_item_scores", live)
+    ]
+    assert [(i["namespace"], i["name"]) for i in flip["inputs"]] == [("iceberg://lake", "sample.user_item_scores")]
+    assert ("user_item_scores", "COMPLETE") in events  # and the run's own event (bulldozer.lineage)
     state = subprocess.run([sys.executable, "-c", ASSET_STATE], env=env, capture_output=True, text=True, timeout=300)
     assert state.returncode == 0, state.stdout[-3000:] + state.stderr[-300:]
     (line,) = [x for x in state.stdout.splitlines() if x.startswith("ASSETS")]
