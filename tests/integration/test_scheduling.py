@@ -432,6 +432,15 @@ def test_a_flip_updates_the_alias_asset_and_a_task_group_runs_the_job_in_your_da
     assert assets["events"][-1]["version"] == live
     assert assets["events"][-1]["rows"] == 3_000 and assets["events"][-1]["alias"] == "user_item_scores"
     assert assets["queued"] == ["features_ready"]  # the scheduler starts it on its next loop
+    scheduler = subprocess.run([sys.executable, "-m", "airflow", "scheduler", "--num-runs", "3"], env=env,
+                               capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert scheduler.returncode == 0, scheduler.stderr[-3000:]
+    runs_of = subprocess.run([sys.executable, "-m", "airflow", "dags", "list-runs", "features_ready"],
+                             env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    triggered = [
+        [c.strip() for c in line.split("|")] for line in runs_of.stdout.splitlines() if "asset_triggered" in line
+    ]
+    assert [row[2] for row in triggered] == ["success"], runs_of.stdout  # the downstream DAG ran after the flip
 
     mine = subprocess.run([sys.executable, "-m", "airflow", "dags", "test", "my_pipeline"], env=env,
                           capture_output=True, text=True, timeout=600)  # fmt: skip
