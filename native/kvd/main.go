@@ -122,12 +122,7 @@ func run(listen, backend, engine, dir string, opts lmdb.Options, limits Limits, 
 	}
 	defer conn.Close()
 
-	network, address := "tcp", listen
-	if path, ok := strings.CutPrefix(listen, "unix:"); ok {
-		network, address = "unix", path
-		_ = os.Remove(path)
-	}
-	lis, err := net.Listen(network, address)
+	lis, err := listenOn(listen)
 	if err != nil {
 		return fmt.Errorf("cannot listen on %s: %w", listen, err)
 	}
@@ -199,4 +194,14 @@ func run(listen, backend, engine, dir string, opts lmdb.Options, limits Limits, 
 	}
 	slog.Info("stopped")
 	return nil
+}
+
+// listenOn listens on HOST:PORT, or on unix:PATH (replacing a socket file left there).
+func listenOn(listen string) (net.Listener, error) {
+	network, address := "tcp", listen
+	if path, ok := strings.CutPrefix(listen, "unix:"); ok {
+		network, address = "unix", path
+		_ = os.Remove(path)
+	}
+	return net.Listen(network, address)
 }

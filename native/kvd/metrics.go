@@ -9,11 +9,8 @@ package main
 import (
 	"errors"
 	"log/slog"
-	"net"
 	"net/http"
-	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -76,12 +73,7 @@ func (m *metrics) written(namespace string, records, bytes uint64) {
 
 // serve answers GET /metrics on listen (unix:PATH or HOST:PORT) until the process ends.
 func (m *metrics) serve(listen string) error {
-	network, address := "tcp", listen
-	if path, ok := strings.CutPrefix(listen, "unix:"); ok {
-		network, address = "unix", path
-		_ = os.Remove(path)
-	}
-	lis, err := net.Listen(network, address)
+	lis, err := listenOn(listen)
 	if err != nil {
 		return err
 	}
