@@ -59,9 +59,7 @@ class Lineage:
         self._queue: queue.Queue[tuple[str, str, Any] | None] = queue.Queue()
         self._done = threading.Event()
         self._broken = False
-        # a daemon thread: the run never waits on a slow transport beyond wait_seconds, and
-        # the process may exit while it still retries
-        threading.Thread(target=self._send_all, name="lineage", daemon=True).start()
+        self._sender: threading.Thread | None = None
 
     def start(self, record: RunRecord) -> None:
         self._emit("START", record)
@@ -80,6 +78,12 @@ class Lineage:
         except Exception as exc:  # lineage never fails a run
             log.warning("OpenLineage: the %s event of run %s could not be made: %s", kind, record.run_id, exc)
             return
+        if self._sender is None:
+            # a daemon thread, started by the first event (a stage that sends none starts
+            # none): the run never waits on a slow transport beyond wait_seconds, and the
+            # process may exit while it still retries
+            self._sender = threading.Thread(target=self._send_all, name="lineage", daemon=True)
+            self._sender.start()
         self._queue.put((kind, record.run_id, event))
 
     def _send_all(self) -> None:
@@ -96,6 +100,8 @@ class Lineage:
 
     def _finish(self) -> None:
         """Let the events go out, waiting at most ``wait_seconds``."""
+        if self._sender is None:
+            return  # nothing was sent
         self._queue.put(None)
         if not self._done.wait(self.wait_seconds):
             log.warning(
