@@ -27,9 +27,14 @@ which only Spark's driver needs; Spark's own start-up dwarfs Python's).
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
-__all__ = ["loader_folder", "socket_path"]
+__all__ = ["REQUEST_HEADER", "loader_folder", "socket_path"]
+
+#: a request to the loader: this header (the JSON body's length), then the body; the caller's
+#: descriptors travel with the first bytes (SCM_RIGHTS). Replies are JSON lines.
+REQUEST_HEADER = struct.Struct("!I")
 
 
 def loader_folder(home: Path) -> Path:

@@ -12,17 +12,15 @@ import json
 import os
 import signal
 import socket
-import struct
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bulldozer.loader import socket_path
+from bulldozer.loader import REQUEST_HEADER, socket_path
 
 __all__ = ["hand_over", "request", "status"]
 
-_HEADER = struct.Struct("!I")
 #: how long the loader may take to fork the command (it answers in milliseconds)
 _FIRST_REPLY_SECONDS = 30.0
 
@@ -71,7 +69,7 @@ def request(home: Path, message: dict[str, Any], fds: Sequence[int] = (), timeou
         sock.settimeout(timeout)
         sock.connect(str(socket_path(home)))
         body = json.dumps(message).encode()
-        data = _HEADER.pack(len(body)) + body
+        data = REQUEST_HEADER.pack(len(body)) + body
         sent = socket.send_fds(sock, [data], list(fds))
         if sent < len(data):
             sock.sendall(data[sent:])

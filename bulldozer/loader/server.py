@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bulldozer.errors import BackendUnavailableError
-from bulldozer.loader import loader_folder, socket_path
+from bulldozer.loader import REQUEST_HEADER, loader_folder, socket_path
 
 __all__ = ["PRELOAD", "serve"]
 
@@ -57,7 +57,6 @@ PRELOAD = (
     "bulldozer.warehouse.catalog",
 )
 
-_HEADER = struct.Struct("!I")
 _MAX_REQUEST = 16 * 1024 * 1024
 
 
@@ -194,12 +193,12 @@ def _handle(state: _State, conn: socket.socket, stack: contextlib.ExitStack) -> 
             conn.close()
             return
         data, fds, _, _ = socket.recv_fds(conn, 65536, 3)
-        if len(data) < _HEADER.size:
+        if len(data) < REQUEST_HEADER.size:
             raise ValueError("no request")
-        (size,) = _HEADER.unpack_from(data)
+        (size,) = REQUEST_HEADER.unpack_from(data)
         if size > _MAX_REQUEST:
             raise ValueError(f"a request of {size} bytes")
-        body = bytearray(data[_HEADER.size :])
+        body = bytearray(data[REQUEST_HEADER.size :])
         while len(body) < size:
             chunk = conn.recv(size - len(body))
             if not chunk:
@@ -262,12 +261,10 @@ def _check(request: Any) -> None:
 
 def _reap(state: _State, pid: int) -> None:
     child = state.children.pop(pid)
-    state.selector.unregister(child.pidfd)
-    os.close(child.pidfd)
     _, status = os.waitpid(pid, 0)
     code = os.waitstatus_to_exitcode(status)
     _reply(child.conn, {"exit": code if code >= 0 else 128 - code})
-    child.conn.close()
+    _forget(state, child)
 
 
 def _forget(state: _State, child: _Child) -> None:
