@@ -16,6 +16,7 @@ transport that is down, or a client that is not installed, is one warning line.
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -172,7 +173,7 @@ def datasets(
     ]
     run_facets: dict[str, Any] = {}
     if record.gates:
-        run_facets["bulldozer_gates"] = GatesRunFacet(gates=[dict(g) for g in record.gates])
+        run_facets["bulldozer_gates"] = _gates_facet()(gates=[dict(g) for g in record.gates])
     if kind == "FAIL" and record.error:
         run_facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(
             message=record.error, programmingLanguage="python"
@@ -180,7 +181,10 @@ def datasets(
     return inputs, outputs, run_facets
 
 
+@functools.cache
 def _gates_facet() -> type:
+    """The run facet of the gates' results: made when first used (openlineage is imported
+    only when lineage is configured)."""
     import attrs
     from openlineage.client.facet_v2 import RunFacet
 
@@ -191,21 +195,6 @@ def _gates_facet() -> type:
         gates: list[dict[str, object]] = attrs.field(factory=list)
 
     return _Gates
-
-
-class _LazyGates:
-    """``GatesRunFacet(gates=...)``: the facet class, made when first used (openlineage is
-    imported only when lineage is configured)."""
-
-    _cls: type | None = None
-
-    def __call__(self, gates: list[dict[str, object]]) -> Any:
-        if self._cls is None:
-            self._cls = _gates_facet()
-        return self._cls(gates=gates)
-
-
-GatesRunFacet = _LazyGates()
 
 
 def store_namespace(store: str) -> str:
