@@ -128,9 +128,11 @@ class SpecError(BulldozerError):
     exit_code = 2
     retryable = False
 
-    def __init__(self, issues: list[SpecIssue]) -> None:
-        self.issues = list(issues)
-        super().__init__("\n".join(str(i) for i in self.issues) or "invalid job spec")
+    def __init__(self, issues: list[SpecIssue] | str) -> None:
+        # a str: the issues as another process wrote them (e.g. Spark's Python worker)
+        self.issues = [] if isinstance(issues, str) else list(issues)
+        text = issues if isinstance(issues, str) else "\n".join(str(i) for i in self.issues)
+        super().__init__(text or "invalid job spec")
 
 
 # ------------------------------------------------------------------------ catalog

@@ -68,6 +68,9 @@ class Settings(BaseSettings):
     #: The address the Spark driver binds and tells executors (loopback: local mode and a
     #: cluster on this machine; a cluster elsewhere needs an address it can reach).
     spark_driver_host: str = "127.0.0.1"
+    #: The executors' Python environment (``bulldozer spark package``), shipped with every
+    #: Spark job (``spark.archives``); None: executors use the Python this one runs.
+    spark_archive: Path | None = None
     #: The native data plane's binary (default: the one scripts/build_native.sh built).
     kvd: Path | None = None
     #: ``bulldozer run`` hands itself over to the home's warm loader when one runs (``auto``),

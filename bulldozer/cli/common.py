@@ -59,8 +59,8 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
         try:
             return func(*args, **kwargs)
         except SpecError as exc:
-            for issue in exc.issues:
-                err_console.print(str(issue), markup=False, soft_wrap=True)
+            for line in [str(issue) for issue in exc.issues] or [str(exc)]:
+                err_console.print(line, markup=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
         except BulldozerError as exc:
             raise fail(_escape(str(exc)), exc.exit_code) from None

@@ -35,6 +35,7 @@ __all__ = [
     "digest_columns",
     "digest_lists",
     "digest_pairs",
+    "duplicate_hashes",
     "key_hashes",
     "xxh64",
 ]
@@ -167,6 +168,19 @@ def key_hashes(keys: Any) -> np.ndarray[Any, Any]:
     hashes = np.empty(len(offsets) - 1, dtype=np.uint64)
     _kernels.hash_items(offsets, data, 0, hashes)
     return hashes
+
+
+def duplicate_hashes(hashes: Sequence[np.ndarray[Any, Any]]) -> set[int]:
+    """Up to ten key hashes that occur more than once in ``hashes`` (pieces, sorted or not)."""
+    import numpy as np
+
+    if not hashes:
+        return set()
+    allh = hashes[0] if len(hashes) == 1 else np.concatenate(hashes)
+    if len(allh) > 1 and not bool(np.all(allh[1:] >= allh[:-1])):  # an engine may hand them sorted
+        allh = np.sort(allh)
+    dup = allh[1:][allh[1:] == allh[:-1]]
+    return {int(h) for h in np.unique(dup[:10])}
 
 
 def xxh64(data: bytes, seed: int = 0) -> int:

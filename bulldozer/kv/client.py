@@ -59,6 +59,8 @@ class KvClient:
         if token:
             metadata.append(("authorization", f"Bearer {token}"))
         self.target = target
+        #: the bearer token and TLS this client sends with (for a Spark job's executors)
+        self.token, self.credentials = token, credentials
         #: which store this client acts on, as commands name it to the operator
         self.store = f"{target} (TLS)" if credentials is not None else target
         self.timeout = timeout
@@ -69,6 +71,7 @@ class KvClient:
         """A client calling ``dal`` directly (same interface, no network)."""
         client = cls.__new__(cls)
         client.target = client.store = "in-process"
+        client.token, client.credentials = None, None
         client.timeout = 30.0
         client._t = InProcessTransport(dal, principal)
         return client

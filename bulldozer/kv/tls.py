@@ -10,7 +10,35 @@ import grpc
 from bulldozer.errors import InvalidArgumentError
 from bulldozer.settings import Settings
 
-__all__ = ["channel_credentials", "settings_credentials"]
+__all__ = [
+    "TlsMaterial",
+    "channel_credentials",
+    "material_credentials",
+    "settings_credentials",
+    "settings_tls_material",
+]
+
+
+#: (CA, certificate chain, private key) as PEM bytes: client TLS that travels with a task
+TlsMaterial = tuple[bytes | None, bytes | None, bytes | None]
+
+
+def settings_tls_material(settings: Settings) -> TlsMaterial | None:
+    """The settings' client TLS files, read (for processes on other machines, such as Spark
+    executors, that cannot read the operator's files); None: plaintext."""
+    files = settings.tls_files()
+    if not files:
+        return None
+    try:
+        ca, cert, key = (Path(f).read_bytes() if f else None for f in files)
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot read a TLS file: {exc}") from None
+    return ca, cert, key
+
+
+def material_credentials(material: TlsMaterial) -> grpc.ChannelCredentials:
+    ca, cert, key = material
+    return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
 
 
 def channel_credentials(

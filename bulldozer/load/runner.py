@@ -21,8 +21,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-import numpy as np
-
+from bulldozer.codec.digest import duplicate_hashes
 from bulldozer.errors import (
     BulldozerError,
     CatalogError,
@@ -63,7 +62,7 @@ from bulldozer.versioning.run_state import (
 )
 from bulldozer.warehouse.catalog import load_source_table, open_catalog
 
-__all__ = ["STAGES", "JobRun", "find_run_version", "run_job", "run_stage", "schema_at"]
+__all__ = ["STAGES", "JobRun", "duplicate_key_error", "find_run_version", "run_job", "run_stage", "schema_at"]
 
 log = logging.getLogger("bulldozer.run")
 
@@ -104,14 +103,13 @@ def schema_at(table: Any, snapshot_id: int) -> Any:
     return table.schema()
 
 
-def _duplicates(hashes: list[np.ndarray[Any, Any]]) -> set[int]:
-    if not hashes:
-        return set()
-    allh = hashes[0] if len(hashes) == 1 else np.concatenate(hashes)
-    if len(allh) > 1 and not bool(np.all(allh[1:] >= allh[:-1])):  # an engine may hand them sorted
-        allh = np.sort(allh)
-    dup = allh[1:][allh[1:] == allh[:-1]]
-    return {int(h) for h in np.unique(dup[:10])}
+def duplicate_key_error(keys: list[dict[str, Any]]) -> DuplicateKeyError:
+    """The error for source rows sharing a key, naming a few of the keys."""
+    shown = ", ".join(json.dumps(k, default=str) for k in keys) or "(not found again)"
+    return DuplicateKeyError(
+        f"the source has rows sharing a key, e.g. {shown}; fix the source, filter it, or set "
+        "data_movement.duplicate_keys"
+    )
 
 
 #: The stages of a run, in order; each can be called on its own (``run_stage``).
@@ -172,6 +170,16 @@ class JobRun:
         """Read the source's schema at one snapshot and check the new one against the live version's."""
         spec, record = self.spec, self.record
         dm = spec.data_movement
+        if spec.key_value_dal.write.partitions is not None and not self.load_engine.writes_partitions:
+            raise SpecError(
+                [
+                    self.loaded.issue(
+                        ("key_value_dal", "write", "partitions"),
+                        f"sets the Spark write tasks; the {self.load_engine.name} engine does not use it "
+                        "(run with --engine spark, or remove it)",
+                    )
+                ]
+            )
         if dm.source.query is not None or dm.duplicate_keys.policy == "keep_latest":
             if not self.load_engine.runs_sql:
                 raise CatalogError(
@@ -196,8 +204,15 @@ class JobRun:
             source_schema = schema_at(self.table, snapshot.snapshot_id)
             source_name = f"lake.{dm.source.table}"
             self.source_fields = [(f.name, str(f.field_type)) for f in source_schema.fields]
+        return self.schema_of(source_schema, source_name)
+
+    def schema_of(self, source_schema: Any, source_name: str) -> JobSchema:
+        """The job's schema for a source with this Iceberg schema, checked against the live
+        version's (the ``schema`` stage after it read the source; a Spark DataFrame written
+        through the ``bulldozer`` data source comes here with the schema it has)."""
+        spec = self.spec
         self.live = live_version(self.client, spec.alias)
-        record.previous = self.live.name if self.live else ""
+        self.record.previous = self.live.name if self.live else ""
         live = self.live
         job = build_job_schema(
             spec,
@@ -280,20 +295,21 @@ class JobRun:
             client.set_labels(record.version, ledger_label(ledger_state))
 
         result: LoadResult = self.load_engine.load(plan, client, on_split, self.progress)
-        record.rows, record.bytes = result.rows, result.digest.bytes
-        record.digest = f"{result.digest.value:#018x}"
-        self.digest_value, self.null_counts = result.digest.value, dict(result.null_counts)
         hashes = list(result.key_hashes)
         if self.done:
             hashes += self.load_engine.key_hashes_of(plan, set(self.done))
-        dups = _duplicates(hashes)
+        dups = duplicate_hashes(hashes)
         if dups:
-            keys = self.load_engine.find_keys(plan, dups)
-            shown = ", ".join(json.dumps(k, default=str) for k in keys) or "(not found again)"
-            raise DuplicateKeyError(
-                f"the source has rows sharing a key, e.g. {shown}; fix the source, filter it, or set "
-                "data_movement.duplicate_keys"
-            )
+            raise duplicate_key_error(self.load_engine.find_keys(plan, dups))
+        self.record_load(result)
+
+    def record_load(self, result: LoadResult) -> None:
+        """Record what the load wrote (the end of the load stage; the Spark data source's
+        commit calls it with what its tasks reported)."""
+        record, client = self.record, self.client
+        record.rows, record.bytes = result.rows, result.digest.bytes
+        record.digest = f"{result.digest.value:#018x}"
+        self.digest_value, self.null_counts = result.digest.value, dict(result.null_counts)
         loaded = Loaded(record.rows, self.digest_value, dict(self.null_counts))
         self.load_done = True
         client.set_labels(

@@ -11,8 +11,8 @@ memory, as DuckDB does.
 Field numbers of a query's output: a column named like a column of a source table, with
 the same type, keeps that column's Iceberg field id (and its nested ids), so a job can
 move from a table to a query without breaking readers; any other column gets a number
-derived from its name (stable across runs and column order). Derived columns must be
-scalars.
+derived from its name (stable across runs and column order), and the fields nested in a
+computed struct, list or map numbers derived from their paths.
 """
 
 from __future__ import annotations
@@ -153,15 +153,17 @@ def check_ties(source: SqlSource, base_sql: str, keys: list[str], order_by: str)
 # ----------------------------------------------------------------- output schema
 
 
-def _signature(t: pa.DataType) -> str:
+def _signature(t: pa.DataType, uuid_as_text: bool = False) -> str:
+    if isinstance(t, pa.UuidType) and uuid_as_text:
+        return "string"
     if isinstance(t, pa.BaseExtensionType):
         return _signature(t.storage_type)
     if pa.types.is_struct(t):
-        return "struct<" + ",".join(f"{f.name}:{_signature(f.type)}" for f in t) + ">"
+        return "struct<" + ",".join(f"{f.name}:{_signature(f.type, uuid_as_text)}" for f in t) + ">"
     if pa.types.is_map(t):
-        return f"map<{_signature(t.key_type)},{_signature(t.item_type)}>"
+        return f"map<{_signature(t.key_type, uuid_as_text)},{_signature(t.item_type, uuid_as_text)}>"
     if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return f"list<{_signature(t.value_type)}>"
+        return f"list<{_signature(t.value_type, uuid_as_text)}>"
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return "string"
     if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
@@ -171,7 +173,15 @@ def _signature(t: pa.DataType) -> str:
     return str(t)
 
 
+def derived_field_id(path: str) -> int:
+    """The field number of a computed column (or a field nested in one), from its path:
+    stable across runs and column order."""
+    return 1_000_000 + zlib.crc32(path.encode()) % 500_000_000
+
+
 def _derived_type(name: str, t: pa.DataType) -> Any:
+    """The Iceberg type of a computed column; fields nested in it are numbered from their
+    paths (``name.field``, ``name.element``, ``name.key``, ``name.value``)."""
     from pyiceberg import types as it
 
     if pa.types.is_boolean(t):
@@ -194,10 +204,33 @@ def _derived_type(name: str, t: pa.DataType) -> Any:
         return it.TimeType()
     if pa.types.is_timestamp(t):
         return it.TimestamptzType() if t.tz else it.TimestampType()
-    raise SchemaError(
-        f"the query's column {name!r} has type {t}, computed by the query; derived columns must be scalars "
-        "(select nested columns from a table as they are)"
-    )
+    if pa.types.is_struct(t):
+        return it.StructType(
+            *[
+                it.NestedField(
+                    derived_field_id(f"{name}.{f.name}"),
+                    f.name,
+                    _derived_type(f"{name}.{f.name}", f.type),
+                    required=not f.nullable,
+                )
+                for f in t
+            ]
+        )
+    if pa.types.is_map(t):
+        return it.MapType(
+            derived_field_id(f"{name}.key"),
+            _derived_type(f"{name}.key", t.key_type),
+            derived_field_id(f"{name}.value"),
+            _derived_type(f"{name}.value", t.item_type),
+            value_required=not t.item_field.nullable,
+        )
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return it.ListType(
+            derived_field_id(f"{name}.element"),
+            _derived_type(f"{name}.element", t.value_type),
+            element_required=not t.value_field.nullable,
+        )
+    raise SchemaError(f"the column {name!r} has type {t}, which Bulldozer cannot store")
 
 
 def _ids(nf: Any) -> list[int]:
@@ -215,8 +248,10 @@ def _ids(nf: Any) -> list[int]:
     return out
 
 
-def output_schema(arrow_schema: pa.Schema, sources: list[Any]) -> Any:
-    """The Iceberg schema of a query's output (see the module docstring for the numbers)."""
+def output_schema(arrow_schema: pa.Schema, sources: list[Any], uuid_as_text: bool = False) -> Any:
+    """The Iceberg schema of a query's output (see the module docstring for the numbers).
+    ``uuid_as_text``: a source's uuid column arrives as its text (Spark reads Iceberg's
+    uuid as a string) and keeps its uuid field; the encoder parses the text."""
     from pyiceberg.io.pyarrow import schema_to_pyarrow
     from pyiceberg.schema import Schema
     from pyiceberg.types import NestedField
@@ -229,11 +264,12 @@ def output_schema(arrow_schema: pa.Schema, sources: list[Any]) -> Any:
     owner: dict[int, str] = {}
     for f in arrow_schema:
         src = known.get(f.name)
-        if src is not None and _signature(schema_to_pyarrow(src.field_type)) == _signature(f.type):
-            nf = NestedField(src.field_id, f.name, src.field_type, required=False)
+        if src is not None and _signature(schema_to_pyarrow(src.field_type), uuid_as_text) == _signature(f.type):
+            # required where the table requires it and the output cannot hold a null (a
+            # DataFrame read from the table keeps that; a query's output is always nullable)
+            nf = NestedField(src.field_id, f.name, src.field_type, required=src.required and not f.nullable)
         else:
-            derived = 1_000_000 + zlib.crc32(f.name.encode()) % 500_000_000
-            nf = NestedField(derived, f.name, _derived_type(f.name, f.type), required=False)
+            nf = NestedField(derived_field_id(f.name), f.name, _derived_type(f.name, f.type), required=False)
         for fid in _ids(nf):
             if fid in owner:
                 raise SchemaError(

@@ -482,6 +482,10 @@ class WriteTuning(BaseModel):
     max_batch_bytes: Annotated[int, Field(ge=1_024, le=64 * 1024 * 1024)] = 4 * 1024 * 1024
     in_flight_batches: Annotated[int, Field(ge=1, le=64)] = 4
     records_per_second: Annotated[int, Field(ge=1)] | None = None
+    partitions: Annotated[int, Field(ge=1, le=100_000)] | None = Field(
+        default=None,
+        description="Spark write tasks (rows are spread over them by key); default: from the table's size.",
+    )
 
 
 class Retention(BaseModel):

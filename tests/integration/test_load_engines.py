@@ -40,11 +40,9 @@ def _spec(text: str = TEMPLATE) -> LoadedSpec:
 @pytest.fixture(scope="module", autouse=True)
 def _spark_session() -> Iterator[None]:
     yield
-    from bulldozer.load.engines import spark
+    from bulldozer.load.engines.spark import stop_spark_session
 
-    if spark._SESSION is not None:
-        spark._SESSION.stop()
-        spark._SESSION = None
+    stop_spark_session()
 
 
 @pytest.fixture(scope="module")

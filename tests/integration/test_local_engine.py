@@ -233,7 +233,7 @@ def test_a_writers_acknowledgement_waiter_covers_what_was_sent_before_it(dal: Kv
 def test_duplicate_key_hashes_are_found_sorted_or_not() -> None:
     import numpy as np
 
-    from bulldozer.load.runner import _duplicates
+    from bulldozer.codec.digest import duplicate_hashes as _duplicates
 
     rng = np.random.default_rng(7)
     pieces = [rng.integers(0, 2**63, 1000, dtype=np.int64).view(np.uint64) for _ in range(3)]

@@ -29,11 +29,9 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     path = tmp_path_factory.mktemp("spark-home")
     create_sample_warehouse(path, rows=3_000, chunk_rows=1_000)  # three files
     yield path
-    from bulldozer.load.engines import spark
+    from bulldozer.load.engines.spark import stop_spark_session
 
-    if spark._SESSION is not None:
-        spark._SESSION.stop()
-        spark._SESSION = None
+    stop_spark_session()
 
 
 def test_spark_and_local_store_identical_versions(home: Path, dal: KvClient) -> None:

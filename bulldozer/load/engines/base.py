@@ -100,6 +100,8 @@ class LoadEngine(ABC):
     resumes_splits: ClassVar[bool] = True
     #: Whether the engine runs query sources and keep_latest.
     runs_sql: ClassVar[bool] = False
+    #: Whether the engine spreads the load over ``key_value_dal.write.partitions`` tasks.
+    writes_partitions: ClassVar[bool] = False
 
     @abstractmethod
     def load(self, plan: LoadPlan, client: KvClient, on_split: SplitDone, progress: Progress) -> LoadResult:

@@ -141,7 +141,7 @@ class LocalEngine(LoadEngine):
             batch_bytes=write.max_batch_bytes,
             in_flight=write.in_flight_batches,
         ) as writer:
-            throttle = _Throttle(write.records_per_second)
+            throttle = Throttle(write.records_per_second)
             todo = [(sid, batches) for sid, _rows, batches in splits if sid not in plan.done]
             split: SplitResult | None = None
             recorded: list[Future[None]] = []
@@ -204,7 +204,7 @@ class LocalEngine(LoadEngine):
         return found
 
 
-class _Throttle:
+class Throttle:
     """Keeps the send rate under ``records_per_second`` (None: no limit)."""
 
     def __init__(self, rate: int | None) -> None:

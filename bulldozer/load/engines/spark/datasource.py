@@ -1,0 +1,511 @@
+"""The ``bulldozer`` Spark data source: the one way Spark writes a version.
+
+``df.write.format("bulldozer").mode("overwrite")`` with either ``option("spec", path)``
+(a job spec: alias, endpoint, token, write tuning, gates, retention, protobuf naming, key
+and value columns) or options naming the job directly (``alias``, ``key_columns``, and
+optionally ``value_columns``, ``endpoint``, ``token``, ``table``, ``min_rows``,
+``max_row_count_change``, ``keep_versions``, ``owner`` — default: the driver's user)
+writes the DataFrame as a new version of the
+alias and flips the alias to it:
+
+- ``writer`` (on the driver) derives the schema from the DataFrame's (field numbers from
+  the Iceberg table the spec or ``table`` names, where a column is that table's column,
+  else derived from the column's name, as for a query), checks it against the live version's
+  and creates the LOADING version; a missing key column or a key of a refused type (float,
+  struct...) is refused here, before anything is written;
+- ``write`` (one per task, on the executors) encodes its Arrow batches with the shared
+  encoder, writes them through the DAL client, refuses rows sharing a key within the task,
+  and returns its rows, digest and null counts as the commit message;
+- ``commit`` (on the driver, once every task succeeded) adds the messages up — one per
+  partition, from the attempt Spark committed, so a retried or speculative duplicate task
+  is counted once (its writes were idempotent puts of the same records) — seals the
+  version with that count and digest (the DAL measures what it holds: rows sharing a key
+  across tasks show up here as fewer records than were sent), applies the quality gates
+  and flips the alias by compare-and-set; any failure marks the version FAILED;
+- ``abort`` (on the driver, when a task failed for good) marks the version FAILED. A
+  driver killed at any point leaves a LOADING or SEALED version the alias never pointed at.
+
+``bulldozer run --engine spark`` goes through the same writer (``SparkEngine``): it passes
+the version the runner created and its layout (``load_version``, ``layout``), and the
+commit records the partitions' results on the version for the runner, which verifies and
+flips as for every engine (so scheduled runs keep their separate verify and flip stages).
+
+The source is found by name (``format("bulldozer")``) once ``register(spark)`` ran, or
+without it when ``bulldozer`` is installed where Spark's Python runs: Spark looks up
+top-level ``pyspark_*`` modules, and ``pyspark_bulldozer`` is one.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import pickle
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+from bulldozer.errors import BulldozerError, InvalidArgumentError, LoadError, SpecError, error_class_by_name
+from bulldozer.kv.tls import TlsMaterial
+from bulldozer.schema.model import ProtoFile
+from bulldozer.spec.models import WriteTuning
+
+log = logging.getLogger(__name__)
+
+__all__ = ["FORMAT", "BulldozerDataSource", "BulldozerWriter", "PartitionResult", "register", "worker_error"]
+
+#: ``df.write.format(FORMAT)``
+FORMAT = "bulldozer"
+#: The options a DataFrame write takes (``spec`` alone, or the job's own options).
+JOB_OPTIONS = (
+    "spec",
+    "alias",
+    "key_columns",
+    "value_columns",
+    "endpoint",
+    "token",
+    "table",
+    "min_rows",
+    "max_row_count_change",
+    "keep_versions",
+    "owner",
+)
+#: The options ``SparkEngine`` passes (not for users: the runner made the version).
+LOAD_OPTIONS = ("load_version", "layout", "write_id")
+
+
+@dataclass
+class PartitionResult(WriterCommitMessage):
+    """What one write task sent: the commit message."""
+
+    partition: int
+    rows: int
+    digest: int
+    bytes: int
+    null_counts: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Layout:
+    """What every write task needs, made on the driver and pickled into the tasks."""
+
+    proto: ProtoFile
+    target: str
+    token: str | None
+    tls: TlsMaterial | None
+    version: str
+    tuning: WriteTuning
+    #: write tasks sharing ``tuning.records_per_second`` (each sends at most its share)
+    tasks: int = 1
+
+    @property
+    def key_columns(self) -> list[str]:
+        return [f.column for f in self.proto.key.fields]
+
+    def client(self) -> Any:
+        from bulldozer.kv.client import KvClient
+        from bulldozer.kv.tls import material_credentials
+
+        credentials = material_credentials(self.tls) if self.tls else None
+        return KvClient(self.target, token=self.token, timeout=120, credentials=credentials)
+
+    def writer(self, client: Any) -> Any:
+        tuning = self.tuning
+        return client.writer(
+            self.version,
+            batch_records=tuning.batch_size,
+            batch_bytes=tuning.max_batch_bytes,
+            in_flight=tuning.in_flight_batches,
+        )
+
+    def encode_for_options(self) -> str:
+        return base64.b64encode(pickle.dumps(self)).decode()
+
+    @staticmethod
+    def from_option(text: str) -> Layout:
+        layout = pickle.loads(base64.b64decode(text))
+        if not isinstance(layout, Layout):
+            raise InvalidArgumentError("the layout option does not hold a Bulldozer layout")
+        return layout
+
+
+@dataclass
+class _Job:
+    """The run a DataFrame write is part of (job mode), carried from ``writer`` to ``commit``."""
+
+    spec_text: str
+    spec_source: str
+    record: str  # RunRecord JSON
+    live: str | None
+
+
+class BulldozerWriter(DataSourceArrowWriter):
+    def __init__(self, layout: Layout, job: _Job | None = None, write_id: str = "") -> None:
+        self.layout, self.job, self.write_id = layout, job, write_id
+
+    # -- on the executors -------------------------------------------------------
+
+    def write(self, iterator: Iterator[Any]) -> PartitionResult:
+        from pyspark import TaskContext
+
+        from bulldozer.codec.digest import Digest, digest_and_key_hashes, duplicate_hashes
+        from bulldozer.load.encoder.encode import RowEncoder
+        from bulldozer.load.engines.local import Throttle
+
+        layout = self.layout
+        rate = layout.tuning.records_per_second
+        throttle = Throttle(max(1, rate // layout.tasks) if rate else None)
+        encoder = RowEncoder(layout.proto)
+        digest = Digest()
+        nulls: dict[str, int] = {}
+        hashes, keys = [], []
+        rows = 0
+        with layout.client() as client, layout.writer(client) as writer:
+            for batch in iterator:
+                if batch.num_rows == 0:
+                    continue
+                throttle.wait(batch.num_rows)
+                encoded = encoder.encode(batch)
+                writer.add_arrays(encoded.keys, encoded.values)
+                batch_digest, batch_hashes = digest_and_key_hashes(encoded.keys, encoded.values)
+                digest.add(batch_digest)
+                hashes.append(batch_hashes)
+                keys.append(batch.select(layout.key_columns))
+                rows += batch.num_rows
+                for name in batch.schema.names:
+                    count = batch.column(name).null_count
+                    if count:
+                        nulls[name] = nulls.get(name, 0) + count
+        duplicated = duplicate_hashes(hashes)
+        if duplicated:
+            from bulldozer.load.runner import duplicate_key_error
+
+            raise duplicate_key_error(_rows_with(hashes, keys, duplicated))
+        context = TaskContext.get()
+        return PartitionResult(context.partitionId() if context else 0, rows, digest.value, digest.bytes, nulls)
+
+    # -- on the driver ----------------------------------------------------------
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        from bulldozer.codec.digest import Digest
+        from bulldozer.load.engines.base import LoadResult, SplitResult
+
+        result = LoadResult()
+        for message in messages:
+            if not isinstance(message, PartitionResult):  # Spark sends one per task that succeeded
+                raise LoadError("a Spark write task reported no result; the version is not verified")
+            split = SplitResult(
+                f"spark-{self.write_id}-{message.partition}",
+                message.rows,
+                Digest(message.rows, message.digest, message.bytes),
+                dict(message.null_counts),
+            )
+            result.splits[split.split_id] = split
+        with self.layout.client() as client:
+            if self.job is None:
+                from bulldozer.versioning.run_state import ledger_label
+
+                # the runner (SparkEngine.load) reads this back and verifies as for any engine
+                client.set_labels(self.layout.version, ledger_label({k: s.to_json() for k, s in result.splits.items()}))
+                return
+            run = self._run(client)
+            try:
+                with run.stage("load"):
+                    run.record_load(result)
+                with run.stage("verify"):
+                    _verify(run, result)
+                with run.stage("flip"):
+                    run.flip()
+                with run.stage("retention"):
+                    run.retention_after_flip()
+                record = run.finish()
+                if run.lineage is not None:
+                    run.lineage.complete(record)
+            except BaseException as exc:
+                run.failed(exc)
+                run.lineage_fail()
+                raise
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.job is None:
+            return  # the runner records the failure (and may resume the version)
+        with self.layout.client() as client:
+            run = self._run(client)
+            with run.stage("load"):
+                pass
+            run.failed(LoadError("a Spark write task failed (the Spark job's error says which)"))
+            run.lineage_fail()
+
+    def _run(self, client: Any) -> Any:
+        """The job's run, as ``writer`` left it."""
+        from bulldozer.load.runner import JobRun
+        from bulldozer.spec.loader import load_spec_text
+        from bulldozer.versioning.run_state import RunRecord
+
+        assert self.job is not None
+        loaded = load_spec_text(self.job.spec_text, self.job.spec_source)
+        run = JobRun(loaded, client, engine="spark")
+        run.record = RunRecord.from_json(self.job.record)
+        run.stage.record = run.record
+        run.version_created = True
+        run.live = client.describe(self.job.live) if self.job.live else None
+        return run
+
+
+def _verify(run: Any, result: Any) -> None:
+    """The verify stage of a DataFrame write, naming rows that share a key across tasks
+    (which a task cannot see) instead of a bare count mismatch."""
+    from bulldozer.errors import VerificationError
+
+    try:
+        run.verify()
+    except VerificationError:
+        stored = run.client.describe(run.record.version).record_count
+        if stored and stored < result.rows:
+            from bulldozer.errors import DuplicateKeyError
+
+            raise DuplicateKeyError(
+                f"{result.rows - stored:,} of the DataFrame's {result.rows:,} rows share a key with a row in another "
+                "partition; deduplicate the DataFrame (rows with one key must be one row)"
+            ) from None
+        raise
+
+
+def _rows_with(hashes: list[Any], keys: list[Any], wanted: set[int], limit: int = 3) -> list[dict[str, Any]]:
+    """Key values (column → value) of rows whose key hash is in ``wanted``."""
+    import numpy as np
+
+    found: list[dict[str, Any]] = []
+    seen: set[int] = set()
+    targets = np.fromiter(wanted, dtype=np.uint64)
+    for batch_hashes, batch_keys in zip(hashes, keys, strict=True):
+        for i in np.flatnonzero(np.isin(batch_hashes, targets)):
+            h = int(batch_hashes[i])
+            if h in seen:
+                continue
+            seen.add(h)
+            found.append(batch_keys.slice(int(i), 1).to_pylist()[0])
+            if len(found) >= limit:
+                return found
+    return found
+
+
+class BulldozerDataSource(DataSource):
+    """``format("bulldozer")``: see the module docstring."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def writer(self, schema: Any, overwrite: bool) -> BulldozerWriter:
+        options = {str(k).lower(): str(v) for k, v in self.options.items() if k.lower() != "path"}
+        if "load_version" in options:
+            unknown = sorted(set(options) - set(LOAD_OPTIONS))
+            if unknown:
+                raise InvalidArgumentError(f"unknown option(s) with load_version: {', '.join(unknown)}")
+            return BulldozerWriter(Layout.from_option(options["layout"]), write_id=options.get("write_id", ""))
+        if not overwrite:
+            raise InvalidArgumentError(
+                'write with .mode("overwrite"): every write makes a whole new version of the alias and replaces '
+                "what readers see at the flip (rows are never appended to the live version)"
+            )
+        unknown = sorted(set(options) - set(JOB_OPTIONS))
+        if unknown:
+            raise InvalidArgumentError(
+                f"unknown option(s): {', '.join(unknown)}; the bulldozer format takes {', '.join(JOB_OPTIONS)}"
+            )
+        return _job_writer(options, schema)
+
+
+def _spec_from_options(options: dict[str, str]) -> Any:
+    """The job spec a DataFrame write describes: ``spec`` (a file) or the job's own options."""
+    import getpass
+
+    import yaml
+
+    from bulldozer.spec.loader import load_spec, load_spec_text
+
+    if "spec" in options:
+        extra = sorted(set(options) - {"spec"})
+        if extra:
+            raise InvalidArgumentError(
+                f"option(s) {', '.join(extra)} given with spec: set them in the spec file instead"
+            )
+        return load_spec(options["spec"])
+    missing = [name for name in ("alias", "key_columns") if not options.get(name)]
+    if missing:
+        raise InvalidArgumentError(
+            f"the bulldozer format needs option spec, or alias and key_columns (missing: {', '.join(missing)})"
+        )
+    alias = options["alias"]
+
+    def columns(name: str) -> list[str]:
+        return [c.strip() for c in options[name].split(",") if c.strip()]
+
+    def number(name: str, kind: type) -> Any:
+        try:
+            return kind(options[name])
+        except ValueError:
+            raise InvalidArgumentError(f"option {name}={options[name]!r} is not a number") from None
+
+    dal: dict[str, Any] = {"alias": alias}
+    if "endpoint" in options:
+        dal["endpoint"] = options["endpoint"]
+    if "token" in options:
+        dal["token"] = options["token"]
+    if "keep_versions" in options:
+        dal["retention"] = {"keep_versions": number("keep_versions", int)}
+    gates: dict[str, Any] = {}
+    if "min_rows" in options:
+        gates["min_rows"] = number("min_rows", int)
+    if "max_row_count_change" in options:
+        gates["max_row_count_change"] = number("max_row_count_change", float)
+    if gates:
+        dal["quality_gates"] = gates
+    movement: dict[str, Any] = {
+        "source": {"table": options.get("table", "spark.dataframe")},
+        "key_columns": columns("key_columns"),
+    }
+    if "value_columns" in options:
+        movement["value_columns"] = columns("value_columns")
+    document = {
+        "apiVersion": "bulldozer/v1",
+        "kind": "MoveDataToKvDal",
+        "metadata": {"name": alias, "owner": options.get("owner") or getpass.getuser()},
+        "data_movement": movement,
+        "key_value_dal": dal,
+        "bulldozer_protobuf": {"package": f"bulldozer.jobs.{alias}"},
+    }
+    # the text goes through the spec loader like any spec: one set of rules and messages
+    return load_spec_text(yaml.safe_dump(document, sort_keys=False), "the bulldozer format's options", env={})
+
+
+#: fields of data_movement that read a table; a DataFrame write has read it already
+_READING_FIELDS = {
+    "filter": "filter the DataFrame",
+    "snapshot_id": "read the table at that snapshot",
+    "duplicate_keys": "deduplicate the DataFrame",
+}
+
+
+def _job_writer(options: dict[str, str], schema: Any) -> BulldozerWriter:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from bulldozer.kv.client import KvClient
+    from bulldozer.kv.connect import spec_token
+    from bulldozer.kv.tls import material_credentials, settings_tls_material
+    from bulldozer.load.runner import JobRun
+    from bulldozer.load.source import output_schema
+    from bulldozer.settings import load_settings
+
+    loaded = _spec_from_options(options)
+    spec = loaded.spec
+    dm = spec.data_movement
+    issues = []
+    if dm.source.query is not None:
+        issues.append(
+            loaded.issue(("data_movement", "source", "query"), "a DataFrame write has no query: run it in Spark")
+        )
+    reading = {"filter": dm.filter, "snapshot_id": dm.snapshot_id, "duplicate_keys": dm.duplicate_keys.order_by}
+    for name, instead in _READING_FIELDS.items():
+        if reading[name] is not None:
+            issues.append(
+                loaded.issue(("data_movement", name), f"a DataFrame write does not read the table: {instead}")
+            )
+    if spec.key_value_dal.write.records_per_second is not None:
+        issues.append(
+            loaded.issue(
+                ("key_value_dal", "write", "records_per_second"),
+                "a DataFrame write's rate is its parallelism: repartition it (or coalesce) to send slower",
+            )
+        )
+    if spec.key_value_dal.write.partitions is not None:
+        issues.append(
+            loaded.issue(
+                ("key_value_dal", "write", "partitions"), "a DataFrame write keeps its partitions: repartition it"
+            )
+        )
+    if issues:
+        raise SpecError(issues)
+    settings = load_settings()
+    named = spec.key_value_dal.endpoint
+    target = named or settings.dal_endpoint()
+    if target == "embedded":
+        raise InvalidArgumentError(
+            "a DataFrame write needs a DAL the executors reach (host:port): set the spec's endpoint or "
+            "BULLDOZER_ENDPOINT (start one with `bulldozer serve`)"
+        )
+    token = spec_token(loaded, target, operator_endpoint=named is None)
+    tls = settings_tls_material(settings)
+    arrow_schema = to_arrow_schema(schema)
+    sources = []
+    source_name = "DataFrame"
+    if "table" in options or "spec" in options:
+        from bulldozer.warehouse.catalog import load_source_table
+
+        assert dm.source.table is not None
+        try:
+            sources = [load_source_table(dm.catalog, None, dm.source.table).schema()]
+            source_name = f"DataFrame from {dm.catalog.name}.{dm.source.table}"
+        except BulldozerError as exc:  # not a table: every column is computed
+            log.info("no field numbers from %s: %s", dm.source.table, exc)
+    iceberg_schema = output_schema(arrow_schema, sources, uuid_as_text=True)  # Spark reads uuid as text
+    client = KvClient(target, token=token, timeout=60, credentials=material_credentials(tls) if tls else None)
+    with client:
+        run = JobRun(loaded, client, engine="spark")
+        try:
+            with run.stage("schema"):
+                job = run.schema_of(iceberg_schema, source_name)
+            run.lineage_start()
+            with run.stage("create"):
+                version = run.create(None)
+        except BaseException as exc:
+            run.failed(exc)
+            run.lineage_fail()
+            raise
+        layout = Layout(job.proto, target, token, tls, version, spec.key_value_dal.write)
+        state = _Job(loaded.text, loaded.source, run.record.to_json(), run.live.name if run.live else None)
+        log.info("writing the DataFrame into %s", version)
+        return BulldozerWriter(layout, state, write_id=run.record.run_id)
+
+
+def register(spark: Any) -> None:
+    """Make ``format("bulldozer")`` known to ``spark``. Where ``pyspark_bulldozer`` is
+    on the path, Spark found it already, looking as this does (registering again would
+    replace it, with a warning); an editable install's finder is not on the path."""
+    import pkgutil
+
+    if not any(module.name == "pyspark_bulldozer" for module in pkgutil.iter_modules()):
+        spark.dataSource.register(BulldozerDataSource)
+
+
+def worker_error(exc: Exception) -> Exception:
+    """The error a failed Spark job stands for: the Bulldozer error a Python worker raised
+    (bad data, a DAL refusal, a refused spec), with its one-line message; else ``exc``
+    itself. Spark hands the worker's error back with the worker's traceback in its text;
+    its last ``module.Class: message`` line of Bulldozer's tree is the error."""
+    lines = str(exc).splitlines()
+    for index in range(len(lines) - 1, -1, -1):
+        match = _TRACEBACK_ERROR.match(lines[index].strip())
+        if match is None:
+            continue
+        cls = error_class_by_name(match.group(1))
+        if cls is None or not issubclass(cls, BulldozerError):
+            continue
+        # a message of several lines (a spec's issues) runs on until Spark's own text
+        message = [match.group(2)]
+        for more in lines[index + 1 :]:
+            if not more.strip() or more.startswith(("\tat ", "JVM stacktrace", " SQLSTATE")) or "SQLSTATE:" in more:
+                break
+            message.append(more.strip())
+        try:
+            return cls("\n".join(message))
+        except TypeError:  # a class with a richer constructor: keep Spark's error
+            return exc
+    return exc
+
+
+#: ``bulldozer.errors.SourceDataError: message`` (the module path is optional)
+_TRACEBACK_ERROR = re.compile(r"^(?:[\w.]+\.)?([A-Z]\w*Error): (.+)$")

@@ -1,0 +1,294 @@
+"""The ``bulldozer`` Spark data source (``df.write.format("bulldozer")``), the one Spark write
+path: a DataFrame becomes a verified, flipped version; ``bulldozer run --engine spark``
+writes through it in ``write.partitions`` tasks by key; bad DataFrames are refused with
+the error a user can act on, and a failed write never moves the alias.
+
+One Spark session (``local[2,2]``: two cores, a failed task is tried twice) is shared by
+the module; its JVM — and so the Python workers that run the data source's driver side —
+is started with ``BULLDOZER_HOME`` on the module's warehouse."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bulldozer.errors import DuplicateKeyError, SchemaError, SourceDataError, SpecError
+from bulldozer.kv import KvClient
+from bulldozer.kv.types import State
+from bulldozer.load.runner import run_job
+from bulldozer.spec import load_spec_text
+from bulldozer.spec.models import CatalogConfig
+from bulldozer.versioning.run_state import ledger_of, run_record_of
+from bulldozer.warehouse.catalog import open_catalog
+from bulldozer.warehouse.sample import create_sample_warehouse
+from tests.conftest import REPO
+
+pytest.importorskip("pyspark", reason="the spark extra is part of the default install (scripts/bootstrap.sh)")
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+TEMPLATE = (REPO / "templates" / "move_data_to_kv_dal.yaml").read_text()
+TABLE = "lake.sample.user_item_scores"
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("spark-ds")
+    create_sample_warehouse(path, rows=3_000, chunk_rows=1_000)
+    return path
+
+
+@pytest.fixture(scope="module")
+def spark(home: Path) -> Iterator[Any]:
+    from bulldozer.load.engines.spark import spark_session, stop_spark_session
+    from bulldozer.load.engines.spark.datasource import register
+
+    saved = os.environ.get("BULLDOZER_HOME")
+    os.environ["BULLDOZER_HOME"] = str(home)
+    try:
+        session = spark_session("lake", None, str(home), "local[2,2]")
+    finally:
+        if saved is None:
+            os.environ.pop("BULLDOZER_HOME", None)
+        else:
+            os.environ["BULLDOZER_HOME"] = saved
+    register(session)
+    yield session
+    stop_spark_session()
+
+
+def _spec_file(tmp_path: Path, dal: KvClient, **replace: str) -> Path:
+    text = TEMPLATE.replace(
+        "  # endpoint: dal.example.com:7110  # default: --endpoint, $BULLDOZER_ENDPOINT, the profile's, else embedded",
+        f"  endpoint: {dal.target}",
+    )
+    for old, new in replace.items():
+        assert old in text
+        text = text.replace(old, new)
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    return path
+
+
+def _write(frame: Any, **options: str) -> None:
+    from bulldozer.load.engines.spark.datasource import worker_error
+
+    writer = frame.write.format("bulldozer").mode("overwrite")
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    try:
+        writer.save()
+    except Exception as exc:
+        raise worker_error(exc) from None
+
+
+def _live(dal: KvClient, alias: str) -> str | None:
+    try:
+        return dal.get_alias(alias).namespace
+    except Exception:
+        return None
+
+
+def test_a_dataframe_becomes_the_live_version_byte_identical_to_the_local_engine(
+    spark: Any, home: Path, dal: KvClient, tmp_path: Path
+) -> None:
+    spec = _spec_file(tmp_path, dal)
+    frame = spark.read.table(TABLE).repartition(3)
+    _write(frame, spec=str(spec))
+    written = dal.get_alias("user_item_scores").namespace
+    info = dal.describe(written)
+    record = run_record_of(info)
+    assert info.state == State.ACTIVE and info.record_count == 3_000
+    assert record is not None and record.outcome == "succeeded" and record.engine == "spark"
+    assert [g["gate"] for g in record.gates] == ["min_rows", "max_row_count_change", "max_null_fraction[nickname]"]
+    local = run_job(load_spec_text(spec.read_text(), "job.yaml", env={}), dal, engine="local", home=str(home))
+    assert dal.describe(local.version).digest == info.digest  # the same records, byte for byte
+
+
+def test_options_name_the_job_without_a_spec(spark: Any, dal: KvClient) -> None:
+    frame = spark.createDataFrame([(i, f"name-{i}", i * 0.5) for i in range(500)], "id long, name string, score double")
+    _write(frame, alias="by_options", key_columns="id", endpoint=dal.target, min_rows="10")
+    info = dal.describe(dal.get_alias("by_options").namespace)
+    assert info.record_count == 500 and info.state == State.ACTIVE
+    # the gates come from the options: 500 rows fail min_rows=1000, and the alias stays
+    with pytest.raises(Exception, match="min_rows"):
+        _write(frame, alias="by_options", key_columns="id", endpoint=dal.target, min_rows="1000")
+    assert dal.get_alias("by_options").namespace == info.name
+    newest = dal.list_namespaces("by_options")[-1]
+    assert newest.state == State.FAILED and "min_rows" in newest.failure_reason
+
+
+def test_computed_nested_columns_are_stored_and_read_back(spark: Any, dal: KvClient) -> None:
+    """A DataFrame's own struct, list and map columns (no table behind them) get field
+    numbers derived from their paths, and read back as written."""
+    from bulldozer.cli.common import open_version
+    from bulldozer.schema.decode import message_to_json
+
+    frame = spark.sql(
+        "SELECT id, named_struct('x', id * 1.5D, 'tag', concat('t', id)) AS point, array(id, id + 1) AS near, "
+        "map('double', id * 2) AS calc FROM range(20)"
+    )
+    _write(frame, alias="nested_frame", key_columns="id", endpoint=dal.target, min_rows="1")
+    alias, name, _info, key_cls, value_cls = open_version(dal, "nested_frame")
+    records = {
+        message_to_json(key_cls.FromString(k))["id"]: message_to_json(value_cls.FromString(v))
+        for k, v in dal.scan(alias=f"{alias}@{name}", limit=100)
+    }
+    assert len(records) == 20
+    # (int64 as JSON strings, lists and maps in their wrapper messages: protobuf's JSON mapping)
+    assert records["7"] == {
+        "point": {"x": 10.5, "tag": "t7"},
+        "near": {"values": ["7", "8"]},
+        "calc": {"entries": {"double": "14"}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("columns", "keys", "error", "message"),
+    [
+        ("id long, v string", "missing", SchemaError, "missing"),
+        ("id double, v string", "id", SchemaError, "key column 'id'"),
+        ("id struct<a:int>, v string", "id", SchemaError, "key column 'id'"),
+    ],
+    ids=["missing-key", "float-key", "struct-key"],
+)
+def test_a_key_that_cannot_be_a_key_is_refused_before_a_version_exists(
+    spark: Any, dal: KvClient, columns: str, keys: str, error: type[Exception], message: str
+) -> None:
+    first = "(1, 'a')" if "struct" not in columns else "(named_struct('a', 1), 'a')"
+    frame = spark.sql(f"SELECT * FROM VALUES {first} AS t(id, v)").selectExpr(
+        *[f"CAST({c.split()[0]} AS {c.split(' ', 1)[1]}) AS {c.split()[0]}" for c in columns.split(", ")]
+    )
+    with pytest.raises(error, match=message):
+        _write(frame, alias="bad_keys", key_columns=keys, endpoint=dal.target)
+    assert dal.list_namespaces("bad_keys") == []
+
+
+def test_duplicate_and_null_keys_fail_the_version_and_keep_the_alias(spark: Any, dal: KvClient) -> None:
+    good = spark.createDataFrame([(i, "v") for i in range(100)], "id long, v string")
+    _write(good, alias="dups", key_columns="id", endpoint=dal.target, min_rows="1")
+    live = dal.get_alias("dups").namespace
+    in_one_task = spark.createDataFrame([(i % 50, "v") for i in range(100)], "id long, v string").coalesce(1)
+    with pytest.raises(DuplicateKeyError, match=r'sharing a key, e\.g\. \{"id": '):
+        _write(in_one_task, alias="dups", key_columns="id", endpoint=dal.target, min_rows="1")
+    # rows 0-49 in one task, 50-99 in the other: every key once in each
+    across = (
+        spark.createDataFrame([(i, i % 50, str(i)) for i in range(100)], "n long, id long, v string")
+        .repartitionByRange(2, "n")
+        .drop("n")
+    )
+    with pytest.raises(DuplicateKeyError, match="another partition"):
+        _write(across, alias="dups", key_columns="id", endpoint=dal.target, min_rows="1")
+    nulls = spark.createDataFrame([(None, "v"), (1, "w")], "id long, v string")
+    with pytest.raises(SourceDataError, match="null"):
+        _write(nulls, alias="dups", key_columns="id", endpoint=dal.target, min_rows="1")
+    assert dal.get_alias("dups").namespace == live
+    failed = [ns for ns in dal.list_namespaces("dups") if ns.name != live]
+    assert len(failed) == 3 and all(ns.state == State.FAILED for ns in failed)
+
+
+def test_a_killed_python_worker_is_retried_and_counted_once(spark: Any, dal: KvClient) -> None:
+    """The first attempt of partition 1 dies mid-write (its Python worker exits); Spark
+    retries it, and the digest check counts the retried partition's rows once."""
+    from pyspark.sql.functions import col, udf
+
+    @udf("long")  # type: ignore[misc]
+    def die_once(value: int) -> int:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if value == 700 and context is not None and context.attemptNumber() == 0:
+            os._exit(1)
+        return value
+
+    frame = spark.range(0, 1_000, numPartitions=2).select(die_once(col("id")).alias("id"), (col("id") * 2).alias("v"))
+    _write(frame, alias="retried", key_columns="id", endpoint=dal.target, min_rows="1")
+    info = dal.describe(dal.get_alias("retried").namespace)
+    assert info.record_count == 1_000 and info.state == State.ACTIVE
+
+
+def test_a_write_that_fails_for_good_marks_the_version_failed(spark: Any, dal: KvClient) -> None:
+    from pyspark.sql.functions import col, udf
+
+    @udf("long")  # type: ignore[misc]
+    def always_die(value: int) -> int:
+        if value == 700:
+            os._exit(1)
+        return value
+
+    good = spark.range(0, 10).select(col("id"), col("id").alias("v"))
+    _write(good, alias="killed", key_columns="id", endpoint=dal.target, min_rows="1")
+    live = dal.get_alias("killed").namespace
+    frame = spark.range(0, 1_000, numPartitions=2).select(always_die(col("id")).alias("id"), col("id").alias("v"))
+    with pytest.raises(Exception):  # noqa: B017 (Spark's own error: the worker crashed)
+        _write(frame, alias="killed", key_columns="id", endpoint=dal.target, min_rows="1")
+    assert dal.get_alias("killed").namespace == live
+    newest = dal.list_namespaces("killed")[-1]
+    assert newest.name != live and newest.state == State.FAILED
+
+
+@pytest.mark.parametrize(
+    ("mode", "options", "message"),
+    [
+        ("append", {"alias": "x", "key_columns": "id"}, "overwrite"),
+        ("overwrite", {"alias": "x", "key_columns": "id", "batch": "9"}, "unknown option"),
+        ("overwrite", {"alias": "x"}, "key_columns"),
+        ("overwrite", {"alias": "x", "key_columns": "id", "endpoint": "embedded"}, "executors reach"),
+    ],
+    ids=["append", "unknown-option", "no-keys", "embedded"],
+)
+def test_options_are_applied_or_refused(spark: Any, mode: str, options: dict[str, str], message: str) -> None:
+    from bulldozer.load.engines.spark.datasource import worker_error
+
+    frame = spark.createDataFrame([(1, "a")], "id long, v string")
+    writer = frame.write.format("bulldozer").mode(mode)
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    with pytest.raises(Exception, match=message) as raised:
+        try:
+            writer.save()
+        except Exception as exc:
+            raise worker_error(exc) from None
+    assert "Traceback" not in str(raised.value)
+
+
+def test_spec_fields_a_dataframe_write_cannot_apply_are_refused_by_name(
+    spark: Any, dal: KvClient, tmp_path: Path
+) -> None:
+    spec = _spec_file(
+        tmp_path,
+        dal,
+        **{
+            "  duplicate_keys: fail": "  duplicate_keys: fail\n  filter: score > 0",
+            "    in_flight_batches: 4 ": "    records_per_second: 1000\n    in_flight_batches: 4 ",
+        },
+    )
+    frame = spark.read.table(TABLE)
+    before = dal.list_namespaces("user_item_scores")
+    with pytest.raises(SpecError) as raised:
+        _write(frame, spec=str(spec))
+    text = str(raised.value)
+    assert "data_movement.filter" in text and "key_value_dal.write.records_per_second" in text
+    assert dal.list_namespaces("user_item_scores") == before  # refused before a version existed
+
+
+def test_the_engine_writes_in_the_spec_s_partitions_by_key(spark: Any, home: Path, dal: KvClient) -> None:
+    text = TEMPLATE.replace("    in_flight_batches: 4 ", "    partitions: 3\n    in_flight_batches: 4 ")
+    record = run_job(load_spec_text(text, "job.yaml", env={}), dal, engine="spark", home=str(home))
+    ledger = ledger_of(dal.describe(record.version))
+    assert len(ledger) == 3 and sum(v[0] for v in ledger.values()) == 3_000
+    with pytest.raises(Exception, match=r"write\.partitions"):
+        run_job(load_spec_text(text, "job.yaml", env={}), dal, engine="local", home=str(home))
+
+
+def test_duplicate_keys_in_the_table_are_named_by_the_engine(spark: Any, home: Path, dal: KvClient) -> None:
+    table = open_catalog(CatalogConfig(), home).load_table("sample.user_item_scores")
+    rows = table.scan().to_arrow().slice(0, 5)
+    table.append(rows)  # five keys now appear twice, in different files
+    try:
+        with pytest.raises(DuplicateKeyError, match="sharing a key"):
+            run_job(load_spec_text(TEMPLATE, "job.yaml", env={}), dal, engine="spark", home=str(home))
+    finally:
+        table.overwrite(table.scan(snapshot_id=table.history()[-2].snapshot_id).to_arrow())
