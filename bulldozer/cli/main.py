@@ -18,6 +18,7 @@ from bulldozer.cli import (  # noqa: E402
     run_cmds,
     schedule_cmds,
     serve_cmd,
+    spark_cmds,
     spec_cmds,
     warehouse_cmds,
 )
@@ -83,6 +84,7 @@ app.command("gc")(ops_cmds.gc)
 app.command("scan")(ops_cmds.scan)
 app.add_typer(warehouse_cmds.app, name="warehouse")
 app.add_typer(loader_cmds.app, name="loader")
+app.add_typer(spark_cmds.app, name="spark")
 
 
 def main() -> None:

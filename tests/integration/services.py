@@ -1,10 +1,11 @@
-"""Real Redis and Cassandra servers for the tests, started by the project's own scripts
+"""Real Redis and Cassandra servers and a Spark standalone cluster for the tests, started by the project's own scripts
 (``scripts/services/*.sh``) on free loopback ports the first time a test needs one, and
 stopped (their data folders removed) when the session ends.
 
 To reuse a server that is already running (quicker while iterating), set
 ``BULLDOZER_TEST_REDIS_URL``, ``BULLDOZER_TEST_REDIS_CLUSTER_URL`` or
-``BULLDOZER_TEST_CASSANDRA`` (``host:port``)."""
+``BULLDOZER_TEST_CASSANDRA`` (``host:port``) or ``BULLDOZER_TEST_SPARK_MASTER``
+(``spark://host:port``)."""
 
 from __future__ import annotations
 
@@ -94,6 +95,18 @@ def cassandra_pid() -> int | None:
     cassandra_endpoint()
     folder = _folders.get("cassandra")
     return int(Path(folder, "cassandra.pid").read_text()) if folder else None
+
+
+def spark_master() -> str:
+    """A standalone master with one 2-core worker (``scripts/services/spark.sh``)."""
+    with _lock:
+        if "spark" not in _started:
+            url = os.environ.get("BULLDOZER_TEST_SPARK_MASTER")
+            if not url:
+                _, port = _start("spark", "spark.sh", "start", 3)
+                url = f"spark://127.0.0.1:{port}"
+            _started["spark"] = url
+        return _started["spark"]
 
 
 def stop_all() -> None:

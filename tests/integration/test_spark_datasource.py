@@ -4,8 +4,8 @@ writes through it in ``write.partitions`` tasks by key; bad DataFrames are refus
 the error a user can act on, and a failed write never moves the alias.
 
 One Spark session (``local[2,2]``: two cores, a failed task is tried twice) is shared by
-the module; its JVM — and so the Python workers that run the data source's driver side —
-is started with ``BULLDOZER_HOME`` on the module's warehouse."""
+the module; its Python workers — those that run the data source's driver side too — get
+``BULLDOZER_HOME`` on the module's warehouse (``spark.executorEnv``)."""
 
 from __future__ import annotations
 
@@ -45,15 +45,9 @@ def spark(home: Path) -> Iterator[Any]:
     from bulldozer.load.engines.spark import spark_session, stop_spark_session
     from bulldozer.load.engines.spark.datasource import register
 
-    saved = os.environ.get("BULLDOZER_HOME")
-    os.environ["BULLDOZER_HOME"] = str(home)
-    try:
-        session = spark_session("lake", None, str(home), "local[2,2]")
-    finally:
-        if saved is None:
-            os.environ.pop("BULLDOZER_HOME", None)
-        else:
-            os.environ["BULLDOZER_HOME"] = saved
+    # the data source's driver side runs in Python workers with the session's executor
+    # environment: the embedded catalog it reads field numbers from is this module's
+    session = spark_session("lake", None, str(home), "local[2,2]", {"spark.executorEnv.BULLDOZER_HOME": str(home)})
     register(session)
     yield session
     stop_spark_session()
@@ -236,8 +230,9 @@ def test_a_write_that_fails_for_good_marks_the_version_failed(spark: Any, dal: K
         ("overwrite", {"alias": "x", "key_columns": "id", "batch": "9"}, "unknown option"),
         ("overwrite", {"alias": "x"}, "key_columns"),
         ("overwrite", {"alias": "x", "key_columns": "id", "endpoint": "embedded"}, "executors reach"),
+        ("overwrite", {"alias": "x", "key_columns": "id", "endpoint": "127.0.0.1:1", "table": "sample.nope"}, "nope"),
     ],
-    ids=["append", "unknown-option", "no-keys", "embedded"],
+    ids=["append", "unknown-option", "no-keys", "embedded", "unknown-table"],
 )
 def test_options_are_applied_or_refused(spark: Any, mode: str, options: dict[str, str], message: str) -> None:
     from bulldozer.load.engines.spark.datasource import worker_error

@@ -31,8 +31,8 @@ commit records the partitions' results on the version for the runner, which veri
 flips as for every engine (so scheduled runs keep their separate verify and flip stages).
 
 The source is found by name (``format("bulldozer")``) once ``register(spark)`` ran, or
-without it when ``bulldozer`` is installed where Spark's Python runs: Spark looks up
-top-level ``pyspark_*`` modules, and ``pyspark_bulldozer`` is one.
+without it when ``bulldozer`` is installed (not editable) where Spark's Python runs:
+Spark looks up top-level ``pyspark_*`` modules, and ``pyspark_bulldozer`` is one.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ import base64
 import logging
 import pickle
 import re
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -445,12 +446,11 @@ def _job_writer(options: dict[str, str], schema: Any) -> BulldozerWriter:
     if "table" in options or "spec" in options:
         from bulldozer.warehouse.catalog import load_source_table
 
+        # the table the DataFrame comes from gives its columns' field numbers: it must be
+        # found (numbering them from their names instead would break the alias's readers)
         assert dm.source.table is not None
-        try:
-            sources = [load_source_table(dm.catalog, None, dm.source.table).schema()]
-            source_name = f"DataFrame from {dm.catalog.name}.{dm.source.table}"
-        except BulldozerError as exc:  # not a table: every column is computed
-            log.info("no field numbers from %s: %s", dm.source.table, exc)
+        sources = [load_source_table(dm.catalog, None, dm.source.table).schema()]
+        source_name = f"DataFrame from {dm.catalog.name}.{dm.source.table}"
     iceberg_schema = output_schema(arrow_schema, sources, uuid_as_text=True)  # Spark reads uuid as text
     client = KvClient(target, token=token, timeout=60, credentials=material_credentials(tls) if tls else None)
     with client:
@@ -472,13 +472,18 @@ def _job_writer(options: dict[str, str], schema: Any) -> BulldozerWriter:
 
 
 def register(spark: Any) -> None:
-    """Make ``format("bulldozer")`` known to ``spark``. Where ``pyspark_bulldozer`` is
-    on the path, Spark found it already, looking as this does (registering again would
-    replace it, with a warning); an editable install's finder is not on the path."""
-    import pkgutil
-
-    if not any(module.name == "pyspark_bulldozer" for module in pkgutil.iter_modules()):
+    """Make ``format("bulldozer")`` known to ``spark`` (once per session). Spark also
+    finds the source without this where ``pyspark_bulldozer`` is installed, but runs it
+    with the interpreter it started with, by path — which a cluster's executors do not
+    have when they run a shipped environment (``package.archive_conf``); registering here
+    runs it with the session's interpreter, whatever it is."""
+    if spark not in _REGISTERED:
         spark.dataSource.register(BulldozerDataSource)
+        _REGISTERED.add(spark)
+
+
+#: sessions ``register`` registered the source on
+_REGISTERED: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def worker_error(exc: Exception) -> Exception:

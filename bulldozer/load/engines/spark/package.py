@@ -3,36 +3,42 @@
 A Spark cluster runs Bulldozer's code in Python workers on the executors, which need the
 same Bulldozer and its dependencies as the driver. ``build_archive`` packs them into one
 archive for ``spark.archives`` (Spark unpacks it in each executor's working directory):
-a virtual environment — ``pyvenv.cfg``, ``bin/python`` pointing at this interpreter's
-base Python, and ``lib/pythonX.Y/site-packages`` with Bulldozer and the closure of its
-runtime requirements (the installed files, as their ``RECORD`` lists them) — the layout
-``venv-pack`` makes, built from what is installed here instead of a network install.
+``lib/pythonX.Y/site-packages`` with Bulldozer and the closure of its runtime
+requirements (the installed files, as their ``RECORD`` lists them, built from what is
+installed here instead of a network install), and ``bin/python``, a script that runs this
+machine's base interpreter with that folder first on its path (a virtual environment's
+``bin/python`` is a symlink leaving the archive, which Spark refuses to unpack). A zip,
+not a tar: Spark keeps the file modes of a zip's entries only.
 pyspark itself is not packed: Spark gives its Python workers its own ``pyspark.zip``.
 
 The executors need the same Python (version and path) as this machine's base
-interpreter, as with ``venv-pack``; the archive names it in ``pyvenv.cfg``.
+interpreter, as with ``venv-pack``; ``bin/python`` names it.
 
 ``BULLDOZER_SPARK_ARCHIVE`` makes every Spark run ship the archive (``archive_conf``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata as md
-import io
 import os
 import re
+import shlex
 import sys
-import tarfile
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from bulldozer.errors import InvalidArgumentError
 
-__all__ = ["ARCHIVE_DIR", "Packed", "archive_conf", "build_archive", "distributions"]
+__all__ = ["ARCHIVE_DIR", "EXECUTOR_PYTHON", "Packed", "archive_conf", "build_archive", "distributions"]
 
 #: the folder the archive is unpacked as in each executor's working directory
 ARCHIVE_DIR = "bulldozer_env"
+#: the Python workers' interpreter with a shipped environment (relative to the working
+#: directory: the executor's, and on the driver its JVM's — ``session._in_driver_folder``)
+EXECUTOR_PYTHON = f"./{ARCHIVE_DIR}/bin/python"
 #: what executors need beyond Bulldozer's own requirements (pyspark's Arrow paths import pandas)
 EXECUTOR_EXTRAS = ("pandas",)
 #: Bulldozer's own top-level packages (an editable install has no RECORD of them)
@@ -82,31 +88,55 @@ def _skipped(relative: str) -> bool:
 
 
 def build_archive(output: Path, compress: bool = True) -> Packed:
-    """Write the executors' environment to ``output`` (``.tar.gz``, or ``.tar`` when not
-    ``compress``); returns what went in."""
+    """Write the executors' environment to ``output``, a zip (deflated, or stored when not
+    ``compress``: Spark keeps a zip's file modes, not a tar's); returns what went in."""
     started = time.monotonic()
     site = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
     base = Path(os.path.realpath(getattr(sys, "_base_executable", sys.executable)))
-    output.parent.mkdir(parents=True, exist_ok=True)
     partial = output.with_name(output.name + ".partial")
     names: list[str] = []
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        files, size = _write_archive(partial, compress, site, base, names)
+        partial.replace(output)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+        raise InvalidArgumentError(f"cannot write the archive {output}: {exc.strerror or exc}") from None
+    return Packed(output, names, files, size, time.monotonic() - started)
+
+
+def _write_archive(partial: Path, compress: bool, site: str, base: Path, names: list[str]) -> tuple[int, int]:
     files = size = 0
-    with tarfile.open(partial, "w:gz", compresslevel=1) if compress else tarfile.open(partial, "w") as tar:
+    method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
+    with zipfile.ZipFile(partial, "w", method, compresslevel=1 if compress else None) as archive:
 
-        def add_text(name: str, text: str) -> None:
-            info = tarfile.TarInfo(name)
-            data = text.encode()
-            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
-            tar.addfile(info, io.BytesIO(data))
+        def add(name: str, data: bytes, mode: int = 0o644) -> None:
+            info = zipfile.ZipInfo(name, time.localtime()[:6])
+            info.create_system = 3  # unix: Spark's unpacking keeps the mode (bin/python runs)
+            info.external_attr = (0o100000 | mode) << 16
+            info.compress_type = method
+            archive.writestr(info, data)
 
-        add_text(
-            "pyvenv.cfg",
-            f"home = {base.parent}\ninclude-system-site-packages = false\n"
-            f"version = {sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro}\n",
+        # bin/python runs this machine's base interpreter on the packed site-packages: a
+        # script, not a venv's symlink (Spark's unpacking refuses links that leave the folder)
+        add(
+            "bin/python",
+            (
+                "#!/bin/sh\n"
+                'here=$(cd "$(dirname "$0")/.." && pwd)\n'
+                f'PYTHONPATH="$here/{site}${{PYTHONPATH:+:$PYTHONPATH}}" exec {shlex.quote(str(base))} -s "$@"\n'
+            ).encode(),
+            0o755,
         )
-        link = tarfile.TarInfo("bin/python")
-        link.type, link.linkname, link.mode = tarfile.SYMTYPE, str(base), 0o755
-        tar.addfile(link)
+
+        def add_file(path: Path, name: str) -> None:
+            nonlocal files, size
+            mode = path.stat().st_mode & 0o777
+            archive.write(path, name)
+            archive.getinfo(name).external_attr = (0o100000 | mode) << 16
+            files, size = files + 1, size + path.stat().st_size
+
         for dist in distributions():
             name = dist.metadata["Name"]
             names.append(f"{name}=={dist.version}")
@@ -119,23 +149,22 @@ def build_archive(output: Path, compress: bool = True) -> Packed:
                     continue  # scripts outside site-packages; bytecode is rebuilt
                 path = root / relative
                 if path.is_file():
-                    tar.add(path, f"{site}/{relative}", recursive=False)
-                    files, size = files + 1, size + path.stat().st_size
+                    add_file(path, f"{site}/{relative}")
         for package in OWN_PACKAGES:
             module = __import__(package)
             folder = Path(module.__file__ or "").parent
             for path in sorted(folder.rglob("*")):
                 relative = path.relative_to(folder.parent).as_posix()
                 if path.is_file() and not _skipped(relative):
-                    tar.add(path, f"{site}/{relative}", recursive=False)
-                    files, size = files + 1, size + path.stat().st_size
-    partial.replace(output)
-    return Packed(output, names, files, size, time.monotonic() - started)
+                    add_file(path, f"{site}/{relative}")
+    return files, size
 
 
 def archive_conf(archive: Path | None = None) -> dict[str, str]:
     """The Spark properties that ship the executors' environment (``archive``, default
-    ``BULLDOZER_SPARK_ARCHIVE``) and run their Python workers from it; empty without one."""
+    ``BULLDOZER_SPARK_ARCHIVE``), unpacked as ``bulldozer_env`` in each executor's working
+    directory; empty without one. ``spark_session`` then runs the Python workers as
+    ``EXECUTOR_PYTHON``."""
     if archive is None:
         from bulldozer.settings import load_settings
 
@@ -144,9 +173,6 @@ def archive_conf(archive: Path | None = None) -> dict[str, str]:
         return {}
     if not archive.is_file():
         raise InvalidArgumentError(f"the Spark environment archive {archive} does not exist (bulldozer spark package)")
-    python = f"./{ARCHIVE_DIR}/bin/python"
     return {
         "spark.archives": f"{archive.resolve().as_uri()}#{ARCHIVE_DIR}",
-        "spark.executorEnv.PYSPARK_PYTHON": python,
-        "spark.pyspark.python": python,
     }

@@ -9,7 +9,12 @@ non-terminal runs never show it).
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
+import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,18 +95,63 @@ def spark_session(
             .config(f"{prefix}.uri", f"jdbc:sqlite:{root / 'catalog.db'}")
             .config(f"{prefix}.warehouse", (root / "warehouse").as_uri())
         )
-    try:
-        _SESSION = builder.getOrCreate()
-    except Exception as exc:
-        # Seen once under a loaded CI machine: the gateway JVM died silently while starting
-        # (nothing on stderr) and the same command passed when run again. Start it once more.
-        if "JAVA_GATEWAY_EXITED" not in str(exc):
-            raise
-        log.warning("the Spark gateway JVM exited while starting (%s); starting it once more", exc)
-        _SESSION = builder.getOrCreate()
+    with _in_driver_folder():
+        try:
+            _SESSION = builder.getOrCreate()
+        except Exception as exc:
+            # Seen once under a loaded CI machine: the gateway JVM died silently while starting
+            # (nothing on stderr) and the same command passed when run again. Start it once more.
+            if "JAVA_GATEWAY_EXITED" not in str(exc):
+                raise
+            log.warning("the Spark gateway JVM exited while starting (%s); starting it once more", exc)
+            _SESSION = builder.getOrCreate()
     _SESSION.sparkContext.setLogLevel(level)
+    if "spark.archives" in (conf or {}) and not master.startswith("local"):
+        from bulldozer.load.engines.spark.package import EXECUTOR_PYTHON
+
+        # the Python workers run the shipped environment's interpreter (package.archive_conf)
+        _SESSION.sparkContext.pythonExec = EXECUTOR_PYTHON
     _SESSION_KEY = key
     return _SESSION
+
+
+@contextlib.contextmanager
+def _in_driver_folder() -> Iterator[None]:
+    """Start Spark's JVM in a folder of its own where ``bulldozer_env`` is this Python's
+    environment. A cluster's executors run their Python workers as
+    ``./bulldozer_env/bin/python`` (the shipped archive, unpacked in their working
+    directory); Spark runs the data source's planning in Python workers on the driver
+    with that same name, relative to the driver JVM's working directory — this folder."""
+    import sys
+    import tempfile
+
+    from pyspark import SparkContext
+
+    from bulldozer.load.engines.spark.package import ARCHIVE_DIR
+
+    if SparkContext._gateway is not None:  # the JVM runs (started here before)
+        yield
+        return
+    global _DRIVER_FOLDER
+    if _DRIVER_FOLDER is None:
+        folder = Path(tempfile.mkdtemp(prefix="bulldozer-spark-driver-"))
+        atexit.register(shutil.rmtree, folder, True)
+        env = folder / ARCHIVE_DIR
+        if sys.prefix != sys.base_prefix:  # a virtualenv: its bin/python finds its pyvenv.cfg
+            env.symlink_to(sys.prefix, target_is_directory=True)
+        else:
+            (env / "bin").mkdir(parents=True)
+            (env / "bin" / "python").symlink_to(sys.executable)
+        _DRIVER_FOLDER = folder
+    before = os.getcwd()
+    os.chdir(_DRIVER_FOLDER)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+_DRIVER_FOLDER: Path | None = None
 
 
 def stop_spark_session() -> None:

@@ -1,0 +1,94 @@
+"""The Spark engine on a real standalone cluster: a master and a worker started by
+``scripts/services/spark.sh`` on loopback (one per test session), whose executors run in
+the worker's JVM and Python workers — outside this process's tree, with a clean
+environment: no virtualenv, no ``BULLDOZER_*``. Bulldozer reaches them only through the
+archive ``bulldozer spark package`` builds (``BULLDOZER_SPARK_ARCHIVE``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bulldozer.kv import KvClient
+from bulldozer.load.engines.spark import SparkEngine, stop_spark_session
+from bulldozer.load.runner import run_job
+from bulldozer.spec import load_spec_text
+from bulldozer.warehouse.sample import create_sample_warehouse
+from tests.conftest import REPO
+from tests.integration import services
+
+pytest.importorskip("pyspark", reason="the spark extra is part of the default install (scripts/bootstrap.sh)")
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+TEMPLATE = (REPO / "templates" / "move_data_to_kv_dal.yaml").read_text()
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    path = tmp_path_factory.mktemp("spark-cluster")
+    create_sample_warehouse(path, rows=3_000, chunk_rows=1_000)
+    yield path
+    stop_spark_session()
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The executors' environment, built by the CLI as a user would."""
+    output = tmp_path_factory.mktemp("spark-env") / "bulldozer-env.zip"
+    done = subprocess.run(
+        [sys.executable, "-m", "bulldozer.cli.main", "spark", "package", "--no-compress", "--json", "-o", str(output)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    summary = json.loads(done.stdout)
+    assert Path(summary["archive"]) == output.resolve() and output.stat().st_size == summary["archive_bytes"]
+    names = {d.split("==")[0].lower() for d in summary["distributions"]}
+    assert {"bulldozer", "pyarrow", "grpcio", "protobuf", "pandas"} <= names and "pyspark" not in names
+    return output
+
+
+def test_a_job_on_a_standalone_cluster_stores_what_the_local_engine_stores(
+    home: Path, archive: Path, dal: KvClient
+) -> None:
+    from bulldozer.load.engines.spark.package import archive_conf
+
+    master = services.spark_master()
+    spec = load_spec_text(
+        TEMPLATE.replace("    in_flight_batches: 4 ", "    partitions: 4\n    in_flight_batches: 4 "),
+        "job.yaml",
+        env={},
+    )
+    engine = SparkEngine(master=master, conf=archive_conf(archive))
+    on_cluster = run_job(spec, dal, engine=engine, home=str(home))
+    assert on_cluster.outcome == "succeeded" and on_cluster.rows == 3_000 and on_cluster.engine == "spark"
+    # the tasks ran on the worker's executor, not in this driver (local mode's executor id is "driver")
+    from bulldozer.load.engines.spark.session import spark_session
+
+    session = spark_session("lake", None, str(home), master, archive_conf(archive))
+    executors = session.sparkContext._jsc.sc().getExecutorMemoryStatus().size()  # driver + the worker's
+    assert session.sparkContext.master == master and executors >= 2
+    # the executors' Python workers import Bulldozer from the shipped environment, not from
+    # this checkout or its virtualenv
+    where = session.sparkContext.parallelize(range(4), 4).map(lambda _: __import__("bulldozer").__file__).collect()
+    assert all("/bulldozer_env/lib/" in path and not path.startswith(str(REPO)) for path in where), where
+    local_spec = load_spec_text(TEMPLATE, "job.yaml", env={})
+    local = run_job(local_spec, dal, engine="local", home=str(home))
+    assert dal.describe(local.version).digest == dal.describe(on_cluster.version).digest  # byte for byte
+
+
+def test_package_refuses_a_path_it_cannot_write_in_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    done = subprocess.run(
+        [sys.executable, "-m", "bulldozer.cli.main", "spark", "package", "-o", str(blocker / "env.zip")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [f"error: cannot write the archive {blocker / 'env.zip'}: File exists"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
