@@ -58,6 +58,9 @@ DEFERRED = ("pyiceberg.expressions.parser",)
 def before_imports() -> None:
     """Called first thing by the CLI's entry point, before anything imports numpy."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # gRPC's core logs its errors only: its INFO notice when a process with channels forks
+    # (starting Spark's JVM does) is not for users
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 
 def use_load_memory_pool() -> str:

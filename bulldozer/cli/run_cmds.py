@@ -351,9 +351,12 @@ def plan(
     ] = None,
     home: Annotated[str | None, typer.Option(help=HOME_HELP, show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    engine: Annotated[
+        EngineChoice, typer.Option(help="The engine to estimate (from its own earlier runs).")
+    ] = EngineChoice.local,
 ) -> None:
     """Dry run: rows and bytes a run would move, its estimated time (from the rate an
-    earlier run measured), the schema diff against the live version, and which versions
+    earlier run on the same engine measured), the schema diff against the live version, and which versions
     retention would retire. Writes nothing. Exit 3 if the schema change would break readers.
     """
     from bulldozer.kv.connect import connect_for_spec
@@ -362,7 +365,7 @@ def plan(
 
     loaded = load_spec(spec)
     with connect_for_spec(loaded, home, endpoint) as client:
-        result = plan_run(loaded, client, home)
+        result = plan_run(loaded, client, home, engine.value)
     if not as_json:
         say_store(client)
     if as_json:
@@ -372,7 +375,7 @@ def plan(
             f"[bold]{result.job}[/]: {result.rows:,} rows ({result.bytes / 1024**2:,.1f} MiB in {result.files} files) "
             f"from {result.table} @ snapshot {result.snapshot_id}"
         )
-        console.print(f"  estimated load: {result.estimated_seconds:,.1f} s ({result.rate_source})")
+        console.print(f"  estimated load on {result.engine}: {result.estimated_seconds:,.1f} s ({result.rate_source})")
         live = f"{result.live_version} ({result.live_rows:,} rows)" if result.live_version else "none yet"
         console.print(f"  live version: {live}")
         if result.schema_differences:

@@ -21,6 +21,7 @@ DEFAULT_RATE = 60_000.0
 class RunPlan:
     job: str
     alias: str
+    engine: str
     table: str
     snapshot_id: int
     files: int
@@ -40,7 +41,9 @@ class RunPlan:
         return asdict(self)
 
 
-def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None) -> RunPlan:
+def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engine: str = "local") -> RunPlan:
+    """What a run on ``engine`` would do; its time from that engine's latest successful run
+    of the job (engines differ several-fold: Spark pays its start-up, a cluster scales)."""
     from bulldozer.load.engines.local import _scan, _tasks
     from bulldozer.load.runner import schema_at
     from bulldozer.versioning.flip import live_version
@@ -77,12 +80,15 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None) -> R
             for task in _tasks(_scan(lp, lp.columns)):
                 files, rows, nbytes = files + 1, rows + task.file.record_count, nbytes + task.file.file_size_in_bytes
         source_name = dm.source.table
-    rate, source = DEFAULT_RATE, "default estimate (no earlier run measured one)"
+    rate, source = DEFAULT_RATE, f"default estimate (no earlier {engine} run measured one)"
     versions = client.list_namespaces(spec.alias)
     for ns in reversed(versions):
         record = run_record_of(ns)
-        if record is not None and record.outcome == "succeeded" and record.load_seconds and record.rows:
-            rate, source = record.rows / max(record.load_seconds, 1e-3), f"measured by run {record.run_id}"
+        if record is None or record.engine != engine or record.outcome != "succeeded":
+            continue
+        if record.load_seconds and record.rows:
+            rate = record.rows / max(record.load_seconds, 1e-3)
+            source = f"measured by {engine} run {record.run_id}"
             break
     retention = spec.key_value_dal.retention
     # after this run the live version would be retired too
@@ -96,6 +102,7 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None) -> R
     return RunPlan(
         job=spec.metadata.name,
         alias=spec.alias,
+        engine=engine,
         table=source_name,
         snapshot_id=snapshot_id,
         files=files,

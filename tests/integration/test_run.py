@@ -378,7 +378,10 @@ def test_plan_is_a_dry_run(home: Path, dal: KvClient) -> None:
     done = run_job(spec(), dal, home=str(home))
     again = plan_run(spec(**{"    - payload\n": ""}), dal, str(home))
     assert again.live_version == done.version and again.live_rows == 3_000
-    assert "measured by run" in again.rate_source
+    assert "measured by local run" in again.rate_source
+    # each engine from its own runs: no Spark run measured anything yet
+    on_spark = plan_run(spec(), dal, str(home), engine="spark")
+    assert on_spark.engine == "spark" and "no earlier spark run" in on_spark.rate_source
     assert [(d["path"], d["change"], d["verdict"]) for d in again.schema_differences] == [
         ("ValueMessage.payload", "field dropped", "allowed")
     ]

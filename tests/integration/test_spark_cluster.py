@@ -76,9 +76,44 @@ def test_a_job_on_a_standalone_cluster_stores_what_the_local_engine_stores(
     # this checkout or its virtualenv
     where = session.sparkContext.parallelize(range(4), 4).map(lambda _: __import__("bulldozer").__file__).collect()
     assert all("/bulldozer_env/lib/" in path and not path.startswith(str(REPO)) for path in where), where
+    stop_spark_session()  # its executors hold the worker's cores until it stops
     local_spec = load_spec_text(TEMPLATE, "job.yaml", env={})
     local = run_job(local_spec, dal, engine="local", home=str(home))
     assert dal.describe(local.version).digest == dal.describe(on_cluster.version).digest  # byte for byte
+
+
+def test_the_cli_runs_on_the_cluster_with_the_configured_archive_and_stays_quiet(
+    home: Path, archive: Path, dal: KvClient
+) -> None:
+    """``bulldozer run --engine spark --master spark://…`` with ``BULLDOZER_SPARK_ARCHIVE``:
+    the version is the local engine's, and ``-q`` leaves stderr without Spark's progress
+    bar or log lines (Spark logs at Bulldozer's level: warnings and worse)."""
+    from tests.integration.test_run import _cli
+
+    master = services.spark_master()
+    done = _cli(
+        [
+            "run",
+            "templates/move_data_to_kv_dal.yaml",
+            "--engine",
+            "spark",
+            "--master",
+            master,
+            "-q",
+            "--json",
+            "--endpoint",
+            dal.target,
+        ],
+        home,
+        env={"BULLDOZER_SPARK_ARCHIVE": str(archive)},
+    )
+    assert done.returncode == 0, done.stderr
+    record = json.loads(done.stdout)
+    assert record["outcome"] == "succeeded" and record["engine"] == "spark" and record["rows"] == 3_000
+    noise = [line for line in done.stderr.splitlines() if "[Stage" in line or " INFO " in line or " WARN " in line]
+    assert noise == [], done.stderr
+    local = run_job(load_spec_text(TEMPLATE, "job.yaml", env={}), dal, engine="local", home=str(home))
+    assert dal.describe(local.version).digest == dal.describe(record["version"]).digest
 
 
 def test_package_refuses_a_path_it_cannot_write_in_one_line(tmp_path: Path) -> None:

@@ -274,6 +274,13 @@ def test_the_engine_writes_in_the_spec_s_partitions_by_key(spark: Any, home: Pat
     record = run_job(load_spec_text(text, "job.yaml", env={}), dal, engine="spark", home=str(home))
     ledger = ledger_of(dal.describe(record.version))
     assert len(ledger) == 3 and sum(v[0] for v in ledger.values()) == 3_000
+    from bulldozer.load.plan import plan_run
+
+    # plan estimates Spark from this Spark run, the local engine from none
+    assert plan_run(load_spec_text(text, "job.yaml", env={}), dal, str(home), "spark").rate_source == (
+        f"measured by spark run {record.run_id}"
+    )
+    assert "no earlier local run" in plan_run(load_spec_text(text, "job.yaml", env={}), dal, str(home)).rate_source
     with pytest.raises(Exception, match=r"write\.partitions"):
         run_job(load_spec_text(text, "job.yaml", env={}), dal, engine="local", home=str(home))
 

@@ -106,7 +106,6 @@ class SparkEngine(LocalEngine):
         except Exception as exc:
             raise worker_error(exc) from None
         result = LoadResult()
-        done = 0
         prefix = f"spark-{write_id}-"
         for split_id, data in sorted(ledger_of(client.describe(plan.version)).items()):
             if not split_id.startswith(prefix):
@@ -114,8 +113,8 @@ class SparkEngine(LocalEngine):
             split = SplitResult.from_json(split_id, data)
             result.splits[split_id] = split
             on_split(split)
-            done += split.rows
-            progress(done, done)
+        done = sum(split.rows for split in result.splits.values())
+        progress(done, done)  # the tasks report when the write commits: all at once
         if not result.splits:
             from bulldozer.errors import LoadError
 

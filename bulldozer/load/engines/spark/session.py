@@ -10,11 +10,13 @@ non-terminal runs never show it).
 from __future__ import annotations
 
 import atexit
-import contextlib
 import logging
-import os
+import re
 import shutil
-from collections.abc import Iterator
+import subprocess
+import sys
+import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -59,52 +61,41 @@ def spark_session(
     master = master or settings.spark_master
     level = spark_log_level()
     prefix = f"spark.sql.catalog.{catalog_name}"
-    builder = (
-        SparkSession.builder.appName("bulldozer")
-        .master(master)
-        .config("spark.jars.packages", f"{ICEBERG_RUNTIME},{SQLITE_JDBC}")
-        .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
-        .config(prefix, "org.apache.iceberg.spark.SparkCatalog")
-        .config(f"{prefix}.cache-enabled", "false")  # each run must see the latest snapshots
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.ui.enabled", "false")
+    options = {
+        "spark.app.name": "bulldozer",
+        "spark.master": master,
+        "spark.jars.packages": f"{ICEBERG_RUNTIME},{SQLITE_JDBC}",
+        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        prefix: "org.apache.iceberg.spark.SparkCatalog",
+        f"{prefix}.cache-enabled": "false",  # each run must see the latest snapshots
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.enabled": "false",
         # Bulldozer shows its own progress (or none: -q, no terminal); Spark's bar would
         # write over it
-        .config("spark.ui.showConsoleProgress", "false")
+        "spark.ui.showConsoleProgress": "false",
         # Spark logs at Bulldozer's level from the JVM's first line on (not only after
         # setLogLevel): the driver reads the shipped log4j2 configuration
-        .config(
-            "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_LOG4J2} -Dbulldozer.spark.level={level}"
-        )
-        .config("spark.driver.host", settings.spark_driver_host)
-        .config("spark.driver.bindAddress", settings.spark_driver_host)
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={_LOG4J2} -Dbulldozer.spark.level={level}",
+        "spark.driver.host": settings.spark_driver_host,
+        "spark.driver.bindAddress": settings.spark_driver_host,
         # the batches of the Python workers land in jemalloc's pool (bulldozer.cli.process)
-        .config("spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
-        .config("spark.sql.shuffle.partitions", "8")
-        .config("spark.driver.memory", settings.spark_driver_memory)
-    )
-    for prop, value in (conf or {}).items():
-        builder = builder.config(prop, value)
+        "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "jemalloc",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.driver.memory": settings.spark_driver_memory,
+        **(conf or {}),
+    }
     if properties:
-        for prop, value in properties.items():
-            builder = builder.config(f"{prefix}.{prop}", value)
+        options.update({f"{prefix}.{prop}": value for prop, value in properties.items()})
     else:
         root = bulldozer_home(home)
-        builder = (
-            builder.config(f"{prefix}.type", "jdbc")
-            .config(f"{prefix}.uri", f"jdbc:sqlite:{root / 'catalog.db'}")
-            .config(f"{prefix}.warehouse", (root / "warehouse").as_uri())
-        )
-    with _in_driver_folder():
-        try:
-            _SESSION = builder.getOrCreate()
-        except Exception as exc:
-            # Seen once under a loaded CI machine: the gateway JVM died silently while starting
-            # (nothing on stderr) and the same command passed when run again. Start it once more.
-            if "JAVA_GATEWAY_EXITED" not in str(exc):
-                raise
-            log.warning("the Spark gateway JVM exited while starting (%s); starting it once more", exc)
-            _SESSION = builder.getOrCreate()
+        options[f"{prefix}.type"] = "jdbc"
+        options[f"{prefix}.uri"] = f"jdbc:sqlite:{root / 'catalog.db'}"
+        options[f"{prefix}.warehouse"] = (root / "warehouse").as_uri()
+    _start_driver(options)
+    builder = SparkSession.builder
+    for prop, value in options.items():
+        builder = builder.config(prop, value)
+    _SESSION = builder.getOrCreate()
     _SESSION.sparkContext.setLogLevel(level)
     if "spark.archives" in (conf or {}) and not master.startswith("local"):
         from bulldozer.load.engines.spark.package import EXECUTOR_PYTHON
@@ -115,25 +106,80 @@ def spark_session(
     return _SESSION
 
 
-@contextlib.contextmanager
-def _in_driver_folder() -> Iterator[None]:
-    """Start Spark's JVM in a folder of its own where ``bulldozer_env`` is this Python's
-    environment. A cluster's executors run their Python workers as
-    ``./bulldozer_env/bin/python`` (the shipped archive, unpacked in their working
-    directory); Spark runs the data source's planning in Python workers on the driver
-    with that same name, relative to the driver JVM's working directory — this folder."""
-    import sys
-    import tempfile
+def _start_driver(options: dict[str, str]) -> None:
+    """Start Spark's JVM (once per process) and its first context with ``options``:
 
-    from pyspark import SparkContext
-
-    from bulldozer.load.engines.spark.package import ARCHIVE_DIR
-
-    if SparkContext._gateway is not None:  # the JVM runs (started here before)
-        yield
+    - in a folder of its own where ``bulldozer_env`` is this Python's environment. A
+      cluster's executors run their Python workers as ``./bulldozer_env/bin/python`` (the
+      shipped archive, unpacked in their working directory); Spark runs the data source's
+      planning in Python workers on the driver with that same name, relative to the
+      driver JVM's working directory — this folder;
+    - with its stderr (spark-submit's dependency resolution, the JVM's own notices,
+      log4j's console) read line by line into the ``bulldozer.spark`` logger at each
+      line's level, so Spark says what Bulldozer's log level lets through and no more.
+    """
+    global _GATEWAY
+    if _GATEWAY is not None:
         return
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
+    popen = {"cwd": str(_driver_folder()), "stderr": subprocess.PIPE}
+    try:
+        gateway = launch_gateway(conf, popen_kwargs=dict(popen))  # type: ignore[no-untyped-call]
+    except Exception as exc:
+        # Seen once under a loaded CI machine: the gateway JVM died silently while starting
+        # (nothing on stderr) and the same command passed when run again. Start it once more.
+        if "JAVA_GATEWAY_EXITED" not in str(exc):
+            raise
+        log.warning("the Spark gateway JVM exited while starting (%s); starting it once more", exc)
+        gateway = launch_gateway(conf, popen_kwargs=dict(popen))  # type: ignore[no-untyped-call]
+    threading.Thread(target=_relay, args=(gateway.proc.stderr,), name="spark-stderr", daemon=True).start()
+    SparkContext(conf=conf, gateway=gateway)
+    _GATEWAY = gateway
+
+
+_GATEWAY: Any = None
+_DRIVER_FOLDER: Path | None = None
+#: ``26/11/25 14:57:13 WARN Utils: message`` (the layout of log4j2.properties)
+_LOG_LINE = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (TRACE|DEBUG|INFO|WARN|ERROR|FATAL) (.*)$")
+_PYTHON_LEVELS = {
+    "TRACE": logging.DEBUG,
+    "DEBUG": logging.DEBUG,
+    "INFO": logging.INFO,
+    "WARN": logging.WARNING,
+    "ERROR": logging.ERROR,
+    "FATAL": logging.CRITICAL,
+}
+
+
+def _relay(stream: Any) -> None:
+    """Spark's stderr into the ``bulldozer.spark`` logger: a log line at its level (the
+    lines of a stack trace after it too), anything else (ivy's resolution report, the
+    JVM's notices) at DEBUG."""
+    spark_log = logging.getLogger("bulldozer.spark")
+    level = logging.DEBUG
+    for raw in iter(stream.readline, b""):
+        line = raw.decode(errors="replace").rstrip()
+        if not line:
+            continue
+        match = _LOG_LINE.match(line)
+        if match is not None:
+            level = _PYTHON_LEVELS[match.group(1)]
+            spark_log.log(level, "%s", match.group(2))
+        elif line[0].isspace() or line.startswith(("Caused by", "\tat ")):
+            spark_log.log(level, "%s", line)  # a stack trace: at its log line's level
+        else:
+            level = logging.DEBUG
+            spark_log.debug("%s", line)
+
+
+def _driver_folder() -> Path:
     global _DRIVER_FOLDER
     if _DRIVER_FOLDER is None:
+        from bulldozer.load.engines.spark.package import ARCHIVE_DIR
+
         folder = Path(tempfile.mkdtemp(prefix="bulldozer-spark-driver-"))
         atexit.register(shutil.rmtree, folder, True)
         env = folder / ARCHIVE_DIR
@@ -143,15 +189,7 @@ def _in_driver_folder() -> Iterator[None]:
             (env / "bin").mkdir(parents=True)
             (env / "bin" / "python").symlink_to(sys.executable)
         _DRIVER_FOLDER = folder
-    before = os.getcwd()
-    os.chdir(_DRIVER_FOLDER)
-    try:
-        yield
-    finally:
-        os.chdir(before)
-
-
-_DRIVER_FOLDER: Path | None = None
+    return _DRIVER_FOLDER
 
 
 def stop_spark_session() -> None:
