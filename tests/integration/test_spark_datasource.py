@@ -294,3 +294,28 @@ def test_duplicate_keys_in_the_table_are_named_by_the_engine(spark: Any, home: P
             run_job(load_spec_text(TEMPLATE, "job.yaml", env={}), dal, engine="spark", home=str(home))
     finally:
         table.overwrite(table.scan(snapshot_id=table.history()[-2].snapshot_id).to_arrow())
+
+
+def test_spark_finds_the_source_by_name_where_bulldozer_is_installed(dal: KvClient, tmp_path: Path) -> None:
+    """A user's own session, no ``register``: Spark looks up ``pyspark_*`` modules and
+    finds ``pyspark_bulldozer`` (here on ``PYTHONPATH``, as an installed package is)."""
+    import subprocess
+    import sys
+
+    script = (
+        "from pyspark.sql import SparkSession\n"
+        "spark = SparkSession.builder.master('local[1]').config('spark.ui.enabled', 'false').getOrCreate()\n"
+        "frame = spark.createDataFrame([(i, f'v{i}') for i in range(10)], 'id long, v string')\n"
+        "frame.write.format('bulldozer').mode('overwrite').option('alias', 'found')"
+        f".option('key_columns', 'id').option('endpoint', '{dal.target}').option('min_rows', '1').save()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert dal.describe(dal.get_alias("found").namespace).record_count == 10
