@@ -74,6 +74,8 @@ class Sizes:
     scale_rows: list[int]
     flip_sizes: list[int]
     repeat: int
+    #: the engines section's standalone-cluster rounds (a full run's; --quick skips them)
+    spark_cluster: bool = True
 
 
 @dataclass
@@ -517,6 +519,7 @@ def engines_section(ctx: Context) -> None:
         spark_runs: dict[str, tuple[list[str], dict[str, str]]] = {}
         if pyspark is not None:
             spark_runs["spark_local"] = (["--master", "local[2]"], {})
+        if pyspark is not None and s.spark_cluster:
             port = stack.enter_context(engine_server("spark"))
             archive = ctx.root / "bulldozer-spark-env.zip"
             run_cli(["spark", "package", "--no-compress", "--json", "-o", str(archive)], home)
@@ -704,7 +707,7 @@ def versions() -> dict[str, str]:
 
 def sizes_from(args: argparse.Namespace) -> Sizes:
     if args.quick:
-        return Sizes(2_000, 20, 5_000, 5_000, [2_000, 5_000], [1_000, 5_000], 1)
+        return Sizes(2_000, 20, 5_000, 5_000, [2_000, 5_000], [1_000, 5_000], 1, spark_cluster=False)
     return Sizes(
         args.feast_rows,
         args.read_calls,

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,39 +56,41 @@ def _start(kind: str, script: str, command: str, count: int, spread: int = 0) ->
     return folder, port
 
 
-def redis_url() -> str:
+def _shared(kind: str, variable: str, start: Callable[[], str]) -> str:
+    """The address of the session's ``kind`` server: ``variable``'s, else one ``start``
+    runs the first time it is asked for."""
     with _lock:
-        if "redis" not in _started:
-            url = os.environ.get("BULLDOZER_TEST_REDIS_URL")
-            if not url:
-                _, port = _start("redis", "redis.sh", "start", 1)
-                url = f"redis://127.0.0.1:{port}/0"
-            _started["redis"] = url
-        return _started["redis"]
+        if kind not in _started:
+            _started[kind] = os.environ.get(variable) or start()
+        return _started[kind]
+
+
+def _started_at(kind: str, script: str, command: str, count: int, address: str, spread: int = 0) -> Callable[[], str]:
+    """Start ``kind`` with ``script command``; its address is ``address`` with ``{port}``."""
+
+    def start() -> str:
+        folder, port = _start(kind, script, command, count, spread)
+        _folders[kind] = folder
+        return address.format(port=port)
+
+    return start
+
+
+def redis_url() -> str:
+    return _shared(
+        "redis", "BULLDOZER_TEST_REDIS_URL", _started_at("redis", "redis.sh", "start", 1, "redis://127.0.0.1:{port}/0")
+    )
 
 
 def redis_cluster_url() -> str:
-    with _lock:
-        if "redis-cluster" not in _started:
-            url = os.environ.get("BULLDOZER_TEST_REDIS_CLUSTER_URL")
-            if not url:
-                _, port = _start("redis-cluster", "redis.sh", "start-cluster", 3, spread=10000)
-                url = f"redis://127.0.0.1:{port}/0"
-            _started["redis-cluster"] = url
-        return _started["redis-cluster"]
+    start = _started_at("redis-cluster", "redis.sh", "start-cluster", 3, "redis://127.0.0.1:{port}/0", spread=10000)
+    return _shared("redis-cluster", "BULLDOZER_TEST_REDIS_CLUSTER_URL", start)
 
 
 def cassandra_endpoint() -> tuple[str, int]:
-    with _lock:
-        if "cassandra" not in _started:
-            given = os.environ.get("BULLDOZER_TEST_CASSANDRA")
-            if not given:
-                folder, port = _start("cassandra", "cassandra.sh", "start", 2)
-                _folders["cassandra"] = folder
-                given = f"127.0.0.1:{port}"
-            _started["cassandra"] = given
-        host, _, port_text = _started["cassandra"].rpartition(":")
-        return host, int(port_text)
+    start = _started_at("cassandra", "cassandra.sh", "start", 2, "127.0.0.1:{port}")
+    host, _, port_text = _shared("cassandra", "BULLDOZER_TEST_CASSANDRA", start).rpartition(":")
+    return host, int(port_text)
 
 
 def cassandra_pid() -> int | None:
@@ -99,14 +102,8 @@ def cassandra_pid() -> int | None:
 
 def spark_master() -> str:
     """A standalone master with one 2-core worker (``scripts/services/spark.sh``)."""
-    with _lock:
-        if "spark" not in _started:
-            url = os.environ.get("BULLDOZER_TEST_SPARK_MASTER")
-            if not url:
-                _, port = _start("spark", "spark.sh", "start", 3)
-                url = f"spark://127.0.0.1:{port}"
-            _started["spark"] = url
-        return _started["spark"]
+    start = _started_at("spark", "spark.sh", "start", 3, "spark://127.0.0.1:{port}")
+    return _shared("spark", "BULLDOZER_TEST_SPARK_MASTER", start)
 
 
 def stop_all() -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,21 +17,12 @@ from bulldozer.kv import KvClient
 from bulldozer.load.engines.spark import SparkEngine, stop_spark_session
 from bulldozer.load.runner import run_job
 from bulldozer.spec import load_spec_text
-from bulldozer.warehouse.sample import create_sample_warehouse
 from tests.conftest import REPO
 from tests.integration import services
+from tests.integration.test_run_spark import TEMPLATE, home
 
-pytest.importorskip("pyspark", reason="the spark extra is part of the default install (scripts/bootstrap.sh)")
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
-TEMPLATE = (REPO / "templates" / "move_data_to_kv_dal.yaml").read_text()
-
-
-@pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    path = tmp_path_factory.mktemp("spark-cluster")
-    create_sample_warehouse(path, rows=3_000, chunk_rows=1_000)
-    yield path
-    stop_spark_session()
+__all__ = ["home"]  # test_run_spark's module warehouse: 3,000 rows in three files, the session stopped after it
 
 
 @pytest.fixture(scope="module")

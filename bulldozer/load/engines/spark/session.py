@@ -121,6 +121,9 @@ def _start_driver(options: dict[str, str]) -> None:
     global _GATEWAY
     if _GATEWAY is not None:
         return
+    # py4j narrates its connections at INFO (down to "Closing down clientserver
+    # connection" from a finalizer at exit, after logging's streams closed)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
