@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -71,6 +71,10 @@ class Settings(BaseSettings):
     #: The executors' Python environment (``bulldozer spark package``), shipped with every
     #: Spark job (``spark.archives``); None: executors use the Python this one runs.
     spark_archive: Path | None = None
+    #: Seconds a Spark write may go without any task running (no executor took it: the
+    #: cluster has no free cores, or its executors cannot reach this driver) before the run
+    #: fails instead of waiting for ever.
+    spark_idle_timeout: Annotated[float, Field(gt=0)] = 300.0
     #: The native data plane's binary (default: the one scripts/build_native.sh built).
     kvd: Path | None = None
     #: ``bulldozer run`` hands itself over to the home's warm loader when one runs (``auto``),

@@ -23,9 +23,13 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
+import time
 import uuid
+from types import TracebackType
 from typing import Any
 
+from bulldozer.errors import LoadError
 from bulldozer.kv.client import KvClient
 from bulldozer.load.engines.base import LoadPlan, LoadResult, Progress, SplitDone, SplitResult
 from bulldozer.load.engines.local import LocalEngine
@@ -94,17 +98,24 @@ class SparkEngine(LocalEngine):
         write_id = uuid.uuid4().hex[:8]
         log.info("writing %s in %d Spark tasks by key", plan.version, partitions)
         progress(0, 0)
-        try:
-            (
-                frame.write.format(FORMAT)
-                .mode("overwrite")
-                .option("load_version", plan.version)
-                .option("layout", layout.encode_for_options())
-                .option("write_id", write_id)
-                .save()
-            )
-        except Exception as exc:
-            raise worker_error(exc) from None
+        with _IdleWatch(spark, load_settings().spark_idle_timeout) as watch:
+            try:
+                (
+                    frame.write.format(FORMAT)
+                    .mode("overwrite")
+                    .option("load_version", plan.version)
+                    .option("layout", layout.encode_for_options())
+                    .option("write_id", write_id)
+                    .save()
+                )
+            except Exception as exc:
+                if watch.fired:
+                    raise LoadError(
+                        f"no Spark task ran for {watch.timeout:,.0f} s on {spark.sparkContext.master}: the cluster "
+                        "has no free cores, or its executors cannot reach this driver (BULLDOZER_SPARK_DRIVER_HOST); "
+                        "the version is not flipped"
+                    ) from None
+                raise worker_error(exc) from None
         result = LoadResult()
         prefix = f"spark-{write_id}-"
         for split_id, data in sorted(ledger_of(client.describe(plan.version)).items()):
@@ -116,7 +127,46 @@ class SparkEngine(LocalEngine):
         done = sum(split.rows for split in result.splits.values())
         progress(done, done)  # the tasks report when the write commits: all at once
         if not result.splits:
-            from bulldozer.errors import LoadError
-
             raise LoadError(f"the Spark write of {plan.version} committed but recorded no results")
         return result
+
+
+class _IdleWatch:
+    """Cancels the session's Spark jobs when their stages wait ``timeout`` seconds with no
+    task running or done — Spark itself waits for ever for executors that never come
+    (``fired`` then says so). Spark's public status API: the active stages' task counts."""
+
+    def __init__(self, spark: Any, timeout: float, poll: float = 1.0) -> None:
+        self.spark, self.timeout, self.poll = spark, timeout, poll
+        self.fired = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="spark-idle-watch", daemon=True)
+
+    def __enter__(self) -> _IdleWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _starved(self) -> bool:
+        """Stages are waiting and none of them has a task running or done (no stage: the
+        driver is planning, which is not waiting for executors)."""
+        tracker = self.spark.sparkContext.statusTracker()
+        infos = [tracker.getStageInfo(stage_id) for stage_id in tracker.getActiveStageIds()]
+        infos = [info for info in infos if info is not None]
+        return bool(infos) and not any(info.numActiveTasks or info.numCompletedTasks for info in infos)
+
+    def _watch(self) -> None:
+        starved_since: float | None = None
+        while not self._stop.wait(self.poll):
+            if not self._starved():
+                starved_since = None
+                continue
+            now = time.monotonic()
+            starved_since = starved_since if starved_since is not None else now
+            if now - starved_since >= self.timeout:
+                self.fired = True
+                self.spark.sparkContext.cancelAllJobs()
+                return
