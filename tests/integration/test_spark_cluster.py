@@ -77,6 +77,12 @@ def test_a_job_on_a_standalone_cluster_stores_what_the_local_engine_stores(
     assert dal.describe(local.version).digest == dal.describe(on_cluster.version).digest  # byte for byte
 
 
+def _spark_run(master: str, dal: KvClient) -> list[str]:
+    """``bulldozer run``'s arguments for the main job on ``master``, quiet, into ``dal``."""
+    return ["run", "templates/move_data_to_kv_dal.yaml", "--engine", "spark", "--master", master, "-q",
+            "--endpoint", dal.target]  # fmt: skip
+
+
 def _a_run_no_executor_takes_fails_in_one_line(home: Path, dal: KvClient, master: str) -> None:
     """This process's application holds the worker's cores: Spark would make another wait
     for ever; the run fails after ``BULLDOZER_SPARK_IDLE_TIMEOUT`` with one line, and
@@ -87,17 +93,7 @@ def _a_run_no_executor_takes_fails_in_one_line(home: Path, dal: KvClient, master
     live = dal.get_alias("user_item_scores").namespace
     before = {ns.name for ns in dal.list_namespaces("user_item_scores")}
     done = _cli(
-        [
-            "run",
-            "templates/move_data_to_kv_dal.yaml",
-            "--engine",
-            "spark",
-            "--master",
-            master,
-            "-q",
-            "--endpoint",
-            dal.target,
-        ],
+        _spark_run(master, dal),
         home,
         env={"BULLDOZER_SPARK_IDLE_TIMEOUT": "5"},
     )
@@ -123,18 +119,7 @@ def test_the_cli_runs_on_the_cluster_with_the_configured_archive_and_stays_quiet
 
     master = services.spark_master()
     done = _cli(
-        [
-            "run",
-            "templates/move_data_to_kv_dal.yaml",
-            "--engine",
-            "spark",
-            "--master",
-            master,
-            "-q",
-            "--json",
-            "--endpoint",
-            dal.target,
-        ],
+        [*_spark_run(master, dal), "--json"],
         home,
         env={"BULLDOZER_SPARK_ARCHIVE": str(archive)},
     )
