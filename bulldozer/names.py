@@ -11,16 +11,19 @@ import re
 import secrets
 from datetime import UTC, datetime
 
-from bulldozer.errors import InvalidNameError
+from bulldozer.errors import InvalidArgumentError, InvalidNameError, NamespaceNotFoundError
 from bulldozer.kv.v1 import shared
 
 __all__ = [
     "ALIAS_PATTERN",
     "NAMESPACE_PATTERN",
+    "VERSION_REF_PATTERN",
     "describe_value",
     "is_identifier",
     "new_version_name",
     "parse_version_name",
+    "pick_version",
+    "short_version",
     "validate_alias",
     "validate_namespace",
 ]
@@ -33,6 +36,11 @@ NAMESPACE_PATTERN = shared.NAMES_NAMESPACE_PATTERN
 
 _ALIAS_RE = re.compile(ALIAS_PATTERN)
 _NAMESPACE_RE = re.compile(NAMESPACE_PATTERN)
+#: How a read names one version of an alias (``ALIAS@REF``): the version's full namespace
+#: name, or a unique suffix of it of at least ``MIN_VERSION_REF`` characters (its id, ``e10890``).
+VERSION_REF_PATTERN = r"^[a-z0-9_]{1,128}$"
+MIN_VERSION_REF = 4
+_VERSION_REF_RE = re.compile(VERSION_REF_PATTERN)
 _VERSION_RE = re.compile(r"^(?P<alias>[a-z][a-z0-9_]{0,62}?)__v(?P<ts>\d{14})_(?P<id>[0-9a-f]{6})$")
 
 
@@ -76,3 +84,30 @@ def parse_version_name(name: str) -> tuple[str, datetime] | None:
         return None
     ts = datetime.strptime(m.group("ts"), "%Y%m%d%H%M%S").replace(tzinfo=UTC)
     return m.group("alias"), ts
+
+
+def short_version(name: str) -> str:
+    """The short id of a version namespace (its 6 hex digits, ``e10890``), or the name itself
+    for a namespace that is not a version name."""
+    m = _VERSION_RE.fullmatch(name)
+    return m.group("id") if m else name
+
+
+def pick_version(alias: str, ref: str, names: list[str]) -> str:
+    """The one of ``names`` (the alias's versions) that ``ref`` names: equal to it, or
+    ending with it. Raises InvalidNameError for a malformed ref, NamespaceNotFoundError
+    when none matches and InvalidArgumentError when several do (naming them)."""
+    if not isinstance(ref, str) or _VERSION_REF_RE.fullmatch(ref) is None:
+        raise InvalidNameError(f"version {describe_value(ref)} must match {VERSION_REF_PATTERN}")
+    if ref in names:
+        return ref
+    if len(ref) < MIN_VERSION_REF:
+        raise NamespaceNotFoundError(
+            f"alias {alias!r} has no version {ref!r} (a short id has {MIN_VERSION_REF} characters or more)"
+        )
+    found = [n for n in names if n.endswith(ref)]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise NamespaceNotFoundError(f"alias {alias!r} has no version {ref!r}")
+    raise InvalidArgumentError(f"version {ref!r} of {alias!r} is ambiguous: {', '.join(sorted(found)[:3])}")

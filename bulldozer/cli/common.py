@@ -71,17 +71,14 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
 
 
 def open_version(client: Any, target: str) -> tuple[str, str, Any, Any, Any]:
-    """Resolve ``ALIAS`` or ``ALIAS@VERSION`` to ``(alias, version, info, KeyMessage,
-    ValueMessage)``, the classes built from the version's own stored descriptor."""
+    """Resolve ``ALIAS`` or ``ALIAS@VERSION`` (the full name or its short id) to ``(alias,
+    version, info, KeyMessage, ValueMessage)``, the classes built from the version's own
+    stored descriptor."""
     from bulldozer.schema.compile import load_message_classes
 
-    alias, _, version = target.partition("@")
-    name = version or client.get_alias(alias).namespace
-    info = client.describe(name)
-    if info.alias != alias:
-        raise fail(f"{name} is not a version of {alias}", 2)
+    info = client.describe_target(target)
     key_cls, value_cls = load_message_classes(info.value_descriptor_set, info.key_message, info.value_message)
-    return alias, name, info, key_cls, value_cls
+    return info.alias, info.name, info, key_cls, value_cls
 
 
 def _escape(text: str) -> str:

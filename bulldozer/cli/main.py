@@ -20,6 +20,7 @@ from bulldozer.cli import (  # noqa: E402
     serve_cmd,
     spark_cmds,
     spec_cmds,
+    ui_cmd,
     warehouse_cmds,
 )
 
@@ -82,6 +83,7 @@ app.command("pin")(ops_cmds.pin)
 app.command("unpin")(ops_cmds.unpin)
 app.command("gc")(ops_cmds.gc)
 app.command("scan")(ops_cmds.scan)
+app.command("ui")(ui_cmd.ui)
 app.add_typer(warehouse_cmds.app, name="warehouse")
 app.add_typer(loader_cmds.app, name="loader")
 app.add_typer(spark_cmds.app, name="spark")

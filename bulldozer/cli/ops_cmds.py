@@ -170,8 +170,8 @@ def rollback(
     from bulldozer.versioning.rollback import rollback as do_rollback
 
     with open_client(endpoint, home, as_json) as client:
-        current = expect or client.get_alias(alias).namespace
-        target = to or previous_version(client, alias, current).name
+        current = client.describe_target(f"{alias}@{expect}").name if expect else client.get_alias(alias).namespace
+        target = client.describe_target(f"{alias}@{to}").name if to else previous_version(client, alias, current).name
         if not yes and not as_json and not typer.confirm(f"point {alias} from {current} back to {target}?"):
             raise typer.Exit(1)
         before, record = do_rollback(client, alias, target, reason, expected=current)
@@ -230,16 +230,14 @@ def scan(
     home: Home = None,
 ) -> None:
     """Print records in key order as JSON lines ({"key": ..., "value": ...}), decoded with the
-    version's own stored schema."""
-    from bulldozer.schema.decode import message_to_json
+    version's own stored schema (as ``get`` prints them)."""
+    from bulldozer.schema.decode import ReadableJson
 
     with open_client(endpoint, home) as client:
-        alias, name, _info, key_cls, value_cls = open_version(client, target)
+        alias, name, info, key_cls, value_cls = open_version(client, target)
+        readable = ReadableJson(info.value_descriptor_set)
         for key, value in client.scan(alias=f"{alias}@{name}", limit=limit):
-            line = {
-                "key": message_to_json(key_cls.FromString(key)),
-                "value": message_to_json(value_cls.FromString(value)),
-            }
+            line = {"key": readable(key_cls.FromString(key)), "value": readable(value_cls.FromString(value))}
             typer.echo(json.dumps(line))
 
 

@@ -276,31 +276,26 @@ def get(
         str | None, typer.Option(help="Bearer token (default: $BULLDOZER_TOKEN).", show_default=False)
     ] = None,
 ) -> None:
-    """Read one value and print it as JSON, decoded with the version's own stored schema."""
-    from google.protobuf import json_format
-
-    from bulldozer.schema.decode import message_to_json
+    """Read one value and print it as JSON, decoded with the version's own stored schema
+    (dates, times and timestamps as ISO-8601, uuids as text, int64 as numbers: see README).
+    The key is written the same way."""
+    from bulldozer.schema.decode import ReadableJson
 
     try:
         key_data = json.loads(key)
     except json.JSONDecodeError as exc:
         raise fail(f"--key is not JSON: {exc}", 2) from None
-    if not isinstance(key_data, dict):
-        raise fail("--key must be a JSON object of the key fields", 2)
     with open_client(endpoint, home, token=token) as client:  # the value alone on stdout; the store on stderr
         alias, name, info, key_cls, value_cls = open_version(client, target)
-        names = [f.name for f in key_cls.DESCRIPTOR.fields]
-        missing = [n for n in names if n not in key_data]
-        if missing:
-            raise fail(f"--key needs every key field ({', '.join(names)}); missing: {', '.join(missing)}", 2)
+        readable = ReadableJson(info.value_descriptor_set)
         try:
-            key_msg = json_format.ParseDict(key_data, key_cls())
-        except json_format.ParseError as exc:
-            raise InvalidArgumentError(f"--key does not match {info.key_message}: {exc}") from None
-        value = client.get(key_msg.SerializeToString(), alias=f"{alias}@{name}")
+            key_bytes = readable.key_bytes(key_cls, key_data)
+        except InvalidArgumentError as exc:
+            raise fail(f"--key: {exc}", 2) from None
+        value = client.get(key_bytes, alias=f"{alias}@{name}")
         if value is None:
             raise fail(f"no value for that key in {name}", 4)
-    print_json(message_to_json(value_cls.FromString(value)))
+    print_json(readable(value_cls.FromString(value)))
 
 
 @handle_errors

@@ -177,6 +177,12 @@ class KvClient:
     def describe(self, name: str) -> NamespaceRecord:
         return self._ns("DescribeNamespace", kv_pb2.DescribeNamespaceRequest(name=name))
 
+    def describe_target(self, alias: str) -> NamespaceRecord:
+        """The version a read of ``alias`` addresses: ``ALIAS`` (its live version) or
+        ``ALIAS@VERSION``, VERSION the full name or a unique suffix (``e10890``)."""
+        target = kv_pb2.Target(alias=alias)
+        return self._ns("DescribeNamespace", kv_pb2.DescribeNamespaceRequest(target=target))
+
     def set_labels(self, name: str, labels: dict[str, str]) -> NamespaceRecord:
         return self._ns("SetLabels", kv_pb2.SetLabelsRequest(name=name, labels=labels))
 

@@ -91,6 +91,7 @@ def compile_proto(text: str, proto_name: str, python: bool = True, stubs: bool =
             f"-I{protoc_include_dir()}",
             f"--descriptor_set_out={descriptor}",
             "--include_imports",
+            "--include_source_info",  # the generated file's comments: each field's column and Iceberg type
         ]
         if python:
             args.append(f"--python_out={out}")
@@ -103,7 +104,18 @@ def compile_proto(text: str, proto_name: str, python: bool = True, stubs: bool =
             raise SchemaError(f"protoc refused the generated schema: {err.strip() or f'exit {code}'}")
         files = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
         files[proto_name] = text.encode("utf-8")
-        return CompiledSchema(proto_name, descriptor.read_bytes(), files)
+        return CompiledSchema(proto_name, _own_comments_only(descriptor.read_bytes(), proto_name), files)
+
+
+def _own_comments_only(descriptor_set: bytes, proto_name: str) -> bytes:
+    """The descriptor set with source info (comments) kept for the generated file only: a
+    version's readers learn each field's Iceberg type from them (dates, uuids, times), and
+    the imports' long comments would only make every stored version bigger."""
+    fds = descriptor_pb2.FileDescriptorSet.FromString(descriptor_set)
+    for file_proto in fds.file:
+        if file_proto.name != proto_name:
+            file_proto.ClearField("source_code_info")
+    return fds.SerializeToString()
 
 
 def load_message_classes(descriptor_set: bytes, *full_names: str) -> list[Any]:

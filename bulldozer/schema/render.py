@@ -51,3 +51,78 @@ def render_proto(proto: ProtoFile) -> str:
     out.append("")
     _render_message(proto.value, "", out)
     return "\n".join(out) + "\n"
+
+
+_SCALARS = {
+    1: "double", 2: "float", 3: "int64", 4: "uint64", 5: "int32", 6: "fixed64", 7: "fixed32", 8: "bool",
+    9: "string", 12: "bytes", 13: "uint32", 15: "sfixed32", 16: "sfixed64", 17: "sint32", 18: "sint64",
+}  # fmt: skip
+
+
+def render_descriptor(descriptor_set: bytes, message: str) -> str:
+    """The ``.proto`` text of the file in ``descriptor_set`` that defines ``message`` (a full
+    name): what a stored version was written with, its field comments included when the
+    descriptor kept them. Not byte-identical to the generated file, equivalent to it."""
+    from google.protobuf import descriptor_pb2
+
+    fds = descriptor_pb2.FileDescriptorSet.FromString(descriptor_set)
+    for fd in fds.file:
+        if any(f"{fd.package}.{m.name}" == message for m in fd.message_type):
+            return _render_file(fd)
+    return ""
+
+
+def _render_file(fd: object) -> str:
+    from google.protobuf import descriptor_pb2
+
+    assert isinstance(fd, descriptor_pb2.FileDescriptorProto)
+    comments = {tuple(loc.path): loc.trailing_comments.strip() for loc in fd.source_code_info.location}
+    out = [f"// {fd.name}, as the version stores it", f'syntax = "{fd.syntax or "proto2"}";', ""]
+    if fd.package:
+        out += [f"package {fd.package};", ""]
+    out += [f'import "{dep}";' for dep in fd.dependency]
+    if fd.dependency:
+        out.append("")
+    for key, value in sorted(fd.options.ListFields(), key=lambda kv: kv[0].name):
+        out.append(f'option {key.name} = "{value}";' if isinstance(value, str) else f"option {key.name} = {value};")
+    if fd.options.ListFields():
+        out.append("")
+    for i, msg in enumerate(fd.message_type):
+        _render_descriptor_message(msg, f".{fd.package}" if fd.package else "", "", (4, i), comments, out)
+        out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _render_descriptor_message(
+    msg: object, scope: str, indent: str, path: tuple[int, ...], comments: dict[tuple[int, ...], str], out: list[str]
+) -> None:
+    from google.protobuf import descriptor_pb2
+
+    assert isinstance(msg, descriptor_pb2.DescriptorProto)
+    out.append(f"{indent}message {msg.name} {{")
+    inner, here = indent + "  ", f"{scope}.{msg.name}"
+    entries = {f"{here}.{n.name}": n for n in msg.nested_type if n.options.map_entry}
+    for k, nested in enumerate(msg.nested_type):
+        if not nested.options.map_entry:
+            _render_descriptor_message(nested, here, inner, (*path, 3, k), comments, out)
+    ranges = [str(r.start) if r.end == r.start + 1 else f"{r.start} to {r.end - 1}" for r in msg.reserved_range]
+    if ranges:
+        out.append(f"{inner}reserved {', '.join(ranges)};")
+    if msg.reserved_name:
+        out.append(f"{inner}reserved {', '.join(repr(n).replace(chr(39), chr(34)) for n in msg.reserved_name)};")
+
+    def type_of(f: descriptor_pb2.FieldDescriptorProto) -> str:
+        name = _SCALARS.get(f.type) or f.type_name
+        return name[len(here) + 1 :] if name.startswith(here + ".") else name.lstrip(".")
+
+    for j, f in enumerate(msg.field):
+        entry = entries.get(f.type_name)
+        if entry is not None:
+            key, value = entry.field
+            text = f"map<{type_of(key)}, {type_of(value)}> {f.name} = {f.number};"
+        else:
+            label = "repeated " if f.label == f.LABEL_REPEATED else ("optional " if f.proto3_optional else "")
+            text = f"{label}{type_of(f)} {f.name} = {f.number};"
+        comment = comments.get((*path, 2, j))
+        out.append(f"{inner}{text}" + (f"  // {comment}" if comment else ""))
+    out.append(f"{indent}}}")

@@ -24,9 +24,10 @@ def rollback(
     client: KvClient, alias: str, to: str | None = None, reason: str = "", expected: str | None = None
 ) -> tuple[str, AliasRecord]:
     """Point ``alias`` at ``to`` (default: the previous version). ``expected`` is the
-    version the operator saw live; if the alias moved since, the rollback is refused."""
-    current = expected or client.get_alias(alias).namespace
-    target = client.describe(to) if to else previous_version(client, alias, current)
+    version the operator saw live; if the alias moved since, the rollback is refused. Both
+    name a version of ``alias`` by its full name or its short id."""
+    current = client.describe_target(f"{alias}@{expected}").name if expected else client.get_alias(alias).namespace
+    target = client.describe_target(f"{alias}@{to}") if to else previous_version(client, alias, current)
     if target.alias != alias:
         raise NamespaceStateError(f"{target.name} is a version of {target.alias!r}, not of {alias!r}")
     if target.state not in (State.RETIRED, State.SEALED, State.ACTIVE):

@@ -113,3 +113,13 @@ def stop_all() -> None:
         _stops.clear()
         _started.clear()
         _folders.clear()
+
+
+def chromedriver() -> str:
+    """The path of ChromeDriver (Debian's chromium + chromium-driver, installed by
+    ``scripts/services/chromium.sh`` the first time a test needs it)."""
+    with _lock:
+        if "chromedriver" not in _started:
+            out = subprocess.run(["bash", str(SCRIPTS / "chromium.sh"), "install"], check=True, capture_output=True)
+            _started["chromedriver"] = out.stdout.decode().strip().splitlines()[-1]
+        return _started["chromedriver"]

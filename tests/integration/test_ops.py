@@ -15,7 +15,7 @@ from bulldozer.errors import AliasConflictError, NamespaceNotFoundError, Namespa
 from bulldozer.kv import KvClient
 from bulldozer.kv.types import State
 from bulldozer.load.runner import run_job
-from bulldozer.names import new_version_name
+from bulldozer.names import new_version_name, short_version
 from bulldozer.versioning import rollback
 from bulldozer.warehouse.sample import create_sample_warehouse
 from tests.integration.test_run import KEY, read, spec, table
@@ -257,3 +257,34 @@ def test_profile_selection_and_precedence(dal: KvClient, tmp_path: Path) -> None
         select_profile(None)
         for name in (*env, "BULLDOZER_PROFILE"):
             os.environ.pop(name, None)
+
+
+def test_a_version_is_named_by_its_short_id_everywhere(home: Path, dal: KvClient) -> None:
+    from bulldozer.errors import InvalidArgumentError
+
+    v1 = run_job(spec(), dal, home=str(home))
+    v2 = run_job(spec(), dal, home=str(home))
+    short = short_version(v1.version)
+    assert len(short) == 6 and v1.version.endswith(short)
+    assert dal.describe_target(f"user_item_scores@{short}").name == v1.version
+    assert dal.describe_target("user_item_scores").name == v2.version
+    assert read(dal, f"user_item_scores@{short}", KEY) == read(dal, f"user_item_scores@{v1.version}", KEY)
+    got = _cli(dal, "get", f"user_item_scores@{short}", "--key", json.dumps(KEY))
+    assert got.exit_code == 0, got.output
+    result = _cli(dal, "rollback", "user_item_scores", "--to", short, "--expect", short_version(v2.version), "--yes")
+    assert result.exit_code == 0, result.output
+    assert dal.get_alias("user_item_scores").namespace == v1.version
+    # unknown, too short, or another alias's: refused with one line, nothing moves
+    for ref, why in (("ffffffff", "has no version 'ffffffff'"), ("abc", "4 characters or more")):
+        bad = _cli(dal, "get", f"user_item_scores@{ref}", "--key", json.dumps(KEY))
+        assert bad.exit_code != 0 and why in bad.stderr and "Traceback" not in bad.output
+    bad = _cli(dal, "rollback", "user_item_scores", "--to", "x/../../etc", "--yes")
+    assert bad.exit_code != 0 and "must match" in bad.stderr
+    with pytest.raises(NamespaceNotFoundError):
+        dal.describe_target(f"other_alias@{short}")
+    # two versions sharing a suffix: the shared part is ambiguous, the longer one is not
+    for name in ("user_item_scores__v20260101000000_aaaaaa", "user_item_scores__v20260101000001_baaaaa"):
+        dal.create_namespace(name, "user_item_scores")
+    with pytest.raises(InvalidArgumentError, match="ambiguous"):
+        dal.describe_target("user_item_scores@aaaaa")
+    assert dal.describe_target("user_item_scores@baaaaa").name.endswith("_baaaaa")

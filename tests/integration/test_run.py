@@ -8,6 +8,8 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +62,7 @@ def table(home: Path) -> Any:
 def read(client: KvClient, alias: str, key: dict[str, Any]) -> dict[str, Any] | None:
     from google.protobuf import json_format
 
-    info = client.describe(client.get_alias(alias).namespace)
+    info = client.describe_target(alias)
     key_cls, value_cls = load_message_classes(info.value_descriptor_set, info.key_message, info.value_message)
     raw = client.get(json_format.ParseDict(key, key_cls()).SerializeToString(), alias=alias)
     return json_format.MessageToDict(value_cls.FromString(raw), preserving_proto_field_name=True) if raw else None
@@ -287,7 +289,13 @@ def test_cli_run_get_runs_on_the_embedded_default(tmp_path: Path) -> None:
     assert record["outcome"] == "succeeded" and record["rows"] == 2_000
     got = _cli(["get", "user_item_scores", "--key", json.dumps(KEY)], home)
     assert got.returncode == 0, got.stderr
-    assert json.loads(got.stdout)["profile"]["tier"] in {"free", "basic", "premium"}
+    value = json.loads(got.stdout)
+    assert value["profile"]["tier"] in {"free", "basic", "premium"}
+    # readable values: ISO dates and timestamps, uuids as text, decimals exact, int64 as numbers
+    assert date.fromisoformat(value["signup_date"]) and str(uuid.UUID(value["session_id"])) == value["session_id"]
+    assert datetime.fromisoformat(value["updated_at"]).tzinfo is None and value["event_time"].endswith("Z")
+    assert isinstance(value["recent_orders"][0]["order_id"], int) and isinstance(value["price"], str)
+    assert isinstance(value["attributes"], dict) and len(str(value["score"])) < 12  # float32 printed shortest
     pinned = _cli(["get", f"user_item_scores@{record['version']}", "--key", json.dumps(KEY)], home)
     assert json.loads(pinned.stdout) == json.loads(got.stdout)
     missing = _cli(["get", "user_item_scores", "--key", '{"user_id": 1}'], home)

@@ -192,7 +192,10 @@ _RULES: dict[str, tuple[str, Callable[[Authorizer, Any], list[str]]]] = {
     "/bulldozer.kv.v1.KvNamespaces/MarkFailed": ("write", lambda a, r: [a.alias_of_namespace(r.name)]),
     "/bulldozer.kv.v1.KvNamespaces/SetLabels": ("write", lambda a, r: [a.alias_of_namespace(r.name)]),
     "/bulldozer.kv.v1.KvNamespaces/DropNamespace": ("admin", lambda a, r: [a.alias_of_namespace(r.name)]),
-    "/bulldozer.kv.v1.KvNamespaces/DescribeNamespace": ("read", lambda a, r: [a.alias_of_namespace(r.name)]),
+    "/bulldozer.kv.v1.KvNamespaces/DescribeNamespace": (
+        "read",
+        lambda a, r: [_target_alias(a, r.target) if r.HasField("target") else a.alias_of_namespace(r.name)],
+    ),
     "/bulldozer.kv.v1.KvNamespaces/ListNamespaces": ("read", lambda a, r: [r.alias or "*"]),
     "/bulldozer.kv.v1.KvAliases/GetAlias": ("read", lambda a, r: [r.alias]),
     "/bulldozer.kv.v1.KvAliases/CompareAndSetAlias": ("flip", lambda a, r: [r.alias]),

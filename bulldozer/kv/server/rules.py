@@ -26,7 +26,14 @@ from bulldozer.errors import (
 from bulldozer.kv.backends.base import StorageEngine
 from bulldozer.kv.types import READABLE, AliasChange, AliasRecord, NamespaceRecord, State, utcnow
 from bulldozer.kv.v1 import shared
-from bulldozer.names import describe_value, validate_alias, validate_namespace
+from bulldozer.names import (
+    NAMESPACE_PATTERN,
+    describe_value,
+    is_identifier,
+    pick_version,
+    validate_alias,
+    validate_namespace,
+)
 
 __all__ = ["KvDal", "Limits"]
 
@@ -342,11 +349,11 @@ class KvDal:
         alias_name, _, pinned = alias.partition("@")
         validate_alias(alias_name)
         if pinned:
-            validate_namespace(pinned, "version")
-            record = self.engine.get_namespace(pinned)
-            if record is None or record.alias != alias_name:
-                raise NamespaceNotFoundError(f"alias {alias_name!r} has no version {pinned!r}")
-            return pinned
+            record = self.engine.get_namespace(pinned) if is_identifier(pinned, NAMESPACE_PATTERN) else None
+            if record is not None and record.alias == alias_name:
+                return pinned
+            # a short id: the unique suffix of one of the alias's versions
+            return pick_version(alias_name, pinned, [n.name for n in self.engine.list_namespaces(alias_name)])
         current = self.engine.get_alias(alias_name)
         if current is None:
             from bulldozer.errors import AliasNotFoundError

@@ -154,6 +154,12 @@ class NamespacesServicer(kv_pb2_grpc.KvNamespacesServicer):
     def DescribeNamespace(
         self, request: kv_pb2.DescribeNamespaceRequest, context: grpc.ServicerContext
     ) -> kv_pb2.NamespaceInfo:
+        if request.HasField("target"):
+            if request.name:
+                from bulldozer.errors import InvalidArgumentError
+
+                raise InvalidArgumentError("describe a namespace by its name or by a read target, not both")
+            return convert.namespace_info(self.dal.describe(self.dal.resolve(**_target(request.target))))
         return convert.namespace_info(self.dal.describe(request.name))
 
     def ListNamespaces(

@@ -680,15 +680,23 @@ class DescribeNamespaceRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NAME_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """The namespace to describe; or, instead, a read target: the version it addresses (an
+    alias's live version, or ALIAS@VERSION where VERSION is the full name or a unique suffix
+    of it, e.g. "e10890"), so a reader learns the version's schema in one call.
+    """
+    @_builtins.property
+    def target(self) -> Global___Target: ...
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
+        target: Global___Target | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["target", b"target"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "target", b"target"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

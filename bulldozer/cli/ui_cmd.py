@@ -1,0 +1,53 @@
+"""``bulldozer ui``: the web console, served by one command."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from bulldozer.cli.common import HOME_HELP, err_console, fail, handle_errors, open_client
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+@handle_errors
+def ui(
+    host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on (0: any free one).")] = 8765,
+    endpoint: Annotated[
+        str | None,
+        typer.Option(help="embedded or HOST:PORT (default: $BULLDOZER_ENDPOINT, else embedded).", show_default=False),
+    ] = None,
+    home: Annotated[str | None, typer.Option(help=HOME_HELP, show_default=False)] = None,
+    token: Annotated[
+        str | None, typer.Option(help="Bearer token (default: $BULLDOZER_TOKEN).", show_default=False)
+    ] = None,
+) -> None:
+    """Serve the web console: aliases, versions, runs, key lookups, rollback and pin.
+
+    It reads and acts through the DAL like every other command (same profile, endpoint,
+    TLS and token; the DAL's ACLs apply). Whoever reaches the page acts with that token:
+    keep it on loopback, or put it behind your own access control.
+    """
+    import socket
+
+    import uvicorn
+
+    from bulldozer.console import create_app
+
+    if host not in LOOPBACK:
+        err_console.print(f"[yellow]![/] the console listens on {host}: anyone who reaches it acts with this token")
+    with open_client(endpoint, home, token=token) as client:
+        client.list_aliases()  # a DAL that refuses the token or does not answer fails here, in one line
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise fail(f"cannot listen on {host}:{port}: {exc.strerror}", 2) from None
+        bound = sock.getsockname()[1]
+        shown = f"[{host}]" if ":" in host else host
+        err_console.print(f"console: http://{shown}:{bound}/  (Ctrl-C stops it)", markup=False)
+        server = uvicorn.Server(uvicorn.Config(create_app(client), log_level="warning", access_log=False))
+        server.run(sockets=[sock])

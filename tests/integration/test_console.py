@@ -1,0 +1,195 @@
+"""The web console (``bulldozer ui``) in a real browser: headless Chromium driven through
+WebDriver lists aliases, opens a version, looks a key up and rolls back, and the page shows
+what the DAL holds. Cross-site and token-less actions are refused; user data is escaped."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from bulldozer.names import short_version
+from bulldozer.warehouse.sample import create_sample_warehouse, overwrite_sample
+from tests.conftest import REPO
+from tests.integration.services import chromedriver
+from tests.integration.test_run import KEY, table
+
+pytestmark = pytest.mark.integration
+
+ARTIFACTS = REPO / "build" / "test-artifacts"
+SECRET = "tok-3f9a-never-shown"
+
+
+def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bulldozer.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "BULLDOZER_HOME": str(home)},
+        cwd=REPO,
+    )
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """Two versions of user_item_scores (v2 live) and ``bulldozer ui`` serving them."""
+    home = tmp_path_factory.mktemp("console")
+    create_sample_warehouse(home, rows=1_500)
+    runs = []
+    for variant in (None, 1):
+        if variant is not None:
+            overwrite_sample(table(home), rows=1_500, variant=variant)
+        result = _cli(home, "run", "templates/move_data_to_kv_dal.yaml", "--json")
+        assert result.returncode == 0, result.stderr
+        runs.append(json.loads(result.stdout)["version"])
+    server = subprocess.Popen(
+        [sys.executable, "-m", "bulldozer.cli.main", "ui", "--port", "0", "--token", SECRET],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "BULLDOZER_HOME": str(home)},
+        cwd=REPO,
+    )
+    assert server.stderr is not None
+    url = ""
+    for line in server.stderr:
+        m = re.search(r"console: (http://\S+/)", line)
+        if m:
+            url = m.group(1)
+            break
+    assert url, "bulldozer ui did not say where it listens"
+    try:
+        yield {"home": home, "url": url, "v1": runs[0], "v2": runs[1]}
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1280,1000",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(chromedriver()), options=options)
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def test_list_open_look_up_and_roll_back_in_a_browser(console: dict[str, Any], browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    v1, v2 = console["v1"], console["v2"]
+    browser.get(console["url"])
+    row = browser.find_element(By.CSS_SELECTOR, 'tr[data-alias="user_item_scores"]')
+    cells = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
+    assert cells[0] == "user_item_scores" and cells[1] == short_version(v2) and cells[3] == "1,500"
+
+    row.find_element(By.LINK_TEXT, "user_item_scores").click()
+    states = {
+        tr.get_attribute("data-version"): tr.find_elements(By.TAG_NAME, "td")[1].text
+        for tr in browser.find_elements(By.CSS_SELECTOR, "#versions tbody tr")
+    }
+    assert states == {v2: "ACTIVE", v1: "RETIRED"}
+    assert browser.find_element(By.ID, "live").text.startswith(f"live: {short_version(v2)}")
+
+    browser.find_element(By.LINK_TEXT, short_version(v2)).click()
+    assert browser.find_element(By.ID, "state").text.startswith("ACTIVE")
+    assert browser.find_element(By.ID, "records").text == "1,500"
+    assert "message ValueMessage" in browser.find_element(By.ID, "proto").text
+    stages = [
+        tr.find_element(By.TAG_NAME, "td").text for tr in browser.find_elements(By.CSS_SELECTOR, "#stages tr")[1:]
+    ]
+    assert "load" in stages and "flip" in stages
+
+    key = browser.find_element(By.ID, "lookup-key")
+    key.send_keys(json.dumps(KEY))
+    browser.find_element(By.ID, "lookup-submit").click()
+    value = json.loads(browser.find_element(By.ID, "lookup-value").text)
+    cli = _cli(console["home"], "get", f"user_item_scores@{short_version(v2)}", "--key", json.dumps(KEY))
+    assert value == json.loads(cli.stdout)  # the page shows what `get` prints: readable values
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d", value["signup_date"])
+
+    key = browser.find_element(By.ID, "lookup-key")
+    key.clear()
+    key.send_keys('{"user_id": 1')
+    browser.find_element(By.ID, "lookup-submit").click()
+    assert browser.find_element(By.ID, "lookup-error").text.startswith("the key is not JSON")
+
+    browser.get(console["url"] + "a/user_item_scores")
+    hostile = '<img src=x onerror="document.title=1">bad prices'
+    browser.find_element(By.ID, "rollback-reason").send_keys(hostile)
+    browser.find_element(By.ID, "rollback-confirm").send_keys("wrong")
+    browser.find_element(By.ID, "rollback-submit").click()
+    assert "type the alias name" in browser.find_element(By.ID, "error").text  # refused, nothing moved
+
+    browser.get(console["url"] + "a/user_item_scores")
+    Select(browser.find_element(By.ID, "rollback-to")).select_by_value(v1)
+    browser.find_element(By.ID, "rollback-reason").send_keys(hostile)
+    browser.find_element(By.ID, "rollback-confirm").send_keys("user_item_scores")
+    browser.find_element(By.ID, "rollback-submit").click()
+    assert browser.find_element(By.ID, "notice").text == f"rolled back user_item_scores: {v2} → {v1}"
+    assert browser.find_element(By.ID, "live").text.startswith(f"live: {short_version(v1)}")
+    newest = browser.find_elements(By.CSS_SELECTOR, "#history tbody tr")[0].find_elements(By.TAG_NAME, "td")
+    assert newest[5].text == hostile and browser.title.endswith("Bulldozer console")  # shown as text, not run
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    assert browser.save_screenshot(str(ARTIFACTS / "console-after-rollback.png"))
+
+    shown = json.loads(_cli(console["home"], "alias", "show", "user_item_scores", "--json").stdout)
+    assert shown["namespace"] == v1  # the DAL agrees with the page
+    assert SECRET not in browser.page_source
+
+
+def test_cross_site_and_token_less_actions_are_refused(console: dict[str, Any]) -> None:
+    url = console["url"]
+    with httpx.Client(base_url=url, timeout=30) as http:
+        page = http.get("a/user_item_scores")
+        assert (
+            page.headers["x-frame-options"] == "DENY"
+            and "frame-ancestors 'none'" in page.headers["content-security-policy"]
+        )
+        token = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert token and SECRET not in page.text
+        form = {"csrf": token.group(1), "confirm": "yes", "pinned": "true"}
+        evil = http.post("a/user_item_scores/pin", data=form, headers={"Origin": "http://evil.example"})
+        assert evil.status_code == 403 and "cross-site" in evil.text
+        site = http.post("a/user_item_scores/pin", data=form, headers={"Sec-Fetch-Site": "cross-site"})
+        assert site.status_code == 403
+        missing = http.post("a/user_item_scores/pin", data={**form, "csrf": "forged"})
+        assert missing.status_code == 403 and "token" in missing.text
+        shown = json.loads(_cli(console["home"], "alias", "show", "user_item_scores", "--json").stdout)
+        assert shown["pinned"] is False  # none of them pinned it
+        ok = http.post("a/user_item_scores/pin", data=form, headers={"Origin": url.rstrip("/")})
+        assert ok.status_code == 303
+        shown = json.loads(_cli(console["home"], "alias", "show", "user_item_scores", "--json").stdout)
+        assert shown["pinned"] is True
+        unknown = http.get("a/no_such_alias")
+        assert unknown.status_code == 404 and "does not point at any version" in unknown.text
+        bad = http.get("a/user_item_scores/v/zz")
+        assert bad.status_code == 404 and "4 characters or more" in bad.text
