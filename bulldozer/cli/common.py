@@ -22,11 +22,13 @@ __all__ = [
     "HOME_HELP",
     "console",
     "err_console",
+    "error_json",
     "fail",
     "handle_errors",
     "open_client",
     "open_version",
     "print_json",
+    "report",
     "say_store",
     "with_store",
 ]
@@ -50,20 +52,36 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
+def report(exc: BulldozerError) -> typer.Exit:
+    """Print ``exc`` as its one line (a spec error: a line per issue) on stderr; the exit to raise."""
+    if isinstance(exc, SpecError):
+        for line in [str(issue) for issue in exc.issues] or [str(exc)]:
+            err_console.print(line, markup=False, soft_wrap=True)
+        return typer.Exit(exc.exit_code)
+    return fail(_escape(str(exc)), exc.exit_code)
+
+
+def error_json(exc: BulldozerError) -> dict[str, Any]:
+    """What a command asked for JSON prints on stdout when it fails."""
+    data: dict[str, Any] = {"error": str(exc), "error_type": type(exc).__name__, "exit_code": exc.exit_code}
+    if isinstance(exc, SpecError):
+        data["issues"] = [str(issue) for issue in exc.issues]
+    return data
+
+
 def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
     """Turn every Bulldozer error into one clear message and its exit code — never a
-    traceback for a user mistake."""
+    traceback for a user mistake. A command asked for JSON (``--json`` / ``-o json``) also
+    prints the failure as a JSON object on stdout."""
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return func(*args, **kwargs)
-        except SpecError as exc:
-            for line in [str(issue) for issue in exc.issues] or [str(exc)]:
-                err_console.print(line, markup=False, soft_wrap=True)
-            raise typer.Exit(exc.exit_code) from None
         except BulldozerError as exc:
-            raise fail(_escape(str(exc)), exc.exit_code) from None
+            if kwargs.get("as_json") is True or str(kwargs.get("output") or "") == "json":
+                print_json(error_json(exc))
+            raise report(exc) from None
         except KeyboardInterrupt:
             raise fail("interrupted", 130) from None
 

@@ -7,7 +7,6 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from bulldozer.cli.common import (
     HOME_HELP,
@@ -19,6 +18,7 @@ from bulldozer.cli.common import (
     print_json,
     with_store,
 )
+from bulldozer.cli.output import Column, Format, Output, emit, fmt_time, output_format
 
 if TYPE_CHECKING:
     from bulldozer.kv.types import NamespaceRecord
@@ -45,26 +45,25 @@ def namespaces(
     endpoint: Endpoint = None,
     home: Home = None,
     as_json: Json = False,
+    output: Output = None,
 ) -> None:
     """List version namespaces (newest last) with their state, size and times."""
-    with open_client(endpoint, home, as_json) as client:
+    fmt = output_format(output, as_json)
+    with open_client(endpoint, home, fmt is Format.json) as client:
         records = client.list_namespaces(alias)
-    if as_json:
-        print_json(with_store(client, [_ns_json(n) for n in records]))
-        return
-    table = Table(title=f"versions of {alias}" if alias else "namespaces")
-    for col in ("namespace", "state", "records", "MiB", "created", "state changed"):
-        table.add_column(col, overflow="fold")
-    for n in records:
-        table.add_row(
-            n.name,
-            n.state.value,
-            f"{n.record_count:,}",
-            f"{n.bytes / 1024**2:,.1f}",
-            n.created.strftime("%Y-%m-%d %H:%M:%S"),
-            n.state_changed.strftime("%Y-%m-%d %H:%M:%S"),
-        )
-    console.print(table)
+    rows = [{**_ns_json(n), "created_at": n.created, "changed_at": n.state_changed} for n in records]
+    columns = [
+        Column.version("version", "name"),
+        Column("alias", lambda r: r["alias"], max_width=24),
+        Column("state", lambda r: r["state"]),
+        Column("records", lambda r: r["record_count"], lambda v: f"{v:,}", "right"),
+        Column("MiB", lambda r: r["bytes"] / 1024**2, lambda v: f"{v:,.1f}", "right"),
+        Column("created", lambda r: r["created_at"], fmt_time),
+        Column("state changed", lambda r: r["changed_at"], fmt_time, wide_only=True),
+        Column("digest", lambda r: r["digest"], wide_only=True),
+    ]
+    title = f"versions of {alias}" if alias else "namespaces"
+    emit(rows, columns, fmt, title, with_store(client, [_ns_json(n) for n in records]))
 
 
 @namespace_app.command("describe")
@@ -125,26 +124,22 @@ def alias_history(
     endpoint: Endpoint = None,
     home: Home = None,
     as_json: Json = False,
+    output: Output = None,
 ) -> None:
     """Every change of the alias (flips and rollbacks), newest first, with who and why."""
-    with open_client(endpoint, home, as_json) as client:
+    fmt = output_format(output, as_json)
+    with open_client(endpoint, home, fmt is Format.json) as client:
         changes = client.alias_history(alias, limit)
-    if as_json:
-        print_json(with_store(client, [c.to_json() for c in changes]))
-        return
-    table = Table(title=f"history of {alias}")
-    for col in ("#", "time (UTC)", "from", "to", "principal", "reason"):
-        table.add_column(col, overflow="fold")
-    for c in changes:
-        table.add_row(
-            str(c.generation),
-            f"{c.time:%Y-%m-%d %H:%M:%S}",
-            c.from_namespace or "-",
-            c.to_namespace,
-            c.principal,
-            c.reason,
-        )
-    console.print(table)
+    rows = [{**c.to_json(), "at": c.time} for c in changes]
+    columns = [
+        Column("#", lambda r: r["generation"], justify="right"),
+        Column("time (UTC)", lambda r: r["at"], fmt_time),
+        Column.version("from", "from_namespace"),
+        Column.version("to", "to_namespace"),
+        Column("principal", lambda r: r["principal"], max_width=16),
+        Column("reason", lambda r: r["reason"], max_width=26),
+    ]
+    emit(rows, columns, fmt, f"history of {alias}", with_store(client, [c.to_json() for c in changes]))
 
 
 @handle_errors

@@ -43,17 +43,16 @@ def proto(
     Field numbers are the Iceberg field ids, so renamed and added columns keep old readers
     working; with --against, a change that would break them (or change key bytes) is refused.
     """
+    from bulldozer.load.source import source_schema
     from bulldozer.schema.job import build_job_schema, proto_file_name
     from bulldozer.spec.loader import load_spec
-    from bulldozer.warehouse.catalog import load_table, open_catalog
+    from bulldozer.warehouse.catalog import open_catalog
 
     loaded = load_spec(spec)
     s = loaded.spec
-    if s.data_movement.source.table is None:
-        raise fail("bulldozer proto needs a table source (a query's schema is known only when it runs)", 2)
-    table = load_table(open_catalog(s.data_movement.catalog, home), s.data_movement.source.table)
+    schema, source_name = source_schema(s, open_catalog(s.data_movement.catalog, home))
     previous = _previous_descriptor(against) if against else None
-    job = build_job_schema(s, table.schema(), f"lake.{s.data_movement.source.table}", previous)
+    job = build_job_schema(s, schema, source_name, previous)
     written: list[str] = []
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -116,18 +115,16 @@ def client(
             cmd/read (protoc plugins installed with go install).
     """
     from bulldozer.codegen.python import generate_python_client
+    from bulldozer.load.source import source_schema
     from bulldozer.schema.job import build_job_schema
     from bulldozer.spec.loader import load_spec
-    from bulldozer.warehouse.catalog import load_table, open_catalog
+    from bulldozer.warehouse.catalog import open_catalog
 
     if lang not in ("python", "java", "go"):
         raise fail(f"--lang {lang}: choose python, java or go", 2)
     loaded = load_spec(spec)
     s = loaded.spec
-    if s.data_movement.source.table is None:
-        raise fail("bulldozer client needs a table source for now", 2)
-    table = load_table(open_catalog(s.data_movement.catalog, home), s.data_movement.source.table)
-    job = build_job_schema(s, table.schema(), f"lake.{s.data_movement.source.table}")
+    job = build_job_schema(s, *source_schema(s, open_catalog(s.data_movement.catalog, home)))
     if lang == "python":
         written = generate_python_client(s, job, out)
     else:

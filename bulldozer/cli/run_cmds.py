@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.table import Table
 
 from bulldozer.cli import process
 from bulldozer.cli.common import (
@@ -22,9 +21,11 @@ from bulldozer.cli.common import (
     open_client,
     open_version,
     print_json,
+    report,
     say_store,
     with_store,
 )
+from bulldozer.cli.output import Column, Format, Output, emit, fmt_time, output_format
 from bulldozer.errors import BulldozerError, InvalidArgumentError, RetentionError
 
 if TYPE_CHECKING:
@@ -102,9 +103,10 @@ def run(
                 client, loaded, engine, master, home, resume, as_json, quiet, stage, version, run_key, failures
             )
     except BulldozerError as exc:
-        if as_json:
+        if as_json:  # the run record as far as it got, instead of the generic failure object
             failure = _failure_json(failures[-1] if failures else None, exc, stage, version or resume or "")
             print_json({**failure, "store": store} if store else failure)
+            raise report(exc) from None
         raise
     if record is None:
         return
@@ -307,35 +309,32 @@ def runs(
     ] = None,
     home: Annotated[str | None, typer.Option(help=HOME_HELP, show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    output: Output = None,
 ) -> None:
-    """List the runs of an alias (newest first) with their outcome, rows and timings."""
+    """List the runs of an alias (newest first) with their outcome, rows and timings, and
+    the runs refused before they loaded (an invalid spec or a breaking schema) with the reason."""
     from dataclasses import asdict
 
     from bulldozer.versioning.run_state import run_record_of
 
-    with open_client(endpoint, home, as_json) as client:
+    fmt = output_format(output, as_json)
+    with open_client(endpoint, home, fmt is Format.json) as client:
         namespaces = client.list_namespaces(alias)
     rows: list[dict[str, Any]] = []
     for ns in reversed(namespaces):
         run = run_record_of(ns)
         rows.append({"version": ns.name, "state": ns.state.value, **(asdict(run) if run else {})})
-    if as_json:
-        print_json(with_store(client, rows))
-        return
-    table = Table(title=f"runs of {alias}")
-    for col in ("version", "state", "outcome", "rows", "snapshot", "seconds", "error"):
-        table.add_column(col, overflow="fold")
-    for r in rows:
-        table.add_row(
-            r["version"],
-            r["state"],
-            r.get("outcome", "?"),
-            f"{r.get('rows', 0):,}",
-            str(r.get("snapshot_id", "")),
-            f"{sum(r.get('timings', {}).values()):.1f}",
-            r.get("error", "")[:80],
-        )
-    console.print(table)
+    columns = [
+        Column.version("version", "version"),
+        Column("state", lambda r: r["state"]),
+        Column("outcome", lambda r: r.get("outcome", "?")),
+        Column("rows", lambda r: r.get("rows", 0), lambda v: f"{v:,}", "right"),
+        Column("seconds", lambda r: sum(r.get("timings", {}).values()), lambda v: f"{v:.1f}", "right"),
+        Column("started", lambda r: r.get("started", ""), fmt_time, wide_only=True),
+        Column("snapshot", lambda r: r.get("snapshot_id", ""), wide_only=True),
+        Column("error", lambda r: r.get("error", ""), max_width=30),
+    ]
+    emit(rows, columns, fmt, f"runs of {alias}", with_store(client, rows))
 
 
 @handle_errors

@@ -45,7 +45,7 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engi
     """What a run on ``engine`` would do; its time from that engine's latest successful run
     of the job (engines differ several-fold: Spark pays its start-up, a cluster scales)."""
     from bulldozer.load.engines.local import _scan, _tasks
-    from bulldozer.load.runner import schema_at
+    from bulldozer.load.source import schema_at
     from bulldozer.versioning.flip import live_version
     from bulldozer.versioning.run_state import run_record_of
 

@@ -41,6 +41,7 @@ from bulldozer.kv.types import NamespaceRecord, State
 from bulldozer.lineage import lineage_for
 from bulldozer.load.engines import LoadEngine, LoadPlan, LoadResult, SplitResult, create_load_engine
 from bulldozer.load.gates import GateResult, evaluate_gates
+from bulldozer.load.source import schema_at
 from bulldozer.names import new_version_name
 from bulldozer.schema.job import JobSchema, build_job_schema
 from bulldozer.spec.loader import LoadedSpec
@@ -62,7 +63,7 @@ from bulldozer.versioning.run_state import (
 )
 from bulldozer.warehouse.catalog import load_source_table, open_catalog
 
-__all__ = ["STAGES", "JobRun", "duplicate_key_error", "find_run_version", "run_job", "run_stage", "schema_at"]
+__all__ = ["STAGES", "JobRun", "duplicate_key_error", "find_run_version", "run_job", "run_stage"]
 
 log = logging.getLogger("bulldozer.run")
 
@@ -90,17 +91,6 @@ class _Stages:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def schema_at(table: Any, snapshot_id: int) -> Any:
-    snapshot = table.snapshot_by_id(snapshot_id)
-    if snapshot is None:
-        raise CatalogError(f"table has no snapshot {snapshot_id}")
-    if snapshot.schema_id is not None:
-        for schema in table.metadata.schemas:
-            if schema.schema_id == snapshot.schema_id:
-                return schema
-    return table.schema()
 
 
 def duplicate_key_error(keys: list[dict[str, Any]]) -> DuplicateKeyError:
@@ -387,7 +377,9 @@ class JobRun:
         message = str(exc) if isinstance(exc, BulldozerError) else f"{type(exc).__name__}: {exc}"
         record.failed_stage = self.stage.current
         record.error = f"{self.stage.current}: {message}"
-        if self.version_created:
+        if not self.version_created and final and isinstance(exc, _FINAL):
+            self.record_refusal()
+        elif self.version_created:
             try:
                 if final and not self.flipped:
                     self.client.mark_failed(record.version, record.error)
@@ -396,6 +388,28 @@ class JobRun:
                     self.client.set_labels(record.version, {RUN_LABEL: record.to_json()})
             except BulldozerError as cleanup:  # the DAL may be the thing that failed
                 log.warning("could not record the failure of %s: %s", record.version, cleanup)
+
+    def record_refusal(self) -> None:
+        """Keep a run refused before it created its version (a breaking schema, a spec the
+        table does not match) as a FAILED version that holds no data, so ``bulldozer runs``,
+        the console and the job metrics show it with its reason; retention drops it like any
+        FAILED version. Nothing is recorded when the alias is not a valid name or the DAL
+        does not answer (the error is the same either way)."""
+        record = self.record
+        try:
+            record.version = new_version_name(self.spec.alias)
+            labels = {SPEC_LABEL: record.spec_sha256, STAGE_LABEL: "failed", RUN_LABEL: record.to_json()}
+            self.client.create_namespace(
+                record.version,
+                self.spec.alias,
+                job_name=self.spec.metadata.name,
+                snapshot_id=record.snapshot_id,
+                labels=labels,
+            )
+            self.client.mark_failed(record.version, record.error)
+        except BulldozerError as cleanup:
+            log.warning("could not record the refused run of %s: %s", self.spec.alias, cleanup)
+            record.version = ""
 
     def lineage_start(self) -> None:
         """The run's START event, once its snapshot is pinned (bulldozer.lineage)."""
@@ -512,8 +526,10 @@ def run_stage(
 
         with stage("validate"):
             issues = check_against_catalog(loaded, home=home)
-        if issues:
-            raise SpecError(issues)
+            if issues:
+                refused = SpecError(issues)
+                run.failed(refused)
+                raise refused
         run.record.outcome = "succeeded"
         return run.record
     if stage_name in ("schema", "load"):

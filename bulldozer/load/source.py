@@ -324,3 +324,32 @@ def build_sql_source(spec: JobSpec, catalog: Any, schema_of: Any) -> SqlSource:
         check_ties(source, base, list(dm.key_columns), dm.duplicate_keys.order_by)
         source.sql = _keep_latest(base, list(dm.key_columns), dm.duplicate_keys.order_by)
     return source
+
+
+def schema_at(table: Any, snapshot_id: int) -> Any:
+    """``table``'s Iceberg schema as of ``snapshot_id``."""
+    snapshot = table.snapshot_by_id(snapshot_id)
+    if snapshot is None:
+        raise CatalogError(f"table has no snapshot {snapshot_id}")
+    if snapshot.schema_id is not None:
+        for schema in table.metadata.schemas:
+            if schema.schema_id == snapshot.schema_id:
+                return schema
+    return table.schema()
+
+
+def source_schema(spec: JobSpec, catalog: Any) -> tuple[Any, str]:
+    """The Iceberg schema the job's protobuf schema is derived from, and the source's name in
+    the generated file: the table's at the snapshot the spec pins, else the table's current
+    schema (what its next snapshot carries), or a query's result schema (planned over empty
+    tables: no row is read)."""
+    from bulldozer.warehouse.catalog import load_table
+
+    dm = spec.data_movement
+    if dm.source.query is not None or dm.duplicate_keys.policy == "keep_latest":
+        sql = build_sql_source(spec, catalog, schema_at)
+        return sql.schema, f"lake.{dm.source.table}" if dm.source.table else "query"
+    assert dm.source.table is not None
+    table = load_table(catalog, dm.source.table)
+    schema = schema_at(table, dm.snapshot_id) if dm.snapshot_id else table.schema()
+    return schema, f"lake.{dm.source.table}"

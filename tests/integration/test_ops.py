@@ -288,3 +288,43 @@ def test_a_version_is_named_by_its_short_id_everywhere(home: Path, dal: KvClient
     with pytest.raises(InvalidArgumentError, match="ambiguous"):
         dal.describe_target("user_item_scores@aaaaa")
     assert dal.describe_target("user_item_scores@baaaaa").name.endswith("_baaaaa")
+
+
+def test_listings_fit_80_columns_and_print_wide_json_and_tsv(
+    home: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bulldozer.cli.common import console
+
+    monkeypatch.setattr(console, "width", 80)
+    first = run_job(spec(), dal, home=str(home))
+    second = run_job(spec(), dal, home=str(home))
+    rollback(dal, "user_item_scores", reason="a long reason " * 8)
+    for command in (["alias", "history", "user_item_scores"], ["namespaces"], ["runs", "user_item_scores"]):
+        table = _cli(dal, *command)
+        assert table.exit_code == 0, table.output
+        lines = table.stdout.splitlines()
+        assert max(len(line) for line in lines) <= 80, table.stdout
+        assert short_version(first.version) in table.stdout and first.version not in table.stdout
+        wide = _cli(dal, *command, "-o", "wide")
+        assert first.version in wide.stdout and second.version in wide.stdout
+        tsv = _cli(dal, *command, "-o", "tsv").stdout.splitlines()
+        assert all(len(line.split("\t")) == len(tsv[0].split("\t")) for line in tsv) and len(tsv) >= 3
+        assert json.loads(_cli(dal, *command, "-o", "json").stdout) == json.loads(_cli(dal, *command, "--json").stdout)
+    history = _cli(dal, "alias", "history", "user_item_scores", "-o", "tsv").stdout
+    assert ("a long reason " * 8).strip() in history  # whole values in tsv, cut with "…" in the table
+    assert "…" in _cli(dal, "alias", "history", "user_item_scores").stdout
+    clash = _cli(dal, "runs", "user_item_scores", "--json", "-o", "tsv")
+    assert clash.exit_code == 2 and "disagree" in clash.output
+
+
+def test_a_failure_asked_for_json_is_json(home: Path, dal: KvClient) -> None:
+    for command in (
+        ["alias", "show", "no_such_alias", "--json"],
+        ["pin", "no_such_alias", "--json"],
+        ["runs", "Not-An-Alias", "-o", "json"],
+    ):
+        result = _cli(dal, *command)
+        assert result.exit_code != 0
+        failure = json.loads(result.stdout)
+        assert failure["exit_code"] == result.exit_code and failure["error_type"].endswith("Error")
+        assert failure["error"] and len(result.stderr.strip().splitlines()) == 1

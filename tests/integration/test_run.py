@@ -178,7 +178,9 @@ bulldozer_protobuf: {package: tests.nullkeys}
 def test_missing_table_is_a_clear_error(home: Path, dal: KvClient) -> None:
     with pytest.raises(TableNotFoundError, match=r"'sample\.nope' does not exist"):
         run_job(spec(**{"table:_SP_sample.user_item_scores": "table: sample.nope"}), dal, home=str(home))
-    assert dal.list_namespaces() == []  # nothing was created
+    # no data was written; the refused run is kept (FAILED, empty) so `bulldozer runs` shows why
+    [refused] = dal.list_namespaces()
+    assert refused.state is State.FAILED and refused.record_count == 0 and "does not exist" in refused.failure_reason
 
 
 def test_a_breaking_schema_change_stops_before_anything_is_written(home: Path, dal: KvClient) -> None:
@@ -190,7 +192,20 @@ def test_a_breaking_schema_change_stops_before_anything_is_written(home: Path, d
     overwrite_sample(table(home), rows=3_000, variant=1)  # a snapshot written with the new schema
     with pytest.raises(IncompatibleSchemaError, match="score: type changed"):
         run_job(spec(), dal, home=str(home))
-    assert [n.name for n in dal.list_namespaces("user_item_scores")] == [first.version]
+    kept, refused = dal.list_namespaces("user_item_scores")
+    assert kept.name == first.version and kept.state is State.ACTIVE  # nothing else moved
+    assert refused.state is State.FAILED and refused.record_count == 0 and refused.bytes == 0
+    # the refusal is listed by `bulldozer runs` with its stage and reason
+    from typer.testing import CliRunner
+
+    from bulldozer.cli.main import app
+
+    listed = CliRunner().invoke(app, ["runs", "user_item_scores", "--endpoint", dal.target, "--json"])
+    newest = json.loads(listed.stdout)[0]
+    assert newest["version"] == refused.name and newest["outcome"] == "failed"
+    assert newest["failed_stage"] == "schema" and "score: type changed" in newest["error"]
+    table_view = CliRunner().invoke(app, ["runs", "user_item_scores", "--endpoint", dal.target, "-o", "tsv"])
+    assert "schema: the new schema would break readers" in table_view.stdout
 
 
 def test_a_column_dropped_from_the_table_is_reported(home: Path, dal: KvClient) -> None:

@@ -6,10 +6,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from bulldozer.cli.main import app
 from bulldozer.errors import CatalogError, DuplicateKeyError, SpecError, TableNotFoundError
 from bulldozer.kv import KvClient
 from bulldozer.load.runner import run_job
+from bulldozer.schema.compat import check_compatibility
 from bulldozer.spec import load_spec_text
 from bulldozer.spec.loader import LoadedSpec
 from bulldozer.spec.models import CatalogConfig
@@ -51,8 +54,21 @@ def test_query_source_keeps_the_table_field_numbers(home: Path, dal: KvClient) -
         "{query: 'SELECT user_id, item_id, locale, rating, price, profile, recent_orders, rating * 2 AS doubled "
         "FROM sample.user_item_scores WHERE item_id < 50'}"
     )
-    from_query = run_job(job(query, "[rating, price, profile, recent_orders, doubled]"), dal, home=str(home))
+    query_job = job(query, "[rating, price, profile, recent_orders, doubled]")
+    from_query = run_job(query_job, dal, home=str(home))
     after = read(dal, "scores", KEY)
+    # `bulldozer proto` describes a query source's schema as the run derived it
+    (home / "query.yaml").write_text(query_job.text)
+    printed = CliRunner().invoke(
+        app, ["proto", str(home / "query.yaml"), "--home", str(home), "--out", str(home / "p")]
+    )
+    assert printed.exit_code == 0, printed.output
+    stored = dal.describe(from_query.version).value_descriptor_set
+    generated = (home / "p" / "scores.binpb").read_bytes()
+    assert (
+        check_compatibility(stored, generated).differences == [] == check_compatibility(generated, stored).differences
+    )
+    assert "doubled = " in (home / "p" / "scores.proto").read_text()
     assert from_query.outcome == "succeeded" and 0 < from_query.rows <= from_table.rows
     assert from_query.snapshots == from_table.snapshots  # the table was read at its pinned snapshot
     assert after is not None and before is not None
