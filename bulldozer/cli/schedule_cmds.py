@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from bulldozer.cli.common import HOME_HELP, console, handle_errors, print_json
+from bulldozer.cli.output import Column, Format, Output, emit, output_format
 
 SPECS_HELP = "Specs folder (default $BULLDOZER_SPECS_DIR, else $BULLDOZER_HOME/specs)."
 
@@ -44,27 +45,31 @@ def jobs(
     home: Annotated[str | None, typer.Option(help=HOME_HELP, show_default=False)] = None,
     offline: Annotated[bool, typer.Option("--offline", help="Do not ask the DAL for versions and runs.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
+    output: Output = None,
 ) -> None:
     """List submitted jobs: alias, schedule, current version and the last run's outcome."""
-    from rich.table import Table
-
     from bulldozer.schedule.jobs import list_jobs, specs_folder
 
+    fmt = output_format(output, as_json)
     folder = specs_dir or specs_folder(home)
-    found = list_jobs(folder, home=home, with_state=not offline)
-    if as_json:
-        print_json([j.as_dict() for j in found])
-        return
-    if not found:
+    found = [j.as_dict() for j in list_jobs(folder, home=home, with_state=not offline)]
+    if not found and fmt is Format.table:
         console.print(f"no jobs submitted in {folder}")
         return
-    table = Table("job", "alias", "schedule", "current version", "last run", "store", box=None)
-    for job in found:
-        last = job.last_run or {}
-        outcome = f"{last.get('outcome', '')} {last.get('finished') or last.get('started', '')}".strip()
-        if job.error:
-            outcome = f"[red]{job.error}[/]"
-        table.add_row(
-            job.name, job.alias, job.schedule or "-", job.current_version or "-", outcome or "-", job.store or "-"
-        )
-    console.print(table)
+
+    def last_run(job: dict[str, Any]) -> str:
+        if job.get("error"):
+            return f"invalid: {job['error']}"
+        last = job.get("last_run") or {}
+        return f"{last.get('outcome', '')} {last.get('finished') or last.get('started', '')}".strip() or "-"
+
+    columns = [
+        Column("job", lambda j: j["name"], max_width=24),
+        Column("alias", lambda j: j["alias"], max_width=24, wide_only=True),
+        Column("schedule", lambda j: j["schedule"] or "-", max_width=14),
+        Column.version("version", "current_version"),
+        Column("last run", last_run, max_width=30),
+        Column("store", lambda j: j["store"] or "-", wide_only=True),
+        Column("file", lambda j: j["file"], wide_only=True),
+    ]
+    emit(found, columns, fmt, f"jobs in {folder}", found)

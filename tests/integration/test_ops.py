@@ -233,6 +233,9 @@ def test_a_profile_names_the_dal_for_every_command(home: Path, dal: KvClient, tm
     cli("submit", str(spec_file), "--specs-dir", str(tmp_path / "specs"), "--no-catalog")
     (job,) = said("jobs", "--specs-dir", str(tmp_path / "specs"), "--json")
     assert job["current_version"] == v1  # read from the profile's DAL
+    header, row = cli("jobs", "--specs-dir", str(tmp_path / "specs"), "-o", "tsv").stdout.splitlines()
+    assert header.split("\t")[:4] == ["job", "alias", "schedule", "version"] and v1 in row.split("\t")
+    assert short_version(v1) in cli("jobs", "--specs-dir", str(tmp_path / "specs")).stdout
 
 
 def test_profile_selection_and_precedence(dal: KvClient, tmp_path: Path) -> None:
