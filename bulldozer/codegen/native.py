@@ -29,6 +29,7 @@ from pathlib import Path
 from google.protobuf import descriptor_pb2
 
 from bulldozer.codegen.python import kv_api_descriptor_set
+from bulldozer.codegen.readme import render_readme
 from bulldozer.errors import ToolchainError
 from bulldozer.schema.job import JobSchema
 from bulldozer.settings import child_environment
@@ -202,6 +203,7 @@ def generate_java_client(spec: JobSpec, job: JobSchema, out: Path) -> list[Path]
     package_dir = sources / Path(*java_package.split("."))
     files = {
         out / "pom.xml": _template("java", "pom.xml.tmpl").format(**values).encode(),
+        out / "README.md": render_readme("java", job, **values),
         package_dir / f"{reader}.java": _template("java", "Reader.java.tmpl").format(**values).encode(),
     }
     _write(files)
@@ -254,6 +256,9 @@ def generate_go_client(spec: JobSpec, job: JobSchema, out: Path) -> list[Path]:
     _write(
         {
             out / "go.mod": go_mod.encode(),
+            out / "README.md": render_readme(
+                "go", job, go_version=GO_VERSION, go_grpc=GO_GRPC, go_protobuf=GO_PROTOBUF, **values
+            ),
             out / "reader.go": _template("go", "reader.go.tmpl").format(**values).encode(),
             out / "cmd" / "read" / "main.go": _template("go", "main.go.tmpl").format(**values).encode(),
         }

@@ -18,6 +18,7 @@ import pytest
 from bulldozer.kv import KvClient
 from bulldozer.kv.tls import channel_credentials
 from bulldozer.load.runner import run_job
+from bulldozer.names import short_version
 from bulldozer.warehouse.sample import create_sample_warehouse
 from tests.conftest import REPO
 from tests.integration.test_kv_server import _free_port, _start, stop_servers
@@ -106,6 +107,12 @@ def tree(folder: Path, skip: tuple[str, ...] = ()) -> dict[str, bytes]:
     }
 
 
+def _class_major(classes: Path) -> int:
+    """The class-file major version of the first compiled class under ``classes``."""
+    first = next(classes.rglob("*.class")).read_bytes()
+    return int.from_bytes(first[6:8], "big")
+
+
 def run(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
     result = subprocess.run(
         command, capture_output=True, text=True, timeout=900, cwd=cwd, env={**os.environ, **(env or {})}
@@ -123,17 +130,19 @@ def test_java_client_builds_and_reads_a_key(loaded_dal: dict[str, Any], tmp_path
     assert tree(out) == tree(again)  # deterministic
     assert (out / "src/main/java/dev/bulldozer/kv/v1/KvDataGrpc.java").exists()
     run(["mvn", "-q", "-B", "package"], out)
-    run(["mvn", "-q", "-B", "dependency:build-classpath", "-Dmdep.outputFile=cp.txt"], out)
-    classpath = f"{out / 'target' / 'classes'}:{(out / 'cp.txt').read_text().strip()}"
-    main = "com.example.bulldozer.user_item_scores.UserItemScoresReader"  # the template's java_package
+    (jar,) = (out / "target").glob("*-all.jar")  # runnable, with its dependencies: the README's command
+    readme = (out / "README.md").read_text()
+    assert f"java -jar target/{jar.name} HOST:PORT" in readme and "Java 8 or newer" in readme
+    assert _class_major(out / "target" / "classes") == 52  # Java 8 class files: the stated floor
 
     def java(*args: str, endpoint: str = loaded_dal["endpoint"], env: dict[str, str] | None = None) -> Any:
-        return json.loads(run(["java", "-cp", classpath, main, endpoint, *args], out, env))
+        return json.loads(run(["java", "-jar", str(jar), endpoint, *args], out, env))
 
     assert java(json.dumps(KEY)) == loaded_dal["v2"]
     assert java(json.dumps(KEY), endpoint=loaded_dal["secure"], env=loaded_dal["secure_env"]) == loaded_dal["v2"]
     assert java(json.dumps(MISSING)) is None
-    assert java(json.dumps(KEY), f"user_item_scores@{loaded_dal['first']}") == loaded_dal["v1"]  # pinned
+    assert java(json.dumps(KEY), loaded_dal["first"]) == loaded_dal["v1"]  # pinned: the full name
+    assert java(json.dumps(KEY), short_version(loaded_dal["first"])) == loaded_dal["v1"]  # or the short id
 
 
 def test_go_client_builds_vets_and_reads_a_key(loaded_dal: dict[str, Any], tmp_path: Path) -> None:
@@ -153,3 +162,6 @@ def test_go_client_builds_vets_and_reads_a_key(loaded_dal: dict[str, Any], tmp_p
     assert go(json.dumps(KEY), endpoint=loaded_dal["secure"], env=loaded_dal["secure_env"]) == loaded_dal["v2"]
     assert go(json.dumps(MISSING)) is None
     assert go(json.dumps(KEY), loaded_dal["first"]) == loaded_dal["v1"]  # pinned
+    assert go(json.dumps(KEY), short_version(loaded_dal["first"])) == loaded_dal["v1"]  # by its short id
+    readme = (out / "README.md").read_text()
+    assert "go build -o read ./cmd/read" in readme and "./read HOST:PORT '{" in readme

@@ -13,7 +13,7 @@ import pytest
 from bulldozer.codegen.python import generate_python_client
 from bulldozer.kv import KvClient
 from bulldozer.load.runner import run_job
-from bulldozer.names import new_version_name
+from bulldozer.names import new_version_name, short_version
 from bulldozer.schema.job import build_job_schema
 from tests.integration.kv_fixtures import seal_as_loaded
 from tests.integration.test_kv_server import _free_port, _start
@@ -27,7 +27,7 @@ import json, sys
 from bulldozer_client_user_item_scores import KeyMessage, Reader, SchemaMismatchError
 from google.protobuf import json_format
 try:
-    with Reader(sys.argv[1]) as reader:
+    with Reader(sys.argv[1], version=sys.argv[3] if len(sys.argv) > 3 else None) as reader:
         value = reader.get(KeyMessage(**json.loads(sys.argv[2])))
         missing = reader.batch_get([KeyMessage(user_id=1, item_id=1, locale="xx")])
         print(json.dumps({"version": reader.version, "value": json_format.MessageToDict(value, preserving_proto_field_name=True), "missing": missing == [None]}))
@@ -68,12 +68,12 @@ def test_generated_python_client_reads_and_checks_compatibility(tmp_path: Path, 
     try:
         address = f"127.0.0.1:{port}"
         with KvClient(address) as dal:
-            run_job(loaded, dal, home=str(home))
+            first_run = run_job(loaded, dal, home=str(home))
             expected = read(dal, "user_item_scores", KEY)
 
-            def reader() -> dict[str, object]:
+            def reader(*version: str) -> dict[str, object]:
                 out = subprocess.run(
-                    [str(client_venv), str(script), address, json.dumps(KEY)],
+                    [str(client_venv), str(script), address, json.dumps(KEY), *version],
                     capture_output=True,
                     text=True,
                     timeout=120,
@@ -95,6 +95,8 @@ def test_generated_python_client_reads_and_checks_compatibility(tmp_path: Path, 
             wider = spec(**{"    - counters\n": "    - counters\n    - note\n"})
             newer = run_job(wider, dal, home=str(home))
             assert reader()["version"] == newer.version
+            pinned = reader(short_version(first_run.version))  # the same version argument as the CLI's
+            assert pinned["version"] == first_run.version and pinned["value"] == expected
 
             # a version whose schema the client would misread is refused at connect
             incompatible = build_job_schema(
