@@ -220,6 +220,15 @@ class NamespaceStateError(KvError):
     retryable = False
 
 
+class SchemaMismatchError(KvError):
+    """A read built for one schema generation of an alias addressed a version of another
+    (a deliberate breaking change, ``bulldozer run --allow-breaking``): refused instead of
+    being misread."""
+
+    grpc_code = "FAILED_PRECONDITION"
+    retryable = False
+
+
 class AliasNotFoundError(KvError):
     """The alias has never been pointed at a version."""
 

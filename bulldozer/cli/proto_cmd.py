@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -102,17 +102,33 @@ def client(
     out: Annotated[Path, typer.Option(help="Directory to write the package into.")],
     lang: Annotated[str, typer.Option(help="Language: python, java (a Maven project) or go (a Go module).")] = "python",
     home: Annotated[str | None, typer.Option(help="Embedded state folder.", show_default=False)] = None,
+    endpoint: Annotated[
+        str | None,
+        typer.Option(help="Override the spec's endpoint: embedded or HOST:PORT.", show_default=False),
+    ] = None,
+    schema_generation: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="The alias's schema generation the client reads (default: asked from the DAL — the live "
+            "version's, or the next one when this schema breaks it).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """Generate a client library for the job's data, deterministic (same spec and schema,
-    same bytes):
+    """Generate a client library for the job's data, deterministic (same spec, schema and
+    schema generation, same bytes):
 
     \b
     python  an installable package: messages, type stubs and a typed reader (get /
             batch_get) that refuses, on connect, a live version it would misread;
     java    a Maven project (mvn package): messages, DAL stubs, <Job>Reader with a main
-            that reads one key (protoc plugin fetched from Maven Central);
+            that reads one key, and a runnable jar (protoc plugin fetched from Maven Central);
     go      a Go module (go build, go vet): messages, DAL stubs, client.Reader and
             cmd/read (protoc plugins installed with go install).
+
+    Every reader names the schema generation it was built for, so after a deliberate
+    breaking change (run --allow-breaking) its reads are refused instead of misread.
     """
     from bulldozer.codegen.python import generate_python_client
     from bulldozer.load.source import source_schema
@@ -125,11 +141,32 @@ def client(
     loaded = load_spec(spec)
     s = loaded.spec
     job = build_job_schema(s, *source_schema(s, open_catalog(s.data_movement.catalog, home)))
+    generation = schema_generation or _schema_generation(loaded, job.descriptor_set, home, endpoint)
     if lang == "python":
-        written = generate_python_client(s, job, out)
+        written = generate_python_client(s, job, out, generation)
     else:
         from bulldozer.codegen.native import generate_go_client, generate_java_client
 
-        written = (generate_java_client if lang == "java" else generate_go_client)(s, job, out)
+        written = (generate_java_client if lang == "java" else generate_go_client)(s, job, out, generation)
     for path in written:
         console.print(f"[green]✓[/] wrote {path}")
+    console.print(f"  schema generation {generation}")
+
+
+def _schema_generation(loaded: Any, descriptor_set: bytes, home: str | None, endpoint: str | None) -> int:
+    """The generation versions with this schema have: the live version's, one more when this
+    schema would break its readers, 1 before the first version."""
+    from bulldozer.errors import BackendUnavailableError, BulldozerError
+    from bulldozer.kv.connect import connect_for_spec
+    from bulldozer.schema.compat import check_compatibility
+    from bulldozer.versioning.flip import live_version
+
+    try:
+        with connect_for_spec(loaded, home, endpoint) as dal:
+            live = live_version(dal, loaded.spec.alias)
+    except BackendUnavailableError as exc:
+        raise BulldozerError(f"{exc}; pass --schema-generation N to generate the client without the DAL") from None
+    if live is None:
+        return 1
+    breaking = live.value_descriptor_set and check_compatibility(live.value_descriptor_set, descriptor_set).breaking
+    return live.schema_generation + 1 if breaking else live.schema_generation

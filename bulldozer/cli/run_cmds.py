@@ -78,6 +78,15 @@ def run(
             show_default=False,
         ),
     ] = None,
+    allow_breaking: Annotated[
+        bool,
+        typer.Option(
+            "--allow-breaking",
+            help="Make a schema change that breaks readers deliberately: the version starts a new schema "
+            "generation, readers built for the old one refuse it (schema mismatch) instead of misreading, and "
+            "the alias history records the change.",
+        ),
+    ] = False,
 ) -> None:
     """Load the spec's table into a brand-new version, verify it, and flip the alias to it.
 
@@ -100,7 +109,19 @@ def run(
             # An embedded DAL starts now, on the other core, while this process imports the
             # load engine and reads the catalog; the first call to it waits until it is up.
             record = _run(
-                client, loaded, engine, master, home, resume, as_json, quiet, stage, version, run_key, failures
+                client,
+                loaded,
+                engine,
+                master,
+                home,
+                resume,
+                as_json,
+                quiet,
+                stage,
+                version,
+                run_key,
+                failures,
+                allow_breaking,
             )
     except BulldozerError as exc:
         if as_json:  # the run record as far as it got, instead of the generic failure object
@@ -126,6 +147,12 @@ def run(
         f"[green]✓[/] {record.alias} → {record.version}: {record.rows:,} rows from snapshot {record.snapshot_id} "
         f"in {seconds:.1f} s ({rate:,.0f} rows/s load)"
     )
+    if record.breaking_changes:
+        console.print(
+            f"  [yellow]breaking schema change[/]: generation {record.schema_generation} "
+            f"(readers built for the previous one refuse it; regenerate them): {'; '.join(record.breaking_changes)}",
+            markup=True,
+        )
     if record.retention_dropped:
         console.print(f"  retention dropped: {', '.join(record.retention_dropped)}")
     if record.retention_error:
@@ -186,6 +213,7 @@ def _run(
     version: str | None,
     run_key: str | None,
     failures: list[RunRecord],
+    allow_breaking: bool = False,
 ) -> RunRecord | None:
     """The run (or one stage of it, whose outcome it prints itself: then None) with a progress bar."""
     from bulldozer.load.engines import create_load_engine
@@ -239,6 +267,7 @@ def _run(
                     engine=load_engine,
                     home=home,
                     progress=on_progress,
+                    allow_breaking=allow_breaking,
                 )
                 if as_json:
                     print_json(with_store(client, json.loads(record.to_json())))
@@ -254,6 +283,7 @@ def _run(
                 on_stage=on_stage,
                 progress=on_progress,
                 on_failure=failures.append,
+                allow_breaking=allow_breaking,
             )
         except BulldozerError:
             raise

@@ -38,8 +38,8 @@ def _template(name: str) -> str:
     return (resources.files("bulldozer.codegen") / "templates" / "client_python" / name).read_text(encoding="utf-8")
 
 
-def generate_python_client(spec: JobSpec, job: JobSchema, out: Path) -> list[Path]:
-    """Write the package into ``out``; returns the files written."""
+def generate_python_client(spec: JobSpec, job: JobSchema, out: Path, schema_generation: int = 1) -> list[Path]:
+    """Write the package (for versions of ``schema_generation``) into ``out``; returns the files written."""
     import google.protobuf
 
     name = spec.metadata.name
@@ -59,6 +59,7 @@ def generate_python_client(spec: JobSpec, job: JobSchema, out: Path) -> list[Pat
         "version": f"0.1.0+{digest}",
         "protobuf_floor": google.protobuf.__version__.split(".")[0] + ".0",
         "python_floor": PYTHON_FLOOR,
+        "schema_generation": schema_generation,
     }
     package = out / "src" / module
     package.mkdir(parents=True, exist_ok=True)

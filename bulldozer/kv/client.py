@@ -124,6 +124,7 @@ class KvClient:
         key_message: str = "",
         value_message: str = "",
         labels: dict[str, str] | None = None,
+        schema_generation: int = 1,
     ) -> NamespaceRecord:
         return self._ns(
             "CreateNamespace",
@@ -136,6 +137,7 @@ class KvClient:
                 key_message=key_message,
                 value_message=value_message,
                 labels=labels or {},
+                schema_generation=schema_generation,
             ),
         )
 
@@ -235,25 +237,34 @@ class KvClient:
     ) -> BatchWriter:
         return BatchWriter(self, namespace, batch_records, batch_bytes, in_flight)
 
-    def _target(self, namespace: str | None, alias: str | None) -> kv_pb2.Target:
+    def _target(self, namespace: str | None, alias: str | None, schema_generation: int = 0) -> kv_pb2.Target:
         if namespace:
-            return kv_pb2.Target(namespace=namespace)
-        return kv_pb2.Target(alias=alias or "")
+            return kv_pb2.Target(namespace=namespace, schema_generation=schema_generation)
+        return kv_pb2.Target(alias=alias or "", schema_generation=schema_generation)
 
-    def get(self, key: bytes, *, alias: str | None = None, namespace: str | None = None) -> bytes | None:
+    def get(
+        self, key: bytes, *, alias: str | None = None, namespace: str | None = None, schema_generation: int = 0
+    ) -> bytes | None:
+        """The value of ``key``; with ``schema_generation``, refused (SchemaMismatchError) by
+        a version of another generation."""
         response = self._t.call(
             self._t.data,
             "Get",
-            kv_pb2.GetRequest(target=self._target(namespace, alias), key=key),
+            kv_pb2.GetRequest(target=self._target(namespace, alias, schema_generation), key=key),
             self.timeout,
         )
         return response.value if response.found else None
 
     def batch_get(
-        self, keys: Sequence[bytes], *, alias: str | None = None, namespace: str | None = None
+        self,
+        keys: Sequence[bytes],
+        *,
+        alias: str | None = None,
+        namespace: str | None = None,
+        schema_generation: int = 0,
     ) -> tuple[str, list[bytes | None]]:
         """Values for ``keys`` — all from one version, whose name is returned too."""
-        request = kv_pb2.BatchGetRequest(target=self._target(namespace, alias), keys=list(keys))
+        request = kv_pb2.BatchGetRequest(target=self._target(namespace, alias, schema_generation), keys=list(keys))
         return _batch_get_result(self._t.call(self._t.data, "BatchGet", request, self.timeout))
 
     def batch_get_many(

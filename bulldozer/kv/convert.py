@@ -43,6 +43,7 @@ def namespace_info(r: NamespaceRecord) -> kv_pb2.NamespaceInfo:
         labels=r.labels,
         failure_reason=r.failure_reason,
         verified=r.verified,
+        schema_generation=r.schema_generation,
     )
     info.created.CopyFrom(timestamp(r.created))
     info.state_changed.CopyFrom(timestamp(r.state_changed))
@@ -79,6 +80,7 @@ def record_from_info(info: kv_pb2.NamespaceInfo) -> NamespaceRecord:
         digest=info.digest,
         failure_reason=info.failure_reason,
         verified=info.verified,
+        schema_generation=info.schema_generation or 1,
     )
 
 

@@ -57,6 +57,8 @@ class NamespaceRecord:
     #: The seal measured ``record_count`` and ``digest`` and they equalled what the loader
     #: expected. Only a verified version may become the target of an alias.
     verified: bool = False
+    #: 1 for an alias's first schema, one more at each deliberate breaking change
+    schema_generation: int = 1
 
     def with_state(self, state: State, **changes: Any) -> NamespaceRecord:
         return replace(self, state=state, state_changed=utcnow(), **changes)
@@ -82,6 +84,7 @@ class NamespaceRecord:
             "digest": self.digest,
             "failure_reason": self.failure_reason,
             "verified": self.verified,
+            "schema_generation": self.schema_generation,
         }
 
     @classmethod
@@ -106,6 +109,7 @@ class NamespaceRecord:
             digest=int(data.get("digest", 0)),
             failure_reason=data.get("failure_reason", ""),
             verified=bool(data.get("verified", False)),
+            schema_generation=int(data.get("schema_generation", 1)) or 1,
         )
 
 

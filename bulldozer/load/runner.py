@@ -124,8 +124,11 @@ class JobRun:
         on_stage: Callable[[str], None] = lambda stage: None,
         progress: Callable[[int, int], None] = lambda done, total: None,
         run_key: str = "",
+        allow_breaking: bool = False,
     ) -> None:
         self.loaded, self.spec, self.client, self.home = loaded, loaded.spec, client, home
+        #: a schema change that breaks readers starts a new schema generation instead of being refused
+        self.allow_breaking = allow_breaking
         self.progress = progress
         self.load_engine = create_load_engine(engine) if isinstance(engine, str) else engine
         self.run_key = run_key
@@ -211,13 +214,21 @@ class JobRun:
             live.value_descriptor_set if live and live.value_descriptor_set else None,
             python=False,
         )
+        generation = live.schema_generation if live else 1
         if job.compat is not None and job.compat.breaking:
             refused = [f"{d.path}: {d.change} ({d.detail})" for d in job.compat.refused()]
-            raise IncompatibleSchemaError(
-                f"the new schema would break readers of {live.name if live else 'the live version'}: "
-                + "; ".join(refused),
-                refused,
-            )
+            if not self.allow_breaking:
+                raise IncompatibleSchemaError(
+                    f"the new schema would break readers of {live.name if live else 'the live version'}: "
+                    + "; ".join(refused)
+                    + " (to make the change deliberately, run with --allow-breaking: a new schema generation "
+                    "that readers built for the old one refuse instead of misreading)",
+                    refused,
+                )
+            generation += 1
+            self.record.breaking_changes = refused
+            log.info("breaking schema change, allowed: generation %d: %s", generation, "; ".join(refused))
+        self.record.schema_generation = generation
         self.job = job
         return job
 
@@ -260,6 +271,7 @@ class JobRun:
                 key_message=self.job.key_full_name,
                 value_message=self.job.value_full_name,
                 labels=labels,
+                schema_generation=record.schema_generation,
             )
         self.version_created = True
         return record.version
@@ -335,6 +347,10 @@ class JobRun:
         record, client = self.record, self.client
         client.set_labels(record.version, {STAGE_LABEL: "flip"})
         reason = f"run {record.run_id}: {record.rows:,} rows from snapshot {record.snapshot_id}"
+        if record.breaking_changes:
+            reason += f"; breaking schema change to generation {record.schema_generation}: " + "; ".join(
+                record.breaking_changes
+            )
         kept_back = flip(client, self.spec.alias, record.previous or None, record.version, reason)
         if kept_back is not None:
             record.outcome, record.error = "pinned", kept_back
@@ -453,13 +469,16 @@ def run_job(
     on_stage: Callable[[str], None] = lambda stage: None,
     progress: Callable[[int, int], None] = lambda done, total: None,
     on_failure: Callable[[RunRecord], None] | None = None,
+    allow_breaking: bool = False,
 ) -> RunRecord:
     """Run the job once; returns the run record (raises a BulldozerError on failure,
     after marking the version FAILED and leaving the alias untouched; ``on_failure`` gets
     the failed run's record first). Retention failing after the flip does not fail the run:
     the record's ``retention_error`` says why. ``on_stage`` is called as each stage starts.
     """
-    run = JobRun(loaded, client, engine=engine, home=home, on_stage=on_stage, progress=progress)
+    run = JobRun(
+        loaded, client, engine=engine, home=home, on_stage=on_stage, progress=progress, allow_breaking=allow_breaking
+    )
     stage = run.stage
     try:
         with stage("schema"):
@@ -506,6 +525,7 @@ def run_stage(
     engine: str | LoadEngine = "local",
     home: str | None = None,
     progress: Callable[[int, int], None] = lambda done, total: None,
+    allow_breaking: bool = False,
 ) -> RunRecord:
     """Run one stage, safe to retry, for a scheduler that calls stages separately.
 
@@ -519,7 +539,9 @@ def run_stage(
     """
     if stage_name not in STAGES:
         raise InvalidArgumentError(f"unknown stage {stage_name!r}; stages: {', '.join(STAGES)}")
-    run = JobRun(loaded, client, engine=engine, home=home, progress=progress, run_key=run_key)
+    run = JobRun(
+        loaded, client, engine=engine, home=home, progress=progress, run_key=run_key, allow_breaking=allow_breaking
+    )
     stage = run.stage
     if stage_name == "validate":
         from bulldozer.schema.table_check import check_against_catalog

@@ -76,6 +76,10 @@ class RunRecord:
     retention_error: str = ""
     #: the stage that failed (a failed run)
     failed_stage: str = ""
+    #: the version's schema generation (one more than the previous version's at a breaking change)
+    schema_generation: int = 1
+    #: the changes that break readers of the previous generation (a run with --allow-breaking)
+    breaking_changes: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
         return _compact(asdict(self))

@@ -292,8 +292,26 @@ func parseTarget(target *kvpb.Target) (namespace, alias, pinned string, ok bool)
 }
 
 // resolve is the namespace a read addresses; ok is false when the reference DAL must answer
-// (an error).
+// (an error, or a version of another schema generation than the read names).
 func (m *lmdbStore) resolve(txn *lmdb.Txn, target *kvpb.Target) (string, bool) {
+	name, ok := m.resolveName(txn, target)
+	if !ok || target.GetSchemaGeneration() == 0 {
+		return name, ok
+	}
+	raw, found, err := txn.Get(m.meta.namespaces, []byte(name))
+	var record struct {
+		SchemaGeneration uint32 `json:"schema_generation"`
+	}
+	if err != nil || !found || json.Unmarshal(raw, &record) != nil {
+		return "", false
+	}
+	if record.SchemaGeneration == 0 {
+		record.SchemaGeneration = 1 // a version stored before generations were recorded
+	}
+	return name, record.SchemaGeneration == target.GetSchemaGeneration()
+}
+
+func (m *lmdbStore) resolveName(txn *lmdb.Txn, target *kvpb.Target) (string, bool) {
 	ns, alias, pinned, ok := parseTarget(target)
 	if !ok || ns != "" {
 		return ns, ok

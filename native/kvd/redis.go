@@ -22,8 +22,8 @@ func (redisStore) ingest(string) (uint64, uint64, bool) { return 0, 0, false }
 
 func (s redisStore) getMany(ctx context.Context, target *kvpb.Target, keys [][]byte) (string, [][]byte, bool) {
 	ns, alias, pinned, ok := parseTarget(target)
-	if !ok {
-		return "", nil, false
+	if !ok || target.GetSchemaGeneration() != 0 {
+		return "", nil, false // a read naming its schema generation is checked by the reference DAL
 	}
 	name, err := s.r.Resolve(ctx, ns, alias, pinned)
 	if err == nil {

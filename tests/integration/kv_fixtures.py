@@ -93,9 +93,9 @@ class Harness:
     def version(self, alias: str) -> str:
         return new_version_name(alias)
 
-    def loaded(self, alias: str, pairs: list[tuple[bytes, bytes]], seal: bool = True) -> str:
+    def loaded(self, alias: str, pairs: list[tuple[bytes, bytes]], seal: bool = True, generation: int = 1) -> str:
         name = self.version(alias)
-        self.client.create_namespace(name, alias, job_name="tests")
+        self.client.create_namespace(name, alias, job_name="tests", schema_generation=generation)
         if pairs:
             self.client.put(name, pairs)
         if seal:

@@ -18,9 +18,10 @@ import pytest
 from bulldozer.kv import KvClient
 from bulldozer.kv.tls import channel_credentials
 from bulldozer.load.runner import run_job
-from bulldozer.names import short_version
+from bulldozer.names import new_version_name, short_version
 from bulldozer.warehouse.sample import create_sample_warehouse
 from tests.conftest import REPO
+from tests.integration.kv_fixtures import seal_as_loaded
 from tests.integration.test_kv_server import _free_port, _start, stop_servers
 from tests.integration.test_run import KEY, read, spec
 from tests.integration.test_security import make_pki
@@ -73,6 +74,11 @@ def loaded_dal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
             overwrite_sample(table, rows=2_000, variant=1)
             run_job(spec(), client, home=str(home))
             v2 = read(client, "user_item_scores", KEY)
+            # a version of the next schema generation (a deliberate breaking change), not live
+            breaking = new_version_name("user_item_scores")
+            client.create_namespace(breaking, "user_item_scores", schema_generation=2)
+            client.put(breaking, [(b"k", b"v")])
+            seal_as_loaded(client, breaking, [(b"k", b"v")])
         assert v1 != v2
         yield {
             "home": home,
@@ -82,18 +88,21 @@ def loaded_dal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
             "v1": v1,
             "v2": v2,
             "first": first.version,
+            "breaking": breaking,
         }
     finally:
         stop_servers([server, secure])
 
 
-def generate(lang: str, home: Path, out: Path) -> None:
+def generate(lang: str, dal: dict[str, Any], out: Path) -> None:
+    """``bulldozer client`` for the DAL (which it asks for the alias's schema generation)."""
+    command = ["client", TEMPLATE, "--lang", lang, "--out", str(out), "--endpoint", dal["endpoint"]]
     result = subprocess.run(
-        [sys.executable, "-m", "bulldozer.cli.main", "client", TEMPLATE, "--lang", lang, "--out", str(out)],
+        [sys.executable, "-m", "bulldozer.cli.main", *command],
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "BULLDOZER_HOME": str(home)},
+        env={**os.environ, "BULLDOZER_HOME": str(dal["home"])},
         cwd=REPO,
     )
     assert result.returncode == 0, result.stderr
@@ -125,8 +134,8 @@ def test_java_client_builds_and_reads_a_key(loaded_dal: dict[str, Any], tmp_path
     if shutil.which("mvn") is None or shutil.which("java") is None:
         pytest.fail("Maven and Java 17 are required for the Java client (apt-get install maven openjdk-17-jdk)")
     out, again = tmp_path / "java", tmp_path / "java-again"
-    generate("java", loaded_dal["home"], out)
-    generate("java", loaded_dal["home"], again)
+    generate("java", loaded_dal, out)
+    generate("java", loaded_dal, again)
     assert tree(out) == tree(again)  # deterministic
     assert (out / "src/main/java/dev/bulldozer/kv/v1/KvDataGrpc.java").exists()
     run(["mvn", "-q", "-B", "package"], out)
@@ -143,14 +152,19 @@ def test_java_client_builds_and_reads_a_key(loaded_dal: dict[str, Any], tmp_path
     assert java(json.dumps(MISSING)) is None
     assert java(json.dumps(KEY), loaded_dal["first"]) == loaded_dal["v1"]  # pinned: the full name
     assert java(json.dumps(KEY), short_version(loaded_dal["first"])) == loaded_dal["v1"]  # or the short id
+    refused = subprocess.run(
+        ["java", "-jar", str(jar), loaded_dal["endpoint"], json.dumps(KEY), loaded_dal["breaking"]],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "schema generation 2" in refused.stderr  # refused, not misread
 
 
 def test_go_client_builds_vets_and_reads_a_key(loaded_dal: dict[str, Any], tmp_path: Path) -> None:
     if shutil.which("go") is None:
         pytest.fail("the Go toolchain is required for the Go client")
     out, again = tmp_path / "go", tmp_path / "go-again"
-    generate("go", loaded_dal["home"], out)
-    generate("go", loaded_dal["home"], again)
+    generate("go", loaded_dal, out)
+    generate("go", loaded_dal, again)
     assert tree(out) == tree(again)  # deterministic, go.sum included
     run(["go", "vet", "./..."], out)
     run(["go", "build", "-o", "read", "./cmd/read"], out)
@@ -163,5 +177,10 @@ def test_go_client_builds_vets_and_reads_a_key(loaded_dal: dict[str, Any], tmp_p
     assert go(json.dumps(MISSING)) is None
     assert go(json.dumps(KEY), loaded_dal["first"]) == loaded_dal["v1"]  # pinned
     assert go(json.dumps(KEY), short_version(loaded_dal["first"])) == loaded_dal["v1"]  # by its short id
+    refused = subprocess.run(
+        [str(out / "read"), loaded_dal["endpoint"], json.dumps(KEY), loaded_dal["breaking"]],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "schema generation 2" in refused.stderr  # refused, not misread
     readme = (out / "README.md").read_text()
     assert "go build -o read ./cmd/read" in readme and "./read HOST:PORT '{" in readme

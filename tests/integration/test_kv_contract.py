@@ -365,6 +365,39 @@ def test_pinned_reads(kv: Harness) -> None:
         kv.client.get(b"k000001", alias=f"{alias}@{alias}__v20000101000000_000000")
 
 
+def test_a_version_by_its_short_id(kv: Harness) -> None:
+    from bulldozer.names import short_version
+
+    alias = kv.alias()
+    v1 = kv.loaded(alias, pairs(5, value=b"one"))
+    v2 = kv.loaded(alias, pairs(5, value=b"two"))
+    kv.client.compare_and_set_alias(alias, None, v2)
+    assert kv.client.get(b"k000001", alias=f"{alias}@{short_version(v1)}") == b"one1"
+    assert kv.client.batch_get([b"k000002"], alias=f"{alias}@{short_version(v1)}") == (v1, [b"one2"])
+    assert kv.client.describe_target(f"{alias}@{short_version(v2)}").name == v2
+    with pytest.raises(NamespaceNotFoundError, match="has no version"):
+        kv.client.get(b"k000001", alias=f"{alias}@ffffff")
+
+
+def test_a_read_names_its_schema_generation(kv: Harness) -> None:
+    from bulldozer.errors import SchemaMismatchError
+
+    alias = kv.alias()
+    v1 = kv.loaded(alias, pairs(5, value=b"one"))
+    v2 = kv.loaded(alias, pairs(5, value=b"two"), generation=2)  # a deliberate breaking change
+    kv.client.compare_and_set_alias(alias, None, v1)
+    kv.client.compare_and_set_alias(alias, v1, v2)
+    assert kv.client.describe(v1).schema_generation == 1 and kv.client.describe(v2).schema_generation == 2
+    with pytest.raises(SchemaMismatchError, match=r"schema generation 2 .* built for generation 1"):
+        kv.client.get(b"k000001", alias=alias, schema_generation=1)
+    with pytest.raises(SchemaMismatchError):
+        kv.client.batch_get([b"k000001"], alias=alias, schema_generation=1)
+    assert kv.client.get(b"k000001", alias=alias, schema_generation=2) == b"two1"
+    assert kv.client.get(b"k000001", alias=alias) == b"two1"  # a reader that names no generation
+    # a reader of the old generation may still read the old version, pinned
+    assert kv.client.batch_get([b"k000001"], alias=f"{alias}@{v1}", schema_generation=1) == (v1, [b"one1"])
+
+
 def test_unknown_alias(kv: Harness) -> None:
     with pytest.raises(AliasNotFoundError):
         kv.client.get(b"k", alias=kv.alias())

@@ -208,6 +208,47 @@ def test_a_breaking_schema_change_stops_before_anything_is_written(home: Path, d
     assert "schema: the new schema would break readers" in table_view.stdout
 
 
+def test_a_deliberate_breaking_change_starts_a_new_schema_generation(home: Path, dal: KvClient) -> None:
+    from pyiceberg.types import DoubleType
+    from typer.testing import CliRunner
+
+    from bulldozer.cli.main import app
+    from bulldozer.errors import SchemaMismatchError
+
+    first = run_job(spec(), dal, home=str(home))
+    with table(home).update_schema() as update:
+        update.update_column("score", DoubleType())
+    overwrite_sample(table(home), rows=3_000, variant=1)
+    template = str(REPO / "templates" / "move_data_to_kv_dal.yaml")
+    ran = CliRunner().invoke(
+        app, ["run", template, "--home", str(home), "--endpoint", dal.target, "--allow-breaking", "--json"]
+    )
+    assert ran.exit_code == 0, ran.output
+    record = json.loads(ran.stdout)
+    assert record["schema_generation"] == 2 and any("score: type changed" in c for c in record["breaking_changes"])
+    second = dal.describe(record["version"])
+    assert second.schema_generation == 2 and dal.get_alias("user_item_scores").namespace == second.name
+    assert "breaking schema change to generation 2" in dal.alias_history("user_item_scores", 1)[0].reason
+    # a reader built for generation 1 is refused with a clear error instead of misreading the doubles
+    info = dal.describe(first.version)
+    key_cls, _ = load_message_classes(info.value_descriptor_set, info.key_message, info.value_message)
+    from google.protobuf import json_format
+
+    key = json_format.ParseDict(KEY, key_cls()).SerializeToString()
+    with pytest.raises(SchemaMismatchError, match="regenerate it"):
+        dal.get(key, alias="user_item_scores", schema_generation=1)
+    assert dal.get(key, alias=f"user_item_scores@{first.version}", schema_generation=1) is not None
+    # the next run (same schema) stays on generation 2
+    assert run_job(spec(), dal, home=str(home)).schema_generation == 2
+    # a client generated now reads generation 2
+    out = home / "client"
+    made = CliRunner().invoke(
+        app, ["client", template, "--home", str(home), "--endpoint", dal.target, "--out", str(out)]
+    )
+    assert made.exit_code == 0 and "schema generation 2" in made.stdout, made.output
+    assert "SCHEMA_GENERATION = 2" in (out / "src" / "bulldozer_client_user_item_scores" / "_reader.py").read_text()
+
+
 def test_a_column_dropped_from_the_table_is_reported(home: Path, dal: KvClient) -> None:
     run_job(spec(), dal, home=str(home))
     with table(home).update_schema() as update:

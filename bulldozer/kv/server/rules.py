@@ -21,6 +21,7 @@ from bulldozer.errors import (
     NamespaceNotFoundError,
     NamespaceStateError,
     ResourceExhaustedError,
+    SchemaMismatchError,
     VerificationError,
 )
 from bulldozer.kv.backends.base import StorageEngine
@@ -92,6 +93,7 @@ class KvDal:
         key_message: str = "",
         value_message: str = "",
         labels: dict[str, str] | None = None,
+        schema_generation: int = 1,
     ) -> NamespaceRecord:
         validate_namespace(name)
         validate_alias(alias)
@@ -120,6 +122,7 @@ class KvDal:
             key_message=key_message,
             value_message=value_message,
             labels=dict(labels or {}),
+            schema_generation=max(1, schema_generation),
         )
         self.engine.create_namespace(record)
         return record
@@ -338,8 +341,21 @@ class KvDal:
         self.engine.write_batch(name, _split(keys, klen), _split(values, vlen), digest)
         return n, len(keys) + len(values)
 
-    def resolve(self, namespace: str = "", alias: str = "") -> str:
-        """The namespace a read addresses: a namespace, an alias, or ``alias@namespace``."""
+    def resolve(self, namespace: str = "", alias: str = "", schema_generation: int = 0) -> str:
+        """The namespace a read addresses: a namespace, an alias, or ``alias@namespace``;
+        with ``schema_generation``, refused (SchemaMismatchError) for a version of another."""
+        name = self._resolve(namespace, alias)
+        if schema_generation:
+            record = self.engine.get_namespace(name)
+            if record is not None and record.schema_generation != schema_generation:
+                raise SchemaMismatchError(
+                    f"{name} has schema generation {record.schema_generation} (a deliberate breaking change of "
+                    f"{record.alias}); this reader was built for generation {schema_generation} and would misread "
+                    "it: regenerate it (bulldozer client)"
+                )
+        return name
+
+    def _resolve(self, namespace: str, alias: str) -> str:
         if namespace and alias:
             raise InvalidArgumentError("name a namespace or an alias, not both")
         if namespace:
@@ -374,15 +390,22 @@ class KvDal:
                     f"a key of {len(key)} bytes is over the limit of {self.limits.max_key_bytes}"
                 )
 
-    def batch_get(self, keys: Sequence[bytes], namespace: str = "", alias: str = "") -> tuple[str, list[bytes | None]]:
+    def batch_get(
+        self, keys: Sequence[bytes], namespace: str = "", alias: str = "", schema_generation: int = 0
+    ) -> tuple[str, list[bytes | None]]:
         self._check_keys(keys)
-        name = self.resolve(namespace, alias)
+        name = self.resolve(namespace, alias, schema_generation)
         return name, self.engine.get_many(name, keys)
 
     def scan(
-        self, namespace: str = "", alias: str = "", after: bytes | None = None, limit: int = 1000
+        self,
+        namespace: str = "",
+        alias: str = "",
+        after: bytes | None = None,
+        limit: int = 1000,
+        schema_generation: int = 0,
     ) -> tuple[str, list[tuple[bytes, bytes]]]:
-        name = self.resolve(namespace, alias)
+        name = self.resolve(namespace, alias, schema_generation)
         record = self.describe(name)
         if record.state not in READABLE:
             raise NamespaceStateError(

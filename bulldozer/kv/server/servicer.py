@@ -29,9 +29,14 @@ def principal_of(context: Any) -> str:
     return str(context.peer() or "unknown")
 
 
-def _target(target: kv_pb2.Target) -> dict[str, str]:
+def _target(target: kv_pb2.Target) -> dict[str, Any]:
     which = target.WhichOneof("target")
-    return {"namespace": target.namespace} if which == "namespace" else {"alias": target.alias if which else ""}
+    out: dict[str, Any] = (
+        {"namespace": target.namespace} if which == "namespace" else {"alias": target.alias if which else ""}
+    )
+    if target.schema_generation:
+        out["schema_generation"] = target.schema_generation
+    return out
 
 
 class DataServicer(kv_pb2_grpc.KvDataServicer):
@@ -133,6 +138,7 @@ class NamespacesServicer(kv_pb2_grpc.KvNamespacesServicer):
             key_message=request.key_message,
             value_message=request.value_message,
             labels=dict(request.labels),
+            schema_generation=request.schema_generation or 1,
         )
         return convert.namespace_info(record)
 

@@ -70,17 +70,23 @@ class Target(_message.Message):
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
     ALIAS_FIELD_NUMBER: _builtins.int
+    SCHEMA_GENERATION_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     alias: _builtins.str
+    schema_generation: _builtins.int
+    """The schema generation the reader was built for (0: any). A version of another
+    generation refuses the read with FAILED_PRECONDITION instead of being misread.
+    """
     def __init__(
         self,
         *,
         namespace: _builtins.str = ...,
         alias: _builtins.str = ...,
+        schema_generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "namespace", b"namespace", "target", b"target"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "namespace", b"namespace", "target", b"target"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "namespace", b"namespace", "schema_generation", b"schema_generation", "target", b"target"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_target: _TypeAlias = _typing.Literal["namespace", "alias"]  # noqa: Y015
     _WhichOneofArgType_target: _TypeAlias = _typing.Literal["target", b"target"]  # noqa: Y015
@@ -482,6 +488,7 @@ class NamespaceInfo(_message.Message):
     LABELS_FIELD_NUMBER: _builtins.int
     FAILURE_REASON_FIELD_NUMBER: _builtins.int
     VERIFIED_FIELD_NUMBER: _builtins.int
+    SCHEMA_GENERATION_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     state: Global___NamespaceState.ValueType
     alias: _builtins.str
@@ -499,6 +506,11 @@ class NamespaceInfo(_message.Message):
     verified: _builtins.bool
     """The seal measured record_count and digest and they equalled the loader's expectation.
     Only a verified version may become the target of an alias.
+    """
+    schema_generation: _builtins.int
+    """The version's schema generation: 1 for an alias's first schema, one more at each
+    deliberate breaking change (bulldozer run --allow-breaking). A read that names the
+    generation it was built for is refused (FAILED_PRECONDITION) by a version of another.
     """
     @_builtins.property
     def created(self) -> _timestamp_pb2.Timestamp: ...
@@ -528,10 +540,11 @@ class NamespaceInfo(_message.Message):
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         failure_reason: _builtins.str = ...,
         verified: _builtins.bool = ...,
+        schema_generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "sealed", b"sealed", "state_changed", b"state_changed"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "bytes", b"bytes", "created", b"created", "digest", b"digest", "failure_reason", b"failure_reason", "job_name", b"job_name", "key_message", b"key_message", "labels", b"labels", "name", b"name", "record_count", b"record_count", "sealed", b"sealed", "snapshot_id", b"snapshot_id", "state", b"state", "state_changed", b"state_changed", "value_descriptor_set", b"value_descriptor_set", "value_message", b"value_message", "verified", b"verified"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "bytes", b"bytes", "created", b"created", "digest", b"digest", "failure_reason", b"failure_reason", "job_name", b"job_name", "key_message", b"key_message", "labels", b"labels", "name", b"name", "record_count", b"record_count", "schema_generation", b"schema_generation", "sealed", b"sealed", "snapshot_id", b"snapshot_id", "state", b"state", "state_changed", b"state_changed", "value_descriptor_set", b"value_descriptor_set", "value_message", b"value_message", "verified", b"verified"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -569,6 +582,7 @@ class CreateNamespaceRequest(_message.Message):
     KEY_MESSAGE_FIELD_NUMBER: _builtins.int
     VALUE_MESSAGE_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
+    SCHEMA_GENERATION_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     alias: _builtins.str
     """The alias this version may become the target of."""
@@ -577,6 +591,8 @@ class CreateNamespaceRequest(_message.Message):
     value_descriptor_set: _builtins.bytes
     key_message: _builtins.str
     value_message: _builtins.str
+    schema_generation: _builtins.int
+    """0 means 1 (see NamespaceInfo.schema_generation)."""
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     def __init__(
@@ -590,10 +606,11 @@ class CreateNamespaceRequest(_message.Message):
         key_message: _builtins.str = ...,
         value_message: _builtins.str = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        schema_generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "job_name", b"job_name", "key_message", b"key_message", "labels", b"labels", "name", b"name", "snapshot_id", b"snapshot_id", "value_descriptor_set", b"value_descriptor_set", "value_message", b"value_message"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "job_name", b"job_name", "key_message", b"key_message", "labels", b"labels", "name", b"name", "schema_generation", b"schema_generation", "snapshot_id", b"snapshot_id", "value_descriptor_set", b"value_descriptor_set", "value_message", b"value_message"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
