@@ -8,7 +8,7 @@ import functools
 import json
 import sys
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
@@ -19,7 +19,12 @@ if TYPE_CHECKING:
     from bulldozer.kv.client import KvClient
 
 __all__ = [
+    "ENDPOINT_HELP",
     "HOME_HELP",
+    "Endpoint",
+    "Home",
+    "Json",
+    "Token",
     "console",
     "err_console",
     "error_json",
@@ -34,6 +39,13 @@ __all__ = [
 ]
 
 HOME_HELP = "Embedded state folder (default $BULLDOZER_HOME or ./.bulldozer)."
+ENDPOINT_HELP = "embedded or HOST:PORT (default: $BULLDOZER_ENDPOINT, else embedded)."
+
+#: the options every command acting on a DAL shares
+Endpoint = Annotated[str | None, typer.Option(help=ENDPOINT_HELP, show_default=False)]
+Home = Annotated[str | None, typer.Option(help=HOME_HELP, show_default=False)]
+Token = Annotated[str | None, typer.Option(help="Bearer token (default: $BULLDOZER_TOKEN).", show_default=False)]
+Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 # soft_wrap: never break lines at the terminal width (output is read by scripts and tests too)
 console = Console(highlight=False, soft_wrap=True)

@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from bulldozer.cli.common import (
-    HOME_HELP,
+    Endpoint,
+    Home,
+    Json,
     console,
     fail,
     handle_errors,
@@ -23,10 +25,6 @@ from bulldozer.cli.output import Column, Format, Output, emit, fmt_time, output_
 if TYPE_CHECKING:
     from bulldozer.kv.types import NamespaceRecord
 
-ENDPOINT_HELP = "embedded or HOST:PORT (default: $BULLDOZER_ENDPOINT, else embedded)."
-Endpoint = Annotated[str | None, typer.Option(help=ENDPOINT_HELP, show_default=False)]
-Home = Annotated[str | None, typer.Option(help=HOME_HELP, show_default=False)]
-Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 namespace_app = typer.Typer(help="One version namespace: describe or drop it.", no_args_is_help=True)
 alias_app = typer.Typer(help="Aliases: where one points, and every change to it.", no_args_is_help=True)

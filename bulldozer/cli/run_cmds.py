@@ -14,6 +14,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from bulldozer.cli import process
 from bulldozer.cli.common import (
     HOME_HELP,
+    Endpoint,
+    Home,
+    Json,
+    Token,
     console,
     err_console,
     fail,
@@ -299,14 +303,9 @@ def get(
     key: Annotated[
         str, typer.Option(help='The key as JSON, e.g. \'{"user_id": 1, "item_id": 8}\'.', show_default=False)
     ],
-    endpoint: Annotated[
-        str | None,
-        typer.Option(help="embedded or HOST:PORT (default: $BULLDOZER_ENDPOINT, else embedded).", show_default=False),
-    ] = None,
-    home: Annotated[str | None, typer.Option(help=HOME_HELP, show_default=False)] = None,
-    token: Annotated[
-        str | None, typer.Option(help="Bearer token (default: $BULLDOZER_TOKEN).", show_default=False)
-    ] = None,
+    endpoint: Endpoint = None,
+    home: Home = None,
+    token: Token = None,
 ) -> None:
     """Read one value and print it as JSON, decoded with the version's own stored schema
     (dates, times and timestamps as ISO-8601, uuids as text, int64 as numbers: see README).
@@ -333,12 +332,9 @@ def get(
 @handle_errors
 def runs(
     alias: Annotated[str, typer.Argument(help="The alias whose runs to list.", show_default=False)],
-    endpoint: Annotated[
-        str | None,
-        typer.Option(help="embedded or HOST:PORT (default: $BULLDOZER_ENDPOINT, else embedded).", show_default=False),
-    ] = None,
-    home: Annotated[str | None, typer.Option(help=HOME_HELP, show_default=False)] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    endpoint: Endpoint = None,
+    home: Home = None,
+    as_json: Json = False,
     output: Output = None,
 ) -> None:
     """List the runs of an alias (newest first) with their outcome, rows and timings, and

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from bulldozer.cli.common import HOME_HELP, err_console, fail, handle_errors, open_client
+from bulldozer.cli.common import Endpoint, Home, Token, err_console, fail, handle_errors, open_client
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -15,14 +15,9 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 def ui(
     host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on (0: any free one).")] = 8765,
-    endpoint: Annotated[
-        str | None,
-        typer.Option(help="embedded or HOST:PORT (default: $BULLDOZER_ENDPOINT, else embedded).", show_default=False),
-    ] = None,
-    home: Annotated[str | None, typer.Option(help=HOME_HELP, show_default=False)] = None,
-    token: Annotated[
-        str | None, typer.Option(help="Bearer token (default: $BULLDOZER_TOKEN).", show_default=False)
-    ] = None,
+    endpoint: Endpoint = None,
+    home: Home = None,
+    token: Token = None,
 ) -> None:
     """Serve the web console: aliases, versions, runs, key lookups, rollback and pin.
 

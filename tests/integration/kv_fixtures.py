@@ -124,6 +124,16 @@ def seal_as_loaded(client: KvClient, name: str, data: list[tuple[bytes, bytes]])
     return client.seal(name, expected.count, expected.value)
 
 
+def only_refusals(client: KvClient, alias: str | None = None) -> list[Any]:
+    """The namespaces of ``alias``, checked to be what refused runs leave and nothing else:
+    FAILED versions holding no data (kept so `bulldozer runs` shows the reason)."""
+    from bulldozer.kv.types import State
+
+    records = client.list_namespaces(alias)
+    assert all(r.state is State.FAILED and r.record_count == 0 and r.bytes == 0 for r in records), records
+    return records
+
+
 def pairs(n: int, prefix: bytes = b"k", value: bytes = b"v") -> list[tuple[bytes, bytes]]:
     return [(prefix + b"%06d" % i, value + b"%d" % i) for i in range(n)]
 

@@ -9,7 +9,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from bulldozer.warehouse.sample import create_sample_warehouse, overwrite_sample
 from tests.conftest import REPO
 from tests.integration.services import chromedriver
 from tests.integration.test_run import KEY, table
+from tests.integration.test_run import _cli as run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -29,14 +30,7 @@ SECRET = "tok-3f9a-never-shown"
 
 
 def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bulldozer.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "BULLDOZER_HOME": str(home)},
-        cwd=REPO,
-    )
+    return run_cli(list(args), home)
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +95,20 @@ def browser() -> Iterator[Any]:
         driver.quit()
 
 
+def _then_loaded(browser: Any, action: Callable[[], object]) -> None:
+    """Do ``action`` (a click, a navigation) and wait until the page it leads to has loaded:
+    the old page's root is gone and the new one is complete."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    old = browser.find_element(By.TAG_NAME, "html")
+    action()
+    wait = WebDriverWait(browser, 30)
+    wait.until(expected_conditions.staleness_of(old))
+    wait.until(lambda b: b.execute_script("return document.readyState") == "complete")
+
+
 def test_list_open_look_up_and_roll_back_in_a_browser(console: dict[str, Any], browser: Any) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
@@ -111,7 +119,7 @@ def test_list_open_look_up_and_roll_back_in_a_browser(console: dict[str, Any], b
     cells = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
     assert cells[0] == "user_item_scores" and cells[1] == short_version(v2) and cells[3] == "1,500"
 
-    row.find_element(By.LINK_TEXT, "user_item_scores").click()
+    _then_loaded(browser, row.find_element(By.LINK_TEXT, "user_item_scores").click)
     states = {
         tr.get_attribute("data-version"): tr.find_elements(By.TAG_NAME, "td")[1].text
         for tr in browser.find_elements(By.CSS_SELECTOR, "#versions tbody tr")
@@ -119,7 +127,7 @@ def test_list_open_look_up_and_roll_back_in_a_browser(console: dict[str, Any], b
     assert states == {v2: "ACTIVE", v1: "RETIRED"}
     assert browser.find_element(By.ID, "live").text.startswith(f"live: {short_version(v2)}")
 
-    browser.find_element(By.LINK_TEXT, short_version(v2)).click()
+    _then_loaded(browser, browser.find_element(By.LINK_TEXT, short_version(v2)).click)
     assert browser.find_element(By.ID, "state").text.startswith("ACTIVE")
     assert browser.find_element(By.ID, "records").text == "1,500"
     assert "message ValueMessage" in browser.find_element(By.ID, "proto").text
@@ -128,9 +136,8 @@ def test_list_open_look_up_and_roll_back_in_a_browser(console: dict[str, Any], b
     ]
     assert "load" in stages and "flip" in stages
 
-    key = browser.find_element(By.ID, "lookup-key")
-    key.send_keys(json.dumps(KEY))
-    browser.find_element(By.ID, "lookup-submit").click()
+    browser.find_element(By.ID, "lookup-key").send_keys(json.dumps(KEY))
+    _then_loaded(browser, browser.find_element(By.ID, "lookup-submit").click)
     value = json.loads(browser.find_element(By.ID, "lookup-value").text)
     cli = _cli(console["home"], "get", f"user_item_scores@{short_version(v2)}", "--key", json.dumps(KEY))
     assert value == json.loads(cli.stdout)  # the page shows what `get` prints: readable values
@@ -139,22 +146,24 @@ def test_list_open_look_up_and_roll_back_in_a_browser(console: dict[str, Any], b
     key = browser.find_element(By.ID, "lookup-key")
     key.clear()
     key.send_keys('{"user_id": 1')
-    browser.find_element(By.ID, "lookup-submit").click()
+    _then_loaded(browser, browser.find_element(By.ID, "lookup-submit").click)
     assert browser.find_element(By.ID, "lookup-error").text.startswith("the key is not JSON")
 
-    browser.get(console["url"] + "a/user_item_scores")
+    _then_loaded(browser, lambda: browser.get(console["url"] + "a/user_item_scores"))
     hostile = '<img src=x onerror="document.title=1">bad prices'
     browser.find_element(By.ID, "rollback-reason").send_keys(hostile)
     browser.find_element(By.ID, "rollback-confirm").send_keys("wrong")
-    browser.find_element(By.ID, "rollback-submit").click()
+    _then_loaded(browser, browser.find_element(By.ID, "rollback-submit").click)
     assert "type the alias name" in browser.find_element(By.ID, "error").text  # refused, nothing moved
 
-    browser.get(console["url"] + "a/user_item_scores")
+    _then_loaded(browser, lambda: browser.get(console["url"] + "a/user_item_scores"))
     Select(browser.find_element(By.ID, "rollback-to")).select_by_value(v1)
     browser.find_element(By.ID, "rollback-reason").send_keys(hostile)
     browser.find_element(By.ID, "rollback-confirm").send_keys("user_item_scores")
-    browser.find_element(By.ID, "rollback-submit").click()
-    assert browser.find_element(By.ID, "notice").text == f"rolled back user_item_scores: {v2} → {v1}"
+    _then_loaded(browser, browser.find_element(By.ID, "rollback-submit").click)
+    notice = browser.find_elements(By.ID, "notice")
+    assert notice, browser.find_element(By.TAG_NAME, "main").text  # the page says why when it did not roll back
+    assert notice[0].text == f"rolled back user_item_scores: {v2} → {v1}"
     assert browser.find_element(By.ID, "live").text.startswith(f"live: {short_version(v1)}")
     newest = browser.find_elements(By.CSS_SELECTOR, "#history tbody tr")[0].find_elements(By.TAG_NAME, "td")
     assert newest[5].text == hostile and browser.title.endswith("Bulldozer console")  # shown as text, not run

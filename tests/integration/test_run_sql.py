@@ -18,6 +18,7 @@ from bulldozer.spec.loader import LoadedSpec
 from bulldozer.spec.models import CatalogConfig
 from bulldozer.warehouse.catalog import open_catalog
 from bulldozer.warehouse.sample import create_sample_warehouse, generate_sample
+from tests.integration.kv_fixtures import only_refusals
 from tests.integration.test_run import KEY, _cli, read
 
 pytest.importorskip("duckdb", reason="the sql extra is part of the default install (scripts/bootstrap.sh)")
@@ -79,7 +80,8 @@ def test_query_source_keeps_the_table_field_numbers(home: Path, dal: KvClient) -
 def test_a_query_that_does_not_parse(home: Path, dal: KvClient) -> None:
     with pytest.raises(SpecError, match="the query does not parse"):
         run_job(job("{query: 'SELEC user_id FRM sample.user_item_scores'}"), dal, home=str(home))
-    assert dal.list_namespaces() == []
+    [refused] = only_refusals(dal)  # no data; the refused run is kept with its reason
+    assert "the query does not parse" in refused.failure_reason
 
 
 def test_a_query_reading_a_missing_table(home: Path, dal: KvClient) -> None:
@@ -107,7 +109,8 @@ def test_a_hostile_query_is_refused_before_anything_is_read_or_written(
     source = "{query: " + "'" + query.replace("'", "''") + "'}"
     with pytest.raises(SpecError, match=r"data_movement\.source\.query"):
         run_job(job(source), dal, home=str(home))
-    assert dal.list_namespaces() == []
+    [refused] = only_refusals(dal)  # nothing read or written: the refusal is kept with its reason
+    assert "data_movement.source.query" in refused.failure_reason
     spec_file = tmp_path / "hostile.yaml"
     spec_file.write_text(job(source).text)
     refused = _cli(["validate", str(spec_file), "--catalog", "--home", str(home)], home)

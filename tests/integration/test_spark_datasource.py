@@ -26,6 +26,7 @@ from bulldozer.versioning.run_state import ledger_of, run_record_of
 from bulldozer.warehouse.catalog import open_catalog
 from bulldozer.warehouse.sample import create_sample_warehouse
 from tests.conftest import REPO
+from tests.integration.kv_fixtures import only_refusals
 
 pytest.importorskip("pyspark", reason="the spark extra is part of the default install (scripts/bootstrap.sh)")
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -157,7 +158,8 @@ def test_a_key_that_cannot_be_a_key_is_refused_before_a_version_exists(
     )
     with pytest.raises(error, match=message):
         _write(frame, alias="bad_keys", key_columns=keys, endpoint=dal.target)
-    assert dal.list_namespaces("bad_keys") == []
+    [refused] = only_refusals(dal, "bad_keys")  # no data version; the refusal is kept with its reason
+    assert message in refused.failure_reason
 
 
 def test_duplicate_and_null_keys_fail_the_version_and_keep_the_alias(spark: Any, dal: KvClient) -> None:
