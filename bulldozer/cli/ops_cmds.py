@@ -83,12 +83,16 @@ def namespace_drop(
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask.")] = False,
     endpoint: Endpoint = None,
     home: Home = None,
+    as_json: Json = False,
 ) -> None:
     """Drop a namespace's data (refused for the ACTIVE version of an alias)."""
-    with open_client(endpoint, home) as client:
-        if not yes and not typer.confirm(f"drop {name} and all its data?"):
+    with open_client(endpoint, home, as_json) as client:
+        if not yes and not as_json and not typer.confirm(f"drop {name} and all its data?"):
             raise typer.Exit(1)
         dropped = client.drop(name)
+    if as_json:
+        print_json(with_store(client, _ns_json(dropped)))
+        return
     console.print(f"[green]✓[/] {dropped.name} is {dropped.state.value}")
 
 

@@ -115,6 +115,9 @@ def client(
             show_default=False,
         ),
     ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the files written and the generation as JSON.")
+    ] = False,
 ) -> None:
     """Generate a client library for the job's data, deterministic (same spec, schema and
     schema generation, same bytes):
@@ -148,6 +151,9 @@ def client(
         from bulldozer.codegen.native import generate_go_client, generate_java_client
 
         written = (generate_java_client if lang == "java" else generate_go_client)(s, job, out, generation)
+    if as_json:
+        print_json({"lang": lang, "schema_generation": generation, "files": [str(p) for p in written]})
+        return
     for path in written:
         console.print(f"[green]✓[/] wrote {path}")
     console.print(f"  schema generation {generation}")

@@ -230,6 +230,9 @@ def test_a_profile_names_the_dal_for_every_command(home: Path, dal: KvClient, tm
         assert f"store: {dal.target}" in cli(*human).stderr, human
     assert said("rollback", "user_item_scores", "--yes", "--json")["to"] == v1
     assert said("gc", "--dry-run", "--json")["dry_run"] is True
+    loading = new_version_name("user_item_scores")
+    dal.create_namespace(loading, "user_item_scores")
+    assert said("namespace", "drop", loading, "--json")["state"] == "DROPPED"  # --json: no question asked
     cli("submit", str(spec_file), "--specs-dir", str(tmp_path / "specs"), "--no-catalog")
     (job,) = said("jobs", "--specs-dir", str(tmp_path / "specs"), "--json")
     assert job["current_version"] == v1  # read from the profile's DAL

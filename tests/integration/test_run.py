@@ -247,6 +247,11 @@ def test_a_deliberate_breaking_change_starts_a_new_schema_generation(home: Path,
     )
     assert made.exit_code == 0 and "schema generation 2" in made.stdout, made.output
     assert "SCHEMA_GENERATION = 2" in (out / "src" / "bulldozer_client_user_item_scores" / "_reader.py").read_text()
+    again = CliRunner().invoke(
+        app, ["client", template, "--home", str(home), "--schema-generation", "3", "--out", str(out), "--json"]
+    )  # told the generation: no DAL asked
+    assert json.loads(again.stdout)["schema_generation"] == 3, again.output
+    assert "SCHEMA_GENERATION = 3" in (out / "src" / "bulldozer_client_user_item_scores" / "_reader.py").read_text()
 
 
 def test_a_column_dropped_from_the_table_is_reported(home: Path, dal: KvClient) -> None:
