@@ -59,8 +59,17 @@ def create_app(client: KvClient) -> Starlette:
     templates = Jinja2Templates(env=env)
     csrf = secrets.token_urlsafe(32)
 
+    def signed(done: str) -> str:
+        return hmac.new(csrf.encode(), done.encode(), "sha256").hexdigest()[:32]
+
+    def done_url(name: str, done: str) -> str:
+        """The alias page saying what an action did (signed: a link cannot make it say anything else)."""
+        return f"/a/{name}?{urlencode({'done': done, 'sig': signed(done)})}"
+
     def page(request: Request, name: str, status: int = 200, **context: Any) -> Response:
-        context = {"csrf": csrf, "store": client.store, "message": request.query_params.get("done", ""), **context}
+        done = request.query_params.get("done", "")
+        message = done if done and hmac.compare_digest(request.query_params.get("sig", ""), signed(done)) else ""
+        context = {"csrf": csrf, "store": client.store, "message": message, **context}
         return templates.TemplateResponse(request, name, context, status_code=status, headers=_HEADERS)
 
     def failure(request: Request, exc: BulldozerError, **context: Any) -> Response:
@@ -115,7 +124,7 @@ def create_app(client: KvClient) -> Starlette:
         except BulldozerError as exc:
             return failure(request, exc, alias=name)
         done = f"rolled back {name}: {before} → {record.namespace}"
-        return RedirectResponse(f"/a/{name}?{urlencode({'done': done})}", status_code=303)
+        return RedirectResponse(done_url(name, done), status_code=303)
 
     async def pin(request: Request) -> Response:
         name = request.path_params["alias"]
@@ -135,7 +144,7 @@ def create_app(client: KvClient) -> Starlette:
         except BulldozerError as exc:
             return failure(request, exc, alias=name)
         done = f"{name} → {record.namespace} is {'pinned' if record.pinned else 'not pinned'}"
-        return RedirectResponse(f"/a/{name}?{urlencode({'done': done})}", status_code=303)
+        return RedirectResponse(done_url(name, done), status_code=303)
 
     def stylesheet(request: Request) -> Response:
         css = (Path(__file__).parent / "templates" / "console.css").read_text(encoding="utf-8")

@@ -112,6 +112,5 @@ def version_page(client: KvClient, alias: str, ref: str) -> tuple[NamespaceRecor
         run=asdict(run) if run else None,
         stages=list((run.timings if run else {}).items()),
         proto=render_descriptor(n.value_descriptor_set, n.key_message) if n.value_descriptor_set else "",
-        key_fields=[],
     )
     return n, data

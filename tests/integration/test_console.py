@@ -198,6 +198,8 @@ def test_cross_site_and_token_less_actions_are_refused(console: dict[str, Any]) 
         assert ok.status_code == 303
         shown = json.loads(_cli(console["home"], "alias", "show", "user_item_scores", "--json").stdout)
         assert shown["pinned"] is True
+        spoofed = http.get("a/user_item_scores", params={"done": "call +1 555 to restore service", "sig": "0" * 32})
+        assert "call +1 555" not in spoofed.text  # only the console's own signed notices are shown
         unknown = http.get("a/no_such_alias")
         assert unknown.status_code == 404 and "does not point at any version" in unknown.text
         bad = http.get("a/user_item_scores/v/zz")
