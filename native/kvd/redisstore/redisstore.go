@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -48,6 +49,60 @@ type Store struct {
 	aliases    string
 	enter      *redis.Script
 	readable   map[string]bool
+	unreleased unreleased
+}
+
+// unreleased holds write-fence leases whose release failed (Redis was unreachable). They
+// are released again in the background until Redis answers or the lease has expired, so a
+// seal after an outage waits for the writers that are really inside the fence, not for the
+// leases of batches that failed (as the Python engine's PendingReleases does).
+type unreleased struct {
+	mu      sync.Mutex
+	leases  map[[2]string]time.Time // (fence key, lease) -> when it expires anyway
+	running bool
+}
+
+func (s *Store) releaseLater(inflight, lease string) {
+	u := &s.unreleased
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.leases == nil {
+		u.leases = map[[2]string]time.Time{}
+	}
+	u.leases[[2]string{inflight, lease}] = time.Now().Add(time.Duration(s.leaseMs) * time.Millisecond)
+	if !u.running {
+		u.running = true
+		go s.releaseLoop()
+	}
+}
+
+func (s *Store) releaseLoop() {
+	u := &s.unreleased
+	for {
+		time.Sleep(200 * time.Millisecond)
+		u.mu.Lock()
+		pending := make([][2]string, 0, len(u.leases))
+		for k, expires := range u.leases {
+			if time.Now().After(expires) {
+				delete(u.leases, k)
+			} else {
+				pending = append(pending, k)
+			}
+		}
+		if len(pending) == 0 {
+			u.running = false
+			u.mu.Unlock()
+			return
+		}
+		u.mu.Unlock()
+		for _, k := range pending {
+			if s.c.ZRem(context.Background(), k[0], k[1]).Err() == nil {
+				u.mu.Lock()
+				delete(u.leases, k)
+				u.mu.Unlock()
+			}
+		}
+	}
 }
 
 // Open connects and reads the prefix's marker (the Python DAL claims the prefix before
@@ -136,7 +191,9 @@ func (s *Store) WriteBatch(ctx context.Context, name string, b Batch, d Digest) 
 	inflight := fmt.Sprintf(shared.RedisInflightKey, s.prefix, name)
 	defer func() { // released even if entering failed: the entry may still have happened
 		if rerr := s.c.ZRem(context.WithoutCancel(ctx), inflight, lease).Err(); rerr != nil {
-			slog.Warn("redis: a write lease was not released; it expires by itself", "namespace", name, "error", rerr.Error())
+			slog.Warn("redis: a write lease was not released; released again once Redis answers",
+				"namespace", name, "error", rerr.Error())
+			s.releaseLater(inflight, lease)
 		}
 	}()
 	state, err := s.enter.Run(ctx, s.c, []string{s.namespaces, inflight}, name, lease, s.leaseMs).Text()
