@@ -96,17 +96,21 @@ def browser() -> Iterator[Any]:
 
 
 def _then_loaded(browser: Any, action: Callable[[], object]) -> None:
-    """Do ``action`` (a click, a navigation) and wait until the page it leads to has loaded:
-    the old page's root is gone and the new one is complete."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
+    """Do ``action`` (a click, a navigation) and wait until the page it leads to has loaded.
+
+    The old page is marked with a window property; the wait ends when a window without it has
+    finished loading. (Waiting for the old root element to go stale raced Chrome's own detaching
+    of the node: "Node with given id does not belong to the document".)"""
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    old = browser.find_element(By.TAG_NAME, "html")
+    browser.execute_script("window.__bulldozerOldPage = true")
     action()
-    wait = WebDriverWait(browser, 30)
-    wait.until(expected_conditions.staleness_of(old))
-    wait.until(lambda b: b.execute_script("return document.readyState") == "complete")
+    WebDriverWait(browser, 30, ignored_exceptions=(WebDriverException,)).until(
+        lambda b: b.execute_script(
+            "return window.__bulldozerOldPage === undefined && document.readyState === 'complete'"
+        )
+    )
 
 
 def test_list_open_look_up_and_roll_back_in_a_browser(console: dict[str, Any], browser: Any) -> None:
