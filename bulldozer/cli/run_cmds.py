@@ -358,9 +358,21 @@ def runs(
         Column("seconds", lambda r: sum(r.get("timings", {}).values()), lambda v: f"{v:.1f}", "right"),
         Column("started", lambda r: r.get("started", ""), fmt_time, wide_only=True),
         Column("snapshot", lambda r: r.get("snapshot_id", ""), wide_only=True),
+        Column("shadow read", _shadow_summary, wide_only=True),
         Column("error", lambda r: r.get("error", ""), max_width=30),
     ]
     emit(rows, columns, fmt, f"runs of {alias}", with_store(client, rows))
+
+
+def _shadow_summary(run: dict[str, Any]) -> str:
+    """The shadow read's fractions, e.g. ``-0.2% +1.0% ~3.1% of 1,000``, or nothing."""
+    shadow = run.get("shadow_read") or {}
+    if not shadow:
+        return ""
+    return (
+        f"-{shadow['missing_fraction']:.1%} +{shadow['added_fraction']:.1%} "
+        f"~{shadow['changed_fraction']:.1%} of {shadow['sampled']:,}"
+    )
 
 
 @handle_errors

@@ -37,6 +37,7 @@ __all__ = [
     "digest_pairs",
     "duplicate_hashes",
     "key_hashes",
+    "seeded_hashes",
     "xxh64",
 ]
 
@@ -167,6 +168,16 @@ def key_hashes(keys: Any) -> np.ndarray[Any, Any]:
     offsets, data = binary_view(keys)
     hashes = np.empty(len(offsets) - 1, dtype=np.uint64)
     _kernels.hash_items(offsets, data, 0, hashes)
+    return hashes
+
+
+def seeded_hashes(items: Sequence[bytes], seed: int) -> np.ndarray[Any, Any]:
+    """XXH64(item, seed) of each byte string (a sample chosen by key: ``StorageEngine.sample``)."""
+    import numpy as np
+
+    offsets, data = _buffers(items)
+    hashes = np.empty(len(items), dtype=np.uint64)
+    _kernels.hash_items(offsets, data, seed & _MASK, hashes)
     return hashes
 
 

@@ -300,6 +300,15 @@ class KvClient:
             for future in pending:
                 future.cancel()
 
+    def sample(
+        self, count: int, seed: int = 0, *, alias: str | None = None, namespace: str | None = None
+    ) -> tuple[str, list[tuple[bytes, bytes]], int]:
+        """The ``count`` records of one version whose keys hash smallest under ``seed`` (the same
+        keys in any version that holds them), the version's name, and how many records it holds."""
+        request = kv_pb2.SampleRequest(target=self._target(namespace, alias), count=count, seed=seed)
+        response = self._t.call(self._t.data, "Sample", request, 3600.0)
+        return response.namespace, [(r.key, r.value) for r in response.records], response.scanned
+
     def scan_pages(
         self,
         *,

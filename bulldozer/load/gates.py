@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from bulldozer.spec.models import QualityGates
+
+if TYPE_CHECKING:
+    from bulldozer.load.shadow_read import ShadowReadReport
 
 __all__ = ["GateResult", "evaluate_gates"]
 
@@ -20,7 +24,11 @@ class GateResult:
 
 
 def evaluate_gates(
-    gates: QualityGates, rows: int, null_counts: dict[str, int], previous_rows: int | None
+    gates: QualityGates,
+    rows: int,
+    null_counts: dict[str, int],
+    previous_rows: int | None,
+    shadow: ShadowReadReport | None = None,
 ) -> list[GateResult]:
     results = [
         GateResult("min_rows", rows >= gates.min_rows, f"{rows:,} rows (minimum {gates.min_rows:,})"),
@@ -47,4 +55,31 @@ def evaluate_gates(
                 f"{fraction:.1%} of {column!r} is null (limit {limit:.0%})",
             )
         )
+    results += _shadow_gates(gates, shadow)
     return results
+
+
+def _shadow_gates(gates: QualityGates, shadow: ShadowReadReport | None) -> list[GateResult]:
+    """The shadow read's gates (each passes when there is no live version to compare with)."""
+    out = []
+    for gate, limit, kind, of in (
+        ("max_missing_fraction", gates.max_missing_fraction, "missing", "sampled keys"),
+        ("max_added_fraction", gates.max_added_fraction, "added", "sampled keys"),
+        ("max_changed_fraction", gates.max_changed_fraction, "changed", "sampled keys both versions hold"),
+    ):
+        if limit is None:
+            continue
+        if shadow is None:
+            out.append(GateResult(gate, True, "no live version to compare with"))
+            continue
+        fraction = getattr(shadow, f"{kind}_fraction")
+        count = getattr(shadow, kind)
+        out.append(
+            GateResult(
+                gate,
+                fraction <= limit,
+                f"{count:,} {kind} ({fraction:.1%} of the {of}) in a shadow read of {shadow.sampled:,} keys "
+                f"vs {shadow.live} (limit {limit:.1%})",
+            )
+        )
+    return out

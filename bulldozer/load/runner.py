@@ -41,6 +41,7 @@ from bulldozer.kv.types import NamespaceRecord, State
 from bulldozer.lineage import lineage_for
 from bulldozer.load.engines import LoadEngine, LoadPlan, LoadResult, SplitResult, create_load_engine
 from bulldozer.load.gates import GateResult, evaluate_gates
+from bulldozer.load.shadow_read import ShadowReadReport, shadow_read
 from bulldozer.load.source import schema_at
 from bulldozer.names import new_version_name
 from bulldozer.schema.job import JobSchema, build_job_schema
@@ -334,13 +335,30 @@ class JobRun:
                 f"{record.version} is {info.state.value}" + (f": {info.failure_reason}" if info.failure_reason else "")
             )
         live = self.live if self.live is None or self.live.name != record.version else None
+        shadow = self.shadow_read(live)
         gates: list[GateResult] = evaluate_gates(
-            self.spec.key_value_dal.quality_gates, record.rows, self.null_counts, live.record_count if live else None
+            self.spec.key_value_dal.quality_gates,
+            record.rows,
+            self.null_counts,
+            live.record_count if live else None,
+            shadow,
         )
         record.gates = [g.as_dict() for g in gates]
         failed = [g for g in gates if not g.passed]
         if failed:
             raise QualityGateError("quality gate failed: " + "; ".join(f"{g.gate}: {g.detail}" for g in failed))
+
+    def shadow_read(self, live: NamespaceRecord | None) -> ShadowReadReport | None:
+        """Compare a sample of the sealed version with the live one, when the spec asks."""
+        settings = self.spec.key_value_dal.shadow_read_settings
+        if settings is None or live is None:
+            return None
+        record = self.record
+        report = shadow_read(self.client, self.client.describe(record.version), live, settings)
+        record.shadow_read = report.as_dict()
+        self.client.set_labels(record.version, {RUN_LABEL: record.to_json()})
+        log.info("run %s: shadow read: %s", record.run_id, report.summary())
+        return report
 
     def flip(self) -> None:
         """Compare-and-set the alias from the version live when the run began; a no-op once it points here."""

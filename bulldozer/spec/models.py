@@ -46,6 +46,7 @@ __all__ = [
     "ProtobufOutput",
     "QualityGates",
     "Retention",
+    "ShadowRead",
     "Source",
     "WriteTuning",
     "parse_duration",
@@ -509,6 +510,38 @@ class QualityGates(BaseModel):
         description="Largest allowed relative change of the row count vs the ACTIVE version (0.5 = ±50 %).",
     )
     max_null_fraction: dict[ColumnName, Annotated[float, Field(ge=0, le=1)]] = Field(default_factory=dict)
+    max_changed_fraction: Annotated[float, Field(ge=0, le=1)] | None = Field(
+        default=None,
+        description="Shadow read: largest allowed fraction of sampled keys both versions hold whose value changed.",
+    )
+    max_missing_fraction: Annotated[float, Field(ge=0, le=1)] | None = Field(
+        default=None,
+        description="Shadow read: largest allowed fraction of sampled keys only the live version holds.",
+    )
+    max_added_fraction: Annotated[float, Field(ge=0, le=1)] | None = Field(
+        default=None,
+        description="Shadow read: largest allowed fraction of sampled keys only the new version holds.",
+    )
+
+    @property
+    def needs_shadow_read(self) -> bool:
+        return any(
+            limit is not None
+            for limit in (self.max_changed_fraction, self.max_missing_fraction, self.max_added_fraction)
+        )
+
+
+class ShadowRead(BaseModel):
+    """Before the flip, read a seeded sample of keys from the new version and the live one and
+    compare them (keys missing, keys added, values changed). The sample is chosen by key hash,
+    so both versions are sampled at the same keys; the DAL reads each version once to choose it."""
+
+    model_config = _FROZEN
+
+    sample: Annotated[int, Field(ge=1, le=10_000)] = 1000
+    seed: Annotated[int, Field(ge=0, lt=2**64)] = 0
+    #: decoded field-level differences kept for this many sampled keys of each kind
+    examples: Annotated[int, Field(ge=0, le=20)] = 3
 
 
 class KeyValueDal(BaseModel):
@@ -523,6 +556,15 @@ class KeyValueDal(BaseModel):
     write: WriteTuning = Field(default_factory=WriteTuning)
     retention: Retention = Field(default_factory=Retention)
     quality_gates: QualityGates = Field(default_factory=QualityGates)
+    #: None: no shadow read, unless a quality gate needs one (then with the defaults)
+    shadow_read: ShadowRead | None = None
+
+    @property
+    def shadow_read_settings(self) -> ShadowRead | None:
+        """The shadow read to run before the flip, if any."""
+        if self.shadow_read is None and self.quality_gates.needs_shadow_read:
+            return ShadowRead()
+        return self.shadow_read
 
 
 # -------------------------------------------------------------- bulldozer_protobuf

@@ -80,6 +80,8 @@ class RunRecord:
     schema_generation: int = 1
     #: the changes that break readers of the previous generation (a run with --allow-breaking)
     breaking_changes: list[str] = field(default_factory=list)
+    #: the shadow read before the flip (``load.shadow_read.ShadowReadReport.as_dict``), if one ran
+    shadow_read: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return _compact(asdict(self))

@@ -412,6 +412,13 @@ func (s *dataServer) BatchGet(ctx context.Context, req *kvpb.BatchGetRequest) (*
 	return forward(ctx, unaryTrailer(ctx), s.backend.BatchGet, req)
 }
 
+// Sample is served by the reference DAL: it reads the whole version once, so the call's
+// overhead does not matter.
+func (s *dataServer) Sample(ctx context.Context, req *kvpb.SampleRequest) (*kvpb.SampleResponse, error) {
+	s.stats.served("Sample", false)
+	return forward(ctx, unaryTrailer(ctx), s.backend.Sample, req)
+}
+
 // Scan is served by the reference DAL (its pages are large; the call overhead this process
 // saves matters for point reads, not for scans).
 func (s *dataServer) Scan(req *kvpb.ScanRequest, stream kvpb.KvData_ScanServer) error {

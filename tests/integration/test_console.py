@@ -39,10 +39,17 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     home = tmp_path_factory.mktemp("console")
     create_sample_warehouse(home, rows=1_500)
     runs = []
-    for variant in (None, 1):
+    template = REPO / "templates" / "move_data_to_kv_dal.yaml"
+    shadowed = home / "shadowed.yaml"  # v2 is compared with v1 before its flip
+    shadowed.write_text(
+        template.read_text().replace(
+            "  quality_gates:", "  shadow_read: {sample: 500, seed: 1, examples: 1}\n  quality_gates:"
+        )
+    )
+    for variant, spec in ((None, template), (1, shadowed)):
         if variant is not None:
             overwrite_sample(table(home), rows=1_500, variant=variant)
-        result = _cli(home, "run", "templates/move_data_to_kv_dal.yaml", "--json")
+        result = _cli(home, "run", str(spec), "--json")
         assert result.returncode == 0, result.stderr
         runs.append(json.loads(result.stdout)["version"])
     server = subprocess.Popen(
@@ -139,6 +146,10 @@ def test_list_open_look_up_and_roll_back_in_a_browser(console: dict[str, Any], b
         tr.find_element(By.TAG_NAME, "td").text for tr in browser.find_elements(By.CSS_SELECTOR, "#stages tr")[1:]
     ]
     assert "load" in stages and "flip" in stages
+    shadow = browser.find_element(By.ID, "shadow-read").text
+    assert shadow.startswith(f"500 sampled keys vs {v1}") and "100.0% of the rest changed" in shadow
+    example = browser.find_elements(By.CSS_SELECTOR, "#shadow-examples tbody tr")[0].find_elements(By.TAG_NAME, "td")
+    assert example[0].text == "changed" and "price" in example[2].text and "→" in example[2].text
 
     browser.find_element(By.ID, "lookup-key").send_keys(json.dumps(KEY))
     _then_loaded(browser, browser.find_element(By.ID, "lookup-submit").click)

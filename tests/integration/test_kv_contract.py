@@ -709,3 +709,46 @@ def test_a_forged_page_token_is_refused(kv: Harness) -> None:
         kv.client._t.call(
             kv.client._t.namespaces, "ListNamespaces", kv_pb2.ListNamespacesRequest(page_token="nonsense"), 30
         )
+
+
+# --------------------------------------------------------------------- sample
+
+
+def test_sample_is_chosen_by_key_and_seed_alone(kv: Harness) -> None:
+    from bulldozer.codec.digest import xxh64
+
+    alias = kv.alias()
+    old = kv.loaded(alias, pairs(3000))
+    # another version: a third of the keys gone, new keys, some values changed
+    changed = [(k, b"changed" if i % 10 == 0 else v) for i, (k, v) in enumerate(pairs(3000)) if i % 3]
+    new = kv.loaded(alias, changed + [(b"extra-%05d" % i, b"x") for i in range(500)])
+    name, sample, scanned = kv.client.sample(100, seed=7, namespace=old)
+    assert name == old and scanned == 3000 and len(sample) == 100
+    everything = dict(pairs(3000))
+    assert all(everything[k] == v for k, v in sample)  # stored pairs, whole
+    hashes = sorted((xxh64(k, 7), k) for k in everything)
+    assert [k for k, _ in sample] == [k for _, k in hashes[:100]]  # the 100 smallest XXH64(key, seed), in order
+    assert kv.client.sample(100, seed=7, namespace=old)[1] == sample  # repeatable
+    assert kv.client.sample(100, seed=8, namespace=old)[1] != sample  # the seed chooses
+    # coordinated: a key both versions hold is in both samples, when small enough for both
+    _, other, scanned_new = kv.client.sample(100, seed=7, namespace=new)
+    assert scanned_new == 2000 + 500
+    bound = min(xxh64(sample[-1][0], 7), xxh64(other[-1][0], 7))
+    both = set(dict(changed)) & set(everything)
+    small = {k for k in both if xxh64(k, 7) <= bound}
+    assert small and small <= {k for k, _ in sample} & {k for k, _ in other}
+    # a whole version smaller than the sample is returned in full
+    assert len(kv.client.sample(5000, seed=1, namespace=new)[1]) == 2500
+
+
+def test_sample_refuses_bad_counts_and_unreadable_versions(kv: Harness) -> None:
+    alias = kv.alias()
+    loading = kv.loaded(alias, pairs(5), seal=False)
+    with pytest.raises(NamespaceStateError, match="LOADING"):
+        kv.client.sample(10, namespace=loading)
+    sealed = kv.loaded(alias, pairs(5))
+    for bad in (0, TEST_LIMITS.max_batch_get_keys + 1):
+        with pytest.raises(InvalidArgumentError, match="a sample holds"):
+            kv.client.sample(bad, namespace=sealed)
+    kv.client.compare_and_set_alias(alias, None, sealed)
+    assert kv.client.sample(3, alias=alias)[0] == sealed

@@ -486,3 +486,71 @@ def test_the_dal_going_away_mid_load(tmp_path: Path) -> None:
     finally:
         server.terminate()
         server.wait(timeout=20)
+
+
+def _change_table(home: Path, new_keys_from: int) -> tuple[int, int, int]:
+    """A new snapshot of the sample table: every 20th row deleted, the price of every 10th
+    (other) row raised by a cent, 90 rows with new keys appended. Returns (missing, added, changed)."""
+    from decimal import Decimal
+
+    import numpy as np
+    import pyarrow.compute as pc
+
+    t = table(home)
+    rows = t.scan().to_arrow()
+    index = np.arange(rows.num_rows)
+    deleted, raised = pa.array(index % 20 == 0), pa.array(index % 10 == 5)
+    price = rows.column("price")
+    cent = pa.scalar(Decimal("0.01"), price.type)
+    new_price = pc.if_else(raised, pc.cast(pc.add(price, cent), price.type), price)
+    changed = rows.set_column(rows.schema.get_field_index("price"), rows.schema.field("price"), new_price)
+    kept = changed.filter(pc.invert(deleted))
+    extra = kept.slice(0, 90)
+    user_id = extra.schema.get_field_index("user_id")
+    extra = extra.set_column(
+        user_id, extra.schema.field("user_id"), pc.add(extra.column("user_id"), pa.scalar(new_keys_from, pa.int64()))
+    )
+    t.overwrite(pa.concat_tables([kept, extra]))
+    return int(pc.sum(deleted).as_py()), 90, int(pc.sum(raised).as_py())
+
+
+def test_a_shadow_read_reports_what_changed_and_its_gate_refuses_the_flip(home: Path, dal: KvClient) -> None:
+    first = run_job(spec(), dal, home=str(home))
+    missing, added, changed = _change_table(home, 10_000_000)
+    # a sample larger than both versions compares every key: the counts are exact
+    shadow_spec = spec(
+        **{
+            "  quality_gates:": "  shadow_read: {sample: 5000, seed: 11, examples: 2}\n"
+            "  quality_gates:\n    max_changed_fraction: 0.5"
+        }
+    )
+    second = run_job(shadow_spec, dal, home=str(home))
+    shadow = second.shadow_read
+    assert second.outcome == "succeeded" and shadow["live"] == first.version
+    assert (shadow["missing"], shadow["added"], shadow["changed"]) == (missing, added, changed)
+    assert shadow["sampled"] == 3_000 + added and shadow["same"] == 3_000 - missing - changed
+    assert shadow["changed_fraction"] == pytest.approx(changed / (3_000 - missing), abs=1e-6)
+    assert (shadow["live_records"], shadow["new_records"]) == (3_000, 3_000 - missing + added)
+    kinds = [e["kind"] for e in shadow["examples"]]
+    assert sorted(kinds) == ["added"] * 2 + ["changed"] * 2 + ["missing"] * 2
+    example = next(e for e in shadow["examples"] if e["kind"] == "changed")
+    (diff,) = example["fields"]  # only the price changed, by a cent, shown decoded
+    assert diff["field"] == "price" and round(float(diff["new"]) - float(diff["live"]), 2) == 0.01
+    assert set(example["key"]) == {"user_id", "item_id", "locale"}
+    assert any(g["gate"] == "max_changed_fraction" and g["passed"] for g in second.gates)
+    stored = json.loads(dal.describe(second.version).labels[RUN_LABEL])
+    assert stored["shadow_read"]["changed"] == changed  # kept with the run record
+
+    # a gate alone runs the shadow read (default sample); 10 % changed is over a 5 % limit
+    _change_table(home, 20_000_000)
+    with pytest.raises(QualityGateError, match=r"max_changed_fraction: \d+ changed \(\d+\.\d% of the sampled keys"):
+        run_job(
+            spec(**{"max_null_fraction:": "max_changed_fraction: 0.05\n    max_null_fraction:"}), dal, home=str(home)
+        )
+    assert dal.get_alias("user_item_scores").namespace == second.version
+    failed = [n for n in dal.list_namespaces("user_item_scores") if n.state == State.FAILED]
+    assert len(failed) == 1 and "max_changed_fraction" in failed[0].failure_reason
+    wide = _cli(["runs", "user_item_scores", "--endpoint", dal.target, "-o", "wide"], home)
+    assert wide.returncode == 0, wide.stderr
+    fraction = f"~{changed / (3_000 - missing):.1%} of {3_000 + added:,}"
+    assert "shadow read" in wide.stdout and fraction in wide.stdout  # the summary of the run that flipped

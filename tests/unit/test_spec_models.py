@@ -151,3 +151,14 @@ def test_positions_point_at_nested_items(tmp_path: Path) -> None:
         load_spec_text(text, "x.yaml")
     (issue,) = info.value.issues
     assert (issue.line, issue.column, issue.path) == (12, 7, "data_movement.value_columns[1]")
+
+
+def test_a_shadow_read_runs_when_asked_or_when_a_gate_needs_one() -> None:
+    assert load_spec_text(MINIMAL).spec.key_value_dal.shadow_read_settings is None
+    asked = load_spec_text(MINIMAL.replace("  alias: scores\n", "  alias: scores\n  shadow_read: {sample: 200}\n"))
+    settings = asked.spec.key_value_dal.shadow_read_settings
+    assert settings is not None and (settings.sample, settings.seed, settings.examples) == (200, 0, 3)
+    gated = load_spec_text(
+        MINIMAL.replace("  alias: scores\n", "  alias: scores\n  quality_gates: {max_added_fraction: 0.1}\n")
+    )
+    assert gated.spec.key_value_dal.shadow_read_settings is not None  # the defaults

@@ -122,6 +122,31 @@ class StorageEngine(ABC):
             yield page
             after = page[-1][0]
 
+    def sample(self, name: str, count: int, seed: int) -> tuple[list[tuple[bytes, bytes]], int]:
+        """The ``count`` pairs whose keys have the smallest XXH64(key, seed), smallest first,
+        and how many pairs the namespace holds. The choice depends on the keys alone, so two
+        namespaces sampled with one seed hold the same keys where they store the same keys
+        (a coordinated "bottom-k" sample: what a shadow read compares). Reads everything once,
+        keeping ``count`` candidates; an engine with a cheaper way may override it."""
+        import numpy as np
+
+        from bulldozer.codec.digest import seeded_hashes
+
+        best: list[tuple[bytes, bytes]] = []
+        best_hashes = np.empty(0, dtype=np.uint64)
+        scanned = 0
+        for chunk in self.iterate(name):
+            scanned += len(chunk)
+            hashes = np.concatenate([best_hashes, seeded_hashes([k for k, _ in chunk], seed)])
+            pool = best + chunk
+            if len(pool) > count:
+                keep = np.argpartition(hashes, count - 1)[:count]
+                best, best_hashes = [pool[i] for i in keep], hashes[keep]
+            else:
+                best, best_hashes = pool, hashes
+        order = sorted(range(len(best)), key=lambda i: (int(best_hashes[i]), best[i][0]))
+        return [best[i] for i in order], scanned
+
     # -- aliases ----------------------------------------------------------------
 
     @abstractmethod

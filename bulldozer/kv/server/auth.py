@@ -183,6 +183,7 @@ _RULES: dict[str, tuple[str, Callable[[Authorizer, Any], list[str]]]] = {
     "/bulldozer.kv.v1.KvData/Ingest": ("write", lambda a, r: [a.alias_of_namespace(r.namespace)]),
     "/bulldozer.kv.v1.KvData/Get": ("read", lambda a, r: [_target_alias(a, r.target)]),
     "/bulldozer.kv.v1.KvData/BatchGet": ("read", lambda a, r: [_target_alias(a, r.target)]),
+    "/bulldozer.kv.v1.KvData/Sample": ("read", lambda a, r: [_target_alias(a, r.target)]),
     "/bulldozer.kv.v1.KvData/Scan": (
         "read",
         lambda a, r: [x for x in (_target_alias(a, r.target), _token_alias(a, r.page_token)) if x],

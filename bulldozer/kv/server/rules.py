@@ -413,6 +413,21 @@ class KvDal:
             )
         return name, self.engine.scan(name, after, min(max(limit, 1), self.limits.max_scan_page))
 
+    def sample(
+        self, count: int, seed: int, namespace: str = "", alias: str = "", schema_generation: int = 0
+    ) -> tuple[str, list[tuple[bytes, bytes]], int]:
+        """A seeded sample of a readable version's pairs (``StorageEngine.sample``)."""
+        if not 1 <= count <= self.limits.max_batch_get_keys:
+            raise InvalidArgumentError(f"a sample holds 1 to {self.limits.max_batch_get_keys:,} records, not {count:,}")
+        name = self.resolve(namespace, alias, schema_generation)
+        record = self.describe(name)
+        if record.state not in READABLE:
+            raise NamespaceStateError(
+                f"namespace {name!r} is {record.state.value}; reads are served from SEALED, ACTIVE and RETIRED versions"
+            )
+        records, scanned = self.engine.sample(name, count, seed)
+        return name, records, scanned
+
     # -- aliases ----------------------------------------------------------------
 
     def get_alias(self, alias: str) -> AliasRecord:

@@ -82,6 +82,12 @@ class DataServicer(kv_pb2_grpc.KvDataServicer):
         items = [kv_pb2.BatchGetResponse.Item(found=v is not None, value=v or b"") for v in values]
         return kv_pb2.BatchGetResponse(namespace=name, items=items)
 
+    def Sample(self, request: kv_pb2.SampleRequest, context: grpc.ServicerContext) -> kv_pb2.SampleResponse:
+        name, records, scanned = self.dal.sample(request.count, request.seed, **_target(request.target))
+        return kv_pb2.SampleResponse(
+            namespace=name, records=[kv_pb2.KeyValue(key=k, value=v) for k, v in records], scanned=scanned
+        )
+
     def Scan(self, request: kv_pb2.ScanRequest, context: grpc.ServicerContext) -> Iterator[kv_pb2.ScanResponse]:
         target = _target(request.target)
         after: bytes | None = None

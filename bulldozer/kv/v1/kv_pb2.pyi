@@ -404,6 +404,69 @@ class ScanResponse(_message.Message):
 Global___ScanResponse: _TypeAlias = ScanResponse  # noqa: Y015
 
 @_typing.final
+class SampleRequest(_message.Message):
+    """A sample of a version's records chosen by key alone: the `count` records whose keys have
+    the smallest XXH64(key, seed). Two versions sampled with one seed hold the same keys where
+    they store the same keys, so comparing their samples (a shadow read) estimates keys added,
+    missing and changed between them without reading either in full on the client. The server
+    reads the whole version once.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TARGET_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    SEED_FIELD_NUMBER: _builtins.int
+    count: _builtins.int
+    """At most this many records (1 to the server's batch-get limit)."""
+    seed: _builtins.int
+    @_builtins.property
+    def target(self) -> Global___Target: ...
+    def __init__(
+        self,
+        *,
+        target: Global___Target | None = ...,
+        count: _builtins.int = ...,
+        seed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["target", b"target"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "seed", b"seed", "target", b"target"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SampleRequest: _TypeAlias = SampleRequest  # noqa: Y015
+
+@_typing.final
+class SampleResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    RECORDS_FIELD_NUMBER: _builtins.int
+    SCANNED_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    scanned: _builtins.int
+    """Records the version holds (all were read to choose the sample)."""
+    @_builtins.property
+    def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___KeyValue]:
+        """Ordered by the seeded key hash, smallest first."""
+
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        records: _abc.Iterable[Global___KeyValue] | None = ...,
+        scanned: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "records", b"records", "scanned", b"scanned"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SampleResponse: _TypeAlias = SampleResponse  # noqa: Y015
+
+@_typing.final
 class IngestRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -64,6 +64,11 @@ class KvDataStub:
                 request_serializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.ScanRequest.SerializeToString,
                 response_deserializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.ScanResponse.FromString,
                 _registered_method=True)
+        self.Sample = channel.unary_unary(
+                '/bulldozer.kv.v1.KvData/Sample',
+                request_serializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.SampleRequest.SerializeToString,
+                response_deserializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.SampleResponse.FromString,
+                _registered_method=True)
 
 
 class KvDataServicer:
@@ -112,6 +117,13 @@ class KvDataServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Sample(self, request, context):
+        """A seeded sample of a readable version's records (see SampleRequest).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_KvDataServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -144,6 +156,11 @@ def add_KvDataServicer_to_server(servicer, server):
                     servicer.Scan,
                     request_deserializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.ScanRequest.FromString,
                     response_serializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.ScanResponse.SerializeToString,
+            ),
+            'Sample': grpc.unary_unary_rpc_method_handler(
+                    servicer.Sample,
+                    request_deserializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.SampleRequest.FromString,
+                    response_serializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.SampleResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -308,6 +325,33 @@ class KvData:
             '/bulldozer.kv.v1.KvData/Scan',
             bulldozer_dot_kv_dot_v1_dot_kv__pb2.ScanRequest.SerializeToString,
             bulldozer_dot_kv_dot_v1_dot_kv__pb2.ScanResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Sample(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/bulldozer.kv.v1.KvData/Sample',
+            bulldozer_dot_kv_dot_v1_dot_kv__pb2.SampleRequest.SerializeToString,
+            bulldozer_dot_kv_dot_v1_dot_kv__pb2.SampleResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -50,6 +50,8 @@ class KvDataStub:
     BatchGet: _grpc.UnaryUnaryMultiCallable[_kv_pb2.BatchGetRequest, _kv_pb2.BatchGetResponse]
     Scan: _grpc.UnaryStreamMultiCallable[_kv_pb2.ScanRequest, _kv_pb2.ScanResponse]
     """Records in key order, in pages."""
+    Sample: _grpc.UnaryUnaryMultiCallable[_kv_pb2.SampleRequest, _kv_pb2.SampleResponse]
+    """A seeded sample of a readable version's records (see SampleRequest)."""
 
 @_typing.type_check_only
 class KvDataAsyncStub(KvDataStub):
@@ -68,6 +70,8 @@ class KvDataAsyncStub(KvDataStub):
     BatchGet: _aio.UnaryUnaryMultiCallable[_kv_pb2.BatchGetRequest, _kv_pb2.BatchGetResponse]  # type: ignore[assignment]
     Scan: _aio.UnaryStreamMultiCallable[_kv_pb2.ScanRequest, _kv_pb2.ScanResponse]  # type: ignore[assignment]
     """Records in key order, in pages."""
+    Sample: _aio.UnaryUnaryMultiCallable[_kv_pb2.SampleRequest, _kv_pb2.SampleResponse]  # type: ignore[assignment]
+    """A seeded sample of a readable version's records (see SampleRequest)."""
 
 class KvDataServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -119,6 +123,14 @@ class KvDataServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_kv_pb2.ScanResponse], _abc.AsyncIterator[_kv_pb2.ScanResponse]]:
         """Records in key order, in pages."""
+
+    @_abc_1.abstractmethod
+    def Sample(
+        self,
+        request: _kv_pb2.SampleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kv_pb2.SampleResponse, _abc.Awaitable[_kv_pb2.SampleResponse]]:
+        """A seeded sample of a readable version's records (see SampleRequest)."""
 
 def add_KvDataServicer_to_server(servicer: KvDataServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
