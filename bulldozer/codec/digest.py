@@ -67,6 +67,10 @@ class Digest:
         self.bytes += other.bytes
         self.value = (self.value + other.value) & _MASK
 
+    def negated(self) -> Digest:
+        """What removes these pairs from a running digest when added to it."""
+        return Digest(-self.count, (-self.value) & _MASK, -self.bytes)
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Digest) and (self.count, self.value) == (other.count, other.value)
 

@@ -125,7 +125,10 @@ class KvClient:
         value_message: str = "",
         labels: dict[str, str] | None = None,
         schema_generation: int = 1,
+        base: str = "",
     ) -> NamespaceRecord:
+        """A new LOADING version; with ``base``, holding that version's records from the start
+        (the DAL copies them, so the call may take as long as a copy: no short timeout)."""
         return self._ns(
             "CreateNamespace",
             kv_pb2.CreateNamespaceRequest(
@@ -138,7 +141,9 @@ class KvClient:
                 value_message=value_message,
                 labels=labels or {},
                 schema_generation=schema_generation,
+                base=base,
             ),
+            3600.0 if base else None,
         )
 
     def seal(
@@ -299,6 +304,15 @@ class KvClient:
         finally:
             for future in pending:
                 future.cancel()
+
+    def delete(self, namespace: str, keys: Sequence[bytes], chunk: int = 10_000) -> int:
+        """Delete ``keys`` from a LOADING version (in requests of ``chunk`` keys); returns how
+        many were there."""
+        deleted = 0
+        for start in range(0, len(keys), chunk):
+            request = kv_pb2.DeleteRequest(namespace=namespace, keys=list(keys[start : start + chunk]))
+            deleted += self._t.call(self._t.data, "Delete", request, 600.0).deleted
+        return deleted
 
     def sample(
         self, count: int, seed: int = 0, *, alias: str | None = None, namespace: str | None = None

@@ -44,6 +44,7 @@ def namespace_info(r: NamespaceRecord) -> kv_pb2.NamespaceInfo:
         failure_reason=r.failure_reason,
         verified=r.verified,
         schema_generation=r.schema_generation,
+        base=r.base,
     )
     info.created.CopyFrom(timestamp(r.created))
     info.state_changed.CopyFrom(timestamp(r.state_changed))
@@ -81,6 +82,7 @@ def record_from_info(info: kv_pb2.NamespaceInfo) -> NamespaceRecord:
         failure_reason=info.failure_reason,
         verified=info.verified,
         schema_generation=info.schema_generation or 1,
+        base=info.base,
     )
 
 

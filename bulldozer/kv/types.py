@@ -59,6 +59,8 @@ class NamespaceRecord:
     verified: bool = False
     #: 1 for an alias's first schema, one more at each deliberate breaking change
     schema_generation: int = 1
+    #: the version this one started as a copy of (a delta version's base), if any
+    base: str = ""
 
     def with_state(self, state: State, **changes: Any) -> NamespaceRecord:
         return replace(self, state=state, state_changed=utcnow(), **changes)
@@ -85,6 +87,7 @@ class NamespaceRecord:
             "failure_reason": self.failure_reason,
             "verified": self.verified,
             "schema_generation": self.schema_generation,
+            "base": self.base,
         }
 
     @classmethod
@@ -110,6 +113,7 @@ class NamespaceRecord:
             failure_reason=data.get("failure_reason", ""),
             verified=bool(data.get("verified", False)),
             schema_generation=int(data.get("schema_generation", 1)) or 1,
+            base=data.get("base", ""),
         )
 
 

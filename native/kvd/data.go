@@ -419,6 +419,12 @@ func (s *dataServer) Sample(ctx context.Context, req *kvpb.SampleRequest) (*kvpb
 	return forward(ctx, unaryTrailer(ctx), s.backend.Sample, req)
 }
 
+// Delete is served by the reference DAL (a delta version's few deletes).
+func (s *dataServer) Delete(ctx context.Context, req *kvpb.DeleteRequest) (*kvpb.DeleteResponse, error) {
+	s.stats.served("Delete", false)
+	return forward(ctx, unaryTrailer(ctx), s.backend.Delete, req)
+}
+
 // Scan is served by the reference DAL (its pages are large; the call overhead this process
 // saves matters for point reads, not for scans).
 func (s *dataServer) Scan(req *kvpb.ScanRequest, stream kvpb.KvData_ScanServer) error {

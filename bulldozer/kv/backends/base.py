@@ -90,6 +90,25 @@ class StorageEngine(ABC):
         makes a running sum wrong) adds it there, so the seal need not scan everything back
         (see ``stored_digest``); the others ignore it."""
 
+    def copy_records(self, source: str, target: str) -> None:
+        """Give the new, empty LOADING namespace ``target`` every record of the readable
+        namespace ``source`` (a delta version's base), keeping ``target``'s running digest
+        exact where the engine keeps one. The default writes ``source``'s records through
+        ``write_batch`` a chunk at a time; an engine with a cheaper copy overrides it."""
+        from bulldozer.codec.digest import digest_lists
+
+        for chunk in self.iterate(source):
+            keys, values = [k for k, _ in chunk], [v for _, v in chunk]
+            self.write_batch(target, keys, values, digest_lists(keys, values))
+
+    @abstractmethod
+    def delete_batch(self, name: str, keys: Sequence[bytes]) -> int:
+        """Delete ``keys`` from the namespace, refused (NamespaceStateError) unless it is
+        LOADING at the moment of the delete; a key that is not there is skipped. Every write
+        the namespace acknowledged before is deleted too (an engine that stages writes
+        ingests them first). An engine keeping a running digest subtracts the deleted pairs
+        from it in the same atomic step. Returns how many keys were there."""
+
     def ingest(self, name: str) -> tuple[int, int]:
         """Make what ``write_batch`` staged for the namespace part of its data, atomically,
         returning (runs, records) merged. An engine that stages writes (embedded: a sorted

@@ -357,6 +357,54 @@ class EmbeddedEngine(StorageEngine):
         except lmdb.MapFullError as exc:
             raise self._map_full(exc) from exc
 
+    def _has_staged(self, name: str) -> bool:
+        prefix = _stage_prefix(name)
+        with self.env.begin() as txn:
+            cursor = txn.cursor(db=self._stage)
+            return bool(cursor.set_range(prefix) and cursor.key().startswith(prefix))
+
+    def copy_records(self, source: str, target: str) -> None:
+        """Append ``source``'s records, already in key order, into ``target``'s empty data
+        in one transaction (LMDB's append mode, as ``ingest``), and start ``target``'s running
+        digest from what ``source``'s seal measured."""
+        src, dst = self._db(source), self._db(target)
+        base = self.get_namespace(source)  # its measured count and digest never change once sealed
+        if base is None:
+            raise NamespaceNotFoundError(f"namespace {source!r} does not exist")
+        try:
+            with self.env.begin(write=True, buffers=True) as txn:
+                check_writable(target, self._state(txn, target))
+                if txn.stat(dst)["entries"]:
+                    raise InvalidArgumentError(f"namespace {target!r} already holds records; a base is copied first")
+                txn.cursor(db=dst).putmulti(txn.cursor(db=src).iternext(), append=True)
+                txn.put(target.encode(), _DIGEST.pack(base.record_count, base.digest, base.bytes, 1), db=self._digests)
+        except lmdb.MapFullError as exc:
+            raise self._map_full(exc) from exc
+
+    def delete_batch(self, name: str, keys: Sequence[bytes]) -> int:
+        """Ingest what is staged (a staged put must not outlive a later delete), then delete
+        in one transaction that checks the version is LOADING, subtracting the deleted pairs
+        from the running digest."""
+        from bulldozer.codec.digest import digest_lists
+
+        db = self._db(name)
+        if self._has_staged(name):
+            self.ingest(name)
+        try:
+            with self._write() as txn:
+                check_writable(name, self._state(txn, name))
+                gone_keys, gone_values = [], []
+                for key in keys:
+                    value = txn.pop(key, db=db)
+                    if value is not None:
+                        gone_keys.append(bytes(key))
+                        gone_values.append(value)
+                if gone_keys:
+                    self._add_digest(txn, name, digest_lists(gone_keys, gone_values).negated())
+                return len(gone_keys)
+        except lmdb.MapFullError as exc:
+            raise self._map_full(exc) from exc
+
     def _add_digest(self, txn: Any, name: str, digest: Digest | None) -> None:
         raw = txn.get(name.encode(), db=self._digests)
         if raw is None:

@@ -64,6 +64,20 @@ class MemoryEngine(StorageEngine):
             self._data[name].update(zip(keys, values, strict=True))
             self._sorted.pop(name, None)
 
+    def copy_records(self, source: str, target: str) -> None:
+        with self._lock:
+            check_writable(target, self._namespaces.get(target))
+            self._data[target].update(self._data[source])
+            self._sorted.pop(target, None)
+
+    def delete_batch(self, name: str, keys: Sequence[bytes]) -> int:
+        with self._lock:
+            check_writable(name, self._namespaces.get(name))
+            data = self._data[name]
+            deleted = sum(data.pop(k, None) is not None for k in keys)
+            self._sorted.pop(name, None)
+            return deleted
+
     def get_many(self, name: str, keys: Sequence[bytes]) -> list[bytes | None]:
         with self._lock:
             check_readable(name, self._namespaces.get(name))

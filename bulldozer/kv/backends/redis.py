@@ -90,6 +90,20 @@ return 1
 # Enter the write fence of a namespace iff it is LOADING (shared with the Go data plane).
 _ENTER = shared.REDIS_ENTER_SCRIPT
 
+# Delete fields of one data hash, returning each deleted field and the value it held.
+_POP = """
+local out = {}
+for _, k in ipairs(ARGV) do
+  local v = redis.call('HGET', KEYS[1], k)
+  if v then
+    redis.call('HDEL', KEYS[1], k)
+    out[#out + 1] = k
+    out[#out + 1] = v
+  end
+end
+return out
+"""
+
 # Writers still inside the fence (expired leases of crashed writers are removed).
 _LIVE = """
 local t = redis.call('TIME')
@@ -138,6 +152,7 @@ class RedisEngine(StorageEngine):
         self._cas = self.r.register_script(_CAS)
         self._enter = self.r.register_script(_ENTER)
         self._live = self.r.register_script(_LIVE)
+        self._pop = self.r.register_script(_POP)
         self.buckets = self._call(self._claim_prefix)
 
     # -- plumbing ---------------------------------------------------------------
@@ -305,6 +320,35 @@ class RedisEngine(StorageEngine):
                 self._leases.release(lambda: self.r.zrem(inflight, token))
 
         self._call(run)
+
+    def delete_batch(self, name: str, keys: Sequence[bytes]) -> int:
+        """Inside the write fence, as a write: each bucket's keys are deleted by one script
+        that returns the pairs it removed, and their digest is appended to the running
+        digest negated (an exact entry: the pairs were stored, and now are not)."""
+        from bulldozer.codec.digest import digest_lists
+
+        def run() -> int:
+            token = uuid.uuid4().hex
+            inflight = self._k_inflight(name)
+            lease_ms = int(self.config.write_lease_seconds * 1000)
+            try:
+                state = self._enter(keys=[self._k_namespaces, inflight], args=[name, token, lease_ms]).decode()
+                if state != "LOADING":
+                    check_writable(name, NamespaceRecord(name=name, alias="", state=State(state)) if state else None)
+                popped: list[tuple[bytes, bytes]] = []
+                for bucket, mapping in group_by_bucket(((k, b"") for k in keys), self.buckets).items():
+                    reply = self._pop(keys=[self._k_bucket(name, bucket)], args=list(mapping))
+                    popped += zip(reply[::2], reply[1::2], strict=True)
+                if popped:
+                    gone = digest_lists([k for k, _ in popped], [v for _, v in popped]).negated()
+                    self.r.rpush(
+                        self._k_digest(name), shared.REDIS_DIGEST_ENTRY % (gone.count, gone.value, gone.bytes, 1)
+                    )
+                return len(popped)
+            finally:
+                self._leases.release(lambda: self.r.zrem(inflight, token))
+
+        return self._call(run)
 
     def stored_digest(self, name: str) -> Digest | None:
         """The sum of the batches' digests, when every batch was exact (see the module's

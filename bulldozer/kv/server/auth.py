@@ -180,6 +180,7 @@ def _token_alias(auth: Authorizer, token: bytes) -> str | None:
 _RULES: dict[str, tuple[str, Callable[[Authorizer, Any], list[str]]]] = {
     "/bulldozer.kv.v1.KvData/PutBatch": ("write", lambda a, r: [a.alias_of_namespace(r.namespace)]),
     "/bulldozer.kv.v1.KvData/PutStream": ("write", lambda a, r: [a.alias_of_namespace(r.namespace)]),
+    "/bulldozer.kv.v1.KvData/Delete": ("write", lambda a, r: [a.alias_of_namespace(r.namespace)]),
     "/bulldozer.kv.v1.KvData/Ingest": ("write", lambda a, r: [a.alias_of_namespace(r.namespace)]),
     "/bulldozer.kv.v1.KvData/Get": ("read", lambda a, r: [_target_alias(a, r.target)]),
     "/bulldozer.kv.v1.KvData/BatchGet": ("read", lambda a, r: [_target_alias(a, r.target)]),

@@ -9,6 +9,7 @@ versions cannot be dropped).
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -16,6 +17,7 @@ from typing import Any
 
 from bulldozer.codec.digest import Digest, digest_columns, digest_lists
 from bulldozer.errors import (
+    BulldozerError,
     InvalidArgumentError,
     InvalidNameError,
     NamespaceNotFoundError,
@@ -94,6 +96,7 @@ class KvDal:
         value_message: str = "",
         labels: dict[str, str] | None = None,
         schema_generation: int = 1,
+        base: str = "",
     ) -> NamespaceRecord:
         validate_namespace(name)
         validate_alias(alias)
@@ -110,6 +113,8 @@ class KvDal:
             if message and (len(message) > _MAX_MESSAGE_NAME or not _MESSAGE_NAME.fullmatch(message)):
                 raise InvalidArgumentError(f"{what} {describe_value(message)} is not a protobuf message name")
         self._check_labels(labels or {})
+        if base:
+            self._check_base(base, alias)
         now = utcnow()
         record = NamespaceRecord(
             name=name,
@@ -123,9 +128,29 @@ class KvDal:
             value_message=value_message,
             labels=dict(labels or {}),
             schema_generation=max(1, schema_generation),
+            base=base,
         )
         self.engine.create_namespace(record)
+        if base:
+            try:
+                self.engine.copy_records(base, name)
+            except Exception as exc:
+                reason = str(exc) if isinstance(exc, BulldozerError) else f"{type(exc).__name__}: {exc}"
+                with contextlib.suppress(BulldozerError):
+                    self.mark_failed(name, f"copying the base {base} failed: {reason}")
+                raise
         return record
+
+    def _check_base(self, base: str, alias: str) -> None:
+        """A base must be a verified, readable version of the same alias."""
+        record = self.describe(base)
+        if record.alias != alias:
+            raise InvalidArgumentError(f"the base {base!r} is a version of {record.alias!r}, not {alias!r}")
+        if record.state not in READABLE or not record.verified:
+            raise NamespaceStateError(
+                f"the base {base!r} is {record.state.value}{'' if record.verified else ' and not verified'}; "
+                "a version starts from a verified SEALED, ACTIVE or RETIRED one"
+            )
 
     def describe(self, name: str) -> NamespaceRecord:
         validate_namespace(name)
@@ -412,6 +437,16 @@ class KvDal:
                 f"namespace {name!r} is {record.state.value}; reads are served from SEALED, ACTIVE and RETIRED versions"
             )
         return name, self.engine.scan(name, after, min(max(limit, 1), self.limits.max_scan_page))
+
+    def delete(self, namespace: str, keys: Sequence[bytes]) -> int:
+        """Delete keys from a LOADING namespace (``StorageEngine.delete_batch``)."""
+        validate_namespace(namespace)
+        if len(keys) > self.limits.max_batch_get_keys:
+            raise ResourceExhaustedError(
+                f"a delete names {len(keys):,} keys; the limit is {self.limits.max_batch_get_keys:,}"
+            )
+        self._check_keys(keys)
+        return self.engine.delete_batch(namespace, keys)
 
     def sample(
         self, count: int, seed: int, namespace: str = "", alias: str = "", schema_generation: int = 0

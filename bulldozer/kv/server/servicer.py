@@ -82,6 +82,9 @@ class DataServicer(kv_pb2_grpc.KvDataServicer):
         items = [kv_pb2.BatchGetResponse.Item(found=v is not None, value=v or b"") for v in values]
         return kv_pb2.BatchGetResponse(namespace=name, items=items)
 
+    def Delete(self, request: kv_pb2.DeleteRequest, context: grpc.ServicerContext) -> kv_pb2.DeleteResponse:
+        return kv_pb2.DeleteResponse(deleted=self.dal.delete(request.namespace, list(request.keys)))
+
     def Sample(self, request: kv_pb2.SampleRequest, context: grpc.ServicerContext) -> kv_pb2.SampleResponse:
         name, records, scanned = self.dal.sample(request.count, request.seed, **_target(request.target))
         return kv_pb2.SampleResponse(
@@ -145,6 +148,7 @@ class NamespacesServicer(kv_pb2_grpc.KvNamespacesServicer):
             value_message=request.value_message,
             labels=dict(request.labels),
             schema_generation=request.schema_generation or 1,
+            base=request.base,
         )
         return convert.namespace_info(record)
 

@@ -404,14 +404,59 @@ class ScanResponse(_message.Message):
 Global___ScanResponse: _TypeAlias = ScanResponse  # noqa: Y015
 
 @_typing.final
-class SampleRequest(_message.Message):
+class DeleteRequest(_message.Message):
     """A sample of a version's records chosen by key alone: the `count` records whose keys have
     the smallest XXH64(key, seed). Two versions sampled with one seed hold the same keys where
     they store the same keys, so comparing their samples (a shadow read) estimates keys added,
     missing and changed between them without reading either in full on the client. The server
     reads the whole version once.
+    Delete records of a LOADING namespace (a version built from a base: CreateNamespaceRequest.base).
+    Idempotent: a key that is not there is skipped.
     """
 
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    KEYS_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    @_builtins.property
+    def keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        keys: _abc.Iterable[_builtins.bytes] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["keys", b"keys", "namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteRequest: _TypeAlias = DeleteRequest  # noqa: Y015
+
+@_typing.final
+class DeleteResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DELETED_FIELD_NUMBER: _builtins.int
+    deleted: _builtins.int
+    """Keys that were there and are now gone."""
+    def __init__(
+        self,
+        *,
+        deleted: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteResponse: _TypeAlias = DeleteResponse  # noqa: Y015
+
+@_typing.final
+class SampleRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TARGET_FIELD_NUMBER: _builtins.int
@@ -552,6 +597,7 @@ class NamespaceInfo(_message.Message):
     FAILURE_REASON_FIELD_NUMBER: _builtins.int
     VERIFIED_FIELD_NUMBER: _builtins.int
     SCHEMA_GENERATION_FIELD_NUMBER: _builtins.int
+    BASE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     state: Global___NamespaceState.ValueType
     alias: _builtins.str
@@ -575,6 +621,8 @@ class NamespaceInfo(_message.Message):
     deliberate breaking change (bulldozer run --allow-breaking). A read that names the
     generation it was built for is refused (FAILED_PRECONDITION) by a version of another.
     """
+    base: _builtins.str
+    """The version this one was created from (CreateNamespaceRequest.base), if any."""
     @_builtins.property
     def created(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -604,10 +652,11 @@ class NamespaceInfo(_message.Message):
         failure_reason: _builtins.str = ...,
         verified: _builtins.bool = ...,
         schema_generation: _builtins.int = ...,
+        base: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "sealed", b"sealed", "state_changed", b"state_changed"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "bytes", b"bytes", "created", b"created", "digest", b"digest", "failure_reason", b"failure_reason", "job_name", b"job_name", "key_message", b"key_message", "labels", b"labels", "name", b"name", "record_count", b"record_count", "schema_generation", b"schema_generation", "sealed", b"sealed", "snapshot_id", b"snapshot_id", "state", b"state", "state_changed", b"state_changed", "value_descriptor_set", b"value_descriptor_set", "value_message", b"value_message", "verified", b"verified"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "base", b"base", "bytes", b"bytes", "created", b"created", "digest", b"digest", "failure_reason", b"failure_reason", "job_name", b"job_name", "key_message", b"key_message", "labels", b"labels", "name", b"name", "record_count", b"record_count", "schema_generation", b"schema_generation", "sealed", b"sealed", "snapshot_id", b"snapshot_id", "state", b"state", "state_changed", b"state_changed", "value_descriptor_set", b"value_descriptor_set", "value_message", b"value_message", "verified", b"verified"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -646,6 +695,7 @@ class CreateNamespaceRequest(_message.Message):
     VALUE_MESSAGE_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
     SCHEMA_GENERATION_FIELD_NUMBER: _builtins.int
+    BASE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     alias: _builtins.str
     """The alias this version may become the target of."""
@@ -656,6 +706,11 @@ class CreateNamespaceRequest(_message.Message):
     value_message: _builtins.str
     schema_generation: _builtins.int
     """0 means 1 (see NamespaceInfo.schema_generation)."""
+    base: _builtins.str
+    """A readable, verified version of the same alias to start from: the new version holds
+    its records from the start (then takes puts and deletes like any LOADING version), so a
+    delta run writes only what changed. Empty: start empty.
+    """
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     def __init__(
@@ -670,10 +725,11 @@ class CreateNamespaceRequest(_message.Message):
         value_message: _builtins.str = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         schema_generation: _builtins.int = ...,
+        base: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "job_name", b"job_name", "key_message", b"key_message", "labels", b"labels", "name", b"name", "schema_generation", b"schema_generation", "snapshot_id", b"snapshot_id", "value_descriptor_set", b"value_descriptor_set", "value_message", b"value_message"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "base", b"base", "job_name", b"job_name", "key_message", b"key_message", "labels", b"labels", "name", b"name", "schema_generation", b"schema_generation", "snapshot_id", b"snapshot_id", "value_descriptor_set", b"value_descriptor_set", "value_message", b"value_message"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

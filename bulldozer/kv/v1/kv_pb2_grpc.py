@@ -69,6 +69,11 @@ class KvDataStub:
                 request_serializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.SampleRequest.SerializeToString,
                 response_deserializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.SampleResponse.FromString,
                 _registered_method=True)
+        self.Delete = channel.unary_unary(
+                '/bulldozer.kv.v1.KvData/Delete',
+                request_serializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.DeleteRequest.SerializeToString,
+                response_deserializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.DeleteResponse.FromString,
+                _registered_method=True)
 
 
 class KvDataServicer:
@@ -124,6 +129,13 @@ class KvDataServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Delete(self, request, context):
+        """Delete keys from a LOADING namespace (see DeleteRequest).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_KvDataServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -161,6 +173,11 @@ def add_KvDataServicer_to_server(servicer, server):
                     servicer.Sample,
                     request_deserializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.SampleRequest.FromString,
                     response_serializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.SampleResponse.SerializeToString,
+            ),
+            'Delete': grpc.unary_unary_rpc_method_handler(
+                    servicer.Delete,
+                    request_deserializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.DeleteRequest.FromString,
+                    response_serializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.DeleteResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -352,6 +369,33 @@ class KvData:
             '/bulldozer.kv.v1.KvData/Sample',
             bulldozer_dot_kv_dot_v1_dot_kv__pb2.SampleRequest.SerializeToString,
             bulldozer_dot_kv_dot_v1_dot_kv__pb2.SampleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Delete(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/bulldozer.kv.v1.KvData/Delete',
+            bulldozer_dot_kv_dot_v1_dot_kv__pb2.DeleteRequest.SerializeToString,
+            bulldozer_dot_kv_dot_v1_dot_kv__pb2.DeleteResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -52,6 +52,8 @@ class KvDataStub:
     """Records in key order, in pages."""
     Sample: _grpc.UnaryUnaryMultiCallable[_kv_pb2.SampleRequest, _kv_pb2.SampleResponse]
     """A seeded sample of a readable version's records (see SampleRequest)."""
+    Delete: _grpc.UnaryUnaryMultiCallable[_kv_pb2.DeleteRequest, _kv_pb2.DeleteResponse]
+    """Delete keys from a LOADING namespace (see DeleteRequest)."""
 
 @_typing.type_check_only
 class KvDataAsyncStub(KvDataStub):
@@ -72,6 +74,8 @@ class KvDataAsyncStub(KvDataStub):
     """Records in key order, in pages."""
     Sample: _aio.UnaryUnaryMultiCallable[_kv_pb2.SampleRequest, _kv_pb2.SampleResponse]  # type: ignore[assignment]
     """A seeded sample of a readable version's records (see SampleRequest)."""
+    Delete: _aio.UnaryUnaryMultiCallable[_kv_pb2.DeleteRequest, _kv_pb2.DeleteResponse]  # type: ignore[assignment]
+    """Delete keys from a LOADING namespace (see DeleteRequest)."""
 
 class KvDataServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -131,6 +135,14 @@ class KvDataServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_kv_pb2.SampleResponse, _abc.Awaitable[_kv_pb2.SampleResponse]]:
         """A seeded sample of a readable version's records (see SampleRequest)."""
+
+    @_abc_1.abstractmethod
+    def Delete(
+        self,
+        request: _kv_pb2.DeleteRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kv_pb2.DeleteResponse, _abc.Awaitable[_kv_pb2.DeleteResponse]]:
+        """Delete keys from a LOADING namespace (see DeleteRequest)."""
 
 def add_KvDataServicer_to_server(servicer: KvDataServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
