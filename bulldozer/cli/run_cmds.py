@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from bulldozer.cli import process
@@ -146,11 +147,26 @@ def run(
         console.print(f"[yellow]![/] {record.version} was built and verified but not made live: {record.error}")
         return
     seconds = sum(record.timings.values())
-    rate = record.rows / record.timings.get("load", seconds) if record.timings.get("load") else 0
-    console.print(
-        f"[green]✓[/] {record.alias} → {record.version}: {record.rows:,} rows from snapshot {record.snapshot_id} "
-        f"in {seconds:.1f} s ({rate:,.0f} rows/s load)"
-    )
+    if record.mode == "delta":
+        d = record.delta
+        console.print(
+            f"[green]✓[/] {record.alias} → {record.version}: {record.rows:,} rows from snapshot {record.snapshot_id} "
+            f"in {seconds:.1f} s, a delta from {d['base']}: {d['rows_read']:,} rows read from "
+            f"{d['files_removed'] + d['files_added']} changed files; {d['added']:,} keys added, "
+            f"{d['changed']:,} changed, {d['deleted']:,} deleted"
+        )
+    else:
+        rate = record.rows / record.timings.get("load", seconds) if record.timings.get("load") else 0
+        console.print(
+            f"[green]✓[/] {record.alias} → {record.version}: {record.rows:,} rows from snapshot {record.snapshot_id} "
+            f"in {seconds:.1f} s ({rate:,.0f} rows/s load)"
+        )
+        if record.full_reason:
+            console.print(f"  a full run: {escape(record.full_reason)}")
+    if record.shadow_read:
+        from bulldozer.load.shadow_read import ShadowReadReport
+
+        console.print(f"  shadow read: {escape(ShadowReadReport.from_dict(record.shadow_read).summary())}")
     if record.breaking_changes:
         console.print(
             f"  [yellow]breaking schema change[/]: generation {record.schema_generation} "
@@ -407,6 +423,12 @@ def plan(
             f"[bold]{result.job}[/]: {result.rows:,} rows ({result.bytes / 1024**2:,.1f} MiB in {result.files} files) "
             f"from {result.table} @ snapshot {result.snapshot_id}"
         )
+        if result.mode == "delta":
+            console.print(
+                f"  a delta from the live version: {result.delta_rows:,} rows in {result.delta_files} changed files"
+            )
+        elif result.full_reason:
+            console.print(f"  a full run: {escape(result.full_reason)}")
         console.print(f"  estimated load on {result.engine}: {result.estimated_seconds:,.1f} s ({result.rate_source})")
         live = f"{result.live_version} ({result.live_rows:,} rows)" if result.live_version else "none yet"
         console.print(f"  live version: {live}")

@@ -36,6 +36,13 @@ class RunPlan:
     retention_drops_now: list[str] = field(default_factory=list)
     retention_drops_after_grace: list[str] = field(default_factory=list)
     retention_keeps: list[str] = field(default_factory=list)
+    #: "delta" when the run would write the live version plus the changed files' rows
+    mode: str = "full"
+    #: why a run whose spec asks for a delta would write the whole table
+    full_reason: str = ""
+    #: a delta: the rows of the changed files it would read (and the files)
+    delta_rows: int = 0
+    delta_files: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -45,7 +52,7 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engi
     """What a run on ``engine`` would do; its time from that engine's latest successful run
     of the job (engines differ several-fold: Spark pays its start-up, a cluster scales)."""
     from bulldozer.load.engines.local import _scan, _tasks
-    from bulldozer.load.source import schema_at
+    from bulldozer.load.source import schema_at, source_label
     from bulldozer.versioning.flip import live_version
     from bulldozer.versioning.run_state import run_record_of
 
@@ -55,12 +62,13 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engi
     live = live_version(client, spec.alias)
     previous = live.value_descriptor_set if live and live.value_descriptor_set else None
     files = rows = nbytes = 0
+    mode, full_reason, delta_rows, delta_files = "full", "", 0, 0
     if dm.source.query is not None or dm.duplicate_keys.policy == "keep_latest":
         # what the query reads: an upper bound of what it moves
         from bulldozer.load.source import build_sql_source
 
         sql = build_sql_source(spec, catalog, schema_at)
-        job = build_job_schema(spec, sql.schema, dm.source.table or "query", previous, python=False)
+        job = build_job_schema(spec, sql.schema, source_label(spec), previous, python=False)
         snapshot_id = next(iter(sql.snapshots.values())) if len(sql.snapshots) == 1 else 0
         for table, snap in sql.tables.values():
             for task in table.scan(snapshot_id=snap).plan_files():
@@ -72,13 +80,25 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engi
         snapshot = table.snapshot_by_id(dm.snapshot_id) if dm.snapshot_id else table.current_snapshot()
         snapshot_id = snapshot.snapshot_id if snapshot else 0
         schema = schema_at(table, snapshot_id) if snapshot_id else table.schema()
-        job = build_job_schema(spec, schema, dm.source.table, previous, python=False)
+        job = build_job_schema(spec, schema, source_label(spec), previous, python=False)
         if snapshot_id:
             from bulldozer.load.engines.base import LoadPlan
 
             lp = LoadPlan(spec, table, snapshot_id, job.proto, "")
             for task in _tasks(_scan(lp, lp.columns)):
                 files, rows, nbytes = files + 1, rows + task.file.record_count, nbytes + task.file.file_size_in_bytes
+            if dm.mode != "full":
+                import hashlib
+
+                from bulldozer.load.delta import plan_delta
+
+                sha = hashlib.sha256(loaded.text.encode()).hexdigest()
+                uuid = str(table.metadata.table_uuid)
+                delta = plan_delta(spec, sha, table, uuid, snapshot_id, job, live, lp.columns)
+                if isinstance(delta, str):
+                    full_reason = delta
+                else:
+                    mode, delta_rows, delta_files = "delta", delta.rows_to_read, len(delta.removed) + len(delta.added)
         source_name = dm.source.table
     rate, source = DEFAULT_RATE, f"default estimate (no earlier {engine} run measured one)"
     versions = client.list_namespaces(spec.alias)
@@ -110,11 +130,15 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engi
         bytes=nbytes,
         live_version=live.name if live else None,
         live_rows=live.record_count if live else None,
-        estimated_seconds=round(rows / rate, 1),
+        estimated_seconds=round((delta_rows if mode == "delta" else rows) / rate, 1),
         rate_source=source,
         schema_differences=differences,
         schema_breaking=bool(job.compat and job.compat.breaking),
         retention_drops_now=keep.drop,
         retention_drops_after_grace=keep.waiting,
         retention_keeps=keep.keep,
+        mode=mode,
+        full_reason=full_reason,
+        delta_rows=delta_rows,
+        delta_files=delta_files,
     )

@@ -39,10 +39,11 @@ from bulldozer.errors import (
 from bulldozer.kv.client import KvClient
 from bulldozer.kv.types import NamespaceRecord, State
 from bulldozer.lineage import lineage_for
+from bulldozer.load.delta import DeltaPlan, apply_delta, plan_delta
 from bulldozer.load.engines import LoadEngine, LoadPlan, LoadResult, SplitResult, create_load_engine
 from bulldozer.load.gates import GateResult, evaluate_gates
 from bulldozer.load.shadow_read import ShadowReadReport, shadow_read
-from bulldozer.load.source import schema_at
+from bulldozer.load.source import schema_at, source_label
 from bulldozer.names import new_version_name
 from bulldozer.schema.job import JobSchema, build_job_schema
 from bulldozer.spec.loader import LoadedSpec
@@ -148,6 +149,8 @@ class JobRun:
         self.sql_source: Any = None
         self.job: JobSchema | None = None
         self.done: dict[str, SplitResult] = {}
+        #: set when this run writes a delta version (``load.delta``)
+        self.delta: DeltaPlan | None = None
         self.null_counts: dict[str, int] = {}
         self.digest_value = 0
         #: the load stage's results are known (it ran, or ``restore`` read them back)
@@ -186,7 +189,7 @@ class JobRun:
             only = len(self.sql_source.snapshots) == 1
             record.snapshot_id = next(iter(self.sql_source.snapshots.values())) if only else 0
             source_schema = self.sql_source.schema
-            source_name = f"lake.{dm.source.table}" if dm.source.table else "query"
+            source_name = source_label(spec)
         else:
             assert dm.source.table is not None
             self.table = load_source_table(dm.catalog, self.home, dm.source.table)
@@ -195,8 +198,9 @@ class JobRun:
                 raise CatalogError(f"table {dm.source.table!r} has no snapshot to load (is it empty?)")
             record.snapshot_id = snapshot.snapshot_id
             record.snapshots = {dm.source.table: snapshot.snapshot_id}
+            record.table_uuid = str(self.table.metadata.table_uuid)
             source_schema = schema_at(self.table, snapshot.snapshot_id)
-            source_name = f"lake.{dm.source.table}"
+            source_name = source_label(spec)
             self.source_fields = [(f.name, str(f.field_type)) for f in source_schema.fields]
         return self.schema_of(source_schema, source_name)
 
@@ -254,11 +258,24 @@ class JobRun:
                 return resume
             if existing.snapshot_id != record.snapshot_id and not spec.data_movement.snapshot_id:
                 record.snapshot_id = existing.snapshot_id  # a resumed run keeps its snapshot
+            if existing.base:  # a delta: its changes are derived again and applied again (idempotent)
+                planned = self._plan_delta(client.describe(existing.base))
+                if isinstance(planned, str):
+                    raise NamespaceStateError(f"cannot resume the delta version {resume!r}: {planned}; start a new run")
+                self.delta = planned
+                record.mode = "delta"
             ledger = ledger_of(existing)
             if self.load_engine.resumes_splits and self.sql_source is None:
                 self.done = {sid: SplitResult.from_json(sid, v) for sid, v in ledger.items()}
             record.version, record.resumed = resume, True
         else:
+            if spec.data_movement.mode != "full":
+                planned = self._plan_delta(self.live)
+                if isinstance(planned, str):
+                    record.full_reason = planned
+                    log.info("run %s: a full run: %s", record.run_id, planned)
+                else:
+                    self.delta, record.mode = planned, "delta"
             record.version = new_version_name(spec.alias)
             labels = {SPEC_LABEL: record.spec_sha256, STAGE_LABEL: "load", RUN_LABEL: record.to_json()}
             if self.run_key:
@@ -273,14 +290,37 @@ class JobRun:
                 value_message=self.job.value_full_name,
                 labels=labels,
                 schema_generation=record.schema_generation,
+                base=self.delta.base.name if self.delta else "",
             )
         self.version_created = True
         return record.version
+
+    def _plan_delta(self, base: NamespaceRecord | None) -> DeltaPlan | str:
+        """A delta from ``base`` to this run's snapshot, or why a full run is needed."""
+        if self.table is None:
+            return "the source is not a table scan (a query, or a DataFrame): it is loaded in full"
+        assert self.job is not None
+        columns = LoadPlan(self.spec, self.table, self.record.snapshot_id, self.job.proto, "").columns
+        return plan_delta(
+            self.spec,
+            self.record.spec_sha256,
+            self.table,
+            self.record.table_uuid,
+            self.record.snapshot_id,
+            self.job,
+            base,
+            columns,
+        )
 
     def load(self) -> None:
         """Write every split (skipping those a resumed version holds), then refuse duplicate keys."""
         record, client = self.record, self.client
         assert self.job is not None
+        if self.delta is not None:
+            changes = apply_delta(self.delta, self.spec, self.table, self.job, client, record.version, self.progress)
+            record.delta = changes.summary
+            self.record_load(changes.load_result())
+            return
         plan = LoadPlan(
             self.spec,
             self.table,

@@ -72,6 +72,12 @@ class ShadowReadReport:
             f"{self.added_fraction:.1%} added, {self.changed_fraction:.1%} of the rest changed"
         )
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ShadowReadReport:
+        """Back from ``as_dict`` (the derived fractions are dropped: they are properties)."""
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in known})
+
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out.update(

@@ -338,6 +338,13 @@ def schema_at(table: Any, snapshot_id: int) -> Any:
     return table.schema()
 
 
+def source_label(spec: JobSpec) -> str:
+    """The source's name in the generated schema's comments (``lake.<table>`` or ``query``):
+    part of the stored descriptor, so every place that builds one must use this."""
+    table = spec.data_movement.source.table
+    return f"lake.{table}" if table else "query"
+
+
 def source_schema(spec: JobSpec, catalog: Any) -> tuple[Any, str]:
     """The Iceberg schema the job's protobuf schema is derived from, and the source's name in
     the generated file: the table's at the snapshot the spec pins, else the table's current
@@ -348,8 +355,8 @@ def source_schema(spec: JobSpec, catalog: Any) -> tuple[Any, str]:
     dm = spec.data_movement
     if dm.source.query is not None or dm.duplicate_keys.policy == "keep_latest":
         sql = build_sql_source(spec, catalog, schema_at)
-        return sql.schema, f"lake.{dm.source.table}" if dm.source.table else "query"
+        return sql.schema, source_label(spec)
     assert dm.source.table is not None
     table = load_table(catalog, dm.source.table)
     schema = schema_at(table, dm.snapshot_id) if dm.snapshot_id else table.schema()
-    return schema, f"lake.{dm.source.table}"
+    return schema, source_label(spec)

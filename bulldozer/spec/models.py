@@ -381,6 +381,14 @@ class DataMovement(BaseModel):
     filter: str | None = Field(default=None, min_length=1, max_length=10_000)
     duplicate_keys: Annotated[DuplicateKeys, BeforeValidator(_duplicate_keys)] = Field(default_factory=DuplicateKeys)
     snapshot_id: Annotated[int, Field(gt=0)] | None = None
+    mode: Literal["full", "delta", "auto"] = Field(
+        default="full",
+        description=(
+            "full: every run writes the whole table. delta: a run writes the live version plus the rows of the "
+            "data files added and removed since its snapshot (a full run when that cannot be proven equivalent, "
+            "saying why). auto: delta when possible and the change is under half the table, else full."
+        ),
+    )
 
     @model_validator(mode="wrap")
     @classmethod
@@ -460,6 +468,15 @@ def _column_checks(data: dict[str, Any]) -> Located:
             )
         )
     dup = data.get("duplicate_keys")
+    if data.get("mode") == "delta":
+        if isinstance(source, dict) and source.get("query") is not None:
+            errs.append(
+                (("mode",), "a delta is read from a table's file changes; a query source is loaded in full", "delta")
+            )
+        if dup == "keep_latest" or (isinstance(dup, dict) and dup.get("policy") == "keep_latest"):
+            errs.append(
+                (("mode",), "duplicate_keys keep_latest chooses among every row of a key; it needs a full run", "delta")
+            )
     if isinstance(dup, dict) and isinstance(dup.get("order_by"), str) and dup["order_by"] in keys:
         errs.append(
             (

@@ -80,6 +80,14 @@ class RunRecord:
     schema_generation: int = 1
     #: the changes that break readers of the previous generation (a run with --allow-breaking)
     breaking_changes: list[str] = field(default_factory=list)
+    #: "full" (every row written) or "delta" (the base version plus the changed files' rows)
+    mode: str = "full"
+    #: why a run the spec asked to be a delta (mode delta or auto) wrote the whole table
+    full_reason: str = ""
+    #: a delta run: its base version and snapshot, the files and rows it read, the puts and deletes
+    delta: dict[str, Any] = field(default_factory=dict)
+    #: the source table's UUID (a table replaced under the same name gets a new one)
+    table_uuid: str = ""
     #: the shadow read before the flip (``load.shadow_read.ShadowReadReport.as_dict``), if one ran
     shadow_read: dict[str, Any] = field(default_factory=dict)
 

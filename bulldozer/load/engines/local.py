@@ -29,9 +29,10 @@ from bulldozer.kv.client import KvClient
 from bulldozer.load.encoder.encode import RowEncoder
 from bulldozer.load.engines.base import LoadEngine, LoadPlan, LoadResult, Progress, SplitDone, SplitResult
 from bulldozer.load.prefetch import read_ahead
+from bulldozer.spec.models import JobSpec
 from bulldozer.warehouse.pyiceberg_fast import parquet_batches, streaming_reader
 
-__all__ = ["LocalEngine", "split_id"]
+__all__ = ["LocalEngine", "source_scan", "split_id", "task_batches"]
 
 BATCH_ROWS = 65_536
 #: Batches the reader thread decodes ahead of the encoder.
@@ -44,11 +45,17 @@ def split_id(task: Any) -> str:
     return hashlib.sha1(raw.encode()).hexdigest()[:16]
 
 
-def _scan(plan: LoadPlan, columns: list[str]) -> Any:
+def source_scan(table: Any, spec: JobSpec, snapshot_id: int, columns: list[str]) -> Any:
+    """The pyiceberg scan of the job's source table at ``snapshot_id``: ``columns``, the
+    spec's row filter."""
     from pyiceberg.expressions import AlwaysTrue
 
-    row_filter: Any = plan.spec.data_movement.filter or AlwaysTrue()
-    return plan.table.scan(row_filter=row_filter, selected_fields=tuple(columns), snapshot_id=plan.snapshot_id)
+    row_filter: Any = spec.data_movement.filter or AlwaysTrue()
+    return table.scan(row_filter=row_filter, selected_fields=tuple(columns), snapshot_id=snapshot_id)
+
+
+def _scan(plan: LoadPlan, columns: list[str]) -> Any:
+    return source_scan(plan.table, plan.spec, plan.snapshot_id, columns)
 
 
 def _tasks(scan: Any) -> list[Any]:
@@ -78,7 +85,7 @@ def _will_need(location: str | None) -> None:
         os.close(fd)
 
 
-def _batches(table: Any, scan: Any, task: Any, next_location: str | None = None) -> Iterator[pa.RecordBatch]:
+def task_batches(table: Any, scan: Any, task: Any, next_location: str | None = None) -> Iterator[pa.RecordBatch]:
     """One split's batches of at most ``BATCH_ROWS`` rows, as the load sends them."""
     from pyiceberg.io.pyarrow import ArrowScan
 
@@ -123,7 +130,7 @@ class LocalEngine(LoadEngine):
         tasks = _tasks(scan)
         following = [t.file.file_path for t in tasks[1:]] + [None]
         return [
-            (split_id(task), task.file.record_count, _batches(plan.table, scan, task, then))
+            (split_id(task), task.file.record_count, task_batches(plan.table, scan, task, then))
             for task, then in zip(tasks, following, strict=True)
         ]
 
