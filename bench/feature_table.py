@@ -51,7 +51,56 @@ def build(home: Path, rows: int, parquet: Path) -> None:
     pq.write_table(data, parquet)
 
 
-def write_spec(path: Path, alias: str = "user_features") -> Path:
+def build_files(home: Path, rows: int, files: int) -> None:
+    """Create (or replace) the Iceberg table under ``home`` as ``files`` data files of
+    consecutive ``user_id`` ranges (one append each), as a table written day by day is."""
+    from bulldozer.spec.models import CatalogConfig
+    from bulldozer.warehouse.catalog import open_catalog
+
+    data = generate(rows)
+    catalog = open_catalog(CatalogConfig(), home)
+    catalog.create_namespace_if_not_exists("bench")
+    if catalog.table_exists(TABLE):
+        catalog.drop_table(TABLE)
+    table = catalog.create_table(TABLE, schema=data.schema)
+    per = -(-rows // files)
+    for start in range(0, rows, per):
+        table.append(data.slice(start, per))
+
+
+def change_one_file(home: Path, rows: int, files: int, which: int, seed: int) -> dict[str, int]:
+    """One snapshot changing about ``1 / files`` of the rows, the way a day's corrections do:
+    the ``which``-th file's rows rewritten with 40 % of them updated and 30 % deleted, and 30 %
+    of a file's worth of new keys appended. Returns the rows updated, deleted and appended."""
+    from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan
+
+    from bulldozer.spec.models import CatalogConfig
+    from bulldozer.warehouse.catalog import open_catalog
+
+    table = open_catalog(CatalogConfig(), home).load_table(TABLE)
+    per = -(-rows // files)
+    lo, hi = which * per, min(rows, (which + 1) * per)
+    in_file = And(GreaterThanOrEqual("user_id", lo), LessThan("user_id", hi))
+    part = table.scan(row_filter=in_file).to_arrow().sort_by("user_id")
+    rng = np.random.default_rng(seed)
+    draw = rng.random(part.num_rows)
+    kept, updated = draw >= 0.3, (draw >= 0.3) & (draw < 0.7)  # 30 % deleted, 40 % updated, 30 % as they were
+    score = np.where(updated, part.column("score").to_numpy() + 1.0, part.column("score").to_numpy())
+    part = part.set_column(part.schema.get_field_index("score"), "score", pa.array(score)).filter(pa.array(kept))
+    fresh = generate(int(0.3 * per), seed=seed)
+    start = int(table.scan(selected_fields=("user_id",)).to_arrow().column("user_id").to_numpy().max()) + 1
+    fresh = fresh.set_column(0, "user_id", pa.array(np.arange(start, start + fresh.num_rows, dtype=np.int64)))
+    with table.transaction() as tx:
+        tx.overwrite(part.cast(table.schema().as_arrow()), overwrite_filter=in_file)
+        tx.append(fresh.cast(table.schema().as_arrow()))
+    return {
+        "updated": int(updated.sum()),
+        "deleted": int((~kept).sum()),
+        "appended": fresh.num_rows,
+    }
+
+
+def write_spec(path: Path, alias: str = "user_features", mode: str = "full") -> Path:
     """A job spec moving the table into ``alias``; the endpoint comes from $BULLDOZER_ENDPOINT."""
     path.write_text(
         f"""apiVersion: bulldozer/v1
@@ -66,6 +115,7 @@ data_movement:
     table: {TABLE}
   key_columns: [user_id]
   value_columns: [{", ".join(FEATURES)}]
+  mode: {mode}
 key_value_dal:
   endpoint: ${{BULLDOZER_ENDPOINT:-embedded}}
   alias: {alias}

@@ -20,6 +20,10 @@ Sections:
    the nested sample table, rounds interleaved; and the local engine's time and memory as
    the table grows.
 5. ``flip``    alias flip and rollback latency for a small and a large version.
+6. ``delta``   a delta run (``data_movement.mode: delta``) after a snapshot changing 1 % of
+   the rows (one file of 100 rewritten with 40 % of its rows updated and 30 % deleted, 30 %
+   of a file appended) against a full run of the same snapshot, on every engine; the two
+   versions' digests must be equal.
 
 No speed is asserted here; the ``target`` column only says how a ratio compares with the
 goal in issue #11.
@@ -50,7 +54,7 @@ from bench.common import REPO, CliRun, encoded_batches, percentile_ms, raw_lmdb_
 from bench.feast_env import WORKER, feast_python, feast_version
 from bench.services import Dal, dal_server, engine_server, fresh_store_name, serve_args
 
-SECTIONS = ("feast", "reads", "limits", "engines", "flip")
+SECTIONS = ("feast", "reads", "limits", "engines", "flip", "delta")
 SAMPLE_SPEC = REPO / "templates" / "move_data_to_kv_dal.yaml"
 
 
@@ -74,6 +78,9 @@ class Sizes:
     scale_rows: list[int]
     flip_sizes: list[int]
     repeat: int
+    #: the delta section's table on the embedded engine, and on Redis and Cassandra
+    delta_rows: int = 10_000_000
+    delta_remote_rows: int = 1_000_000
     #: the engines section's standalone-cluster rounds (a full run's; --quick skips them)
     spark_cluster: bool = True
 
@@ -673,6 +680,67 @@ def flip_section(ctx: Context) -> None:
     )
 
 
+# ---------------------------------------------------------------- 6: delta versions
+
+
+DELTA_FILES = 100
+
+
+def delta_section(ctx: Context) -> None:
+    s = ctx.sizes
+    deltas: dict[str, Any] = {}
+    for kind, rows in (("embedded", s.delta_rows), ("redis", s.delta_remote_rows), ("cassandra", s.delta_remote_rows)):
+        home = ctx.root / f"delta-{kind}"
+        ctx.say(f"delta: {kind}, a {rows:,}-row table in {DELTA_FILES} files")
+        feature_table.build_files(home, rows, DELTA_FILES)
+        delta_spec = feature_table.write_spec(ctx.root / f"delta-{kind}.yaml", "features_delta", "delta")
+        full_spec = feature_table.write_spec(ctx.root / f"full-{kind}.yaml", "features_full", "full")
+        entry: dict[str, Any] = deltas.setdefault(kind, {"rows": rows})
+        with (
+            engine_server(kind) if kind != "embedded" else contextlib.nullcontext(0) as port,
+            engine_dal(kind, port, fresh_store_name()) as dal,
+        ):
+            env = {"BULLDOZER_ENDPOINT": dal.endpoint if dal else "embedded"}
+            first = run_cli(["run", str(delta_spec), "--json", "-q"], home, env)
+            entry.setdefault("first_full_s", []).append(first.seconds)
+            for rep in range(s.repeat):
+                changed = feature_table.change_one_file(home, rows, DELTA_FILES, rep, seed=rep)
+                delta = run_cli(["run", str(delta_spec), "--json", "-q"], home, env)
+                full = run_cli(["run", str(full_spec), "--json", "-q"], home, env)
+                d, f = delta.output, full.output
+                if d["mode"] != "delta":
+                    raise RuntimeError(f"the delta run wrote a full version: {d['full_reason']}")
+                same = (d["rows"], d["digest"]) == (f["rows"], f["digest"])
+                entry.setdefault("changed", []).append(changed)
+                entry.setdefault("delta_s", []).append(delta.seconds)
+                entry.setdefault("full_s", []).append(full.seconds)
+                entry.setdefault("delta_timings", []).append(d["timings"])
+                entry.setdefault("digests_equal", []).append(same)
+                ctx.say(
+                    f"  {kind} round {rep + 1}: delta {delta.seconds:.1f} s "
+                    f"(create {d['timings'].get('create', 0):.1f}, load {d['timings'].get('load', 0):.1f}, "
+                    f"verify {d['timings'].get('verify', 0):.1f}), full {full.seconds:.1f} s, digests equal: {same}"
+                )
+        ratio = med(entry["delta_s"]) / med(entry["full_s"])
+        changed_rows = sum(entry["changed"][0].values())
+        create = med([t.get("create", 0.0) for t in entry["delta_timings"]])
+        ctx.rows.append(
+            Row(
+                "6 delta",
+                f"{kind}: delta run s after a snapshot changing {changed_rows:,} of {rows:,} rows "
+                f"(of which the base copy {create:.1f} s); digests equal: {all(entry['digests_equal'])}",
+                f"{med(entry['delta_s']):.1f}",
+                f"full run of the same snapshot: {med(entry['full_s']):.1f} s",
+                f"{ratio:.3f}",
+                "≤ 0.05" if kind == "embedded" else "",
+                verdict(ratio, 0.05, higher_is_better=False) and all(entry["digests_equal"])
+                if kind == "embedded"
+                else None,
+            )
+        )
+    ctx.raw["delta"] = deltas
+
+
 # ---------------------------------------------------------------- output
 
 
@@ -707,7 +775,7 @@ def versions() -> dict[str, str]:
 
 def sizes_from(args: argparse.Namespace) -> Sizes:
     if args.quick:
-        return Sizes(2_000, 20, 5_000, 5_000, [2_000, 5_000], [1_000, 5_000], 1, spark_cluster=False)
+        return Sizes(2_000, 20, 5_000, 5_000, [2_000, 5_000], [1_000, 5_000], 1, 20_000, 10_000, spark_cluster=False)
     return Sizes(
         args.feast_rows,
         args.read_calls,
@@ -716,6 +784,8 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
         [int(x) for x in args.scale.split(",")],
         [int(x) for x in args.flip_sizes.split(",")],
         args.repeat,
+        args.delta_rows,
+        args.delta_remote_rows,
     )
 
 
@@ -736,6 +806,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spark-rows", type=int, default=2_000_000, help="rows for local vs Spark")
     parser.add_argument("--scale", default="100000,1000000,10000000", help="table sizes for the scaling rows")
     parser.add_argument("--flip-sizes", default="1000,1000000", help="version sizes for flip latency")
+    parser.add_argument("--delta-rows", type=int, default=10_000_000, help="rows of the delta table, embedded")
+    parser.add_argument(
+        "--delta-remote-rows", type=int, default=1_000_000, help="rows of the delta table on Redis and Cassandra"
+    )
     parser.add_argument("--results-dir", type=Path, default=REPO / "bench" / "results")
     args = parser.parse_args(argv)
     only = [x for x in args.only.split(",") if x]
@@ -758,6 +832,8 @@ def main(argv: list[str] | None = None) -> int:
             steps.append(("engines", lambda: engines_section(ctx)))
         if "flip" in only:
             steps.append(("flip", lambda: flip_section(ctx)))
+        if "delta" in only:
+            steps.append(("delta", lambda: delta_section(ctx)))
         for _, step in steps:
             step()
     seconds = (datetime.now(UTC) - started).total_seconds()
