@@ -76,7 +76,7 @@ type lmdbStore struct {
 	meta meta
 }
 
-type meta struct{ namespaces, aliases, states, digests, stage lmdb.DBI }
+type meta struct{ namespaces, aliases, states, digests, stage, layers lmdb.DBI }
 
 func openMeta(env *lmdb.Env) (meta, error) {
 	var m meta
@@ -90,6 +90,7 @@ func openMeta(env *lmdb.Env) (meta, error) {
 		{&m.states, shared.StoreMetaStates},
 		{&m.digests, shared.StoreMetaDigests},
 		{&m.stage, shared.StoreMetaStage},
+		{&m.layers, shared.StoreMetaLayers},
 	} {
 		if *x.dbi, err = env.DBI(x.name); err != nil {
 			return m, errors.New("the store has no " + x.name + " database (is it a Bulldozer embedded store?): " + err.Error())
@@ -265,6 +266,10 @@ func (s *dataServer) Ingest(ctx context.Context, req *kvpb.IngestRequest) (*kvpb
 }
 
 func (m *lmdbStore) ingest(name string) (runs, records uint64, ok bool) {
+	if chain, known := m.chainOf(name); !known || len(chain) > 1 {
+		// a layered version's ingest checks each put against its bases: the reference DAL's
+		return 0, 0, false
+	}
 	dbi, err := m.env.DBI(shared.StoreDataPrefix + name)
 	if err != nil {
 		return 0, 0, false
@@ -349,22 +354,32 @@ func (s *dataServer) getNative(ctx context.Context, target *kvpb.Target, keys []
 }
 
 func (m *lmdbStore) getMany(_ context.Context, target *kvpb.Target, keys [][]byte) (name string, values [][]byte, ok bool) {
-	size := 0
-	for _, k := range keys {
-		size += len(k)
-	}
 	txn, err := m.env.BeginRead()
 	if err != nil {
 		return "", nil, false
 	}
 	name, ok = m.resolve(txn, target)
+	var chain []string
+	if ok {
+		chain, ok = m.chain(txn, name)
+	}
 	txn.Abort()
 	if !ok {
 		return "", nil, false
 	}
-	dbi, err := m.env.DBI(shared.StoreDataPrefix + name) // before the transaction that uses the handle
-	if err != nil {
-		return "", nil, false
+	// the handles before the transaction that uses them: every layer's data, and the
+	// tombstones of every layer but the last (bulldozer.kv.backends.embedded)
+	data := make([]lmdb.DBI, len(chain))
+	tombs := make([]lmdb.DBI, len(chain)-1)
+	for i, layer := range chain {
+		if data[i], err = m.env.DBI(shared.StoreDataPrefix + layer); err != nil {
+			return "", nil, false
+		}
+		if i < len(tombs) {
+			if tombs[i], err = m.env.DBI(shared.StoreTombstonePrefix + layer); err != nil {
+				return "", nil, false
+			}
+		}
 	}
 	if txn, err = m.env.BeginRead(); err != nil {
 		return "", nil, false
@@ -374,16 +389,84 @@ func (m *lmdbStore) getMany(_ context.Context, target *kvpb.Target, keys [][]byt
 	if err != nil || !found || !readable[string(state)] {
 		return "", nil, false
 	}
-	blob := make([]byte, 0, size)
-	lengths := make([]uint32, len(keys))
-	for i, k := range keys {
-		blob = append(blob, k...)
-		lengths[i] = uint32(len(k))
+	values = make([][]byte, len(keys))
+	pending := make([]int, len(keys))
+	for i := range pending {
+		pending[i] = i
 	}
-	if values, err = txn.GetMany(dbi, blob, lengths); err != nil {
-		return "", nil, false
+	for i := range chain {
+		got, err := getSome(txn, data[i], keys, pending)
+		if err != nil {
+			return "", nil, false
+		}
+		next := pending[:0:0]
+		for j, k := range pending {
+			if got[j] != nil {
+				values[k] = got[j]
+			} else {
+				next = append(next, k)
+			}
+		}
+		pending = next
+		if len(pending) == 0 || i == len(tombs) {
+			break
+		}
+		// a key this layer deleted is absent, whatever an older layer holds
+		dead, err := getSome(txn, tombs[i], keys, pending)
+		if err != nil {
+			return "", nil, false
+		}
+		next = pending[:0:0]
+		for j, k := range pending {
+			if dead[j] == nil {
+				next = append(next, k)
+			}
+		}
+		pending = next
 	}
 	return name, values, true
+}
+
+// getSome looks up keys[i] for each i in which, in one call.
+func getSome(txn *lmdb.Txn, dbi lmdb.DBI, keys [][]byte, which []int) ([][]byte, error) {
+	size := 0
+	for _, i := range which {
+		size += len(keys[i])
+	}
+	blob := make([]byte, 0, size)
+	lengths := make([]uint32, len(which))
+	for j, i := range which {
+		blob = append(blob, keys[i]...)
+		lengths[j] = uint32(len(keys[i]))
+	}
+	return txn.GetMany(dbi, blob, lengths)
+}
+
+// chain is the namespace and the bases it reads through to, newest first; ok is false when
+// it is deeper than the DAL makes (the reference DAL answers).
+func (m *lmdbStore) chain(txn *lmdb.Txn, name string) ([]string, bool) {
+	chain := []string{name}
+	for len(chain) <= shared.StoreMaxLayers+1 {
+		base, found, err := txn.Get(m.meta.layers, []byte(chain[len(chain)-1]))
+		if err != nil {
+			return nil, false
+		}
+		if !found {
+			return chain, true
+		}
+		chain = append(chain, string(base))
+	}
+	return nil, false
+}
+
+// chainOf is chain in a read transaction of its own.
+func (m *lmdbStore) chainOf(name string) ([]string, bool) {
+	txn, err := m.env.BeginRead()
+	if err != nil {
+		return nil, false
+	}
+	defer txn.Abort()
+	return m.chain(txn, name)
 }
 
 func (s *dataServer) Get(ctx context.Context, req *kvpb.GetRequest) (*kvpb.GetResponse, error) {

@@ -38,7 +38,7 @@ func main() {
 	engine := flag.String("engine", "embedded", "the store: embedded (--store DIR) or redis (its configuration as JSON on standard input)")
 	store := flag.String("store", "", "directory of the embedded store")
 	mapSize := flag.Int64("map-size", 64<<30, "LMDB map size (as the reference DAL opened the store)")
-	maxDBs := flag.Int("max-dbs", 8192+5, "LMDB named databases this process may open")
+	maxDBs := flag.Int("max-dbs", 2*8192+8, "LMDB named databases this process may open")
 	writeMap := flag.Bool("writemap", false, "open the store with MDB_WRITEMAP (as the reference DAL did)")
 	maxKey := flag.Int("max-key-bytes", shared.LimitsEmbeddedMaxKeyBytes, "largest key")
 	maxValue := flag.Int("max-value-bytes", shared.LimitsMaxValueBytes, "largest value")

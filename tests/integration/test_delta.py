@@ -225,3 +225,70 @@ def test_a_killed_delta_is_resumed_to_the_same_version(tmp_path: Path, dal: KvCl
     assert (resumed.rows, resumed.digest) == (full.rows, full.digest)
     with pytest.raises(NamespaceStateError, match="cannot resume"):
         run_job(job("items", "delta"), dal, home=str(home), resume=version)
+
+
+def test_a_version_reading_through_a_dropped_base_keeps_it_until_it_goes(tmp_path: Path) -> None:
+    """Embedded layers: a base's data outlives its drop while a version reads through it,
+    and goes with the last such version; a chain deeper than MAX_LAYERS is copied flat."""
+    import lmdb
+
+    from bulldozer.codec.digest import digest_pairs
+    from bulldozer.kv.backends import create_engine
+    from bulldozer.kv.server.app import create_server
+    from bulldozer.kv.v1 import shared
+    from bulldozer.names import new_version_name
+
+    engine: Any = create_engine({"type": "embedded", "path": str(tmp_path / "kv"), "map_size": 1024**3})
+    server, port = create_server("127.0.0.1:0", engine, data_plane="native")
+    client = KvClient(f"127.0.0.1:{port}")
+    try:
+        expected = {b"k%03d" % i: b"v0" for i in range(100)}
+        versions: list[str] = []
+        for step in range(7):
+            name = new_version_name("layers")
+            client.create_namespace(name, "layers", base=versions[-1] if versions else "")
+            if versions:
+                gone = [b"k%03d" % (step * 10 + i) for i in range(3)]
+                new = {b"k%03d" % (step * 10 + i): b"v%d" % step for i in range(3, 6)}
+                new[b"n%d" % step] = b"fresh"
+                client.delete(name, gone + list(new))
+                for key in gone:
+                    expected.pop(key, None)
+                expected.update(new)
+                client.put(name, sorted(new.items()))
+            else:
+                client.put(name, sorted(expected.items()))
+            want = digest_pairs(sorted(expected.items()))
+            assert client.seal(name, want.count, want.value).verified
+            client.compare_and_set_alias("layers", versions[-1] if versions else None, name)
+            versions.append(name)
+            keys = sorted(expected) + [b"k%03d" % (step * 10) for step in range(7)]
+            assert client.batch_get(keys, alias="layers")[1] == [expected.get(k) for k in keys]  # through Go
+            assert dict(client.scan(alias="layers")) == expected
+            assert len(engine._chain(name)) <= shared.STORE_MAX_LAYERS + 1
+        assert len(engine._chain(versions[4])) == 5 and engine._chain(versions[5]) == [versions[5]]  # copied flat
+        live = versions[-1]
+        assert len(engine._chain(live)) == 2  # reads through the flat copy
+        # drop every older version: the live one's chain keeps what it reads
+        for name in versions[:-1]:
+            client.drop(name)
+        assert dict(client.scan(alias="layers")) == expected
+        assert client.batch_get(sorted(expected), alias="layers")[1] == [expected[k] for k in sorted(expected)]
+        with engine.env.begin() as txn:
+            kept = {n for n in versions if txn.get(b"ns." + n.encode()) is not None}
+        assert kept == {versions[-2], live}  # the flat base stays (zombie); the deeper chain is gone
+        # a new full version goes live; dropping the layered one frees its base too
+        full = new_version_name("layers")
+        client.create_namespace(full, "layers")
+        client.put(full, [(b"x", b"y")])
+        client.seal(full, 1, digest_pairs([(b"x", b"y")]).value)
+        client.compare_and_set_alias("layers", live, full)
+        client.drop(live)
+        with engine.env.begin() as txn:
+            assert {n for n in versions if txn.get(b"ns." + n.encode()) is not None} == set()
+            assert list(txn.cursor(db=engine._layers)) == []
+        with pytest.raises(lmdb.NotFoundError):
+            engine.env.open_db(b"del." + live.encode(), create=False)
+    finally:
+        client.close()
+        server.stop(1)

@@ -782,6 +782,9 @@ def test_a_version_built_from_a_base_takes_puts_and_deletes(kv: Harness) -> None
     sealed = seal_as_loaded(kv.client, name, sorted(expected.items()))
     assert sealed.verified and sealed.record_count == len(expected)
     assert dict(kv.client.scan(namespace=name)) == expected
+    asked = [k for k, _ in base_pairs] + [k for k, _ in added] + [b"never"]
+    _, values = kv.client.batch_get(asked, namespace=name)  # point reads too (the Go plane's own, natively)
+    assert dict(zip(asked, values, strict=True)) == {k: expected.get(k) for k in asked}
     assert dict(kv.client.scan(namespace=base)) == dict(base_pairs)  # the base is untouched
 
 

@@ -42,6 +42,12 @@ class EmbeddedConfig(BaseModel):
         "without sync). Off by default.",
     )
 
+    @property
+    def max_dbs(self) -> int:
+        """LMDB named databases a process opens at most: each namespace's data and (a layered
+        version's) tombstones, and the metadata databases."""
+        return 2 * self.max_namespaces + 8
+
 
 _PREFIX = r"^[a-z][a-z0-9_]{0,47}$"
 _WRITE_LEASE: float = Field(

@@ -16,6 +16,17 @@ Measured on 1 M flat records in the job's batches: puts in place 5.7 s; sorted a
 appended 0.21 s (issue #25). The layout of a run is shared with the Go data plane
 (proto/bulldozer/kv/v1/shared.yaml), which stages and ingests the same way.
 
+A version created from a base (a delta version) reads through to it rather than copying it:
+``meta.layers`` maps its name to its base's, its own database holds only what it wrote, and
+its deleted keys are in a tombstone database (``del.<name>``). A read takes the newest
+layer holding the key unless a newer layer's tombstones hold it. Its running digest starts
+from the base's measured one and stays exact: a delete subtracts the pair it hides, and a
+put that would shadow a base's pair it did not delete first marks it inexact. Chains are at
+most ``MAX_LAYERS`` deep (a version made from a deeper one is copied flat), and a base's
+data outlives its drop while a version reads through to it (the last dependent's drop
+frees it). The Go data plane reads through layers the same way and leaves a layered
+version's ingest to this engine.
+
 Data puts are committed without fsync (a crash can only lose writes of a LOADING
 version, which is then resumed or failed); every metadata change — create, seal, flip,
 drop — is fsynced, and a seal first flushes all loaded data.
@@ -23,6 +34,7 @@ drop — is fsynced, and a seal first flushes all loaded data.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import struct
@@ -65,6 +77,11 @@ _META_STAGE = shared.STORE_META_STAGE.encode()  # name NUL run number -> a sorte
 _RUN = struct.Struct(shared.STORE_STAGE_RUN_HEADER)
 _RECORD = struct.Struct(shared.STORE_STAGE_RECORD_HEADER)
 _RUN_NUMBER = struct.Struct(">Q")
+_META_LAYERS = shared.STORE_META_LAYERS.encode()  # name -> the base it reads through to
+_TOMBSTONE_PREFIX = shared.STORE_TOMBSTONE_PREFIX.encode()
+_TOMBSTONE = shared.STORE_TOMBSTONE.encode()
+#: in meta.layers, this byte then a name: the namespace was dropped, but versions read through it
+_ZOMBIE = b"\x00"
 
 
 def _dumps(data: dict[str, Any]) -> bytes:
@@ -77,6 +94,10 @@ _AUTH_MARKER = "AUTH_REQUIRED"
 
 def _data_db(name: str) -> bytes:
     return _DATA_PREFIX + name.encode()
+
+
+def _tomb_db(name: str) -> bytes:
+    return _TOMBSTONE_PREFIX + name.encode()
 
 
 def _stage_prefix(name: str) -> bytes:
@@ -128,7 +149,7 @@ class EmbeddedEngine(StorageEngine):
                 str(self.path),
                 mode=0o600,
                 map_size=config.map_size,
-                max_dbs=config.max_namespaces + 5,
+                max_dbs=config.max_dbs,
                 subdir=True,
                 sync=False,
                 metasync=False,
@@ -146,6 +167,8 @@ class EmbeddedEngine(StorageEngine):
         self._states = self.env.open_db(_META_STATES)
         self._digests = self.env.open_db(_META_DIGESTS)
         self._stage = self.env.open_db(_META_STAGE)
+        self._layers = self.env.open_db(_META_LAYERS)
+        self._tombs: dict[str, Any] = {}
 
     # -- plumbing ---------------------------------------------------------------
 
@@ -186,6 +209,61 @@ class EmbeddedEngine(StorageEngine):
                     except lmdb.NotFoundError:
                         raise NamespaceNotFoundError(f"namespace {name!r} does not exist") from None
         return db
+
+    def _tomb(self, name: str) -> Any:
+        """The handle of a layered namespace's tombstone database (outside any transaction)."""
+        db = self._tombs.get(name)
+        if db is None:
+            with self._lock:
+                db = self._tombs.get(name)
+                if db is None:
+                    db = self._tombs[name] = self.env.open_db(_tomb_db(name), create=False)
+        return db
+
+    def _chain(self, name: str) -> list[str]:
+        """The namespace and the bases it reads through to, newest first (fixed once set)."""
+        chain = [name]
+        with self.env.begin() as txn:
+            while (base := txn.get(chain[-1].encode(), db=self._layers)) is not None:
+                chain.append(bytes(base).decode())
+        return chain
+
+    def _layer_dbs(self, chain: list[str]) -> tuple[list[Any], list[Any]]:
+        """Data handles of every layer, tombstone handles of every layer but the last."""
+        return [self._db(n) for n in chain], [self._tomb(n) for n in chain[:-1]]
+
+    @staticmethod
+    def _lookup(txn: Any, data: list[Any], tombs: list[Any], key: bytes) -> Any:
+        """A key's value through the layers (None: absent or deleted)."""
+        for i, db in enumerate(data):
+            value = txn.get(key, db=db)
+            if value is not None:
+                return value
+            if i < len(tombs) and txn.get(key, db=tombs[i]) is not None:
+                return None
+        return None
+
+    @staticmethod
+    def _merged(txn: Any, data: list[Any], tombs: list[Any], after: bytes | None) -> Iterator[tuple[bytes, Any]]:
+        """Every visible pair through the layers, in key order, after ``after``."""
+        import heapq
+        from itertools import groupby
+        from operator import itemgetter
+
+        def layer(i: int, db: Any) -> Iterator[tuple[bytes, int, Any]]:
+            cursor = txn.cursor(db=db)
+            found = cursor.set_range(after) if after is not None else cursor.first()
+            if found and after is not None and cursor.key() == after:
+                found = cursor.next()
+            if found:
+                for key, value in cursor.iternext():
+                    yield bytes(key), i, value
+
+        for key, group in groupby(heapq.merge(*(layer(i, db) for i, db in enumerate(data))), key=itemgetter(0)):
+            _, newest, value = next(group)
+            if any(txn.get(key, db=tombs[j]) is not None for j in range(newest)):
+                continue
+            yield key, value
 
     def _write(self) -> Any:
         return self.env.begin(write=True)
@@ -251,18 +329,47 @@ class EmbeddedEngine(StorageEngine):
         return record
 
     def drop_data(self, name: str) -> None:
+        """Delete the namespace's data, unless a version reads through to it: then it is
+        kept (marked) until the last such version's data is dropped, which drops it too."""
+        freed: str | None = name
+        while freed is not None:
+            freed = self._drop_layer(freed)
+        self._durable()
+
+    def _drop_layer(self, name: str) -> str | None:
+        """Drop one namespace's data now if no layer depends on it; returns its base when
+        that was kept only for it and can go now too."""
+        key = name.encode()
         with self._lock:
             db = self._dbs.pop(name, None)
+            tomb = self._tombs.pop(name, None)
         with self._write() as txn:
+            layered = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=self._layers) if not k.startswith(_ZOMBIE)]
+            if any(v == key for _, v in layered):
+                txn.put(_ZOMBIE + key, b"", db=self._layers)  # a version reads through it: kept for now
+                return None
             if db is None:
-                try:
+                with contextlib.suppress(lmdb.NotFoundError):
                     db = self.env.open_db(_data_db(name), txn=txn, create=False)
-                except lmdb.NotFoundError:
-                    return
-            txn.drop(db, delete=True)
-            txn.delete(name.encode(), db=self._digests)
+            if db is not None:
+                txn.drop(db, delete=True)
+            base = txn.get(key, db=self._layers)
+            if base is not None:
+                if tomb is None:
+                    with contextlib.suppress(lmdb.NotFoundError):
+                        tomb = self.env.open_db(_tomb_db(name), txn=txn, create=False)
+                if tomb is not None:
+                    txn.drop(tomb, delete=True)
+                txn.delete(key, db=self._layers)
+            txn.delete(_ZOMBIE + key, db=self._layers)
+            txn.delete(key, db=self._digests)
             self._delete_runs(txn, _stage_prefix(name))
-        self._durable()
+            if base is None:
+                return None
+            base_key = bytes(base)
+            still = any(v == base_key for k, v in layered if k != key)
+            waiting = txn.get(_ZOMBIE + base_key, db=self._layers) is not None
+            return base_key.decode() if waiting and not still else None
 
     # -- data -------------------------------------------------------------------
 
@@ -310,7 +417,8 @@ class EmbeddedEngine(StorageEngine):
         import heapq
         from operator import itemgetter
 
-        db = self._db(name)
+        data, tombs = self._layer_dbs(self._chain(name))
+        db = data[0]
         prefix = _stage_prefix(name)
         try:
             with self.env.begin(write=True, buffers=True) as txn:
@@ -332,6 +440,12 @@ class EmbeddedEngine(StorageEngine):
 
                 def write(key: bytes, value: Any) -> None:
                     nonlocal repeated
+                    if (
+                        len(data) > 1
+                        and txn.get(key, db=tombs[0]) is None
+                        and self._lookup(txn, data[1:], tombs[1:], key) is not None
+                    ):
+                        repeated = True  # it hides a base's pair the running digest still counts
                     if empty:
                         out.put(key, value, append=True)
                     elif not out.put(key, value, overwrite=False):
@@ -364,30 +478,42 @@ class EmbeddedEngine(StorageEngine):
             return bool(cursor.set_range(prefix) and cursor.key().startswith(prefix))
 
     def copy_records(self, source: str, target: str) -> None:
-        """Append ``source``'s records, already in key order, into ``target``'s empty data
-        in one transaction (LMDB's append mode, as ``ingest``), and start ``target``'s running
-        digest from what ``source``'s seal measured."""
-        src, dst = self._db(source), self._db(target)
+        """Make ``target`` read through to ``source`` (a layer: nothing is copied), or, when
+        ``source`` already reads through ``MAX_LAYERS`` bases, copy its visible records flat
+        (in key order, LMDB's append mode, one transaction). Either way ``target``'s running
+        digest starts from what ``source``'s seal measured."""
         base = self.get_namespace(source)  # its measured count and digest never change once sealed
         if base is None:
             raise NamespaceNotFoundError(f"namespace {source!r} does not exist")
+        chain = self._chain(source)
+        data, tombs = self._layer_dbs(chain)
+        dst = self._db(target)
+        layered = len(chain) <= shared.STORE_MAX_LAYERS
         try:
             with self.env.begin(write=True, buffers=True) as txn:
                 check_writable(target, self._state(txn, target))
-                if txn.stat(dst)["entries"]:
+                check_readable(source, self._state(txn, source))  # not being dropped meanwhile
+                if txn.stat(dst)["entries"] or txn.get(target.encode(), db=self._layers) is not None:
                     raise InvalidArgumentError(f"namespace {target!r} already holds records; a base is copied first")
-                txn.cursor(db=dst).putmulti(txn.cursor(db=src).iternext(), append=True)
+                if layered:
+                    self.env.open_db(_tomb_db(target), txn=txn, create=True)
+                    txn.put(target.encode(), source.encode(), db=self._layers)
+                else:
+                    txn.cursor(db=dst).putmulti(self._merged(txn, data, tombs, None), append=True)
                 txn.put(target.encode(), _DIGEST.pack(base.record_count, base.digest, base.bytes, 1), db=self._digests)
         except lmdb.MapFullError as exc:
             raise self._map_full(exc) from exc
+        except lmdb.DbsFullError as exc:
+            raise ResourceExhaustedError(f"too many namespaces open in this process ({exc})") from exc
 
     def delete_batch(self, name: str, keys: Sequence[bytes]) -> int:
         """Ingest what is staged (a staged put must not outlive a later delete), then delete
         in one transaction that checks the version is LOADING, subtracting the deleted pairs
-        from the running digest."""
+        from the running digest; in a layered version, a key a base holds gets a tombstone."""
         from bulldozer.codec.digest import digest_lists
 
-        db = self._db(name)
+        chain = self._chain(name)
+        data, tombs = self._layer_dbs(chain)
         if self._has_staged(name):
             self.ingest(name)
         try:
@@ -395,10 +521,18 @@ class EmbeddedEngine(StorageEngine):
                 check_writable(name, self._state(txn, name))
                 gone_keys, gone_values = [], []
                 for key in keys:
-                    value = txn.pop(key, db=db)
-                    if value is not None:
-                        gone_keys.append(bytes(key))
-                        gone_values.append(value)
+                    key = bytes(key)
+                    own = txn.pop(key, db=data[0])
+                    visible = own
+                    if len(data) > 1:
+                        below = self._lookup(txn, data[1:], tombs[1:], key)
+                        if below is not None:
+                            if own is None and txn.get(key, db=tombs[0]) is None:
+                                visible = below
+                            txn.put(key, _TOMBSTONE, db=tombs[0])
+                    if visible is not None:
+                        gone_keys.append(key)
+                        gone_values.append(bytes(visible))
                 if gone_keys:
                     self._add_digest(txn, name, digest_lists(gone_keys, gone_values).negated())
                 return len(gone_keys)
@@ -434,31 +568,35 @@ class EmbeddedEngine(StorageEngine):
         return Digest(count, value, nbytes) if exact else None
 
     def get_many(self, name: str, keys: Sequence[bytes]) -> list[bytes | None]:
-        db = self._db(name)
+        chain = self._chain(name)
+        data, tombs = self._layer_dbs(chain)
         with self.env.begin() as txn:
             check_readable(name, self._state(txn, name))
-            return [txn.get(k, db=db) for k in keys]
+            if len(data) == 1:
+                return [txn.get(k, db=data[0]) for k in keys]
+            return [self._lookup(txn, data, tombs, k) for k in keys]
 
     def scan(self, name: str, after: bytes | None, limit: int) -> list[tuple[bytes, bytes]]:
-        db = self._db(name)
+        chain = self._chain(name)
+        data, tombs = self._layer_dbs(chain)
         with self.env.begin() as txn:
             record = self._state(txn, name)
             if record is None or record.state == State.DROPPED:
                 check_readable(name, record)
-            cursor = txn.cursor(db=db)
             out: list[tuple[bytes, bytes]] = []
-            found = cursor.set_range(after) if after is not None else cursor.first()
-            if found and after is not None and cursor.key() == after:
-                found = cursor.next()
-            while found and len(out) < limit:
-                out.append((cursor.key(), cursor.value()))
-                found = cursor.next()
+            for pair in self._merged(txn, data, tombs, after):
+                out.append(pair)
+                if len(out) >= limit:
+                    break
             return out
 
     def iterate(self, name: str, chunk: int = 50_000) -> Iterator[list[tuple[bytes, bytes]]]:
-        db = self._db(name)
+        data, tombs = self._layer_dbs(self._chain(name))
         with self.env.begin() as txn:
-            yield from chunked(txn.cursor(db=db).iternext(keys=True, values=True), chunk)
+            if len(data) == 1:
+                yield from chunked(txn.cursor(db=data[0]).iternext(keys=True, values=True), chunk)
+            else:
+                yield from chunked(self._merged(txn, data, tombs, None), chunk)
 
     # -- aliases ----------------------------------------------------------------
 

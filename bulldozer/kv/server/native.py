@@ -119,7 +119,7 @@ class NativeFront:
                 "--engine=embedded",
                 f"--store={config.path}",
                 f"--map-size={config.map_size}",
-                f"--max-dbs={config.max_namespaces + 5}",
+                f"--max-dbs={config.max_dbs}",
                 f"--writemap={'true' if config.writemap else 'false'}",
             ]
         elif isinstance(config, RedisConfig):

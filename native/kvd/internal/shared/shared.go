@@ -43,6 +43,14 @@ const StoreStageRecordHeader = "<II"
 
 const StoreDigestRecord = "<QQQB"
 
+const StoreMetaLayers = "meta.layers"
+
+const StoreTombstonePrefix = "del."
+
+const StoreTombstone = "\u0001"
+
+const StoreMaxLayers = 4
+
 const DigestValueSeed = 0x5BD1E995
 
 const DigestMixC1 = 0x9E3779B97F4A7C15
