@@ -728,7 +728,7 @@ def delta_section(ctx: Context) -> None:
             Row(
                 "6 delta",
                 f"{kind}: delta run s after a snapshot changing {changed_rows:,} of {rows:,} rows "
-                f"(of which the base copy {create:.1f} s); digests equal: {all(entry['digests_equal'])}",
+                f"(its create stage, the base copied or layered: {create:.1f} s); digests equal: {all(entry['digests_equal'])}",
                 f"{med(entry['delta_s']):.1f}",
                 f"full run of the same snapshot: {med(entry['full_s']):.1f} s",
                 f"{ratio:.3f}",

@@ -204,9 +204,13 @@ def apply_delta(
     client: KvClient,
     version: str,
     progress: Callable[[int, int], None] = lambda done, total: None,
+    resumed: bool = False,
 ) -> DeltaChanges:
     """Read the changed files, apply the changes to ``version`` (created from ``plan.base``)
-    and return the totals the seal must find."""
+    and return the totals the seal must find. ``resumed``: an earlier attempt may have
+    written some of them already (its new keys are deleted first too)."""
+    import pyarrow as pa
+
     encoder = RowEncoder(job.proto)
     progress(0, plan.rows_to_read)
     old, new = _Rows(), _Rows()
@@ -229,12 +233,16 @@ def apply_delta(
     if found:
         raise _duplicates(job, found)
 
-    client.delete(version, deleted + changed + fresh)
+    # a new key is not in the base (checked above), so only a resumed attempt can have written it
+    client.delete(version, deleted + changed + (fresh if resumed else []))
     write: WriteTuning = spec.key_value_dal.write
+    puts = changed + fresh
     with client.writer(
         version, batch_records=write.batch_size, batch_bytes=write.max_batch_bytes, in_flight=write.in_flight_batches
     ) as writer:
-        writer.add_many((k, new.records[k]) for k in changed + fresh)
+        writer.add_arrays(
+            pa.array(puts, pa.large_binary()), pa.array([new.records[k] for k in puts], pa.large_binary())
+        )
     progress(plan.rows_to_read, plan.rows_to_read)
 
     base = plan.base

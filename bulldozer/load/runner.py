@@ -317,7 +317,9 @@ class JobRun:
         record, client = self.record, self.client
         assert self.job is not None
         if self.delta is not None:
-            changes = apply_delta(self.delta, self.spec, self.table, self.job, client, record.version, self.progress)
+            changes = apply_delta(
+                self.delta, self.spec, self.table, self.job, client, record.version, self.progress, record.resumed
+            )
             record.delta = changes.summary
             self.record_load(changes.load_result())
             return

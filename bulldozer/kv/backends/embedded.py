@@ -233,15 +233,20 @@ class EmbeddedEngine(StorageEngine):
         return [self._db(n) for n in chain], [self._tomb(n) for n in chain[:-1]]
 
     @staticmethod
-    def _lookup(txn: Any, data: list[Any], tombs: list[Any], key: bytes) -> Any:
-        """A key's value through the layers (None: absent or deleted)."""
+    def _lookup_many(txn: Any, data: list[Any], tombs: list[Any], keys: Sequence[bytes]) -> dict[bytes, Any]:
+        """The visible value of each key that has one through the layers (newest first; a
+        layer's tombstones hide older layers' pairs), a layer at a time with LMDB's batched gets."""
+        found: dict[bytes, Any] = {}
+        pending = list(keys)
         for i, db in enumerate(data):
-            value = txn.get(key, db=db)
-            if value is not None:
-                return value
-            if i < len(tombs) and txn.get(key, db=tombs[i]) is not None:
-                return None
-        return None
+            hits = dict(txn.cursor(db=db).getmulti(pending))
+            found.update(hits)
+            pending = [k for k in pending if k not in hits]
+            if not pending or i == len(tombs):
+                break
+            dead = {k for k, _ in txn.cursor(db=tombs[i]).getmulti(pending)}
+            pending = [k for k in pending if k not in dead]
+        return found
 
     @staticmethod
     def _merged(txn: Any, data: list[Any], tombs: list[Any], after: bytes | None) -> Iterator[tuple[bytes, Any]]:
@@ -438,14 +443,12 @@ class EmbeddedEngine(StorageEngine):
                 repeated = False
                 records = 0
 
+                written: list[bytes] = []  # a layered version's, checked against its bases below
+
                 def write(key: bytes, value: Any) -> None:
                     nonlocal repeated
-                    if (
-                        len(data) > 1
-                        and txn.get(key, db=tombs[0]) is None
-                        and self._lookup(txn, data[1:], tombs[1:], key) is not None
-                    ):
-                        repeated = True  # it hides a base's pair the running digest still counts
+                    if len(data) > 1:
+                        written.append(key)
                     if empty:
                         out.put(key, value, append=True)
                     elif not out.put(key, value, overwrite=False):
@@ -464,6 +467,10 @@ class EmbeddedEngine(StorageEngine):
                     last_key, last_value = key, value
                 if last_key is not None:
                     write(last_key, last_value)
+                if written:
+                    deleted_first = {k for k, _ in txn.cursor(db=tombs[0]).getmulti(written)}
+                    if self._lookup_many(txn, data[1:], tombs[1:], [k for k in written if k not in deleted_first]):
+                        repeated = True  # a put hides a base's pair the running digest still counts
                 self._delete_runs(txn, prefix)
                 if repeated:
                     self._add_digest(txn, name, None)
@@ -519,20 +526,18 @@ class EmbeddedEngine(StorageEngine):
         try:
             with self._write() as txn:
                 check_writable(name, self._state(txn, name))
-                gone_keys, gone_values = [], []
-                for key in keys:
-                    key = bytes(key)
-                    own = txn.pop(key, db=data[0])
-                    visible = own
-                    if len(data) > 1:
-                        below = self._lookup(txn, data[1:], tombs[1:], key)
-                        if below is not None:
-                            if own is None and txn.get(key, db=tombs[0]) is None:
-                                visible = below
-                            txn.put(key, _TOMBSTONE, db=tombs[0])
-                    if visible is not None:
-                        gone_keys.append(key)
-                        gone_values.append(bytes(visible))
+                keys = sorted({bytes(k) for k in keys})  # once each, in key order (page locality)
+                own = dict(txn.cursor(db=data[0]).getmulti(keys))
+                for key in own:
+                    txn.delete(key, db=data[0])
+                visible = dict(own)
+                if len(data) > 1:
+                    below = self._lookup_many(txn, data[1:], tombs[1:], keys)
+                    dead = {k for k, _ in txn.cursor(db=tombs[0]).getmulti([k for k in below if k not in own])}
+                    visible.update((k, v) for k, v in below.items() if k not in own and k not in dead)
+                    txn.cursor(db=tombs[0]).putmulti([(k, _TOMBSTONE) for k in below])
+                gone_keys = list(visible)
+                gone_values = [bytes(v) for v in visible.values()]
                 if gone_keys:
                     self._add_digest(txn, name, digest_lists(gone_keys, gone_values).negated())
                 return len(gone_keys)
@@ -574,7 +579,8 @@ class EmbeddedEngine(StorageEngine):
             check_readable(name, self._state(txn, name))
             if len(data) == 1:
                 return [txn.get(k, db=data[0]) for k in keys]
-            return [self._lookup(txn, data, tombs, k) for k in keys]
+            found = self._lookup_many(txn, data, tombs, keys)
+            return [found.get(k) for k in keys]
 
     def scan(self, name: str, after: bytes | None, limit: int) -> list[tuple[bytes, bytes]]:
         chain = self._chain(name)

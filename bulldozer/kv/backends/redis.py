@@ -48,6 +48,7 @@ from bulldozer.errors import (
     ForeignDataError,
     KvError,
     NamespaceExistsError,
+    NamespaceNotFoundError,
 )
 from bulldozer.kv.backends._buckets import bucket_of, group_by_bucket, scan_in_bucket_order
 from bulldozer.kv.backends._lifecycle import (
@@ -316,6 +317,44 @@ class RedisEngine(StorageEngine):
                 exact = int(digest is not None and added == len(keys))
                 count, value, nbytes = (digest.count, digest.value, digest.bytes) if digest else (0, 0, 0)
                 self.r.rpush(self._k_digest(name), shared.REDIS_DIGEST_ENTRY % (count, value, nbytes, exact))
+            finally:
+                self._leases.release(lambda: self.r.zrem(inflight, token))
+
+        self._call(run)
+
+    def copy_records(self, source: str, target: str) -> None:
+        """Each of ``source``'s buckets copied whole, by Redis itself (``DUMP`` then
+        ``RESTORE``: one serialized hash per bucket, never a command per record; the buckets
+        of two versions sit in different cluster slots, so ``COPY`` cannot), inside the
+        write fence; ``target``'s running digest starts from what ``source``'s seal measured."""
+        base = self.get_namespace(source)
+        if base is None:
+            raise NamespaceNotFoundError(f"namespace {source!r} does not exist")
+
+        def run() -> None:
+            token = uuid.uuid4().hex
+            inflight = self._k_inflight(target)
+            lease_ms = int(self.config.write_lease_seconds * 1000)
+            try:
+                state = self._enter(keys=[self._k_namespaces, inflight], args=[target, token, lease_ms]).decode()
+                if state != "LOADING":
+                    check_writable(
+                        target, NamespaceRecord(name=target, alias="", state=State(state)) if state else None
+                    )
+                step = 16  # buckets serialized at a time: bounded memory here
+                for first in range(0, self.buckets, step):
+                    buckets = range(first, min(first + step, self.buckets))
+                    pipe = self.r.pipeline(transaction=False)
+                    for b in buckets:
+                        pipe.dump(self._k_bucket(source, b))
+                    dumps = pipe.execute()
+                    pipe = self.r.pipeline(transaction=False)
+                    for b, payload in zip(buckets, dumps, strict=True):
+                        if payload is not None:
+                            pipe.restore(self._k_bucket(target, b), 0, payload)
+                    pipe.execute()
+                entry = shared.REDIS_DIGEST_ENTRY % (base.record_count, base.digest, base.bytes, 1)
+                self.r.rpush(self._k_digest(target), entry)
             finally:
                 self._leases.release(lambda: self.r.zrem(inflight, token))
 
