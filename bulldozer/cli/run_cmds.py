@@ -374,6 +374,7 @@ def runs(
         Column("seconds", lambda r: sum(r.get("timings", {}).values()), lambda v: f"{v:.1f}", "right"),
         Column("started", lambda r: r.get("started", ""), fmt_time, wide_only=True),
         Column("snapshot", lambda r: r.get("snapshot_id", ""), wide_only=True),
+        Column("mode", lambda r: r.get("mode", "full"), wide_only=True),
         Column("shadow read", _shadow_summary, wide_only=True),
         Column("error", lambda r: r.get("error", ""), max_width=30),
     ]

@@ -44,7 +44,7 @@ from bulldozer.load.engines import LoadEngine, LoadPlan, LoadResult, SplitResult
 from bulldozer.load.gates import GateResult, evaluate_gates
 from bulldozer.load.shadow_read import ShadowReadReport, shadow_read
 from bulldozer.load.source import schema_at, source_label
-from bulldozer.names import new_version_name
+from bulldozer.names import new_version_name, short_version
 from bulldozer.schema.job import JobSchema, build_job_schema
 from bulldozer.spec.loader import LoadedSpec
 from bulldozer.versioning.flip import flip, live_version
@@ -407,6 +407,12 @@ class JobRun:
         record, client = self.record, self.client
         client.set_labels(record.version, {STAGE_LABEL: "flip"})
         reason = f"run {record.run_id}: {record.rows:,} rows from snapshot {record.snapshot_id}"
+        if record.mode == "delta":
+            d = record.delta
+            reason += (
+                f" (a delta from {short_version(d['base'])}: {d['added']:,} keys added, {d['changed']:,} changed, "
+                f"{d['deleted']:,} deleted)"
+            )
         if record.breaking_changes:
             reason += f"; breaking schema change to generation {record.schema_generation}: " + "; ".join(
                 record.breaking_changes

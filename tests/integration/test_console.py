@@ -40,13 +40,13 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     create_sample_warehouse(home, rows=1_500)
     runs = []
     template = REPO / "templates" / "move_data_to_kv_dal.yaml"
-    shadowed = home / "shadowed.yaml"  # v2 is compared with v1 before its flip
-    shadowed.write_text(
-        template.read_text().replace(
-            "  quality_gates:", "  shadow_read: {sample: 500, seed: 1, examples: 1}\n  quality_gates:"
-        )
+    spec = home / "delta.yaml"  # v2: a delta from v1, compared with it before its flip
+    spec.write_text(
+        template.read_text()
+        .replace("  quality_gates:", "  shadow_read: {sample: 500, seed: 1, examples: 1}\n  quality_gates:")
+        .replace("  duplicate_keys: fail", "  mode: delta\n  duplicate_keys: fail")
     )
-    for variant, spec in ((None, template), (1, shadowed)):
+    for variant in (None, 1):
         if variant is not None:
             overwrite_sample(table(home), rows=1_500, variant=variant)
         result = _cli(home, "run", str(spec), "--json")
@@ -150,6 +150,7 @@ def test_list_open_look_up_and_roll_back_in_a_browser(console: dict[str, Any], b
     assert shadow.startswith(f"500 sampled keys vs {v1}") and "100.0% of the rest changed" in shadow
     example = browser.find_elements(By.CSS_SELECTOR, "#shadow-examples tbody tr")[0].find_elements(By.TAG_NAME, "td")
     assert example[0].text == "changed" and "price" in example[2].text and "→" in example[2].text
+    assert browser.find_element(By.ID, "delta").text.startswith(f"a delta from {v1}")
 
     browser.find_element(By.ID, "lookup-key").send_keys(json.dumps(KEY))
     _then_loaded(browser, browser.find_element(By.ID, "lookup-submit").click)

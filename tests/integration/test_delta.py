@@ -145,6 +145,8 @@ def test_a_delta_reads_only_the_changed_files(tmp_path: Path, dal: KvClient) -> 
     record = run_job(job("items", "auto"), dal, home=str(home))
     assert record.mode == "delta" and record.delta["files_added"] == 1 and record.delta["files_removed"] == 0
     assert record.delta["rows_read"] == 10 and record.rows == 2_010
+    reason = dal.alias_history("items")[0].reason  # the history says what the flip was
+    assert "a delta from" in reason and "10 keys added, 0 changed, 0 deleted" in reason
     # auto writes a full version when most of the table changed
     table.overwrite(rows(list(range(3000)), random.Random(3)))
     record = run_job(job("items", "auto"), dal, home=str(home))
