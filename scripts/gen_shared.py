@@ -32,6 +32,11 @@ def load(path: Path = SOURCE) -> dict[str, dict[str, Any]]:
             ok = isinstance(value, (str, int)) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
             if not ok or isinstance(value, bool):
                 raise SystemExit(f"{path}: {section}.{key} must be a string, an integer or a list of strings")
+            texts = value if isinstance(value, list) else [value] if isinstance(value, str) else []
+            if any(not t.isascii() or not t.replace("\n", "").replace("\t", "").isprintable() for t in texts):
+                # JSON's escapes of these are valid literals in Python, Go and Rust alike; the others
+                # are not (Rust has no \uXXXX), so the rules keep to them
+                raise SystemExit(f"{path}: {section}.{key} must be printable ASCII (newlines and tabs allowed)")
     return data
 
 

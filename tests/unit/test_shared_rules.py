@@ -33,6 +33,18 @@ def test_a_changed_source_makes_every_language_stale(tmp_path) -> None:  # type:
     assert proc.returncode == 0, proc.stderr
 
 
+def test_a_value_no_language_writes_the_same_way_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """JSON's \\u escapes are not Rust literals: a control character in a rule is refused."""
+    import pytest
+
+    source = tmp_path / "shared.yaml"
+    source.write_text('store:\n  tombstone: "\\x01"\n')
+    with pytest.raises(SystemExit, match="printable ASCII"):
+        gen_shared.load(source)
+    source.write_text('redis:\n  script: "return 1\\nreturn 2"\n')
+    assert gen_shared.load(source)["redis"]["script"] == "return 1\nreturn 2"  # newlines are fine
+
+
 def test_python_takes_the_shared_values() -> None:
     assert (ALIAS_PATTERN, NAMESPACE_PATTERN) == (shared.NAMES_ALIAS_PATTERN, shared.NAMES_NAMESPACE_PATTERN)
     assert {s.value for s in READABLE} == set(shared.STATES_READABLE)

@@ -47,7 +47,7 @@ const StoreMetaLayers = "meta.layers"
 
 const StoreTombstonePrefix = "del."
 
-const StoreTombstone = "\u0001"
+const StoreTombstone = "-"
 
 const StoreMaxLayers = 4
 
