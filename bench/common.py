@@ -99,7 +99,7 @@ def encoded_batches(home: Path, spec_path: Path) -> list[list[tuple[bytes, bytes
     import pyarrow.compute as pc
 
     from bulldozer.kv.columnar import batch_bounds
-    from bulldozer.load.engines.local import _batches, _tasks
+    from bulldozer.load.engines.local import _tasks, task_batches
     from bulldozer.spec import load_spec
 
     write = load_spec(spec_path, env={}).spec.key_value_dal.write
@@ -107,7 +107,7 @@ def encoded_batches(home: Path, spec_path: Path) -> list[list[tuple[bytes, bytes
     scan = table.scan(selected_fields=columns)
     batches = []
     for task in _tasks(scan):
-        for arrow in _batches(table, scan, task):  # the local engine's own reader
+        for arrow in task_batches(table, scan, task):  # the local engine's own reader
             enc = encoder.encode(arrow)
             keys, values = enc.keys.to_pylist(), enc.values.to_pylist()
             sizes = pc.binary_length(enc.keys).to_numpy() + pc.binary_length(enc.values).to_numpy()

@@ -8,6 +8,7 @@ long, string, bool, int, float), plus the ``event_ts`` Feast needs."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -36,33 +37,30 @@ def generate(rows: int, seed: int = 11) -> pa.Table:
     )
 
 
-def build(home: Path, rows: int, parquet: Path) -> None:
-    """Create (or replace) the Iceberg table under ``home`` and write ``parquet``, same rows."""
+def _new_table(home: Path, schema: pa.Schema) -> Any:
+    """The Iceberg table under ``home``, created empty (replacing any earlier one)."""
     from bulldozer.spec.models import CatalogConfig
     from bulldozer.warehouse.catalog import open_catalog
 
-    data = generate(rows)
     catalog = open_catalog(CatalogConfig(), home)
     catalog.create_namespace_if_not_exists("bench")
     if catalog.table_exists(TABLE):
         catalog.drop_table(TABLE)
-    table = catalog.create_table(TABLE, schema=data.schema)
-    table.append(data)
+    return catalog.create_table(TABLE, schema=schema)
+
+
+def build(home: Path, rows: int, parquet: Path) -> None:
+    """Create (or replace) the Iceberg table under ``home`` and write ``parquet``, same rows."""
+    data = generate(rows)
+    _new_table(home, data.schema).append(data)
     pq.write_table(data, parquet)
 
 
 def build_files(home: Path, rows: int, files: int) -> None:
     """Create (or replace) the Iceberg table under ``home`` as ``files`` data files of
     consecutive ``user_id`` ranges (one append each), as a table written day by day is."""
-    from bulldozer.spec.models import CatalogConfig
-    from bulldozer.warehouse.catalog import open_catalog
-
     data = generate(rows)
-    catalog = open_catalog(CatalogConfig(), home)
-    catalog.create_namespace_if_not_exists("bench")
-    if catalog.table_exists(TABLE):
-        catalog.drop_table(TABLE)
-    table = catalog.create_table(TABLE, schema=data.schema)
+    table = _new_table(home, data.schema)
     per = -(-rows // files)
     for start in range(0, rows, per):
         table.append(data.slice(start, per))

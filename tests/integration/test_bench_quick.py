@@ -31,7 +31,7 @@ def test_bench_run_quick_runs_every_section(tmp_path: Path) -> None:
     assert result["quick"] is True
     assert result["versions"]["feast"].startswith("0.67")
     sections = {row["section"] for row in result["rows"]}
-    assert sections == {"1 vs Feast", "2 reads", "3 limits", "4 engines", "5 flip"}
+    assert sections == {"1 vs Feast", "2 reads", "3 limits", "4 engines", "5 flip", "6 delta"}
     samples = result["samples"]
     rows = result["sizes"]["feast_rows"]
     for who in ("feast-sqlite", "feast-redis", "bulldozer-embedded", "bulldozer-redis"):
@@ -43,6 +43,10 @@ def test_bench_run_quick_runs_every_section(tmp_path: Path) -> None:
         assert samples["limits"][engine]["end_to_end_rows_per_s"][0] > 0
     assert samples["engines"]["spark_local_rows_per_s"][0] > 0  # (the cluster rounds are a full run's)
     assert set(samples["flip"]) == {str(n) for n in result["sizes"]["flip_sizes"]}
+    for engine in ("embedded", "redis", "cassandra"):  # every delta version equalled the full one
+        delta = samples["delta"][engine]
+        assert delta["digests_equal"] and all(delta["digests_equal"]), engine
+        assert all(c["updated"] and c["deleted"] and c["appended"] for c in delta["changed"]), engine
     # the printed table is the one in the results file
     assert result["table"] in proc.stdout
     assert rows == 2_000

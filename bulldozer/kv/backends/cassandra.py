@@ -26,6 +26,7 @@ pattern, a table from a hash), never from raw spec text.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import random
@@ -488,22 +489,29 @@ class CassandraEngine(StorageEngine):
                 size += row_size
         return batches
 
+    @contextlib.contextmanager
+    def _fenced(self, name: str) -> Iterator[None]:
+        """Inside the namespace's write fence, refused unless it is LOADING (see the module's
+        docstring): every write (puts, deletes) runs in one."""
+        token = uuid.uuid4().hex
+        try:  # released even if entering timed out: the entry may still have happened
+            self.session.execute(self._enter, (name, token, int(self.config.write_lease_seconds)))
+            rows = list(self.session.execute(self._sel_state, (name,)))
+            state = rows[0].state if rows else None
+            if state != State.LOADING.value:
+                check_writable(name, NamespaceRecord(name=name, alias="", state=State(state)) if state else None)
+            yield
+        finally:
+            self._leases.release(lambda: self.session.execute(self._leave, (name, token)))
+
     def write_batch(self, name: str, keys: list[bytes], values: list[bytes], digest: Digest | None = None) -> None:
         def run() -> None:
             stmts = self._statements(name)
-            token = uuid.uuid4().hex
-            try:  # released even if entering timed out: the entry may still have happened
-                self.session.execute(self._enter, (name, token, int(self.config.write_lease_seconds)))
-                rows = list(self.session.execute(self._sel_state, (name,)))
-                state = rows[0].state if rows else None
-                if state != State.LOADING.value:
-                    check_writable(name, NamespaceRecord(name=name, alias="", state=State(state)) if state else None)
+            with self._fenced(name):
                 # a key given twice keeps its later value: Cassandra would settle two writes of
                 # one key with the same timestamp by the greater value, and the batches run concurrently
                 latest = dict(zip(keys, values, strict=True))
                 self._write(self._batches(stmts["put"], latest.items()))
-            finally:
-                self._leases.release(lambda: self.session.execute(self._leave, (name, token)))
 
         self._call(run)
 
@@ -512,13 +520,7 @@ class CassandraEngine(StorageEngine):
 
         def run() -> int:
             stmts = self._statements(name)
-            token = uuid.uuid4().hex
-            try:
-                self.session.execute(self._enter, (name, token, int(self.config.write_lease_seconds)))
-                rows = list(self.session.execute(self._sel_state, (name,)))
-                state = rows[0].state if rows else None
-                if state != State.LOADING.value:
-                    check_writable(name, NamespaceRecord(name=name, alias="", state=State(state)) if state else None)
+            with self._fenced(name):
                 unique = list(dict.fromkeys(keys))
                 found = execute_concurrent_with_args(
                     self.session, stmts["get"], [(k,) for k in unique], concurrency=self.config.concurrency
@@ -536,8 +538,6 @@ class CassandraEngine(StorageEngine):
                     if not ok:
                         raise result
                 return len(present)
-            finally:
-                self._leases.release(lambda: self.session.execute(self._leave, (name, token)))
 
         return self._call(run)
 

@@ -299,15 +299,24 @@ class RedisEngine(StorageEngine):
 
     # -- data -------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _fenced(self, name: str) -> Iterator[None]:
+        """Inside the namespace's write fence, refused unless it is LOADING (see the module's
+        docstring): every write (puts, deletes, a base's copy) runs in one."""
+        token = uuid.uuid4().hex
+        inflight = self._k_inflight(name)
+        lease_ms = int(self.config.write_lease_seconds * 1000)
+        try:  # released even if entering timed out: the entry may still have happened
+            state = self._enter(keys=[self._k_namespaces, inflight], args=[name, token, lease_ms]).decode()
+            if state != "LOADING":
+                check_writable(name, NamespaceRecord(name=name, alias="", state=State(state)) if state else None)
+            yield
+        finally:
+            self._leases.release(lambda: self.r.zrem(inflight, token))
+
     def write_batch(self, name: str, keys: list[bytes], values: list[bytes], digest: Digest | None = None) -> None:
         def run() -> None:
-            token = uuid.uuid4().hex
-            inflight = self._k_inflight(name)
-            lease_ms = int(self.config.write_lease_seconds * 1000)
-            try:  # released even if entering timed out: the entry may still have happened
-                state = self._enter(keys=[self._k_namespaces, inflight], args=[name, token, lease_ms]).decode()
-                if state != "LOADING":
-                    check_writable(name, NamespaceRecord(name=name, alias="", state=State(state)) if state else None)
+            with self._fenced(name):
                 pipe = self.r.pipeline(transaction=False)
                 for bucket, mapping in group_by_bucket(zip(keys, values, strict=True), self.buckets).items():
                     pipe.hset(self._k_bucket(name, bucket), mapping=mapping)
@@ -317,8 +326,6 @@ class RedisEngine(StorageEngine):
                 exact = int(digest is not None and added == len(keys))
                 count, value, nbytes = (digest.count, digest.value, digest.bytes) if digest else (0, 0, 0)
                 self.r.rpush(self._k_digest(name), shared.REDIS_DIGEST_ENTRY % (count, value, nbytes, exact))
-            finally:
-                self._leases.release(lambda: self.r.zrem(inflight, token))
 
         self._call(run)
 
@@ -332,15 +339,7 @@ class RedisEngine(StorageEngine):
             raise NamespaceNotFoundError(f"namespace {source!r} does not exist")
 
         def run() -> None:
-            token = uuid.uuid4().hex
-            inflight = self._k_inflight(target)
-            lease_ms = int(self.config.write_lease_seconds * 1000)
-            try:
-                state = self._enter(keys=[self._k_namespaces, inflight], args=[target, token, lease_ms]).decode()
-                if state != "LOADING":
-                    check_writable(
-                        target, NamespaceRecord(name=target, alias="", state=State(state)) if state else None
-                    )
+            with self._fenced(target):
                 step = 16  # buckets serialized at a time: bounded memory here
                 for first in range(0, self.buckets, step):
                     buckets = range(first, min(first + step, self.buckets))
@@ -355,8 +354,6 @@ class RedisEngine(StorageEngine):
                     pipe.execute()
                 entry = shared.REDIS_DIGEST_ENTRY % (base.record_count, base.digest, base.bytes, 1)
                 self.r.rpush(self._k_digest(target), entry)
-            finally:
-                self._leases.release(lambda: self.r.zrem(inflight, token))
 
         self._call(run)
 
@@ -367,13 +364,7 @@ class RedisEngine(StorageEngine):
         from bulldozer.codec.digest import digest_lists
 
         def run() -> int:
-            token = uuid.uuid4().hex
-            inflight = self._k_inflight(name)
-            lease_ms = int(self.config.write_lease_seconds * 1000)
-            try:
-                state = self._enter(keys=[self._k_namespaces, inflight], args=[name, token, lease_ms]).decode()
-                if state != "LOADING":
-                    check_writable(name, NamespaceRecord(name=name, alias="", state=State(state)) if state else None)
+            with self._fenced(name):
                 popped: list[tuple[bytes, bytes]] = []
                 for bucket, mapping in group_by_bucket(((k, b"") for k in keys), self.buckets).items():
                     reply = self._pop(keys=[self._k_bucket(name, bucket)], args=list(mapping))
@@ -384,8 +375,6 @@ class RedisEngine(StorageEngine):
                         self._k_digest(name), shared.REDIS_DIGEST_ENTRY % (gone.count, gone.value, gone.bytes, 1)
                     )
                 return len(popped)
-            finally:
-                self._leases.release(lambda: self.r.zrem(inflight, token))
 
         return self._call(run)
 
