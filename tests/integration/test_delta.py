@@ -294,3 +294,43 @@ def test_a_version_reading_through_a_dropped_base_keeps_it_until_it_goes(tmp_pat
     finally:
         client.close()
         server.stop(1)
+
+
+@pytest.mark.parametrize("stage", ["load", "verify", "flip"])
+def test_a_delta_run_killed_at_a_stage_leaves_the_alias_and_is_finished(tmp_path: Path, stage: str) -> None:
+    """A real SIGKILL of ``bulldozer run`` as a delta's stage starts (the layer or copy made,
+    the changes applied, the version sealed): the alias stays on the complete version it
+    pointed at, and the delta is finished (resumed, or run again) to a full run's digest."""
+    import json
+    import time
+
+    from tests.integration.test_run import _cli, _dal_processes
+
+    home = tmp_path / "h"
+    table = make_table(home)
+    spec, full_spec = home / "delta.yaml", home / "full.yaml"
+    spec.write_text(job("items", "delta").text)
+    full_spec.write_text(job("items_full", "full").text)
+    first = json.loads(_cli(["run", str(spec), "--json"], home).stdout)
+    change(table, random.Random(9), "update", [10_000])
+    change(table, random.Random(10), "delete", [10_000])
+    killed = _cli(["run", str(spec), "-q"], home, fault=f"kill-at:{stage}")
+    assert killed.returncode == -9, killed.stderr
+    deadline = time.monotonic() + 15
+    while _dal_processes(home / "kv") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    alias = json.loads(_cli(["alias", "show", "items", "--json"], home).stdout)
+    assert alias["namespace"] == first["version"]  # never a partial version
+    runs = json.loads(_cli(["runs", "items", "--json"], home).stdout)
+    (left,) = [r for r in runs if r["version"] != first["version"]]
+    if stage == "flip":
+        assert left["state"] == "SEALED"  # verified, never flipped: a new run supersedes it
+        finished = _cli(["run", str(spec), "--json"], home)
+    else:
+        assert left["state"] == "LOADING"
+        finished = _cli(["run", str(spec), "--resume", left["version"], "--json"], home)
+    assert finished.returncode == 0, finished.stderr
+    record = json.loads(finished.stdout)
+    full = json.loads(_cli(["run", str(full_spec), "--json"], home).stdout)
+    assert record["mode"] == "delta" and (record["rows"], record["digest"]) == (full["rows"], full["digest"])
+    assert json.loads(_cli(["alias", "show", "items", "--json"], home).stdout)["namespace"] == record["version"]
