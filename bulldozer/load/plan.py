@@ -88,13 +88,10 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engi
             for task in _tasks(_scan(lp, lp.columns)):
                 files, rows, nbytes = files + 1, rows + task.file.record_count, nbytes + task.file.file_size_in_bytes
             if dm.mode != "full":
-                import hashlib
-
                 from bulldozer.load.delta import plan_delta
 
-                sha = hashlib.sha256(loaded.text.encode()).hexdigest()
                 uuid = str(table.metadata.table_uuid)
-                delta = plan_delta(spec, sha, table, uuid, snapshot_id, job, live, lp.columns)
+                delta = plan_delta(spec, loaded.sha256, table, uuid, snapshot_id, job, live, lp.columns)
                 if isinstance(delta, str):
                     full_reason = delta
                 else:

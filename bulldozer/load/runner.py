@@ -12,7 +12,6 @@ The version's labels hold what a resumed run, the CLI and the scheduler need:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -139,7 +138,7 @@ class JobRun:
             job=self.spec.metadata.name,
             alias=self.spec.alias,
             engine=self.load_engine.name,
-            spec_sha256=hashlib.sha256(loaded.text.encode()).hexdigest(),
+            spec_sha256=loaded.sha256,
             started=_now(),
         )
         self.stage = _Stages(self.record, on_stage)

@@ -94,6 +94,13 @@ class LoadedSpec:
     #: environment's, not the spec's own (a token there is the operator's credential)
     expanded: frozenset[str] = frozenset()
 
+    @property
+    def sha256(self) -> str:
+        """The spec text's identity: what a run records, and a delta requires unchanged."""
+        import hashlib
+
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
     def issue(self, path: PathT, message: str) -> SpecIssue:
         """A located issue about ``path`` (used by checks that run after loading)."""
         pos = self.positions.locate(path)

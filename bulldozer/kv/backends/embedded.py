@@ -250,19 +250,27 @@ class EmbeddedEngine(StorageEngine):
 
     @staticmethod
     def _merged(txn: Any, data: list[Any], tombs: list[Any], after: bytes | None) -> Iterator[tuple[bytes, Any]]:
-        """Every visible pair through the layers, in key order, after ``after``."""
+        """Every visible pair through the layers, in key order, after ``after`` (one layer:
+        its cursor alone, with nothing to merge)."""
         import heapq
         from itertools import groupby
         from operator import itemgetter
 
-        def layer(i: int, db: Any) -> Iterator[tuple[bytes, int, Any]]:
+        def pairs(db: Any) -> Iterator[tuple[Any, Any]]:
             cursor = txn.cursor(db=db)
             found = cursor.set_range(after) if after is not None else cursor.first()
             if found and after is not None and cursor.key() == after:
                 found = cursor.next()
             if found:
-                for key, value in cursor.iternext():
-                    yield bytes(key), i, value
+                yield from cursor.iternext()
+
+        if len(data) == 1:
+            yield from pairs(data[0])
+            return
+
+        def layer(i: int, db: Any) -> Iterator[tuple[bytes, int, Any]]:
+            for key, value in pairs(db):
+                yield bytes(key), i, value
 
         for key, group in groupby(heapq.merge(*(layer(i, db) for i, db in enumerate(data))), key=itemgetter(0)):
             _, newest, value = next(group)
@@ -599,10 +607,7 @@ class EmbeddedEngine(StorageEngine):
     def iterate(self, name: str, chunk: int = 50_000) -> Iterator[list[tuple[bytes, bytes]]]:
         data, tombs = self._layer_dbs(self._chain(name))
         with self.env.begin() as txn:
-            if len(data) == 1:
-                yield from chunked(txn.cursor(db=data[0]).iternext(keys=True, values=True), chunk)
-            else:
-                yield from chunked(self._merged(txn, data, tombs, None), chunk)
+            yield from chunked(self._merged(txn, data, tombs, None), chunk)
 
     # -- aliases ----------------------------------------------------------------
 

@@ -430,13 +430,18 @@ class KvDal:
         limit: int = 1000,
         schema_generation: int = 0,
     ) -> tuple[str, list[tuple[bytes, bytes]]]:
+        name = self._readable(namespace, alias, schema_generation)
+        return name, self.engine.scan(name, after, min(max(limit, 1), self.limits.max_scan_page))
+
+    def _readable(self, namespace: str, alias: str, schema_generation: int) -> str:
+        """The namespace a read addresses (``resolve``), refused unless it is readable."""
         name = self.resolve(namespace, alias, schema_generation)
         record = self.describe(name)
         if record.state not in READABLE:
             raise NamespaceStateError(
                 f"namespace {name!r} is {record.state.value}; reads are served from SEALED, ACTIVE and RETIRED versions"
             )
-        return name, self.engine.scan(name, after, min(max(limit, 1), self.limits.max_scan_page))
+        return name
 
     def delete(self, namespace: str, keys: Sequence[bytes]) -> int:
         """Delete keys from a LOADING namespace (``StorageEngine.delete_batch``)."""
@@ -454,12 +459,7 @@ class KvDal:
         """A seeded sample of a readable version's pairs (``StorageEngine.sample``)."""
         if not 1 <= count <= self.limits.max_batch_get_keys:
             raise InvalidArgumentError(f"a sample holds 1 to {self.limits.max_batch_get_keys:,} records, not {count:,}")
-        name = self.resolve(namespace, alias, schema_generation)
-        record = self.describe(name)
-        if record.state not in READABLE:
-            raise NamespaceStateError(
-                f"namespace {name!r} is {record.state.value}; reads are served from SEALED, ACTIVE and RETIRED versions"
-            )
+        name = self._readable(namespace, alias, schema_generation)
         records, scanned = self.engine.sample(name, count, seed)
         return name, records, scanned
 
