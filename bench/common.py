@@ -99,14 +99,14 @@ def encoded_batches(home: Path, spec_path: Path) -> list[list[tuple[bytes, bytes
     import pyarrow.compute as pc
 
     from bulldozer.kv.columnar import batch_bounds
-    from bulldozer.load.engines.local import _tasks, task_batches
+    from bulldozer.load.engines.local import scan_tasks, task_batches
     from bulldozer.spec import load_spec
 
     write = load_spec(spec_path, env={}).spec.key_value_dal.write
     table, encoder, columns = _job_encoder(home, spec_path)
     scan = table.scan(selected_fields=columns)
     batches = []
-    for task in _tasks(scan):
+    for task in scan_tasks(scan):
         for arrow in task_batches(table, scan, task):  # the local engine's own reader
             enc = encoder.encode(arrow)
             keys, values = enc.keys.to_pylist(), enc.values.to_pylist()

@@ -548,6 +548,9 @@ def engines_section(ctx: Context) -> None:
                 engines.setdefault(f"{name}_load_stage_rows_per_s", []).append(
                     s.spark_rows / run.output["timings"]["load"]
                 )
+                engines.setdefault(f"{name}_write_rows_per_s", []).append(  # the load stage without Spark's start
+                    s.spark_rows / (run.output["timings"]["load"] - run.output["engine_start"])
+                )
                 engines.setdefault(f"{name}_peak_rss_kib", []).append(run.rss_kib + run.child_rss_kib)
                 ctx.say(f"  {name} round {rep + 1}: {s.spark_rows / run.seconds:,.0f} rows/s")
     local_rate = med(engines["local_rows_per_s"])
@@ -556,15 +559,27 @@ def engines_section(ctx: Context) -> None:
         if f"{name}_rows_per_s" not in engines:
             continue
         rate, load = med(engines[f"{name}_rows_per_s"]), med(engines[f"{name}_load_stage_rows_per_s"])
+        write = med(engines[f"{name}_write_rows_per_s"])
         ctx.rows.append(
             Row(
                 "4 engines",
-                f"load stage rows/s (Spark's start-up inside it), nested sample {s.spark_rows:,} rows: local vs {label}",
+                f"load stage rows/s without Spark's start-up (the run record's engine_start taken out), nested "
+                f"sample {s.spark_rows:,} rows: local vs {label}",
+                f"{label} {write:,.0f}",
+                f"local {local_load:,.0f}",
+                f"{local_load / write:.2f}× slower",
+                "≤ 1.5×",
+                verdict(local_load / write, 1.5, higher_is_better=False),
+            )
+        )
+        ctx.rows.append(
+            Row(
+                "4 engines",
+                f"load stage rows/s with Spark's start-up inside it, nested sample {s.spark_rows:,} rows: "
+                f"local vs {label}",
                 f"{label} {load:,.0f}",
                 f"local {local_load:,.0f}",
                 f"{local_load / load:.2f}× slower",
-                "≤ 1.5×",
-                verdict(local_load / load, 1.5, higher_is_better=False),
             )
         )
         ctx.rows.append(

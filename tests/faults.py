@@ -65,7 +65,7 @@ class FaultyEngine(LoadEngine):
 
         return self.engine.load(plan, client, on_split, failing)
 
-    def key_hashes_of(self, plan: LoadPlan, split_ids: set[str]) -> list[np.ndarray[Any, Any]]:
+    def key_hashes_of(self, plan: LoadPlan, split_ids: set[str] | None) -> list[np.ndarray[Any, Any]]:
         return self.engine.key_hashes_of(plan, split_ids)
 
     def find_keys(self, plan: LoadPlan, hashes: set[int], limit: int = 3) -> list[dict[str, Any]]:

@@ -51,7 +51,7 @@ class RunPlan:
 def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engine: str = "local") -> RunPlan:
     """What a run on ``engine`` would do; its time from that engine's latest successful run
     of the job (engines differ several-fold: Spark pays its start-up, a cluster scales)."""
-    from bulldozer.load.engines.local import _scan, _tasks
+    from bulldozer.load.engines.local import _scan, scan_tasks
     from bulldozer.load.source import schema_at, source_label
     from bulldozer.versioning.flip import live_version
     from bulldozer.versioning.run_state import run_record_of
@@ -85,7 +85,7 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engi
             from bulldozer.load.engines.base import LoadPlan
 
             lp = LoadPlan(spec, table, snapshot_id, job.proto, "")
-            for task in _tasks(_scan(lp, lp.columns)):
+            for task in scan_tasks(_scan(lp, lp.columns)):
                 files, rows, nbytes = files + 1, rows + task.file.record_count, nbytes + task.file.file_size_in_bytes
             if dm.mode != "full":
                 from bulldozer.load.delta import plan_delta

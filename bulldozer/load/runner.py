@@ -34,6 +34,7 @@ from bulldozer.errors import (
     RetentionError,
     SchemaError,
     SpecError,
+    VerificationError,
 )
 from bulldozer.kv.client import KvClient
 from bulldozer.kv.types import NamespaceRecord, State
@@ -352,6 +353,7 @@ class JobRun:
         commit calls it with what its tasks reported)."""
         record, client = self.record, self.client
         record.rows, record.bytes = result.rows, result.digest.bytes
+        record.engine_start = result.engine_start
         record.digest = f"{result.digest.value:#018x}"
         self.digest_value, self.null_counts = result.digest.value, dict(result.null_counts)
         loaded = Loaded(record.rows, self.digest_value, dict(self.null_counts))
@@ -370,7 +372,13 @@ class JobRun:
         record, client = self.record, self.client
         info = client.describe(record.version)
         if info.state in (State.LOADING, State.SEALING):
-            client.seal(record.version, expected_records=record.rows, expected_digest=self.digest_value)
+            try:
+                client.seal(record.version, expected_records=record.rows, expected_digest=self.digest_value)
+            except VerificationError:
+                shared = self._shared_keys()
+                if shared is not None:
+                    raise shared from None
+                raise
         elif info.state not in (State.SEALED, State.ACTIVE, State.RETIRED):
             raise NamespaceStateError(
                 f"{record.version} is {info.state.value}" + (f": {info.failure_reason}" if info.failure_reason else "")
@@ -388,6 +396,20 @@ class JobRun:
         failed = [g for g in gates if not g.passed]
         if failed:
             raise QualityGateError("quality gate failed: " + "; ".join(f"{g.gate}: {g.detail}" for g in failed))
+
+    def _shared_keys(self) -> DuplicateKeyError | None:
+        """After a seal stored fewer records than were sent by writers that could not see
+        each other's keys: the keys rows shared, re-read from the source (None when that is
+        not what happened, or the source is not at hand)."""
+        record = self.record
+        if not self.load_engine.shared_keys_unchecked or self.table is None or self.job is None:
+            return None
+        if self.client.describe(record.version).record_count >= record.rows:
+            return None
+        plan = LoadPlan(self.spec, self.table, record.snapshot_id, self.job.proto, record.version, home=self.home)
+        hashes = self.load_engine.key_hashes_of(plan, None)
+        dups = duplicate_hashes(hashes)
+        return duplicate_key_error(self.load_engine.find_keys(plan, dups)) if dups else None
 
     def shadow_read(self, live: NamespaceRecord | None) -> ShadowReadReport | None:
         """Compare a sample of the sealed version with the live one, when the spec asks."""

@@ -89,7 +89,7 @@ def _evolved_table(tmp_path: Path) -> Any:
 def _both_readers(table: Any, scan: Any) -> tuple[pa.Table, pa.Table]:
     from pyiceberg.io.pyarrow import _read_all_delete_files
 
-    tasks = local._tasks(scan)
+    tasks = local.scan_tasks(scan)
     arrow_scan = ArrowScan(table.metadata, table.io, scan.projection(), scan.row_filter, scan.case_sensitive)
     ours = [batch for task in tasks for batch in local.parquet_batches(arrow_scan, task, local.BATCH_ROWS) or []]
     theirs = list(
@@ -115,14 +115,14 @@ def test_a_row_filter_or_delete_files_go_through_pyicebergs_reader(tmp_path: Pat
 
     table = _evolved_table(tmp_path)
     filtered = table.scan(row_filter="id > 2")
-    task = local._tasks(filtered)[0]
+    task = local.scan_tasks(filtered)[0]
     arrow_scan = ArrowScan(table.metadata, table.io, filtered.projection(), filtered.row_filter)
     assert (
         local.parquet_batches(arrow_scan, task, local.BATCH_ROWS) is None
     )  # the filter is pushed into row groups there
     plain = table.scan()
     arrow_scan = ArrowScan(table.metadata, table.io, plain.projection(), plain.row_filter)
-    task = local._tasks(plain)[0]
+    task = local.scan_tasks(plain)[0]
     assert local.parquet_batches(arrow_scan, task, local.BATCH_ROWS) is not None
     with_deletes = types.SimpleNamespace(file=task.file, delete_files={object()})
     assert local.parquet_batches(arrow_scan, with_deletes, local.BATCH_ROWS) is None

@@ -35,9 +35,13 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def test_spark_and_local_store_identical_versions(home: Path, dal: KvClient) -> None:
+    from bulldozer.load.engines.spark import SparkEngine
+
     spec = load_spec_text(TEMPLATE, "job.yaml", env={})
-    spark = run_job(spec, dal, engine="spark", home=str(home))
+    engine = SparkEngine()
+    spark = run_job(spec, dal, engine=engine, home=str(home))
     assert spark.outcome == "succeeded" and spark.rows == 3_000 and spark.engine == "spark"
+    assert engine.shared_keys_unchecked  # three files for the cores: the tasks read them themselves
     from_spark = read(dal, "user_item_scores", KEY)
     local = run_job(spec, dal, engine="local", home=str(home))
     assert local.snapshot_id == spark.snapshot_id

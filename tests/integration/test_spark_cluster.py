@@ -56,6 +56,12 @@ def test_a_job_on_a_standalone_cluster_stores_what_the_local_engine_stores(
     engine = SparkEngine(master=master, conf=archive_conf(archive))
     on_cluster = run_job(spec, dal, engine=engine, home=str(home))
     assert on_cluster.outcome == "succeeded" and on_cluster.rows == 3_000 and on_cluster.engine == "spark"
+    assert not engine.shared_keys_unchecked  # four tasks, three files: Spark read the table, by key
+    # without write.partitions the worker's two cores take the three files: the executors'
+    # tasks read them themselves
+    split_reads = run_job(load_spec_text(TEMPLATE, "job.yaml", env={}), dal, engine=engine, home=str(home))
+    assert engine.shared_keys_unchecked and split_reads.rows == 3_000
+    assert dal.describe(split_reads.version).digest == dal.describe(on_cluster.version).digest
     # the tasks ran on the worker's executor, not in this driver (local mode's executor id is "driver")
     from bulldozer.load.engines.spark.session import spark_session
 

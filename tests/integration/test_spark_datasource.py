@@ -1,7 +1,8 @@
-"""The ``bulldozer`` Spark data source (``df.write.format("bulldozer")``), the one Spark write
-path: a DataFrame becomes a verified, flipped version; ``bulldozer run --engine spark``
-writes through it in ``write.partitions`` tasks by key; bad DataFrames are refused with
-the error a user can act on, and a failed write never moves the alias.
+"""The ``bulldozer`` Spark data source (``df.write.format("bulldozer")``) and its writer, the
+one Spark write path: a DataFrame becomes a verified, flipped version; ``bulldozer run
+--engine spark`` writes with it in ``write.partitions`` tasks, fed the table's file splits
+or (fewer splits than tasks) Spark's read of the table by key; bad DataFrames are refused
+with the error a user can act on, and a failed write never moves the alias.
 
 One Spark session (``local[2,2]``: two cores, a failed task is tried twice) is shared by
 the module; its Python workers — those that run the data source's driver side too — get
@@ -10,6 +11,7 @@ the module; its Python workers — those that run the data source's driver side 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -271,29 +273,54 @@ def test_spec_fields_a_dataframe_write_cannot_apply_are_refused_by_name(
     assert dal.list_namespaces("user_item_scores") == before  # refused before a version existed
 
 
-def test_the_engine_writes_in_the_spec_s_partitions_by_key(spark: Any, home: Path, dal: KvClient) -> None:
-    text = TEMPLATE.replace("    in_flight_batches: 4 ", "    partitions: 3\n    in_flight_batches: 4 ")
-    record = run_job(load_spec_text(text, "job.yaml", env={}), dal, engine="spark", home=str(home))
+@pytest.mark.parametrize(("partitions", "reads_splits"), [(3, True), (4, False)])
+def test_the_engine_writes_in_the_spec_s_partitions(
+    spark: Any, home: Path, dal: KvClient, partitions: int, reads_splits: bool
+) -> None:
+    """As many write tasks as ``write.partitions`` says: fed the table's three files when
+    there are enough of them, else Spark's read of the table spread over them by key."""
+    from bulldozer.load.engines.spark import SparkEngine
+
+    text = TEMPLATE.replace("    in_flight_batches: 4 ", f"    partitions: {partitions}\n    in_flight_batches: 4 ")
+    engine = SparkEngine()
+    record = run_job(load_spec_text(text, "job.yaml", env={}), dal, engine=engine, home=str(home))
+    assert engine.shared_keys_unchecked is reads_splits  # split reads: tasks do not share keys
     ledger = ledger_of(dal.describe(record.version))
-    assert len(ledger) == 3 and sum(v[0] for v in ledger.values()) == 3_000
+    assert len(ledger) == partitions and sum(v[0] for v in ledger.values()) == 3_000
+    assert all(v[0] for v in ledger.values())  # every task wrote rows
+    local = run_job(load_spec_text(TEMPLATE, "job.yaml", env={}), dal, engine="local", home=str(home))
+    assert dal.describe(local.version).digest == dal.describe(record.version).digest
+    assert record.engine_start > 0 and local.engine_start == 0
     from bulldozer.load.plan import plan_run
 
-    # plan estimates Spark from this Spark run, the local engine from none
+    # plan estimates Spark from this Spark run, the local engine from its own
     assert plan_run(load_spec_text(text, "job.yaml", env={}), dal, str(home), "spark").rate_source == (
         f"measured by spark run {record.run_id}"
     )
-    assert "no earlier local run" in plan_run(load_spec_text(text, "job.yaml", env={}), dal, str(home)).rate_source
     with pytest.raises(Exception, match=r"write\.partitions"):
         run_job(load_spec_text(text, "job.yaml", env={}), dal, engine="local", home=str(home))
 
 
-def test_duplicate_keys_in_the_table_are_named_by_the_engine(spark: Any, home: Path, dal: KvClient) -> None:
+@pytest.mark.parametrize("partitions", [4, 5])
+def test_duplicate_keys_in_the_table_are_named_by_the_engine(
+    spark: Any, home: Path, dal: KvClient, partitions: int
+) -> None:
+    """Rows sharing a key in different files: with one task per file (4: split reads) the
+    tasks cannot see each other's keys, the seal counts fewer records than were sent and the
+    run names the keys; spread by key (5) they meet in one task, which names them."""
     table = open_catalog(CatalogConfig(), home).load_table("sample.user_item_scores")
     rows = table.scan().to_arrow().slice(0, 5)
-    table.append(rows)  # five keys now appear twice, in different files
+    table.append(rows)  # five keys now appear twice, in different files (four files)
+    live = _live(dal, "user_item_scores")
+    text = TEMPLATE.replace("    in_flight_batches: 4 ", f"    partitions: {partitions}\n    in_flight_batches: 4 ")
     try:
-        with pytest.raises(DuplicateKeyError, match="sharing a key"):
-            run_job(load_spec_text(TEMPLATE, "job.yaml", env={}), dal, engine="spark", home=str(home))
+        with pytest.raises(DuplicateKeyError, match=re.escape('sharing a key, e.g. {"user_id": ')) as raised:
+            run_job(load_spec_text(text, "job.yaml", env={}), dal, engine="spark", home=str(home))
+        named = rows.column("user_id").to_pylist()
+        assert any(f'"user_id": {key}' in str(raised.value) for key in named), raised.value
+        versions = dal.list_namespaces("user_item_scores")
+        assert max(versions, key=lambda ns: ns.created).state == State.FAILED
+        assert _live(dal, "user_item_scores") == live
     finally:
         table.overwrite(table.scan(snapshot_id=table.history()[-2].snapshot_id).to_arrow())
 

@@ -67,6 +67,8 @@ class LoadPlan:
 class LoadResult:
     splits: dict[str, SplitResult] = field(default_factory=dict)
     key_hashes: list[np.ndarray[Any, Any]] = field(default_factory=list)
+    #: seconds of the load the engine spent starting before it read a row (Spark's session)
+    engine_start: float = 0.0
 
     @property
     def rows(self) -> int:
@@ -102,14 +104,18 @@ class LoadEngine(ABC):
     runs_sql: ClassVar[bool] = False
     #: Whether the engine spreads the load over ``key_value_dal.write.partitions`` tasks.
     writes_partitions: ClassVar[bool] = False
+    #: Set by a load whose writers could not see each other's keys (rows sharing a key may
+    #: have gone to different writers): the seal's count finds such rows, the runner names them.
+    shared_keys_unchecked: bool = False
 
     @abstractmethod
     def load(self, plan: LoadPlan, client: KvClient, on_split: SplitDone, progress: Progress) -> LoadResult:
         """Load every split not in ``plan.done`` into ``plan.version``."""
 
     @abstractmethod
-    def key_hashes_of(self, plan: LoadPlan, split_ids: set[str]) -> list[np.ndarray[Any, Any]]:
-        """Key hashes of splits loaded earlier (a resumed run re-reads only their keys)."""
+    def key_hashes_of(self, plan: LoadPlan, split_ids: set[str] | None) -> list[np.ndarray[Any, Any]]:
+        """Key hashes of splits loaded earlier (a resumed run re-reads only their keys), or
+        of every split (None)."""
 
     @abstractmethod
     def find_keys(self, plan: LoadPlan, hashes: set[int], limit: int = 3) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -32,7 +33,7 @@ from bulldozer.load.prefetch import read_ahead
 from bulldozer.spec.models import JobSpec
 from bulldozer.warehouse.pyiceberg_fast import parquet_batches, streaming_reader
 
-__all__ = ["LocalEngine", "source_scan", "split_id", "task_batches"]
+__all__ = ["LocalEngine", "SplitReader", "scan_tasks", "source_scan", "split_id", "task_batches"]
 
 BATCH_ROWS = 65_536
 #: Batches the reader thread decodes ahead of the encoder.
@@ -58,7 +59,8 @@ def _scan(plan: LoadPlan, columns: list[str]) -> Any:
     return source_scan(plan.table, plan.spec, plan.snapshot_id, columns)
 
 
-def _tasks(scan: Any) -> list[Any]:
+def scan_tasks(scan: Any) -> list[Any]:
+    """The scan's file-scan tasks (the splits), in file order."""
     return sorted(scan.plan_files(), key=lambda t: t.file.file_path)
 
 
@@ -85,19 +87,41 @@ def _will_need(location: str | None) -> None:
         os.close(fd)
 
 
+@dataclass(frozen=True)
+class SplitReader:
+    """What reading a scan's splits needs without the table's catalog: the table's metadata
+    and file IO, the scan's projection and row filter. It pickles (the Spark engine's write
+    tasks read their own splits with it, on the executors)."""
+
+    metadata: Any
+    io: Any
+    projection: Any
+    row_filter: Any
+    case_sensitive: bool = True
+
+    @classmethod
+    def of(cls, table: Any, scan: Any) -> SplitReader:
+        return cls(table.metadata, table.io, scan.projection(), scan.row_filter, scan.case_sensitive)
+
+    def batches(self, task: Any, next_location: str | None = None) -> Iterator[pa.RecordBatch]:
+        """One split's batches of at most ``BATCH_ROWS`` rows, as the load sends them
+        (``next_location``: the file read after this one, asked into the page cache)."""
+        from pyiceberg.io.pyarrow import ArrowScan
+
+        _will_need(next_location)
+        arrow_scan = ArrowScan(self.metadata, self.io, self.projection, self.row_filter, self.case_sensitive)
+        batches = parquet_batches(arrow_scan, task, BATCH_ROWS)
+        if batches is None:
+            streaming = streaming_reader(arrow_scan)
+            batches = streaming(task) if streaming is not None else arrow_scan.to_record_batches([task])
+        for batch in batches:
+            for start in range(0, batch.num_rows, BATCH_ROWS):
+                yield batch.slice(start, BATCH_ROWS)
+
+
 def task_batches(table: Any, scan: Any, task: Any, next_location: str | None = None) -> Iterator[pa.RecordBatch]:
     """One split's batches of at most ``BATCH_ROWS`` rows, as the load sends them."""
-    from pyiceberg.io.pyarrow import ArrowScan
-
-    _will_need(next_location)
-    arrow_scan = ArrowScan(table.metadata, table.io, scan.projection(), scan.row_filter, scan.case_sensitive)
-    batches = parquet_batches(arrow_scan, task, BATCH_ROWS)
-    if batches is None:
-        streaming = streaming_reader(arrow_scan)
-        batches = streaming(task) if streaming is not None else arrow_scan.to_record_batches([task])
-    for batch in batches:
-        for start in range(0, batch.num_rows, BATCH_ROWS):
-            yield batch.slice(start, BATCH_ROWS)
+    return SplitReader.of(table, scan).batches(task, next_location)
 
 
 def _split_stream(splits: list[tuple[str, Iterator[pa.RecordBatch]]]) -> Iterator[tuple[str, pa.RecordBatch | None]]:
@@ -127,7 +151,7 @@ class LocalEngine(LoadEngine):
 
             return [("sql", 0, open_reader(plan.sql, columns))]
         scan = _scan(plan, columns)
-        tasks = _tasks(scan)
+        tasks = scan_tasks(scan)
         following = [t.file.file_path for t in tasks[1:]] + [None]
         return [
             (split_id(task), task.file.record_count, task_batches(plan.table, scan, task, then))
@@ -187,11 +211,11 @@ class LocalEngine(LoadEngine):
                     done.result()  # a failed acknowledgement or ledger write fails the load
         return result
 
-    def key_hashes_of(self, plan: LoadPlan, split_ids: set[str]) -> list[np.ndarray[Any, Any]]:
+    def key_hashes_of(self, plan: LoadPlan, split_ids: set[str] | None) -> list[np.ndarray[Any, Any]]:
         encoder = RowEncoder(plan.proto)
         out = []
         for sid, _rows, batches in self._splits(plan, [f.column for f in plan.proto.key.fields]):
-            if sid in split_ids:
+            if split_ids is None or sid in split_ids:
                 out += [key_hashes(encoder.encode_keys(batch)) for batch in batches]
         return out
 

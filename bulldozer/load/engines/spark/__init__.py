@@ -1,19 +1,33 @@
 """``spark``: load with Apache Spark (pyspark 4.1 + Iceberg's Spark runtime).
 
-The driver reads the table at the pinned snapshot through Iceberg's Spark catalog
-(``session``), spreads the rows over ``key_value_dal.write.partitions`` write tasks by a
-hash of the key columns (default: one task per 64 MiB of data files, at least one per
-core), and writes them through the ``bulldozer`` data source (``datasource``), the one
-Spark write path: each task encodes with the shared encoder, writes through the DAL
-client and reports its rows, digest and null counts; the commit hands them to the
-runner, which verifies and flips as for every engine. Rows sharing a key meet in one task
-(the partitioning is by key), which names them.
+Spark schedules the write tasks; how their rows reach them depends on the snapshot's files
+(``write_tasks``):
+
+- **split reads** (the snapshot has at least as many file splits as write tasks): the
+  driver plans the pinned snapshot with pyiceberg, as the local engine does, and hands each
+  task a group of splits of about equal bytes; the task reads them with the local engine's
+  reader on the executor (``SplitReader``: no JVM decode, no Arrow hand-over from the JVM,
+  no shuffle). The tasks run ``BulldozerWriter.write`` in an RDD job and the driver calls
+  its ``commit`` with their results. Tasks cannot see each other's keys here: rows sharing
+  a key in two tasks are found by the seal's count, and the runner names them.
+- **by key** (fewer splits than tasks: a few large files would leave cores idle): Spark
+  reads the table at the snapshot through Iceberg's Spark catalog (``session``), spreads
+  the rows over the tasks by a hash of the key columns, and writes them through the
+  ``bulldozer`` data source (``datasource``); rows sharing a key meet in one task, which
+  names them.
+
+Either way the same writer encodes with the shared encoder, writes through the DAL client
+and reports each task's rows, digest and null counts (one result per partition, so a retried
+or speculative task counts once); the commit hands them to the runner, which verifies and
+flips as for every engine. ``key_value_dal.write.partitions`` sets the number of tasks
+(default: one per 64 MiB of data files, at least one per core).
 
 ``local[*]`` by default; set ``BULLDOZER_SPARK_MASTER`` (or ``bulldozer run --master``)
 to run on a cluster — the executors must reach the catalog's files and the DAL endpoint,
 and run Python with Bulldozer installed: ``bulldozer spark package`` builds that
 environment as an archive, and ``BULLDOZER_SPARK_ARCHIVE`` ships it with every job
-(``package``).
+(``package``). The Python workers fork from a daemon that has Bulldozer imported
+(``daemon``).
 
 Resume with Spark re-sends every row (partitions are not stable across sessions; puts are
 idempotent, so the result is the same).
@@ -32,8 +46,8 @@ from typing import Any
 from bulldozer.errors import LoadError
 from bulldozer.kv.client import KvClient
 from bulldozer.load.engines.base import LoadPlan, LoadResult, Progress, SplitDone, SplitResult
-from bulldozer.load.engines.local import LocalEngine
-from bulldozer.load.engines.spark.datasource import FORMAT, Layout, register, worker_error
+from bulldozer.load.engines.local import LocalEngine, SplitReader, scan_tasks, source_scan
+from bulldozer.load.engines.spark.datasource import FORMAT, BulldozerWriter, Layout, register, worker_error
 from bulldozer.load.engines.spark.session import ICEBERG_RUNTIME, SQLITE_JDBC, spark_session, stop_spark_session
 
 log = logging.getLogger(__name__)
@@ -44,17 +58,25 @@ __all__ = ["ICEBERG_RUNTIME", "SQLITE_JDBC", "SparkEngine", "spark_session", "st
 BYTES_PER_PARTITION = 64 * 1024 * 1024
 
 
-def write_partitions(plan: LoadPlan, parallelism: int) -> int:
-    """How many write tasks: the spec's ``write.partitions``, else one per 64 MiB of the
-    snapshot's data files, at least one per core Spark has."""
-    chosen = plan.spec.key_value_dal.write.partitions
-    if chosen is not None:
-        return chosen
+def write_tasks(plan: LoadPlan, parallelism: int, splits: int) -> tuple[int, bool]:
+    """How many write tasks, and whether they read the snapshot's file splits themselves
+    (else Spark reads the table and repartitions its rows by key over them).
+
+    ``write.partitions`` when the spec sets it: read in place when there are at least that
+    many splits. Else read in place when the splits keep every core Spark has busy, in one
+    task per 64 MiB of data files (at most one per split, at least one per core); with fewer
+    splits than cores, one task per 64 MiB, at least one per core, fed by key."""
     size = 0
     snapshot = plan.table.snapshot_by_id(plan.snapshot_id) if plan.table is not None else None
     if snapshot is not None and snapshot.summary is not None:
         size = int(snapshot.summary.get("total-files-size", "0") or 0)
-    return max(parallelism, math.ceil(size / BYTES_PER_PARTITION), 1)
+    by_size = max(parallelism, math.ceil(size / BYTES_PER_PARTITION), 1)
+    chosen = plan.spec.key_value_dal.write.partitions
+    if chosen is not None:
+        return chosen, splits >= chosen
+    if splits >= parallelism:
+        return min(splits, by_size), True
+    return by_size, False
 
 
 class SparkEngine(LocalEngine):
@@ -68,6 +90,7 @@ class SparkEngine(LocalEngine):
         self.master = master
         #: extra Spark properties (default: the executors' environment archive, if configured)
         self.conf = conf
+        self.shared_keys_unchecked = False  # set by each load (see LoadEngine)
 
     def session(self, plan: LoadPlan) -> Any:
         from bulldozer.load.engines.spark.package import archive_conf
@@ -82,32 +105,49 @@ class SparkEngine(LocalEngine):
         from bulldozer.versioning.run_state import ledger_of
 
         spec = plan.spec
+        started = time.perf_counter()
         spark = self.session(plan)
-        register(spark)
-        identifier = f"{spec.data_movement.catalog.name}.{spec.data_movement.source.table}"
-        frame = spark.read.option("versionAsOf", str(plan.snapshot_id)).table(identifier)
-        if spec.data_movement.filter:
-            frame = frame.where(spec.data_movement.filter)
-        keys = [f.column for f in plan.proto.key.fields]
-        partitions = write_partitions(plan, spark.sparkContext.defaultParallelism)
-        frame = frame.select(*plan.columns).repartition(partitions, *keys)
+        startup = time.perf_counter() - started
+        scan = source_scan(plan.table, spec, plan.snapshot_id, plan.columns)
+        splits = scan_tasks(scan)
+        partitions, in_place = write_tasks(plan, spark.sparkContext.defaultParallelism, len(splits))
         tls = settings_tls_material(load_settings()) if client.credentials is not None else None
         layout = Layout(
             plan.proto, client.target, client.token, tls, plan.version, spec.key_value_dal.write, partitions
         )
         write_id = uuid.uuid4().hex[:8]
-        log.info("writing %s in %d Spark tasks by key", plan.version, partitions)
+        writer = BulldozerWriter(layout, write_id=write_id)
+        self.shared_keys_unchecked = in_place
         progress(0, 0)
         with _IdleWatch(spark, load_settings().spark_idle_timeout) as watch:
             try:
-                (
-                    frame.write.format(FORMAT)
-                    .mode("overwrite")
-                    .option("load_version", plan.version)
-                    .option("layout", layout.encode_for_options())
-                    .option("write_id", write_id)
-                    .save()
-                )
+                if in_place:
+                    # the files feed every task: each task reads its own splits with the
+                    # local engine's reader (no JVM decode, no Arrow hand-over from the JVM,
+                    # no shuffle), in an RDD job driving the writer's write and commit
+                    # (no data source planning in Python workers)
+                    layout.reader = SplitReader.of(plan.table, scan)
+                    groups = split_groups(splits, partitions)
+                    log.info("writing %s in %d Spark tasks reading %d splits", plan.version, len(groups), len(splits))
+                    tasks = spark.sparkContext.parallelize(groups, len(groups))
+                    writer.commit(tasks.mapPartitions(writer.write_splits).collect())
+                else:
+                    identifier = f"{spec.data_movement.catalog.name}.{spec.data_movement.source.table}"
+                    frame = spark.read.option("versionAsOf", str(plan.snapshot_id)).table(identifier)
+                    if spec.data_movement.filter:
+                        frame = frame.where(spec.data_movement.filter)
+                    keys = [f.column for f in plan.proto.key.fields]
+                    frame = frame.select(*plan.columns).repartition(partitions, *keys)
+                    register(spark)
+                    log.info("writing %s in %d Spark tasks by key", plan.version, partitions)
+                    (
+                        frame.write.format(FORMAT)
+                        .mode("overwrite")
+                        .option("load_version", plan.version)
+                        .option("layout", layout.encode_for_options())
+                        .option("write_id", write_id)
+                        .save()
+                    )
             except Exception as exc:
                 if watch.fired:
                     raise LoadError(
@@ -116,7 +156,7 @@ class SparkEngine(LocalEngine):
                         "the version is not flipped"
                     ) from None
                 raise worker_error(exc) from None
-        result = LoadResult()
+        result = LoadResult(engine_start=round(startup, 3))
         prefix = f"spark-{write_id}-"
         for split_id, data in sorted(ledger_of(client.describe(plan.version)).items()):
             if not split_id.startswith(prefix):
@@ -129,6 +169,18 @@ class SparkEngine(LocalEngine):
         if not result.splits:
             raise LoadError(f"the Spark write of {plan.version} committed but recorded no results")
         return result
+
+
+def split_groups(splits: list[Any], count: int) -> list[list[Any]]:
+    """``splits`` in ``count`` groups of about equal bytes (largest first, each to the
+    lightest group so far), each group in file order."""
+    groups: list[list[Any]] = [[] for _ in range(count)]
+    sizes = [0] * count
+    for task in sorted(splits, key=lambda t: -int(t.file.file_size_in_bytes)):
+        lightest = sizes.index(min(sizes))
+        groups[lightest].append(task)
+        sizes[lightest] += int(task.file.file_size_in_bytes)
+    return [sorted(group, key=lambda t: t.file.file_path) for group in groups if group]
 
 
 class _IdleWatch:

@@ -25,10 +25,13 @@ alias and flips the alias to it:
 - ``abort`` (on the driver, when a task failed for good) marks the version FAILED. A
   driver killed at any point leaves a LOADING or SEALED version the alias never pointed at.
 
-``bulldozer run --engine spark`` goes through the same writer (``SparkEngine``): it passes
-the version the runner created and its layout (``load_version``, ``layout``), and the
-commit records the partitions' results on the version for the runner, which verifies and
-flips as for every engine (so scheduled runs keep their separate verify and flip stages).
+``bulldozer run --engine spark`` writes with the same writer (``SparkEngine``), for the
+version the runner created: through this source when Spark reads the table (it passes
+``load_version`` and ``layout``), or in an RDD job whose tasks read their file splits
+themselves (``BulldozerWriter.write_splits``) and whose results the driver hands to
+``commit``. In both the commit records the partitions' results on the version for the
+runner, which verifies and flips as for every engine (so scheduled runs keep their separate
+verify and flip stages).
 
 The source is found by name (``format("bulldozer")``) once ``register(spark)`` ran, or
 without it when ``bulldozer`` is installed (not editable) where Spark's Python runs:
@@ -100,6 +103,9 @@ class Layout:
     tuning: WriteTuning
     #: write tasks sharing ``tuning.records_per_second`` (each sends at most its share)
     tasks: int = 1
+    #: set when the tasks read the table's files themselves (``SparkEngine``'s split
+    #: reads, ``BulldozerWriter.write_splits``): the ``SplitReader`` of the scan
+    reader: Any = None
 
     @property
     def key_columns(self) -> list[str]:
@@ -147,6 +153,23 @@ class BulldozerWriter(DataSourceArrowWriter):
         self.layout, self.job, self.write_id = layout, job, write_id
 
     # -- on the executors -------------------------------------------------------
+
+    def write_splits(self, splits: Iterator[Any]) -> Iterator[PartitionResult]:
+        """``write`` for a task handed Iceberg file-scan task lists (an RDD's partition)
+        instead of rows: it reads them with the layout's ``reader``, as the local engine
+        does, a few batches ahead of the encoder."""
+        from bulldozer.load.engines.local import READ_AHEAD
+        from bulldozer.load.prefetch import read_ahead
+
+        tasks = [task for group in splits for task in group]
+        following = [task.file.file_path for task in tasks[1:]] + [None]
+
+        def batches() -> Iterator[Any]:
+            for task, then in zip(tasks, following, strict=True):
+                yield from self.layout.reader.batches(task, then)
+
+        with read_ahead(batches(), READ_AHEAD, "split-reader") as stream:
+            yield self.write(stream)
 
     def write(self, iterator: Iterator[Any]) -> PartitionResult:
         from pyspark import TaskContext

@@ -81,6 +81,8 @@ def spark_session(
         # the batches of the Python workers land in jemalloc's pool (bulldozer.cli.process)
         "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "jemalloc",
         "spark.sql.shuffle.partitions": "8",
+        # Python workers forked with Bulldozer's modules already imported (``daemon``)
+        "spark.python.daemon.module": "bulldozer.load.engines.spark.daemon",
         "spark.driver.memory": settings.spark_driver_memory,
         **(conf or {}),
     }
