@@ -63,3 +63,38 @@ def test_spark_v2_after_the_table_changes_and_a_failing_gate_keeps_it(home: Path
         run_job(spec, dal, engine="spark", home=str(home))
     assert dal.get_alias("user_item_scores").namespace == second.version
     assert read(dal, "user_item_scores", KEY) == after
+
+
+def test_the_first_spark_run_leaves_the_driver_s_class_archive_and_the_next_starts_from_it(
+    dal: KvClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A machine's first Spark run has its driver JVM write the archive of the classes it
+    loaded as it exits (``session._class_archive_options``); the archive is kept only once
+    complete, and later runs start from it. Neither writes anything else on stdout."""
+    import json
+
+    from bulldozer.load.engines.spark import session
+    from tests.integration.test_run import _cli
+
+    home = tmp_path / "home"
+    create_sample_warehouse(home, rows=3_000, chunk_rows=1_000)
+    cache = tmp_path / "cache"
+    args = ["run", "templates/move_data_to_kv_dal.yaml", "--engine", "spark", "--master", "local[2]", "-q", "--json",
+            "--endpoint", dal.target]  # fmt: skip
+    first = _cli(args, home, env={"BULLDOZER_CACHE": str(cache)})
+    assert first.returncode == 0, first.stderr
+    archives = sorted(path.name for path in (cache / "spark").iterdir())
+    assert len(archives) == 1 and archives[0].startswith("driver-") and archives[0].endswith(".jsa"), archives
+    second = _cli(args, home, env={"BULLDOZER_CACHE": str(cache)})
+    assert second.returncode == 0, second.stderr
+    records = [json.loads(done.stdout) for done in (first, second)]
+    assert records[0]["digest"] == records[1]["digest"] and records[1]["engine_start"] > 0
+    assert sorted(path.name for path in (cache / "spark").iterdir()) == archives  # used, not rebuilt
+    # which options a driver gets: the archive to start from once it exists, else the one to write
+    try:
+        monkeypatch.setenv("BULLDOZER_CACHE", str(cache))
+        assert session._class_archive_options()[0] == f"-XX:SharedArchiveFile={cache / 'spark' / archives[0]}"
+        monkeypatch.setenv("BULLDOZER_CACHE", str(tmp_path / "empty"))
+        assert session._class_archive_options()[0].startswith("-XX:ArchiveClassesAtExit=")
+    finally:
+        session._ARCHIVE_BUILD = None
