@@ -138,6 +138,31 @@ def test_the_cli_runs_on_the_cluster_with_the_configured_archive_and_stays_quiet
     assert dal.describe(local.version).digest == dal.describe(record["version"]).digest
 
 
+def test_the_archive_carries_the_daemon_s_modules_as_bytecode_executors_need_not_check(archive: Path) -> None:
+    """The modules the executors' worker daemon preloads come with unchecked hash-based
+    bytecode (PEP 552: Spark's unpacking drops file times, which would make timestamped
+    bytecode stale); the rest is source only."""
+    import importlib.util
+    import marshal
+    import zipfile
+
+    import bulldozer.load.encoder.encode as encode
+
+    site = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
+    with zipfile.ZipFile(archive) as packed:
+        names = set(packed.namelist())
+        pyc = f"{site}/{importlib.util.cache_from_source('bulldozer/load/encoder/encode.py')}"
+        data = packed.read(pyc)
+        source = packed.read(f"{site}/bulldozer/load/encoder/encode.py")
+    assert data[:4] == importlib.util.MAGIC_NUMBER and int.from_bytes(data[4:8], "little") == 0b01
+    assert data[8:16] == importlib.util.source_hash(source)
+    code = marshal.loads(data[16:])
+    assert encode.__file__.endswith(code.co_filename) and "RowEncoder" in code.co_names
+    # a module the daemon does not import ships as source only
+    assert f"{site}/bulldozer/console/app.py" in names
+    assert f"{site}/{importlib.util.cache_from_source('bulldozer/console/app.py')}" not in names
+
+
 def test_package_refuses_a_path_it_cannot_write_in_one_line(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
