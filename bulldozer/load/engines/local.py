@@ -33,7 +33,7 @@ from bulldozer.load.prefetch import read_ahead
 from bulldozer.spec.models import JobSpec
 from bulldozer.warehouse.pyiceberg_fast import parquet_batches, streaming_reader
 
-__all__ = ["LocalEngine", "SplitReader", "scan_tasks", "source_scan", "split_id", "task_batches"]
+__all__ = ["LocalEngine", "SplitReader", "scan_tasks", "source_scan", "split_id", "task_batches", "with_next_file"]
 
 BATCH_ROWS = 65_536
 #: Batches the reader thread decodes ahead of the encoder.
@@ -119,6 +119,12 @@ class SplitReader:
                 yield batch.slice(start, BATCH_ROWS)
 
 
+def with_next_file(tasks: list[Any]) -> list[tuple[Any, str | None]]:
+    """Each split with the file read after it (None after the last): its reader asks for
+    that file ahead (``_will_need``)."""
+    return list(zip(tasks, [t.file.file_path for t in tasks[1:]] + [None], strict=True))
+
+
 def task_batches(table: Any, scan: Any, task: Any, next_location: str | None = None) -> Iterator[pa.RecordBatch]:
     """One split's batches of at most ``BATCH_ROWS`` rows, as the load sends them."""
     return SplitReader.of(table, scan).batches(task, next_location)
@@ -151,11 +157,9 @@ class LocalEngine(LoadEngine):
 
             return [("sql", 0, open_reader(plan.sql, columns))]
         scan = _scan(plan, columns)
-        tasks = scan_tasks(scan)
-        following = [t.file.file_path for t in tasks[1:]] + [None]
         return [
             (split_id(task), task.file.record_count, task_batches(plan.table, scan, task, then))
-            for task, then in zip(tasks, following, strict=True)
+            for task, then in with_next_file(scan_tasks(scan))
         ]
 
     def load(self, plan: LoadPlan, client: KvClient, on_split: SplitDone, progress: Progress) -> LoadResult:

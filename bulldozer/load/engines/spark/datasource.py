@@ -158,14 +158,13 @@ class BulldozerWriter(DataSourceArrowWriter):
         """``write`` for a task handed Iceberg file-scan task lists (an RDD's partition)
         instead of rows: it reads them with the layout's ``reader``, as the local engine
         does, a few batches ahead of the encoder."""
-        from bulldozer.load.engines.local import READ_AHEAD
+        from bulldozer.load.engines.local import READ_AHEAD, with_next_file
         from bulldozer.load.prefetch import read_ahead
 
-        tasks = [task for group in splits for task in group]
-        following = [task.file.file_path for task in tasks[1:]] + [None]
+        tasks = with_next_file([task for group in splits for task in group])
 
         def batches() -> Iterator[Any]:
-            for task, then in zip(tasks, following, strict=True):
+            for task, then in tasks:
                 yield from self.layout.reader.batches(task, then)
 
         with read_ahead(batches(), READ_AHEAD, "split-reader") as stream:

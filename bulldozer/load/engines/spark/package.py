@@ -99,8 +99,8 @@ def bytecode(path: Path) -> bytes | None:
     (Spark's unpacking does not keep file times, so timestamp-checked bytecode would be
     recompiled there by every executor). Only those modules: bytecode for every module
     grew the archive by a quarter, which its copy and unpacking on the driver and on each
-    executor cost back. Taken from this interpreter's own cache when that is current, else compiled;
-    None for a file that does not compile (a template, a test of another Python)."""
+    executor cost back. Taken from this interpreter's own cache when that is current, else
+    compiled; None for a file that does not compile (a template, a test of another Python)."""
     source = path.read_bytes()
     header = importlib.util.MAGIC_NUMBER + _UNCHECKED_HASH + importlib.util.source_hash(source)
     try:
