@@ -161,6 +161,12 @@ class JobRun:
         self.source_fields: list[tuple[str, str]] = []
         self.lineage = lineage_for(loaded, getattr(client, "store", "") or "in-process")
 
+    def prepare_engine(self) -> None:
+        """Have the engine start what its load needs while the schema and create stages run
+        (``LoadEngine.prepare``): for full runs only (a delta run does not use the engine)."""
+        if self.spec.data_movement.mode == "full":
+            self.load_engine.prepare(self.spec, self.home)
+
     # -- the stages -------------------------------------------------------------
 
     def schema(self) -> JobSchema:
@@ -568,6 +574,7 @@ def run_job(
     )
     stage = run.stage
     try:
+        run.prepare_engine()
         with stage("schema"):
             run.schema()
         run.lineage_start()
@@ -643,6 +650,8 @@ def run_stage(
         return run.record
     if stage_name in ("schema", "load"):
         try:
+            if stage_name == "load":
+                run.prepare_engine()
             with stage("schema"):
                 run.schema()
             if stage_name == "schema":

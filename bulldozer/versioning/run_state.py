@@ -66,7 +66,8 @@ class RunRecord:
     digest: str = ""
     gates: list[dict[str, object]] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
-    #: seconds of the load stage the engine spent starting (Spark's session; 0 for local)
+    #: seconds of the load stage spent waiting for the engine to be ready (Spark: its driver
+    #: and its executors' Python workers, started ahead while the run read the schema; 0 for local)
     engine_start: float = 0.0
     outcome: str = "running"
     error: str = ""

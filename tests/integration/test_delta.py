@@ -153,6 +153,32 @@ def test_a_delta_reads_only_the_changed_files(tmp_path: Path, dal: KvClient) -> 
     assert record.mode == "full" and "a full run reads less" in record.full_reason
 
 
+def test_the_engine_is_started_ahead_for_full_runs_only(tmp_path: Path, dal: KvClient) -> None:
+    """``LoadEngine.prepare`` (Spark: start the driver and the executors' Python workers
+    in the background) runs before the schema stage of a full run; a ``delta`` or ``auto``
+    run, which often does not use the engine, does not start it ahead."""
+    from bulldozer.load.engines.local import LocalEngine
+    from bulldozer.spec.models import JobSpec
+
+    home = tmp_path / "home"
+    make_table(home)
+    stages: list[str] = []
+
+    class Recording(LocalEngine):
+        def prepare(self, spec: JobSpec, home: str | None) -> None:
+            stages.append(f"prepare {spec.data_movement.mode}")
+
+    def run(mode: str) -> RunRecord:
+        return run_job(job("items", mode), dal, engine=Recording(), home=str(home), on_stage=stages.append)
+
+    assert run("full").mode == "full"
+    assert stages[:2] == ["prepare full", "schema"] and stages.count("prepare full") == 1
+    stages.clear()
+    # delta and auto runs: the first writes a full version (the spec changed), the next a delta
+    assert [run("delta").mode, run("delta").mode, run("auto").mode, run("auto").mode] == ["full", "delta"] * 2
+    assert "schema" in stages and not [stage for stage in stages if stage.startswith("prepare")]
+
+
 def _reason(record: RunRecord) -> str:
     assert record.mode == "full" and record.outcome == "succeeded"
     return record.full_reason

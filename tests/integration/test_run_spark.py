@@ -83,18 +83,52 @@ def test_the_first_spark_run_leaves_the_driver_s_class_archive_and_the_next_star
             "--endpoint", dal.target]  # fmt: skip
     first = _cli(args, home, env={"BULLDOZER_CACHE": str(cache)})
     assert first.returncode == 0, first.stderr
-    archives = sorted(path.name for path in (cache / "spark").iterdir())
-    assert len(archives) == 1 and archives[0].startswith("driver-") and archives[0].endswith(".jsa"), archives
+    kept = sorted(path.name for path in (cache / "spark").iterdir())
+    archives = [name for name in kept if name.endswith(".jsa")]
+    assert len(archives) == 1 and archives[0].startswith("driver-"), kept
+    # and the local files Spark resolved the Iceberg and JDBC packages to (``session._packages``)
+    jars = [name for name in kept if name.startswith("jars-")]
+    assert len(jars) == 1 and len(kept) == 2, kept
+    files = (cache / "spark" / jars[0]).read_text().split()
+    assert len(files) == 2 and all(Path(file).is_file() and file.endswith(".jar") for file in files), files
     second = _cli(args, home, env={"BULLDOZER_CACHE": str(cache)})
     assert second.returncode == 0, second.stderr
     records = [json.loads(done.stdout) for done in (first, second)]
     assert records[0]["digest"] == records[1]["digest"] and records[1]["engine_start"] > 0
-    assert sorted(path.name for path in (cache / "spark").iterdir()) == archives  # used, not rebuilt
-    # which options a driver gets: the archive to start from once it exists, else the one to write
+    assert sorted(path.name for path in (cache / "spark").iterdir()) == kept  # used, not rebuilt
+    # which options a driver gets: the archive to start from once it exists, else the one to
+    # write; the resolved jars once known, else the packages to resolve
     try:
         monkeypatch.setenv("BULLDOZER_CACHE", str(cache))
         assert session._class_archive_options()[0] == f"-XX:SharedArchiveFile={cache / 'spark' / archives[0]}"
+        assert session._packages() == {"spark.jars": ",".join(files)}
         monkeypatch.setenv("BULLDOZER_CACHE", str(tmp_path / "empty"))
         assert session._class_archive_options()[0].startswith("-XX:ArchiveClassesAtExit=")
+        assert session._packages() == {"spark.jars.packages": f"{session.ICEBERG_RUNTIME},{session.SQLITE_JDBC}"}
     finally:
         session._ARCHIVE_BUILD = None
+
+
+def test_a_driver_spark_refuses_to_start_fails_the_run_in_one_line(dal: KvClient, tmp_path: Path) -> None:
+    """The engine starts Spark in the background while the schema and create stages run;
+    when spark-submit refuses to start the driver, the load stage fails with spark-submit's
+    reason in one line (not a gateway's "exited before sending its port number"), the new
+    version is FAILED and the alias stays."""
+    from bulldozer.kv.types import State
+    from tests.integration.test_run import _cli
+
+    home = tmp_path / "home"
+    create_sample_warehouse(home, rows=3_000)
+    run_job(load_spec_text(TEMPLATE, "job.yaml", env={}), dal, home=str(home), engine="local")
+    live = dal.get_alias("user_item_scores").namespace
+    args = ["run", "templates/move_data_to_kv_dal.yaml", "--engine", "spark", "--master", "nowhere://at-all",
+            "--endpoint", dal.target]  # fmt: skip
+    done = _cli(args, home)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        "error: Spark's driver did not start on nowhere://at-all: "
+        "Master must either be yarn or start with spark, k8s, or local"
+    ), done.stderr
+    assert "Traceback" not in done.stderr and "JAVA_GATEWAY" not in done.stderr
+    newest = max(dal.list_namespaces("user_item_scores"), key=lambda ns: ns.created)
+    assert newest.state == State.FAILED and dal.get_alias("user_item_scores").namespace == live

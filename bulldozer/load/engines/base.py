@@ -67,7 +67,8 @@ class LoadPlan:
 class LoadResult:
     splits: dict[str, SplitResult] = field(default_factory=dict)
     key_hashes: list[np.ndarray[Any, Any]] = field(default_factory=list)
-    #: seconds of the load the engine spent starting before it read a row (Spark's session)
+    #: seconds of the load spent waiting for the engine to be ready before it read a row
+    #: (Spark: its driver, and its executors' Python workers when ``prepare`` started them)
     engine_start: float = 0.0
 
     @property
@@ -107,6 +108,13 @@ class LoadEngine(ABC):
     #: Set by a load whose writers could not see each other's keys (rows sharing a key may
     #: have gone to different writers): the seal's count finds such rows, the runner names them.
     shared_keys_unchecked: bool = False
+
+    def prepare(self, spec: JobSpec, home: str | None) -> None:
+        """Start, in the background, what a load of ``spec`` will need (Spark: its driver and
+        its executors' Python workers), while the run reads the source's schema and creates
+        the version; the load waits for it and counts the wait as ``engine_start``. Called
+        once the spec is valid, for full runs. Default: nothing to start."""
+        return None
 
     @abstractmethod
     def load(self, plan: LoadPlan, client: KvClient, on_split: SplitDone, progress: Progress) -> LoadResult:

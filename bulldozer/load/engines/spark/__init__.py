@@ -29,6 +29,12 @@ environment as an archive, and ``BULLDOZER_SPARK_ARCHIVE`` ships it with every j
 (``package``). The Python workers fork from a daemon that has Bulldozer imported
 (``daemon``).
 
+A full run starts Spark ahead (``prepare``), in a thread, while the run reads the schema
+and creates the version: the driver's context, then a job of one empty task per core that
+brings up the executors' Python workers, so the load's own job finds them running. Split
+reads need only the context; Spark SQL (the session, Iceberg's catalog) starts for the
+by-key path alone.
+
 Resume with Spark re-sends every row (partitions are not stable across sessions; puts are
 idempotent, so the result is the same).
 """
@@ -48,7 +54,14 @@ from bulldozer.kv.client import KvClient
 from bulldozer.load.engines.base import LoadPlan, LoadResult, Progress, SplitDone, SplitResult
 from bulldozer.load.engines.local import LocalEngine, SplitReader, scan_tasks, source_scan
 from bulldozer.load.engines.spark.datasource import FORMAT, BulldozerWriter, Layout, register, worker_error
-from bulldozer.load.engines.spark.session import ICEBERG_RUNTIME, SQLITE_JDBC, spark_session, stop_spark_session
+from bulldozer.load.engines.spark.session import (
+    ICEBERG_RUNTIME,
+    SQLITE_JDBC,
+    spark_context,
+    spark_session,
+    stop_spark_session,
+)
+from bulldozer.spec.models import JobSpec
 
 log = logging.getLogger(__name__)
 
@@ -91,13 +104,36 @@ class SparkEngine(LocalEngine):
         #: extra Spark properties (default: the executors' environment archive, if configured)
         self.conf = conf
         self.shared_keys_unchecked = False  # set by each load (see LoadEngine)
+        self._starting: _Start | None = None
 
-    def session(self, plan: LoadPlan) -> Any:
+    def _context_args(self, spec: JobSpec, home: str | None) -> tuple[Any, ...]:
         from bulldozer.load.engines.spark.package import archive_conf
 
-        catalog = plan.spec.data_movement.catalog
+        catalog = spec.data_movement.catalog
         conf = self.conf if self.conf is not None else archive_conf()
-        return spark_session(catalog.name, dict(catalog.properties) or None, plan.home, self.master, conf)
+        return (catalog.name, dict(catalog.properties) or None, home, self.master, conf)
+
+    def session(self, plan: LoadPlan) -> Any:
+        """The SparkSession (Spark SQL, Iceberg's catalog) for ``plan``: the by-key path's."""
+        return spark_session(*self._context_args(plan.spec, plan.home))
+
+    def prepare(self, spec: JobSpec, home: str | None) -> None:
+        """Start the driver and bring up the executors' Python workers (a job of one empty
+        task per core: each executor starts its worker daemon, which imports Bulldozer,
+        ``daemon``) in a thread, while the run reads the schema and creates the version.
+        Measured on the 2-core machine (2 M nested rows, ``local[2]``): see README."""
+        args = self._context_args(spec, home)
+        if self._starting is None or self._starting.args != args:
+            self._starting = _Start(args)
+
+    def context(self, plan: LoadPlan) -> tuple[Any, _Start | None]:
+        """The SparkContext for ``plan``, and the start ``prepare`` began for it if any
+        (its workers may still be coming up)."""
+        args = self._context_args(plan.spec, plan.home)
+        starting, self._starting = self._starting, None
+        if starting is not None and starting.args == args:
+            return starting.context(), starting
+        return spark_context(*args), None
 
     def load(self, plan: LoadPlan, client: KvClient, on_split: SplitDone, progress: Progress) -> LoadResult:
         from bulldozer.kv.tls import settings_tls_material
@@ -106,11 +142,11 @@ class SparkEngine(LocalEngine):
 
         spec = plan.spec
         started = time.perf_counter()
-        spark = self.session(plan)
+        context, starting = self.context(plan)
         startup = time.perf_counter() - started
         scan = source_scan(plan.table, spec, plan.snapshot_id, plan.columns)
         splits = scan_tasks(scan)
-        partitions, in_place = write_tasks(plan, spark.sparkContext.defaultParallelism, len(splits))
+        partitions, in_place = write_tasks(plan, context.defaultParallelism, len(splits))
         tls = settings_tls_material(load_settings()) if client.credentials is not None else None
         layout = Layout(
             plan.proto, client.target, client.token, tls, plan.version, spec.key_value_dal.write, partitions
@@ -119,8 +155,12 @@ class SparkEngine(LocalEngine):
         writer = BulldozerWriter(layout, write_id=write_id)
         self.shared_keys_unchecked = in_place
         progress(0, 0)
-        with _IdleWatch(spark, load_settings().spark_idle_timeout) as watch:
+        with _IdleWatch(context, load_settings().spark_idle_timeout) as watch:
             try:
+                if starting is not None:  # the executors' Python workers: part of the start-up
+                    waited = time.perf_counter()
+                    starting.workers()
+                    startup += time.perf_counter() - waited
                 if in_place:
                     # the files feed every task: each task reads its own splits with the
                     # local engine's reader (no JVM decode, no Arrow hand-over from the JVM,
@@ -129,9 +169,10 @@ class SparkEngine(LocalEngine):
                     layout.reader = SplitReader.of(plan.table, scan)
                     groups = split_groups(splits, partitions)
                     log.info("writing %s in %d Spark tasks reading %d splits", plan.version, len(groups), len(splits))
-                    tasks = spark.sparkContext.parallelize(groups, len(groups))
+                    tasks = context.parallelize(groups, len(groups))
                     writer.commit(tasks.mapPartitions(writer.write_splits).collect())
                 else:
+                    spark = self.session(plan)
                     identifier = f"{spec.data_movement.catalog.name}.{spec.data_movement.source.table}"
                     frame = spark.read.option("versionAsOf", str(plan.snapshot_id)).table(identifier)
                     if spec.data_movement.filter:
@@ -151,7 +192,7 @@ class SparkEngine(LocalEngine):
             except Exception as exc:
                 if watch.fired:
                     raise LoadError(
-                        f"no Spark task ran for {watch.timeout:,.0f} s on {spark.sparkContext.master}: the cluster "
+                        f"no Spark task ran for {watch.timeout:,.0f} s on {context.master}: the cluster "
                         "has no free cores, or its executors cannot reach this driver (BULLDOZER_SPARK_DRIVER_HOST); "
                         "the version is not flipped"
                     ) from None
@@ -171,6 +212,49 @@ class SparkEngine(LocalEngine):
         return result
 
 
+def _no_rows(rows: Any) -> list[Any]:
+    """The warm-up task: nothing (its worker, forked from the daemon, is then idle for the load's tasks)."""
+    return []
+
+
+class _Start:
+    """A Spark start ``SparkEngine.prepare`` runs in a thread: the context for ``args``
+    (``spark_context``), then a job of one empty task per core, which starts each
+    executor's Python worker daemon and forks its workers. ``context`` and ``workers``
+    wait for each step and raise what it raised."""
+
+    def __init__(self, args: tuple[Any, ...]) -> None:
+        self.args = args
+        self._context: Any = None
+        self._error: BaseException | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="spark-start", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._context = spark_context(*self.args)
+            self._ready.set()
+            cores = self._context.defaultParallelism
+            self._context.parallelize(range(cores), cores).mapPartitions(_no_rows).collect()
+        except BaseException as exc:  # handed to the load, which raises it
+            self._error = exc
+        finally:
+            self._ready.set()
+
+    def context(self) -> Any:
+        self._ready.wait()
+        if self._context is None:
+            assert self._error is not None
+            raise self._error
+        return self._context
+
+    def workers(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
 def split_groups(splits: list[Any], count: int) -> list[list[Any]]:
     """``splits`` in ``count`` groups of about equal bytes (largest first, each to the
     lightest group so far), each group in file order."""
@@ -188,8 +272,8 @@ class _IdleWatch:
     task running or done — Spark itself waits for ever for executors that never come
     (``fired`` then says so). Spark's public status API: the active stages' task counts."""
 
-    def __init__(self, spark: Any, timeout: float, poll: float = 1.0) -> None:
-        self.spark, self.timeout, self.poll = spark, timeout, poll
+    def __init__(self, context: Any, timeout: float, poll: float = 1.0) -> None:
+        self.context, self.timeout, self.poll = context, timeout, poll
         self.fired = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="spark-idle-watch", daemon=True)
@@ -205,7 +289,7 @@ class _IdleWatch:
     def _starved(self) -> bool:
         """Stages are waiting and none of them has a task running or done (no stage: the
         driver is planning, which is not waiting for executors)."""
-        tracker = self.spark.sparkContext.statusTracker()
+        tracker = self.context.statusTracker()
         infos = [tracker.getStageInfo(stage_id) for stage_id in tracker.getActiveStageIds()]
         infos = [info for info in infos if info is not None]
         return bool(infos) and not any(info.numActiveTasks or info.numCompletedTasks for info in infos)
@@ -220,5 +304,5 @@ class _IdleWatch:
             starved_since = starved_since if starved_since is not None else now
             if now - starved_since >= self.timeout:
                 self.fired = True
-                self.spark.sparkContext.cancelAllJobs()
+                self.context.cancelAllJobs()
                 return
