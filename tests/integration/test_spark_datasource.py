@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from bulldozer.errors import DuplicateKeyError, SchemaError, SourceDataError, SpecError
+from bulldozer.errors import DuplicateKeyError, LoadError, SchemaError, SourceDataError, SpecError
 from bulldozer.kv import KvClient
 from bulldozer.kv.types import State
 from bulldozer.load.runner import run_job
@@ -220,11 +220,39 @@ def test_a_write_that_fails_for_good_marks_the_version_failed(spark: Any, dal: K
     _write(good, alias="killed", key_columns="id", endpoint=dal.target, min_rows="1")
     live = dal.get_alias("killed").namespace
     frame = spark.range(0, 1_000, numPartitions=2).select(always_die(col("id")).alias("id"), col("id").alias("v"))
-    with pytest.raises(Exception):  # noqa: B017 (Spark's own error: the worker crashed)
+    with pytest.raises(LoadError) as raised:  # the worker crashed: Spark's error, in one line
         _write(frame, alias="killed", key_columns="id", endpoint=dal.target, min_rows="1")
+    assert str(raised.value).startswith("the Spark job failed (Task ") and "\n" not in str(raised.value)
+    assert "): Python worker exited unexpectedly (crashed)" in str(raised.value)
     assert dal.get_alias("killed").namespace == live
     newest = dal.list_namespaces("killed")[-1]
     assert newest.name != live and newest.state == State.FAILED
+
+
+def test_a_task_s_own_python_error_is_one_line_naming_it() -> None:
+    """A Python worker's exception that is not Bulldozer's (here: a task function the
+    worker's Bulldozer does not have) fails the run with Spark's summary and the exception's
+    line, not Py4J's page of two stack traces."""
+    from bulldozer.load.engines.spark.datasource import worker_error
+
+    text = (
+        "An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collectAndServe.\n"
+        ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 1 in stage 0.0 failed 1 times, "
+        "most recent failure: Lost task 1.0 in stage 0.0 (TID 1) (192.0.2.2 executor driver): "
+        "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+        '  File "/venv/pyspark/worker.py", line 3361, in main\n'
+        "    func, profiler, deserializer, serializer = read_command(pickleSer, infile)\n"
+        "AttributeError: Can't get attribute '_no_rows' on <module 'bulldozer.load.engines.spark'>\n"
+        "\n\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(PythonRunner.scala:645)\n"
+        "Caused by: org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+    )
+    error = worker_error(RuntimeError(text))
+    assert isinstance(error, LoadError) and str(error) == (
+        "the Spark job failed (Task 1 in stage 0.0 failed 1 times): "
+        "AttributeError: Can't get attribute '_no_rows' on <module 'bulldozer.load.engines.spark'>"
+    )
+    other = RuntimeError("the JVM went away")  # not a failed job: left as it is
+    assert worker_error(other) is other
 
 
 @pytest.mark.parametrize(
@@ -303,19 +331,23 @@ def test_the_engine_writes_in_the_spec_s_partitions(
 
 @pytest.mark.parametrize("partitions", [4, 5])
 def test_duplicate_keys_in_the_table_are_named_by_the_engine(
-    spark: Any, home: Path, dal: KvClient, partitions: int
+    spark: Any, home: Path, dal: KvClient, partitions: int, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Rows sharing a key in different files: with one task per file (4: split reads) the
     tasks cannot see each other's keys, the seal counts fewer records than were sent and the
-    run names the keys; spread by key (5) they meet in one task, which names them."""
+    run names the keys; spread by key (5) they meet in one task, which names them. Spark
+    logs nothing about the failed tasks at Bulldozer's default level: the error says it."""
     table = open_catalog(CatalogConfig(), home).load_table("sample.user_item_scores")
     rows = table.scan().to_arrow().slice(0, 5)
     table.append(rows)  # five keys now appear twice, in different files (four files)
     live = _live(dal, "user_item_scores")
     text = TEMPLATE.replace("    in_flight_batches: 4 ", f"    partitions: {partitions}\n    in_flight_batches: 4 ")
     try:
-        with pytest.raises(DuplicateKeyError, match=re.escape('sharing a key, e.g. {"user_id": ')) as raised:
-            run_job(load_spec_text(text, "job.yaml", env={}), dal, engine="spark", home=str(home))
+        with caplog.at_level("DEBUG", logger="bulldozer.spark"):
+            with pytest.raises(DuplicateKeyError, match=re.escape('sharing a key, e.g. {"user_id": ')) as raised:
+                run_job(load_spec_text(text, "job.yaml", env={}), dal, engine="spark", home=str(home))
+        spark_says = [r.getMessage() for r in caplog.records if r.name == "bulldozer.spark"]
+        assert not [line for line in spark_says if "task" in line.lower()], spark_says
         named = rows.column("user_id").to_pylist()
         assert any(f'"user_id": {key}' in str(raised.value) for key in named), raised.value
         versions = dal.list_namespaces("user_item_scores")

@@ -531,8 +531,34 @@ def worker_error(exc: Exception) -> Exception:
             return cls("\n".join(message))
         except TypeError:  # a class with a richer constructor: keep Spark's error
             return exc
-    return exc
+    return _job_failure(exc, lines)
+
+
+def _job_failure(exc: Exception, lines: list[str]) -> Exception:
+    """A Spark job that failed for another reason (a Python worker's own exception, a worker
+    or executor that died) as one line: which tasks failed, and the Python exception or
+    Spark's cause (its full text, with both stack traces, is logged at debug level); else
+    ``exc`` itself."""
+    stage = next((m for m in map(_STAGE_FAILURE.search, lines) if m is not None), None)
+    if stage is None:
+        return exc
+    log.debug("the Spark job failed: %s", exc)
+    cause = stage.group(2) or ""
+    traceback = next((i for i, line in enumerate(lines) if "PythonException: Traceback" in line), None)
+    if traceback is not None:  # the Python worker's own exception: the traceback's last line
+        cause = next((line for line in lines[traceback + 1 :] if _PYTHON_ERROR.match(line)), cause)
+    cause = cause.strip()
+    cause = cause if len(cause) <= 300 else cause[:297] + "..."
+    return LoadError(f"the Spark job failed ({stage.group(1)}): {cause or 'Spark gave no cause'}")
 
 
 #: ``bulldozer.errors.SourceDataError: message`` (the module path is optional)
 _TRACEBACK_ERROR = re.compile(r"^(?:[\w.]+\.)?([A-Z]\w*Error): (.+)$")
+#: ``Job aborted due to stage failure: Task 1 in stage 0.0 failed 4 times, most recent
+#: failure: Lost task 1.3 in stage 0.0 (TID 7) (host executor 0): org.apache.…Exception: cause``
+_STAGE_FAILURE = re.compile(
+    r"Job aborted due to stage failure: (Task \S+ in stage \S+ failed \d+ times?)"
+    r"(?:, most recent failure: Lost task .*?\(TID \d+\) \(.*?\): (?:[\w.$]+: )?(.*))?"
+)
+#: the last line of a Python traceback: ``AttributeError: message`` (not indented)
+_PYTHON_ERROR = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b")

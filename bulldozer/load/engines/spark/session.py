@@ -104,7 +104,12 @@ def spark_context(
             # Spark logs at Bulldozer's level from the JVM's first line on (not only after
             # setLogLevel): the driver reads the shipped log4j2 configuration
             "spark.driver.extraJavaOptions": " ".join(
-                (f"-Dlog4j2.configurationFile={_LOG4J2}", f"-Dbulldozer.spark.level={level}", *_class_archive_options())
+                (
+                    f"-Dlog4j2.configurationFile={_LOG4J2}",
+                    f"-Dbulldozer.spark.level={level}",
+                    f"-Dbulldozer.spark.tasks.level={level if level in ('DEBUG', 'INFO') else 'OFF'}",
+                    *_class_archive_options(),
+                )
             ),
             "spark.driver.host": settings.spark_driver_host,
             "spark.driver.bindAddress": settings.spark_driver_host,
