@@ -343,9 +343,12 @@ def test_duplicate_keys_in_the_table_are_named_by_the_engine(
     live = _live(dal, "user_item_scores")
     text = TEMPLATE.replace("    in_flight_batches: 4 ", f"    partitions: {partitions}\n    in_flight_batches: 4 ")
     try:
-        with caplog.at_level("DEBUG", logger="bulldozer.spark"):
-            with pytest.raises(DuplicateKeyError, match=re.escape('sharing a key, e.g. {"user_id": ')) as raised:
-                run_job(load_spec_text(text, "job.yaml", env={}), dal, engine="spark", home=str(home))
+        named_keys = re.escape('sharing a key, e.g. {"user_id": ')
+        with (
+            caplog.at_level("DEBUG", logger="bulldozer.spark"),
+            pytest.raises(DuplicateKeyError, match=named_keys) as raised,
+        ):
+            run_job(load_spec_text(text, "job.yaml", env={}), dal, engine="spark", home=str(home))
         spark_says = [r.getMessage() for r in caplog.records if r.name == "bulldozer.spark"]
         assert not [line for line in spark_says if "task" in line.lower()], spark_says
         named = rows.column("user_id").to_pylist()
