@@ -132,3 +132,23 @@ def test_a_driver_spark_refuses_to_start_fails_the_run_in_one_line(dal: KvClient
     assert "Traceback" not in done.stderr and "JAVA_GATEWAY" not in done.stderr
     newest = max(dal.list_namespaces("user_item_scores"), key=lambda ns: ns.created)
     assert newest.state == State.FAILED and dal.get_alias("user_item_scores").namespace == live
+
+
+def test_bad_data_in_a_spark_run_is_one_line_on_stderr(dal: KvClient, tmp_path: Path) -> None:
+    """A task that meets bad data (keys repeated across the table's files, spread by key so
+    one task finds them) fails the run with the engine's one line: Spark's own lines about
+    the failed tasks (the executor's traceback, "Lost task", "Aborting commit") stay at
+    INFO and DEBUG."""
+    from tests.integration.test_run import _cli
+
+    home = tmp_path / "home"
+    create_sample_warehouse(home, rows=3_000, chunk_rows=1_000)
+    table = open_catalog(CatalogConfig(), home).load_table("sample.user_item_scores")
+    table.append(table.scan().to_arrow().slice(0, 5))  # five keys twice, in different files
+    spec = tmp_path / "job.yaml"
+    spec.write_text(TEMPLATE.replace("    in_flight_batches: 4 ", "    partitions: 5\n    in_flight_batches: 4 "))
+    args = ["run", str(spec), "--engine", "spark", "--master", "local[2]", "--endpoint", dal.target]
+    done = _cli(args, home)  # the default level: Spark's warnings and errors show
+    assert done.returncode == 1
+    lines = [line for line in done.stderr.splitlines() if not line.startswith("· ")]  # the stages
+    assert len(lines) == 1 and lines[0].startswith("error: the source has rows sharing a key"), done.stderr

@@ -130,12 +130,19 @@ def spark_context(
             options[f"{prefix}.warehouse"] = (root / "warehouse").as_uri()
         if "spark.jars" in (conf or {}) and "spark.jars" in packages:
             options["spark.jars"] = f"{packages['spark.jars']},{options['spark.jars']}"  # ours and theirs
+        # A cluster's executors are asked for as the context starts, and Spark copies and
+        # unpacks the context's archives on the driver before that: added once it runs, the
+        # executors' environment is unpacked on the driver while their JVMs start. Measured
+        # on the loopback cluster: see README.
+        archives = options.pop("spark.archives", "") if not master.startswith("local") else ""
         spark_conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
         context = SparkContext(conf=spark_conf, gateway=_start_driver(spark_conf))
         if "spark.jars.packages" in options:
             _remember_jars(context.getConf().get("spark.jars", ""))
         context.setLogLevel(level)
-        if "spark.archives" in (conf or {}) and not master.startswith("local"):
+        for archive in filter(None, archives.split(",")):
+            context.addArchive(archive)
+        if archives:
             from bulldozer.load.engines.spark.package import EXECUTOR_PYTHON
 
             # the Python workers run the shipped environment's interpreter (package.archive_conf)
