@@ -133,7 +133,7 @@ def spark_context(
         # A cluster's executors are asked for as the context starts, and Spark copies and
         # unpacks the context's archives on the driver before that: added once it runs, the
         # executors' environment is unpacked on the driver while their JVMs start. Measured
-        # on the loopback cluster: see README.
+        # on the loopback cluster (3 interleaved pairs): the whole command 21.9 s against 23.0 s.
         archives = options.pop("spark.archives", "") if not master.startswith("local") else ""
         spark_conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
         context = SparkContext(conf=spark_conf, gateway=_start_driver(spark_conf))
