@@ -174,9 +174,10 @@ def _start_driver(conf: Any) -> Any:
     except _Exited as exited:
         if exited.reason:
             raise LoadError(f"Spark's driver did not start on {conf.get('spark.master')}: {exited.reason}") from None
-        # Seen under a loaded machine: the gateway JVM died silently while starting (nothing
-        # on stderr) and the same command passed when run again: once more then.
-        log.warning("the Spark gateway JVM exited while starting without saying why; starting it once more")
+        # Seen under a loaded machine: the gateway JVM died while starting with no error on
+        # stderr and the same command passed when run again: once more then.
+        said = f"its last line: {exited.last!r}" if exited.last else "it wrote nothing"
+        log.warning("the Spark gateway JVM exited while starting without an error (%s); starting it once more", said)
         try:
             gateway = _launch(conf)
         except _Exited as again:
@@ -189,11 +190,12 @@ def _start_driver(conf: Any) -> Any:
 
 
 class _Exited(Exception):
-    """The gateway JVM exited while starting; ``reason``: its uncaught exception's message."""
+    """The gateway JVM exited while starting; ``reason``: its uncaught exception's message
+    (empty without one), ``last``: the last line it wrote."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, last: str) -> None:
         super().__init__(reason)
-        self.reason = reason
+        self.reason, self.last = reason, last
 
 
 def _launch(conf: Any) -> Any:
@@ -204,7 +206,8 @@ def _launch(conf: Any) -> Any:
 
     read_end, write_end = os.pipe()
     failures: list[str] = []
-    relay = threading.Thread(target=_relay, args=(os.fdopen(read_end, "rb"), failures), name="spark-stderr")
+    said: list[str] = []  # its last line
+    relay = threading.Thread(target=_relay, args=(os.fdopen(read_end, "rb"), failures, said), name="spark-stderr")
     relay.daemon = True
     relay.start()
     popen = {"cwd": str(_driver_folder()), "stderr": write_end}
@@ -216,7 +219,7 @@ def _launch(conf: Any) -> Any:
         os.close(write_end)
         write_end = -1
         relay.join(timeout=10)  # the JVM exited: the relay reads its last lines to the pipe's end
-        raise _Exited(failures[-1] if failures else "") from None
+        raise _Exited(failures[-1] if failures else "", said[-1] if said else "") from None
     finally:
         if write_end >= 0:
             os.close(write_end)  # the JVM holds its own copy
@@ -345,17 +348,18 @@ _PYTHON_LEVELS = {
 }
 
 
-def _relay(stream: Any, failures: list[str]) -> None:
+def _relay(stream: Any, failures: list[str], said: list[str]) -> None:
     """Spark's stderr into the ``bulldozer.spark`` logger: a log line at its level (the
     lines of a stack trace after it too), anything else (ivy's resolution report, the
     JVM's notices) at DEBUG. The message of each uncaught exception's line (spark-submit
-    refusing its arguments) goes to ``failures``."""
+    refusing its arguments) goes to ``failures``; the last line read is ``said[-1]``."""
     spark_log = logging.getLogger("bulldozer.spark")
     level = logging.DEBUG
     for raw in iter(stream.readline, b""):
         line = raw.decode(errors="replace").rstrip()
         if not line:
             continue
+        said[:] = [line]
         uncaught = _UNCAUGHT.match(line)
         if uncaught is not None:
             failures.append(uncaught.group(2) or uncaught.group(1))
