@@ -236,6 +236,7 @@ class _Start:
             self._context = spark_context(*self.args)
             self._ready.set()
             cores = self._context.defaultParallelism
+            self._context.setJobDescription("bulldozer: start the executors' Python workers")  # this thread's jobs
             self._context.parallelize(range(cores), cores).mapPartitions(_no_rows).collect()
         except BaseException as exc:  # handed to the load, which raises it
             self._error = exc
