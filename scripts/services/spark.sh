@@ -14,6 +14,11 @@ set -euo pipefail
 
 log() { echo "spark.sh: $*" >&2; }
 
+# The worker deletes a finished application's folder (its executors' logs and the unpacked
+# environment the job shipped, ~410 MB for `bulldozer spark package`'s) seconds after it
+# ends; Spark's default keeps them 7 days.
+worker_opts="-Dspark.worker.cleanup.enabled=true -Dspark.worker.cleanup.interval=5 -Dspark.worker.cleanup.appDataTtl=1"
+
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 python=${PYTHON:-$repo/.venv/bin/python}
 
@@ -43,7 +48,7 @@ launch() { # DIR NAME CLASS ARGS...  (a clean environment, in the background, pi
   local dir=$1 name=$2 class=$3
   shift 3
   env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$dir/home" JAVA_HOME="$(java_home)" SPARK_HOME="$home" \
-    SPARK_LOCAL_IP=127.0.0.1 SPARK_LOG_DIR="$dir" SPARK_WORKER_DIR="$dir/work" \
+    SPARK_LOCAL_IP=127.0.0.1 SPARK_LOG_DIR="$dir" SPARK_WORKER_DIR="$dir/work" SPARK_WORKER_OPTS="$worker_opts" \
     nohup "$home/bin/spark-class" "$class" "$@" >"$dir/$name.log" 2>&1 </dev/null &
   echo $! >"$dir/$name.pid"
 }
