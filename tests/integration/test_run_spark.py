@@ -150,5 +150,8 @@ def test_bad_data_in_a_spark_run_is_one_line_on_stderr(dal: KvClient, tmp_path: 
     args = ["run", str(spec), "--engine", "spark", "--master", "local[2]", "--endpoint", dal.target]
     done = _cli(args, home)  # the default level: Spark's warnings and errors show
     assert done.returncode == 1
-    lines = [line for line in done.stderr.splitlines() if not line.startswith("· ")]  # the stages
-    assert len(lines) == 1 and lines[0].startswith("error: the source has rows sharing a key"), done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: the source has rows sharing a key"), done.stderr
+    marks = ("Exception in task", "Lost task", "Aborting", "Traceback", "PythonException")
+    spark = [line for line in lines if any(mark in line for mark in marks) or line.startswith(("\tat ", "Caused by:"))]
+    assert not spark, done.stderr
