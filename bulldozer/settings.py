@@ -97,6 +97,10 @@ class Settings(BaseSettings):
         """The state folder: ``flag``, else ``BULLDOZER_HOME``, else ``./.bulldozer`` (absolute)."""
         return Path(flag or self.home or DEFAULT_HOME).absolute()
 
+    def cache_folder(self) -> Path:
+        """Bulldozer's cache: ``BULLDOZER_CACHE``, else ``~/.cache/bulldozer`` (``cache_root``)."""
+        return self.cache or cache_root() / "bulldozer"
+
     def dal_endpoint(self, flag: str | None = None) -> str:
         """The DAL a command without a spec acts on: ``flag``, else ``BULLDOZER_ENDPOINT``, else the
         embedded store."""

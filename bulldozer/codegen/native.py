@@ -60,9 +60,9 @@ def _protobuf_java() -> str:
 
 
 def _cache() -> Path:
-    from bulldozer.settings import cache_root, load_settings
+    from bulldozer.settings import load_settings
 
-    return (load_settings().cache or cache_root() / "bulldozer") / "tools"
+    return load_settings().cache_folder() / "tools"
 
 
 def _template(lang: str, name: str) -> str:

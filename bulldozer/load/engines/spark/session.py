@@ -170,19 +170,19 @@ def _start_driver(conf: Any) -> Any:
     # connection" from a finalizer at exit, after logging's streams closed)
     logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
-        gateway = _launch(conf)
-    except _Exited as exited:
-        if exited.reason:
-            raise LoadError(f"Spark's driver did not start on {conf.get('spark.master')}: {exited.reason}") from None
-        # Seen under a loaded machine: the gateway JVM died while starting with no error on
-        # stderr and the same command passed when run again: once more then.
-        said = f"its last line: {exited.last!r}" if exited.last else "it wrote nothing"
-        log.warning("the Spark gateway JVM exited while starting without an error (%s); starting it once more", said)
         try:
             gateway = _launch(conf)
-        except _Exited as again:
-            reason = again.reason or "it exited without saying why (its output is logged at debug level)"
-            raise LoadError(f"Spark's driver did not start on {conf.get('spark.master')}: {reason}") from None
+        except _Exited as exited:
+            if exited.reason:
+                raise
+            # Seen under a loaded machine: the gateway JVM died while starting with no error
+            # on stderr and the same command passed when run again: once more then.
+            said = f"its last line: {exited.last!r}" if exited.last else "it wrote nothing"
+            log.warning("the Spark gateway JVM exited while starting without an error (%s); starting it again", said)
+            gateway = _launch(conf)
+    except _Exited as exited:
+        reason = exited.reason or "it exited without saying why (its output is logged at debug level)"
+        raise LoadError(f"Spark's driver did not start on {conf.get('spark.master')}: {reason}") from None
     _GATEWAY = gateway
     if _ARCHIVE_BUILD is not None:
         atexit.register(_finish_class_archive, gateway, *_ARCHIVE_BUILD)
@@ -233,10 +233,8 @@ _ARCHIVE_BUILD: tuple[Path, Path] | None = None
 
 def _jars_record() -> Path:
     """Where the local paths of the packages' jars, as Spark resolved them, are kept."""
-    from bulldozer.settings import cache_root
-
     key = hashlib.sha256(f"{ICEBERG_RUNTIME},{SQLITE_JDBC}".encode()).hexdigest()[:16]
-    return (load_settings().cache or cache_root() / "bulldozer") / "spark" / f"jars-{key}.txt"
+    return load_settings().cache_folder() / "spark" / f"jars-{key}.txt"
 
 
 def _packages() -> dict[str, str]:
@@ -279,8 +277,6 @@ def class_archive_path() -> Path | None:
     runtime (in Bulldozer's cache; it may not exist yet), or None without a ``java``."""
     import pyspark
 
-    from bulldozer.settings import cache_root
-
     java_home = os.environ.get("JAVA_HOME")
     java = Path(java_home) / "bin" / "java" if java_home else shutil.which("java")
     if java is None or not Path(java).exists():
@@ -290,7 +286,7 @@ def class_archive_path() -> Path | None:
     parts = (java, java.stat().st_mtime_ns, pyspark.__file__, pyspark.__version__, ICEBERG_RUNTIME, SQLITE_JDBC)
     identity = "|".join(str(part) for part in parts)
     digest = hashlib.sha256(identity.encode()).hexdigest()[:16]
-    return (load_settings().cache or cache_root() / "bulldozer") / "spark" / f"driver-{digest}.jsa"
+    return load_settings().cache_folder() / "spark" / f"driver-{digest}.jsa"
 
 
 def _class_archive_options() -> list[str]:
