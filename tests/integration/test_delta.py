@@ -257,7 +257,8 @@ def test_a_killed_delta_is_resumed_to_the_same_version(tmp_path: Path, dal: KvCl
 
 def test_a_version_reading_through_a_dropped_base_keeps_it_until_it_goes(tmp_path: Path) -> None:
     """Embedded layers: a base's data outlives its drop while a version reads through it,
-    and goes with the last such version; a chain deeper than MAX_LAYERS is copied flat."""
+    and goes with the last such version; a version made from a chain MAX_LAYERS deep reads
+    through to the chain's bottom, holding only what the layers above it changed."""
     import lmdb
 
     from bulldozer.codec.digest import digest_pairs
@@ -272,6 +273,7 @@ def test_a_version_reading_through_a_dropped_base_keeps_it_until_it_goes(tmp_pat
     try:
         expected = {b"k%03d" % i: b"v0" for i in range(100)}
         versions: list[str] = []
+        contents: list[dict[bytes, bytes]] = []
         for step in range(7):
             name = new_version_name("layers")
             client.create_namespace(name, "layers", base=versions[-1] if versions else "")
@@ -290,13 +292,18 @@ def test_a_version_reading_through_a_dropped_base_keeps_it_until_it_goes(tmp_pat
             assert client.seal(name, want.count, want.value).verified
             client.compare_and_set_alias("layers", versions[-1] if versions else None, name)
             versions.append(name)
+            contents.append(dict(expected))
             keys = sorted(expected) + [b"k%03d" % (step * 10) for step in range(7)]
             assert client.batch_get(keys, alias="layers")[1] == [expected.get(k) for k in keys]  # through Go
             assert dict(client.scan(alias="layers")) == expected
             assert len(engine._chain(name)) <= shared.STORE_MAX_LAYERS + 1
-        assert len(engine._chain(versions[4])) == 5 and engine._chain(versions[5]) == [versions[5]]  # copied flat
+        assert len(engine._chain(versions[4])) == 5
+        assert engine._chain(versions[5]) == [versions[5], versions[0]]  # the layers above the bottom, merged
+        with engine.env.begin() as txn:  # its own pairs: only what differs from the bottom
+            own = {bytes(k): bytes(v) for k, v in txn.cursor(db=engine._db(versions[5]))}
+        assert own == {k: v for k, v in contents[5].items() if contents[0].get(k) != v} and len(own) < 30
         live = versions[-1]
-        assert len(engine._chain(live)) == 2  # reads through the flat copy
+        assert engine._chain(live) == [live, versions[5], versions[0]]
         # drop every older version: the live one's chain keeps what it reads
         for name in versions[:-1]:
             client.drop(name)
@@ -304,7 +311,7 @@ def test_a_version_reading_through_a_dropped_base_keeps_it_until_it_goes(tmp_pat
         assert client.batch_get(sorted(expected), alias="layers")[1] == [expected[k] for k in sorted(expected)]
         with engine.env.begin() as txn:
             kept = {n for n in versions if txn.get(b"ns." + n.encode()) is not None}
-        assert kept == {versions[-2], live}  # the flat base stays (zombie); the deeper chain is gone
+        assert kept == {versions[0], versions[5], live}  # what the live one reads stays (zombies); the rest is gone
         # a new full version goes live; dropping the layered one frees its base too
         full = new_version_name("layers")
         client.create_namespace(full, "layers")

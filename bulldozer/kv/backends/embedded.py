@@ -22,7 +22,9 @@ its deleted keys are in a tombstone database (``del.<name>``). A read takes the 
 layer holding the key unless a newer layer's tombstones hold it. Its running digest starts
 from the base's measured one and stays exact: a delete subtracts the pair it hides, and a
 put that would shadow a base's pair it did not delete first marks it inexact. Chains are at
-most ``MAX_LAYERS`` deep (a version made from a deeper one is copied flat), and a base's
+most ``MAX_LAYERS`` deep: a version made from a deeper one reads through to the chain's
+bottom, with what the layers above it changed merged into its own data and tombstones
+(a cost of those changes, not of the whole version), and a base's
 data outlives its drop while a version reads through to it (the last dependent's drop
 frees it). The Go data plane reads through layers the same way and leaves a layered
 version's ingest to this engine.
@@ -494,32 +496,58 @@ class EmbeddedEngine(StorageEngine):
 
     def copy_records(self, source: str, target: str) -> None:
         """Make ``target`` read through to ``source`` (a layer: nothing is copied), or, when
-        ``source`` already reads through ``MAX_LAYERS`` bases, copy its visible records flat
-        (in key order, LMDB's append mode, one transaction). Either way ``target``'s running
-        digest starts from what ``source``'s seal measured."""
+        ``source`` already reads through ``MAX_LAYERS`` bases, read through to the chain's
+        bottom (its one flat version) with what the layers above it changed merged into
+        ``target``'s own data and tombstones (LMDB's append mode, one transaction): a cost
+        of the layers' few records, not of the whole version. Either way ``target``'s
+        running digest starts from what ``source``'s seal measured."""
         base = self.get_namespace(source)  # its measured count and digest never change once sealed
         if base is None:
             raise NamespaceNotFoundError(f"namespace {source!r} does not exist")
         chain = self._chain(source)
-        data, tombs = self._layer_dbs(chain)
+        merged = len(chain) > shared.STORE_MAX_LAYERS
+        data, tombs = self._layer_dbs(chain) if merged else ([], [])
         dst = self._db(target)
-        layered = len(chain) <= shared.STORE_MAX_LAYERS
         try:
             with self.env.begin(write=True, buffers=True) as txn:
                 check_writable(target, self._state(txn, target))
                 check_readable(source, self._state(txn, source))  # not being dropped meanwhile
                 if txn.stat(dst)["entries"] or txn.get(target.encode(), db=self._layers) is not None:
                     raise InvalidArgumentError(f"namespace {target!r} already holds records; a base is copied first")
-                if layered:
-                    self.env.open_db(_tomb_db(target), txn=txn, create=True)
-                    txn.put(target.encode(), source.encode(), db=self._layers)
-                else:
-                    txn.cursor(db=dst).putmulti(self._merged(txn, data, tombs, None), append=True)
+                tomb = self.env.open_db(_tomb_db(target), txn=txn, create=True)
+                txn.put(target.encode(), (chain[-1] if merged else source).encode(), db=self._layers)
+                if merged:
+                    puts, dels = txn.cursor(db=dst), txn.cursor(db=tomb)
+                    for key, value in self._overlay(txn, data[:-1], tombs):
+                        if value is None:
+                            dels.put(key, _TOMBSTONE, append=True)
+                        else:
+                            puts.put(key, value, append=True)
                 txn.put(target.encode(), _DIGEST.pack(base.record_count, base.digest, base.bytes, 1), db=self._digests)
         except lmdb.MapFullError as exc:
             raise self._map_full(exc) from exc
         except lmdb.DbsFullError as exc:
             raise ResourceExhaustedError(f"too many namespaces open in this process ({exc})") from exc
+
+    @staticmethod
+    def _overlay(txn: Any, data: list[Any], tombs: list[Any]) -> Iterator[tuple[bytes, Any]]:
+        """What layers (newest first) change over the version below the last of them: for
+        every key one of them holds or deletes, in key order, the value the newest such
+        layer holds, or None where it deletes the key (a layer's own pair wins over its
+        tombstone, as reads take it)."""
+        import heapq
+        from itertools import groupby
+        from operator import itemgetter
+
+        def entries(db: Any, layer: int, kind: int) -> Iterator[tuple[bytes, int, int, Any]]:
+            for key, value in txn.cursor(db=db).iternext():
+                yield bytes(key), layer, kind, value
+
+        streams = [entries(db, i, 0) for i, db in enumerate(data)]
+        streams += [entries(db, i, 1) for i, db in enumerate(tombs)]
+        for key, group in groupby(heapq.merge(*streams, key=itemgetter(0, 1, 2)), key=itemgetter(0)):
+            _, _, kind, value = next(group)
+            yield key, (value if kind == 0 else None)
 
     def delete_batch(self, name: str, keys: Sequence[bytes]) -> int:
         """Ingest what is staged (a staged put must not outlive a later delete), then delete
