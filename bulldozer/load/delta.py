@@ -11,9 +11,11 @@ version's digest is a sum of per-record hashes:
    (merge-on-read). A table's rows are unique by key (a full run refuses duplicates), so
    a key is in exactly one live data file of a snapshot.
 2. **Diff the snapshots at the file level** from Iceberg's metadata: the data files of the
-   new snapshot that the base snapshot lacks (*added*) and the reverse (*removed*). Only
-   their rows are read and encoded: the removed files' rows are the records of the base
-   that may change, the added files' rows what they become. Per key: in removed and not
+   new snapshot that the base snapshot lacks (*added*) and the reverse (*removed*), found
+   in the manifests one snapshot lists and the other does not (a manifest both list keeps
+   the same files live in both: manifests are immutable). Only their rows are read and
+   encoded: the removed files' rows are the records of the base that may change, the added
+   files' rows what they become. Per key: in removed and not
    added — deleted; in added and not removed — new (it must not be in the base: that would
    be a duplicate key in the new snapshot); in both — changed if the value differs, else
    untouched (a file rewritten by compaction yields no change).
@@ -90,8 +92,29 @@ class DeltaChanges:
         return LoadResult(splits={"delta": split})
 
 
-def _tasks(scan: Any) -> dict[str, Any]:
-    return {t.file.file_path: t for t in scan.plan_files()}
+def _manifests(table: Any, snapshot: Any) -> dict[str, Any]:
+    """The snapshot's manifests by path."""
+    return {m.manifest_path: m for m in snapshot.manifests(table.io)}
+
+
+def _live_rows(table: Any, manifests: dict[str, Any]) -> int:
+    """The rows of the data files these manifests keep live (from the manifest list's
+    counts; a manifest without them is opened)."""
+    total = 0
+    for m in manifests.values():
+        if m.added_rows_count is not None and m.existing_rows_count is not None:
+            total += m.added_rows_count + m.existing_rows_count
+        else:
+            total += sum(e.data_file.record_count for e in m.fetch_manifest_entry(table.io, discard_deleted=True))
+    return total
+
+
+def _tasks(scan: Any, manifests: list[Any]) -> dict[str, Any]:
+    """The scan's file-scan tasks of the live data files of ``manifests`` alone, by path."""
+    from pyiceberg.table import ManifestGroupPlanner
+
+    planner = ManifestGroupPlanner(scan.table_metadata, scan.io, scan.row_filter, scan.case_sensitive, scan.options)
+    return {t.file.file_path: t for t in planner.plan_files(manifests)}
 
 
 def plan_delta(
@@ -132,24 +155,31 @@ def plan_delta(
         base.value_message,
     ):
         return f"the generated schema differs from the live version {short}'s"
+    # Manifests are immutable: one both snapshots list keeps the same files live in both, so
+    # only the manifests one snapshot lists and the other does not are opened (a day's
+    # append is one new manifest, where planning both snapshots opened all of them).
+    from pyiceberg.manifest import ManifestContent
+
+    before, after = _manifests(table, old), _manifests(table, new)
+    for which, manifests in ((base_snapshot, before), (snapshot_id, after)):
+        if any(m.content != ManifestContent.DATA for m in manifests.values()):
+            return f"snapshot {which} has delete files (merge-on-read), which a file-level diff does not cover"
     removed_scan = source_scan(table, spec, base_snapshot, columns)
     added_scan = source_scan(table, spec, snapshot_id, columns)
-    before, after = _tasks(removed_scan), _tasks(added_scan)
-    for which, tasks in ((base_snapshot, before), (snapshot_id, after)):
-        if any(t.delete_files for t in tasks.values()):
-            return f"snapshot {which} reads delete files (merge-on-read), which a file-level diff does not cover"
+    gone = _tasks(removed_scan, [m for path, m in before.items() if path not in after])
+    came = _tasks(added_scan, [m for path, m in after.items() if path not in before])
     plan = DeltaPlan(
         base=base,
         base_loaded=loaded,
         base_snapshot=base_snapshot,
         snapshot=snapshot_id,
-        removed=[t for path, t in sorted(before.items()) if path not in after],
-        added=[t for path, t in sorted(after.items()) if path not in before],
+        removed=[t for path, t in sorted(gone.items()) if path not in came],
+        added=[t for path, t in sorted(came.items()) if path not in gone],
         removed_scan=removed_scan,
         added_scan=added_scan,
     )
     if spec.data_movement.mode == "auto":
-        total = sum(t.file.record_count for t in before.values()) + sum(t.file.record_count for t in after.values())
+        total = _live_rows(table, before) + _live_rows(table, after)
         if total and plan.rows_to_read > AUTO_MAX_CHANGE * total:
             return (
                 f"the changed files hold {plan.rows_to_read:,} of the two snapshots' {total:,} rows; "

@@ -137,12 +137,26 @@ def test_every_delta_version_equals_a_full_rebuild(kv: Harness, tmp_path: Path) 
         assert loaded_of(info) == loaded_of(kv.client.describe(full.version)), kind
 
 
-def test_a_delta_reads_only_the_changed_files(tmp_path: Path, dal: KvClient) -> None:
+def test_a_delta_reads_only_the_changed_files(tmp_path: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """...and plans them from the manifests the two snapshots do not share: a day's append
+    opens its one new manifest, not the table's twenty."""
+    import pyiceberg.table
+
     home = tmp_path / "home"
     table = make_table(home, files=20, per_file=100)
     run_job(job("items", "auto"), dal, home=str(home))
     table.append(rows(list(range(5000, 5010)), random.Random(2)))
+    opened: list[str] = []
+    open_manifest = pyiceberg.table._open_manifest
+
+    def counted(io: Any, manifest: Any, *args: Any) -> Any:
+        opened.append(manifest.manifest_path)
+        return open_manifest(io, manifest, *args)
+
+    monkeypatch.setattr(pyiceberg.table, "_open_manifest", counted)
     record = run_job(job("items", "auto"), dal, home=str(home))
+    monkeypatch.undo()
+    assert len(opened) == 1 and len(table.refresh().current_snapshot().manifests(table.io)) == 21
     assert record.mode == "delta" and record.delta["files_added"] == 1 and record.delta["files_removed"] == 0
     assert record.delta["rows_read"] == 10 and record.rows == 2_010
     reason = dal.alias_history("items")[0].reason  # the history says what the flip was
