@@ -9,12 +9,14 @@ package main
 // aborted and wrote nothing.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -57,6 +59,9 @@ type store interface {
 	// ingest merges a LOADING namespace's staged runs; ok is false when the reference DAL
 	// must answer.
 	ingest(name string) (runs, records uint64, ok bool)
+	// delete deletes keys of a LOADING namespace; ok is false when the reference DAL must
+	// answer.
+	delete(name string, keys [][]byte) (deleted uint64, ok bool)
 	// getMany reads keys from the readable version target addresses.
 	getMany(ctx context.Context, target *kvpb.Target, keys [][]byte) (name string, values [][]byte, ok bool)
 }
@@ -266,19 +271,70 @@ func (s *dataServer) Ingest(ctx context.Context, req *kvpb.IngestRequest) (*kvpb
 }
 
 func (m *lmdbStore) ingest(name string) (runs, records uint64, ok bool) {
-	if chain, known := m.chainOf(name); !known || len(chain) > 1 {
-		// a layered version's ingest checks each put against its bases: the reference DAL's
+	dbi, layers, ok := m.writeDBIs(name)
+	if !ok {
 		return 0, 0, false
 	}
-	dbi, err := m.env.DBI(shared.StoreDataPrefix + name)
-	if err != nil {
-		return 0, 0, false
-	}
-	loading, runs, records, err := m.env.Ingest(dbi, m.meta.stage, m.meta.states, m.meta.digests, name)
+	loading, runs, records, err := m.env.Ingest(dbi, m.meta.stage, m.meta.states, m.meta.digests, name, layers)
 	if err != nil {
 		slog.Warn("ingest: forwarded to the reference DAL", "namespace", name, "error", err.Error())
 	}
 	return runs, records, err == nil && loading
+}
+
+// writeDBIs are the handles a write to a LOADING namespace takes: its data, and for a
+// layered one its tombstones and the layers below it (nil without a base); ok is false
+// when the reference DAL must answer.
+func (m *lmdbStore) writeDBIs(name string) (data lmdb.DBI, layers *lmdb.Layers, ok bool) {
+	chain, known := m.chainOf(name)
+	if !known {
+		return 0, nil, false
+	}
+	var err error
+	if data, err = m.env.DBI(shared.StoreDataPrefix + name); err != nil {
+		return 0, nil, false
+	}
+	if len(chain) == 1 {
+		return data, nil, true
+	}
+	layers = &lmdb.Layers{Data: make([]lmdb.DBI, len(chain)-1), Below: make([]lmdb.DBI, len(chain)-2)}
+	if layers.Tombs, err = m.env.DBI(shared.StoreTombstonePrefix + name); err != nil {
+		return 0, nil, false
+	}
+	for i, layer := range chain[1:] {
+		if layers.Data[i], err = m.env.DBI(shared.StoreDataPrefix + layer); err != nil {
+			return 0, nil, false
+		}
+		if i < len(layers.Below) {
+			if layers.Below[i], err = m.env.DBI(shared.StoreTombstonePrefix + layer); err != nil {
+				return 0, nil, false
+			}
+		}
+	}
+	return data, layers, true
+}
+
+// delete deletes keys from a LOADING namespace on the fast path (see lmdb.Env.Delete).
+func (m *lmdbStore) delete(name string, keys [][]byte) (uint64, bool) {
+	data, layers, ok := m.writeDBIs(name)
+	if !ok {
+		return 0, false
+	}
+	sorted := slices.Clone(keys)
+	slices.SortFunc(sorted, bytes.Compare)
+	sorted = slices.CompactFunc(sorted, bytes.Equal)
+	blob := make([]byte, 0, len(sorted)*16)
+	lengths := make([]uint32, len(sorted))
+	for i, k := range sorted {
+		blob = append(blob, k...)
+		lengths[i] = uint32(len(k))
+	}
+	hasher := newPairHasher()
+	deleted, ok, err := m.env.Delete(data, m.meta.stage, m.meta.states, m.meta.digests, name, layers, blob, lengths, hasher.hash)
+	if err != nil {
+		slog.Warn("delete: forwarded to the reference DAL", "namespace", name, "error", err.Error())
+	}
+	return deleted, ok && err == nil
 }
 
 // -- reads ----------------------------------------------------------------------------------
@@ -502,10 +558,31 @@ func (s *dataServer) Sample(ctx context.Context, req *kvpb.SampleRequest) (*kvpb
 	return forward(ctx, unaryTrailer(ctx), s.backend.Sample, req)
 }
 
-// Delete is served by the reference DAL (a delta version's few deletes).
+// Delete deletes a LOADING namespace's keys on the fast path (a delta version's deletes);
+// any other case (a bad name or key, a namespace not LOADING or with staged runs, an error,
+// an engine without it) goes to the reference DAL.
 func (s *dataServer) Delete(ctx context.Context, req *kvpb.DeleteRequest) (*kvpb.DeleteResponse, error) {
+	started := time.Now()
+	if deleted, ok := s.deleteNative(req); ok {
+		s.stats.served("Delete", true)
+		s.metrics.request("Delete", "OK", started)
+		return &kvpb.DeleteResponse{Deleted: deleted}, nil
+	}
 	s.stats.served("Delete", false)
 	return forward(ctx, unaryTrailer(ctx), s.backend.Delete, req)
+}
+
+func (s *dataServer) deleteNative(req *kvpb.DeleteRequest) (uint64, bool) {
+	name, keys := req.GetNamespace(), req.GetKeys()
+	if !namespaceRE.MatchString(name) || len(keys) > s.limits.MaxBatchGetKeys {
+		return 0, false
+	}
+	for _, k := range keys {
+		if len(k) == 0 || len(k) > s.limits.MaxKeyBytes {
+			return 0, false
+		}
+	}
+	return s.store.delete(name, keys)
 }
 
 // Scan is served by the reference DAL (its pages are large; the call overhead this process

@@ -20,6 +20,8 @@ func (s redisStore) stage(ctx context.Context, name string, b lmdb.Batch, d lmdb
 // ingest: Redis writes in place, so there is nothing to merge; the reference DAL answers.
 func (redisStore) ingest(string) (uint64, uint64, bool) { return 0, 0, false }
 
+func (redisStore) delete(string, [][]byte) (uint64, bool) { return 0, false }
+
 func (s redisStore) getMany(ctx context.Context, target *kvpb.Target, keys [][]byte) (string, [][]byte, bool) {
 	ns, alias, pinned, ok := parseTarget(target)
 	if !ok || target.GetSchemaGeneration() != 0 {

@@ -272,7 +272,8 @@ def test_a_killed_delta_is_resumed_to_the_same_version(tmp_path: Path, dal: KvCl
 def test_a_version_reading_through_a_dropped_base_keeps_it_until_it_goes(tmp_path: Path) -> None:
     """Embedded layers: a base's data outlives its drop while a version reads through it,
     and goes with the last such version; a version made from a chain MAX_LAYERS deep reads
-    through to the chain's bottom, holding only what the layers above it changed."""
+    through to a base further down, holding only what the layers above it changed, and
+    merges a larger layer only once as much has stacked on it (size tiers)."""
     import lmdb
 
     from bulldozer.codec.digest import digest_pairs
@@ -288,7 +289,7 @@ def test_a_version_reading_through_a_dropped_base_keeps_it_until_it_goes(tmp_pat
         expected = {b"k%03d" % i: b"v0" for i in range(100)}
         versions: list[str] = []
         contents: list[dict[bytes, bytes]] = []
-        for step in range(7):
+        for step in range(10):
             name = new_version_name("layers")
             client.create_namespace(name, "layers", base=versions[-1] if versions else "")
             if versions:
@@ -307,7 +308,7 @@ def test_a_version_reading_through_a_dropped_base_keeps_it_until_it_goes(tmp_pat
             client.compare_and_set_alias("layers", versions[-1] if versions else None, name)
             versions.append(name)
             contents.append(dict(expected))
-            keys = sorted(expected) + [b"k%03d" % (step * 10) for step in range(7)]
+            keys = sorted(expected) + [b"k%03d" % (step * 10) for step in range(10)]
             assert client.batch_get(keys, alias="layers")[1] == [expected.get(k) for k in keys]  # through Go
             assert dict(client.scan(alias="layers")) == expected
             assert len(engine._chain(name)) <= shared.STORE_MAX_LAYERS + 1
@@ -316,6 +317,8 @@ def test_a_version_reading_through_a_dropped_base_keeps_it_until_it_goes(tmp_pat
         with engine.env.begin() as txn:  # its own pairs: only what differs from the bottom
             own = {bytes(k): bytes(v) for k, v in txn.cursor(db=engine._db(versions[5]))}
         assert own == {k: v for k, v in contents[5].items() if contents[0].get(k) != v} and len(own) < 30
+        # four layers deep again: the three small ones merge, the larger merged one stays below
+        assert len(engine._chain(versions[8])) == 5
         live = versions[-1]
         assert engine._chain(live) == [live, versions[5], versions[0]]
         # drop every older version: the live one's chain keeps what it reads

@@ -139,6 +139,63 @@ def test_writes_through_either_plane_make_one_digest(engine: StorageEngine) -> N
         python.stop(5)
 
 
+def test_layered_deletes_and_ingests_through_either_plane_make_one_digest(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A delta's writes on the embedded engine — deletes of keys its own data holds, its base
+    holds, its own tombstones already hide, no layer holds, repeated in a request; puts of
+    new keys and of keys deleted first — served by the front itself, give the same running
+    digest (exact: the seal scans nothing) and the same contents as the Python engine's;
+    a put that hides a base's pair it did not delete makes it inexact on both planes."""
+    engine = _embedded(tmp_path)
+    native, native_port = create_server("127.0.0.1:0", engine, data_plane="native")
+    python, python_port = create_server("127.0.0.1:0", engine, data_plane="python")
+    fast, slow = KvClient(f"127.0.0.1:{native_port}"), KvClient(f"127.0.0.1:{python_port}")
+    try:
+        fast.wait_ready()
+        base = _pairs(1_000)
+        fast.create_namespace("lay__v1", "lay")
+        fast.put("lay__v1", base)
+        whole = digest_pairs(base)
+        fast.seal("lay__v1", whole.count, whole.value)
+        results = {}
+        for client, name in ((fast, "lay__v2"), (slow, "lay__v3")):
+            client.create_namespace(name, "lay", base="lay__v1")
+            client.put(name, _pairs(10, start=5_000))  # new keys: the version's own data
+            client.ingest(name)
+            deleted = client.delete(name, [b"key-%08d" % i for i in range(0, 100)] + [b"key-00005000", b"nope"])
+            again = client.delete(name, [b"key-00000001", b"key-00000001", b"key-00005001", b"key-00005001"])
+            client.put(name, _pairs(50, start=20, value=b"new-"))  # deleted first: exact
+            client.ingest(name)
+            contents = {bytes(k): bytes(v) for chunk in engine.iterate(name) for k, v in chunk}
+            results[name] = (deleted, again, engine.stored_digest(name), contents)
+        assert results["lay__v2"][:2] == results["lay__v3"][:2] == (101, 1)
+        kept = dict(base[100:]) | dict(_pairs(50, start=20, value=b"new-")) | dict(_pairs(8, start=5_002))
+        want = digest_pairs(sorted(kept.items()))
+        for _, _, running, contents in results.values():
+            assert running is not None
+            assert (running.count, running.value, running.bytes) == (want.count, want.value, want.bytes)
+            assert contents == kept
+        for client, name in ((fast, "lay__v2"), (slow, "lay__v3")):
+            assert client.seal(name, want.count, want.value).verified
+        # a put over a base's pair, not deleted first: the running digest cannot be exact
+        for client, name in ((fast, "lay__v4"), (slow, "lay__v5")):
+            client.create_namespace(name, "lay", base="lay__v1")
+            client.put(name, [(b"key-00000500", b"shadow")])
+            client.ingest(name)
+            assert engine.stored_digest(name) is None
+            shadowed = digest_pairs(sorted((dict(base) | {b"key-00000500": b"shadow"}).items()))
+            assert client.seal(name, shadowed.count, shadowed.value).verified
+    finally:
+        fast.close()
+        slow.close()
+        native.stop(5, close_engine=False)
+        python.stop(5)
+    totals = _totals(capfd.readouterr().err)
+    assert totals["served"]["Delete"] == 2 and "Delete" not in totals.get("forwarded", {})
+    assert totals["served"]["Ingest"] >= 4 and "Ingest" not in totals.get("forwarded", {})
+
+
 def test_choosing_the_data_plane(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     embedded = _embedded(tmp_path)
     memory = create_engine({"type": "memory"})

@@ -22,12 +22,13 @@ its deleted keys are in a tombstone database (``del.<name>``). A read takes the 
 layer holding the key unless a newer layer's tombstones hold it. Its running digest starts
 from the base's measured one and stays exact: a delete subtracts the pair it hides, and a
 put that would shadow a base's pair it did not delete first marks it inexact. Chains are at
-most ``MAX_LAYERS`` deep: a version made from a deeper one reads through to the chain's
-bottom, with what the layers above it changed merged into its own data and tombstones
-(a cost of those changes, not of the whole version), and a base's
+most ``MAX_LAYERS`` deep: a version made from a deeper one reads through to a base further
+down, with what the layers above it changed merged into its own data and tombstones (size
+tiers, as an LSM tree compacts: a cost of those changes, not of the whole version), and a
+base's
 data outlives its drop while a version reads through to it (the last dependent's drop
-frees it). The Go data plane reads through layers the same way and leaves a layered
-version's ingest to this engine.
+frees it). The Go data plane reads through layers, ingests a layered version's runs and
+deletes its keys by the same rules (native/kvd/lmdb: kvd_ingest, kvd_delete_*).
 
 Data puts are committed without fsync (a crash can only lose writes of a LOADING
 version, which is then resumed or failed); every metadata change — create, seal, flip,
@@ -496,17 +497,20 @@ class EmbeddedEngine(StorageEngine):
 
     def copy_records(self, source: str, target: str) -> None:
         """Make ``target`` read through to ``source`` (a layer: nothing is copied), or, when
-        ``source`` already reads through ``MAX_LAYERS`` bases, read through to the chain's
-        bottom (its one flat version) with what the layers above it changed merged into
-        ``target``'s own data and tombstones (LMDB's append mode, one transaction): a cost
-        of the layers' few records, not of the whole version. Either way ``target``'s
+        ``source`` already reads through ``MAX_LAYERS`` bases, through to a base further
+        down, with what the layers above that base changed merged into ``target``'s own
+        data and tombstones (LMDB's append mode, one transaction). Which base: the nearest
+        that keeps the chain ``MAX_LAYERS`` deep, then further down past every layer no
+        larger than what is merged so far (size tiers, as an LSM tree compacts: each merge
+        costs about what the layers it merges hold, and a large layer is merged only once as
+        much has stacked on it), never the bottom's flat records. Either way ``target``'s
         running digest starts from what ``source``'s seal measured."""
         base = self.get_namespace(source)  # its measured count and digest never change once sealed
         if base is None:
             raise NamespaceNotFoundError(f"namespace {source!r} does not exist")
         chain = self._chain(source)
-        merged = len(chain) > shared.STORE_MAX_LAYERS
-        data, tombs = self._layer_dbs(chain) if merged else ([], [])
+        bottom = len(chain) - 1
+        data, tombs = self._layer_dbs(chain) if bottom >= shared.STORE_MAX_LAYERS else ([], [])
         dst = self._db(target)
         try:
             with self.env.begin(write=True, buffers=True) as txn:
@@ -514,11 +518,17 @@ class EmbeddedEngine(StorageEngine):
                 check_readable(source, self._state(txn, source))  # not being dropped meanwhile
                 if txn.stat(dst)["entries"] or txn.get(target.encode(), db=self._layers) is not None:
                     raise InvalidArgumentError(f"namespace {target!r} already holds records; a base is copied first")
+                merged = 0  # layers merged: target reads through chain[merged]
+                if data:
+                    sizes = [txn.stat(data[i])["entries"] + txn.stat(tombs[i])["entries"] for i in range(bottom)]
+                    merged = bottom + 1 - shared.STORE_MAX_LAYERS
+                    while merged < bottom and sizes[merged] <= sum(sizes[:merged]):
+                        merged += 1
                 tomb = self.env.open_db(_tomb_db(target), txn=txn, create=True)
-                txn.put(target.encode(), (chain[-1] if merged else source).encode(), db=self._layers)
+                txn.put(target.encode(), chain[merged].encode(), db=self._layers)
                 if merged:
                     puts, dels = txn.cursor(db=dst), txn.cursor(db=tomb)
-                    for key, value in self._overlay(txn, data[:-1], tombs):
+                    for key, value in self._overlay(txn, data[:merged], tombs[:merged]):
                         if value is None:
                             dels.put(key, _TOMBSTONE, append=True)
                         else:

@@ -202,6 +202,39 @@ static void kvd_sift_down(struct kvd_run **heap, size_t n, size_t i) {
 	}
 }
 
+// Whether a layer below a layered namespace holds k visibly (EmbeddedEngine._lookup_many):
+// the first of data[0..n) that holds it, unless a tombstone of a newer one hides it (every
+// layer but the last has tombstones, tombs[0..n-1)). *found is 1 and *out its value when so.
+static int kvd_below(MDB_txn *txn, const MDB_dbi *data, const MDB_dbi *tombs, size_t n, MDB_val *k, MDB_val *out, int *found) {
+	MDB_val t;
+	size_t j;
+	int rc;
+	*found = 0;
+	for (j = 0; j < n; j++) {
+		rc = mdb_get(txn, data[j], k, out);
+		if (rc == 0) { *found = 1; return 0; }
+		if (rc != MDB_NOTFOUND) return rc;
+		if (j + 1 < n) {
+			rc = mdb_get(txn, tombs[j], k, &t);
+			if (rc == 0) return 0;
+			if (rc != MDB_NOTFOUND) return rc;
+		}
+	}
+	return 0;
+}
+
+// Whether a put of k into a layered namespace hides a pair its bases hold that it has not
+// deleted first (not in its own tombstones): the running digest still counts that pair, so
+// it becomes inexact (EmbeddedEngine.ingest).
+static int kvd_hides(MDB_txn *txn, MDB_dbi own_tomb, const MDB_dbi *data, const MDB_dbi *tombs, size_t n, MDB_val *k, int *hides) {
+	MDB_val v;
+	int rc = mdb_get(txn, own_tomb, k, &v);
+	*hides = 0;
+	if (rc == 0) return 0;
+	if (rc != MDB_NOTFOUND) return rc;
+	return kvd_below(txn, data, tombs, n, k, &v, hides);
+}
+
 // Ingest a LOADING namespace's staged runs: the rules of the Python engine's
 // EmbeddedEngine.ingest. The runs are merged in key order (the newest run winning a
 // repeated key, which makes the running digest inexact) into the namespace's data, with
@@ -215,9 +248,12 @@ static void kvd_sift_down(struct kvd_run **heap, size_t n, size_t i) {
 // first checks the version is still LOADING (else *outcome is KVD_NOT_LOADING and the
 // caller hands the rest to the reference DAL); the caller runs one ingest at a time, so
 // the runs read in the first transaction stay in the map until the last deletes them.
-// *runs_out and *records_out are what was merged.
+// *runs_out and *records_out are what was merged. A layered namespace (nbelow > 0: its
+// tombstones own_tomb, the layers below it below_data and their tombstones below_tombs)
+// checks each put with kvd_hides.
 static int kvd_ingest(MDB_env *env, MDB_dbi data, MDB_dbi stage, MDB_dbi states, MDB_dbi digests,
                       const char *name, size_t name_len, const char *writable, size_t writable_len,
+                      MDB_dbi own_tomb, const MDB_dbi *below_data, const MDB_dbi *below_tombs, size_t nbelow,
                       size_t chunk_bytes, uint64_t *runs_out, uint64_t *records_out, int *outcome) {
 	MDB_txn *txn = NULL;
 	MDB_cursor *cur = NULL, *dcur = NULL;
@@ -289,6 +325,12 @@ static int kvd_ingest(MDB_env *env, MDB_dbi data, MDB_dbi stage, MDB_dbi states,
 			rc = mdb_cursor_put(dcur, &k, &v, 0);
 		}
 		if (rc) goto done;
+		if (nbelow && !repeated) {
+			int hides;
+			k.mv_data = (void *)key; k.mv_size = klen;
+			if ((rc = kvd_hides(txn, own_tomb, below_data, below_tombs, nbelow, &k, &hides))) goto done;
+			repeated = hides;
+		}
 		chunk += (size_t)klen + vlen;
 		if (chunk >= chunk_bytes && live) {
 			if (repeated && (rc = kvd_add_digest(txn, digests, name, name_len, 0, 0, 0, 0))) goto done;
@@ -322,6 +364,81 @@ done:
 	if (txn) mdb_txn_abort(txn);
 	free(runs); free(heap); free(prefix);
 	return rc;
+}
+
+#define KVD_STAGED 2
+
+// The first half of a delete (EmbeddedEngine.delete_batch), in the caller's write
+// transaction: the namespace must be LOADING with nothing staged (else *outcome says which,
+// and the caller hands the delete to the reference DAL). For each key (ascending, once
+// each): flags[i] bit 1 when the namespace's own data holds it, bit 2 when a layer below
+// holds it visibly (it then gets a tombstone); out[i] the pair the delete takes away (its
+// own, else the one below unless its own tombstone already hides it), NULL when none.
+static int kvd_delete_find(MDB_txn *txn, MDB_dbi states, MDB_dbi stage, const char *name, size_t name_len,
+                           const char *writable, size_t writable_len, MDB_dbi own, MDB_dbi own_tomb,
+                           const MDB_dbi *below_data, const MDB_dbi *below_tombs, size_t nbelow,
+                           const char *keys, const uint32_t *klens, size_t n,
+                           MDB_val *out, unsigned char *flags, int *outcome) {
+	MDB_cursor *cur;
+	MDB_val k, v, below;
+	size_t i;
+	int rc, found;
+	const char *kp = keys;
+	unsigned char *prefix;
+	*outcome = KVD_STORED;
+	if ((rc = kvd_check_writable(txn, states, name, name_len, writable, writable_len, outcome)) || *outcome != KVD_STORED) return rc;
+	if (!(prefix = malloc(name_len + 1))) return ENOMEM;
+	memcpy(prefix, name, name_len);
+	prefix[name_len] = 0;
+	if ((rc = mdb_cursor_open(txn, stage, &cur))) { free(prefix); return rc; }
+	k.mv_data = prefix; k.mv_size = name_len + 1;
+	rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+	if (rc == 0 && k.mv_size == name_len + 9 && memcmp(k.mv_data, prefix, name_len + 1) == 0) *outcome = KVD_STAGED;
+	mdb_cursor_close(cur);
+	free(prefix);
+	if (rc && rc != MDB_NOTFOUND) return rc;
+	if (*outcome != KVD_STORED) return 0;
+	for (i = 0; i < n; kp += klens[i], i++) {
+		k.mv_data = (void *)kp; k.mv_size = klens[i];
+		flags[i] = 0;
+		out[i].mv_data = NULL; out[i].mv_size = 0;
+		rc = mdb_get(txn, own, &k, &out[i]);
+		if (rc == 0) flags[i] |= 1;
+		else if (rc != MDB_NOTFOUND) return rc;
+		if (!nbelow) continue;
+		if ((rc = kvd_below(txn, below_data, below_tombs, nbelow, &k, &below, &found))) return rc;
+		if (!found) continue;
+		flags[i] |= 2;
+		if (flags[i] & 1) continue;
+		rc = mdb_get(txn, own_tomb, &k, &v);
+		if (rc == MDB_NOTFOUND) out[i] = below;
+		else if (rc) return rc;
+	}
+	return 0;
+}
+
+// The second half: delete the own pairs, put the tombstones, take (dcount, dsum, dbytes)
+// — the taken pairs' digest, negated modulo 2^64 — off the running digest, and commit.
+// The transaction ends here whatever happens.
+static int kvd_delete_apply(MDB_txn *txn, MDB_dbi own, MDB_dbi own_tomb, MDB_dbi digests,
+                            const char *name, size_t name_len, const char *tombstone, size_t tombstone_len,
+                            const char *keys, const uint32_t *klens, size_t n, const unsigned char *flags,
+                            uint64_t dcount, uint64_t dsum, uint64_t dbytes) {
+	MDB_val k, v;
+	size_t i;
+	int rc = 0;
+	const char *kp = keys;
+	for (i = 0; i < n && !rc; kp += klens[i], i++) {
+		k.mv_data = (void *)kp; k.mv_size = klens[i];
+		if (flags[i] & 1) rc = mdb_del(txn, own, &k, NULL);
+		if (!rc && (flags[i] & 2)) {
+			v.mv_data = (void *)tombstone; v.mv_size = tombstone_len;
+			rc = mdb_put(txn, own_tomb, &k, &v, 0);
+		}
+	}
+	if (!rc && dcount) rc = kvd_add_digest(txn, digests, name, name_len, dcount, dsum, dbytes, 1);
+	if (rc) { mdb_txn_abort(txn); return rc; }
+	return mdb_txn_commit(txn);
 }
 
 // Look n keys up (laid end to end in keys) in one call; out[i].mv_data is NULL when a key
@@ -380,6 +497,7 @@ import "C"
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"unsafe"
 
@@ -526,23 +644,101 @@ func (e *Env) StageBatch(stage, states, digests DBI, name string, b Batch, d Dig
 	return outcome == C.KVD_STORED, nil
 }
 
+// Layers are the databases a layered namespace's writes check against (nil for a namespace
+// without a base): its tombstones, and the data and tombstones of the layers below it
+// (bulldozer.kv.backends.embedded; every layer but the last has tombstones).
+type Layers struct {
+	Tombs       DBI
+	Data, Below []DBI
+}
+
+func dbis(d []DBI) *C.MDB_dbi {
+	if len(d) == 0 {
+		return nil
+	}
+	return (*C.MDB_dbi)(unsafe.Pointer(&d[0]))
+}
+
 // Ingest merges a LOADING namespace's staged runs into its data in key order, in one
 // transaction (see kvd_ingest): runs and records are what it merged. loading is false, and
-// nothing is changed, when the namespace is not (or no longer) LOADING.
-func (e *Env) Ingest(data, stage, states, digests DBI, name string) (loading bool, runs, records uint64, err error) {
+// nothing is changed, when the namespace is not (or no longer) LOADING. A layered
+// namespace's puts are checked against its layers (see kvd_hides).
+func (e *Env) Ingest(data, stage, states, digests DBI, name string, layers *Layers) (loading bool, runs, records uint64, err error) {
 	e.ingestMu.Lock()
 	defer e.ingestMu.Unlock()
 	var outcome C.int
 	var cruns, crecords C.uint64_t
 	cname := []byte(name)
 	writable := []byte(shared.StatesWritable)
+	l := Layers{}
+	if layers != nil {
+		l = *layers
+	}
 	rc := C.kvd_ingest(e.env, C.MDB_dbi(data), C.MDB_dbi(stage), C.MDB_dbi(states), C.MDB_dbi(digests),
-		ptr(cname), C.size_t(len(cname)), ptr(writable), C.size_t(len(writable)), C.size_t(e.IngestChunkBytes),
-		&cruns, &crecords, &outcome)
+		ptr(cname), C.size_t(len(cname)), ptr(writable), C.size_t(len(writable)),
+		C.MDB_dbi(l.Tombs), dbis(l.Data), dbis(l.Below), C.size_t(len(l.Data)),
+		C.size_t(e.IngestChunkBytes), &cruns, &crecords, &outcome)
 	if err := check(rc); err != nil {
 		return false, 0, 0, err
 	}
 	return outcome == C.KVD_STORED, uint64(cruns), uint64(crecords), nil
+}
+
+// Delete deletes keys (laid end to end, ascending, once each) from a LOADING namespace in
+// one write transaction, the rules of EmbeddedEngine.delete_batch: its own pairs go, a key
+// a layer below holds visibly gets a tombstone, and the pairs taken away (hashed by hash,
+// between the transaction's two halves) come off the running digest. ok is false, and
+// nothing is changed, when the namespace is not LOADING or has staged runs (the reference
+// DAL ingests them first). The goroutine holds its OS thread for the transaction, as LMDB
+// requires of a write transaction.
+func (e *Env) Delete(own, stage, states, digests DBI, name string, layers *Layers, keys []byte, klens []uint32,
+	hash func(key, value []byte) uint64) (deleted uint64, ok bool, err error) {
+	n := len(klens)
+	l := Layers{}
+	if layers != nil {
+		l = *layers
+	}
+	cname := []byte(name)
+	writable := []byte(shared.StatesWritable)
+	tombstone := []byte(shared.StoreTombstone)
+	out := (*C.MDB_val)(C.malloc(C.size_t(n+1) * C.size_t(unsafe.Sizeof(C.MDB_val{}))))
+	defer C.free(unsafe.Pointer(out))
+	flags := (*C.uchar)(C.malloc(C.size_t(n + 1)))
+	defer C.free(unsafe.Pointer(flags))
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var txn *C.MDB_txn
+	if err := check(C.mdb_txn_begin(e.env, nil, 0, &txn)); err != nil {
+		return 0, false, err
+	}
+	var outcome C.int
+	rc := C.kvd_delete_find(txn, C.MDB_dbi(states), C.MDB_dbi(stage), ptr(cname), C.size_t(len(cname)),
+		ptr(writable), C.size_t(len(writable)), C.MDB_dbi(own), C.MDB_dbi(l.Tombs),
+		dbis(l.Data), dbis(l.Below), C.size_t(len(l.Data)), ptr(keys), lens(klens), C.size_t(n), out, flags, &outcome)
+	if rc != 0 || outcome != C.KVD_STORED {
+		C.mdb_txn_abort(txn)
+		return 0, false, check(rc)
+	}
+	var d Digest
+	var kp uint64
+	for i, v := range unsafe.Slice(out, n) {
+		kl := uint64(klens[i])
+		if v.mv_data != nil {
+			value := unsafe.Slice((*byte)(v.mv_data), int(v.mv_size))
+			d.Count--
+			d.Sum -= hash(keys[kp:kp+kl], value)
+			d.Bytes -= kl + uint64(len(value))
+			deleted++
+		}
+		kp += kl
+	}
+	rc = C.kvd_delete_apply(txn, C.MDB_dbi(own), C.MDB_dbi(l.Tombs), C.MDB_dbi(digests), ptr(cname), C.size_t(len(cname)),
+		ptr(tombstone), C.size_t(len(tombstone)), ptr(keys), lens(klens), C.size_t(n), flags,
+		C.uint64_t(d.Count), C.uint64_t(d.Sum), C.uint64_t(d.Bytes))
+	if err := check(rc); err != nil {
+		return 0, false, err
+	}
+	return deleted, true, nil
 }
 
 // createDB creates the named database (tests only: the Python DAL creates the store).
