@@ -1,12 +1,22 @@
 """Connect to the DAL a spec names.
 
-``embedded`` starts a DAL for the duration: a child ``bulldozer serve`` process on a
-private Unix socket over the embedded store in ``$BULLDOZER_HOME/kv`` (its log goes to the
-day's ``$BULLDOZER_HOME/logs/dal-YYYY-MM-DD.log``, see ``bulldozer.logs.log_file``),
-stopped gracefully afterwards. A separate process lets
-encoding and storing run on two cores. In a command the warm loader runs
-(bulldozer.loader), the loader's own embedded DAL over the same store is used instead
-(``use_warm_dal``), when it answers. ``host:port`` connects to a running DAL.
+``embedded`` starts a DAL for the duration over the embedded store in
+``$BULLDOZER_HOME/kv``, on a private Unix socket (its log goes to the day's
+``$BULLDOZER_HOME/logs/dal-YYYY-MM-DD.log``, see ``bulldozer.logs.log_file``), stopped
+gracefully afterwards:
+
+- with the native data plane (``bulldozer-kvd`` built, ``BULLDOZER_DATA_PLANE`` not
+  ``python``) the DAL is *hosted in this process* (``host_embedded_dal``): kvd, its own
+  process, stores and reads, while the DAL's reference server (namespaces, seals, flips)
+  runs on threads here. Encoding and storing still run on two cores, and the command
+  starts no second Python interpreter: measured 0.3 s of a cold delta run's 1.1 s, and
+  about 65 MiB of a run's peak memory;
+- otherwise a child ``bulldozer serve`` process (``start_embedded_dal``), so that storing
+  in Python does not share this process's interpreter with encoding.
+
+In a command the warm loader runs (bulldozer.loader), the loader's own embedded DAL over
+the same store is used instead (``use_warm_dal``), when it answers; the loader keeps its
+DAL in a child process, since it forks. ``host:port`` connects to a running DAL.
 """
 
 from __future__ import annotations
@@ -16,11 +26,12 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bulldozer.errors import BackendUnavailableError
 from bulldozer.settings import load_settings
@@ -34,6 +45,7 @@ __all__ = [
     "connect",
     "connect_for_spec",
     "embedded_store_path",
+    "host_embedded_dal",
     "spec_token",
     "start_embedded_dal",
     "use_warm_dal",
@@ -137,6 +149,87 @@ def start_embedded_dal(
                     proc.wait()
 
 
+class HostedDal:
+    """The embedded store's DAL hosted in this process (``host_embedded_dal``): started on a
+    thread, so the caller works on meanwhile; ``wait()`` blocks until it listens."""
+
+    def __init__(self, home: str | os.PathLike[str] | None, folder: Path, log_path: Path, startup_timeout: float):
+        self.address = f"unix:{folder / 'dal.sock'}"
+        self.running: Any = None
+        self._store, self._log_path, self._timeout = embedded_store_path(home), log_path, startup_timeout
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._start, name="embedded-dal-start", daemon=True)
+        self._thread.start()
+
+    def _start(self) -> None:
+        from bulldozer.kv.backends import create_engine
+        from bulldozer.kv.server.app import create_server
+
+        server_log = logging.getLogger("bulldozer.kv.server")
+        try:
+            engine = create_engine({"type": "embedded", "path": str(self._store)})
+            with open(self._log_path, "ab") as kvd_log:  # kvd's lines go to the DAL's log as well
+                self.running, _ = create_server(self.address, engine, data_plane="native", kvd_stderr=kvd_log)
+            server_log.info("KV DAL serving embedded engine on %s (data plane: native, in this process)", self.address)
+        except BaseException as exc:
+            server_log.error("the embedded DAL did not start: %s", exc)
+            self._error = exc
+
+    def wait(self) -> None:
+        """Block until the server listens, or raise BackendUnavailableError saying why."""
+        self._thread.join(self._timeout)
+        if self._thread.is_alive():
+            raise BackendUnavailableError(f"the embedded DAL did not start within {self._timeout:.0f} s")
+        if self._error is not None:
+            raise BackendUnavailableError(
+                f"the embedded DAL did not start (log {self._log_path}): {self._error}"
+            ) from None
+
+    def stop(self, grace: float = 30.0) -> None:
+        """Let in-flight calls finish, stop kvd, flush and close the store."""
+        self._thread.join()
+        if self.running is not None:
+            self.running.stop(grace)
+            logging.getLogger("bulldozer.kv.server").info("KV DAL stopped")
+
+
+@contextmanager
+def host_embedded_dal(home: str | os.PathLike[str] | None = None, startup_timeout: float = 60.0) -> Iterator[HostedDal]:
+    """Host a DAL over the embedded store in this process, with ``bulldozer-kvd`` in front,
+    and return at once (see the module's docstring); its log lines (logger
+    ``bulldozer.kv.server``) and kvd's go to the day's DAL log, not to this process's
+    console. Stopped gracefully on exit."""
+    from bulldozer.logs import JsonFormatter, log_file, open_log
+    from bulldozer.warehouse.catalog import bulldozer_home
+
+    log_path = log_file(bulldozer_home(home) / "logs", "dal")
+    os.close(open_log(log_path))  # created private to this user
+    handler = logging.FileHandler(log_path, encoding="utf-8")
+    handler.setFormatter(JsonFormatter())
+    server_log = logging.getLogger("bulldozer.kv.server")
+    saved = server_log.handlers[:], server_log.propagate, server_log.level
+    server_log.handlers[:], server_log.propagate = [handler], False
+    server_log.setLevel(logging.INFO)
+    try:
+        with tempfile.TemporaryDirectory(prefix="bulldozer-dal-") as tmp:
+            dal = HostedDal(home, Path(tmp), log_path, startup_timeout)
+            try:
+                yield dal
+            finally:
+                dal.stop()
+    finally:
+        server_log.handlers[:], server_log.propagate = saved[0], saved[1]
+        server_log.setLevel(saved[2])
+        handler.close()
+
+
+def _hosts_embedded() -> bool:
+    """Whether an embedded DAL is hosted in this process (the native data plane can run)."""
+    from bulldozer.kv.server.native import DataPlane, kvd_binary
+
+    return load_settings().data_plane != DataPlane.python and kvd_binary() is not None
+
+
 def spec_token(loaded: LoadedSpec, endpoint: str, operator_endpoint: bool = False) -> str | None:
     """The bearer token a run of ``loaded`` sends to ``endpoint``.
 
@@ -210,7 +303,7 @@ def connect(
                 client.close()
             return
     if endpoint == "embedded":
-        with start_embedded_dal(home) as dal:
+        with host_embedded_dal(home) if _hosts_embedded() else start_embedded_dal(home) as dal:
             # imported once the DAL is on its way: gRPC, numpy and pydantic load meanwhile
             from bulldozer.kv.client import KvClient
 

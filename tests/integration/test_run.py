@@ -375,14 +375,15 @@ def test_cli_failure_is_one_clear_line(tmp_path: Path) -> None:
 
 
 def _dal_processes(store: Path) -> list[int]:
-    """Pids of ``bulldozer serve`` processes over ``store``."""
+    """Pids of the processes serving ``store``: ``bulldozer serve``, or ``bulldozer-kvd`` in
+    front of a DAL hosted in the command's own process."""
     found = []
     for proc in Path("/proc").iterdir():
         try:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"serve" in argv and str(store).encode() in argv:
+        if (b"serve" in argv and str(store).encode() in argv) or b"--store=%s" % str(store).encode() in argv:
             found.append(int(proc.name))
     return found
 
@@ -392,7 +393,7 @@ def test_a_killed_run_is_resumed(tmp_path: Path) -> None:
     create_sample_warehouse(home, rows=30_000, chunk_rows=10_000)  # three data files: three splits
     killed = _cli(["run", "templates/move_data_to_kv_dal.yaml", "-q"], home, fault="kill-after-rows:15000")
     assert killed.returncode == -9
-    # the DAL the killed run had started notices its parent is gone and stops
+    # the data plane the killed run had started notices its parent is gone and stops
     deadline = time.monotonic() + 15
     while _dal_processes(home / "kv") and time.monotonic() < deadline:
         time.sleep(0.2)

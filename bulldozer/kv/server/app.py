@@ -82,13 +82,15 @@ def create_server(
     auth: AuthConfig | None = None,
     data_plane: str = "python",
     allow_unauthenticated: bool = False,
+    kvd_stderr: Any = None,
 ) -> tuple[RunningServer, int]:
     """A started KV DAL server on ``address`` (``host:0`` picks a free port); with
     ``credentials`` it speaks TLS, with ``auth`` every call is authenticated and checked
     against the principals' per-alias permissions, and the store remembers it: a later
     server of it without ``auth`` refuses to start unless ``allow_unauthenticated``.
     ``data_plane`` ``native`` (or ``auto``) puts ``bulldozer-kvd`` in front (see
-    :mod:`bulldozer.kv.server.native`)."""
+    :mod:`bulldozer.kv.server.native`), its log lines to ``kvd_stderr`` (a file; default: this
+    process's stderr)."""
     from bulldozer.kv.server.native import DataPlane, choose_data_plane
 
     if auth is not None:
@@ -100,7 +102,7 @@ def create_server(
         )
     if choose_data_plane(data_plane, engine, credentials is not None or auth is not None) == DataPlane.native:
         try:
-            return _create_native_server(address, engine, limits, metrics, max_workers, interceptors)
+            return _create_native_server(address, engine, limits, metrics, max_workers, interceptors, kvd_stderr)
         except BackendUnavailableError as exc:
             if data_plane == DataPlane.native:
                 raise
@@ -158,6 +160,7 @@ def _create_native_server(
     metrics: Metrics | None,
     max_workers: int,
     interceptors: list[Any] | None,
+    kvd_stderr: Any = None,
 ) -> tuple[RunningServer, int]:
     private = Path(tempfile.mkdtemp(prefix="bulldozer-dal-"))
     backend = f"unix:{private / 'reference.sock'}"
@@ -168,7 +171,13 @@ def _create_native_server(
     metrics_socket = private / "kvd-metrics.sock" if metrics is not None else None
     try:
         front = NativeFront.start(
-            address, backend, engine, reference.dal.limits, private / "kvd.port", metrics_socket=metrics_socket
+            address,
+            backend,
+            engine,
+            reference.dal.limits,
+            private / "kvd.port",
+            metrics_socket=metrics_socket,
+            stderr=kvd_stderr,
         )
         front.wait()
     except BaseException:

@@ -25,7 +25,7 @@ import subprocess
 import time
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bulldozer.errors import BackendUnavailableError, InvalidArgumentError
 
@@ -101,6 +101,7 @@ class NativeFront:
         ready_file: Path,
         grace: float = 30.0,
         metrics_socket: Path | None = None,
+        stderr: Any = None,
     ) -> NativeFront:
         """Start ``bulldozer-kvd`` on ``listen`` in front of the DAL at ``backend``, over the
         store ``engine`` (an open embedded or Redis engine: its settings are passed on); with
@@ -140,8 +141,8 @@ class NativeFront:
             f"--grace={grace}s",
             f"--parent-pid={os.getpid()}",
         ]
-        # its log lines go where this process's go
-        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE)
+        # its log lines go to ``stderr``, else where this process's go
+        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE, stderr=stderr)
         if stdin is not None:
             assert proc.stdin is not None
             with contextlib.suppress(BrokenPipeError), proc.stdin:  # if it died, wait() says so
