@@ -164,17 +164,26 @@ class HostedDal:
 
     def _start(self) -> None:
         from bulldozer.kv.backends import create_engine
-        from bulldozer.kv.server.app import create_server
+        from bulldozer.kv.server.app import NativeServer, create_server
 
         server_log = logging.getLogger("bulldozer.kv.server")
+        engine = None
         try:
             engine = create_engine({"type": "embedded", "path": str(self._store)})
             with open(self._log_path, "ab") as kvd_log:  # kvd's lines go to the DAL's log as well
-                self.running, _ = create_server(self.address, engine, data_plane="native", kvd_stderr=kvd_log)
-            server_log.info("KV DAL serving embedded engine on %s (data plane: native, in this process)", self.address)
+                # the operator's choice: auto falls back to the Python plane if kvd fails to start
+                plane = load_settings().data_plane
+                self.running, _ = create_server(self.address, engine, data_plane=plane, kvd_stderr=kvd_log)
+            server_log.info(
+                "KV DAL serving embedded engine on %s (data plane: %s, in this process)",
+                self.address,
+                "native" if isinstance(self.running, NativeServer) else "python",
+            )
         except BaseException as exc:
             server_log.error("the embedded DAL did not start: %s", exc)
             self._error = exc
+            if engine is not None:
+                engine.close()
 
     def wait(self) -> None:
         """Block until the server listens, or raise BackendUnavailableError saying why."""
