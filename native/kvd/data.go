@@ -283,35 +283,21 @@ func (m *lmdbStore) ingest(name string) (runs, records uint64, ok bool) {
 }
 
 // writeDBIs are the handles a write to a LOADING namespace takes: its data, and for a
-// layered one its tombstones and the layers below it (nil without a base); ok is false
-// when the reference DAL must answer.
-func (m *lmdbStore) writeDBIs(name string) (data lmdb.DBI, layers *lmdb.Layers, ok bool) {
+// layered one its tombstones and the layers below it (the zero Layers without a base); ok
+// is false when the reference DAL must answer.
+func (m *lmdbStore) writeDBIs(name string) (lmdb.DBI, lmdb.Layers, bool) {
 	chain, known := m.chainOf(name)
 	if !known {
-		return 0, nil, false
+		return 0, lmdb.Layers{}, false
 	}
-	var err error
-	if data, err = m.env.DBI(shared.StoreDataPrefix + name); err != nil {
-		return 0, nil, false
+	data, tombs, ok := m.layerDBIs(chain)
+	if !ok {
+		return 0, lmdb.Layers{}, false
 	}
 	if len(chain) == 1 {
-		return data, nil, true
+		return data[0], lmdb.Layers{}, true
 	}
-	layers = &lmdb.Layers{Data: make([]lmdb.DBI, len(chain)-1), Below: make([]lmdb.DBI, len(chain)-2)}
-	if layers.Tombs, err = m.env.DBI(shared.StoreTombstonePrefix + name); err != nil {
-		return 0, nil, false
-	}
-	for i, layer := range chain[1:] {
-		if layers.Data[i], err = m.env.DBI(shared.StoreDataPrefix + layer); err != nil {
-			return 0, nil, false
-		}
-		if i < len(layers.Below) {
-			if layers.Below[i], err = m.env.DBI(shared.StoreTombstonePrefix + layer); err != nil {
-				return 0, nil, false
-			}
-		}
-	}
-	return data, layers, true
+	return data[0], lmdb.Layers{Tombs: tombs[0], Data: data[1:], Below: tombs[1:]}, true
 }
 
 // delete deletes keys from a LOADING namespace on the fast path (see lmdb.Env.Delete).
@@ -423,19 +409,10 @@ func (m *lmdbStore) getMany(_ context.Context, target *kvpb.Target, keys [][]byt
 	if !ok {
 		return "", nil, false
 	}
-	// the handles before the transaction that uses them: every layer's data, and the
-	// tombstones of every layer but the last (bulldozer.kv.backends.embedded)
-	data := make([]lmdb.DBI, len(chain))
-	tombs := make([]lmdb.DBI, len(chain)-1)
-	for i, layer := range chain {
-		if data[i], err = m.env.DBI(shared.StoreDataPrefix + layer); err != nil {
-			return "", nil, false
-		}
-		if i < len(tombs) {
-			if tombs[i], err = m.env.DBI(shared.StoreTombstonePrefix + layer); err != nil {
-				return "", nil, false
-			}
-		}
+	// the handles before the transaction that uses them
+	data, tombs, ok := m.layerDBIs(chain)
+	if !ok {
+		return "", nil, false
 	}
 	if txn, err = m.env.BeginRead(); err != nil {
 		return "", nil, false
@@ -481,6 +458,25 @@ func (m *lmdbStore) getMany(_ context.Context, target *kvpb.Target, keys [][]byt
 		pending = next
 	}
 	return name, values, true
+}
+
+// layerDBIs are the handles of a chain (newest first): every layer's data, and the
+// tombstones of every layer but the last (bulldozer.kv.backends.embedded); ok is false when
+// one cannot be opened.
+func (m *lmdbStore) layerDBIs(chain []string) (data, tombs []lmdb.DBI, ok bool) {
+	data, tombs = make([]lmdb.DBI, len(chain)), make([]lmdb.DBI, len(chain)-1)
+	var err error
+	for i, layer := range chain {
+		if data[i], err = m.env.DBI(shared.StoreDataPrefix + layer); err != nil {
+			return nil, nil, false
+		}
+		if i < len(tombs) {
+			if tombs[i], err = m.env.DBI(shared.StoreTombstonePrefix + layer); err != nil {
+				return nil, nil, false
+			}
+		}
+	}
+	return data, tombs, true
 }
 
 // getSome looks up keys[i] for each i in which, in one call.

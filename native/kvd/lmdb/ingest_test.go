@@ -51,7 +51,7 @@ func TestAnIngestInChunksStoresWhatOneTransactionWould(t *testing.T) {
 		}
 	}
 	env.IngestChunkBytes = 1024 // a commit every few dozen records
-	loading, runs, records, err := env.Ingest(data, stage, states, digests, name, nil)
+	loading, runs, records, err := env.Ingest(data, stage, states, digests, name, Layers{})
 	if err != nil || !loading || runs != 5 || records != 15000 {
 		t.Fatalf("ingest: loading %v, %d runs, %d records, %v", loading, runs, records, err)
 	}

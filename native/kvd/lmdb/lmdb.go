@@ -644,9 +644,9 @@ func (e *Env) StageBatch(stage, states, digests DBI, name string, b Batch, d Dig
 	return outcome == C.KVD_STORED, nil
 }
 
-// Layers are the databases a layered namespace's writes check against (nil for a namespace
-// without a base): its tombstones, and the data and tombstones of the layers below it
-// (bulldozer.kv.backends.embedded; every layer but the last has tombstones).
+// Layers are the databases a layered namespace's writes check against (the zero value for a
+// namespace without a base): its tombstones, and the data and tombstones of the layers
+// below it (bulldozer.kv.backends.embedded; every layer but the last has tombstones).
 type Layers struct {
 	Tombs       DBI
 	Data, Below []DBI
@@ -663,17 +663,13 @@ func dbis(d []DBI) *C.MDB_dbi {
 // transaction (see kvd_ingest): runs and records are what it merged. loading is false, and
 // nothing is changed, when the namespace is not (or no longer) LOADING. A layered
 // namespace's puts are checked against its layers (see kvd_hides).
-func (e *Env) Ingest(data, stage, states, digests DBI, name string, layers *Layers) (loading bool, runs, records uint64, err error) {
+func (e *Env) Ingest(data, stage, states, digests DBI, name string, l Layers) (loading bool, runs, records uint64, err error) {
 	e.ingestMu.Lock()
 	defer e.ingestMu.Unlock()
 	var outcome C.int
 	var cruns, crecords C.uint64_t
 	cname := []byte(name)
 	writable := []byte(shared.StatesWritable)
-	l := Layers{}
-	if layers != nil {
-		l = *layers
-	}
 	rc := C.kvd_ingest(e.env, C.MDB_dbi(data), C.MDB_dbi(stage), C.MDB_dbi(states), C.MDB_dbi(digests),
 		ptr(cname), C.size_t(len(cname)), ptr(writable), C.size_t(len(writable)),
 		C.MDB_dbi(l.Tombs), dbis(l.Data), dbis(l.Below), C.size_t(len(l.Data)),
@@ -691,13 +687,9 @@ func (e *Env) Ingest(data, stage, states, digests DBI, name string, layers *Laye
 // nothing is changed, when the namespace is not LOADING or has staged runs (the reference
 // DAL ingests them first). The goroutine holds its OS thread for the transaction, as LMDB
 // requires of a write transaction.
-func (e *Env) Delete(own, stage, states, digests DBI, name string, layers *Layers, keys []byte, klens []uint32,
+func (e *Env) Delete(own, stage, states, digests DBI, name string, l Layers, keys []byte, klens []uint32,
 	hash func(key, value []byte) uint64) (deleted uint64, ok bool, err error) {
 	n := len(klens)
-	l := Layers{}
-	if layers != nil {
-		l = *layers
-	}
 	cname := []byte(name)
 	writable := []byte(shared.StatesWritable)
 	tombstone := []byte(shared.StoreTombstone)
