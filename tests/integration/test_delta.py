@@ -237,6 +237,17 @@ def test_a_delta_refuses_a_duplicate_key_the_base_holds(tmp_path: Path, dal: KvC
     assert dal.get_alias("items").namespace == base.version
 
 
+def test_a_delta_refuses_a_key_its_changed_files_hold_twice(tmp_path: Path, dal: KvClient) -> None:
+    home = tmp_path / "home"
+    table = make_table(home)
+    base = run_job(job("items", "delta"), dal, home=str(home))
+    table.append(rows([9001, 9002], random.Random(6)))
+    table.append(rows([9001], random.Random(7)))  # a new key, in two of the new files
+    with pytest.raises(DuplicateKeyError, match='"id": 9001'):
+        run_job(job("items", "delta"), dal, home=str(home))
+    assert dal.get_alias("items").namespace == base.version
+
+
 def test_a_delta_spec_refuses_what_cannot_be_a_delta() -> None:
     from bulldozer.errors import SpecError
 
