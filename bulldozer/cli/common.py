@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 import typer
 from rich.console import Console
 
+from bulldozer.cli.process import interruption
 from bulldozer.errors import BulldozerError, SpecError
 
 if TYPE_CHECKING:
@@ -94,8 +95,8 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
             if kwargs.get("as_json") is True or str(kwargs.get("output") or "") == "json":
                 print_json(error_json(exc))
             raise report(exc) from None
-        except KeyboardInterrupt:
-            raise fail("interrupted", 130) from None
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (process.Terminated)
+            raise fail(*interruption(exc)) from None
 
     return wrapper
 

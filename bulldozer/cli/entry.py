@@ -15,7 +15,7 @@ def main() -> None:
         if code is not None:
             sys.exit(code)
         from bulldozer.cli.main import main as here
-    except KeyboardInterrupt:  # Ctrl-C before a command's own handler is reached
+    except KeyboardInterrupt:  # Ctrl-C before a command's own handler is reached (SIGTERM kills until then)
         print("error: interrupted", file=sys.stderr)
         sys.exit(130)
     here()

@@ -6,6 +6,10 @@ an Airflow worker) leave the interpreter as they found it.
 - BLAS threads (``before_imports``): OpenBLAS's worker threads spun for 0.08 s of CPU per
   process at start-up, and nothing here uses BLAS; the DAL a run starts inherits it.
 - The cyclic collector (``claim``, ``started``, ``run_ended``, ``exiting``).
+- SIGTERM (``claim``): a scheduler stops a task with it (Airflow on a timeout or a task
+  marked failed). The command unwinds as from Ctrl-C, raising ``Terminated`` in the main
+  thread: its run is recorded as failed, its DAL and data plane are stopped, its temporary
+  files removed, and it exits 143 with one line. A second SIGTERM ends it at once.
 - Lazy imports: pandas is kept out of a local run (``without_pandas``), and modules that
   build large tables when imported but that most commands never use are executed only when
   first used (``DEFERRED``, applied by ``claim``): pyiceberg's table module imports its
@@ -30,16 +34,19 @@ import importlib.machinery
 import importlib.util
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from types import ModuleType
 
 __all__ = [
     "DEFERRED",
+    "Terminated",
     "before_imports",
     "claim",
     "collect_again",
     "exiting",
+    "interruption",
     "owned",
     "run_ended",
     "started",
@@ -86,8 +93,24 @@ def claim() -> None:
     global _owned
     _owned = True
     gc.disable()
+    signal.signal(signal.SIGTERM, _terminate)
     if not any(isinstance(f, _Deferred) for f in sys.meta_path):
         sys.meta_path.insert(0, _Deferred(DEFERRED))
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM reached a command-line process (``claim``): raised in its main thread, so the
+    command unwinds as from Ctrl-C."""
+
+
+def interruption(exc: KeyboardInterrupt) -> tuple[str, int]:
+    """The one line and the exit code of a command stopped by ``exc`` (SIGINT or SIGTERM)."""
+    return ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    raise Terminated("the process got SIGTERM")
 
 
 def collect_again() -> None:

@@ -341,9 +341,12 @@ def _run_cli() -> int:
             return exc.code
         print(exc.code, file=sys.stderr)
         return 1
-    except KeyboardInterrupt:  # before the command's own handler was reached
-        print("error: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # before the command's own handler was reached
+        from bulldozer.cli.process import interruption
+
+        message, code = interruption(exc)
+        print(f"error: {message}", file=sys.stderr)
+        return code
     return 0
 
 

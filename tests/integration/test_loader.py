@@ -120,7 +120,10 @@ def test_the_command_dies_with_its_caller(home: Path) -> None:
             time.sleep(0.05)
 
 
-def test_ctrl_c_reaches_the_command(home: Path) -> None:
+@pytest.mark.parametrize(
+    ("signum", "code", "line"), [(signal.SIGINT, 130, "error: interrupted"), (signal.SIGTERM, 143, "error: terminated")]
+)
+def test_ctrl_c_and_sigterm_reach_the_command(home: Path, signum: int, code: int, line: str) -> None:
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen()
@@ -132,10 +135,10 @@ def test_ctrl_c_reaches_the_command(home: Path) -> None:
             assert caller.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
         time.sleep(0.3)
-        caller.send_signal(signal.SIGINT)
+        caller.send_signal(signum)
         _, err = caller.communicate(timeout=30)
-    assert caller.returncode == 130
-    assert err.strip().splitlines()[-1] == "error: interrupted"
+    assert caller.returncode == code
+    assert err.strip().splitlines()[-1] == line
 
 
 def test_only_its_user_can_reach_it(home: Path) -> None:

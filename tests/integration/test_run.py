@@ -408,6 +408,26 @@ def test_a_killed_run_is_resumed(tmp_path: Path) -> None:
     assert [(r["version"], r["state"]) for r in runs] == [(version, "ACTIVE")]
 
 
+def test_a_terminated_run_stops_cleanly_and_the_next_run_succeeds(tmp_path: Path) -> None:
+    """SIGTERM (a scheduler stopping its task) mid-load: one line, exit 143, the alias where
+    it was, the data plane stopped and the temporary files removed before the command exits."""
+    home = tmp_path / "h"
+    create_sample_warehouse(home, rows=30_000, chunk_rows=10_000)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    job = ["run", "templates/move_data_to_kv_dal.yaml", "-q"]
+    stopped = _cli(job, home, env={"TMPDIR": str(scratch)}, fault="term-after-rows:15000")
+    assert stopped.returncode == 143, stopped.stderr
+    assert stopped.stderr.strip().splitlines() == ["error: terminated"]
+    assert _dal_processes(home / "kv") == []  # stopped, not left to notice its parent is gone
+    assert list(scratch.iterdir()) == []
+    (run,) = json.loads(_cli(["runs", "user_item_scores", "--json"], home).stdout)
+    assert run["state"] == "FAILED" and "SIGTERM" in run["error"], run
+    again = _cli([*job[:-1], "--json"], home)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["rows"] == 30_000
+
+
 def test_resume_refuses_a_version_that_is_not_loading(tmp_path: Path) -> None:
     home = tmp_path / "h"
     create_sample_warehouse(home, rows=1_500)
