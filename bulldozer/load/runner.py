@@ -50,6 +50,7 @@ from bulldozer.spec.loader import LoadedSpec
 from bulldozer.versioning.flip import flip, live_version
 from bulldozer.versioning.retention import apply_retention
 from bulldozer.versioning.run_state import (
+    BASE_COPIED_LABEL,
     LOADED_LABEL,
     RUN_KEY_LABEL,
     RUN_LABEL,
@@ -57,6 +58,7 @@ from bulldozer.versioning.run_state import (
     STAGE_LABEL,
     Loaded,
     RunRecord,
+    base_copied,
     ledger_label,
     ledger_of,
     loaded_of,
@@ -264,6 +266,10 @@ class JobRun:
                 return resume
             if existing.snapshot_id != record.snapshot_id and not spec.data_movement.snapshot_id:
                 record.snapshot_id = existing.snapshot_id  # a resumed run keeps its snapshot
+            if not base_copied(existing):
+                reason = f"its copy of the base {existing.base} was interrupted (its run was killed as it made it)"
+                client.mark_failed(resume, reason)
+                raise NamespaceStateError(f"cannot resume {resume!r}: {reason}; it is now FAILED: start a new run")
             if existing.base:  # a delta: its changes are derived again and applied again (idempotent)
                 planned = self._plan_delta(client.describe(existing.base))
                 if isinstance(planned, str):
@@ -298,6 +304,8 @@ class JobRun:
                 schema_generation=record.schema_generation,
                 base=self.delta.base.name if self.delta else "",
             )
+            if self.delta:  # the call returned: the version holds its base (what a resume checks)
+                client.set_labels(record.version, {BASE_COPIED_LABEL: self.delta.base.name})
         self.version_created = True
         return record.version
 
@@ -658,6 +666,11 @@ def run_stage(
                 run.record.outcome = "succeeded"
                 return run.record
             earlier = find_run_version(client, run.spec.alias, run_key) if run_key else None
+            if earlier is not None and earlier.state == State.LOADING and not base_copied(earlier):
+                # the first attempt was killed while the DAL made its version from a base: a new one
+                client.mark_failed(earlier.name, f"its copy of the base {earlier.base} was interrupted")
+                log.info("run %s: %s never held all of its base; a new version is made", run_key, earlier.name)
+                earlier = None
             if earlier is not None and earlier.state != State.LOADING:
                 if earlier.state in _LOADED_STATES and loaded_of(earlier) is not None:
                     run.restore(earlier.name)  # an earlier attempt already loaded it

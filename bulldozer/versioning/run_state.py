@@ -14,6 +14,7 @@ from typing import Any
 from bulldozer.kv.types import NamespaceRecord
 
 __all__ = [
+    "BASE_COPIED_LABEL",
     "LEDGER_LABEL",
     "LOADED_LABEL",
     "RUN_KEY_LABEL",
@@ -22,6 +23,7 @@ __all__ = [
     "STAGE_LABEL",
     "Loaded",
     "RunRecord",
+    "base_copied",
     "ledger_of",
     "loaded_of",
     "run_key_of",
@@ -41,6 +43,10 @@ LOADED_LABEL = "bulldozer.loaded"
 #: The scheduler's key of the run (e.g. Airflow's DAG run id), so a retried load stage
 #: finds and resumes the version its first attempt created.
 RUN_KEY_LABEL = "bulldozer.run_key"
+#: A delta version's base, written once the DAL has made the version from it (its create
+#: call returned): without it, the run was killed while the base was copied or layered, and
+#: the version holds part of the base at most.
+BASE_COPIED_LABEL = "bulldozer.base_copied"
 
 
 def _compact(data: Any) -> str:
@@ -145,6 +151,11 @@ def ledger_of(version: NamespaceRecord) -> dict[str, Any]:
 def ledger_label(ledger: dict[str, Any]) -> dict[str, str]:
     """The labels that record ``ledger``."""
     return {LEDGER_LABEL: _compact(ledger)}
+
+
+def base_copied(version: NamespaceRecord) -> bool:
+    """Whether ``version`` holds all of its base, if it has one (``BASE_COPIED_LABEL``)."""
+    return not version.base or version.labels.get(BASE_COPIED_LABEL) == version.base
 
 
 def run_key_of(version: NamespaceRecord) -> str:

@@ -280,6 +280,57 @@ def test_a_killed_delta_is_resumed_to_the_same_version(tmp_path: Path, dal: KvCl
         run_job(job("items", "delta"), dal, home=str(home), resume=version)
 
 
+class _Killed(BaseException):
+    """The run's process dying at this point."""
+
+
+def _killed_after_the_version_is_made(client: KvClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next run dies after the DAL created its delta version, before it learns the copy of
+    the base finished: the state a kill during a base's copy (or layering) leaves."""
+    from bulldozer.versioning.run_state import BASE_COPIED_LABEL
+
+    real = client.set_labels
+
+    def dying(name: str, labels: dict[str, str]) -> Any:
+        if BASE_COPIED_LABEL in labels:
+            monkeypatch.setattr(client, "set_labels", real)
+            raise _Killed
+        return real(name, labels)
+
+    monkeypatch.setattr(client, "set_labels", dying)
+
+
+def test_a_delta_killed_while_its_base_was_copied_is_never_resumed_over_a_partial_base(
+    tmp_path: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bulldozer.load.runner import run_stage
+
+    home = tmp_path / "home"
+    table = make_table(home)
+    base = run_job(job("items", "delta"), dal, home=str(home))
+    change(table, random.Random(7), "update", [10_000])
+    # resumed by hand: refused, and the version failed, so nothing retries it
+    _killed_after_the_version_is_made(dal, monkeypatch)
+    with pytest.raises(_Killed):
+        run_job(job("items", "delta"), dal, home=str(home))
+    (killed,) = [v for v in dal.list_namespaces("items") if v.state == State.LOADING]
+    with pytest.raises(NamespaceStateError, match="its copy of the base .* was interrupted"):
+        run_job(job("items", "delta"), dal, home=str(home), resume=killed.name)
+    assert dal.describe(killed.name).state == State.FAILED
+    assert dal.get_alias("items").namespace == base.version
+    # a scheduler's retried load stage (same run key): a new version, then verified and flipped
+    _killed_after_the_version_is_made(dal, monkeypatch)
+    with pytest.raises(_Killed):
+        run_stage("load", job("items", "delta"), dal, run_key="day-2", home=str(home))
+    for stage in ("load", "verify", "flip", "retention"):
+        record = run_stage(stage, job("items", "delta"), dal, run_key="day-2", home=str(home))
+    full = run_job(job("items_full", "full"), dal, home=str(home))
+    assert record.mode == "delta" and not record.resumed
+    assert (record.rows, record.digest) == (full.rows, full.digest)
+    assert dal.get_alias("items").namespace == record.version
+    assert contents(dal, record.version) == contents(dal, full.version)
+
+
 def test_a_version_reading_through_a_dropped_base_keeps_it_until_it_goes(tmp_path: Path) -> None:
     """Embedded layers: a base's data outlives its drop while a version reads through it,
     and goes with the last such version; a version made from a chain MAX_LAYERS deep reads
