@@ -71,7 +71,7 @@ def peak_of_descendants(root: int, done: threading.Event, every: float = 0.25) -
 def main() -> None:
     """``python -m bench.measured_cli [--entry] ARGS``: ``bulldozer ARGS`` run by the CLI's
     main (always in this process), or with ``--entry`` by the ``bulldozer`` command's entry
-    point (which hands a run over to a warm loader when one runs: bulldozer.loader)."""
+    point (which hands a run over to a warm loader when one runs: bulldozer.cli.loader)."""
     args = sys.argv[1:]
     module = "bulldozer.cli.main"
     if args[:1] == ["--entry"]:

@@ -141,7 +141,7 @@ def warm_loader(home: Path) -> Iterator[WarmLoader]:
     env = {**os.environ, "BULLDOZER_HOME": str(home)}
     subprocess.run([*cli, "start"], env=env, check=True, capture_output=True, cwd=REPO)
     try:
-        from bulldozer.loader.client import status
+        from bulldozer.cli.loader.client import status
 
         answer = status(home)
         assert answer is not None, "the loader did not start"

@@ -30,6 +30,7 @@ __all__ = [
     "cache_root",
     "child_environment",
     "environment",
+    "java_executable",
     "load_settings",
     "pyspark_python",
     "select_profile",
@@ -78,7 +79,7 @@ class Settings(BaseSettings):
     #: The native data plane's binary (default: the one scripts/build_native.sh built).
     kvd: Path | None = None
     #: ``bulldozer run`` hands itself over to the home's warm loader when one runs (``auto``),
-    #: or always runs in its own process (``off``); see bulldozer.loader.
+    #: or always runs in its own process (``off``); see bulldozer.cli.loader.
     loader: Literal["auto", "off"] = "auto"
     #: Which data plane ``serve`` uses: auto, native or python.
     data_plane: Literal["auto", "native", "python"] = "auto"
@@ -254,6 +255,16 @@ def environment() -> Mapping[str, str]:
 def cache_root() -> Path:
     """``$XDG_CACHE_HOME``, else ``~/.cache``."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+
+
+def java_executable() -> Path | None:
+    """The ``java`` Spark's driver starts: ``$JAVA_HOME/bin/java`` (as Spark's launcher
+    picks it), else the one on ``PATH``; None when neither exists."""
+    import shutil
+
+    java_home = os.environ.get("JAVA_HOME")
+    java = Path(java_home) / "bin" / "java" if java_home else shutil.which("java")
+    return Path(java) if java is not None and Path(java).exists() else None
 
 
 def pyspark_python() -> None:

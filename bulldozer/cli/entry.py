@@ -1,5 +1,5 @@
 """The ``bulldozer`` command's entry point: a ``run`` goes to the home's warm loader when
-one is running (bulldozer.loader), before this process imports anything heavy; every other
+one is running (bulldozer.cli.loader), before this process imports anything heavy; every other
 command, and a run no loader takes, runs here (bulldozer.cli.main)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 def main() -> None:
     try:
-        from bulldozer.loader.client import hand_over
+        from bulldozer.cli.loader.client import hand_over
 
         code = hand_over(sys.argv[1:])
         if code is not None:

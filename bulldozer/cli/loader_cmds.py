@@ -1,4 +1,4 @@
-"""``bulldozer loader serve|start|stop|status``: the warm loader (bulldozer.loader)."""
+"""``bulldozer loader serve|start|stop|status``: the warm loader (bulldozer.cli.loader)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def serve(
 ) -> None:
     """Run the loader in the foreground until SIGTERM or Ctrl-C (for a process supervisor)."""
     from bulldozer.cli import process
-    from bulldozer.loader.server import serve as run_loader
+    from bulldozer.cli.loader.server import serve as run_loader
     from bulldozer.logs import configure_logging
 
     configure_logging("info", "text")
@@ -52,8 +52,8 @@ def start(
     timeout: Annotated[float, typer.Option(help="Seconds to wait until it answers.")] = 60.0,
 ) -> None:
     """Start the loader in the background (its log: <home>/logs/loader-DATE.log) and wait until it answers."""
-    from bulldozer.loader import loader_folder
-    from bulldozer.loader.client import status
+    from bulldozer.cli.loader import loader_folder
+    from bulldozer.cli.loader.client import status
 
     root = _home(home)
     running = status(root)
@@ -85,7 +85,7 @@ def status_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
 ) -> None:
     """Whether a loader runs for the home: its pid, the commands it ran and runs now."""
-    from bulldozer.loader.client import status
+    from bulldozer.cli.loader.client import status
 
     root = _home(home)
     answer = status(root)
@@ -109,7 +109,7 @@ def stop(
     timeout: Annotated[float, typer.Option(help="Seconds to wait for running commands to finish.")] = 600.0,
 ) -> None:
     """Stop the loader: it takes no new command, lets the running ones finish, then exits."""
-    from bulldozer.loader.client import status
+    from bulldozer.cli.loader.client import status
 
     root = _home(home)
     answer = status(root)

@@ -15,7 +15,7 @@ gracefully afterwards:
 - otherwise a child ``bulldozer serve`` process (``start_embedded_dal``), so that storing
   in Python does not share this process's interpreter with encoding.
 
-In a command the warm loader runs (bulldozer.loader), the loader's own embedded DAL over
+In a command the warm loader runs (bulldozer.cli.loader), the loader's own embedded DAL over
 the same store is used instead (``use_warm_dal``), when it answers; the loader keeps its
 DAL in a child process, since it forks. ``host:port`` connects to a running DAL.
 """

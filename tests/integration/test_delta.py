@@ -314,7 +314,7 @@ def test_a_delta_killed_while_its_base_was_copied_is_never_resumed_over_a_partia
     with pytest.raises(_Killed):
         run_job(job("items", "delta"), dal, home=str(home))
     (killed,) = [v for v in dal.list_namespaces("items") if v.state == State.LOADING]
-    with pytest.raises(NamespaceStateError, match="its copy of the base .* was interrupted"):
+    with pytest.raises(NamespaceStateError, match=r"its copy of the base .* was interrupted"):
         run_job(job("items", "delta"), dal, home=str(home), resume=killed.name)
     assert dal.describe(killed.name).state == State.FAILED
     assert dal.get_alias("items").namespace == base.version

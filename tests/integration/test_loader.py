@@ -1,4 +1,4 @@
-"""The warm loader (bulldozer.loader): a ``bulldozer run`` handed over to it is the same
+"""The warm loader (bulldozer.cli.loader): a ``bulldozer run`` handed over to it is the same
 command — the caller's arguments, working directory, environment, output and exit code —
 run in a process that already imported everything, with the loader's embedded DAL; it
 dies with its caller; and with no loader (or ``BULLDOZER_LOADER=off``) nothing changes."""
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from bulldozer.loader import loader_folder, socket_path
-from bulldozer.loader.client import status
+from bulldozer.cli.loader import loader_folder, socket_path
+from bulldozer.cli.loader.client import status
 from bulldozer.warehouse.sample import create_sample_warehouse
 from tests.conftest import REPO
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bulldozer.errors import LoadError
-from bulldozer.settings import load_settings, pyspark_python
+from bulldozer.settings import java_executable, load_settings, pyspark_python
 from bulldozer.warehouse.catalog import bulldozer_home
 
 log = logging.getLogger(__name__)
@@ -277,11 +277,10 @@ def class_archive_path() -> Path | None:
     runtime (in Bulldozer's cache; it may not exist yet), or None without a ``java``."""
     import pyspark
 
-    java_home = os.environ.get("JAVA_HOME")
-    java = Path(java_home) / "bin" / "java" if java_home else shutil.which("java")
-    if java is None or not Path(java).exists():
+    java = java_executable()
+    if java is None:
         return None
-    java = Path(java).resolve()
+    java = java.resolve()
     # the JVM build and the class path (Spark's jars where this pyspark is, the packages)
     parts = (java, java.stat().st_mtime_ns, pyspark.__file__, pyspark.__version__, ICEBERG_RUNTIME, SQLITE_JDBC)
     identity = "|".join(str(part) for part in parts)

@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bulldozer.cli.loader import REQUEST_HEADER, loader_folder, socket_path
 from bulldozer.errors import BackendUnavailableError
-from bulldozer.loader import REQUEST_HEADER, loader_folder, socket_path
 
 __all__ = ["PRELOAD", "serve"]
 
-log = logging.getLogger("bulldozer.loader")
+log = logging.getLogger("bulldozer.cli.loader")
 
 #: What the children find imported: everything a local run imports on its way, except the
 #: command line's own modules (they make rich consoles, which read the terminal when they

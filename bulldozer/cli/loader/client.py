@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bulldozer.loader import REQUEST_HEADER, socket_path
+from bulldozer.cli.loader import REQUEST_HEADER, socket_path
 
 __all__ = ["hand_over", "request", "status"]
 
