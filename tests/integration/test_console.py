@@ -75,7 +75,7 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -94,7 +94,12 @@ def browser() -> Iterator[Any]:
         "--window-size=1280,1000",
     ):
         options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(chromedriver()), options=options)
+    # Chromium's profile and its singleton socket folder go under the test's temporary folder,
+    # not /tmp (each run left an org.chromium.Chromium.* folder there)
+    scratch = tmp_path_factory.mktemp("chromium")
+    options.add_argument(f"--user-data-dir={scratch / 'profile'}")
+    service = Service(chromedriver(), env={**os.environ, "TMPDIR": str(scratch)})
+    driver = webdriver.Chrome(service=service, options=options)
     driver.set_page_load_timeout(30)
     try:
         yield driver
