@@ -212,11 +212,12 @@ class _Rows:
                         self.null_counts[name] = self.null_counts.get(name, 0) + nulls
         return self
 
-    def column(self, which: str) -> Any:
-        """``keys`` or ``values``, as one Arrow array."""
-        import pyarrow as pa
 
-        return pa.chunked_array(getattr(self, which), pa.large_binary()).combine_chunks()
+def _one_array(chunks: list[Any]) -> Any:
+    """The encoder's arrays of a side (its keys, or its values) as one Arrow array."""
+    import pyarrow as pa
+
+    return pa.chunked_array(chunks, pa.large_binary()).combine_chunks()
 
 
 def _repeated(keys: Any) -> list[bytes]:
@@ -269,8 +270,8 @@ def apply_delta(
         new = _Rows().read(table, plan.added_scan, plan.added, RowEncoder(job.proto))
         old = reading.result()
     progress(old.rows + new.rows, plan.rows_to_read)
-    old_k, new_k = old.column("keys"), new.column("keys")
-    old_v, new_v = old.column("values"), new.column("values")
+    old_k, new_k = _one_array(old.keys), _one_array(new.keys)
+    old_v, new_v = _one_array(old.values), _one_array(new.values)
     before = dict(zip(old_k.to_pylist(), old_v.to_pylist(), strict=True))
     after = dict(zip(new_k.to_pylist(), new_v.to_pylist(), strict=True))
     for side, records in ((new_k, after), (old_k, before)):
