@@ -221,11 +221,10 @@ def _one_array(chunks: list[Any]) -> Any:
 
 
 def _repeated(keys: Any) -> list[bytes]:
-    """Up to three keys that occur more than once in ``keys`` (none when all are unique)."""
+    """Up to three keys that occur more than once in ``keys`` (called once a side's dict
+    came out smaller than its keys)."""
     import pyarrow.compute as pc
 
-    if pc.count_distinct(keys).as_py() == len(keys):
-        return []
     counts = pc.value_counts(keys)
     return counts.filter(pc.greater(counts.field("counts"), 1)).field("values")[:3].to_pylist()  # type: ignore[no-any-return]
 
