@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -79,9 +80,26 @@ type dataServer struct {
 type lmdbStore struct {
 	env  *lmdb.Env
 	meta meta
+	// layers that get no key filter: more keys than filterMaxEntries (a readable layer's
+	// keys never change)
+	unfiltered sync.Map
 }
 
-type meta struct{ namespaces, aliases, states, digests, stage, layers lmdb.DBI }
+// meta are the store's own databases; filters is 0 in a store made before layers had
+// filters (reads and writes then search every layer).
+type meta struct{ namespaces, aliases, states, digests, stage, layers, filters lmdb.DBI }
+
+// A read or write through a chain of layers asks each layer but the bottom (the whole
+// version the chain started from, which every key not found above is looked up in anyway)
+// through the layer's key filter, and builds the filters it lacks first, once per layer
+// and stored (lmdb.Env.BuildFilter: one pass over the layer's keys), when the request has
+// at least filterMinKeys keys: a lookup of a few keys costs less than a pass over a layer.
+// A layer of more than filterMaxEntries keys (data and tombstones) gets none (12.5 MiB at
+// 10 bits a key).
+const (
+	filterMinKeys    = 256
+	filterMaxEntries = 10_000_000
+)
 
 func openMeta(env *lmdb.Env) (meta, error) {
 	var m meta
@@ -100,6 +118,9 @@ func openMeta(env *lmdb.Env) (meta, error) {
 		if *x.dbi, err = env.DBI(x.name); err != nil {
 			return m, errors.New("the store has no " + x.name + " database (is it a Bulldozer embedded store?): " + err.Error())
 		}
+	}
+	if m.filters, err = env.DBI(shared.StoreMetaFilters); err != nil {
+		m.filters = 0 // an older store: no filters until the engine that opens it next makes the database
 	}
 	return m, nil
 }
@@ -275,6 +296,7 @@ func (m *lmdbStore) ingest(name string) (runs, records uint64, ok bool) {
 	if !ok {
 		return 0, 0, false
 	}
+	m.filterBelow(layers, filterMinKeys) // an ingest's runs: as many keys as were put
 	loading, runs, records, err := m.env.Ingest(dbi, m.meta.stage, m.meta.states, m.meta.digests, name, layers)
 	if err != nil {
 		slog.Warn("ingest: forwarded to the reference DAL", "namespace", name, "error", err.Error())
@@ -297,7 +319,43 @@ func (m *lmdbStore) writeDBIs(name string) (lmdb.DBI, lmdb.Layers, bool) {
 	if len(chain) == 1 {
 		return data[0], lmdb.Layers{}, true
 	}
-	return data[0], lmdb.Layers{Tombs: tombs[0], Data: data[1:], Below: tombs[1:]}, true
+	return data[0], lmdb.Layers{Tombs: tombs[0], Data: data[1:], Below: tombs[1:], Names: chain[1:], Filters: m.meta.filters}, true
+}
+
+// filterBelow is filter for the layers below a LOADING namespace.
+func (m *lmdbStore) filterBelow(l lmdb.Layers, keys int) {
+	if len(l.Names) > 0 {
+		m.filter(l.Names, l.Data, l.Below, 0, keys)
+	}
+}
+
+// filter makes sure the layers chain[from:] but the bottom have their key filters, for a
+// request of keys keys (see filterMinKeys); a layer it cannot build one for is searched
+// whole, as without filters.
+func (m *lmdbStore) filter(chain []string, data, tombs []lmdb.DBI, from, keys int) {
+	if m.meta.filters == 0 || keys < filterMinKeys {
+		return
+	}
+	for i := from; i < len(chain)-1; i++ {
+		if _, skip := m.unfiltered.Load(chain[i]); skip {
+			continue
+		}
+		txn, err := m.env.BeginRead()
+		if err != nil {
+			return
+		}
+		has, err := txn.HasFilter(m.meta.filters, chain[i])
+		txn.Abort()
+		if err != nil || has {
+			continue
+		}
+		built, err := m.env.BuildFilter(m.meta.filters, m.meta.states, chain[i], data[i], tombs[i], filterMaxEntries)
+		if err != nil {
+			slog.Warn("key filter not built", "layer", chain[i], "error", err.Error())
+		} else if built == lmdb.FilterTooLarge {
+			m.unfiltered.Store(chain[i], true)
+		}
+	}
 }
 
 // delete deletes keys from a LOADING namespace on the fast path (see lmdb.Env.Delete).
@@ -306,6 +364,7 @@ func (m *lmdbStore) delete(name string, keys [][]byte) (uint64, bool) {
 	if !ok {
 		return 0, false
 	}
+	m.filterBelow(layers, len(keys))
 	sorted := slices.Clone(keys)
 	slices.SortFunc(sorted, bytes.Compare)
 	sorted = slices.CompactFunc(sorted, bytes.Equal)
@@ -414,6 +473,7 @@ func (m *lmdbStore) getMany(_ context.Context, target *kvpb.Target, keys [][]byt
 	if !ok {
 		return "", nil, false
 	}
+	m.filter(chain, data, tombs, 0, len(keys))
 	if txn, err = m.env.BeginRead(); err != nil {
 		return "", nil, false
 	}
@@ -427,35 +487,58 @@ func (m *lmdbStore) getMany(_ context.Context, target *kvpb.Target, keys [][]byt
 	for i := range pending {
 		pending[i] = i
 	}
+	settled := make([]bool, len(keys)) // found, or deleted by a newer layer
 	for i := range chain {
-		got, err := getSome(txn, data[i], keys, pending)
+		look := pending // the keys this layer may hold: all, or those its filter lets through
+		if i < len(tombs) && m.meta.filters != 0 {
+			blob, lengths := gather(keys, pending)
+			mask, filtered, err := txn.FilterMask(m.meta.filters, chain[i], blob, lengths)
+			if err != nil {
+				return "", nil, false
+			}
+			if filtered {
+				look = pending[:0:0]
+				for j, k := range pending {
+					if mask[j] != 0 {
+						look = append(look, k)
+					}
+				}
+			}
+		}
+		got, err := getSome(txn, data[i], keys, look)
 		if err != nil {
 			return "", nil, false
 		}
-		next := pending[:0:0]
-		for j, k := range pending {
+		missed := look[:0:0]
+		for j, k := range look {
 			if got[j] != nil {
-				values[k] = got[j]
+				values[k], settled[k] = got[j], true
 			} else {
-				next = append(next, k)
+				missed = append(missed, k)
 			}
 		}
-		pending = next
-		if len(pending) == 0 || i == len(tombs) {
+		if i == len(tombs) {
 			break
 		}
 		// a key this layer deleted is absent, whatever an older layer holds
-		dead, err := getSome(txn, tombs[i], keys, pending)
+		dead, err := getSome(txn, tombs[i], keys, missed)
 		if err != nil {
 			return "", nil, false
 		}
-		next = pending[:0:0]
-		for j, k := range pending {
-			if dead[j] == nil {
+		for j, k := range missed {
+			if dead[j] != nil {
+				settled[k] = true
+			}
+		}
+		next := pending[:0:0]
+		for _, k := range pending {
+			if !settled[k] {
 				next = append(next, k)
 			}
 		}
-		pending = next
+		if pending = next; len(pending) == 0 {
+			break
+		}
 	}
 	return name, values, true
 }
@@ -481,6 +564,12 @@ func (m *lmdbStore) layerDBIs(chain []string) (data, tombs []lmdb.DBI, ok bool) 
 
 // getSome looks up keys[i] for each i in which, in one call.
 func getSome(txn *lmdb.Txn, dbi lmdb.DBI, keys [][]byte, which []int) ([][]byte, error) {
+	blob, lengths := gather(keys, which)
+	return txn.GetMany(dbi, blob, lengths)
+}
+
+// gather lays keys[i] for each i in which end to end; and their lengths.
+func gather(keys [][]byte, which []int) ([]byte, []uint32) {
 	size := 0
 	for _, i := range which {
 		size += len(keys[i])
@@ -491,7 +580,7 @@ func getSome(txn *lmdb.Txn, dbi lmdb.DBI, keys [][]byte, which []int) ([][]byte,
 		blob = append(blob, keys[i]...)
 		lengths[j] = uint32(len(keys[i]))
 	}
-	return txn.GetMany(dbi, blob, lengths)
+	return blob, lengths
 }
 
 // chain is the namespace and the bases it reads through to, newest first; ok is false when

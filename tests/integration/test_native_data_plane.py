@@ -34,6 +34,7 @@ from bulldozer.kv.backends import StorageEngine
 from bulldozer.kv.server import NativeServer, create_server
 from bulldozer.kv.server.native import DataPlane, choose_data_plane, kvd_binary
 from bulldozer.kv.types import State
+from bulldozer.kv.v1 import shared
 from tests.integration import services
 from tests.integration.kv_fixtures import ENGINE_FACTORIES
 
@@ -194,6 +195,74 @@ def test_layered_deletes_and_ingests_through_either_plane_make_one_digest(
     totals = _totals(capfd.readouterr().err)
     assert totals["served"]["Delete"] == 2 and "Delete" not in totals.get("forwarded", {})
     assert totals["served"]["Ingest"] >= 4 and "Ingest" not in totals.get("forwarded", {})
+
+
+def test_reads_and_writes_through_filtered_layers_match_the_python_engine(tmp_path: Path) -> None:
+    """Through a chain of sealed layers, the front looks keys up through each layer's key
+    filter (built on a request of enough keys, stored, and dropped with the layer's data):
+    its reads, deletes and ingests give what the Python engine's, which has no filters,
+    gives — keys in the top layer, in a middle one, in the bottom, deleted by a newer
+    layer, and in none."""
+    engine = _embedded(tmp_path)
+    native, native_port = create_server("127.0.0.1:0", engine, data_plane="native")
+    python, python_port = create_server("127.0.0.1:0", engine, data_plane="python")
+    fast, slow = KvClient(f"127.0.0.1:{native_port}"), KvClient(f"127.0.0.1:{python_port}")
+    keys = [b"key-%08d" % i for i in range(8_000)]
+
+    def seal(name: str) -> None:
+        fast.ingest(name)
+        contents = sorted((bytes(k), bytes(v)) for chunk in engine.iterate(name) for k, v in chunk)
+        want = digest_pairs(contents)
+        assert fast.seal(name, want.count, want.value).verified
+
+    def filtered() -> set[str]:
+        filters = engine.env.open_db(shared.STORE_META_FILTERS.encode())
+        with engine.env.begin() as txn:
+            return {bytes(k).decode() for k, _ in txn.cursor(db=filters)}
+
+    try:
+        fast.wait_ready()
+        fast.create_namespace("fil__v1", "fil")
+        fast.put("fil__v1", _pairs(3_000))
+        seal("fil__v1")
+        previous = "fil__v1"
+        for n, (dropped, added) in enumerate(
+            [(range(0, 500), range(5_000, 6_000)), (range(1_000, 1_400), range(6_000, 6_500))]
+        ):
+            name = f"fil__v{n + 2}"
+            fast.create_namespace(name, "fil", base=previous)
+            fast.delete(name, [keys[i] for i in dropped])
+            fast.put(name, _pairs(len(added), start=added.start, value=b"layer-%d-" % n))
+            fast.put(name, _pairs(100, start=2_000 + 100 * n, value=b"changed-"))  # not deleted first: inexact
+            seal(name)
+            previous = name
+        # reads of the top, a middle and the bottom layer's keys, deleted ones and absent ones
+        assert fast.batch_get(keys, namespace="fil__v3") == slow.batch_get(keys, namespace="fil__v3")
+        assert filtered() == {"fil__v2", "fil__v3"}  # not the bottom: every key not found above is looked up there
+        results = {}
+        for client, name in ((fast, "fil__v4"), (slow, "fil__v5")):
+            client.create_namespace(name, "fil", base="fil__v3")
+            deleted = client.delete(name, keys[::7])  # 1,143 keys in every layer and in none
+            client.put(name, _pairs(400, start=7_000, value=b"new-"))  # in no layer below: exact
+            client.ingest(name)
+            contents = {bytes(k): bytes(v) for chunk in engine.iterate(name) for k, v in chunk}
+            results[name] = (deleted, engine.stored_digest(name), contents)
+        (fast_deleted, fast_digest, fast_contents), (slow_deleted, slow_digest, slow_contents) = results.values()
+        assert fast_deleted == slow_deleted and fast_contents == slow_contents
+        assert fast_digest is not None and fast_digest == slow_digest
+        want = digest_pairs(sorted(fast_contents.items()))
+        assert (fast_digest.count, fast_digest.value) == (want.count, want.value)
+        # a layer's filter goes with its data: when nothing reads through the layer any more
+        for name in ("fil__v4", "fil__v5", "fil__v3"):
+            fast.drop(name)
+        assert filtered() == {"fil__v2"}
+        fast.drop("fil__v2")
+        assert filtered() == set()
+    finally:
+        fast.close()
+        slow.close()
+        native.stop(5, close_engine=False)
+        python.stop(5)
 
 
 def test_choosing_the_data_plane(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

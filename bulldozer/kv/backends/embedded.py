@@ -81,6 +81,7 @@ _RUN = struct.Struct(shared.STORE_STAGE_RUN_HEADER)
 _RECORD = struct.Struct(shared.STORE_STAGE_RECORD_HEADER)
 _RUN_NUMBER = struct.Struct(">Q")
 _META_LAYERS = shared.STORE_META_LAYERS.encode()  # name -> the base it reads through to
+_META_FILTERS = shared.STORE_META_FILTERS.encode()  # name -> its key filter (the Go data plane builds and reads them)
 _TOMBSTONE_PREFIX = shared.STORE_TOMBSTONE_PREFIX.encode()
 _TOMBSTONE = shared.STORE_TOMBSTONE.encode()
 #: in meta.layers, this byte then a name: the namespace was dropped, but versions read through it
@@ -171,6 +172,7 @@ class EmbeddedEngine(StorageEngine):
         self._digests = self.env.open_db(_META_DIGESTS)
         self._stage = self.env.open_db(_META_STAGE)
         self._layers = self.env.open_db(_META_LAYERS)
+        self._filters = self.env.open_db(_META_FILTERS)
         self._tombs: dict[str, Any] = {}
 
     # -- plumbing ---------------------------------------------------------------
@@ -315,6 +317,7 @@ class EmbeddedEngine(StorageEngine):
                     raise NamespaceExistsError(f"namespace {record.name!r} already exists")
                 self._put_ns(txn, record)
                 txn.put(record.name.encode(), _DIGEST.pack(0, 0, 0, 1), db=self._digests)
+                txn.delete(record.name.encode(), db=self._filters)  # a filter is only ever its own layer's
                 db = self.env.open_db(_data_db(record.name), txn=txn, create=True)
         except lmdb.MapFullError as exc:
             raise self._map_full(exc) from exc
@@ -369,6 +372,7 @@ class EmbeddedEngine(StorageEngine):
                     db = self.env.open_db(_data_db(name), txn=txn, create=False)
             if db is not None:
                 txn.drop(db, delete=True)
+            txn.delete(key, db=self._filters)  # the layer's key filter goes with its data
             base = txn.get(key, db=self._layers)
             if base is not None:
                 if tomb is None:

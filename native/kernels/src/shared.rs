@@ -25,6 +25,7 @@ pub const STORE_META_LAYERS: &str = "meta.layers";
 pub const STORE_TOMBSTONE_PREFIX: &str = "del.";
 pub const STORE_TOMBSTONE: &str = "-";
 pub const STORE_MAX_LAYERS: u64 = 4;
+pub const STORE_META_FILTERS: &str = "meta.filters";
 pub const DIGEST_VALUE_SEED: u64 = 0x5BD1E995;
 pub const DIGEST_MIX_C1: u64 = 0x9E3779B97F4A7C15;
 pub const DIGEST_MIX_C2: u64 = 0xBF58476D1CE4E5B9;

@@ -202,15 +202,191 @@ static void kvd_sift_down(struct kvd_run **heap, size_t n, size_t i) {
 	}
 }
 
+// Key filters of sealed layers (shared.StoreMetaFilters: a layer's name -> its filter). A
+// read or write through a chain of layers asks each layer for each key; a filter answers
+// "not in this layer" for most keys a layer does not hold without searching its B-trees.
+// It is a blocked Bloom filter over the layer's data and tombstone keys: a header (magic
+// "KVF1", the probes per key, the number of 64-byte blocks, little-endian u32, u32, u64),
+// then the blocks; a key's hash picks one block and sets KVD_FILTER_PROBES of its 512 bits
+// (≈ 1 % false positives at 10 bits per key, one cache line per key). A filter is built by
+// kvd_filter_build only for a layer that is readable (SEALED, ACTIVE or RETIRED: its data
+// never changes again), in the same write transaction that checks so; the Python engine
+// deletes it in the transaction that drops the layer's data (and when a namespace of that
+// name is created), so a filter found in a transaction is always its layer's. Nothing but
+// this data plane reads them: a filter only skips lookups that would find nothing.
+#define KVD_FILTER_MAGIC 0x3146564Bu
+#define KVD_FILTER_HEADER 16
+#define KVD_FILTER_PROBES 7
+#define KVD_FILTER_BITS_PER_KEY 10
+
+static uint64_t kvd_fmix(uint64_t h) {
+	h ^= h >> 33; h *= 0xFF51AFD7ED558CCDULL;
+	h ^= h >> 33; h *= 0xC4CEB9FE1A85EC53ULL;
+	return h ^ (h >> 33);
+}
+
+static uint64_t kvd_key_hash(const unsigned char *p, size_t n) {
+	uint64_t h = 0x9E3779B97F4A7C15ULL * (n + 1), w;
+	for (; n >= 8; p += 8, n -= 8) {
+		memcpy(&w, p, 8);
+		h = (h ^ kvd_fmix(w)) * 0xBF58476D1CE4E5B9ULL;
+		h = (h << 29) | (h >> 35);
+	}
+	w = 0;
+	memcpy(&w, p, n);
+	return kvd_fmix(h ^ kvd_fmix(w ^ 0x94D049BB133111EBULL));
+}
+
+// The block of a key's hash, and its probes' bits within it.
+static const unsigned char *kvd_filter_block(const unsigned char *f, uint64_t h) {
+	uint64_t nblocks;
+	memcpy(&nblocks, f + 8, 8);
+	return f + KVD_FILTER_HEADER + (((h >> 32) * nblocks) >> 32) * 64;
+}
+
+static void kvd_filter_add(unsigned char *f, const MDB_val *k) {
+	uint64_t h = kvd_key_hash(k->mv_data, k->mv_size), g = kvd_fmix(h + 0x9E3779B97F4A7C15ULL);
+	unsigned char *b = (unsigned char *)kvd_filter_block(f, h);
+	int i;
+	for (i = 0; i < KVD_FILTER_PROBES; i++, g >>= 9) b[(g & 511) >> 3] |= (unsigned char)(1u << (g & 7));
+}
+
+// Whether the layer whose filter is f (an MDB_val from kvd_layer_filters) may hold k: 0
+// only when it holds k neither in its data nor in its tombstones.
+static int kvd_filter_may(const MDB_val *f, const MDB_val *k) {
+	uint64_t h = kvd_key_hash(k->mv_data, k->mv_size), g = kvd_fmix(h + 0x9E3779B97F4A7C15ULL);
+	const unsigned char *b = kvd_filter_block(f->mv_data, h);
+	int i;
+	for (i = 0; i < KVD_FILTER_PROBES; i++, g >>= 9) {
+		if (!(b[(g & 511) >> 3] & (1u << (g & 7)))) return 0;
+	}
+	return 1;
+}
+
+// The filter stored for name, checked whole; out->mv_data is NULL when there is none.
+static int kvd_filter_get(MDB_txn *txn, MDB_dbi filters, const char *name, size_t name_len, MDB_val *out) {
+	MDB_val k;
+	uint32_t magic, probes;
+	uint64_t nblocks;
+	int rc;
+	out->mv_data = NULL; out->mv_size = 0;
+	if (!filters) return 0;
+	k.mv_data = (void *)name; k.mv_size = name_len;
+	rc = mdb_get(txn, filters, &k, out);
+	if (rc == MDB_NOTFOUND) { out->mv_data = NULL; out->mv_size = 0; return 0; }
+	if (rc) return rc;
+	if (out->mv_size >= KVD_FILTER_HEADER) {
+		memcpy(&magic, out->mv_data, 4);
+		memcpy(&probes, (const char *)out->mv_data + 4, 4);
+		memcpy(&nblocks, (const char *)out->mv_data + 8, 8);
+		if (magic == KVD_FILTER_MAGIC && probes == KVD_FILTER_PROBES && nblocks &&
+		    out->mv_size == KVD_FILTER_HEADER + nblocks * 64) return 0;
+	}
+	out->mv_data = NULL; out->mv_size = 0;  // not one this build reads: as if there were none
+	return 0;
+}
+
+// The filters of n layers whose names are laid end to end (out[i].mv_data NULL where a
+// layer has none); valid until the transaction ends.
+static int kvd_layer_filters(MDB_txn *txn, MDB_dbi filters, const char *names, const uint32_t *nlens, size_t n, MDB_val *out) {
+	size_t i;
+	int rc;
+	for (i = 0; i < n; names += nlens[i], i++) {
+		if ((rc = kvd_filter_get(txn, filters, names, nlens[i], &out[i]))) return rc;
+	}
+	return 0;
+}
+
+// Build and store name's filter over its data and tombstones (tomb 0: none), in one write
+// transaction, when the layer is readable (one of the nreadable states laid end to end in
+// readable) and has no filter yet and at most max_entries keys; *built says whether it did.
+static int kvd_filter_build(MDB_env *env, MDB_dbi filters, MDB_dbi states, const char *name, size_t name_len,
+                            const char *readable, const uint32_t *rlens, size_t nreadable,
+                            MDB_dbi data, MDB_dbi tomb, uint64_t max_entries, int *built) {
+	MDB_txn *txn = NULL;
+	MDB_cursor *cur = NULL;
+	MDB_val k, v;
+	MDB_stat st;
+	uint64_t entries, nblocks;
+	uint32_t magic = KVD_FILTER_MAGIC, probes = KVD_FILTER_PROBES;
+	unsigned char *f;
+	size_t i;
+	int rc, ok = 0, pass;
+	*built = 0;
+	if ((rc = mdb_txn_begin(env, NULL, 0, &txn))) return rc;
+	k.mv_data = (void *)name; k.mv_size = name_len;
+	rc = mdb_get(txn, states, &k, &v);
+	if (rc == MDB_NOTFOUND) { rc = 0; goto done; }
+	if (rc) goto done;
+	for (i = 0; i < nreadable; readable += rlens[i], i++) {
+		if (v.mv_size == rlens[i] && memcmp(v.mv_data, readable, rlens[i]) == 0) ok = 1;
+	}
+	if (!ok) goto done;
+	rc = mdb_get(txn, filters, &k, &v);
+	if (rc == 0) goto done;  // built meanwhile
+	if (rc != MDB_NOTFOUND) goto done;
+	if ((rc = mdb_stat(txn, data, &st))) goto done;
+	entries = st.ms_entries;
+	if (tomb) {
+		if ((rc = mdb_stat(txn, tomb, &st))) goto done;
+		entries += st.ms_entries;
+	}
+	if (entries > max_entries) { rc = 0; goto done; }
+	nblocks = (entries * KVD_FILTER_BITS_PER_KEY + 511) / 512;
+	if (!nblocks) nblocks = 1;
+	k.mv_data = (void *)name; k.mv_size = name_len;
+	v.mv_data = NULL; v.mv_size = KVD_FILTER_HEADER + nblocks * 64;
+	if ((rc = mdb_put(txn, filters, &k, &v, MDB_RESERVE))) goto done;
+	f = v.mv_data;
+	memset(f, 0, v.mv_size);
+	memcpy(f, &magic, 4); memcpy(f + 4, &probes, 4); memcpy(f + 8, &nblocks, 8);
+	for (pass = 0; pass < 2; pass++) {
+		MDB_dbi db = pass ? tomb : data;
+		if (pass && !tomb) break;
+		if ((rc = mdb_cursor_open(txn, db, &cur))) goto done;
+		for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+			kvd_filter_add(f, &k);
+		}
+		mdb_cursor_close(cur); cur = NULL;
+		if (rc != MDB_NOTFOUND) goto done;
+	}
+	rc = mdb_txn_commit(txn); txn = NULL;
+	if (rc == 0) *built = 1;
+done:
+	if (cur) mdb_cursor_close(cur);
+	if (txn) mdb_txn_abort(txn);
+	return rc;
+}
+
+// For each of n keys laid end to end, whether name's filter lets it be there (mask[i] 1),
+// in the caller's read transaction; *has is 0, and mask untouched, when name has no filter.
+static int kvd_filter_mask(MDB_txn *txn, MDB_dbi filters, const char *name, size_t name_len,
+                           const char *keys, const uint32_t *klens, size_t n, unsigned char *mask, int *has) {
+	MDB_val f, k;
+	size_t i;
+	int rc = kvd_filter_get(txn, filters, name, name_len, &f);
+	*has = 0;
+	if (rc || !f.mv_data) return rc;
+	*has = 1;
+	for (i = 0; i < n; keys += klens[i], i++) {
+		k.mv_data = (void *)keys; k.mv_size = klens[i];
+		mask[i] = (unsigned char)kvd_filter_may(&f, &k);
+	}
+	return 0;
+}
+
 // Whether a layer below a layered namespace holds k visibly (EmbeddedEngine._lookup_many):
 // the first of data[0..n) that holds it, unless a tombstone of a newer one hides it (every
 // layer but the last has tombstones, tombs[0..n-1)). *found is 1 and *out its value when so.
-static int kvd_below(MDB_txn *txn, const MDB_dbi *data, const MDB_dbi *tombs, size_t n, MDB_val *k, MDB_val *out, int *found) {
+// A layer whose filter (filters[j], when filters is not NULL) rules k out is skipped.
+static int kvd_below(MDB_txn *txn, const MDB_dbi *data, const MDB_dbi *tombs, const MDB_val *filters, size_t n,
+                     MDB_val *k, MDB_val *out, int *found) {
 	MDB_val t;
 	size_t j;
 	int rc;
 	*found = 0;
 	for (j = 0; j < n; j++) {
+		if (filters && filters[j].mv_data && !kvd_filter_may(&filters[j], k)) continue;
 		rc = mdb_get(txn, data[j], k, out);
 		if (rc == 0) { *found = 1; return 0; }
 		if (rc != MDB_NOTFOUND) return rc;
@@ -226,13 +402,14 @@ static int kvd_below(MDB_txn *txn, const MDB_dbi *data, const MDB_dbi *tombs, si
 // Whether a put of k into a layered namespace hides a pair its bases hold that it has not
 // deleted first (not in its own tombstones): the running digest still counts that pair, so
 // it becomes inexact (EmbeddedEngine.ingest).
-static int kvd_hides(MDB_txn *txn, MDB_dbi own_tomb, const MDB_dbi *data, const MDB_dbi *tombs, size_t n, MDB_val *k, int *hides) {
+static int kvd_hides(MDB_txn *txn, MDB_dbi own_tomb, const MDB_dbi *data, const MDB_dbi *tombs, const MDB_val *filters,
+                     size_t n, MDB_val *k, int *hides) {
 	MDB_val v;
 	int rc = mdb_get(txn, own_tomb, k, &v);
 	*hides = 0;
 	if (rc == 0) return 0;
 	if (rc != MDB_NOTFOUND) return rc;
-	return kvd_below(txn, data, tombs, n, k, &v, hides);
+	return kvd_below(txn, data, tombs, filters, n, k, &v, hides);
 }
 
 // Ingest a LOADING namespace's staged runs: the rules of the Python engine's
@@ -254,12 +431,14 @@ static int kvd_hides(MDB_txn *txn, MDB_dbi own_tomb, const MDB_dbi *data, const 
 static int kvd_ingest(MDB_env *env, MDB_dbi data, MDB_dbi stage, MDB_dbi states, MDB_dbi digests,
                       const char *name, size_t name_len, const char *writable, size_t writable_len,
                       MDB_dbi own_tomb, const MDB_dbi *below_data, const MDB_dbi *below_tombs, size_t nbelow,
+                      MDB_dbi filters, const char *below_names, const uint32_t *below_nlens,
                       size_t chunk_bytes, uint64_t *runs_out, uint64_t *records_out, int *outcome) {
 	MDB_txn *txn = NULL;
 	MDB_cursor *cur = NULL, *dcur = NULL;
 	MDB_val k, v;
 	MDB_stat st;
 	struct kvd_run *runs = NULL, **heap = NULL;
+	MDB_val *below_filters = NULL;
 	size_t nruns = 0, cap = 0, live, i;
 	unsigned char *prefix = NULL;
 	uint64_t records = 0, last_number = 0;
@@ -271,8 +450,10 @@ static int kvd_ingest(MDB_env *env, MDB_dbi data, MDB_dbi stage, MDB_dbi states,
 	if (!(prefix = malloc(name_len + 1))) return ENOMEM;
 	memcpy(prefix, name, name_len);
 	prefix[name_len] = 0;
+	if (nbelow && !(below_filters = malloc(nbelow * sizeof *below_filters))) { rc = ENOMEM; goto done; }
 	if ((rc = mdb_txn_begin(env, NULL, 0, &txn))) { txn = NULL; goto done; }
 	if ((rc = kvd_check_writable(txn, states, name, name_len, writable, writable_len, outcome)) || *outcome != KVD_STORED) goto done;
+	if (nbelow && (rc = kvd_layer_filters(txn, filters, below_names, below_nlens, nbelow, below_filters))) goto done;
 	if ((rc = mdb_cursor_open(txn, stage, &cur))) goto done;
 	k.mv_data = prefix; k.mv_size = name_len + 1;
 	for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
@@ -328,7 +509,7 @@ static int kvd_ingest(MDB_env *env, MDB_dbi data, MDB_dbi stage, MDB_dbi states,
 		if (nbelow && !repeated) {
 			int hides;
 			k.mv_data = (void *)key; k.mv_size = klen;
-			if ((rc = kvd_hides(txn, own_tomb, below_data, below_tombs, nbelow, &k, &hides))) goto done;
+			if ((rc = kvd_hides(txn, own_tomb, below_data, below_tombs, below_filters, nbelow, &k, &hides))) goto done;
 			repeated = hides;
 		}
 		chunk += (size_t)klen + vlen;
@@ -340,6 +521,8 @@ static int kvd_ingest(MDB_env *env, MDB_dbi data, MDB_dbi stage, MDB_dbi states,
 			if (rc) goto done;
 			if ((rc = mdb_txn_begin(env, NULL, 0, &txn))) { txn = NULL; goto done; }
 			if ((rc = kvd_check_writable(txn, states, name, name_len, writable, writable_len, outcome)) || *outcome != KVD_STORED) goto done;
+			// the filters are the same records, read again in this transaction
+			if (nbelow && (rc = kvd_layer_filters(txn, filters, below_names, below_nlens, nbelow, below_filters))) goto done;
 			if ((rc = mdb_cursor_open(txn, stage, &cur))) goto done;
 			if ((rc = mdb_cursor_open(txn, data, &dcur))) goto done;
 			chunk = 0;
@@ -362,7 +545,7 @@ done:
 	if (dcur) mdb_cursor_close(dcur);
 	if (cur) mdb_cursor_close(cur);
 	if (txn) mdb_txn_abort(txn);
-	free(runs); free(heap); free(prefix);
+	free(runs); free(heap); free(prefix); free(below_filters);
 	return rc;
 }
 
@@ -377,6 +560,7 @@ done:
 static int kvd_delete_find(MDB_txn *txn, MDB_dbi states, MDB_dbi stage, const char *name, size_t name_len,
                            const char *writable, size_t writable_len, MDB_dbi own, MDB_dbi own_tomb,
                            const MDB_dbi *below_data, const MDB_dbi *below_tombs, size_t nbelow,
+                           MDB_dbi filters, const char *below_names, const uint32_t *below_nlens, MDB_val *below_filters,
                            const char *keys, const uint32_t *klens, size_t n,
                            MDB_val *out, unsigned char *flags, int *outcome) {
 	MDB_cursor *cur;
@@ -398,6 +582,7 @@ static int kvd_delete_find(MDB_txn *txn, MDB_dbi states, MDB_dbi stage, const ch
 	free(prefix);
 	if (rc && rc != MDB_NOTFOUND) return rc;
 	if (*outcome != KVD_STORED) return 0;
+	if (nbelow && (rc = kvd_layer_filters(txn, filters, below_names, below_nlens, nbelow, below_filters))) return rc;
 	for (i = 0; i < n; kp += klens[i], i++) {
 		k.mv_data = (void *)kp; k.mv_size = klens[i];
 		flags[i] = 0;
@@ -406,7 +591,7 @@ static int kvd_delete_find(MDB_txn *txn, MDB_dbi states, MDB_dbi stage, const ch
 		if (rc == 0) flags[i] |= 1;
 		else if (rc != MDB_NOTFOUND) return rc;
 		if (!nbelow) continue;
-		if ((rc = kvd_below(txn, below_data, below_tombs, nbelow, &k, &below, &found))) return rc;
+		if ((rc = kvd_below(txn, below_data, below_tombs, below_filters, nbelow, &k, &below, &found))) return rc;
 		if (!found) continue;
 		flags[i] |= 2;
 		if (flags[i] & 1) continue;
@@ -646,10 +831,24 @@ func (e *Env) StageBatch(stage, states, digests DBI, name string, b Batch, d Dig
 
 // Layers are the databases a layered namespace's writes check against (the zero value for a
 // namespace without a base): its tombstones, and the data and tombstones of the layers
-// below it (bulldozer.kv.backends.embedded; every layer but the last has tombstones).
+// below it (bulldozer.kv.backends.embedded; every layer but the last has tombstones), with
+// the layers' names and the database of their filters (0: none; see kvd_filter_build).
 type Layers struct {
 	Tombs       DBI
 	Data, Below []DBI
+	Names       []string
+	Filters     DBI
+}
+
+// names are the layers' names laid end to end, and their lengths.
+func (l Layers) names() ([]byte, []uint32) {
+	var blob []byte
+	lengths := make([]uint32, len(l.Names))
+	for i, name := range l.Names {
+		blob = append(blob, name...)
+		lengths[i] = uint32(len(name))
+	}
+	return blob, lengths
 }
 
 func dbis(d []DBI) *C.MDB_dbi {
@@ -670,9 +869,11 @@ func (e *Env) Ingest(data, stage, states, digests DBI, name string, l Layers) (l
 	var cruns, crecords C.uint64_t
 	cname := []byte(name)
 	writable := []byte(shared.StatesWritable)
+	names, nlens := l.names()
 	rc := C.kvd_ingest(e.env, C.MDB_dbi(data), C.MDB_dbi(stage), C.MDB_dbi(states), C.MDB_dbi(digests),
 		ptr(cname), C.size_t(len(cname)), ptr(writable), C.size_t(len(writable)),
 		C.MDB_dbi(l.Tombs), dbis(l.Data), dbis(l.Below), C.size_t(len(l.Data)),
+		C.MDB_dbi(l.Filters), ptr(names), lens(nlens),
 		C.size_t(e.IngestChunkBytes), &cruns, &crecords, &outcome)
 	if err := check(rc); err != nil {
 		return false, 0, 0, err
@@ -697,6 +898,9 @@ func (e *Env) Delete(own, stage, states, digests DBI, name string, l Layers, key
 	defer C.free(unsafe.Pointer(out))
 	flags := (*C.uchar)(C.malloc(C.size_t(n + 1)))
 	defer C.free(unsafe.Pointer(flags))
+	names, nlens := l.names()
+	filters := (*C.MDB_val)(C.malloc(C.size_t(len(l.Data)+1) * C.size_t(unsafe.Sizeof(C.MDB_val{}))))
+	defer C.free(unsafe.Pointer(filters))
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var txn *C.MDB_txn
@@ -706,7 +910,8 @@ func (e *Env) Delete(own, stage, states, digests DBI, name string, l Layers, key
 	var outcome C.int
 	rc := C.kvd_delete_find(txn, C.MDB_dbi(states), C.MDB_dbi(stage), ptr(cname), C.size_t(len(cname)),
 		ptr(writable), C.size_t(len(writable)), C.MDB_dbi(own), C.MDB_dbi(l.Tombs),
-		dbis(l.Data), dbis(l.Below), C.size_t(len(l.Data)), ptr(keys), lens(klens), C.size_t(n), out, flags, &outcome)
+		dbis(l.Data), dbis(l.Below), C.size_t(len(l.Data)), C.MDB_dbi(l.Filters), ptr(names), lens(nlens), filters,
+		ptr(keys), lens(klens), C.size_t(n), out, flags, &outcome)
 	if rc != 0 || outcome != C.KVD_STORED {
 		C.mdb_txn_abort(txn)
 		return 0, false, check(rc)
@@ -731,6 +936,81 @@ func (e *Env) Delete(own, stage, states, digests DBI, name string, l Layers, key
 		return 0, false, err
 	}
 	return deleted, true, nil
+}
+
+// The outcomes of BuildFilter.
+const (
+	FilterNotBuilt = iota // the layer is not readable (or is gone), or has a filter already
+	FilterBuilt
+	FilterTooLarge // more keys than maxEntries: it gets none
+)
+
+// BuildFilter builds and stores the key filter of the layer name (its data and its
+// tombstones, tomb 0 when it has none) in one write transaction, if it is readable
+// (shared.StatesReadable), has none yet and holds at most maxEntries keys (see
+// kvd_filter_build).
+func (e *Env) BuildFilter(filters, states DBI, name string, data, tomb DBI, maxEntries uint64) (int, error) {
+	var readable []byte
+	rlens := make([]uint32, len(shared.StatesReadable))
+	for i, state := range shared.StatesReadable {
+		readable = append(readable, state...)
+		rlens[i] = uint32(len(state))
+	}
+	var entries C.MDB_stat
+	if txn, err := e.BeginRead(); err == nil { // the size first: no write transaction for a layer too large
+		rc := C.mdb_stat(txn.txn, C.MDB_dbi(data), &entries)
+		n := uint64(entries.ms_entries)
+		if rc == 0 && tomb != 0 {
+			rc = C.mdb_stat(txn.txn, C.MDB_dbi(tomb), &entries)
+			n += uint64(entries.ms_entries)
+		}
+		txn.Abort()
+		if err := check(rc); err != nil {
+			return FilterNotBuilt, err
+		}
+		if n > maxEntries {
+			return FilterTooLarge, nil
+		}
+	}
+	cname := []byte(name)
+	var built C.int
+	rc := C.kvd_filter_build(e.env, C.MDB_dbi(filters), C.MDB_dbi(states), ptr(cname), C.size_t(len(cname)),
+		ptr(readable), lens(rlens), C.size_t(len(rlens)), C.MDB_dbi(data), C.MDB_dbi(tomb), C.uint64_t(maxEntries), &built)
+	if err := check(rc); err != nil {
+		return FilterNotBuilt, err
+	}
+	if built != 0 {
+		return FilterBuilt, nil
+	}
+	return FilterNotBuilt, nil
+}
+
+// HasFilter is whether the layer name has a stored key filter.
+func (t *Txn) HasFilter(filters DBI, name string) (bool, error) {
+	var f C.MDB_val
+	cname := []byte(name)
+	if err := check(C.kvd_filter_get(t.txn, C.MDB_dbi(filters), ptr(cname), C.size_t(len(cname)), &f)); err != nil {
+		return false, err
+	}
+	return f.mv_data != nil, nil
+}
+
+// FilterMask is, for each key (laid end to end), whether the layer name's filter lets it
+// be in that layer; ok is false when the layer has no filter.
+func (t *Txn) FilterMask(filters DBI, name string, keys []byte, klens []uint32) (mask []byte, ok bool, err error) {
+	n := len(klens)
+	if n == 0 || filters == 0 {
+		return nil, false, nil
+	}
+	cmask := (*C.uchar)(C.malloc(C.size_t(n)))
+	defer C.free(unsafe.Pointer(cmask))
+	cname := []byte(name)
+	var has C.int
+	if err := check(C.kvd_filter_mask(t.txn, C.MDB_dbi(filters), ptr(cname), C.size_t(len(cname)),
+		ptr(keys), lens(klens), C.size_t(n), cmask, &has)); err != nil || has == 0 {
+		return nil, false, err
+	}
+	return C.GoBytes(unsafe.Pointer(cmask), C.int(n)), true, nil
 }
 
 // createDB creates the named database (tests only: the Python DAL creates the store).

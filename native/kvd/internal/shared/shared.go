@@ -51,6 +51,8 @@ const StoreTombstone = "-"
 
 const StoreMaxLayers = 4
 
+const StoreMetaFilters = "meta.filters"
+
 const DigestValueSeed = 0x5BD1E995
 
 const DigestMixC1 = 0x9E3779B97F4A7C15
