@@ -22,12 +22,12 @@ import hashlib
 import re
 import shutil
 import subprocess
-import tempfile
 from importlib import resources
 from pathlib import Path
 
 from google.protobuf import descriptor_pb2
 
+from bulldozer import scratch
 from bulldozer.codegen.python import kv_api_descriptor_set
 from bulldozer.codegen.readme import render_readme
 from bulldozer.errors import ToolchainError
@@ -153,8 +153,8 @@ def _protoc(descriptors: bytes, files: list[str], args: list[str], protoc: Path 
     import sys
 
     command = [str(protoc)] if protoc else [sys.executable, "-m", "grpc_tools.protoc"]
-    with tempfile.TemporaryDirectory(prefix="bulldozer-protoc-") as tmp:
-        fds = Path(tmp) / "all.binpb"
+    with scratch.folder("protoc") as tmp:
+        fds = tmp / "all.binpb"
         fds.write_bytes(descriptors)
         _check([*command, f"--descriptor_set_in={fds}", *args, *files], "protoc")
 

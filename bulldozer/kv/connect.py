@@ -26,7 +26,6 @@ import logging
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -34,6 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bulldozer import scratch
 from bulldozer.errors import BackendUnavailableError
 from bulldozer.settings import load_settings
 
@@ -123,8 +123,7 @@ def start_embedded_dal(
     from bulldozer.warehouse.catalog import bulldozer_home
 
     log_path = log_file(bulldozer_home(home) / "logs", "dal")
-    with tempfile.TemporaryDirectory(prefix="bulldozer-dal-") as tmp:
-        folder = Path(tmp)
+    with scratch.folder("dal") as folder:
         with open(open_log(log_path), "wb") as log:
             offset = os.fstat(log.fileno()).st_size
             proc = subprocess.Popen(
@@ -221,8 +220,8 @@ def host_embedded_dal(home: str | os.PathLike[str] | None = None, startup_timeou
     server_log.handlers[:], server_log.propagate = [handler], False
     server_log.setLevel(logging.INFO)
     try:
-        with tempfile.TemporaryDirectory(prefix="bulldozer-dal-") as tmp:
-            dal = HostedDal(home, Path(tmp), log_path, startup_timeout)
+        with scratch.folder("dal") as folder:
+            dal = HostedDal(home, folder, log_path, startup_timeout)
             try:
                 yield dal
             finally:

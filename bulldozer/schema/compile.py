@@ -18,6 +18,7 @@ from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from bulldozer import scratch
 from bulldozer.errors import SchemaError
 
 __all__ = ["CompiledSchema", "compile_proto", "load_message_classes", "protoc_include_dir"]
@@ -79,13 +80,13 @@ def _run_protoc(args: list[str]) -> tuple[int, str]:
 def compile_proto(text: str, proto_name: str, python: bool = True, stubs: bool = True) -> CompiledSchema:
     """Compile ``text`` (saved as ``proto_name``) to a descriptor set and, optionally, to
     Python modules with ``.pyi`` stubs. Raises SchemaError with protoc's message."""
-    with tempfile.TemporaryDirectory(prefix="bulldozer-protoc-") as tmp:
-        src = Path(tmp) / "src"
-        out = Path(tmp) / "out"
+    with scratch.folder("protoc") as tmp:
+        src = tmp / "src"
+        out = tmp / "out"
         (src / proto_name).parent.mkdir(parents=True, exist_ok=True)
         out.mkdir()
         (src / proto_name).write_text(text, encoding="utf-8")
-        descriptor = Path(tmp) / "descriptor.binpb"
+        descriptor = tmp / "descriptor.binpb"
         args = [
             f"-I{src}",
             f"-I{protoc_include_dir()}",

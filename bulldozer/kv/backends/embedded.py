@@ -28,7 +28,9 @@ tiers, as an LSM tree compacts: a cost of those changes, not of the whole versio
 base's
 data outlives its drop while a version reads through to it (the last dependent's drop
 frees it). The Go data plane reads through layers, ingests a layered version's runs and
-deletes its keys by the same rules (native/kvd/lmdb: kvd_ingest, kvd_delete_*).
+deletes its keys by the same rules (native/kvd/lmdb: kvd_ingest, kvd_delete_*), skipping
+the layers whose key filter rules a key out (``meta.filters``: kvd builds a sealed layer's
+filter and alone reads it; this engine deletes it with the layer's data).
 
 Data puts are committed without fsync (a crash can only lose writes of a LOADING
 version, which is then resumed or failed); every metadata change — create, seal, flip,

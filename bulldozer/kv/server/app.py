@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import signal
-import tempfile
 import threading
 from concurrent import futures
 from pathlib import Path
@@ -22,6 +20,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from bulldozer import scratch
 from bulldozer.errors import BackendUnavailableError, InvalidArgumentError
 from bulldozer.kv.backends import StorageEngine
 from bulldozer.kv.server.auth import AuthConfig, AuthInterceptor, Authorizer
@@ -150,7 +149,7 @@ class NativeServer(RunningServer):
         self.health.enter_graceful_shutdown()
         self.front.stop(grace)
         super().stop(grace, close_engine)
-        shutil.rmtree(self._private, ignore_errors=True)
+        scratch.remove(self._private)
 
 
 def _create_native_server(
@@ -162,7 +161,7 @@ def _create_native_server(
     interceptors: list[Any] | None,
     kvd_stderr: Any = None,
 ) -> tuple[RunningServer, int]:
-    private = Path(tempfile.mkdtemp(prefix="bulldozer-dal-"))
+    private = scratch.make("dal")
     backend = f"unix:{private / 'reference.sock'}"
     # the private reference DAL behind the front: the caller already decided about authentication
     reference, _ = create_server(
@@ -182,7 +181,7 @@ def _create_native_server(
         front.wait()
     except BaseException:
         reference.stop(0, close_engine=False)
-        shutil.rmtree(private, ignore_errors=True)
+        scratch.remove(private)
         raise
     if metrics is not None and metrics_socket is not None:
         from bulldozer.kv.server.native import fetch_metrics

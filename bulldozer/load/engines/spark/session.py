@@ -14,13 +14,12 @@ import hashlib
 import logging
 import os
 import re
-import shutil
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
+from bulldozer import scratch
 from bulldozer.errors import LoadError
 from bulldozer.settings import java_executable, load_settings, pyspark_python
 from bulldozer.warehouse.catalog import bulldozer_home
@@ -374,8 +373,8 @@ def _driver_folder() -> Path:
     if _DRIVER_FOLDER is None:
         from bulldozer.load.engines.spark.package import ARCHIVE_DIR
 
-        folder = Path(tempfile.mkdtemp(prefix="bulldozer-spark-driver-"))
-        atexit.register(shutil.rmtree, folder, True)
+        folder = scratch.make("spark-driver")
+        atexit.register(scratch.remove, folder)
         env = folder / ARCHIVE_DIR
         if sys.prefix != sys.base_prefix:  # a virtualenv: its bin/python finds its pyvenv.cfg
             env.symlink_to(sys.prefix, target_is_directory=True)
