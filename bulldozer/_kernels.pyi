@@ -9,3 +9,13 @@ def hash_items(offsets: Any, data: Any, seed: int, out: Any) -> None: ...
 def pair_sums(
     key_offsets: Any, keys: Any, value_offsets: Any, values: Any, value_seed: int, key_hashes: Any
 ) -> tuple[int, int]: ...
+def diff_pairs(
+    old_key_offsets: Any,
+    old_keys: Any,
+    old_value_offsets: Any,
+    old_values: Any,
+    new_key_offsets: Any,
+    new_keys: Any,
+    new_value_offsets: Any,
+    new_values: Any,
+) -> tuple[bytes, bytes, bytes, int, bytes, bytes]: ...

@@ -220,13 +220,43 @@ def _one_array(chunks: list[Any]) -> Any:
     return pa.chunked_array(chunks, pa.large_binary()).combine_chunks()
 
 
-def _repeated(keys: Any) -> list[bytes]:
-    """Up to three keys that occur more than once in ``keys`` (called once a side's dict
-    came out smaller than its keys)."""
-    import pyarrow.compute as pc
+@dataclass
+class _Diff:
+    """What changed from the removed files' records (``old``) to the added files' (``new``),
+    by key, in compiled code (``bulldozer._kernels.diff_pairs``: both sides sorted by key and
+    merged): the keys only ``old`` holds, the keys both hold with another value and those only
+    ``new`` holds, each an Arrow array in key order. With 1 % of 10 M rows changed, this step
+    (the sides' arrays combined, the diff, the new keys as a list) takes 0.04–0.06 s, where
+    Python dicts of both sides took 0.075–0.09 s (six runs each)."""
 
-    counts = pc.value_counts(keys)
-    return counts.filter(pc.greater(counts.field("counts"), 1)).field("values")[:3].to_pylist()  # type: ignore[no-any-return]
+    deleted: Any
+    changed: Any
+    fresh: Any
+    #: indices into ``new`` of the changed and the fresh records: what the version gets
+    puts: Any
+    unchanged: int
+
+    @classmethod
+    def of(cls, job: JobSchema, old_k: Any, old_v: Any, new_k: Any, new_v: Any) -> _Diff:
+        import numpy as np
+
+        from bulldozer import _kernels
+        from bulldozer.codec.buffers import binary_view
+
+        deleted, changed, fresh, unchanged, old_repeats, new_repeats = _kernels.diff_pairs(
+            *binary_view(old_k), *binary_view(old_v), *binary_view(new_k), *binary_view(new_v)
+        )
+        for side, repeats in ((new_k, new_repeats), (old_k, old_repeats)):
+            if repeats:
+                raise _duplicates(job, side.take(np.frombuffer(repeats, dtype=np.uint64)).to_pylist())
+        changed_at, fresh_at = np.frombuffer(changed, dtype=np.uint64), np.frombuffer(fresh, dtype=np.uint64)
+        return cls(
+            deleted=old_k.take(np.frombuffer(deleted, dtype=np.uint64)),
+            changed=new_k.take(changed_at),
+            fresh=new_k.take(fresh_at),
+            puts=np.concatenate([changed_at, fresh_at]),
+            unchanged=unchanged,
+        )
 
 
 def _duplicates(job: JobSchema, keys: list[bytes]) -> DuplicateKeyError:
@@ -262,6 +292,7 @@ def apply_delta(
     from concurrent.futures import ThreadPoolExecutor
 
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     progress(0, plan.rows_to_read)
     with ThreadPoolExecutor(1, thread_name_prefix="delta-read") as pool:
@@ -271,14 +302,8 @@ def apply_delta(
     progress(old.rows + new.rows, plan.rows_to_read)
     old_k, new_k = _one_array(old.keys), _one_array(new.keys)
     old_v, new_v = _one_array(old.values), _one_array(new.values)
-    before = dict(zip(old_k.to_pylist(), old_v.to_pylist(), strict=True))
-    after = dict(zip(new_k.to_pylist(), new_v.to_pylist(), strict=True))
-    for side, records in ((new_k, after), (old_k, before)):
-        if len(records) < len(side):
-            raise _duplicates(job, _repeated(side))
-    deleted = [k for k in before if k not in after]
-    changed = [k for k, v in after.items() if k in before and before[k] != v]
-    fresh = sorted(k for k in after if k not in before)
+    diff = _Diff.of(job, old_k, old_v, new_k, new_v)
+    fresh: list[bytes] = diff.fresh.to_pylist()
     # a new key the base already holds sits in a file both snapshots share: a duplicate key
     # (four lookups at a time: the DAL serves them on both cores; 30 k keys in a 10 M-row
     # base, medians of 6 side by side: 0.071 → 0.047 s)
@@ -293,13 +318,13 @@ def apply_delta(
         raise _duplicates(job, found)
 
     # a new key is not in the base (checked above), so only a resumed attempt can have written it
-    client.delete(version, sorted(deleted + changed + (fresh if resumed else [])))
+    doomed = pa.concat_arrays([diff.deleted, diff.changed, *([diff.fresh] if resumed else [])])
+    client.delete(version, doomed.take(pc.sort_indices(doomed)).to_pylist())
     write: WriteTuning = spec.key_value_dal.write
-    puts = changed + fresh
     with client.writer(
         version, batch_records=write.batch_size, batch_bytes=write.max_batch_bytes, in_flight=write.in_flight_batches
     ) as writer:
-        writer.add_arrays(pa.array(puts, pa.large_binary()), pa.array([after[k] for k in puts], pa.large_binary()))
+        writer.add_arrays(new_k.take(diff.puts), new_v.take(diff.puts))
     progress(plan.rows_to_read, plan.rows_to_read)
 
     base = plan.base
@@ -317,18 +342,18 @@ def apply_delta(
         "files_removed": len(plan.removed),
         "files_added": len(plan.added),
         "rows_read": old.rows + new.rows,
-        "deleted": len(deleted),
-        "changed": len(changed),
+        "deleted": len(diff.deleted),
+        "changed": len(diff.changed),
         "added": len(fresh),
-        "unchanged": len(after) - len(changed) - len(fresh),
+        "unchanged": diff.unchanged,
     }
     log.info(
         "delta from %s: %d files removed, %d added; %d keys deleted, %d changed, %d added",
         short_version(base.name),
         len(plan.removed),
         len(plan.added),
-        len(deleted),
-        len(changed),
+        len(diff.deleted),
+        len(diff.changed),
         len(fresh),
     )
     return DeltaChanges(expected, {c: n for c, n in null_counts.items() if n}, summary)

@@ -5,7 +5,8 @@
 //!   written once into one output buffer;
 //! * `decimals` writes decimal128 values as the strings Arrow's cast writes;
 //! * `hash_items`, `pair_sums` and `xxh64` compute the order-independent pair digest
-//!   (`bulldozer.codec.digest`), with XXH64 from the `xxhash-rust` crate.
+//!   (`bulldozer.codec.digest`), with XXH64 from the `xxhash-rust` crate;
+//! * `diff_pairs` finds what changed between two sets of pairs (a delta's, `bulldozer.load.delta`).
 //!
 //! Arrays arrive through the buffer protocol (numpy views of Arrow buffers: no copy) and
 //! every index is bounds-checked, so a malformed layout is an error, never a write out of
@@ -618,6 +619,113 @@ fn pair_sums(
     }))
 }
 
+// ------------------------------------------------------------------------------- diff
+
+/// `n` items' indices in the byte order of the items (ties: the earlier first).
+fn key_order(offsets: &[u64], data: &[u8], n: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&i, &j| item(data, offsets, i).cmp(item(data, offsets, j)));
+    order
+}
+
+/// Up to `limit` indices of items equal to the item before them in `order`.
+fn repeats(offsets: &[u64], data: &[u8], order: &[usize], limit: usize) -> Vec<u64> {
+    order
+        .windows(2)
+        .filter(|w| item(data, offsets, w[0]) == item(data, offsets, w[1]))
+        .map(|w| w[1] as u64)
+        .take(limit)
+        .collect()
+}
+
+fn u64_bytes<'py>(py: Python<'py>, v: &[u64]) -> Bound<'py, PyBytes> {
+    let raw: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    PyBytes::new(py, &raw)
+}
+
+/// What changed from the `old` pairs to the `new` ones (a delta's removed and added files'
+/// records), by key: the indices into `old` of the keys only it has (deleted), and into
+/// `new` of the keys both have with another value (changed) and of those only it has
+/// (fresh), each in key order, as uint64 arrays in bytes, with the count of keys both have
+/// alike. A side whose keys are not unique makes no diff: then the first three repeated
+/// keys' indices of each side come back instead (the diff's arrays empty).
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn diff_pairs<'py>(
+    py: Python<'py>,
+    old_key_offsets: &Bound<'py, PyAny>,
+    old_keys: &Bound<'py, PyAny>,
+    old_value_offsets: &Bound<'py, PyAny>,
+    old_values: &Bound<'py, PyAny>,
+    new_key_offsets: &Bound<'py, PyAny>,
+    new_keys: &Bound<'py, PyAny>,
+    new_value_offsets: &Bound<'py, PyAny>,
+    new_values: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let mut held = Held::default();
+    let oko = held.u64s(old_key_offsets, "old key offsets")?;
+    let ok = held.u8s(old_keys, "old keys")?;
+    let ovo = held.u64s(old_value_offsets, "old value offsets")?;
+    let ov = held.u8s(old_values, "old values")?;
+    let nko = held.u64s(new_key_offsets, "new key offsets")?;
+    let nk = held.u8s(new_keys, "new keys")?;
+    let nvo = held.u64s(new_value_offsets, "new value offsets")?;
+    let nv = held.u8s(new_values, "new values")?;
+    let (n_old, n_new) = (oko.len().saturating_sub(1), nko.len().saturating_sub(1));
+    check_offsets(oko, n_old, ok.len(), "diff old keys")?;
+    check_offsets(ovo, n_old, ov.len(), "diff old values")?;
+    check_offsets(nko, n_new, nk.len(), "diff new keys")?;
+    check_offsets(nvo, n_new, nv.len(), "diff new values")?;
+    let (deleted, changed, fresh, unchanged, old_repeats, new_repeats) = py.detach(|| {
+        let (a, b) = (key_order(oko, ok, n_old), key_order(nko, nk, n_new));
+        let (old_repeats, new_repeats) = (repeats(oko, ok, &a, 3), repeats(nko, nk, &b, 3));
+        let (mut deleted, mut changed, mut fresh, mut unchanged) = (Vec::new(), Vec::new(), Vec::new(), 0u64);
+        if old_repeats.is_empty() && new_repeats.is_empty() {
+            let (mut i, mut j) = (0, 0);
+            while i < a.len() || j < b.len() {
+                let order = if i == a.len() {
+                    std::cmp::Ordering::Greater
+                } else if j == b.len() {
+                    std::cmp::Ordering::Less
+                } else {
+                    item(ok, oko, a[i]).cmp(item(nk, nko, b[j]))
+                };
+                match order {
+                    std::cmp::Ordering::Less => {
+                        deleted.push(a[i] as u64);
+                        i += 1;
+                    }
+                    std::cmp::Ordering::Greater => {
+                        fresh.push(b[j] as u64);
+                        j += 1;
+                    }
+                    std::cmp::Ordering::Equal => {
+                        if item(ov, ovo, a[i]) == item(nv, nvo, b[j]) {
+                            unchanged += 1;
+                        } else {
+                            changed.push(b[j] as u64);
+                        }
+                        i += 1;
+                        j += 1;
+                    }
+                }
+            }
+        }
+        (deleted, changed, fresh, unchanged, old_repeats, new_repeats)
+    });
+    PyTuple::new(
+        py,
+        [
+            u64_bytes(py, &deleted).into_any(),
+            u64_bytes(py, &changed).into_any(),
+            u64_bytes(py, &fresh).into_any(),
+            unchanged.into_pyobject(py)?.into_any(),
+            u64_bytes(py, &old_repeats).into_any(),
+            u64_bytes(py, &new_repeats).into_any(),
+        ],
+    )
+}
+
 #[pymodule]
 fn _kernels(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode, m)?)?;
@@ -625,5 +733,6 @@ fn _kernels(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(xxh64, m)?)?;
     m.add_function(wrap_pyfunction!(hash_items, m)?)?;
     m.add_function(wrap_pyfunction!(pair_sums, m)?)?;
+    m.add_function(wrap_pyfunction!(diff_pairs, m)?)?;
     Ok(())
 }

@@ -1,0 +1,69 @@
+"""The delta's diff in compiled code (bulldozer._kernels.diff_pairs through load.delta._Diff)
+against the plain Python definition: deleted, changed and fresh keys, each in key order."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from bulldozer.errors import DuplicateKeyError
+from bulldozer.load.delta import _Diff
+
+
+def _arrays(pairs: list[tuple[bytes, bytes]]) -> tuple[Any, Any]:
+    return pa.array([k for k, _ in pairs], pa.large_binary()), pa.array([v for _, v in pairs], pa.large_binary())
+
+
+def _reference(old: dict[bytes, bytes], new: dict[bytes, bytes]) -> tuple[list[bytes], list[bytes], list[bytes], int]:
+    deleted = sorted(k for k in old if k not in new)
+    changed = sorted(k for k in new if k in old and old[k] != new[k])
+    fresh = sorted(k for k in new if k not in old)
+    return deleted, changed, fresh, sum(1 for k in new if k in old and old[k] == new[k])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_compiled_diff_is_the_python_definition(seed: int) -> None:
+    rng = random.Random(seed)
+    universe = [rng.randbytes(rng.randrange(0, 12)) for _ in range(3_000)]  # empty keys, prefixes, repeats
+    keys = list(dict.fromkeys(universe))
+    rng.shuffle(keys)
+    old = {k: rng.choice([b"", b"a", b"b", rng.randbytes(4)]) for k in keys[: rng.randrange(0, 2_000)]}
+    new = {
+        k: (v if rng.random() < 0.5 else rng.choice([b"", b"a", b"c"])) for k, v in old.items() if rng.random() < 0.8
+    }
+    new |= {k: rng.randbytes(3) for k in keys[2_000 : 2_000 + rng.randrange(0, 500)]}
+    old_pairs, new_pairs = list(old.items()), list(new.items())
+    rng.shuffle(old_pairs)
+    rng.shuffle(new_pairs)
+    # a slice of a longer array (its offsets do not start at 0), as combined chunks can be
+    padded_k, padded_v = _arrays([(b"x", b"y"), *new_pairs])
+    diff = _Diff.of(None, *_arrays(old_pairs), padded_k[1:], padded_v[1:])  # type: ignore[arg-type]
+    deleted, changed, fresh, unchanged = _reference(old, new)
+    assert diff.deleted.to_pylist() == deleted
+    assert diff.changed.to_pylist() == changed
+    assert diff.fresh.to_pylist() == fresh
+    assert diff.unchanged == unchanged
+    assert [new_pairs[i][0] for i in diff.puts] == changed + fresh
+
+
+def test_a_repeated_key_on_either_side_makes_no_diff(monkeypatch: pytest.MonkeyPatch) -> None:
+    import bulldozer.load.delta as delta
+
+    seen: list[list[bytes]] = []
+
+    def duplicates(_job: Any, keys: list[bytes]) -> DuplicateKeyError:
+        seen.append(keys)
+        return DuplicateKeyError("duplicate keys")
+
+    monkeypatch.setattr(delta, "_duplicates", duplicates)
+    twice = [(b"k1", b"v"), (b"k2", b"v"), (b"k1", b"w")]
+    once = [(b"k1", b"v"), (b"k3", b"v")]
+    for old, new in ((once, twice), (twice, once)):
+        with pytest.raises(DuplicateKeyError):
+            _Diff.of(None, *_arrays(old), *_arrays(new))  # type: ignore[arg-type]
+    assert seen == [[b"k1"], [b"k1"]]
+    empty = _Diff.of(None, *_arrays([]), *_arrays([]))  # type: ignore[arg-type]
+    assert (len(empty.deleted), len(empty.changed), len(empty.fresh), empty.unchanged) == (0, 0, 0, 0)
