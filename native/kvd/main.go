@@ -50,11 +50,23 @@ func main() {
 	grace := flag.Duration("grace", 30*time.Second, "how long in-flight calls may finish after SIGTERM")
 	parent := flag.Int("parent-pid", 0, "stop when this process is no longer the parent")
 	version := flag.Bool("version", false, "print the version and exit")
+	mergeInto := flag.String("merge-into", "", "merge --merge-layers into this LOADING version of the embedded --store and exit (see merge)")
+	mergeLayers := flag.String("merge-layers", "", "the layers merge-into merges: names, newest first, comma-separated")
 	flag.Parse()
 	// its lines go to the DAL's log file, which other DALs of the day share: each names its pid
 	slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "bulldozer-kvd", "pid", os.Getpid()))
 	if *version {
 		fmt.Printf("bulldozer-kvd (LMDB %s)\n", lmdb.Version())
+		return
+	}
+	if *mergeInto != "" {
+		merged, err := merge(*store, lmdb.Options{MapSize: *mapSize, MaxDBs: *maxDBs, MaxReaders: 512, WriteMap: *writeMap},
+			*mergeInto, strings.Split(*mergeLayers, ","))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bulldozer-kvd merge:", err)
+			os.Exit(1)
+		}
+		fmt.Printf("{\"merged\": %d}\n", merged)
 		return
 	}
 	if err := run(*listen, *backend, *engine, *store, lmdb.Options{MapSize: *mapSize, MaxDBs: *maxDBs, MaxReaders: 512, WriteMap: *writeMap},
@@ -64,6 +76,56 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bulldozer-kvd:", err)
 		os.Exit(1)
 	}
+}
+
+// merge writes into the LOADING version into, made from the layer below layers, what
+// layers (newest first) change over it: the embedded engine's layer merge
+// (bulldozer.kv.backends.embedded: EmbeddedEngine.copy_records runs this when this data
+// plane fronts it, in a process of its own, once it has made the version; see
+// lmdb.Env.MergeLayers).
+func merge(dir string, opts lmdb.Options, into string, layers []string) (uint64, error) {
+	if dir == "" || len(layers) == 0 || layers[0] == "" {
+		return 0, fmt.Errorf("--store and --merge-layers are required")
+	}
+	env, err := lmdb.Open(dir, opts)
+	if err != nil {
+		return 0, err
+	}
+	defer env.Close()
+	m, err := openMeta(env)
+	if err != nil {
+		return 0, err
+	}
+	open := func(names ...string) ([]lmdb.DBI, error) {
+		handles := make([]lmdb.DBI, len(names))
+		for i, name := range names {
+			if handles[i], err = env.DBI(name); err != nil {
+				return nil, fmt.Errorf("database %s: %w", name, err)
+			}
+		}
+		return handles, nil
+	}
+	own, err := open(shared.StoreDataPrefix+into, shared.StoreTombstonePrefix+into)
+	if err != nil {
+		return 0, err
+	}
+	data, tombs := make([]string, len(layers)), make([]string, len(layers))
+	for i, layer := range layers {
+		data[i], tombs[i] = shared.StoreDataPrefix+layer, shared.StoreTombstonePrefix+layer
+	}
+	dataDBIs, err := open(data...)
+	if err != nil {
+		return 0, err
+	}
+	tombDBIs, err := open(tombs...)
+	if err != nil {
+		return 0, err
+	}
+	loading, merged, err := env.MergeLayers(m.states, into, own[0], own[1], dataDBIs, tombDBIs)
+	if err == nil && !loading {
+		err = fmt.Errorf("version %s is not LOADING", into)
+	}
+	return merged, err
 }
 
 // openStore opens the store the fast path serves; close releases it (and, for the embedded

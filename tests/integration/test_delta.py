@@ -331,11 +331,14 @@ def test_a_delta_killed_while_its_base_was_copied_is_never_resumed_over_a_partia
     assert contents(dal, record.version) == contents(dal, full.version)
 
 
-def test_a_version_reading_through_a_dropped_base_keeps_it_until_it_goes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("plane", ["native", "python", "fallback"])
+def test_a_version_reading_through_a_dropped_base_keeps_it_until_it_goes(tmp_path: Path, plane: str) -> None:
     """Embedded layers: a base's data outlives its drop while a version reads through it,
     and goes with the last such version; a version made from a chain MAX_LAYERS deep reads
     through to a base further down, holding only what the layers above it changed, and
-    merges a larger layer only once as much has stacked on it (size tiers)."""
+    merges a larger layer only once as much has stacked on it (size tiers). The layers are
+    merged by bulldozer-kvd when it fronts the engine, else (or when it fails) by the engine
+    itself: the same."""
     import lmdb
 
     from bulldozer.codec.digest import digest_pairs
@@ -345,8 +348,11 @@ def test_a_version_reading_through_a_dropped_base_keeps_it_until_it_goes(tmp_pat
     from bulldozer.names import new_version_name
 
     engine: Any = create_engine({"type": "embedded", "path": str(tmp_path / "kv"), "map_size": 1024**3})
-    server, port = create_server("127.0.0.1:0", engine, data_plane="native")
+    server, port = create_server("127.0.0.1:0", engine, data_plane="native" if plane == "native" else "python")
     client = KvClient(f"127.0.0.1:{port}")
+    assert (engine._merger is not None) == (plane == "native")
+    if plane == "fallback":
+        engine.merge_layers_with(Path("/bin/false"))  # a merger that fails: the engine merges itself
     try:
         expected = {b"k%03d" % i: b"v0" for i in range(100)}
         versions: list[str] = []

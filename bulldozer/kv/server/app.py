@@ -179,6 +179,10 @@ def _create_native_server(
             stderr=kvd_stderr,
         )
         front.wait()
+        from bulldozer.kv.backends.embedded import EmbeddedEngine
+
+        if isinstance(engine, EmbeddedEngine):
+            engine.merge_layers_with(front.binary)  # its layer merges, compiled
     except BaseException:
         reference.stop(0, close_engine=False)
         scratch.remove(private)

@@ -86,8 +86,9 @@ def choose_data_plane(requested: DataPlane | str, engine: StorageEngine, secured
 class NativeFront:
     """A running ``bulldozer-kvd`` process."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], ready_file: Path) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], ready_file: Path, binary: Path) -> None:
         self.proc = proc
+        self.binary = binary
         self._ready_file = ready_file
         self.port = 0
 
@@ -147,7 +148,7 @@ class NativeFront:
             assert proc.stdin is not None
             with contextlib.suppress(BrokenPipeError), proc.stdin:  # if it died, wait() says so
                 proc.stdin.write(stdin)
-        return cls(proc, ready_file)
+        return cls(proc, ready_file, binary)
 
     def wait(self, timeout: float = 30.0) -> int:
         """Block until it listens; its port (0 on a Unix socket)."""

@@ -550,6 +550,93 @@ done:
 }
 
 #define KVD_STAGED 2
+#define KVD_NOT_EMPTY 3
+
+// Merge layers into a LOADING version made from the layer below them (the rules of the
+// Python engine's EmbeddedEngine._overlay, which copy_records runs without this data plane):
+// for every key one of the n layers (newest first; data[i] and tombs[i] each) holds or
+// deletes, in key order, the newest such layer's pair goes to the version's data, or its
+// tombstone to the version's tombstones when that layer deletes the key (a layer's own pair
+// wins over its own tombstone), both appended, in one write transaction. The version must
+// be LOADING (else *outcome is KVD_NOT_LOADING) with empty data and tombstones (else
+// KVD_NOT_EMPTY); nothing is written then. *merged_out is the keys written.
+static int kvd_merge_layers(MDB_env *env, MDB_dbi states, const char *name, size_t name_len,
+                            const char *writable, size_t writable_len, MDB_dbi own, MDB_dbi own_tomb,
+                            const MDB_dbi *data, const MDB_dbi *tombs, size_t n,
+                            const char *tombstone, size_t tombstone_len, uint64_t *merged_out, int *outcome) {
+	MDB_txn *txn = NULL;
+	MDB_cursor **cur = NULL, *put = NULL, *del = NULL;
+	MDB_val *keys = NULL, *vals = NULL, tv;
+	MDB_stat st;
+	int *live = NULL, rc;
+	size_t s, best, streams = 2 * n;
+	uint64_t merged = 0;
+	*outcome = KVD_STORED;
+	*merged_out = 0;
+	cur = calloc(streams, sizeof *cur);
+	keys = calloc(streams, sizeof *keys);
+	vals = calloc(streams, sizeof *vals);
+	live = calloc(streams, sizeof *live);
+	if (!cur || !keys || !vals || !live) { rc = ENOMEM; goto done; }
+	if ((rc = mdb_txn_begin(env, NULL, 0, &txn))) { txn = NULL; goto done; }
+	if ((rc = kvd_check_writable(txn, states, name, name_len, writable, writable_len, outcome)) || *outcome != KVD_STORED) goto done;
+	if ((rc = mdb_stat(txn, own, &st))) goto done;
+	if (st.ms_entries) { *outcome = KVD_NOT_EMPTY; goto done; }
+	if ((rc = mdb_stat(txn, own_tomb, &st))) goto done;
+	if (st.ms_entries) { *outcome = KVD_NOT_EMPTY; goto done; }
+	// stream 2i is layer i's data, 2i + 1 its tombstones: of equal keys the lowest stream wins
+	for (s = 0; s < streams; s++) {
+		if ((rc = mdb_cursor_open(txn, s % 2 ? tombs[s / 2] : data[s / 2], &cur[s]))) goto done;
+		rc = mdb_cursor_get(cur[s], &keys[s], &vals[s], MDB_FIRST);
+		if (rc && rc != MDB_NOTFOUND) goto done;
+		live[s] = rc == 0;
+	}
+	if ((rc = mdb_cursor_open(txn, own, &put)) || (rc = mdb_cursor_open(txn, own_tomb, &del))) goto done;
+	for (;;) {
+		best = streams;
+		for (s = 0; s < streams; s++) {
+			if (!live[s]) continue;
+			if (best == streams) { best = s; continue; }
+			size_t l = keys[s].mv_size < keys[best].mv_size ? keys[s].mv_size : keys[best].mv_size;
+			int c = memcmp(keys[s].mv_data, keys[best].mv_data, l);
+			if (c < 0 || (c == 0 && keys[s].mv_size < keys[best].mv_size)) best = s;
+		}
+		if (best == streams) break;
+		MDB_val k = keys[best];
+		if (best % 2 == 0) {
+			rc = mdb_cursor_put(put, &k, &vals[best], MDB_APPEND);
+		} else {
+			tv.mv_data = (void *)tombstone; tv.mv_size = tombstone_len;
+			rc = mdb_cursor_put(del, &k, &tv, MDB_APPEND);
+		}
+		if (rc) goto done;
+		merged++;
+		// every stream at this key moves past it (k points into a source page, unchanged)
+		for (s = 0; s < streams; s++) {
+			if (!live[s] || s == best) continue;
+			if (keys[s].mv_size == k.mv_size && memcmp(keys[s].mv_data, k.mv_data, k.mv_size) == 0) {
+				rc = mdb_cursor_get(cur[s], &keys[s], &vals[s], MDB_NEXT);
+				if (rc && rc != MDB_NOTFOUND) goto done;
+				live[s] = rc == 0;
+			}
+		}
+		rc = mdb_cursor_get(cur[best], &keys[best], &vals[best], MDB_NEXT);
+		if (rc && rc != MDB_NOTFOUND) goto done;
+		live[best] = rc == 0;
+	}
+	mdb_cursor_close(put); put = NULL;
+	mdb_cursor_close(del); del = NULL;
+	for (s = 0; s < streams; s++) { if (cur[s]) mdb_cursor_close(cur[s]); cur[s] = NULL; }
+	rc = mdb_txn_commit(txn); txn = NULL;
+	if (rc == 0) *merged_out = merged;
+done:
+	if (put) mdb_cursor_close(put);
+	if (del) mdb_cursor_close(del);
+	if (cur) { for (s = 0; s < streams; s++) if (cur[s]) mdb_cursor_close(cur[s]); }
+	if (txn) mdb_txn_abort(txn);
+	free(cur); free(keys); free(vals); free(live);
+	return rc;
+}
 
 // The first half of a delete (EmbeddedEngine.delete_batch), in the caller's write
 // transaction: the namespace must be LOADING with nothing staged (else *outcome says which,
@@ -936,6 +1023,32 @@ func (e *Env) Delete(own, stage, states, digests DBI, name string, l Layers, key
 		return 0, false, err
 	}
 	return deleted, true, nil
+}
+
+// MergeLayers writes into the LOADING version name (its data own and tombstones ownTomb,
+// both empty) what the layers data/tombs (newest first) change over the layer below them,
+// in one write transaction (see kvd_merge_layers): merged is the keys written. loading is
+// false, and nothing is written, when the version is not LOADING; an error when its data
+// or tombstones are not empty.
+func (e *Env) MergeLayers(states DBI, name string, own, ownTomb DBI, data, tombs []DBI) (loading bool, merged uint64, err error) {
+	if len(data) != len(tombs) {
+		return false, 0, fmt.Errorf("%d layers' data but %d layers' tombstones", len(data), len(tombs))
+	}
+	cname := []byte(name)
+	writable := []byte(shared.StatesWritable)
+	tombstone := []byte(shared.StoreTombstone)
+	var outcome C.int
+	var n C.uint64_t
+	rc := C.kvd_merge_layers(e.env, C.MDB_dbi(states), ptr(cname), C.size_t(len(cname)), ptr(writable), C.size_t(len(writable)),
+		C.MDB_dbi(own), C.MDB_dbi(ownTomb), dbis(data), dbis(tombs), C.size_t(len(data)),
+		ptr(tombstone), C.size_t(len(tombstone)), &n, &outcome)
+	if err := check(rc); err != nil {
+		return false, 0, err
+	}
+	if outcome == C.KVD_NOT_EMPTY {
+		return true, 0, fmt.Errorf("version %s already holds records or tombstones", name)
+	}
+	return outcome == C.KVD_STORED, uint64(n), nil
 }
 
 // The outcomes of BuildFilter.

@@ -1,0 +1,108 @@
+package lmdb
+
+import (
+	"fmt"
+	"math/rand"
+	"sort"
+	"testing"
+
+	"bulldozer/kvd/internal/shared"
+)
+
+// A merge of layers writes, per key, what the newest layer holding or deleting it says (a
+// layer's own pair over its own tombstone), in key order — EmbeddedEngine._overlay's rule.
+func TestMergeLayersTakesTheNewestLayersWordPerKey(t *testing.T) {
+	env, err := Open(t.TempDir(), Options{MapSize: 256 << 20, MaxDBs: 32, MaxReaders: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	const into = "m__v4"
+	layers := []string{"m__v3", "m__v2", "m__v1"}
+	dbi := map[string]DBI{}
+	names := []string{shared.StoreMetaStates, shared.StoreDataPrefix + into, shared.StoreTombstonePrefix + into}
+	for _, l := range layers {
+		names = append(names, shared.StoreDataPrefix+l, shared.StoreTombstonePrefix+l)
+	}
+	for _, name := range names {
+		if err := env.createDB(name); err != nil {
+			t.Fatal(err)
+		}
+		if dbi[name], err = env.DBI(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	states := dbi[shared.StoreMetaStates]
+	if err := env.put(states, []byte(into), []byte(shared.StatesWritable)); err != nil {
+		t.Fatal(err)
+	}
+	// want: the newest layer's word per key (a value, or "" for a tombstone)
+	rng := rand.New(rand.NewSource(3))
+	want := map[string]string{}
+	decided := map[string]bool{}
+	var data, tombs []DBI
+	for i, l := range layers {
+		data, tombs = append(data, dbi[shared.StoreDataPrefix+l]), append(tombs, dbi[shared.StoreTombstonePrefix+l])
+		for j := 0; j < 3000; j++ {
+			key := fmt.Sprintf("k%05d", rng.Intn(6000))
+			value := fmt.Sprintf("layer %d value %d", i, j)
+			kind := rng.Intn(3) // 0: a pair, 1: a tombstone, 2: both (the pair wins)
+			if kind != 1 {
+				if err := env.put(data[i], []byte(key), []byte(value)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if kind != 0 {
+				if err := env.put(tombs[i], []byte(key), []byte(shared.StoreTombstone)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		// this layer's word on each key it holds, unless a newer layer spoke
+		txn, _ := env.BeginRead()
+		for j := 0; j < 6000; j++ {
+			key := fmt.Sprintf("k%05d", j)
+			if decided[key] {
+				continue
+			}
+			if v, found, _ := txn.Get(data[i], []byte(key)); found {
+				want[key], decided[key] = string(v), true
+			} else if _, found, _ := txn.Get(tombs[i], []byte(key)); found {
+				want[key], decided[key] = "", true
+			}
+		}
+		txn.Abort()
+	}
+	own, ownTomb := dbi[shared.StoreDataPrefix+into], dbi[shared.StoreTombstonePrefix+into]
+	loading, merged, err := env.MergeLayers(states, into, own, ownTomb, data, tombs)
+	if err != nil || !loading || merged != uint64(len(want)) {
+		t.Fatalf("merge: loading %v, %d merged (want %d), %v", loading, merged, len(want), err)
+	}
+	txn, err := env.BeginRead()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txn.Abort()
+	keys := make([]string, 0, len(want))
+	for k := range want {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		v, inData, _ := txn.Get(own, []byte(key))
+		_, inTombs, _ := txn.Get(ownTomb, []byte(key))
+		if want[key] == "" && (inData || !inTombs) || want[key] != "" && (!inData || inTombs || string(v) != want[key]) {
+			t.Fatalf("%s: data %q (%v), tombstone %v; want %q", key, v, inData, inTombs, want[key])
+		}
+	}
+	// a second merge finds the version holding records; one not LOADING is refused
+	if _, _, err := env.MergeLayers(states, into, own, ownTomb, data, tombs); err == nil {
+		t.Error("a merge into a version holding records went through")
+	}
+	if err := env.put(states, []byte(into), []byte("SEALED")); err != nil {
+		t.Fatal(err)
+	}
+	if loading, _, err := env.MergeLayers(states, into, own, ownTomb, data, tombs); loading || err != nil {
+		t.Errorf("a merge into a SEALED version: loading %v, %v", loading, err)
+	}
+}
