@@ -94,9 +94,11 @@ class Settings(BaseSettings):
         """The scheduler's specs folder: ``BULLDOZER_SPECS_DIR``, else ``<home>/specs``."""
         return self.specs_dir or self.home_path(home) / "specs"
 
-    def home_path(self, flag: str | os.PathLike[str] | None = None) -> Path:
-        """The state folder: ``flag``, else ``BULLDOZER_HOME``, else ``./.bulldozer`` (absolute)."""
-        return Path(flag or self.home or DEFAULT_HOME).absolute()
+    def home_path(self, flag: str | os.PathLike[str] | None = None, cwd: Path | None = None) -> Path:
+        """The state folder: ``flag``, else ``BULLDOZER_HOME``, else ``./.bulldozer``; absolute
+        (a relative one taken from ``cwd``, else from this process's working directory)."""
+        path = Path(flag or self.home or DEFAULT_HOME)
+        return cwd / path if cwd is not None and not path.is_absolute() else path.absolute()
 
     def cache_folder(self) -> Path:
         """Bulldozer's cache: ``BULLDOZER_CACHE``, else ``~/.cache/bulldozer`` (``cache_root``)."""

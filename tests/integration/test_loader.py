@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from bulldozer.cli.loader import loader_folder, socket_path
-from bulldozer.cli.loader.client import status
+from bulldozer.cli.loader import loader_folder, registry, registry_link, socket_path
+from bulldozer.cli.loader.client import _loaders, status
 from bulldozer.warehouse.sample import create_sample_warehouse
 from tests.conftest import REPO
 
@@ -48,6 +48,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     stopped = _bulldozer(home, "loader", "stop")
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     assert status(home) is None and not socket_path(home).exists()
+    assert not registry_link(home).exists()  # unlisted
 
 
 def _dal_starts(home: Path) -> int:
@@ -139,6 +140,46 @@ def test_ctrl_c_and_sigterm_reach_the_command(home: Path, signum: int, code: int
         _, err = caller.communicate(timeout=30)
     assert caller.returncode == code
     assert err.strip().splitlines()[-1] == line
+
+
+def test_the_caller_hands_over_without_importing_the_settings(home: Path) -> None:
+    """The caller finds the loader in the user's registry and leaves the command's home to
+    it: it imports neither the settings nor pydantic (≈ 0.15–0.2 s of a handed-over run)."""
+    assert registry_link(home).resolve() == socket_path(home)
+    served = status(home)["served"]  # type: ignore[index]
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "bulldozer.cli.entry", "run", "job.yaml", "-q"],
+        capture_output=True, text=True, timeout=120, cwd=home, env={**os.environ, "BULLDOZER_HOME": "."},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert status(home)["served"] == served + 1  # type: ignore[index]  # a relative home, from the caller's cwd
+    imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
+    assert "bulldozer.cli.loader.client" in imported  # the caller's own imports are seen
+    assert not [m for m in imported if m.startswith(("bulldozer.settings", "pydantic", "pyarrow", "grpc"))]
+
+
+def test_a_run_of_another_home_is_refused_and_runs_here(home: Path, tmp_path: Path) -> None:
+    """Every loader of the user is asked; one for another home refuses (so does any loader
+    when the caller says BULLDOZER_LOADER=off), and the command runs in the caller."""
+    other = tmp_path / "other"
+    create_sample_warehouse(other, rows=1_500)
+    served = status(home)["served"]  # type: ignore[index]
+    done = _bulldozer(other, "run", str(home / "job.yaml"), "--json", "-q")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["rows"] == 1_500
+    assert status(home)["served"] == served  # type: ignore[index]
+
+
+def test_a_registry_others_may_enter_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A registry folder someone else could have made or written into is ignored: the
+    caller's environment (its secrets) goes to no socket found there."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    folder = registry()
+    folder.mkdir(mode=0o700)
+    (folder / "x.sock").symlink_to(tmp_path / "nowhere.sock")
+    assert _loaders() == [folder / "x.sock"]
+    folder.chmod(0o733)
+    assert _loaders() == []
 
 
 def test_only_its_user_can_reach_it(home: Path) -> None:

@@ -8,9 +8,13 @@ process (``server``) that imports all of it once, keeps an embedded DAL over the
 store running, and listens on a Unix socket in ``<home>/loader/`` (a folder only its user
 can enter; a connection from another user is refused by its peer credentials).
 
-While it runs, ``bulldozer run`` hands itself over (``client``): it sends its arguments,
-working directory, environment and umask, and its standard input, output and error as
-file descriptors, and the loader *forks* a child that becomes that command — the same
+While it runs, ``bulldozer run`` hands itself over (``client``): it finds the running
+loaders of its user in a registry (``registry``: a folder only that user may enter, one link
+per loader to its socket), sends one its arguments, working directory, environment and
+umask, and its standard input, output and error as file descriptors; the loader resolves
+the command's home from them as the command would (the settings, which it has imported:
+the caller does not, which saves it ≈ 0.15–0.2 s) and, when that home is its own, *forks* a
+child that becomes that command — the same
 arguments, environment, working directory and terminal — and runs it in the already
 warm interpreter. The command's output reaches the caller's terminal directly, its
 signals (Ctrl-C, SIGTERM) are passed on, and its exit code comes back as the caller's.
@@ -27,10 +31,13 @@ which only Spark's driver needs; Spark's own start-up dwarfs Python's).
 
 from __future__ import annotations
 
+import hashlib
+import os
 import struct
+from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["REQUEST_HEADER", "loader_folder", "socket_path"]
+__all__ = ["REQUEST_HEADER", "loader_folder", "option", "registry", "registry_link", "socket_path"]
 
 #: a request to the loader: this header (the JSON body's length), then the body; the caller's
 #: descriptors travel with the first bytes (SCM_RIGHTS). Replies are JSON lines.
@@ -44,3 +51,26 @@ def loader_folder(home: Path) -> Path:
 
 def socket_path(home: Path) -> Path:
     return loader_folder(home) / "loader.sock"
+
+
+def registry() -> Path:
+    """Where this user's running loaders are listed: ``$XDG_RUNTIME_DIR``, else ``/tmp``
+    (not ``$TMPDIR``, which differs between a scheduler's tasks), then
+    ``bulldozer-loaders-<uid>``. A caller uses it only when this user owns it and no one else
+    may enter it, and sends its request only to a socket this user's process listens on."""
+    return Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp") / f"bulldozer-loaders-{os.getuid()}"
+
+
+def registry_link(home: Path) -> Path:
+    """The registry's link to ``home``'s loader socket."""
+    return registry() / (hashlib.sha256(str(home).encode()).hexdigest()[:24] + ".sock")
+
+
+def option(argv: Sequence[str], name: str) -> str | None:
+    """The value of the option ``name`` in ``argv`` (``--name V`` or ``--name=V``)."""
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None

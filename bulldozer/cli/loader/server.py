@@ -18,6 +18,7 @@ import os
 import selectors
 import signal
 import socket
+import stat
 import struct
 import sys
 import threading
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bulldozer.cli.loader import REQUEST_HEADER, loader_folder, socket_path
+from bulldozer.cli.loader import REQUEST_HEADER, loader_folder, option, registry, registry_link, socket_path
 from bulldozer.errors import BackendUnavailableError
 
 __all__ = ["PRELOAD", "serve"]
@@ -130,6 +131,7 @@ def serve(home: Path, warm_dal: bool = True) -> int:
     selector.register(listener, selectors.EVENT_READ, "accept")
     selector.register(wake_r, selectors.EVENT_READ, "signal")
     (folder / "loader.pid").write_text(str(os.getpid()))
+    link = _register(home, path)
     with contextlib.ExitStack() as stack:
         if warm_dal:
             state.dal = _start_dal(stack, home)
@@ -142,12 +144,80 @@ def serve(home: Path, warm_dal: bool = True) -> int:
                 _forget(state, child)
             selector.close()
             listener.close()
+            if link is not None and _links_to(link, path):
+                link.unlink()
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
             with contextlib.suppress(FileNotFoundError):
                 (folder / "loader.pid").unlink()
     log.info("loader stopped after %d command(s)", state.served)
     return 0
+
+
+def _register(home: Path, path: Path) -> Path | None:
+    """List this loader in the user's registry (``registry``), dropping the links of loaders
+    that are gone; its link, or None when the registry cannot be this user's alone (no
+    caller then finds this loader: commands run on their own)."""
+    folder = registry()
+    try:
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir(mode=0o700)
+        info = folder.lstat()
+        if not (stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()):
+            raise PermissionError("it is not this user's folder")
+        os.chmod(folder, 0o700)
+        for other in folder.glob("*.sock"):
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(str(other))
+            except (ConnectionRefusedError, FileNotFoundError):
+                other.unlink(missing_ok=True)  # its loader died without unlisting it
+            except OSError:
+                pass
+            finally:
+                probe.close()
+        link = registry_link(home)
+        staged = link.with_name(f".{link.name}.{os.getpid()}")
+        staged.unlink(missing_ok=True)
+        staged.symlink_to(path)
+        staged.replace(link)  # atomically: a caller sees the old link or this one
+    except OSError as exc:
+        log.warning("not listed in %s (%s): runs will not find this loader", folder, exc)
+        return None
+    return link
+
+
+def _links_to(link: Path, path: Path) -> bool:
+    try:
+        return Path(os.readlink(link)) == path
+    except OSError:
+        return False
+
+
+def _callers_home(request: dict[str, Any]) -> Path | None:
+    """The home the caller's command acts on, resolved as the command itself would in the
+    caller's environment and working directory (the settings, with its ``--profile`` and
+    ``--home``); None when it must not come here (``BULLDOZER_LOADER=off``) or resolving
+    fails (the command then runs in the caller and reports the problem itself). The loader
+    is single-threaded: the caller's environment stands in for its own for that moment."""
+    from bulldozer.settings import load_settings, select_profile
+
+    argv: list[str] = request["argv"]
+    saved = dict(os.environ)
+    try:
+        os.environ.clear()
+        os.environ.update(request["env"])
+        select_profile(option(argv, "--profile"))
+        settings = load_settings()
+        if settings.loader == "off":
+            return None
+        return settings.home_path(option(argv[argv.index("run") + 1 :], "--home"), cwd=Path(request["cwd"]))
+    except Exception:
+        return None
+    finally:
+        select_profile(None)
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def _start_dal(stack: contextlib.ExitStack, home: Path) -> Any:
@@ -218,7 +288,7 @@ def _handle(state: _State, conn: socket.socket, stack: contextlib.ExitStack) -> 
                       "dal": state.dal.address if state.dal is not None else None})  # fmt: skip
         conn.close()
         return
-    if state.stopping or len(fds) != 3 or Path(request.get("home", "")) != state.home:
+    if state.stopping or len(fds) != 3 or _callers_home(request) != state.home:
         for fd in fds:
             os.close(fd)
         _reply(conn, {"refused": "stopping" if state.stopping else "not this loader's home"})
@@ -244,19 +314,19 @@ def _handle(state: _State, conn: socket.socket, stack: contextlib.ExitStack) -> 
 
 
 def _check(request: Any) -> None:
-    """A request is a status query, or a command: arguments, working directory, environment,
-    umask and home, each of its type (ValueError otherwise)."""
+    """A request is a status query, or a command: arguments (``run`` among them), working
+    directory, environment and umask, each of its type (ValueError otherwise)."""
     if not isinstance(request, dict):
         raise ValueError("not a JSON object")
     if request.get("op") == "status":
         return
-    argv, cwd, env, umask, home = (request.get(k) for k in ("argv", "cwd", "env", "umask", "home"))
-    if not (isinstance(argv, list) and all(isinstance(a, str) for a in argv)):
-        raise ValueError("argv is not a list of strings")
+    argv, cwd, env, umask = (request.get(k) for k in ("argv", "cwd", "env", "umask"))
+    if not (isinstance(argv, list) and all(isinstance(a, str) for a in argv) and "run" in argv):
+        raise ValueError("argv is not a list of strings with a run command")
     if not (isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
         raise ValueError("env is not a mapping of strings")
-    if not (isinstance(cwd, str) and isinstance(home, str) and isinstance(umask, int)):
-        raise ValueError("cwd, home or umask is missing")
+    if not (isinstance(cwd, str) and os.path.isabs(cwd) and isinstance(umask, int)):
+        raise ValueError("cwd or umask is missing")
 
 
 def _reap(state: _State, pid: int) -> None:
