@@ -23,7 +23,9 @@ Sections:
 6. ``delta``   a delta run (``data_movement.mode: delta``) after a snapshot changing 1 % of
    the rows (one file of 100 rewritten with 40 % of its rows updated and 30 % deleted, 30 %
    of a file appended) against a full run of the same snapshot, on every engine; the two
-   versions' digests must be equal.
+   versions' digests must be equal. On the embedded engine also through a warm loader, and
+   a daily job's steady state: more deltas in a row once the chain of layers is at its
+   depth limit, where each delta merges layers as they stack.
 
 No speed is asserted here; the ``target`` column only says how a ratio compares with the
 goal in issue #11.
@@ -81,6 +83,9 @@ class Sizes:
     #: the delta section's table on the embedded engine, and on Redis and Cassandra
     delta_rows: int = 10_000_000
     delta_remote_rows: int = 1_000_000
+    #: one-shot deltas in a row after the measured ones, embedded: a daily job's steady state,
+    #: its chain at the depth limit (each delta merges layers as they stack)
+    delta_steady: int = 6
     #: the engines section's standalone-cluster rounds (a full run's; --quick skips them)
     spark_cluster: bool = True
 
@@ -749,6 +754,18 @@ def delta_section(ctx: Context) -> None:
                     entry.setdefault("warm_delta_s", []).append(delta.seconds)
                     entry.setdefault("warm_full_s", []).append(full.seconds)
                     ctx.say(f"  {kind} warm round {rep + 1}: delta {delta.seconds:.2f} s, full {full.seconds:.2f} s")
+            # a daily job's steady state: the chain has reached its depth limit, so each delta
+            # merges layers into its version as they stack (its create stage)
+            for step in range(s.delta_steady):
+                which = 2 * s.repeat + step
+                feature_table.change_one_file(home, rows, DELTA_FILES, which % DELTA_FILES, seed=which)
+                delta = run_cli(["run", str(delta_spec), "--json", "-q"], home)
+                entry.setdefault("steady_s", []).append(delta.seconds)
+                entry.setdefault("steady_create_s", []).append(delta.output["timings"].get("create", 0.0))
+                ctx.say(
+                    f"  {kind} steady delta {step + 1}: {delta.seconds:.2f} s "
+                    f"(create {entry['steady_create_s'][-1]:.2f})"
+                )
         ratio = med(entry["delta_s"]) / med(entry["full_s"])
         changed_rows = sum(entry["changed"][0].values())
         create = med([t.get("create", 0.0) for t in entry["delta_timings"]])
@@ -773,6 +790,19 @@ def delta_section(ctx: Context) -> None:
                 f"{med(entry['unchanged_delta_s']):.2f}",
             )
         )
+        if entry.get("steady_s"):
+            steady, creates = entry["steady_s"], entry["steady_create_s"]
+            ctx.rows.append(
+                Row(
+                    "6 delta",
+                    f"{kind}: {len(steady)} more one-shot deltas in a row, the chain at its depth limit (layers "
+                    f"merged as they stack: create median {med(creates):.2f} s, max {max(creates):.2f} s), "
+                    f"median s (max {max(steady):.2f})",
+                    f"{med(steady):.2f}",
+                    f"full run of a snapshot: {med(entry['full_s']):.1f} s",
+                    f"{med(steady) / med(entry['full_s']):.3f}",
+                )
+            )
         if "warm_delta_s" in entry:
             warm = med(entry["warm_delta_s"]) / med(entry["warm_full_s"])
             ctx.rows.append(
@@ -823,7 +853,19 @@ def versions() -> dict[str, str]:
 
 def sizes_from(args: argparse.Namespace) -> Sizes:
     if args.quick:
-        return Sizes(2_000, 20, 5_000, 5_000, [2_000, 5_000], [1_000, 5_000], 1, 20_000, 10_000, spark_cluster=False)
+        return Sizes(
+            2_000,
+            20,
+            5_000,
+            5_000,
+            [2_000, 5_000],
+            [1_000, 5_000],
+            1,
+            20_000,
+            10_000,
+            delta_steady=2,
+            spark_cluster=False,
+        )
     return Sizes(
         args.feast_rows,
         args.read_calls,
@@ -834,6 +876,7 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
         args.repeat,
         args.delta_rows,
         args.delta_remote_rows,
+        args.delta_steady,
     )
 
 
@@ -857,6 +900,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--delta-rows", type=int, default=10_000_000, help="rows of the delta table, embedded")
     parser.add_argument(
         "--delta-remote-rows", type=int, default=1_000_000, help="rows of the delta table on Redis and Cassandra"
+    )
+    parser.add_argument(
+        "--delta-steady", type=int, default=6, help="one-shot embedded deltas in a row after the measured ones"
     )
     parser.add_argument("--results-dir", type=Path, default=REPO / "bench" / "results")
     args = parser.parse_args(argv)
