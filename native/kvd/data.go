@@ -325,18 +325,18 @@ func (m *lmdbStore) writeDBIs(name string) (lmdb.DBI, lmdb.Layers, bool) {
 // filterBelow is filter for the layers below a LOADING namespace.
 func (m *lmdbStore) filterBelow(l lmdb.Layers, keys int) {
 	if len(l.Names) > 0 {
-		m.filter(l.Names, l.Data, l.Below, 0, keys)
+		m.filter(l.Names, l.Data, l.Below, keys)
 	}
 }
 
-// filter makes sure the layers chain[from:] but the bottom have their key filters, for a
+// filter makes sure the layers of chain but the bottom have their key filters, for a
 // request of keys keys (see filterMinKeys); a layer it cannot build one for is searched
 // whole, as without filters.
-func (m *lmdbStore) filter(chain []string, data, tombs []lmdb.DBI, from, keys int) {
+func (m *lmdbStore) filter(chain []string, data, tombs []lmdb.DBI, keys int) {
 	if m.meta.filters == 0 || keys < filterMinKeys {
 		return
 	}
-	for i := from; i < len(chain)-1; i++ {
+	for i := 0; i < len(chain)-1; i++ {
 		if _, skip := m.unfiltered.Load(chain[i]); skip {
 			continue
 		}
@@ -473,7 +473,7 @@ func (m *lmdbStore) getMany(_ context.Context, target *kvpb.Target, keys [][]byt
 	if !ok {
 		return "", nil, false
 	}
-	m.filter(chain, data, tombs, 0, len(keys))
+	m.filter(chain, data, tombs, len(keys))
 	if txn, err = m.env.BeginRead(); err != nil {
 		return "", nil, false
 	}
