@@ -263,6 +263,9 @@ def _handle(state: _State, conn: socket.socket, stack: contextlib.ExitStack) -> 
             conn.close()
             return
         data, fds, _, _ = socket.recv_fds(conn, 65536, 3)
+        if not data and not fds:  # a probe (another loader checking the registry's links)
+            conn.close()
+            return
         if len(data) < REQUEST_HEADER.size:
             raise ValueError("no request")
         (size,) = REQUEST_HEADER.unpack_from(data)
