@@ -45,16 +45,6 @@ func filterStore(t testing.TB, name, state string, data, tombs []string) (env *E
 	return env, filters, states, dataDBI, tombDBI
 }
 
-func laid(keys []string) ([]byte, []uint32) {
-	var blob []byte
-	lengths := make([]uint32, len(keys))
-	for i, k := range keys {
-		blob = append(blob, k...)
-		lengths[i] = uint32(len(k))
-	}
-	return blob, lengths
-}
-
 // randomKeys are n distinct keys of 1 to 100 bytes, none starting with prefix "absent".
 func randomKeys(rng *rand.Rand, n int) []string {
 	seen := map[string]bool{}
@@ -87,7 +77,7 @@ func TestAFilterLetsEveryKeyOfItsLayerThrough(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer txn.Abort()
-	blob, lengths := laid(keys)
+	blob, lengths := laidOut(keys)
 	mask, ok, err := txn.FilterMask(filters, name, blob, lengths)
 	if err != nil || !ok {
 		t.Fatalf("mask: %v %v", ok, err)
@@ -101,7 +91,7 @@ func TestAFilterLetsEveryKeyOfItsLayerThrough(t *testing.T) {
 	for i := range absent {
 		absent[i] = fmt.Sprintf("absent-%d", i)
 	}
-	blob, lengths = laid(absent)
+	blob, lengths = laidOut(absent)
 	mask, _, _ = txn.FilterMask(filters, name, blob, lengths)
 	passed := 0
 	for _, m := range mask {

@@ -928,12 +928,15 @@ type Layers struct {
 }
 
 // names are the layers' names laid end to end, and their lengths.
-func (l Layers) names() ([]byte, []uint32) {
+func (l Layers) names() ([]byte, []uint32) { return laidOut(l.Names) }
+
+// laidOut are strings laid end to end, and their lengths (how the C code takes a list).
+func laidOut(strs []string) ([]byte, []uint32) {
 	var blob []byte
-	lengths := make([]uint32, len(l.Names))
-	for i, name := range l.Names {
-		blob = append(blob, name...)
-		lengths[i] = uint32(len(name))
+	lengths := make([]uint32, len(strs))
+	for i, s := range strs {
+		blob = append(blob, s...)
+		lengths[i] = uint32(len(s))
 	}
 	return blob, lengths
 }
@@ -1063,12 +1066,7 @@ const (
 // (shared.StatesReadable), has none yet and holds at most maxEntries keys (see
 // kvd_filter_build).
 func (e *Env) BuildFilter(filters, states DBI, name string, data, tomb DBI, maxEntries uint64) (int, error) {
-	var readable []byte
-	rlens := make([]uint32, len(shared.StatesReadable))
-	for i, state := range shared.StatesReadable {
-		readable = append(readable, state...)
-		rlens[i] = uint32(len(state))
-	}
+	readable, rlens := laidOut(shared.StatesReadable)
 	var entries C.MDB_stat
 	if txn, err := e.BeginRead(); err == nil { // the size first: no write transaction for a layer too large
 		rc := C.mdb_stat(txn.txn, C.MDB_dbi(data), &entries)
