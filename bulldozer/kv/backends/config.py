@@ -42,6 +42,16 @@ class EmbeddedConfig(BaseModel):
         "without sync). Off by default.",
     )
 
+    def kvd_arguments(self) -> list[str]:
+        """How ``bulldozer-kvd`` opens this store: as the engine opens it (its data plane and
+        its layer merges alike)."""
+        return [
+            f"--store={self.path}",
+            f"--map-size={self.map_size}",
+            f"--max-dbs={self.max_dbs}",
+            f"--writemap={'true' if self.writemap else 'false'}",
+        ]
+
     @property
     def max_dbs(self) -> int:
         """LMDB named databases a process opens at most: each namespace's data and (a layered

@@ -574,10 +574,7 @@ class EmbeddedEngine(StorageEngine):
         assert self._merger is not None
         command = [
             str(self._merger),
-            f"--store={self.path}",
-            f"--map-size={self.config.map_size}",
-            f"--max-dbs={self.config.max_dbs}",
-            f"--writemap={'true' if self.config.writemap else 'false'}",
+            *self.config.kvd_arguments(),
             f"--merge-into={target}",
             f"--merge-layers={','.join(layers)}",
         ]

@@ -119,10 +119,7 @@ class NativeFront:
         if isinstance(config, EmbeddedConfig):
             args += [
                 "--engine=embedded",
-                f"--store={config.path}",
-                f"--map-size={config.map_size}",
-                f"--max-dbs={config.max_dbs}",
-                f"--writemap={'true' if config.writemap else 'false'}",
+                *config.kvd_arguments(),
             ]
         elif isinstance(config, RedisConfig):
             # on standard input: the URL may hold a password, which neither the arguments
