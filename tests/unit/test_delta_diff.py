@@ -46,6 +46,7 @@ def test_the_compiled_diff_is_the_python_definition(seed: int) -> None:
     assert diff.changed.to_pylist() == changed
     assert diff.fresh.to_pylist() == fresh
     assert diff.unchanged == unchanged
+    assert diff.doomed.to_pylist() == sorted(deleted + changed)  # deleted first, in key order
     assert [new_pairs[i][0] for i in diff.puts] == changed + fresh
 
 

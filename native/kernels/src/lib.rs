@@ -646,8 +646,9 @@ fn u64_bytes<'py>(py: Python<'py>, v: &[u64]) -> Bound<'py, PyBytes> {
 /// What changed from the `old` pairs to the `new` ones (a delta's removed and added files'
 /// records), by key: the indices into `old` of the keys only it has (deleted), and into
 /// `new` of the keys both have with another value (changed) and of those only it has
-/// (fresh), each in key order, as uint64 arrays in bytes, with the count of keys both have
-/// alike. A side whose keys are not unique makes no diff: then the first three repeated
+/// (fresh), and into `old` of the deleted and changed keys together (doomed: what a delta
+/// deletes first), each in key order, as uint64 arrays in bytes, with the count of keys both
+/// have alike. A side whose keys are not unique makes no diff: then the first three repeated
 /// keys' indices of each side come back instead (the diff's arrays empty).
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
@@ -676,10 +677,11 @@ fn diff_pairs<'py>(
     check_offsets(ovo, n_old, ov.len(), "diff old values")?;
     check_offsets(nko, n_new, nk.len(), "diff new keys")?;
     check_offsets(nvo, n_new, nv.len(), "diff new values")?;
-    let (deleted, changed, fresh, unchanged, old_repeats, new_repeats) = py.detach(|| {
+    let (deleted, changed, fresh, doomed, unchanged, old_repeats, new_repeats) = py.detach(|| {
         let (a, b) = (key_order(oko, ok, n_old), key_order(nko, nk, n_new));
         let (old_repeats, new_repeats) = (repeats(oko, ok, &a, 3), repeats(nko, nk, &b, 3));
         let (mut deleted, mut changed, mut fresh, mut unchanged) = (Vec::new(), Vec::new(), Vec::new(), 0u64);
+        let mut doomed = Vec::new();
         if old_repeats.is_empty() && new_repeats.is_empty() {
             let (mut i, mut j) = (0, 0);
             while i < a.len() || j < b.len() {
@@ -693,6 +695,7 @@ fn diff_pairs<'py>(
                 match order {
                     std::cmp::Ordering::Less => {
                         deleted.push(a[i] as u64);
+                        doomed.push(a[i] as u64);
                         i += 1;
                     }
                     std::cmp::Ordering::Greater => {
@@ -704,6 +707,7 @@ fn diff_pairs<'py>(
                             unchanged += 1;
                         } else {
                             changed.push(b[j] as u64);
+                            doomed.push(a[i] as u64);
                         }
                         i += 1;
                         j += 1;
@@ -711,7 +715,7 @@ fn diff_pairs<'py>(
                 }
             }
         }
-        (deleted, changed, fresh, unchanged, old_repeats, new_repeats)
+        (deleted, changed, fresh, doomed, unchanged, old_repeats, new_repeats)
     });
     PyTuple::new(
         py,
@@ -719,6 +723,7 @@ fn diff_pairs<'py>(
             u64_bytes(py, &deleted).into_any(),
             u64_bytes(py, &changed).into_any(),
             u64_bytes(py, &fresh).into_any(),
+            u64_bytes(py, &doomed).into_any(),
             unchanged.into_pyobject(py)?.into_any(),
             u64_bytes(py, &old_repeats).into_any(),
             u64_bytes(py, &new_repeats).into_any(),
