@@ -262,6 +262,20 @@ class _Diff:
         )
 
 
+def _in_base(client: KvClient, base: str, fresh: list[bytes]) -> list[bytes]:
+    """Up to three of the new keys ``base`` holds. A new key the base holds sits in a file
+    both snapshots share: a duplicate key. Four lookups at a time: the DAL serves them on
+    both cores (30 k keys in a 10 M-row base, medians of 6 side by side: 0.071 → 0.047 s)."""
+    found: list[bytes] = []
+    chunks = [fresh[start : start + 10_000] for start in range(0, len(fresh), 10_000)]
+    answers = client.batch_get_many(chunks, namespace=base, in_flight=4)
+    for chunk, (_, values) in zip(chunks, answers, strict=True):
+        found += [k for k, v in zip(chunk, values, strict=True) if v is not None][: 3 - len(found)]
+        if len(found) >= 3:
+            break
+    return found
+
+
 def _duplicates(job: JobSchema, keys: list[bytes]) -> DuplicateKeyError:
     from bulldozer.load.runner import duplicate_key_error
     from bulldozer.schema.decode import ReadableJson
@@ -307,25 +321,20 @@ def apply_delta(
     old_v, new_v = _one_array(old.values), _one_array(new.values)
     diff = _Diff.of(job, old_k, old_v, new_k, new_v)
     fresh: list[bytes] = diff.fresh.to_pylist()
-    # a new key the base already holds sits in a file both snapshots share: a duplicate key
-    # (four lookups at a time: the DAL serves them on both cores; 30 k keys in a 10 M-row
-    # base, medians of 6 side by side: 0.071 → 0.047 s)
-    found: list[bytes] = []
-    chunks = [fresh[start : start + 10_000] for start in range(0, len(fresh), 10_000)]
-    answers = client.batch_get_many(chunks, namespace=plan.base.name, in_flight=4)
-    for chunk, (_, values) in zip(chunks, answers, strict=True):
-        found += [k for k, v in zip(chunk, values, strict=True) if v is not None][: 3 - len(found)]
-        if len(found) >= 3:
-            break
-    if found:
-        raise _duplicates(job, found)
-
-    # a new key is not in the base (checked above), so only a resumed attempt can have written it
+    # a new key is not in the base (checked alongside), so only a resumed attempt can have written it
     doomed = diff.doomed
     if resumed:
         doomed = pa.concat_arrays([doomed, diff.fresh])
         doomed = doomed.take(pc.sort_indices(doomed))
-    client.delete(version, doomed.to_pylist())
+    # The new keys are looked up in the base while the deletes are applied to the version:
+    # the DAL serves the two on both cores (the version is LOADING; should a new key turn up
+    # in the base, the run fails before anything is put, and the version with it).
+    with ThreadPoolExecutor(1, thread_name_prefix="delta-lookup") as pool:
+        looking = pool.submit(_in_base, client, plan.base.name, fresh)
+        client.delete(version, doomed.to_pylist())
+        found = looking.result()
+    if found:
+        raise _duplicates(job, found)
     write: WriteTuning = spec.key_value_dal.write
     with client.writer(
         version, batch_records=write.batch_size, batch_bytes=write.max_batch_bytes, in_flight=write.in_flight_batches

@@ -121,6 +121,27 @@ def test_the_command_dies_with_its_caller(home: Path) -> None:
             time.sleep(0.05)
 
 
+def test_a_command_killed_in_the_loader_gives_its_caller_the_exit_code(home: Path) -> None:
+    """A command says its exit code itself as it ends; one that cannot (killed) gets it said
+    by the loader, from its exit status."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        env = {**os.environ, "BULLDOZER_HOME": str(home), "BULLDOZER_ENDPOINT": f"127.0.0.1:{silent.getsockname()[1]}"}
+        caller = subprocess.Popen([sys.executable, "-m", "bulldozer.cli.entry", "run", str(home / "job.yaml"), "-q"],
+                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        deadline = time.monotonic() + 30
+        while (status(home) or {}).get("running", 0) == 0:
+            assert caller.poll() is None and time.monotonic() < deadline, "the run never reached the loader"
+            time.sleep(0.05)
+        loader = (status(home) or {})["pid"]
+        children = Path(f"/proc/{loader}/task/{loader}/children").read_text().split()
+        commands = [int(pid) for pid in children if os.getpgid(int(pid)) == int(pid)]  # it leads its own group
+        assert len(commands) == 1, children
+        os.kill(commands[0], signal.SIGKILL)
+        assert caller.wait(timeout=30) == 128 + signal.SIGKILL
+
+
 @pytest.mark.parametrize(
     ("signum", "code", "line"), [(signal.SIGINT, 130, "error: interrupted"), (signal.SIGTERM, 143, "error: terminated")]
 )

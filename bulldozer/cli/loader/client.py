@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from bulldozer.cli.commands import invoked
 from bulldozer.cli.loader import REQUEST_HEADER, option, registry, socket_path
 
 __all__ = ["hand_over", "request", "status"]
@@ -30,12 +31,9 @@ _FIRST_REPLY_SECONDS = 30.0
 
 def _takes(argv: Sequence[str]) -> bool:
     """Only ``run``, and not on Spark (see the package's docstring)."""
-    i = 0
-    while i < len(argv) and argv[i].startswith("-"):  # the root's options: only --profile takes a value
-        i += 2 if argv[i] == "--profile" else 1
-    if i >= len(argv) or argv[i] != "run" or "--help" in argv or "--version" in argv:
+    if invoked(argv) != "run" or "--help" in argv or "--version" in argv:
         return False
-    return option(argv[i:], "--engine") in (None, "local")
+    return option(argv[argv.index("run") :], "--engine") in (None, "local")
 
 
 def _loaders() -> list[Path]:
@@ -138,6 +136,8 @@ def _follow(sock: socket.socket, path: Path) -> int | None:
         return 1
     except (OSError, ValueError):
         first = None
+    if first is not None and "exit" in first:
+        return int(first["exit"])  # the command died before it could say its pid
     if first is None or "pid" not in first:
         return None  # refused (not its home, or stopping), or gone before it forked: nothing ran
     sock.settimeout(None)

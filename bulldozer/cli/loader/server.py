@@ -313,7 +313,6 @@ def _handle(state: _State, conn: socket.socket, stack: contextlib.ExitStack) -> 
     pidfd = os.pidfd_open(child)
     state.children[child] = _Child(child, conn, pidfd)
     state.selector.register(pidfd, selectors.EVENT_READ, child)
-    _reply(conn, {"pid": child})
 
 
 def _check(request: Any) -> None:
@@ -333,6 +332,8 @@ def _check(request: Any) -> None:
 
 
 def _reap(state: _State, pid: int) -> None:
+    """A child exited: its exit code to its caller (who has it already when the child lived
+    to send it itself, see ``_become``)."""
     child = state.children.pop(pid)
     _, status = os.waitpid(pid, 0)
     code = os.waitstatus_to_exitcode(status)
@@ -347,8 +348,14 @@ def _forget(state: _State, child: _Child) -> None:
 
 
 def _become(state: _State, conn: socket.socket, fds: list[int], request: dict[str, Any], caller: int) -> None:
-    """In the child: become the caller's command, run it, exit with its code."""
+    """In the child: become the caller's command, run it, exit with its code.
+
+    The child tells its caller its pid, then its exit code once its output is flushed: the
+    caller is done then, not only when this process has been torn down and the loader has
+    reaped it (10-17 ms of a warm run). Both lines come from this one process, in order;
+    the loader replies the exit code itself only when the child dies before it could."""
     code = 70  # EX_SOFTWARE, if anything below fails before the command runs
+    _reply(conn, {"pid": os.getpid()})
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -359,7 +366,6 @@ def _become(state: _State, conn: socket.socket, fds: list[int], request: dict[st
         for other in state.children.values():
             other.conn.close()
             os.close(other.pidfd)
-        conn.close()
         os.setpgid(0, 0)  # its own group: the caller's signals reach it (and its DAL) alone
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
@@ -399,6 +405,7 @@ def _become(state: _State, conn: socket.socket, fds: list[int], request: dict[st
             logging.shutdown()
             sys.stdout.flush()
             sys.stderr.flush()
+        _reply(conn, {"exit": code & 0xFF})  # what the loader would read from the exit status
         os._exit(code)
 
 

@@ -1,0 +1,50 @@
+"""The command table (bulldozer.cli.commands): a process builds only the command it runs,
+and that command is the one the whole command line has."""
+
+from __future__ import annotations
+
+import pytest
+import typer
+
+from bulldozer.cli.commands import COMMANDS, invoked
+from bulldozer.cli.main import build
+
+
+@pytest.mark.parametrize(
+    ("argv", "name"),
+    [
+        (["run", "job.yaml"], "run"),
+        (["--profile", "prod", "run", "job.yaml"], "run"),
+        (["--profile=prod", "namespace", "list"], "namespace"),
+        (["--profile", "run", "gc"], "gc"),  # a profile named like a command is the profile
+        ([], None),
+        (["--help"], None),
+        (["--version", "run"], None),
+        (["--bogus", "run"], None),
+        (["nonesuch"], None),
+        (["--profile"], None),
+    ],
+)
+def test_the_command_a_command_line_names(argv: list[str], name: str | None) -> None:
+    assert invoked(argv) == name
+
+
+def _described(command: typer.core.TyperCommand | typer.core.TyperGroup) -> object:
+    """What a click command offers: its parameters (names, types, defaults, help), its help,
+    and a group's commands, recursively."""
+    params = [(p.name, p.opts, p.secondary_opts, p.required, repr(p.default), getattr(p, "help", None))
+              for p in command.params]  # fmt: skip
+    subcommands = getattr(command, "commands", {})
+    return (command.name, command.help, params, {n: _described(c) for n, c in subcommands.items()})
+
+
+def test_a_command_built_alone_is_the_whole_command_lines_own() -> None:
+    whole = typer.main.get_command(build())
+    assert isinstance(whole, typer.core.TyperGroup)
+    assert sorted(whole.commands) == sorted(COMMANDS)
+    for name in COMMANDS:
+        alone = typer.main.get_command(build([name]))
+        assert isinstance(alone, typer.core.TyperGroup)
+        assert list(alone.commands) == [name]
+        assert _described(alone.commands[name]) == _described(whole.commands[name]), name
+        assert _described(alone)[2] == _described(whole)[2]  # the root's options
