@@ -14,7 +14,7 @@ import signal
 import threading
 from concurrent import futures
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -25,11 +25,15 @@ from bulldozer.errors import BackendUnavailableError, InvalidArgumentError
 from bulldozer.kv.backends import StorageEngine
 from bulldozer.kv.server.auth import AuthConfig, AuthInterceptor, Authorizer
 from bulldozer.kv.server.interceptors import ErrorInterceptor
-from bulldozer.kv.server.metrics import Metrics
 from bulldozer.kv.server.native import NativeFront
 from bulldozer.kv.server.rules import KvDal, Limits
 from bulldozer.kv.server.servicer import AliasesServicer, DataServicer, NamespacesServicer
 from bulldozer.kv.v1 import kv_pb2, kv_pb2_grpc
+
+if TYPE_CHECKING:
+    # prometheus_client (45 ms of imports, html and http.server among them) only for a DAL
+    # that counts its calls: ``serve``; a DAL hosted for one command has no metrics
+    from bulldozer.kv.server.metrics import Metrics
 
 __all__ = ["SERVICE_NAMES", "NativeServer", "RunningServer", "create_server", "serve"]
 
@@ -207,6 +211,8 @@ def serve(
 ) -> int:
     """Run until SIGTERM or SIGINT (or, with ``parent_pid``, until that parent process is
     gone, so a DAL started for a run that was killed does not outlive it); returns the exit code."""
+    from bulldozer.kv.server.metrics import Metrics
+
     metrics = Metrics()
     metrics.watch_jobs(engine)  # per-alias freshness and last-run gauges, read at each scrape
     running, port = create_server(address, engine, metrics=metrics, **kwargs)
