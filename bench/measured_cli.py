@@ -13,6 +13,7 @@ every command it starts."""
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 import threading
@@ -69,13 +70,16 @@ def peak_of_descendants(root: int, done: threading.Event, every: float = 0.25) -
 
 
 def main() -> None:
-    """``python -m bench.measured_cli [--entry] ARGS``: ``bulldozer ARGS`` run by the CLI's
-    main (always in this process), or with ``--entry`` by the ``bulldozer`` command's entry
-    point (which hands a run over to a warm loader when one runs: bulldozer.cli.loader)."""
+    """``python -m bench.measured_cli [--entry] ARGS``: ``bulldozer ARGS`` run by the
+    ``bulldozer`` command's entry point, as users run it: in this process, or with
+    ``--entry`` handed over to a warm loader when one runs (bulldozer.cli.loader); without
+    it, with ``BULLDOZER_LOADER=off``, so no loader takes it."""
     args = sys.argv[1:]
-    module = "bulldozer.cli.main"
     if args[:1] == ["--entry"]:
-        args, module = args[1:], "bulldozer.cli.entry"
+        args = args[1:]
+    else:
+        os.environ["BULLDOZER_LOADER"] = "off"
+    module = "bulldozer.cli.entry"
     sys.argv = ["bulldozer", *args]
     try:
         runpy.run_module(module, run_name="__main__")
