@@ -5,6 +5,7 @@ dies with its caller; and with no loader (or ``BULLDOZER_LOADER=off``) nothing c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -100,19 +101,32 @@ def test_the_callers_environment_and_errors_are_the_commands(home: Path) -> None
     assert bad.returncode == 2 and bad.stderr.strip().endswith("no such file"), bad.stderr
 
 
-def test_the_command_dies_with_its_caller(home: Path) -> None:
-    """A caller killed mid-command takes its command with it (as a one-shot process would
-    be gone): here the command waits on a DAL that accepts connections but never answers."""
+@contextlib.contextmanager
+def _stuck_run(home: Path, output: int = subprocess.DEVNULL) -> Iterator[subprocess.Popen[str]]:
+    """A caller whose run the loader took and that waits, until the test ends it, on a DAL
+    that accepts connections but never answers."""
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen()
         env = {**os.environ, "BULLDOZER_HOME": str(home), "BULLDOZER_ENDPOINT": f"127.0.0.1:{silent.getsockname()[1]}"}
         caller = subprocess.Popen([sys.executable, "-m", "bulldozer.cli.entry", "run", str(home / "job.yaml"), "-q"],
-                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                                  env=env, stdout=output, stderr=output, text=True)  # fmt: skip
         deadline = time.monotonic() + 30
         while (status(home) or {}).get("running", 0) == 0:
             assert caller.poll() is None and time.monotonic() < deadline, "the run never reached the loader"
             time.sleep(0.05)
+        try:
+            yield caller
+        finally:
+            if caller.poll() is None:
+                caller.kill()
+                caller.wait()
+
+
+def test_the_command_dies_with_its_caller(home: Path) -> None:
+    """A caller killed mid-command takes its command with it (as a one-shot process would
+    be gone)."""
+    with _stuck_run(home) as caller:
         caller.send_signal(signal.SIGKILL)
         caller.wait()
         deadline = time.monotonic() + 10
@@ -124,16 +138,7 @@ def test_the_command_dies_with_its_caller(home: Path) -> None:
 def test_a_command_killed_in_the_loader_gives_its_caller_the_exit_code(home: Path) -> None:
     """A command says its exit code itself as it ends; one that cannot (killed) gets it said
     by the loader, from its exit status."""
-    with socket.socket() as silent:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen()
-        env = {**os.environ, "BULLDOZER_HOME": str(home), "BULLDOZER_ENDPOINT": f"127.0.0.1:{silent.getsockname()[1]}"}
-        caller = subprocess.Popen([sys.executable, "-m", "bulldozer.cli.entry", "run", str(home / "job.yaml"), "-q"],
-                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-        deadline = time.monotonic() + 30
-        while (status(home) or {}).get("running", 0) == 0:
-            assert caller.poll() is None and time.monotonic() < deadline, "the run never reached the loader"
-            time.sleep(0.05)
+    with _stuck_run(home) as caller:
         loader = (status(home) or {})["pid"]
         children = Path(f"/proc/{loader}/task/{loader}/children").read_text().split()
         commands = [int(pid) for pid in children if os.getpgid(int(pid)) == int(pid)]  # it leads its own group
@@ -146,16 +151,7 @@ def test_a_command_killed_in_the_loader_gives_its_caller_the_exit_code(home: Pat
     ("signum", "code", "line"), [(signal.SIGINT, 130, "error: interrupted"), (signal.SIGTERM, 143, "error: terminated")]
 )
 def test_ctrl_c_and_sigterm_reach_the_command(home: Path, signum: int, code: int, line: str) -> None:
-    with socket.socket() as silent:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen()
-        env = {**os.environ, "BULLDOZER_HOME": str(home), "BULLDOZER_ENDPOINT": f"127.0.0.1:{silent.getsockname()[1]}"}
-        caller = subprocess.Popen([sys.executable, "-m", "bulldozer.cli.entry", "run", str(home / "job.yaml"), "-q"],
-                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-        deadline = time.monotonic() + 30
-        while (status(home) or {}).get("running", 0) == 0:
-            assert caller.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
+    with _stuck_run(home, subprocess.PIPE) as caller:
         time.sleep(0.3)
         caller.send_signal(signum)
         _, err = caller.communicate(timeout=30)
