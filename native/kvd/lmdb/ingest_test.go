@@ -9,15 +9,16 @@ import (
 	"bulldozer/kvd/internal/shared"
 )
 
-// An ingest that commits its merged data in many small chunks stores what one transaction
-// would: every key once, with the newest run's value, in key order, and deletes the runs.
-func TestAnIngestInChunksStoresWhatOneTransactionWould(t *testing.T) {
+// loadingVersion opens a store in a fresh folder with one LOADING version, name (its
+// running digest exact), and returns the store and the states, digests, stage and data
+// databases.
+func loadingVersion(t *testing.T, name string) (env *Env, states, digests, stage, data DBI) {
+	t.Helper()
 	env, err := Open(t.TempDir(), Options{MapSize: 256 << 20, MaxDBs: 16, MaxReaders: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer env.Close()
-	const name = "v__v20260101000000_abcdef"
+	t.Cleanup(env.Close)
 	dbis := map[string]DBI{}
 	for _, db := range []string{shared.StoreMetaStates, shared.StoreMetaDigests, shared.StoreMetaStage, shared.StoreDataPrefix + name} {
 		if err := env.createDB(db); err != nil {
@@ -27,7 +28,7 @@ func TestAnIngestInChunksStoresWhatOneTransactionWould(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	states, digests, stage, data := dbis[shared.StoreMetaStates], dbis[shared.StoreMetaDigests], dbis[shared.StoreMetaStage], dbis[shared.StoreDataPrefix+name]
+	states, digests, stage, data = dbis[shared.StoreMetaStates], dbis[shared.StoreMetaDigests], dbis[shared.StoreMetaStage], dbis[shared.StoreDataPrefix+name]
 	if err := env.put(states, []byte(name), []byte(shared.StatesWritable)); err != nil {
 		t.Fatal(err)
 	}
@@ -36,22 +37,40 @@ func TestAnIngestInChunksStoresWhatOneTransactionWould(t *testing.T) {
 	if err := env.put(digests, []byte(name), exact); err != nil {
 		t.Fatal(err)
 	}
+	return env, states, digests, stage, data
+}
+
+// stage stages one run of keys[i] = values[i].
+func stage(t *testing.T, env *Env, stage, states, digests DBI, name string, keys, values []string) {
+	t.Helper()
+	var b Batch
+	for i, key := range keys {
+		b.Keys, b.Values = append(b.Keys, key...), append(b.Values, values[i]...)
+		b.KeyLengths, b.ValueLengths = append(b.KeyLengths, uint32(len(key))), append(b.ValueLengths, uint32(len(values[i])))
+	}
+	if loading, err := env.StageBatch(stage, states, digests, name, b, Digest{Count: uint64(len(keys))}); err != nil || !loading {
+		t.Fatalf("stage: %v %v", loading, err)
+	}
+}
+
+// An ingest that commits its merged data in many small chunks stores what one transaction
+// would: every key once, with the newest run's value, in key order, and deletes the runs.
+func TestAnIngestInChunksStoresWhatOneTransactionWould(t *testing.T) {
+	const name = "v__v20260101000000_abcdef"
+	env, states, digests, stage_, data := loadingVersion(t, name)
 	want := map[string]string{}
 	for run := 0; run < 5; run++ { // overlapping runs, keys in no order: the later run wins
-		var b Batch
+		var keys, values []string
 		for i := 0; i < 3000; i++ {
 			key := fmt.Sprintf("key-%06d", (i*7919+run*1000)%9000)
 			value := fmt.Sprintf("run %d value %d", run, i)
 			want[key] = value
-			b.Keys, b.Values = append(b.Keys, key...), append(b.Values, value...)
-			b.KeyLengths, b.ValueLengths = append(b.KeyLengths, uint32(len(key))), append(b.ValueLengths, uint32(len(value)))
+			keys, values = append(keys, key), append(values, value)
 		}
-		if loading, err := env.StageBatch(stage, states, digests, name, b, Digest{Count: 3000}); err != nil || !loading {
-			t.Fatalf("stage: %v %v", loading, err)
-		}
+		stage(t, env, stage_, states, digests, name, keys, values)
 	}
 	env.IngestChunkBytes = 1024 // a commit every few dozen records
-	loading, runs, records, err := env.Ingest(data, stage, states, digests, name, Layers{})
+	loading, runs, records, err := env.Ingest(data, stage_, states, digests, name, Layers{})
 	if err != nil || !loading || runs != 5 || records != 15000 {
 		t.Fatalf("ingest: loading %v, %d runs, %d records, %v", loading, runs, records, err)
 	}
@@ -73,8 +92,43 @@ func TestAnIngestInChunksStoresWhatOneTransactionWould(t *testing.T) {
 	var number [8]byte
 	for run := uint64(0); run < 5; run++ {
 		binary.BigEndian.PutUint64(number[:], run)
-		if _, found, _ := txn.Get(stage, bytes.Join([][]byte{[]byte(name), number[:]}, []byte{0})); found {
+		if _, found, _ := txn.Get(stage_, bytes.Join([][]byte{[]byte(name), number[:]}, []byte{0})); found {
 			t.Errorf("run %d is still staged", run)
+		}
+	}
+}
+
+// The merge orders runs by their keys' first 8 bytes where those differ, and by the whole
+// keys where they do not: keys that are prefixes of others, hold zero bytes, or share their
+// first 8 bytes come out in byte order (an append out of order fails the ingest), each with
+// the newest run's value.
+func TestAnIngestMergesKeysInByteOrderWhateverTheirFirstBytes(t *testing.T) {
+	const name = "v__v20260101000000_abcdef"
+	env, states, digests, stage_, data := loadingVersion(t, name)
+	keys := []string{"\x00", "\x00\x00", "A", "AB", "AB\x00", "AB\x00\x01", "AB\x01", "ABCDEFGH", "ABCDEFGH\x00",
+		"ABCDEFGHI", "ABCDEFGI", "\x08\x80\x01", "\x08\x81\x01", "\x08\xff\xff\xff\xff\xff\xff\xff\x7f", "\xff"}
+	want := map[string]string{}
+	for run := 0; run < 4; run++ { // each run a different part of the keys, overlapping
+		var ks, vs []string
+		for i, key := range keys {
+			if (i+run)%3 != 0 {
+				ks, vs = append(ks, key), append(vs, fmt.Sprintf("run %d", run))
+				want[key] = vs[len(vs)-1]
+			}
+		}
+		stage(t, env, stage_, states, digests, name, ks, vs)
+	}
+	if loading, _, records, err := env.Ingest(data, stage_, states, digests, name, Layers{}); err != nil || !loading || records == 0 {
+		t.Fatalf("ingest: loading %v, %d records, %v", loading, records, err)
+	}
+	txn, err := env.BeginRead()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txn.Abort()
+	for key, value := range want {
+		if got, found, err := txn.Get(data, []byte(key)); err != nil || !found || string(got) != value {
+			t.Fatalf("%q: %q %v %v, want %q", key, got, found, err, value)
 		}
 	}
 }
