@@ -186,16 +186,12 @@ def seeded_hashes(items: Sequence[bytes], seed: int) -> np.ndarray[Any, Any]:
 
 
 def duplicate_hashes(hashes: Sequence[np.ndarray[Any, Any]]) -> set[int]:
-    """Up to ten key hashes that occur more than once in ``hashes`` (pieces, sorted or not)."""
+    """Up to ten key hashes that occur more than once in ``hashes`` (uint64 pieces, sorted or
+    not), compiled (``_kernels.repeated_hashes``)."""
     import numpy as np
 
-    if not hashes:
-        return set()
-    allh = hashes[0] if len(hashes) == 1 else np.concatenate(hashes)
-    if len(allh) > 1 and not bool(np.all(allh[1:] >= allh[:-1])):  # an engine may hand them sorted
-        allh = np.sort(allh)
-    dup = allh[1:][allh[1:] == allh[:-1]]
-    return {int(h) for h in np.unique(dup[:10])}
+    pieces = [np.ascontiguousarray(piece, dtype=np.uint64) for piece in hashes]
+    return set(_kernels.repeated_hashes(pieces, 10))
 
 
 def xxh64(data: bytes, seed: int = 0) -> int:

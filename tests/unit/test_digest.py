@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bulldozer.codec.digest import Digest, digest_arrays, digest_pairs
+from bulldozer.codec.digest import Digest, digest_arrays, digest_pairs, duplicate_hashes
 
 PAIRS = st.lists(st.tuples(st.binary(min_size=1, max_size=40), st.binary(max_size=200)), max_size=60)
 
@@ -75,3 +78,28 @@ def test_the_dal_columnar_form_agrees(pairs: list[tuple[bytes, bytes]]) -> None:
     keys, values = [k for k, _ in pairs], [v for _, v in pairs]
     columns = digest_columns(b"".join(keys), [len(k) for k in keys], b"".join(values), [len(v) for v in values])
     assert columns == digest_pairs(pairs) and columns.bytes == digest_pairs(pairs).bytes
+
+
+def _repeated_by_sorting(pieces: list[np.ndarray[Any, Any]]) -> set[int]:
+    """The plain definition: sort every hash, keep those equal to their predecessor, the
+    first ten of them."""
+    every = np.sort(np.concatenate(pieces)) if pieces else np.empty(0, dtype=np.uint64)
+    repeated = every[1:][every[1:] == every[:-1]]
+    return {int(h) for h in repeated[:10]}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_compiled_duplicate_check_is_the_sorting_definition(seed: int) -> None:
+    """Pieces of random hashes with repeats planted within a piece, across pieces, three
+    times over, at the ends of the range and more than ten of them; and none at all."""
+    rng = np.random.default_rng(seed)
+    pieces = [rng.integers(0, 2**64 - 1, int(rng.integers(0, 5_000)), dtype=np.uint64, endpoint=True) for _ in range(7)]
+    assert duplicate_hashes(pieces) == _repeated_by_sorting(pieces)
+    flat = [p for p in pieces if len(p)]
+    for _ in range(int(rng.integers(1, 15))):
+        a, b = flat[int(rng.integers(0, len(flat)))], flat[int(rng.integers(0, len(flat)))]
+        a[int(rng.integers(0, len(a)))] = b[int(rng.integers(0, len(b)))]
+    flat[0][:3] = 2**64 - 1
+    flat[-1][-2:] = 0
+    assert duplicate_hashes(pieces) == _repeated_by_sorting(pieces)
+    assert duplicate_hashes([pieces[0][:1]]) == set() and duplicate_hashes([]) == set()
