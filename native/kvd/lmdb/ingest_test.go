@@ -101,7 +101,7 @@ func TestAnIngestInChunksStoresWhatOneTransactionWould(t *testing.T) {
 // The merge orders runs by their keys' first 8 bytes where those differ, and by the whole
 // keys where they do not: keys that are prefixes of others, hold zero bytes, or share their
 // first 8 bytes come out in byte order (an append out of order fails the ingest), each with
-// the newest run's value.
+// the newest run's value (and a batch's last, of a key it holds twice).
 func TestAnIngestMergesKeysInByteOrderWhateverTheirFirstBytes(t *testing.T) {
 	const name = "v__v20260101000000_abcdef"
 	env, states, digests, stage_, data := loadingVersion(t, name)
@@ -116,6 +116,9 @@ func TestAnIngestMergesKeysInByteOrderWhateverTheirFirstBytes(t *testing.T) {
 				want[key] = vs[len(vs)-1]
 			}
 		}
+		// a key twice in one batch: its last value is the batch's
+		ks, vs = append(ks, ks[run]), append(vs, fmt.Sprintf("run %d again", run))
+		want[ks[run]] = vs[len(vs)-1]
 		stage(t, env, stage_, states, digests, name, ks, vs)
 	}
 	if loading, _, records, err := env.Ingest(data, stage_, states, digests, name, Layers{}); err != nil || !loading || records == 0 {

@@ -91,6 +91,15 @@ static int kvd_cmp_keys(const void *a, const void *b, void *arg) {
 	return i < j ? -1 : (i > j);
 }
 
+// A key's first 8 bytes as a big-endian number, zero-padded: two keys whose prefixes differ
+// are in the prefixes' order (where they are equal, the whole keys decide).
+static uint64_t kvd_key_prefix(const unsigned char *key, uint32_t len) {
+	uint64_t prefix = 0;
+	uint32_t i, n = len < 8 ? len : 8;
+	for (i = 0; i < n; i++) prefix |= (uint64_t)key[i] << (56 - 8 * i);
+	return prefix;
+}
+
 // One batch into a LOADING namespace, in one write transaction: the rules of the Python
 // engine's EmbeddedEngine.write_batch, byte for byte. The batch is staged as one sorted run
 // (meta.stage, keyed by name, NUL and the run's number, one after the namespace's last
@@ -175,7 +184,7 @@ done:
 }
 
 // A staged run being merged: its next record at ``at`` (its key's and value's lengths, and
-// the key's first 8 bytes as a big-endian number, zero-padded), the records left, its place.
+// its key's prefix, kvd_key_prefix), the records left, its place.
 // The merge compares the prefixes first: they decide nearly every comparison (a key that
 // encodes an integer differs from the next within 8 bytes) from the heap's own array, where
 // a memcmp through the keys reached into as many places of the map as there are runs (a
@@ -183,12 +192,9 @@ done:
 struct kvd_run { const unsigned char *at; uint64_t prefix; uint32_t left, klen, vlen; size_t index; };
 
 static void kvd_run_load(struct kvd_run *r) {
-	uint32_t i, n;
 	memcpy(&r->klen, r->at, 4);
 	memcpy(&r->vlen, r->at + 4, 4);
-	n = r->klen < 8 ? r->klen : 8;
-	r->prefix = 0;
-	for (i = 0; i < n; i++) r->prefix |= (uint64_t)r->at[8 + i] << (56 - 8 * i);
+	r->prefix = kvd_key_prefix(r->at + 8, r->klen);
 }
 
 // Heap order: the smaller key first, and of equal keys the older run (so the newest comes last).
