@@ -1,7 +1,7 @@
 """The ``bulldozer`` entry point ends its process as soon as the command is done
-(bulldozer.cli.entry): with the command's exit code and output, after its threads finished
-and its exit handlers ran (a buffered log is flushed), without tearing the interpreter down;
-an unexpected error still ends the usual way."""
+(bulldozer.cli.process.end_when_done): with the command's exit code and output, after its
+threads finished and its exit handlers ran (a buffered log is flushed), without tearing the
+interpreter down; an unexpected error still ends the usual way."""
 
 from __future__ import annotations
 
