@@ -57,6 +57,7 @@ __all__ = [
     "collect_again",
     "end_when_done",
     "ending",
+    "exit_status",
     "exiting",
     "interruption",
     "owned",
@@ -166,11 +167,15 @@ def end_when_done() -> None:
     atexit.register(_end)
 
 
+def exit_status(code: object) -> int:
+    """The exit status ``sys.exit(code)`` gives: 0 for None, the number, else 1 (a message)."""
+    return code if isinstance(code, int) else 0 if code is None else 1
+
+
 def ending(code: object) -> None:
-    """The command ended as it means to, with ``sys.exit(code)``'s status (a message as the
-    code: 1)."""
+    """The command ended as it means to, with ``sys.exit(code)``'s status."""
     global _status
-    _status = code if isinstance(code, int) else 0 if code is None else 1
+    _status = exit_status(code)
 
 
 def _end() -> None:

@@ -415,12 +415,11 @@ def _run_cli() -> int:
     try:
         main()
     except SystemExit as exc:
-        if exc.code is None:
-            return 0
-        if isinstance(exc.code, int):
-            return exc.code
-        print(exc.code, file=sys.stderr)
-        return 1
+        from bulldozer.cli.process import exit_status
+
+        if not isinstance(exc.code, int | None):
+            print(exc.code, file=sys.stderr)
+        return exit_status(exc.code)
     except KeyboardInterrupt as exc:  # before the command's own handler was reached
         from bulldozer.cli.process import interruption
 
