@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -480,3 +481,47 @@ def test_calls_the_front_serves_are_counted_on_the_dals_metrics(engine: StorageE
     assert count("bulldozer_kv_request_seconds_count", method="BatchGet") == 3
     assert count("bulldozer_kv_request_seconds_bucket", method="BatchGet", le="+Inf") == 3
     assert count("bulldozer_kv_records_written_total", namespace="m__v1") == 100
+
+
+@pytest.mark.parametrize(
+    ("which", "plane"),
+    [("redis", "native"), ("redis", "python"), ("redis-cluster", "native"), ("redis-cluster", "python")],
+)
+def test_a_bulk_write_makes_new_redis_buckets_hash_tables_and_the_seal_removes_the_marker(
+    which: str, plane: str, tmp_path: Path
+) -> None:
+    """A batch putting at least ``hashtable_pairs`` pairs into a bucket sets the marker first
+    (shared.yaml): the bucket is a hash table at once, not a listpack that each insert scans;
+    a smaller write leaves a new bucket to Redis (a listpack). The marker, which no record
+    can be (empty keys are refused), is gone once sealed, and the running digest stays exact."""
+    from bulldozer.kv.backends._buckets import bucket_of
+
+    engine: Any = ENGINE_FACTORIES[which](tmp_path)
+    server, port = create_server("127.0.0.1:0", engine, data_plane=plane)
+    assert isinstance(server, NativeServer) == (plane == "native")
+    field = shared.REDIS_HASHTABLE_FIELD.encode()
+    try:
+        with KvClient(f"127.0.0.1:{port}") as client:
+            client.wait_ready()
+            for name, n in (("ht__v1", 2_000), ("ht__v2", 150)):  # 16 buckets: ~125 and ~9 pairs each
+                client.create_namespace(name, "ht")
+                records = _pairs(n)
+                with client.writer(name, batch_records=n) as writer:
+                    writer.add_arrays(pa.array([k for k, _ in records], pa.binary()), pa.array([v for _, v in records]))
+                per_bucket: dict[int, int] = {}
+                for key, _ in records:
+                    per_bucket[bucket_of(key, engine.buckets)] = per_bucket.get(bucket_of(key, engine.buckets), 0) + 1
+                assert max(per_bucket.values()) < 512  # Redis alone would keep each one a listpack
+                for bucket, count in per_bucket.items():
+                    key = engine._k_bucket(name, bucket)
+                    bulk = count >= shared.REDIS_HASHTABLE_PAIRS
+                    assert engine.r.object("encoding", key) == (b"hashtable" if bulk else b"listpack"), (bucket, count)
+                    assert bool(engine.r.hexists(key, field)) == bulk
+                assert engine.stored_digest(name) == digest_pairs(records)  # exact: the marker is not counted
+                expected = digest_pairs(records)
+                sealed = client.seal(name, expected_records=expected.count, expected_digest=expected.value)
+                assert (sealed.record_count, sealed.digest) == (n, expected.value)
+                assert not any(engine.r.hexists(engine._k_bucket(name, b), field) for b in range(engine.buckets))
+                assert sorted(pair for chunk in engine.iterate(name) for pair in chunk) == sorted(records)
+    finally:
+        server.stop(5)

@@ -68,6 +68,13 @@ __all__ = ["RedisEngine"]
 
 _FORMAT = shared.REDIS_FORMAT
 _DIGEST_KEPT = shared.REDIS_DIGEST_KEPT  # the first entry of a namespace's running digest list
+#: The hash-table marker (shared.yaml: redis.hashtable_*): before a batch's HSET of many pairs
+#: into a bucket, this field, which no record has (the DAL refuses empty keys), is set to a
+#: value longer than Redis keeps in a listpack, so Redis turns a new bucket into a hash table
+#: up front instead of scanning a growing listpack for each pair. The seal removes it
+#: (``_drop_markers``) before it measures the version.
+_HASHTABLE_FIELD = shared.REDIS_HASHTABLE_FIELD.encode()
+_HASHTABLE_VALUE = b"x" * shared.REDIS_HASHTABLE_VALUE_BYTES
 _T = TypeVar("_T")
 
 # Apply a list of hash writes and list pushes iff every (hash, field) still holds the
@@ -281,9 +288,19 @@ class RedisEngine(StorageEngine):
             )
             if record.state != State.LOADING:
                 self._wait_for_writers(name)  # a batch admitted while LOADING lands before anyone reads
+                if State.LOADING in expected:
+                    self._drop_markers(name)
             return record
 
         return self._call(run)
+
+    def _drop_markers(self, name: str) -> None:
+        """The hash-table marker removed from every bucket, once no batch can be written (no
+        reader sees it before: none reads a LOADING version, nor asks for an empty key)."""
+        pipe = self.r.pipeline(transaction=False)
+        for b in range(self.buckets):
+            pipe.hdel(self._k_bucket(name, b), _HASHTABLE_FIELD)
+        pipe.execute()
 
     def drop_data(self, name: str) -> None:
         def run() -> None:
@@ -318,9 +335,14 @@ class RedisEngine(StorageEngine):
         def run() -> None:
             with self._fenced(name):
                 pipe = self.r.pipeline(transaction=False)
+                hsets = []
                 for bucket, mapping in group_by_bucket(zip(keys, values, strict=True), self.buckets).items():
+                    if len(mapping) >= shared.REDIS_HASHTABLE_PAIRS:  # see _HASHTABLE_FIELD
+                        pipe.hset(self._k_bucket(name, bucket), _HASHTABLE_FIELD, _HASHTABLE_VALUE)
+                    hsets.append(len(pipe))
                     pipe.hset(self._k_bucket(name, bucket), mapping=mapping)
-                added = sum(pipe.execute())
+                replies = pipe.execute()
+                added = sum(replies[i] for i in hsets)
                 # still inside the fence, so a seal sees it; exact when every key was new (a
                 # key repeated in the batch or already stored adds fewer fields than keys)
                 exact = int(digest is not None and added == len(keys))

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -217,7 +218,10 @@ func (s *Store) WriteBatch(ctx context.Context, name string, b Batch, d Digest) 
 	}
 	pipe := s.c.Pipeline()
 	cmds := make([]*redis.Cmd, 0, len(args))
-	for _, a := range args {
+	for bucket, a := range args {
+		if (len(a)-2)/2 >= shared.RedisHashtablePairs { // the hash-table marker (shared.yaml)
+			pipe.HSet(ctx, s.dataKey(name, bucket), shared.RedisHashtableField, hashtableValue)
+		}
 		cmds = append(cmds, pipe.Do(ctx, a...))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -242,6 +246,11 @@ func (s *Store) WriteBatch(ctx context.Context, name string, b Batch, d Digest) 
 	}
 	return true, nil
 }
+
+// hashtableValue is the hash-table marker's value (shared.yaml: redis.hashtable_*), longer
+// than Redis keeps in a listpack: set in a bucket before a batch's many pairs, it makes Redis
+// turn a new bucket into a hash table up front. The seal removes it.
+var hashtableValue = strings.Repeat("x", shared.RedisHashtableValueBytes)
 
 // ErrNotReadable says the Python DAL must answer (the target does not resolve to a
 // readable namespace).
