@@ -202,23 +202,47 @@ func (s *Store) WriteBatch(ctx context.Context, name string, b Batch, d Digest) 
 		return false, err
 	}
 	// one HSET per bucket: key, then field, value pairs (a key repeated in the batch is set
-	// twice, the later value winning, and counted once)
-	args := map[uint64][]any{}
+	// twice, the later value winning, and counted once), laid out by a counting sort on the
+	// bucket in one array of arguments
+	n := len(b.KeyLengths)
+	raw := make([]rawArg, 2*n)
+	buckets := make([]uint32, n)
+	starts := make([]int, s.buckets+1) // per bucket: where its arguments start
 	var kp, vp uint32
 	for i, kl := range b.KeyLengths {
 		vl := b.ValueLengths[i]
-		key, value := b.Keys[kp:kp+kl], b.Values[vp:vp+vl]
+		raw[2*i], raw[2*i+1] = b.Keys[kp:kp+kl], b.Values[vp:vp+vl]
 		kp, vp = kp+kl, vp+vl
-		bucket := s.Bucket(key)
-		a, ok := args[bucket]
-		if !ok {
-			a = append(make([]any, 0, 16+2*len(b.KeyLengths)/int(s.buckets)), "hset", s.dataKey(name, bucket))
+		buckets[i] = uint32(s.Bucket(raw[2*i]))
+		starts[buckets[i]+1] += 2
+	}
+	used := 0
+	for bucket := range s.buckets {
+		if starts[bucket+1] > 0 {
+			starts[bucket+1] += 2 // "hset" and the bucket's key
+			used++
 		}
-		args[bucket] = append(a, key, value)
+		starts[bucket+1] += starts[bucket]
+	}
+	flat := make([]any, starts[s.buckets])
+	at := make([]int, s.buckets)
+	for bucket := range s.buckets {
+		if at[bucket] = starts[bucket]; starts[bucket+1] > starts[bucket] {
+			flat[at[bucket]], flat[at[bucket]+1] = "hset", s.dataKey(name, bucket)
+			at[bucket] += 2
+		}
+	}
+	for i, bucket := range buckets {
+		flat[at[bucket]], flat[at[bucket]+1] = &raw[2*i], &raw[2*i+1]
+		at[bucket] += 2
 	}
 	pipe := s.c.Pipeline()
-	cmds := make([]*redis.Cmd, 0, len(args))
-	for bucket, a := range args {
+	cmds := make([]*redis.Cmd, 0, used)
+	for bucket := range s.buckets {
+		a := flat[starts[bucket]:starts[bucket+1]]
+		if len(a) == 0 {
+			continue
+		}
 		if (len(a)-2)/2 >= shared.RedisHashtablePairs { // the hash-table marker (shared.yaml)
 			pipe.HSet(ctx, s.dataKey(name, bucket), shared.RedisHashtableField, hashtableValue)
 		}
@@ -246,6 +270,13 @@ func (s *Store) WriteBatch(ctx context.Context, name string, b Batch, d Digest) 
 	}
 	return true, nil
 }
+
+// rawArg is a key or a value as a go-redis argument: a pointer to it goes into an interface
+// without an allocation, where the []byte itself took one (two per record).
+type rawArg []byte
+
+// MarshalBinary is the argument's bytes (go-redis writes a BinaryMarshaler's as they are).
+func (r *rawArg) MarshalBinary() ([]byte, error) { return *r, nil }
 
 // hashtableValue is the hash-table marker's value (shared.yaml: redis.hashtable_*), longer
 // than Redis keeps in a listpack: set in a bucket before a batch's many pairs, it makes Redis
