@@ -493,7 +493,8 @@ def test_a_bulk_write_makes_new_redis_buckets_hash_tables_and_the_seal_removes_t
     """A batch putting at least ``hashtable_pairs`` pairs into a bucket sets the marker first
     (shared.yaml): the bucket is a hash table at once, not a listpack that each insert scans;
     a smaller write leaves a new bucket to Redis (a listpack). The marker, which no record
-    can be (empty keys are refused), is gone once sealed, and the running digest stays exact."""
+    can be (empty keys are refused), is in no scan and gone once sealed, and the running
+    digest stays exact."""
     from bulldozer.kv.backends._buckets import bucket_of
 
     engine: Any = ENGINE_FACTORIES[which](tmp_path)
@@ -518,6 +519,9 @@ def test_a_bulk_write_makes_new_redis_buckets_hash_tables_and_the_seal_removes_t
                     assert engine.r.object("encoding", key) == (b"hashtable" if bulk else b"listpack"), (bucket, count)
                     assert bool(engine.r.hexists(key, field)) == bulk
                 assert engine.stored_digest(name) == digest_pairs(records)  # exact: the marker is not counted
+                # scans of the LOADING version show its records alone
+                assert sorted(engine.scan(name, None, 10 * n)) == sorted(records)
+                assert sorted(pair for chunk in engine.iterate(name) for pair in chunk) == sorted(records)
                 expected = digest_pairs(records)
                 sealed = client.seal(name, expected_records=expected.count, expected_digest=expected.value)
                 assert (sealed.record_count, sealed.digest) == (n, expected.value)

@@ -441,13 +441,20 @@ class RedisEngine(StorageEngine):
             record = NamespaceRecord.from_json(json.loads(raw)) if raw else None
             if record is None or record.state == State.DROPPED:
                 check_readable(name, record)
-            return scan_in_bucket_order(lambda b: self.r.hgetall(self._k_bucket(name, b)), self.buckets, after, limit)
+            return scan_in_bucket_order(lambda b: self._bucket_records(name, b), self.buckets, after, limit)
 
         return self._call(run)
 
+    def _bucket_records(self, name: str, bucket: int) -> dict[bytes, bytes]:
+        """A bucket's records: its fields but the hash-table marker (a LOADING version's)."""
+        records: dict[bytes, bytes] = self.r.hgetall(self._k_bucket(name, bucket))
+        records.pop(_HASHTABLE_FIELD, None)
+        return records
+
     def iterate(self, name: str, chunk: int = 50_000) -> Iterator[list[tuple[bytes, bytes]]]:
         def bucket(b: int) -> list[tuple[bytes, bytes]]:
-            return self._call(lambda: list(self.r.hscan_iter(self._k_bucket(name, b), count=5000)))
+            pairs = self._call(lambda: list(self.r.hscan_iter(self._k_bucket(name, b), count=5000)))
+            return [pair for pair in pairs if pair[0] != _HASHTABLE_FIELD]  # a LOADING version's marker
 
         yield from chunked((pair for b in range(self.buckets) for pair in bucket(b)), chunk)
 
