@@ -10,7 +10,9 @@ Layout under a configurable prefix ``P`` (default ``bulldozer``):
 * data: hashes ``P:d:<namespace>:<bucket>`` (key → value). A namespace is spread over a
   fixed number of buckets by a hash of the key, so its data spreads across the cluster's
   slots; dropping a version UNLINKs its buckets (freed in the background, readers never
-  block). Scans run in bucket order (see ``_buckets``).
+  block). Scans run in bucket order (see ``_buckets``). A batch writing many pairs into a
+  bucket sets the *hash-table marker* first (see ``_HASHTABLE_FIELD``), so Redis makes a
+  new bucket a hash table at once; the seal removes it and scans leave it out.
 
 Writes are pipelined. Every write batch first registers in the namespace's *write fence*
 (``{P}:inflight:<namespace>``, a sorted set of leases) in the same atomic script that
