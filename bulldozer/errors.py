@@ -70,6 +70,7 @@ __all__ = [
     "TableNotFoundError",
     "ToolchainError",
     "UnauthenticatedError",
+    "UnimplementedError",
     "VerificationError",
     "error_class_by_name",
     "error_class_for_code",
@@ -279,6 +280,13 @@ class PermissionDeniedError(KvError):
     """The caller is known but may not perform this operation on this alias."""
 
     grpc_code = "PERMISSION_DENIED"
+    retryable = False
+
+
+class UnimplementedError(KvError):
+    """The DAL does not serve this call (a release older than the client's)."""
+
+    grpc_code = "UNIMPLEMENTED"
     retryable = False
 
 

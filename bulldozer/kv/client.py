@@ -24,7 +24,7 @@ from bulldozer.kv import convert
 from bulldozer.kv._transports import GrpcTransport, InProcessTransport, Transport, translate
 from bulldozer.kv._writer import BatchWriter, WriteStats
 from bulldozer.kv.convert import PRINCIPAL_KEY
-from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord
+from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord, StoreInfo
 from bulldozer.kv.v1 import kv_pb2
 
 __all__ = ["BatchWriter", "KvClient", "WriteStats"]
@@ -109,6 +109,16 @@ class KvClient:
         self._t.wait_ready(timeout)
 
     # -- namespaces -------------------------------------------------------------
+
+    def describe_store(self) -> StoreInfo | None:
+        """The engine behind the DAL and how it copies a base; None from a DAL too old to say."""
+        from bulldozer.errors import UnimplementedError
+
+        try:
+            info = self._t.call(self._t.namespaces, "DescribeStore", kv_pb2.DescribeStoreRequest(), self.timeout)
+        except UnimplementedError:
+            return None
+        return convert.store_info_from(info)
 
     def _ns(self, method: str, request: Any, timeout: float | None = None) -> NamespaceRecord:
         return convert.record_from_info(self._t.call(self._t.namespaces, method, request, timeout or self.timeout))

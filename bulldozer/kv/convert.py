@@ -6,7 +6,7 @@ from datetime import datetime
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord, State
+from bulldozer.kv.types import AliasChange, AliasRecord, BaseCopy, NamespaceRecord, State, StoreInfo
 from bulldozer.kv.v1 import kv_pb2
 
 __all__ = ["ERROR_DOMAIN", "PRINCIPAL_KEY", "alias_change", "alias_info", "namespace_info", "state_name", "timestamp"]
@@ -51,6 +51,16 @@ def namespace_info(r: NamespaceRecord) -> kv_pb2.NamespaceInfo:
     if r.sealed is not None:
         info.sealed.CopyFrom(timestamp(r.sealed))
     return info
+
+
+def store_info(info: StoreInfo) -> kv_pb2.StoreInfo:
+    return kv_pb2.StoreInfo(engine=info.engine, base_copy=kv_pb2.BaseCopy.Value(info.base_copy.value))
+
+
+def store_info_from(info: kv_pb2.StoreInfo) -> StoreInfo:
+    """A ``StoreInfo``; a DAL answering without ``base_copy`` is taken to copy record by record."""
+    name = kv_pb2.BaseCopy.Name(info.base_copy)
+    return StoreInfo(info.engine, BaseCopy(name) if name in BaseCopy.__members__.values() else BaseCopy.RECORDS)
 
 
 def state_name(state: int) -> str:

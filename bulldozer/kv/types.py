@@ -10,7 +10,7 @@ from typing import Any
 
 from bulldozer.kv.v1 import shared
 
-__all__ = ["READABLE", "AliasChange", "AliasRecord", "NamespaceRecord", "State", "utcnow"]
+__all__ = ["READABLE", "AliasChange", "AliasRecord", "BaseCopy", "NamespaceRecord", "State", "StoreInfo", "utcnow"]
 
 
 def utcnow() -> datetime:
@@ -28,6 +28,25 @@ class State(enum.StrEnum):
     RETIRED = "RETIRED"
     DROPPED = "DROPPED"
     FAILED = "FAILED"
+
+
+class BaseCopy(enum.StrEnum):
+    """How an engine gives a new version its base's records (a delta version's start)."""
+
+    #: nothing is copied: the version reads through to its base
+    LAYERED = "BASE_COPY_LAYERED"
+    #: the store copies the base itself, without a round trip per record
+    IN_STORE = "BASE_COPY_IN_STORE"
+    #: each record is read back and written again: about what loading them costs
+    RECORDS = "BASE_COPY_RECORDS"
+
+
+@dataclass(frozen=True)
+class StoreInfo:
+    """What the store behind a DAL is and does (``DescribeStore``)."""
+
+    engine: str
+    base_copy: BaseCopy
 
 
 #: States whose data may be read (a rule shared with the Go data plane: proto/bulldozer/kv/v1/shared.yaml).

@@ -4,7 +4,9 @@ A full run writes every row of the table. For a table that changes by a few perc
 a delta run writes only the change, and is verified as exactly as a full run, because a
 version's digest is a sum of per-record hashes:
 
-1. **Prove the delta equivalent** (``plan_delta``), else write a full version and say why:
+1. **Prove the delta equivalent** (``plan_delta``), else write a full version and say why
+   (mode ``auto`` also writes a full one where the store copies the base record by record:
+   a delta there costs about what a full run does):
    the base (the live version) was loaded by a run of the same spec text, from an earlier
    snapshot of the same table (same table UUID), with the same table schema and the same
    generated schema; that snapshot has not expired; neither snapshot reads delete files
@@ -40,7 +42,7 @@ from typing import Any
 from bulldozer.codec.digest import Digest, digest_arrays
 from bulldozer.errors import DuplicateKeyError
 from bulldozer.kv.client import KvClient
-from bulldozer.kv.types import READABLE, NamespaceRecord
+from bulldozer.kv.types import READABLE, BaseCopy, NamespaceRecord, StoreInfo
 from bulldozer.load.encoder.encode import RowEncoder
 from bulldozer.load.engines.base import LoadResult, SplitResult
 from bulldozer.load.engines.local import source_scan, task_batches
@@ -126,10 +128,17 @@ def plan_delta(
     job: JobSchema,
     base: NamespaceRecord | None,
     columns: list[str],
+    store: StoreInfo | None = None,
 ) -> DeltaPlan | str:
-    """The delta from ``base`` to ``snapshot_id``, or the reason a full run is needed."""
+    """The delta from ``base`` to ``snapshot_id``, or the reason a full run is needed.
+    ``store``: the DAL's (mode auto writes a full version where a delta cannot be cheaper)."""
     if base is None:
         return "there is no live version to build on"
+    if spec.data_movement.mode == "auto" and store is not None and store.base_copy == BaseCopy.RECORDS:
+        return (
+            f"the store ({store.engine}) copies a base version record by record, which costs about "
+            "what a full run does (mode auto; mode delta writes a delta all the same)"
+        )
     short = short_version(base.name)
     if base.state not in READABLE or not base.verified:
         return f"the base version {short} is {base.state.value}, not a verified readable version"

@@ -271,7 +271,7 @@ class JobRun:
                 client.mark_failed(resume, reason)
                 raise NamespaceStateError(f"cannot resume {resume!r}: {reason}; it is now FAILED: start a new run")
             if existing.base:  # a delta: its changes are derived again and applied again (idempotent)
-                planned = self._plan_delta(client.describe(existing.base))
+                planned = self._plan_delta(client.describe(existing.base), resuming=True)
                 if isinstance(planned, str):
                     raise NamespaceStateError(f"cannot resume the delta version {resume!r}: {planned}; start a new run")
                 self.delta = planned
@@ -309,8 +309,10 @@ class JobRun:
         self.version_created = True
         return record.version
 
-    def _plan_delta(self, base: NamespaceRecord | None) -> DeltaPlan | str:
-        """A delta from ``base`` to this run's snapshot, or why a full run is needed."""
+    def _plan_delta(self, base: NamespaceRecord | None, resuming: bool = False) -> DeltaPlan | str:
+        """A delta from ``base`` to this run's snapshot, or why a full run is needed. Mode auto
+        weighs what the store's copy of a base costs, unless a delta version is resumed (its
+        base is copied already)."""
         if self.table is None:
             return "the source is not a table scan (a query, or a DataFrame): it is loaded in full"
         assert self.job is not None
@@ -324,6 +326,7 @@ class JobRun:
             self.job,
             base,
             columns,
+            self.client.describe_store() if self.spec.data_movement.mode == "auto" and not resuming else None,
         )
 
     def load(self) -> None:

@@ -227,6 +227,29 @@ def test_a_delta_falls_back_to_full_saying_why(tmp_path: Path, dal: KvClient) ->
     assert "no live version" in _reason(run_job(job("fresh", "delta"), dal, home=str(home)))
 
 
+def test_mode_auto_writes_a_full_version_where_the_store_copies_a_base_record_by_record(
+    kv: Harness, tmp_path: Path
+) -> None:
+    """A delta's base is layered (embedded) or copied inside the store (Redis): auto writes a
+    delta. Copied record by record (Cassandra), a delta costs about a full run: auto writes a
+    full version and says why; mode delta writes a delta all the same."""
+    from bulldozer.kv.types import BaseCopy
+
+    home = tmp_path / "home"
+    table = make_table(home, files=2, per_file=20)
+    alias = kv.alias()
+    run_job(job(alias, "auto"), kv.client, home=str(home))
+    table.append(rows([500], random.Random(1)))
+    record = run_job(job(alias, "auto"), kv.client, home=str(home))
+    if kv.engine.base_copy == BaseCopy.RECORDS:
+        assert "copies a base version record by record" in _reason(record)
+        assert "the spec changed" in _reason(run_job(job(alias, "delta"), kv.client, home=str(home)))
+        table.append(rows([501], random.Random(2)))
+        assert run_job(job(alias, "delta"), kv.client, home=str(home)).mode == "delta"
+    else:
+        assert record.mode == "delta", record.full_reason
+
+
 def test_a_delta_refuses_a_duplicate_key_the_base_holds(tmp_path: Path, dal: KvClient) -> None:
     home = tmp_path / "home"
     table = make_table(home)

@@ -48,6 +48,20 @@ def test_create_describe_and_list(kv: Harness) -> None:
     assert name in {n.name for n in kv.client.list_namespaces()}
 
 
+def test_the_store_says_what_engine_it_is_and_how_it_copies_a_base(kv: Harness) -> None:
+    from bulldozer.kv.types import BaseCopy
+
+    expected = {
+        "embedded": BaseCopy.LAYERED,  # a version reads through to its base
+        "memory": BaseCopy.IN_STORE,
+        "redis": BaseCopy.IN_STORE,  # DUMP/RESTORE of each bucket
+        "cassandra": BaseCopy.RECORDS,
+    }
+    engine = kv.engine_name.removesuffix("-cluster")
+    info = kv.client.describe_store()
+    assert info is not None and (info.engine, info.base_copy) == (engine, expected[engine])
+
+
 def test_create_twice_is_refused(kv: Harness) -> None:
     alias = kv.alias()
     name = kv.loaded(alias, [], seal=False)

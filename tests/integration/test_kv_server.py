@@ -210,3 +210,18 @@ def test_sigterm_lets_in_flight_batches_finish(tmp_path: Path) -> None:
     stored = sum(len(chunk) for chunk in engine.iterate(name))
     assert stored % 500 == 0 or stored == 20_000  # whole batches only
     engine.close()
+
+
+def test_a_dal_too_old_to_describe_its_store_answers_none() -> None:
+    """A DAL of an earlier release does not serve DescribeStore (UNIMPLEMENTED): the client
+    says it does not know, so a run in mode auto goes on as those releases did."""
+    from concurrent import futures
+
+    old = grpc.server(futures.ThreadPoolExecutor(1))  # serves nothing: every call is UNIMPLEMENTED
+    port = old.add_insecure_port("127.0.0.1:0")
+    old.start()
+    try:
+        with KvClient(f"127.0.0.1:{port}", timeout=5) as client:
+            assert client.describe_store() is None
+    finally:
+        old.stop(None)

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import ClassVar
 
 from bulldozer.codec.digest import Digest
-from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord, State
+from bulldozer.kv.types import AliasChange, AliasRecord, BaseCopy, NamespaceRecord, State
 
 __all__ = ["StorageEngine", "chunked"]
 
@@ -51,6 +51,9 @@ class StorageEngine(ABC):
     #: True when ``scan`` returns keys in byte order; otherwise in another stable order
     #: (hash buckets, tokens) that is still resumable after any key it returned.
     key_ordered_scan: ClassVar[bool] = True
+    #: How ``copy_records`` gives a version its base (the default copies record by record;
+    #: an engine overriding it with a cheaper copy says so).
+    base_copy: ClassVar[BaseCopy] = BaseCopy.RECORDS
 
     # -- namespaces -------------------------------------------------------------
 

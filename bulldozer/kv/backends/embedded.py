@@ -67,7 +67,7 @@ from bulldozer.kv.backends._lifecycle import (
 )
 from bulldozer.kv.backends.base import StorageEngine, chunked
 from bulldozer.kv.backends.config import EmbeddedConfig
-from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord, State
+from bulldozer.kv.types import AliasChange, AliasRecord, BaseCopy, NamespaceRecord, State
 from bulldozer.kv.v1 import shared
 
 # The store's layout is shared with the Go data plane: proto/bulldozer/kv/v1/shared.yaml.
@@ -144,6 +144,7 @@ def run_records(run: Any) -> Iterator[tuple[bytes, Any]]:
 
 class EmbeddedEngine(StorageEngine):
     name = "embedded"
+    base_copy = BaseCopy.LAYERED
     max_key_bytes = shared.LIMITS_EMBEDDED_MAX_KEY_BYTES  # LMDB's compiled-in limit
 
     def __init__(self, config: EmbeddedConfig) -> None:

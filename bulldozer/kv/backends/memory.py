@@ -17,11 +17,12 @@ from bulldozer.kv.backends._lifecycle import (
 )
 from bulldozer.kv.backends.base import StorageEngine
 from bulldozer.kv.backends.config import MemoryConfig
-from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord, State
+from bulldozer.kv.types import AliasChange, AliasRecord, BaseCopy, NamespaceRecord, State
 
 
 class MemoryEngine(StorageEngine):
     name = "memory"
+    base_copy = BaseCopy.IN_STORE
 
     def __init__(self, config: MemoryConfig | None = None) -> None:
         self._lock = threading.RLock()

@@ -63,7 +63,7 @@ from bulldozer.kv.backends._lifecycle import (
 )
 from bulldozer.kv.backends.base import StorageEngine, chunked
 from bulldozer.kv.backends.config import RedisConfig
-from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord, State
+from bulldozer.kv.types import AliasChange, AliasRecord, BaseCopy, NamespaceRecord, State
 from bulldozer.kv.v1 import shared
 
 __all__ = ["RedisEngine"]
@@ -126,6 +126,7 @@ return redis.call('ZCARD', KEYS[1])
 class RedisEngine(StorageEngine):
     name = "redis"
     key_ordered_scan = False
+    base_copy = BaseCopy.IN_STORE  # DUMP/RESTORE of each bucket
     max_key_bytes = 64 * 1024
     #: Redis stores up to 512 MB in one string, but a value this size already stalls the
     #: event loop for every other client; larger values are refused.

@@ -189,6 +189,8 @@ _RULES: dict[str, tuple[str, Callable[[Authorizer, Any], list[str]]]] = {
         "read",
         lambda a, r: [x for x in (_target_alias(a, r.target), _token_alias(a, r.page_token)) if x],
     ),
+    # what engine the store is: no alias's data, open to every authenticated principal
+    "/bulldozer.kv.v1.KvNamespaces/DescribeStore": ("read", lambda a, r: []),
     "/bulldozer.kv.v1.KvNamespaces/CreateNamespace": ("write", lambda a, r: [r.alias]),
     "/bulldozer.kv.v1.KvNamespaces/SealNamespace": ("write", lambda a, r: [a.alias_of_namespace(r.name)]),
     "/bulldozer.kv.v1.KvNamespaces/MarkFailed": ("write", lambda a, r: [a.alias_of_namespace(r.name)]),

@@ -27,7 +27,7 @@ from bulldozer.errors import (
     VerificationError,
 )
 from bulldozer.kv.backends.base import StorageEngine
-from bulldozer.kv.types import READABLE, AliasChange, AliasRecord, NamespaceRecord, State, utcnow
+from bulldozer.kv.types import READABLE, AliasChange, AliasRecord, NamespaceRecord, State, StoreInfo, utcnow
 from bulldozer.kv.v1 import shared
 from bulldozer.names import (
     NAMESPACE_PATTERN,
@@ -151,6 +151,11 @@ class KvDal:
                 f"the base {base!r} is {record.state.value}{'' if record.verified else ' and not verified'}; "
                 "a version starts from a verified SEALED, ACTIVE or RETIRED one"
             )
+
+    def store_info(self) -> StoreInfo:
+        """The engine behind this DAL and how it copies a base (a caller choosing between a
+        delta and a full version weighs it)."""
+        return StoreInfo(self.engine.name, self.engine.base_copy)
 
     def describe(self, name: str) -> NamespaceRecord:
         validate_namespace(name)

@@ -167,6 +167,9 @@ class NamespacesServicer(kv_pb2_grpc.KvNamespacesServicer):
     ) -> kv_pb2.NamespaceInfo:
         return convert.namespace_info(self.dal.drop(request.name))
 
+    def DescribeStore(self, request: kv_pb2.DescribeStoreRequest, context: grpc.ServicerContext) -> kv_pb2.StoreInfo:
+        return convert.store_info(self.dal.store_info())
+
     def DescribeNamespace(
         self, request: kv_pb2.DescribeNamespaceRequest, context: grpc.ServicerContext
     ) -> kv_pb2.NamespaceInfo:

@@ -60,6 +60,36 @@ FAILED: NamespaceState.ValueType  # 6
 SEALING: NamespaceState.ValueType  # 7
 Global___NamespaceState: _TypeAlias = NamespaceState  # noqa: Y015
 
+class _BaseCopy:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _BaseCopyEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_BaseCopy.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    BASE_COPY_UNSPECIFIED: _BaseCopy.ValueType  # 0
+    BASE_COPY_LAYERED: _BaseCopy.ValueType  # 1
+    """Nothing is copied: the version reads through to its base (embedded)."""
+    BASE_COPY_IN_STORE: _BaseCopy.ValueType  # 2
+    """The store copies the base itself, without a round trip per record (Redis, memory)."""
+    BASE_COPY_RECORDS: _BaseCopy.ValueType  # 3
+    """Each record of the base is read back and written again: about what loading them costs
+    (Cassandra). A delta version then costs about a full one.
+    """
+
+class BaseCopy(_BaseCopy, metaclass=_BaseCopyEnumTypeWrapper):
+    """How CreateNamespace gives a new version its base's records (CreateNamespaceRequest.base)."""
+
+BASE_COPY_UNSPECIFIED: BaseCopy.ValueType  # 0
+BASE_COPY_LAYERED: BaseCopy.ValueType  # 1
+"""Nothing is copied: the version reads through to its base (embedded)."""
+BASE_COPY_IN_STORE: BaseCopy.ValueType  # 2
+"""The store copies the base itself, without a round trip per record (Redis, memory)."""
+BASE_COPY_RECORDS: BaseCopy.ValueType  # 3
+"""Each record of the base is read back and written again: about what loading them costs
+(Cassandra). A delta version then costs about a full one.
+"""
+Global___BaseCopy: _TypeAlias = BaseCopy  # noqa: Y015
+
 @_typing.final
 class Target(_message.Message):
     """What a read addresses: a namespace, or an alias (resolved once per request).
@@ -938,6 +968,46 @@ class SetLabelsRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SetLabelsRequest: _TypeAlias = SetLabelsRequest  # noqa: Y015
+
+@_typing.final
+class DescribeStoreRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeStoreRequest: _TypeAlias = DescribeStoreRequest  # noqa: Y015
+
+@_typing.final
+class StoreInfo(_message.Message):
+    """What the store behind the DAL is and does."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENGINE_FIELD_NUMBER: _builtins.int
+    BASE_COPY_FIELD_NUMBER: _builtins.int
+    engine: _builtins.str
+    """The storage engine: embedded, redis, cassandra or memory."""
+    base_copy: Global___BaseCopy.ValueType
+    def __init__(
+        self,
+        *,
+        engine: _builtins.str = ...,
+        base_copy: Global___BaseCopy.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_copy", b"base_copy", "engine", b"engine"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StoreInfo: _TypeAlias = StoreInfo  # noqa: Y015
 
 @_typing.final
 class AliasInfo(_message.Message):

@@ -416,6 +416,11 @@ class KvNamespacesStub:
         Args:
             channel: A grpc.Channel.
         """
+        self.DescribeStore = channel.unary_unary(
+                '/bulldozer.kv.v1.KvNamespaces/DescribeStore',
+                request_serializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.DescribeStoreRequest.SerializeToString,
+                response_deserializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.StoreInfo.FromString,
+                _registered_method=True)
         self.CreateNamespace = channel.unary_unary(
                 '/bulldozer.kv.v1.KvNamespaces/CreateNamespace',
                 request_serializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.CreateNamespaceRequest.SerializeToString,
@@ -455,6 +460,12 @@ class KvNamespacesStub:
 
 class KvNamespacesServicer:
     """Missing associated documentation comment in .proto file."""
+
+    def DescribeStore(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
 
     def CreateNamespace(self, request, context):
         """Missing associated documentation comment in .proto file."""
@@ -501,6 +512,11 @@ class KvNamespacesServicer:
 
 def add_KvNamespacesServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'DescribeStore': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeStore,
+                    request_deserializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.DescribeStoreRequest.FromString,
+                    response_serializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.StoreInfo.SerializeToString,
+            ),
             'CreateNamespace': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateNamespace,
                     request_deserializer=bulldozer_dot_kv_dot_v1_dot_kv__pb2.CreateNamespaceRequest.FromString,
@@ -546,6 +562,33 @@ def add_KvNamespacesServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class KvNamespaces:
     """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def DescribeStore(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/bulldozer.kv.v1.KvNamespaces/DescribeStore',
+            bulldozer_dot_kv_dot_v1_dot_kv__pb2.DescribeStoreRequest.SerializeToString,
+            bulldozer_dot_kv_dot_v1_dot_kv__pb2.StoreInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
 
     @staticmethod
     def CreateNamespace(request,

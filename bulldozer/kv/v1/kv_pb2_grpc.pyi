@@ -151,6 +151,7 @@ class KvNamespacesStub:
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> KvNamespacesAsyncStub: ...
+    DescribeStore: _grpc.UnaryUnaryMultiCallable[_kv_pb2.DescribeStoreRequest, _kv_pb2.StoreInfo]
     CreateNamespace: _grpc.UnaryUnaryMultiCallable[_kv_pb2.CreateNamespaceRequest, _kv_pb2.NamespaceInfo]
     SealNamespace: _grpc.UnaryUnaryMultiCallable[_kv_pb2.SealNamespaceRequest, _kv_pb2.NamespaceInfo]
     MarkFailed: _grpc.UnaryUnaryMultiCallable[_kv_pb2.MarkFailedRequest, _kv_pb2.NamespaceInfo]
@@ -162,6 +163,7 @@ class KvNamespacesStub:
 @_typing.type_check_only
 class KvNamespacesAsyncStub(KvNamespacesStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
+    DescribeStore: _aio.UnaryUnaryMultiCallable[_kv_pb2.DescribeStoreRequest, _kv_pb2.StoreInfo]  # type: ignore[assignment]
     CreateNamespace: _aio.UnaryUnaryMultiCallable[_kv_pb2.CreateNamespaceRequest, _kv_pb2.NamespaceInfo]  # type: ignore[assignment]
     SealNamespace: _aio.UnaryUnaryMultiCallable[_kv_pb2.SealNamespaceRequest, _kv_pb2.NamespaceInfo]  # type: ignore[assignment]
     MarkFailed: _aio.UnaryUnaryMultiCallable[_kv_pb2.MarkFailedRequest, _kv_pb2.NamespaceInfo]  # type: ignore[assignment]
@@ -171,6 +173,13 @@ class KvNamespacesAsyncStub(KvNamespacesStub):
     SetLabels: _aio.UnaryUnaryMultiCallable[_kv_pb2.SetLabelsRequest, _kv_pb2.NamespaceInfo]  # type: ignore[assignment]
 
 class KvNamespacesServicer(metaclass=_abc_1.ABCMeta):
+    @_abc_1.abstractmethod
+    def DescribeStore(
+        self,
+        request: _kv_pb2.DescribeStoreRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kv_pb2.StoreInfo, _abc.Awaitable[_kv_pb2.StoreInfo]]: ...
+
     @_abc_1.abstractmethod
     def CreateNamespace(
         self,
