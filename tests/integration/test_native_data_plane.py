@@ -527,5 +527,14 @@ def test_a_bulk_write_makes_new_redis_buckets_hash_tables_and_the_seal_removes_t
                 assert (sealed.record_count, sealed.digest) == (n, expected.value)
                 assert not any(engine.r.hexists(engine._k_bucket(name, b), field) for b in range(engine.buckets))
                 assert sorted(pair for chunk in engine.iterate(name) for pair in chunk) == sorted(records)
+            # a seal interrupted once the version was frozen (SEALING) removes the marker when finished
+            client.create_namespace("ht__v3", "ht")
+            client.put("ht__v3", _pairs(2_000))
+            assert any(engine.r.hexists(engine._k_bucket("ht__v3", b), field) for b in range(engine.buckets))
+            frozen = engine.get_namespace("ht__v3")
+            engine.transition("ht__v3", frozenset({State.LOADING}), frozen.with_state(State.SEALING))
+            expected = digest_pairs(_pairs(2_000))
+            assert client.seal("ht__v3", expected_records=2_000, expected_digest=expected.value).verified
+            assert not any(engine.r.hexists(engine._k_bucket("ht__v3", b), field) for b in range(engine.buckets))
     finally:
         server.stop(5)

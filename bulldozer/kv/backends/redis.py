@@ -74,7 +74,7 @@ _DIGEST_KEPT = shared.REDIS_DIGEST_KEPT  # the first entry of a namespace's runn
 #: into a bucket, this field, which no record has (the DAL refuses empty keys), is set to a
 #: value longer than Redis keeps in a listpack, so Redis turns a new bucket into a hash table
 #: up front instead of scanning a growing listpack for each pair. The seal removes it
-#: (``_drop_markers``) before it measures the version.
+#: (``ingest``) before it measures the version.
 _HASHTABLE_FIELD = shared.REDIS_HASHTABLE_FIELD.encode()
 _HASHTABLE_VALUE = b"x" * shared.REDIS_HASHTABLE_VALUE_BYTES
 _T = TypeVar("_T")
@@ -291,19 +291,26 @@ class RedisEngine(StorageEngine):
             )
             if record.state != State.LOADING:
                 self._wait_for_writers(name)  # a batch admitted while LOADING lands before anyone reads
-                if State.LOADING in expected:
-                    self._drop_markers(name)
             return record
 
         return self._call(run)
 
-    def _drop_markers(self, name: str) -> None:
-        """The hash-table marker removed from every bucket, once no batch can be written (no
-        reader sees it before: none reads a LOADING version, nor asks for an empty key)."""
-        pipe = self.r.pipeline(transaction=False)
-        for b in range(self.buckets):
-            pipe.hdel(self._k_bucket(name, b), _HASHTABLE_FIELD)
-        pipe.execute()
+    def ingest(self, name: str) -> tuple[int, int]:
+        """Nothing is staged: writes land in place. A frozen version (SEALING: the seal calls
+        this before it measures, a first seal and one finishing an interrupted seal alike)
+        has the hash-table marker removed from every bucket (no reader saw it before: none
+        reads a LOADING version, nor asks for an empty key, and scans leave it out)."""
+
+        def run() -> tuple[int, int]:
+            raw = self._raw_ns(name)
+            if raw is not None and NamespaceRecord.from_json(json.loads(raw)).state == State.SEALING:
+                pipe = self.r.pipeline(transaction=False)
+                for b in range(self.buckets):
+                    pipe.hdel(self._k_bucket(name, b), _HASHTABLE_FIELD)
+                pipe.execute()
+            return 0, 0
+
+        return self._call(run)
 
     def drop_data(self, name: str) -> None:
         def run() -> None:
