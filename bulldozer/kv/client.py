@@ -111,7 +111,8 @@ class KvClient:
     # -- namespaces -------------------------------------------------------------
 
     def describe_store(self) -> StoreInfo | None:
-        """The engine behind the DAL and how it copies a base; None from a DAL too old to say."""
+        """The engine behind the DAL and how it copies a base; None from a DAL too old to say
+        (or naming a kind of copy this client does not know)."""
         from bulldozer.errors import UnimplementedError
 
         try:

@@ -57,10 +57,13 @@ def store_info(info: StoreInfo) -> kv_pb2.StoreInfo:
     return kv_pb2.StoreInfo(engine=info.engine, base_copy=kv_pb2.BaseCopy.Value(info.base_copy.value))
 
 
-def store_info_from(info: kv_pb2.StoreInfo) -> StoreInfo:
-    """A ``StoreInfo``; a DAL answering without ``base_copy`` is taken to copy record by record."""
-    name = kv_pb2.BaseCopy.Name(info.base_copy)
-    return StoreInfo(info.engine, BaseCopy(name) if name in BaseCopy.__members__.values() else BaseCopy.RECORDS)
+def store_info_from(info: kv_pb2.StoreInfo) -> StoreInfo | None:
+    """A ``StoreInfo``; None when the DAL names no base copy this client knows (none, or a
+    kind newer than this client): the caller then cannot weigh it."""
+    try:
+        return StoreInfo(info.engine, BaseCopy(kv_pb2.BaseCopy.Name(info.base_copy)))
+    except ValueError:
+        return None
 
 
 def state_name(state: int) -> str:
