@@ -494,7 +494,7 @@ def test_a_bulk_write_makes_new_redis_buckets_hash_tables_and_the_seal_removes_t
     (shared.yaml): the bucket is a hash table at once, not a listpack that each insert scans;
     a smaller write leaves a new bucket to Redis (a listpack). The marker, which no record
     can be (empty keys are refused), is in no scan and gone once sealed, and the running
-    digest stays exact."""
+    digest stays exact. Sealed, a bucket that stayed small is a listpack again."""
     from bulldozer.kv.backends._buckets import bucket_of
 
     engine: Any = ENGINE_FACTORIES[which](tmp_path)
@@ -527,6 +527,18 @@ def test_a_bulk_write_makes_new_redis_buckets_hash_tables_and_the_seal_removes_t
                 assert (sealed.record_count, sealed.digest) == (n, expected.value)
                 assert not any(engine.r.hexists(engine._k_bucket(name, b), field) for b in range(engine.buckets))
                 assert sorted(pair for chunk in engine.iterate(name) for pair in chunk) == sorted(records)
+                # sealed, the small buckets are Redis's compact listpacks again
+                for bucket in per_bucket:
+                    assert engine.r.object("encoding", engine._k_bucket(name, bucket)) == b"listpack"
+            # a version whose buckets outgrow a listpack keeps its hash tables
+            big = _pairs(10_000)  # ~625 a bucket
+            client.create_namespace("ht__v4", "ht")
+            with client.writer("ht__v4", batch_records=10_000) as writer:
+                writer.add_arrays(pa.array([k for k, _ in big], pa.binary()), pa.array([v for _, v in big]))
+            client.seal("ht__v4", expected_records=10_000, expected_digest=digest_pairs(big).value)
+            for bucket in range(engine.buckets):
+                assert engine.r.object("encoding", engine._k_bucket("ht__v4", bucket)) == b"hashtable"
+            assert client.batch_get([big[0][0], big[-1][0]], namespace="ht__v4")[1] == [big[0][1], big[-1][1]]
             # a seal interrupted once the version was frozen (SEALING) removes the marker when finished
             client.create_namespace("ht__v3", "ht")
             client.put("ht__v3", _pairs(2_000))

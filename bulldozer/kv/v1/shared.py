@@ -43,6 +43,7 @@ REDIS_DIGEST_ENTRY = "%d %d %d %d"
 REDIS_HASHTABLE_PAIRS = 32
 REDIS_HASHTABLE_FIELD = ""
 REDIS_HASHTABLE_VALUE_BYTES = 256
+REDIS_LISTPACK_ENTRIES = 512
 REDIS_ENTER_SCRIPT = "local raw = redis.call('HGET', KEYS[1], ARGV[1])\nif not raw then return '' end\nlocal state = cjson.decode(raw)['state']\nif state ~= 'LOADING' then return state end\nlocal t = redis.call('TIME')\nlocal now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\nredis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[2])\nreturn 'LOADING'\n"
 METRICS_REQUESTS = "bulldozer_kv_requests"
 METRICS_REQUEST_SECONDS = "bulldozer_kv_request_seconds"

@@ -42,6 +42,7 @@ pub const REDIS_DIGEST_ENTRY: &str = "%d %d %d %d";
 pub const REDIS_HASHTABLE_PAIRS: u64 = 32;
 pub const REDIS_HASHTABLE_FIELD: &str = "";
 pub const REDIS_HASHTABLE_VALUE_BYTES: u64 = 256;
+pub const REDIS_LISTPACK_ENTRIES: u64 = 512;
 pub const REDIS_ENTER_SCRIPT: &str = "local raw = redis.call('HGET', KEYS[1], ARGV[1])\nif not raw then return '' end\nlocal state = cjson.decode(raw)['state']\nif state ~= 'LOADING' then return state end\nlocal t = redis.call('TIME')\nlocal now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\nredis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[2])\nreturn 'LOADING'\n";
 pub const METRICS_REQUESTS: &str = "bulldozer_kv_requests";
 pub const METRICS_REQUEST_SECONDS: &str = "bulldozer_kv_request_seconds";

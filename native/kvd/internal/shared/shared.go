@@ -85,6 +85,8 @@ const RedisHashtableField = ""
 
 const RedisHashtableValueBytes = 256
 
+const RedisListpackEntries = 512
+
 const RedisEnterScript = "local raw = redis.call('HGET', KEYS[1], ARGV[1])\nif not raw then return '' end\nlocal state = cjson.decode(raw)['state']\nif state ~= 'LOADING' then return state end\nlocal t = redis.call('TIME')\nlocal now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\nredis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[2])\nreturn 'LOADING'\n"
 
 const MetricsRequests = "bulldozer_kv_requests"
