@@ -315,10 +315,10 @@ class RedisEngine(StorageEngine):
             raw = self._raw_ns(name)
             if raw is not None and NamespaceRecord.from_json(json.loads(raw)).state == State.SEALING:
                 pipe = self.r.pipeline(transaction=False)
-                for b in range(self.buckets):
-                    pipe.hdel(self._k_bucket(name, b), _HASHTABLE_FIELD)
-                    pipe.object("encoding", self._k_bucket(name, b))
-                    pipe.hlen(self._k_bucket(name, b))
+                for key in (self._k_bucket(name, b) for b in range(self.buckets)):
+                    pipe.hdel(key, _HASHTABLE_FIELD)
+                    pipe.object("encoding", key)
+                    pipe.hlen(key)
                 replies = pipe.execute()
                 self._compact(name, [b for b in range(self.buckets) if _compactable(*replies[3 * b + 1 : 3 * b + 3])])
             return 0, 0
@@ -332,16 +332,21 @@ class RedisEngine(StorageEngine):
         130 k records in 256 buckets) would otherwise keep them: twice the memory of
         listpacks (measured: 100 k records of 13-byte keys and 25-byte values, 47 → 91 bytes
         a record)."""
-        for first in range(0, len(buckets), 16):  # 16 at a time: bounded memory here
-            keys = [self._k_bucket(name, b) for b in buckets[first : first + 16]]
+        self._dump_restore([(self._k_bucket(name, b), self._k_bucket(name, b)) for b in buckets], replace=True)
+
+    def _dump_restore(self, moves: list[tuple[str, str]], replace: bool = False) -> None:
+        """Each (from, to) hash serialized by Redis (``DUMP``) and made again (``RESTORE``),
+        16 at a time (bounded memory here); a missing ``from`` is skipped."""
+        for first in range(0, len(moves), 16):
+            chunk = moves[first : first + 16]
             pipe = self.r.pipeline(transaction=False)
-            for key in keys:
-                pipe.dump(key)
+            for source, _ in chunk:
+                pipe.dump(source)
             dumps = pipe.execute()
             pipe = self.r.pipeline(transaction=False)
-            for key, payload in zip(keys, dumps, strict=True):
+            for (_, target), payload in zip(chunk, dumps, strict=True):
                 if payload is not None:
-                    pipe.restore(key, 0, payload, replace=True)
+                    pipe.restore(target, 0, payload, replace=replace)
             pipe.execute()
 
     def drop_data(self, name: str) -> None:
@@ -404,18 +409,8 @@ class RedisEngine(StorageEngine):
 
         def run() -> None:
             with self._fenced(target):
-                step = 16  # buckets serialized at a time: bounded memory here
-                for first in range(0, self.buckets, step):
-                    buckets = range(first, min(first + step, self.buckets))
-                    pipe = self.r.pipeline(transaction=False)
-                    for b in buckets:
-                        pipe.dump(self._k_bucket(source, b))
-                    dumps = pipe.execute()
-                    pipe = self.r.pipeline(transaction=False)
-                    for b, payload in zip(buckets, dumps, strict=True):
-                        if payload is not None:
-                            pipe.restore(self._k_bucket(target, b), 0, payload)
-                    pipe.execute()
+                moves = [(self._k_bucket(source, b), self._k_bucket(target, b)) for b in range(self.buckets)]
+                self._dump_restore(moves)
                 entry = shared.REDIS_DIGEST_ENTRY % (base.record_count, base.digest, base.bytes, 1)
                 self.r.rpush(self._k_digest(target), entry)
 
