@@ -8,7 +8,24 @@ verifies it, and atomically flips an alias to it. The public API:
 * :mod:`bulldozer.errors` — the exception tree.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from bulldozer._version import __version__
-from bulldozer.errors import BulldozerError
+
+if TYPE_CHECKING:
+    from bulldozer.errors import BulldozerError
 
 __all__ = ["BulldozerError", "__version__"]
+
+
+def __getattr__(name: str) -> type[BulldozerError]:
+    """``BulldozerError`` is imported when first asked for: a ``bulldozer run`` handed to a
+    warm loader imports this package and the hand-over alone, and the error tree's
+    dataclasses took 20 ms of that client's 41 ms before it reached the loader."""
+    if name == "BulldozerError":
+        from bulldozer.errors import BulldozerError
+
+        return BulldozerError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from bulldozer.cli import process
 from bulldozer.cli.common import (
@@ -34,6 +35,8 @@ from bulldozer.cli.output import Column, Format, Output, emit, fmt_time, output_
 from bulldozer.errors import BulldozerError, InvalidArgumentError, RetentionError
 
 if TYPE_CHECKING:
+    from rich.progress import Progress
+
     from bulldozer.kv.client import KvClient
     from bulldozer.spec.loader import LoadedSpec
     from bulldozer.versioning.run_state import RunRecord
@@ -220,6 +223,35 @@ class _ProgressLines:
         err_console.print(f"· load: {done:,}{of} rows, {rate:,.0f} rows/s{eta}", highlight=False)
 
 
+@contextlib.contextmanager
+def _progress_bar(show: bool) -> Iterator[Progress | None]:
+    """The run's progress bar on the terminal, or None where none shows (``--json``, ``-q``,
+    a scheduler's log): rich's progress module is then not imported (9 ms of a run's start)."""
+    if not show:
+        yield None
+        return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]} rows/s"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=err_console, transient=True) as bar:
+        bar.add_task("load", total=None, rate="-")
+        yield bar
+
+
 def _run(
     client: KvClient,
     loaded: LoadedSpec,
@@ -245,31 +277,25 @@ def _run(
     if process.owned():
         process.use_load_memory_pool()
     show = not (quiet or as_json) and err_console.is_terminal
-    columns = (
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]} rows/s"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=err_console, disable=not show, transient=True) as bar:
-        task = bar.add_task("load", total=None, rate="-")
+    with _progress_bar(show) as bar:
 
         def on_stage(stage: str) -> None:
             if stage == "load":
                 # Everything imported and built so far lives to the end of the run: keep the
                 # collector from walking it again at every full collection during the load.
                 process.started()
-            bar.update(task, description=stage)
+            if bar is not None:
+                bar.update(bar.task_ids[0], description=stage)
             if not show and not as_json and not quiet:
                 err_console.print(f"· {stage}")
 
         lines = _ProgressLines(PROGRESS_LINE_SECONDS) if not show and not as_json and not quiet else None
 
         def on_progress(done: int, total: int) -> None:
-            elapsed = bar.tasks[0].elapsed or 0.0
-            bar.update(task, completed=done, total=total or None, rate=f"{done / elapsed:,.0f}" if elapsed else "-")
+            if bar is not None:
+                elapsed = bar.tasks[0].elapsed or 0.0
+                rate = f"{done / elapsed:,.0f}" if elapsed else "-"
+                bar.update(bar.task_ids[0], completed=done, total=total or None, rate=rate)
             if lines is not None:
                 lines.update(done, total)
 

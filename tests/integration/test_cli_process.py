@@ -25,7 +25,8 @@ TEMPLATE = (REPO / "templates" / "move_data_to_kv_dal.yaml").read_text()
 DRIVER = """
 import atexit, json, sys
 import gc, os
-CHECKED = ("pandas", "duckdb", "pyparsing", "prometheus_client", "bulldozer.cli.ops_cmds", "bulldozer.cli.ui_cmd")
+CHECKED = ("pandas", "duckdb", "pyparsing", "strictyaml.parser", "rich.progress", "prometheus_client",
+           "bulldozer.cli.ops_cmds", "bulldozer.cli.ui_cmd")
 atexit.register(lambda: print("IMPORTED", json.dumps(sorted(m for m in CHECKED if m in sys.modules))))
 atexit.register(lambda: print("GC", gc.isenabled(), "BLAS", os.environ.get("OPENBLAS_NUM_THREADS")))
 import bulldozer.cli.main
@@ -34,13 +35,13 @@ bulldozer.cli.main.main()
 """
 
 
-def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _cli(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", DRIVER, *args],
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "BULLDOZER_HOME": str(home)},
+        env={**os.environ, "BULLDOZER_HOME": str(home), **(env or {})},
         cwd=REPO,
     )
 
@@ -74,6 +75,21 @@ def test_the_filter_parser_is_loaded_only_for_a_filter(home: Path) -> None:
     assert 'IMPORTED ["pyparsing"]' in done.stdout
     rows = int(re.search(r"([\d,]+) rows from snapshot", done.stdout).group(1).replace(",", ""))  # type: ignore[union-attr]
     assert 0 < rows < 2_000
+
+
+def test_pyicebergs_configuration_file_is_read_when_there_is_one(home: Path, tmp_path: Path) -> None:
+    """strictyaml is deferred too (process.DEFERRED): only pyiceberg's configuration file
+    needs it. Without one a run never executes it (the first test: a -q run imports neither
+    it nor rich's progress bar); with one, pyiceberg reads the file as ever."""
+    spec = home / "job.yaml"
+    spec.write_text(TEMPLATE)
+    (tmp_path / ".pyiceberg.yaml").write_text("max-workers: 3\n")
+    done = _cli(home, "run", str(spec), "-q", env={"PYICEBERG_HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert 'IMPORTED ["strictyaml.parser"]' in done.stdout
+    (tmp_path / ".pyiceberg.yaml").write_text("max-workers: [not, a, number\n")
+    broken = _cli(home, "run", str(spec), "-q", env={"PYICEBERG_HOME": str(tmp_path)})
+    assert broken.returncode != 0  # the file was parsed: strictyaml refused it
 
 
 def test_other_commands_collect_from_the_start_and_a_failed_run_collects_again(home: Path, tmp_path: Path) -> None:
