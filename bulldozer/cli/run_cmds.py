@@ -334,7 +334,8 @@ def _run(
         except BulldozerError:
             raise
         except Exception as exc:  # an unexpected failure: one line, the version is already FAILED
-            raise BulldozerError(f"run failed: {type(exc).__name__}: {exc} (the alias was not moved)") from None
+            said = " ".join(str(exc).split())  # a library's message may span lines (a YAML parser's does)
+            raise BulldozerError(f"run failed: {type(exc).__name__}: {said} (the alias was not moved)") from None
         finally:
             process.run_ended()
 

@@ -90,6 +90,8 @@ def test_pyicebergs_configuration_file_is_read_when_there_is_one(home: Path, tmp
     (tmp_path / ".pyiceberg.yaml").write_text("max-workers: [not, a, number\n")
     broken = _cli(home, "run", str(spec), "-q", env={"PYICEBERG_HOME": str(tmp_path)})
     assert broken.returncode != 0  # the file was parsed: strictyaml refused it
+    said = broken.stderr.strip().splitlines()
+    assert len(said) == 1 and "FlowMappingDisallowed" in said[0], broken.stderr  # its message in one line
 
 
 def test_other_commands_collect_from_the_start_and_a_failed_run_collects_again(home: Path, tmp_path: Path) -> None:
