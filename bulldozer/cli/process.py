@@ -18,8 +18,6 @@ an Airflow worker) leave the interpreter as they found it.
   only a spec's ``filter`` needs it; pyiceberg's configuration module imports strictyaml
   (and dateutil with it: 25 ms, and 0.8 MB of source an empty bytecode cache compiles),
   which only a ``~/.pyiceberg.yaml`` needs.
-- Pydantic's plugins (``before_imports``): pydantic looks for plugins in every installed
-  package's entry points the first time it builds a model (5 ms); Bulldozer uses none.
 - The end (``end_when_done``, ``ending``, applied by the ``bulldozer`` entry point): after
   a command has returned or exited with a code, and the interpreter has waited for its
   threads and run its other exit handlers (logging's flush among them), the process ends
@@ -85,7 +83,6 @@ def before_imports() -> None:
     # gRPC's core logs its errors only: its INFO notice when a process with channels forks
     # (starting Spark's JVM does) is not for users
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
-    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 
 def use_load_memory_pool() -> str:
