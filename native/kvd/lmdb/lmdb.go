@@ -269,14 +269,18 @@ static void kvd_filter_add(unsigned char *f, const MDB_val *k) {
 
 // Whether the layer whose filter is f (an MDB_val from kvd_layer_filters) may hold k: 0
 // only when it holds k neither in its data nor in its tombstones.
-static int kvd_filter_may(const MDB_val *f, const MDB_val *k) {
-	uint64_t h = kvd_key_hash(k->mv_data, k->mv_size), g = kvd_fmix(h + 0x9E3779B97F4A7C15ULL);
+static int kvd_filter_may_hashed(const MDB_val *f, uint64_t h) {
+	uint64_t g = kvd_fmix(h + 0x9E3779B97F4A7C15ULL);
 	const unsigned char *b = kvd_filter_block(f->mv_data, h);
 	int i;
 	for (i = 0; i < KVD_FILTER_PROBES; i++, g >>= 9) {
 		if (!(b[(g & 511) >> 3] & (1u << (g & 7)))) return 0;
 	}
 	return 1;
+}
+
+static int kvd_filter_may(const MDB_val *f, const MDB_val *k) {
+	return kvd_filter_may_hashed(f, kvd_key_hash(k->mv_data, k->mv_size));
 }
 
 // The filter stored for name, checked whole; out->mv_data is NULL when there is none.
@@ -399,10 +403,14 @@ static int kvd_below(MDB_txn *txn, const MDB_dbi *data, const MDB_dbi *tombs, co
                      MDB_val *k, MDB_val *out, int *found) {
 	MDB_val t;
 	size_t j;
-	int rc;
+	int rc, hashed = 0;
+	uint64_t h = 0;
 	*found = 0;
 	for (j = 0; j < n; j++) {
-		if (filters && filters[j].mv_data && !kvd_filter_may(&filters[j], k)) continue;
+		if (filters && filters[j].mv_data) {  // the key's hash once, whatever the layers checked
+			if (!hashed) { h = kvd_key_hash(k->mv_data, k->mv_size); hashed = 1; }
+			if (!kvd_filter_may_hashed(&filters[j], h)) continue;
+		}
 		rc = mdb_get(txn, data[j], k, out);
 		if (rc == 0) { *found = 1; return 0; }
 		if (rc != MDB_NOTFOUND) return rc;
