@@ -722,17 +722,26 @@ static int kvd_delete_apply(MDB_txn *txn, MDB_dbi own, MDB_dbi own_tomb, MDB_dbi
                             const char *keys, const uint32_t *klens, size_t n, const unsigned char *flags,
                             uint64_t dcount, uint64_t dsum, uint64_t dbytes) {
 	MDB_val k, v;
+	MDB_cursor *cur = NULL;
 	size_t i;
 	int rc = 0;
+	unsigned int append = MDB_APPEND;  // the keys ascend: past the last tombstone, each is appended
 	const char *kp = keys;
+	rc = mdb_cursor_open(txn, own_tomb, &cur);
 	for (i = 0; i < n && !rc; kp += klens[i], i++) {
 		k.mv_data = (void *)kp; k.mv_size = klens[i];
 		if (flags[i] & 1) rc = mdb_del(txn, own, &k, NULL);
 		if (!rc && (flags[i] & 2)) {
 			v.mv_data = (void *)tombstone; v.mv_size = tombstone_len;
-			rc = mdb_put(txn, own_tomb, &k, &v, 0);
+			rc = mdb_cursor_put(cur, &k, &v, append);
+			if (rc == MDB_KEYEXIST && append) {  // not past the last one: put where it belongs
+				append = 0;
+				v.mv_data = (void *)tombstone; v.mv_size = tombstone_len;
+				rc = mdb_cursor_put(cur, &k, &v, 0);
+			}
 		}
 	}
+	if (cur) mdb_cursor_close(cur);
 	if (!rc && dcount) rc = kvd_add_digest(txn, digests, name, name_len, dcount, dsum, dbytes, 1);
 	if (rc) { mdb_txn_abort(txn); return rc; }
 	return mdb_txn_commit(txn);
