@@ -6,6 +6,7 @@ and a run that used DuckDB exits without nanobind's leak report on stderr."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -142,3 +143,86 @@ def test_embedded_dals_share_the_days_log_and_a_failed_start_says_its_own_reason
         assert "the embedded DAL did not start" in failed.stderr and "Traceback" not in failed.stderr
     (log,) = (home / "logs").glob("dal-*.log")
     assert log.read_text().count("cannot open the embedded store") == 2
+
+
+def _empty_cache_env(cache: Path) -> dict[str, str]:
+    """An environment whose bytecode cache is ``cache`` (new, empty) and may be written."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "PYTHONPYCACHEPREFIX": str(cache)}
+
+
+def _cached_sources(cache: Path) -> set[str]:
+    """The source files ``cache`` (a PYTHONPYCACHEPREFIX tree) holds compiled code of."""
+    return {"/" + str(pyc.parent.relative_to(cache) / pyc.name.split(".")[0]) + ".py" for pyc in cache.rglob("*.pyc")}
+
+
+def test_a_child_compiles_a_runs_modules_ahead_into_an_empty_bytecode_cache(tmp_path: Path) -> None:
+    """``process.compile_ahead``: with an empty cache a run starts a child that compiles the
+    run's modules (``RUN_MODULES``), and with a filled one, another command, or a cache that
+    may not be written, nothing is started."""
+    cache = tmp_path / "pycache"
+    probe = """
+import os, sys
+from bulldozer.cli import process
+pid = process.compile_ahead(sys.argv[1:])
+print("PID", pid)
+if pid is not None:
+    _, status = os.waitpid(pid, 0)
+    print("STATUS", os.waitstatus_to_exitcode(status))
+"""
+
+    def ahead(*argv: str, env: dict[str, str]) -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=120, env=env
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert "PID None" in ahead("validate", "job.yaml", env=_empty_cache_env(cache))  # not a run
+    assert "PID None" in ahead("run", "job.yaml", env={**_empty_cache_env(cache), "PYTHONDONTWRITEBYTECODE": "1"})
+    last = process.module_source(process._run_modules()[-1])
+    assert last not in _cached_sources(cache)  # the probe's own modules only
+    first = ahead("--profile", "dev", "run", "job.yaml", env=_empty_cache_env(cache))
+    assert "PID None" not in first and "STATUS 0" in first
+    sources = [process.module_source(name) for name in process._run_modules()]
+    assert len(sources) > 300 and sum(s is None for s in sources) < 0.05 * len(sources)
+    listed = {s for s in sources if s is not None}
+    assert listed <= _cached_sources(cache)  # every module the list names, compiled by the child
+    assert "PID None" in ahead("run", "job.yaml", env=_empty_cache_env(cache))  # the cache is filled now
+
+
+def test_a_run_with_an_empty_bytecode_cache_compiles_ahead_and_ends_as_usual(tmp_path: Path) -> None:
+    """Through the ``bulldozer`` entry point, with a new cache: the run succeeds with its whole
+    output (the child's goes elsewhere), and the cache holds the run's modules afterwards."""
+    home = tmp_path / "home"
+    create_sample_warehouse(home, rows=2_000)
+    spec = home / "job.yaml"
+    spec.write_text(TEMPLATE)
+    cache = tmp_path / "pycache"
+    done = subprocess.run(
+        [sys.executable, "-m", "bulldozer.cli.entry", "run", str(spec), "--json", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**_empty_cache_env(cache), "BULLDOZER_HOME": str(home)},
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["rows"] == 2_000
+    names = process._run_modules()
+    assert process.module_source(names[-1]) in _cached_sources(cache)
+
+
+def test_the_run_modules_list_still_covers_a_run() -> None:
+    """RUN_MODULES, written by scripts/gen_run_modules.py, against the modules a run of the
+    template imports now: a few may differ (a dependency's release), more means regenerate."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import gen_run_modules
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    recorded = gen_run_modules.record()
+    missing, stale = gen_run_modules.drift(recorded, gen_run_modules.written())
+    limit = gen_run_modules.TOLERANCE * len(recorded)
+    assert len(missing) <= limit and len(stale) <= limit, f"run python scripts/gen_run_modules.py: {missing=} {stale=}"
+    assert process._run_modules() == gen_run_modules.written()
