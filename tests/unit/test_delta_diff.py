@@ -50,6 +50,28 @@ def test_the_compiled_diff_is_the_python_definition(seed: int) -> None:
     assert [new_pairs[i][0] for i in diff.puts] == changed + fresh
 
 
+def test_keys_alike_in_their_first_eight_bytes_are_ordered_by_all_of_them() -> None:
+    """The kernel sorts by a key's first eight bytes as a number and compares the rest only
+    on a tie: keys that share eight bytes, and keys that differ by trailing zero bytes (equal
+    once zero-padded to eight), still come out in byte order."""
+    rng = random.Random(5)
+    stems = [b"", b"a", b"\x00", b"abcdefgh", b"abcdefg\x00", b"\xff" * 8]
+    keys = list(
+        dict.fromkeys(
+            stem + tail for stem in stems for tail in (b"", b"\x00", b"\x00\x00", b"\x01", b"zz", b"\x00" * 9)
+        )
+    )
+    old = {k: rng.choice([b"a", b"b"]) for k in keys if rng.random() < 0.7}
+    new = {k: rng.choice([b"a", b"b"]) for k in keys if rng.random() < 0.7}
+    old_pairs, new_pairs = list(old.items()), list(new.items())
+    rng.shuffle(old_pairs)
+    rng.shuffle(new_pairs)
+    diff = _Diff.of(None, *_arrays(old_pairs), *_arrays(new_pairs))  # type: ignore[arg-type]
+    deleted, changed, fresh, unchanged = _reference(old, new)
+    assert (diff.deleted.to_pylist(), diff.changed.to_pylist(), diff.fresh.to_pylist()) == (deleted, changed, fresh)
+    assert diff.unchanged == unchanged and diff.doomed.to_pylist() == sorted(deleted + changed)
+
+
 def test_a_repeated_key_on_either_side_makes_no_diff(monkeypatch: pytest.MonkeyPatch) -> None:
     import bulldozer.load.delta as delta
 
