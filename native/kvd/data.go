@@ -374,8 +374,8 @@ func (m *lmdbStore) delete(name string, keys [][]byte) (uint64, bool) {
 		blob = append(blob, k...)
 		lengths[i] = uint32(len(k))
 	}
-	hasher := newPairHasher()
-	deleted, ok, err := m.env.Delete(data, m.meta.stage, m.meta.states, m.meta.digests, name, layers, blob, lengths, hasher.hash)
+	hashers := func() func(key, value []byte) uint64 { return newPairHasher().hash }
+	deleted, ok, err := m.env.Delete(data, m.meta.stage, m.meta.states, m.meta.digests, name, layers, blob, lengths, hashers)
 	if err != nil {
 		slog.Warn("delete: forwarded to the reference DAL", "namespace", name, "error", err.Error())
 	}

@@ -2,6 +2,7 @@ package lmdb
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 
 	"bulldozer/kvd/internal/shared"
@@ -12,7 +13,7 @@ import (
 // store, what Delete takes and a database maker.
 func layeredStore(tb testing.TB, name string, upper [][]string, bottom []string) (env *Env, own, stage, states, digests DBI, layers Layers, db func(string) DBI) {
 	tb.Helper()
-	env, err := Open(tb.TempDir(), Options{MapSize: 2 << 30, MaxDBs: 64, MaxReaders: 16})
+	env, err := Open(tb.TempDir(), Options{MapSize: 4 << 30, MaxDBs: 4096, MaxReaders: 16})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -58,6 +59,8 @@ func layeredStore(tb testing.TB, name string, upper [][]string, bottom []string)
 
 func pairHash(key, value []byte) uint64 { return uint64(len(key) + len(value)) }
 
+func pairHashes() func(key, value []byte) uint64 { return pairHash }
+
 // Deletes tombstone every key a layer below holds, whether a call's keys come after the
 // tombstones already there (appended) or among them.
 func TestDeletesTombstoneKeysInAnyOrderOfCalls(t *testing.T) {
@@ -66,7 +69,7 @@ func TestDeletesTombstoneKeysInAnyOrderOfCalls(t *testing.T) {
 	env, own, stage, states, digests, layers, _ := layeredStore(t, name, [][]string{{"x"}}, bottom)
 	for _, call := range [][]string{{"b", "d"}, {"a", "c", "d", "f"}, {"e"}} {
 		keys, klens := laidOut(call)
-		if _, ok, err := env.Delete(own, stage, states, digests, name, layers, keys, klens, pairHash); err != nil || !ok {
+		if _, ok, err := env.Delete(own, stage, states, digests, name, layers, keys, klens, pairHashes); err != nil || !ok {
 			t.Fatal(ok, err)
 		}
 	}
@@ -104,10 +107,27 @@ func BenchmarkDeleteThroughLayers(b *testing.B) {
 		key := fmt.Sprintf("key-%012d", k*(bottomKeys/deleted)*3)
 		keys, klens = append(keys, key...), append(klens, uint32(len(key)))
 	}
-	b.ResetTimer()
+	saved := DeleteSplitMin
+	b.Cleanup(func() { DeleteSplitMin = saved })
+	for _, way := range []struct {
+		name     string
+		splitMin int
+	}{{"searched in the write transaction", 1 << 30}, {"searched first on every core", saved}} {
+		b.Run(way.name, func(b *testing.B) {
+			DeleteSplitMin = way.splitMin
+			deleteThroughLayers(b, env, stage, states, digests, below, db, keys, klens, deleted)
+		})
+	}
+}
+
+var benchVersions int
+
+func deleteThroughLayers(b *testing.B, env *Env, stage, states, digests DBI, below Layers, db func(string) DBI,
+	keys []byte, klens []uint32, deleted uint64) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		name := fmt.Sprintf("v__v20260102%06d_abcdef", i)
+		benchVersions++ // a new version each time, over every round and way
+		name := fmt.Sprintf("v__v20260102%06d_abcdef", benchVersions)
 		own := db(shared.StoreDataPrefix + name)
 		layers := below
 		layers.Tombs = db(shared.StoreTombstonePrefix + name)
@@ -118,9 +138,141 @@ func BenchmarkDeleteThroughLayers(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		if n, ok, err := env.Delete(own, stage, states, digests, name, layers, keys, klens, pairHash); err != nil || !ok || n != deleted {
+		if n, ok, err := env.Delete(own, stage, states, digests, name, layers, keys, klens, pairHashes); err != nil || !ok || n != deleted {
 			b.Fatal(n, ok, err)
 		}
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*deleted), "ns/key")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(uint64(b.N)*deleted), "ns/key")
+}
+
+// A delete whose layers below are searched first on several goroutines (searchBelow) takes
+// away the same pairs, leaves the same tombstones and own pairs, and the same running digest,
+// as one that searches them in its write transaction: keys the namespace holds itself, keys
+// its own tombstones hide already, keys an upper layer holds or hides with a tombstone, keys
+// the bottom holds, and keys nothing holds.
+func TestDeletesSearchingBelowFirstTakeWhatTheWriteTransactionWould(t *testing.T) {
+	const name = "v__v20260102000000_abcdef"
+	key := func(i int) string { return fmt.Sprintf("k%05d", i) }
+	var universe, doomed []string
+	for i := 0; i < 3000; i++ {
+		universe = append(universe, key(i))
+		if i%3 != 2 {
+			doomed = append(doomed, key(i))
+		}
+	}
+	type store struct {
+		env                         *Env
+		own, stage, states, digests DBI
+		layers                      Layers
+	}
+	open := func() store {
+		env, err := Open(t.TempDir(), Options{MapSize: 1 << 30, MaxDBs: 64, MaxReaders: 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(env.Close)
+		db := func(name string) DBI {
+			if err := env.createDB(name); err != nil {
+				t.Fatal(err)
+			}
+			dbi, err := env.DBI(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return dbi
+		}
+		put := func(dbi DBI, k, v string) {
+			if err := env.put(dbi, []byte(k), []byte(v)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s := store{env: env, states: db(shared.StoreMetaStates), digests: db(shared.StoreMetaDigests), stage: db(shared.StoreMetaStage)}
+		s.layers.Filters = db(shared.StoreMetaFilters)
+		for depth := 0; depth < 3; depth++ { // two upper layers, then the bottom
+			layer := fmt.Sprintf("v__v2026010100%04d_abcdef", 3-depth)
+			data := db(shared.StoreDataPrefix + layer)
+			put(s.states, layer, "ACTIVE")
+			s.layers.Names, s.layers.Data = append(s.layers.Names, layer), append(s.layers.Data, data)
+			for i := range universe {
+				switch {
+				case depth == 2 && i%7 != 0: // the bottom holds most keys
+					put(data, key(i), fmt.Sprintf("bottom value %d", i))
+				case depth < 2 && i%11 == 3+depth: // an upper layer's own
+					put(data, key(i), fmt.Sprintf("layer %d value %d", depth, i))
+				}
+			}
+			if depth < 2 {
+				tomb := db(shared.StoreTombstonePrefix + layer)
+				for i := depth; i < len(universe); i += 13 { // an upper layer hides these
+					put(tomb, key(i), shared.StoreTombstone)
+				}
+				s.layers.Below = append(s.layers.Below, tomb)
+				if built, err := env.BuildFilter(s.layers.Filters, s.states, layer, data, tomb, 1<<30); err != nil || built != FilterBuilt {
+					t.Fatal(built, err)
+				}
+			}
+		}
+		s.own, s.layers.Tombs = db(shared.StoreDataPrefix+name), db(shared.StoreTombstonePrefix+name)
+		for i := range universe {
+			if i%17 == 5 {
+				put(s.own, key(i), fmt.Sprintf("own value %d", i))
+			}
+			if i%19 == 6 {
+				put(s.layers.Tombs, key(i), shared.StoreTombstone)
+			}
+		}
+		put(s.states, name, shared.StatesWritable)
+		put(s.digests, name, string(make([]byte, 24))+"\x01")
+		return s
+	}
+	hashes := func() func(k, v []byte) uint64 {
+		return func(k, v []byte) uint64 { return uint64(len(k))*1_000_003 + uint64(len(v))*7 + uint64(v[len(v)-1]) }
+	}
+	saved, procs := DeleteSplitMin, runtime.GOMAXPROCS(4)
+	t.Cleanup(func() { DeleteSplitMin = saved; runtime.GOMAXPROCS(procs) })
+	// what a store holds after the deletes: how many each call took away, the namespace's own
+	// pairs and tombstones, and its running digest
+	outcome := func(splitMin int) []string {
+		DeleteSplitMin = splitMin
+		s := open()
+		var got []string
+		for start := 0; start < len(doomed); start += 1000 { // three calls: later ones among tombstones
+			keys, klens := laidOut(doomed[start:min(start+1000, len(doomed))])
+			n, ok, err := s.env.Delete(s.own, s.stage, s.states, s.digests, name, s.layers, keys, klens, hashes)
+			if err != nil || !ok {
+				t.Fatal(ok, err)
+			}
+			got = append(got, fmt.Sprint("deleted ", n))
+		}
+		txn, err := s.env.BeginRead()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer txn.Abort()
+		for _, k := range universe {
+			v, found, err := txn.Get(s.own, []byte(k))
+			tomb, tombed, err2 := txn.Get(s.layers.Tombs, []byte(k))
+			if err != nil || err2 != nil {
+				t.Fatal(err, err2)
+			}
+			got = append(got, fmt.Sprintf("%s own %q %v tomb %q %v", k, v, found, tomb, tombed))
+		}
+		digest, _, err := txn.Get(s.digests, []byte(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append(got, fmt.Sprintf("digest %x", digest))
+	}
+	inTxn, split := outcome(1<<30), outcome(1)
+	if len(inTxn) != len(split) {
+		t.Fatalf("%d lines vs %d", len(inTxn), len(split))
+	}
+	for i := range inTxn {
+		if inTxn[i] != split[i] {
+			t.Errorf("searched in the write transaction: %s; searched first: %s", inTxn[i], split[i])
+		}
+	}
+	if inTxn[0] == "deleted 0" {
+		t.Error("nothing was deleted: the test proves nothing")
+	}
 }
