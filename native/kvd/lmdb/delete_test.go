@@ -8,17 +8,14 @@ import (
 	"bulldozer/kvd/internal/shared"
 )
 
-// layeredStore is a store whose LOADING version name reads through upper filtered layers
-// (newest first, each holding its own keys) to a bottom holding bottom; it returns the
-// store, what Delete takes and a database maker.
-func layeredStore(tb testing.TB, name string, upper [][]string, bottom []string) (env *Env, own, stage, states, digests DBI, layers Layers, db func(string) DBI) {
-	tb.Helper()
+// testEnv is a new store, a database maker and a writer of one record.
+func testEnv(tb testing.TB) (*Env, func(string) DBI, func(DBI, string, string)) {
 	env, err := Open(tb.TempDir(), Options{MapSize: 4 << 30, MaxDBs: 4096, MaxReaders: 16})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(env.Close)
-	db = func(name string) DBI {
+	db := func(name string) DBI {
 		if err := env.createDB(name); err != nil {
 			tb.Fatal(err)
 		}
@@ -33,6 +30,15 @@ func layeredStore(tb testing.TB, name string, upper [][]string, bottom []string)
 			tb.Fatal(err)
 		}
 	}
+	return env, db, put
+}
+
+// layeredStore is a store whose LOADING version name reads through upper filtered layers
+// (newest first, each holding its own keys) to a bottom holding bottom; it returns the
+// store, what Delete takes and a database maker.
+func layeredStore(tb testing.TB, name string, upper [][]string, bottom []string) (env *Env, own, stage, states, digests DBI, layers Layers, db func(string) DBI) {
+	tb.Helper()
+	env, db, put := testEnv(tb)
 	states, digests, stage = db(shared.StoreMetaStates), db(shared.StoreMetaDigests), db(shared.StoreMetaStage)
 	layers.Filters = db(shared.StoreMetaFilters)
 	for i, keys := range append(upper, bottom) {
@@ -166,26 +172,7 @@ func TestDeletesSearchingBelowFirstTakeWhatTheWriteTransactionWould(t *testing.T
 		layers                      Layers
 	}
 	open := func() store {
-		env, err := Open(t.TempDir(), Options{MapSize: 1 << 30, MaxDBs: 64, MaxReaders: 16})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(env.Close)
-		db := func(name string) DBI {
-			if err := env.createDB(name); err != nil {
-				t.Fatal(err)
-			}
-			dbi, err := env.DBI(name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return dbi
-		}
-		put := func(dbi DBI, k, v string) {
-			if err := env.put(dbi, []byte(k), []byte(v)); err != nil {
-				t.Fatal(err)
-			}
-		}
+		env, db, put := testEnv(t)
 		s := store{env: env, states: db(shared.StoreMetaStates), digests: db(shared.StoreMetaDigests), stage: db(shared.StoreMetaStage)}
 		s.layers.Filters = db(shared.StoreMetaFilters)
 		for depth := 0; depth < 3; depth++ { // two upper layers, then the bottom
