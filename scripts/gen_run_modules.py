@@ -22,6 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bulldozer.cli.process import run_modules
+
 REPO = Path(__file__).resolve().parent.parent
 TARGET = REPO / "bulldozer" / "cli" / "run_modules.txt"
 SPEC = REPO / "templates" / "move_data_to_kv_dal.yaml"
@@ -82,14 +84,19 @@ def record() -> list[str]:
     return names
 
 
-def written(path: Path = TARGET) -> list[str]:
-    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
-    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
-
-
-def drift(recorded: list[str], listed: list[str]) -> tuple[list[str], list[str]]:
-    """The run's modules the list misses, and the listed modules the run did not import."""
-    return [m for m in recorded if m not in set(listed)], [m for m in listed if m not in set(recorded)]
+def drift(recorded: list[str], listed: list[str]) -> str | None:
+    """What is wrong with ``listed`` (the file's modules) against ``recorded`` (a run's): None
+    while at most ``TOLERANCE`` of the run's modules are missing from it, or listed without
+    the run importing them."""
+    known, imported = set(listed), set(recorded)
+    missing, stale = [m for m in recorded if m not in known], [m for m in listed if m not in imported]
+    if len(missing) <= TOLERANCE * len(recorded) and len(stale) <= TOLERANCE * len(recorded):
+        return None
+    return (
+        f"{TARGET.relative_to(REPO)} has drifted: a run imports {len(missing)} modules it does not list "
+        f"({', '.join(missing[:5])}…), and it lists {len(stale)} a run does not import ({', '.join(stale[:5])}…); "
+        "run python scripts/gen_run_modules.py"
+    )
 
 
 def main() -> int:
@@ -98,15 +105,10 @@ def main() -> int:
     args = parser.parse_args()
     recorded = record()
     if args.check:
-        missing, stale = drift(recorded, written())
-        if len(missing) > TOLERANCE * len(recorded) or len(stale) > TOLERANCE * len(recorded):
-            print(
-                f"{TARGET.relative_to(REPO)} has drifted: a run imports {len(missing)} modules it does not list, "
-                f"and it lists {len(stale)} a run does not import; run python scripts/gen_run_modules.py",
-                file=sys.stderr,
-            )
-            return 1
-        return 0
+        problem = drift(recorded, run_modules(str(TARGET)))
+        if problem:
+            print(problem, file=sys.stderr)
+        return 1 if problem else 0
     TARGET.write_text(HEADER + "".join(f"{name}\n" for name in recorded), encoding="utf-8")
     print(f"wrote {TARGET.relative_to(REPO)}: {len(recorded)} modules")
     return 0

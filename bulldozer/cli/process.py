@@ -77,6 +77,7 @@ __all__ = [
     "module_source",
     "owned",
     "run_ended",
+    "run_modules",
     "started",
     "use_load_memory_pool",
     "without_pandas",
@@ -149,7 +150,7 @@ def compile_ahead(argv: Sequence[str]) -> int | None:
         return None
     if flags.ignore_environment or flags.no_site or flags.no_user_site or len(os.sched_getaffinity(0)) < 2:
         return None
-    names = _run_modules()
+    names = run_modules()
     last = module_source(names[-1]) if names else None
     if last is None or _compiled(last):
         return None
@@ -170,7 +171,7 @@ def compile_run_modules() -> None:
     skipped."""
     import compileall
 
-    for name in reversed(_run_modules()):
+    for name in reversed(run_modules()):
         path = module_source(name)
         if path is not None:
             compileall.compile_file(path, quiet=2)
@@ -200,9 +201,10 @@ def module_source(name: str) -> str | None:
     return None
 
 
-def _run_modules() -> list[str]:
+def run_modules(path: str = RUN_MODULES) -> list[str]:
+    """The module names a list such as ``RUN_MODULES`` holds (none when it is missing)."""
     try:
-        with open(RUN_MODULES, encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f:
             return [line.strip() for line in f if line.strip() and not line.startswith("#")]
     except OSError:
         return []
