@@ -92,9 +92,13 @@ def drift(recorded: list[str], listed: list[str]) -> str | None:
     missing, stale = [m for m in recorded if m not in known], [m for m in listed if m not in imported]
     if len(missing) <= TOLERANCE * len(recorded) and len(stale) <= TOLERANCE * len(recorded):
         return None
+
+    def some(names: list[str]) -> str:
+        return f" ({', '.join(names[:5])}{', …' if len(names) > 5 else ''})" if names else ""
+
     return (
-        f"{TARGET.relative_to(REPO)} has drifted: a run imports {len(missing)} modules it does not list "
-        f"({', '.join(missing[:5])}…), and it lists {len(stale)} a run does not import ({', '.join(stale[:5])}…); "
+        f"{TARGET.relative_to(REPO)} has drifted: a run imports {len(missing)} modules it does not list"
+        f"{some(missing)}, and it lists {len(stale)} a run does not import{some(stale)}; "
         "run python scripts/gen_run_modules.py"
     )
 
