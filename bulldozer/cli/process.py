@@ -141,8 +141,9 @@ def compile_ahead(argv: Sequence[str]) -> int | None:
     last to the first, while the run imports (and compiles what it finds uncompiled) from the
     first. Python writes each cache file whole (written aside, then renamed), so either
     process reads a complete one or compiles the module itself. Nothing is started on a
-    single core, for any other command, or when the flags or the environment the child would
-    inherit could resolve modules differently. The child's pid, or None."""
+    single core, for any other command, where the cache may not be written, or when the flags
+    or the environment the child would inherit could resolve modules differently. The
+    child's pid, or None."""
     from bulldozer.cli.commands import invoked
 
     flags = sys.flags
@@ -152,7 +153,7 @@ def compile_ahead(argv: Sequence[str]) -> int | None:
         return None
     names = run_modules()
     last = module_source(names[-1]) if names else None
-    if last is None or _compiled(last):
+    if last is None or not _uncompiled(last):
         return None
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPYCACHEPREFIX"}
     if sys.pycache_prefix:  # also when set with -X pycache_prefix
@@ -210,15 +211,22 @@ def run_modules(path: str = RUN_MODULES) -> list[str]:
         return []
 
 
-def _compiled(source: str) -> bool:
-    """Whether the bytecode cache has a file for ``source`` (current or not: either way a run
-    does not find the cache empty)."""
+def _uncompiled(source: str) -> bool:
+    """Whether the bytecode cache has no file for ``source`` yet (a stale one counts as one: a
+    run then does not find the cache empty) and one could be written there: a cache nobody may
+    write (a read-only install) would have the child compile for nothing at every run."""
     import importlib.util
 
     try:
-        return os.path.exists(importlib.util.cache_from_source(source))
+        cached = importlib.util.cache_from_source(source)
     except (NotImplementedError, ValueError):
-        return True  # no cache to fill
+        return False  # no cache to fill
+    if os.path.exists(cached):
+        return False
+    folder = os.path.dirname(cached)
+    while not os.path.exists(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)  # the folders Python would create, up to one that exists
+    return os.path.isdir(folder) and os.access(folder, os.W_OK)
 
 
 class Terminated(KeyboardInterrupt):

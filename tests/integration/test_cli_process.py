@@ -158,8 +158,9 @@ def _cached_sources(cache: Path) -> set[str]:
 
 def test_a_child_compiles_a_runs_modules_ahead_into_an_empty_bytecode_cache(tmp_path: Path) -> None:
     """``process.compile_ahead``: with an empty cache a run starts a child that compiles the
-    run's modules (``RUN_MODULES``), and with a filled one, another command, or a cache that
-    may not be written, nothing is started."""
+    run's modules (``RUN_MODULES``), and with a filled one, another command, a cache that
+    may not be written (``PYTHONDONTWRITEBYTECODE``) or cannot be (its folder would be under
+    a file), nothing is started."""
     cache = tmp_path / "pycache"
     probe = """
 import os, sys
@@ -180,6 +181,9 @@ if pid is not None:
 
     assert "PID None" in ahead("validate", "job.yaml", env=_empty_cache_env(cache))  # not a run
     assert "PID None" in ahead("run", "job.yaml", env={**_empty_cache_env(cache), "PYTHONDONTWRITEBYTECODE": "1"})
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    assert "PID None" in ahead("run", "job.yaml", env=_empty_cache_env(a_file / "pycache"))  # no cache can be written
     last = process.module_source(process.run_modules()[-1])
     assert last not in _cached_sources(cache)  # the probe's own modules only
     first = ahead("--profile", "dev", "run", "job.yaml", env=_empty_cache_env(cache))
