@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"bulldozer/kvd/internal/shared"
 )
@@ -133,5 +135,105 @@ func TestAnIngestMergesKeysInByteOrderWhateverTheirFirstBytes(t *testing.T) {
 		if got, found, err := txn.Get(data, []byte(key)); err != nil || !found || string(got) != value {
 			t.Fatalf("%q: %q %v %v, want %q", key, got, found, err, value)
 		}
+	}
+}
+
+// An ingest of 2 M records of 200 bytes in 20 staged runs (a nested 2 M-row version's seal):
+// the merge and the appends into a B-tree three levels deep.
+func BenchmarkIngest(b *testing.B) {
+	const name, runs, perRun = "v__v20260101000000_abcdef", 20, 100_000
+	value := bytes.Repeat([]byte{'v'}, 190)
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		env, err := Open(b.TempDir(), Options{MapSize: 4 << 30, MaxDBs: 16, MaxReaders: 16})
+		if err != nil {
+			b.Fatal(err)
+		}
+		dbis := map[string]DBI{}
+		for _, db := range []string{shared.StoreMetaStates, shared.StoreMetaDigests, shared.StoreMetaStage, shared.StoreDataPrefix + name} {
+			if err := env.createDB(db); err != nil {
+				b.Fatal(err)
+			}
+			if dbis[db], err = env.DBI(db); err != nil {
+				b.Fatal(err)
+			}
+		}
+		states, digests, stage_, data := dbis[shared.StoreMetaStates], dbis[shared.StoreMetaDigests], dbis[shared.StoreMetaStage], dbis[shared.StoreDataPrefix+name]
+		if err := env.put(states, []byte(name), []byte(shared.StatesWritable)); err != nil {
+			b.Fatal(err)
+		}
+		if err := env.put(digests, []byte(name), make([]byte, 25)); err != nil {
+			b.Fatal(err)
+		}
+		for run := 0; run < runs; run++ {
+			var batch Batch
+			for j := 0; j < perRun; j++ {
+				key := binary.AppendUvarint(nil, uint64(j*runs+run)*2654435761%(1<<40))
+				batch.Keys, batch.Values = append(batch.Keys, key...), append(batch.Values, value...)
+				batch.KeyLengths, batch.ValueLengths = append(batch.KeyLengths, uint32(len(key))), append(batch.ValueLengths, uint32(len(value)))
+			}
+			if _, err := env.StageBatch(stage_, states, digests, name, batch, Digest{Count: perRun}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+		if _, _, records, err := env.Ingest(data, stage_, states, digests, name, Layers{}); err != nil || records != runs*perRun {
+			b.Fatalf("ingest: %d records, %v", records, err)
+		}
+		b.StopTimer()
+		env.Close()
+	}
+}
+
+// The store's written pages are handed to the disk a tick after a staged run, every tick
+// while an ingest runs, and not at all while nothing is written; Close stops it.
+func TestWritesAreHandedToTheDiskAsTheyCommitAndNotWhileIdle(t *testing.T) {
+	var calls atomic.Int32
+	before := startWriteback
+	startWriteback = func(e *Env) { calls.Add(1); before(e) }
+	t.Cleanup(func() { startWriteback = before })
+	const name = "v__v20260101000000_abcdef"
+	env, states, digests, stage_, data := loadingVersion(t, name)
+	idle := func() { time.Sleep(4 * WritebackEvery) }
+	// reaching wants within 5 s (a loaded machine may run the goroutine late)
+	eventually := func(what string, want func(int32) bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !want(calls.Load()); {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d writebacks", what, calls.Load())
+			}
+			time.Sleep(WritebackEvery / 5)
+		}
+	}
+
+	idle()
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("%d writebacks before anything was written", n)
+	}
+	stage(t, env, stage_, states, digests, name, []string{"a", "b"}, []string{"1", "2"})
+	eventually("after one staged run", func(n int32) bool { return n == 1 })
+	idle()
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("%d writebacks after one staged run and a pause, want 1", n)
+	}
+	done := env.long() // a long write running (an ingest, a merge): every tick
+	eventually("while a long write runs", func(n int32) bool { return n >= 4 })
+	done()
+	idle()
+	settled := calls.Load()
+	idle()
+	if n := calls.Load(); n != settled {
+		t.Fatalf("%d writebacks after the long write ended and one more", n-settled)
+	}
+	if _, _, _, err := env.Ingest(data, stage_, states, digests, name, Layers{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually("after an ingest", func(n int32) bool { return n > settled })
+	env.Close()
+	closed := calls.Load()
+	env.wrote.Store(true)
+	idle()
+	if n := calls.Load(); n != closed {
+		t.Fatalf("%d writebacks after Close", n-closed)
 	}
 }
