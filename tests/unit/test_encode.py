@@ -190,6 +190,27 @@ def test_byte_identical_to_protobuf_serializer_for_the_sample(sample_table: Any)
         ).SerializeToString(deterministic=True)
 
 
+def test_a_batch_written_on_several_threads_is_the_batch_written_by_one() -> None:
+    """A batch large enough to be split among threads (each writes its own rows into its
+    own part of the buffer) comes out byte for byte as one thread writes it, and as the
+    same rows encoded a small slice at a time (one thread each): the rows at the parts'
+    edges included, in the nested sample's layout (repeated messages, maps, decimals)."""
+    from bulldozer.spec import load_spec
+    from bulldozer.warehouse.sample import SAMPLE_SCHEMA, generate_sample
+    from tests.conftest import REPO
+
+    spec = load_spec(REPO / "templates" / "move_data_to_kv_dal.yaml", env={}).spec
+    job = build_job_schema(spec, SAMPLE_SCHEMA)
+    data = generate_sample(40_003)  # three parts of 13,334 rows and more
+    one = RowEncoder(job.proto, threads=1).encode(data)
+    for threads in (3, 0):
+        many = RowEncoder(job.proto, threads=threads).encode(data)
+        assert many.keys.equals(one.keys) and many.values.equals(one.values), threads
+    sliced = [RowEncoder(job.proto).encode(data.slice(start, 1000)) for start in range(0, data.num_rows, 1000)]
+    assert pa.concat_arrays([e.keys for e in sliced]).equals(one.keys)
+    assert pa.concat_arrays([e.values for e in sliced]).equals(one.values)
+
+
 def test_sample_table_round_trips(sample_table: Any) -> None:
     from bulldozer.spec import load_spec
     from tests.conftest import REPO

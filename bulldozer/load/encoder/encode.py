@@ -222,18 +222,23 @@ class RowEncoder:
 
     ``columns`` maps each top-level proto field's source column to the name it has in the
     batches (identity by default; a query may deliver renamed columns).
+
+    ``threads``: how many threads write a batch's bytes at most (0: one per core). The
+    local engine's encoder is the one busy thread of its process and takes every core;
+    a Spark task runs beside as many others as its executor has cores, and takes one.
     """
 
-    def __init__(self, proto: ProtoFile) -> None:
+    def __init__(self, proto: ProtoFile, threads: int = 0) -> None:
         self.proto = proto
+        self.threads = threads
 
     def encode(self, batch: pa.RecordBatch | pa.Table) -> EncodedBatch:
         keys = self.encode_message(self.proto.key, batch, top_level=True, is_key=True)
         values = self.encode_message(self.proto.value, batch, top_level=True)
-        return EncodedBatch(materialize(keys), materialize(values))
+        return EncodedBatch(materialize(keys, self.threads), materialize(values, self.threads))
 
     def encode_keys(self, batch: pa.RecordBatch | pa.Table) -> pa.Array:
-        return materialize(self.encode_message(self.proto.key, batch, top_level=True, is_key=True))
+        return materialize(self.encode_message(self.proto.key, batch, top_level=True, is_key=True), self.threads)
 
     # -- messages ---------------------------------------------------------------
 

@@ -157,11 +157,12 @@ class GroupedRows(Rows):
         return ("g", self.n, _keep(self.keep), self.bounds, self.elements.layout())
 
 
-def materialize(rows: Rows) -> pa.Array:
+def materialize(rows: Rows, threads: int = 0) -> pa.Array:
     """Every row of ``rows`` as one ``large_binary`` array: sizes first, one allocation,
-    each byte written once."""
+    each byte written once, by up to ``threads`` threads (0: one per core; a batch of
+    fewer than 16 Ki rows is written by one)."""
     offsets = np.empty(rows.n + 1, dtype=np.uint64)
-    data = _kernels.encode(rows.layout(), rows.n, offsets)
+    data = _kernels.encode(rows.layout(), rows.n, offsets, threads)
     return binary_rows(rows.n, offsets, data)
 
 

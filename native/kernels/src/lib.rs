@@ -402,14 +402,55 @@ impl Node {
     }
 }
 
+/// Rows a thread of `write_rows` writes at least.
+const ROWS_PER_THREAD: usize = 8192;
+
+/// Writes every row of `root` at its offset in `out` (`offs`: `n + 1` offsets, `out` the
+/// bytes of all rows); the first row whose bytes end elsewhere than its offsets say, if any.
+/// The rows are split into up to `threads` ranges (0: as many as there are cores) of at
+/// least `ROWS_PER_THREAD` rows, written on one thread each into its own part of `out`: a
+/// write never reaches past the end of its part (the 16-byte moves of `put` fall back to
+/// exact copies there), so no thread writes bytes another one does.
+fn write_rows(root: &Node, offs: &[u64], out: &mut [u8], threads: usize) -> Option<usize> {
+    let n = offs.len() - 1;
+    let threads = if threads == 0 { std::thread::available_parallelism().map_or(1, |c| c.get()) } else { threads };
+    let parts = threads.min(n / ROWS_PER_THREAD).max(1);
+    let range = |first: usize, end: usize, out: &mut [u8]| -> Option<usize> {
+        let base = offs[first];
+        (first..end).find(|&r| root.write(r, out, (offs[r] - base) as usize) as u64 != offs[r + 1] - base)
+    };
+    if parts == 1 {
+        return range(0, n, out);
+    }
+    let bounds: Vec<usize> = (0..=parts).map(|k| k * n / parts).collect();
+    std::thread::scope(|scope| {
+        let mut rest = out;
+        let mut handles = Vec::with_capacity(parts - 1);
+        for k in (1..parts).rev() {  // cut from the end: the last part first
+            let (first, end) = (bounds[k], bounds[k + 1]);
+            let len = (offs[end] - offs[first]) as usize;
+            let cut = rest.len() - len;
+            let (head, tail) = rest.split_at_mut(cut);
+            rest = head;
+            handles.push(scope.spawn(move || range(first, end, tail)));
+        }
+        let first = range(0, bounds[1], rest);
+        let others = handles.into_iter().map(|h| h.join().expect("an encoder thread panicked"));
+        first.into_iter().chain(others.flatten()).min()
+    })
+}
+
 /// Every row of `layout` (`n` rows): fills `offsets` (uint64, `n + 1`) with where each
-/// row starts and returns the bytes.
+/// row starts and returns the bytes, written on up to `threads` threads (0: one per core;
+/// see `write_rows`).
 #[pyfunction]
+#[pyo3(signature = (layout, n, offsets, threads = 0))]
 fn encode<'py>(
     py: Python<'py>,
     layout: &Bound<'py, PyAny>,
     n: usize,
     offsets: &Bound<'py, PyAny>,
+    threads: usize,
 ) -> PyResult<Bound<'py, PyBytes>> {
     let mut held = Held::default();
     let Parsed { node: mut root, n: rows } = parse(layout, &mut held, 0)?;
@@ -431,15 +472,9 @@ fn encode<'py>(
     });
     let total = usize::try_from(total).map_err(|_| bad("encode: the batch does not fit in memory".into()))?;
     let mut wrong: Option<usize> = None;
+    let offs: &[u64] = offs;
     let bytes = PyBytes::new_with(py, total, |out| {
-        wrong = py.detach(|| {
-            for r in 0..n {
-                if root.write(r, out, offs[r] as usize) as u64 != offs[r + 1] {
-                    return Some(r);
-                }
-            }
-            None
-        });
+        wrong = py.detach(|| write_rows(&root, offs, out, threads));
         Ok(())
     })?;
     if let Some(r) = wrong {

@@ -180,7 +180,7 @@ class BulldozerWriter(DataSourceArrowWriter):
         layout = self.layout
         rate = layout.tuning.records_per_second
         throttle = Throttle(max(1, rate // layout.tasks) if rate else None)
-        encoder = RowEncoder(layout.proto)
+        encoder = RowEncoder(layout.proto, threads=1)  # beside the executor's other tasks, one core each
         digest = Digest()
         nulls: dict[str, int] = {}
         hashes, keys = [], []
