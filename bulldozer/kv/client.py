@@ -316,13 +316,31 @@ class KvClient:
             for future in pending:
                 future.cancel()
 
-    def delete(self, namespace: str, keys: Sequence[bytes], chunk: int = 10_000) -> int:
-        """Delete ``keys`` from a LOADING version (in requests of ``chunk`` keys); returns how
-        many were there."""
+    def delete(self, namespace: str, keys: Sequence[bytes], chunk: int = 10_000, in_flight: int = 2) -> int:
+        """Delete ``keys`` from a LOADING version (in requests of ``chunk`` keys, ``in_flight``
+        of them at once); returns how many were there."""
+        import grpc
+
         deleted = 0
-        for start in range(0, len(keys), chunk):
-            request = kv_pb2.DeleteRequest(namespace=namespace, keys=list(keys[start : start + chunk]))
-            deleted += self._t.call(self._t.data, "Delete", request, 600.0).deleted
+        pending: deque[Any] = deque()
+
+        def answer(future: Any) -> int:
+            try:
+                return int(future.result().deleted)
+            except grpc.RpcError as err:
+                raise translate(err) from None
+
+        try:
+            for start in range(0, len(keys), chunk):
+                request = kv_pb2.DeleteRequest(namespace=namespace, keys=list(keys[start : start + chunk]))
+                pending.append(self._t.future(self._t.data, "Delete", request, 600.0))
+                if len(pending) >= max(1, in_flight):
+                    deleted += answer(pending.popleft())
+            while pending:
+                deleted += answer(pending.popleft())
+        finally:
+            for future in pending:
+                future.cancel()
         return deleted
 
     def sample(
