@@ -14,9 +14,9 @@ import (
 // loadingVersion opens a store in a fresh folder with one LOADING version, name (its
 // running digest exact), and returns the store and the states, digests, stage and data
 // databases.
-func loadingVersion(t *testing.T, name string) (env *Env, states, digests, stage, data DBI) {
+func loadingVersion(t testing.TB, name string) (env *Env, states, digests, stage, data DBI) {
 	t.Helper()
-	env, err := Open(t.TempDir(), Options{MapSize: 256 << 20, MaxDBs: 16, MaxReaders: 16})
+	env, err := Open(t.TempDir(), Options{MapSize: 4 << 30, MaxDBs: 16, MaxReaders: 16}) // a sparse file
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,26 +145,7 @@ func BenchmarkIngest(b *testing.B) {
 	value := bytes.Repeat([]byte{'v'}, 190)
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		env, err := Open(b.TempDir(), Options{MapSize: 4 << 30, MaxDBs: 16, MaxReaders: 16})
-		if err != nil {
-			b.Fatal(err)
-		}
-		dbis := map[string]DBI{}
-		for _, db := range []string{shared.StoreMetaStates, shared.StoreMetaDigests, shared.StoreMetaStage, shared.StoreDataPrefix + name} {
-			if err := env.createDB(db); err != nil {
-				b.Fatal(err)
-			}
-			if dbis[db], err = env.DBI(db); err != nil {
-				b.Fatal(err)
-			}
-		}
-		states, digests, stage_, data := dbis[shared.StoreMetaStates], dbis[shared.StoreMetaDigests], dbis[shared.StoreMetaStage], dbis[shared.StoreDataPrefix+name]
-		if err := env.put(states, []byte(name), []byte(shared.StatesWritable)); err != nil {
-			b.Fatal(err)
-		}
-		if err := env.put(digests, []byte(name), make([]byte, 25)); err != nil {
-			b.Fatal(err)
-		}
+		env, states, digests, stage_, data := loadingVersion(b, name)
 		for run := 0; run < runs; run++ {
 			var batch Batch
 			for j := 0; j < perRun; j++ {
