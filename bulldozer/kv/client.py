@@ -319,8 +319,6 @@ class KvClient:
     def delete(self, namespace: str, keys: Sequence[bytes], chunk: int = 10_000, in_flight: int = 2) -> int:
         """Delete ``keys`` from a LOADING version (in requests of ``chunk`` keys, ``in_flight``
         of them at once); returns how many were there."""
-        import grpc
-
         deleted = 0
         pending: deque[Any] = deque()
 
