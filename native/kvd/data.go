@@ -244,6 +244,7 @@ func (s *dataServer) put(ctx context.Context, req *kvpb.PutBatchRequest, setTrai
 }
 
 func (s *dataServer) PutBatch(ctx context.Context, req *kvpb.PutBatchRequest) (*kvpb.PutBatchResponse, error) {
+	defer releaseRequest(req)
 	started := time.Now()
 	resp, native, err := s.put(ctx, req, unaryTrailer(ctx))
 	if native {
@@ -268,6 +269,7 @@ func (s *dataServer) PutStream(stream kvpb.KvData_PutStreamServer) (err error) {
 			return err // the client went away: what was stored stays, nothing is sealed
 		}
 		resp, _, err := s.put(ctx, req, stream.SetTrailer)
+		releaseRequest(req)
 		if err != nil {
 			return err
 		}

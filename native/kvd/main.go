@@ -25,6 +25,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 
 	"bulldozer/kvd/internal/kvpb"
 	"bulldozer/kvd/internal/shared"
@@ -198,7 +199,8 @@ func run(listen, backend, engine, dir string, opts lmdb.Options, limits Limits, 
 	}
 	r := &relay{conn: conn}
 	server := grpc.NewServer(
-		grpc.ForceServerCodec(codec{}),
+		grpc.ForceServerCodecV2(codec{}),
+		experimental.BufferPool(&batchBuffers),
 		grpc.UnknownServiceHandler(r.handle),
 		grpc.MaxRecvMsgSize(maxMsg),
 		grpc.MaxSendMsgSize(maxMsg),

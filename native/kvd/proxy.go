@@ -11,40 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 )
-
-// frame is a message relayed without decoding.
-type frame struct{ data []byte }
-
-// codec passes frames through and (un)marshals the messages of the services this process
-// serves as protobuf.
-type codec struct{}
-
-func (codec) Name() string { return "proto" }
-
-func (codec) Marshal(v any) ([]byte, error) {
-	if f, ok := v.(*frame); ok {
-		return f.data, nil
-	}
-	m, ok := v.(proto.Message)
-	if !ok {
-		return nil, status.Errorf(codes.Internal, "cannot marshal %T", v)
-	}
-	return proto.Marshal(m)
-}
-
-func (codec) Unmarshal(data []byte, v any) error {
-	if f, ok := v.(*frame); ok {
-		f.data = append([]byte(nil), data...)
-		return nil
-	}
-	m, ok := v.(proto.Message)
-	if !ok {
-		return status.Errorf(codes.Internal, "cannot unmarshal into %T", v)
-	}
-	return proto.Unmarshal(data, m)
-}
 
 type relay struct{ conn *grpc.ClientConn }
 
@@ -55,7 +22,7 @@ func (r *relay) handle(_ any, in grpc.ServerStream) error {
 	if !ok {
 		return status.Error(codes.Internal, "no method on the stream")
 	}
-	out, err := r.conn.NewStream(forwarded(in.Context()), relayDesc, method, grpc.ForceCodec(codec{}))
+	out, err := r.conn.NewStream(forwarded(in.Context()), relayDesc, method, grpc.ForceCodecV2(codec{}))
 	if err != nil {
 		return err
 	}

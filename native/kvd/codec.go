@@ -1,0 +1,208 @@
+package main
+
+// How messages cross the wire: relayed calls as opaque frames, this process's own calls as
+// protobuf. A PutBatch request carrying one columnar batch (what every Bulldozer client
+// sends: bulldozer.kv.columnar) is the one large message, a batch of up to tens of MiB: it
+// is copied once out of gRPC's receive buffers into a buffer kept for reuse, and its keys
+// and values are that buffer's bytes (see putRequests). Decoding it the general way copied
+// it twice more (gathered into one fresh, zeroed slice, then each bytes field into another)
+// and left two batch-sized allocations per request to the collector.
+
+import (
+	"sync"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"bulldozer/kvd/internal/kvpb"
+)
+
+// frame is a message relayed without decoding.
+type frame struct{ data []byte }
+
+// codec passes frames through and (un)marshals the messages of the services this process
+// serves as protobuf.
+type codec struct{}
+
+func (codec) Name() string { return "proto" }
+
+func (codec) Marshal(v any) (mem.BufferSlice, error) {
+	if f, ok := v.(*frame); ok {
+		return mem.BufferSlice{mem.SliceBuffer(f.data)}, nil
+	}
+	m, ok := v.(proto.Message)
+	if !ok {
+		return nil, status.Errorf(codes.Internal, "cannot marshal %T", v)
+	}
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+}
+
+func (codec) Unmarshal(data mem.BufferSlice, v any) error {
+	switch m := v.(type) {
+	case *frame:
+		m.data = data.Materialize()
+		return nil
+	case *kvpb.PutBatchRequest:
+		buf := batchBuffers.get(data.Len())
+		b := (*buf)[:data.CopyTo(*buf)]
+		if decodePutBatch(b, m) {
+			putRequests.Store(m, buf)
+			return nil
+		}
+		err := proto.Unmarshal(b, m) // any other shape: the general way (it copies what it keeps)
+		batchBuffers.put(buf)
+		return err
+	case proto.Message:
+		return proto.Unmarshal(data.Materialize(), m)
+	}
+	return status.Errorf(codes.Internal, "cannot unmarshal into %T", v)
+}
+
+// putRequests are the PutBatch requests decoded into a reused buffer, and that buffer:
+// released (releaseRequest) once the call that received the request has served it.
+var putRequests sync.Map
+
+// releaseRequest hands a served PutBatch request's buffer back for reuse; the request's keys
+// and values must not be used after it (the store has copied what it keeps).
+func releaseRequest(req *kvpb.PutBatchRequest) {
+	if buf, ok := putRequests.LoadAndDelete(req); ok {
+		req.Columnar = nil
+		batchBuffers.put(buf.(*[]byte))
+	}
+}
+
+// decodePutBatch decodes b into m when b is a PutBatchRequest of the usual shape, each field
+// once: a namespace and a columnar batch (keys, packed key lengths, values, packed value
+// lengths), its keys and values aliasing b. False (m untouched) for any other shape, which
+// the general decoder then reads: records, a field repeated, lengths not packed, a field
+// this version does not know.
+func decodePutBatch(b []byte, m *kvpb.PutBatchRequest) bool {
+	var namespace string
+	var columnar *kvpb.ColumnarRecords
+	var seen [4]bool
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 || typ != protowire.BytesType || (num != 1 && num != 3) || seen[num] {
+			return false
+		}
+		seen[num] = true
+		v, k := protowire.ConsumeBytes(b[n:])
+		if k < 0 {
+			return false
+		}
+		b = b[n+k:]
+		if num == 1 {
+			if !utf8.Valid(v) { // proto3 strings are UTF-8: the general decoder says so
+				return false
+			}
+			namespace = string(v)
+		} else if columnar = decodeColumnar(v); columnar == nil {
+			return false
+		}
+	}
+	m.Namespace, m.Columnar = namespace, columnar
+	return true
+}
+
+func decodeColumnar(b []byte) *kvpb.ColumnarRecords {
+	c := &kvpb.ColumnarRecords{}
+	var seen [5]bool
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 || typ != protowire.BytesType || num < 1 || num > 4 || seen[num] {
+			return nil
+		}
+		seen[num] = true
+		v, k := protowire.ConsumeBytes(b[n:])
+		if k < 0 {
+			return nil
+		}
+		b = b[n+k:]
+		switch num {
+		case 1:
+			c.Keys = v
+		case 3:
+			c.Values = v
+		case 2, 4:
+			lengths, ok := packedUint32s(v)
+			if !ok {
+				return nil
+			}
+			if num == 2 {
+				c.KeyLengths = lengths
+			} else {
+				c.ValueLengths = lengths
+			}
+		}
+	}
+	return c
+}
+
+// packedUint32s decodes a packed repeated uint32 field (varints, each truncated to 32 bits
+// as protobuf does).
+func packedUint32s(b []byte) ([]uint32, bool) {
+	count := 0
+	for _, c := range b {
+		if c < 0x80 {
+			count++
+		}
+	}
+	out := make([]uint32, 0, count)
+	for len(b) > 0 {
+		v, n := protowire.ConsumeVarint(b)
+		if n < 0 {
+			return nil, false
+		}
+		out = append(out, uint32(v))
+		b = b[n:]
+	}
+	return out, true
+}
+
+// bufferPool keeps batch-sized buffers for reuse, unzeroed (each is written whole before it
+// is read): one per size class, a power of two from 256 bytes.
+type bufferPool struct{ classes [40]sync.Pool }
+
+var batchBuffers bufferPool
+
+const smallestClass = 8 // 256 bytes
+
+func class(size int) int {
+	c := smallestClass
+	for 1<<c < size {
+		c++
+	}
+	return c
+}
+
+func (p *bufferPool) get(size int) *[]byte {
+	c := class(size)
+	if c < len(p.classes) {
+		if buf, ok := p.classes[c].Get().(*[]byte); ok {
+			*buf = (*buf)[:size]
+			return buf
+		}
+	}
+	b := make([]byte, size, 1<<min(c, 62))
+	return &b
+}
+
+func (p *bufferPool) put(buf *[]byte) {
+	c := class(cap(*buf))
+	if 1<<c == cap(*buf) && c < len(p.classes) {
+		p.classes[c].Put(buf)
+	}
+}
+
+// Get and Put make bufferPool the pool gRPC reads frames into: its default pool zeroes
+// every buffer it hands out again.
+func (p *bufferPool) Get(size int) *[]byte { return p.get(size) }
+func (p *bufferPool) Put(buf *[]byte)      { p.put(buf) }
