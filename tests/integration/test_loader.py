@@ -227,3 +227,61 @@ def test_a_malformed_request_does_not_stop_it(home: Path) -> None:
     done = _bulldozer(home, "run", str(home / "job.yaml"), "-q")
     assert done.returncode == 0, done.stderr
     assert status(home) is not None
+
+
+# A command run in the loader, as its child runs it: the loader's imports (``preload``) and
+# its warm DAL, then each command in turn; prints, per command, the modules it imported that
+# were not yet imported (the table is changed between the two runs, outside the counting).
+_AS_THE_LOADERS_CHILD = """
+import json, sys
+from pathlib import Path
+
+from bench import feature_table
+from bulldozer.cli.loader.server import preload
+from bulldozer.kv.connect import embedded_store_path, start_embedded_dal, use_warm_dal
+
+home, spec = Path(sys.argv[1]), sys.argv[2]
+preload()
+with start_embedded_dal(home) as dal:
+    dal.wait()
+    use_warm_dal(embedded_store_path(home), dal.address)
+    from bulldozer.cli.main import main
+
+    for changed in (False, True):
+        if changed:
+            feature_table.change_one_file(home, 4_000, 4, 1, seed=5)
+        before = set(sys.modules)
+        sys.argv = ["bulldozer", "run", spec, "--json", "-q"]
+        try:
+            main()
+        except SystemExit as exc:
+            assert exc.code in (0, None), exc.code
+        print("imported:", json.dumps(sorted(set(sys.modules) - before)), file=sys.stderr)
+"""
+
+
+def test_a_run_in_the_loader_imports_only_the_command_lines_own_modules(tmp_path: Path) -> None:
+    """Everything a run imports on its way is imported by the loader first (``PRELOAD``),
+    for a full run and for a delta: only the command line's own modules are left, which each
+    run imports for itself (they make consoles on its caller's terminal)."""
+    from bench import feature_table
+
+    feature_table.build_files(tmp_path, 4_000, 4)
+    spec = feature_table.write_spec(tmp_path / "delta.yaml", "features", "delta")
+    done = subprocess.run(
+        [sys.executable, "-c", _AS_THE_LOADERS_CHILD, str(tmp_path), str(spec)],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+        env={**os.environ, "BULLDOZER_HOME": str(tmp_path), "BULLDOZER_ENDPOINT": "embedded"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs, at, text = [], 0, done.stdout.strip()
+    while at < len(text):  # the two runs' JSON, one after the other
+        run, at = json.JSONDecoder().raw_decode(text, at)
+        runs.append(run)
+        at += len(text[at:]) - len(text[at:].lstrip())
+    assert [r["mode"] for r in runs] == ["full", "delta"]
+    imported = [json.loads(line.split(": ", 1)[1]) for line in done.stderr.splitlines() if line.startswith("imported:")]
+    assert len(imported) == 2
+    for run, modules in zip(("full", "delta"), imported, strict=True):
+        extra = [m for m in modules if not m.startswith("bulldozer.cli.")]
+        assert not extra, f"the {run} run imported what the loader had not: {extra}"

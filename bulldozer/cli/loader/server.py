@@ -36,9 +36,12 @@ log = logging.getLogger("bulldozer.cli.loader")
 
 #: What the children find imported: everything a local run imports on its way, except the
 #: command line's own modules (they make rich consoles, which read the terminal when they
-#: are made: each child makes its own, on its caller's terminal).
+#: are made: each child makes its own, on its caller's terminal). A test runs a full and a
+#: delta run as a child does and fails on any other module they import.
 PRELOAD = (
     "typer",
+    "typer._adapters",  # typer's on the first command it runs
+    "typer._click.decorators",
     "rich.console",
     "rich.progress",
     "pyarrow",
@@ -56,6 +59,20 @@ PRELOAD = (
     "bulldozer.schema.iceberg",
     "bulldozer.spec.loader",
     "bulldozer.warehouse.catalog",
+    # imported on first use, by every run: a warm delta found them missing (≈ 25 ms a run)
+    "numpy.ma",  # pyarrow.compute.take checks its argument against numpy.ma.MaskedArray
+    "grpc._channel",  # grpc imports its channel on the first insecure_channel()
+    "grpc.experimental",
+    "grpc_health.v1.health_pb2_grpc",
+    "grpc_tools.protoc",  # bulldozer.schema.compile
+    "pyiceberg.catalog.noop",
+    "pyiceberg.avro.decoder_fast",
+    "grpc_status.rpc_status",  # the DAL's errors are read with it (a first run's missing alias)
+    "google.rpc.error_details_pb2",
+    "google.protobuf.duration_pb2",
+    "pwd",
+    "bulldozer.kv.columnar",
+    "bulldozer.load.delta",
 )
 
 _MAX_REQUEST = 16 * 1024 * 1024
