@@ -175,9 +175,11 @@ var batchBuffers bufferPool
 
 const smallestClass = 8 // 256 bytes
 
+// class is the size class of a buffer of size bytes: the smallest power of two that holds
+// it (len(classes) and over are not kept).
 func class(size int) int {
 	c := smallestClass
-	for 1<<c < size {
+	for c < 62 && 1<<c < size {
 		c++
 	}
 	return c
@@ -191,7 +193,7 @@ func (p *bufferPool) get(size int) *[]byte {
 			return buf
 		}
 	}
-	b := make([]byte, size, 1<<min(c, 62))
+	b := make([]byte, size, max(size, 1<<c))
 	return &b
 }
 
