@@ -89,16 +89,11 @@ func decodePutBatch(b []byte, m *kvpb.PutBatchRequest) bool {
 	var columnar *kvpb.ColumnarRecords
 	var seen [4]bool
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || typ != protowire.BytesType || (num != 1 && num != 3) || seen[num] {
+		num, v, rest, ok := field(b, seen[:])
+		if !ok || num == 2 { // 2: records
 			return false
 		}
-		seen[num] = true
-		v, k := protowire.ConsumeBytes(b[n:])
-		if k < 0 {
-			return false
-		}
-		b = b[n+k:]
+		b = rest
 		if num == 1 {
 			if !utf8.Valid(v) { // proto3 strings are UTF-8: the general decoder says so
 				return false
@@ -116,16 +111,11 @@ func decodeColumnar(b []byte) *kvpb.ColumnarRecords {
 	c := &kvpb.ColumnarRecords{}
 	var seen [5]bool
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || typ != protowire.BytesType || num < 1 || num > 4 || seen[num] {
+		num, v, rest, ok := field(b, seen[:])
+		if !ok {
 			return nil
 		}
-		seen[num] = true
-		v, k := protowire.ConsumeBytes(b[n:])
-		if k < 0 {
-			return nil
-		}
-		b = b[n+k:]
+		b = rest
 		switch num {
 		case 1:
 			c.Keys = v
@@ -144,6 +134,22 @@ func decodeColumnar(b []byte) *kvpb.ColumnarRecords {
 		}
 	}
 	return c
+}
+
+// field reads the first field of b, of a message read the usual way: length-delimited,
+// numbered from 1 to len(seen) - 1, and not seen before (it is marked seen); its number, its
+// bytes (aliasing b) and the rest of b, or ok false for anything else.
+func field(b []byte, seen []bool) (num protowire.Number, v, rest []byte, ok bool) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 || typ != protowire.BytesType || num < 1 || int(num) >= len(seen) || seen[num] {
+		return 0, nil, nil, false
+	}
+	seen[num] = true
+	v, k := protowire.ConsumeBytes(b[n:])
+	if k < 0 {
+		return 0, nil, nil, false
+	}
+	return num, v, b[n+k:], true
 }
 
 // packedUint32s decodes a packed repeated uint32 field (varints, each truncated to 32 bits
