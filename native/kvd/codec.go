@@ -51,14 +51,14 @@ func (codec) Unmarshal(data mem.BufferSlice, v any) error {
 		m.data = data.Materialize()
 		return nil
 	case *kvpb.PutBatchRequest:
-		buf := batchBuffers.get(data.Len())
+		buf := batchBuffers.Get(data.Len())
 		b := (*buf)[:data.CopyTo(*buf)]
 		if decodePutBatch(b, m) {
 			putRequests.Store(m, buf)
 			return nil
 		}
 		err := proto.Unmarshal(b, m) // any other shape: the general way (it copies what it keeps)
-		batchBuffers.put(buf)
+		batchBuffers.Put(buf)
 		return err
 	case proto.Message:
 		return proto.Unmarshal(data.Materialize(), m)
@@ -75,7 +75,7 @@ var putRequests sync.Map
 func releaseRequest(req *kvpb.PutBatchRequest) {
 	if buf, ok := putRequests.LoadAndDelete(req); ok {
 		req.Columnar = nil
-		batchBuffers.put(buf.(*[]byte))
+		batchBuffers.Put(buf.(*[]byte))
 	}
 }
 
@@ -173,8 +173,9 @@ func packedUint32s(b []byte) ([]uint32, bool) {
 	return out, true
 }
 
-// bufferPool keeps batch-sized buffers for reuse, unzeroed (each is written whole before it
-// is read): one per size class, a power of two from 256 bytes.
+// bufferPool keeps buffers for reuse, unzeroed (each is written whole before it is read):
+// one pool per size class, a power of two from 256 bytes. It is also the pool gRPC reads
+// frames into (a mem.BufferPool): gRPC's default pool zeroes every buffer it hands out again.
 type bufferPool struct{ classes [40]sync.Pool }
 
 var batchBuffers bufferPool
@@ -191,7 +192,7 @@ func class(size int) int {
 	return c
 }
 
-func (p *bufferPool) get(size int) *[]byte {
+func (p *bufferPool) Get(size int) *[]byte {
 	c := class(size)
 	if c < len(p.classes) {
 		if buf, ok := p.classes[c].Get().(*[]byte); ok {
@@ -203,14 +204,9 @@ func (p *bufferPool) get(size int) *[]byte {
 	return &b
 }
 
-func (p *bufferPool) put(buf *[]byte) {
+func (p *bufferPool) Put(buf *[]byte) {
 	c := class(cap(*buf))
 	if 1<<c == cap(*buf) && c < len(p.classes) {
 		p.classes[c].Put(buf)
 	}
 }
-
-// Get and Put make bufferPool the pool gRPC reads frames into: its default pool zeroes
-// every buffer it hands out again.
-func (p *bufferPool) Get(size int) *[]byte { return p.get(size) }
-func (p *bufferPool) Put(buf *[]byte)      { p.put(buf) }

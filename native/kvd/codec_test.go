@@ -126,16 +126,16 @@ func TestUnusualPutBatchWireFormsReadAsTheGeneralDecoderReadsThem(t *testing.T) 
 // Buffers come in power-of-two classes, of the size asked for.
 func TestBatchBuffersComeInClassesOfTheSizeAskedFor(t *testing.T) {
 	var p bufferPool
-	a := p.get(5 << 20)
+	a := p.Get(5 << 20)
 	if len(*a) != 5<<20 || cap(*a) != 8<<20 {
 		t.Fatalf("got len %d cap %d", len(*a), cap(*a))
 	}
 	(*a)[0] = 1
-	p.put(a)
-	if b := p.get(6 << 20); len(*b) != 6<<20 || cap(*b) != 8<<20 {
+	p.Put(a)
+	if b := p.Get(6 << 20); len(*b) != 6<<20 || cap(*b) != 8<<20 {
 		t.Fatalf("got len %d cap %d", len(*b), cap(*b))
 	}
-	if c := p.get(0); len(*c) != 0 || cap(*c) != 1<<smallestClass {
+	if c := p.Get(0); len(*c) != 0 || cap(*c) != 1<<smallestClass {
 		t.Fatalf("got len %d cap %d", len(*c), cap(*c))
 	}
 }
