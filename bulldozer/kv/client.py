@@ -15,7 +15,7 @@ import contextlib
 import getpass
 import socket
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -296,50 +296,44 @@ class KvClient:
         round trip. Each result comes from one version; with an alias, later results may
         come from a newer version if the alias flips meanwhile (each names its version)."""
         target = self._target(namespace, alias)
-        pending: deque[Any] = deque()
-
-        def result(future: Any) -> tuple[str, list[bytes | None]]:
-            try:
-                return _batch_get_result(future.result())
-            except grpc.RpcError as err:
-                raise translate(err) from None
-
-        try:
-            for keys in key_lists:
-                request = kv_pb2.BatchGetRequest(target=target, keys=list(keys))
-                pending.append(self._t.future(self._t.data, "BatchGet", request, self.timeout))
-                if len(pending) >= max(1, in_flight):
-                    yield result(pending.popleft())
-            while pending:
-                yield result(pending.popleft())
-        finally:
-            for future in pending:
-                future.cancel()
+        requests = (kv_pb2.BatchGetRequest(target=target, keys=list(keys)) for keys in key_lists)
+        with contextlib.closing(self._pipelined("BatchGet", requests, in_flight, self.timeout)) as responses:
+            for response in responses:  # a caller stopping early cancels what is on the wire
+                yield _batch_get_result(response)
 
     def delete(self, namespace: str, keys: Sequence[bytes], chunk: int = 10_000, in_flight: int = 2) -> int:
         """Delete ``keys`` from a LOADING version (in requests of ``chunk`` keys, ``in_flight``
         of them at once); returns how many were there."""
-        deleted = 0
+        requests = (
+            kv_pb2.DeleteRequest(namespace=namespace, keys=list(keys[start : start + chunk]))
+            for start in range(0, len(keys), chunk)
+        )
+        return sum(int(response.deleted) for response in self._pipelined("Delete", requests, in_flight, 600.0))
+
+    def _pipelined(
+        self, method: str, requests: Iterable[Any], in_flight: int, timeout: float
+    ) -> Generator[Any, None, None]:
+        """The responses of data-plane call ``method`` for each request, in order, with up to
+        ``in_flight`` requests on the wire at once; the first failure is raised as the
+        exception tree's error, and the requests still unanswered are cancelled."""
         pending: deque[Any] = deque()
 
-        def answer(future: Any) -> int:
+        def response(future: Any) -> Any:
             try:
-                return int(future.result().deleted)
+                return future.result()
             except grpc.RpcError as err:
                 raise translate(err) from None
 
         try:
-            for start in range(0, len(keys), chunk):
-                request = kv_pb2.DeleteRequest(namespace=namespace, keys=list(keys[start : start + chunk]))
-                pending.append(self._t.future(self._t.data, "Delete", request, 600.0))
+            for request in requests:
+                pending.append(self._t.future(self._t.data, method, request, timeout))
                 if len(pending) >= max(1, in_flight):
-                    deleted += answer(pending.popleft())
+                    yield response(pending.popleft())
             while pending:
-                deleted += answer(pending.popleft())
+                yield response(pending.popleft())
         finally:
             for future in pending:
                 future.cancel()
-        return deleted
 
     def sample(
         self, count: int, seed: int = 0, *, alias: str | None = None, namespace: str | None = None
