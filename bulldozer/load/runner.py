@@ -39,7 +39,7 @@ from bulldozer.errors import (
 from bulldozer.kv.client import KvClient
 from bulldozer.kv.types import NamespaceRecord, State
 from bulldozer.lineage import lineage_for
-from bulldozer.load.delta import DeltaPlan, apply_delta, plan_delta
+from bulldozer.load.delta import DeltaChanges, DeltaPlan, apply_delta, base_duplicates, plan_delta
 from bulldozer.load.engines import LoadEngine, LoadPlan, LoadResult, SplitResult, create_load_engine
 from bulldozer.load.gates import GateResult, evaluate_gates
 from bulldozer.load.shadow_read import ShadowReadReport, shadow_read
@@ -153,6 +153,8 @@ class JobRun:
         self.done: dict[str, SplitResult] = {}
         #: set when this run writes a delta version (``load.delta``)
         self.delta: DeltaPlan | None = None
+        #: what this process's load stage applied to the delta version
+        self.delta_changes: DeltaChanges | None = None
         self.null_counts: dict[str, int] = {}
         self.digest_value = 0
         #: the load stage's results are known (it ran, or ``restore`` read them back)
@@ -337,7 +339,7 @@ class JobRun:
             changes = apply_delta(
                 self.delta, self.spec, self.table, self.job, client, record.version, self.progress, record.resumed
             )
-            record.delta = changes.summary
+            record.delta, self.delta_changes = changes.summary, changes
             self.record_load(changes.load_result())
             return
         plan = LoadPlan(
@@ -392,7 +394,7 @@ class JobRun:
             try:
                 client.seal(record.version, expected_records=record.rows, expected_digest=self.digest_value)
             except VerificationError:
-                shared = self._shared_keys()
+                shared = self._shared_keys() if self.delta is None else self._base_duplicates()
                 if shared is not None:
                     raise shared from None
                 raise
@@ -427,6 +429,13 @@ class JobRun:
         hashes = self.load_engine.key_hashes_of(plan, None)
         dups = duplicate_hashes(hashes)
         return duplicate_key_error(self.load_engine.find_keys(plan, dups)) if dups else None
+
+    def _base_duplicates(self) -> DuplicateKeyError | None:
+        """After a delta version's seal failed: the new keys its base held, when this process
+        applied the changes (a stage run alone keeps the seal's own error)."""
+        if self.delta is None or self.delta_changes is None or self.job is None:
+            return None
+        return base_duplicates(self.job, self.client, self.delta.base.name, self.delta_changes)
 
     def shadow_read(self, live: NamespaceRecord | None) -> ShadowReadReport | None:
         """Compare a sample of the sealed version with the live one, when the spec asks."""
