@@ -394,7 +394,7 @@ class JobRun:
             try:
                 client.seal(record.version, expected_records=record.rows, expected_digest=self.digest_value)
             except VerificationError:
-                shared = self._shared_keys() if self.delta is None else self._base_duplicates()
+                shared = self._base_duplicates() if record.mode == "delta" else self._shared_keys()
                 if shared is not None:
                     raise shared from None
                 raise
@@ -431,11 +431,25 @@ class JobRun:
         return duplicate_key_error(self.load_engine.find_keys(plan, dups)) if dups else None
 
     def _base_duplicates(self) -> DuplicateKeyError | None:
-        """After a delta version's seal failed: the new keys its base held, when this process
-        applied the changes (a stage run alone keeps the seal's own error)."""
-        if self.delta is None or self.delta_changes is None or self.job is None:
-            return None
-        return base_duplicates(self.job, self.client, self.delta.base.name, self.delta_changes)
+        """After a delta version's seal failed: the new keys its base held. A verify stage
+        run on its own plans the delta again from what the load stage recorded (its
+        snapshot and base) and finds them in the changed files."""
+        if self.delta is None:
+            base = (self.record.delta or {}).get("base")
+            dm = self.spec.data_movement
+            if not base or dm.source.table is None:
+                return None
+            self.table = load_source_table(dm.catalog, self.home, dm.source.table)
+            live = self.live.value_descriptor_set if self.live and self.live.value_descriptor_set else None
+            source_schema = schema_at(self.table, self.record.snapshot_id)
+            self.job = build_job_schema(self.spec, source_schema, source_label(self.spec), live, python=False)
+            planned = self._plan_delta(self.client.describe(base), resuming=True)
+            if isinstance(planned, str):
+                return None
+            self.delta = planned
+        assert self.job is not None
+        fresh = self.delta_changes.fresh if self.delta_changes is not None else None
+        return base_duplicates(self.job, self.client, self.delta, self.table, fresh)
 
     def shadow_read(self, live: NamespaceRecord | None) -> ShadowReadReport | None:
         """Compare a sample of the sealed version with the live one, when the spec asks."""

@@ -255,6 +255,8 @@ def test_a_delta_refuses_a_duplicate_key_the_base_holds(kv: Harness, tmp_path: P
     then not exact, the seal measures the version whole and finds a record fewer than the
     delta expects, and the run names the key. On every engine, since each keeps (or not) a
     running digest its own way."""
+    from bulldozer.load.runner import run_stage
+
     home = tmp_path / "home"
     table = make_table(home, files=3, per_file=20)
     alias = kv.alias()
@@ -266,6 +268,15 @@ def test_a_delta_refuses_a_duplicate_key_the_base_holds(kv: Harness, tmp_path: P
     failed = [r for r in kv.client.list_namespaces(alias) if r.name != base.version]
     assert [r.state for r in failed] == [State.FAILED]
     assert "verification failed at seal" in failed[0].failure_reason
+    # a scheduler's stages, each its own process: the verify stage finds the key from the
+    # snapshots the load stage recorded, even once the table has moved on
+    loaded = run_stage("load", job(alias, "delta"), kv.client, run_key="day-2", home=str(home))
+    assert loaded.mode == "delta" and loaded.delta["added"] == 2
+    table.append(rows([2000], random.Random(8)))
+    with pytest.raises(DuplicateKeyError, match='"id": 7'):
+        run_stage("verify", job(alias, "delta"), kv.client, run_key="day-2", home=str(home))
+    assert kv.client.describe(loaded.version).state == State.FAILED
+    assert kv.client.get_alias(alias).namespace == base.version
 
 
 def test_a_delta_refuses_a_key_its_changed_files_hold_twice(tmp_path: Path, dal: KvClient) -> None:
