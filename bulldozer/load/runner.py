@@ -433,7 +433,15 @@ class JobRun:
     def _base_duplicates(self) -> DuplicateKeyError | None:
         """After a delta version's seal failed: the new keys its base held. A verify stage
         run on its own plans the delta again from what the load stage recorded (its
-        snapshot and base) and finds them in the changed files."""
+        snapshot and base) and finds them in the changed files. Should that fail (the
+        snapshot expired meanwhile, the DAL went away...), the seal's own error stands."""
+        try:
+            return self._find_base_duplicates()
+        except Exception as exc:  # an explanation only: never in place of the seal's error
+            log.warning("run %s: the keys a failed seal counted twice were not found: %s", self.record.run_id, exc)
+            return None
+
+    def _find_base_duplicates(self) -> DuplicateKeyError | None:
         if self.delta is None:
             base = (self.record.delta or {}).get("base")
             dm = self.spec.data_movement

@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from bulldozer.errors import DuplicateKeyError, NamespaceStateError
+from bulldozer.errors import DuplicateKeyError, NamespaceStateError, VerificationError
 from bulldozer.kv import KvClient
 from bulldozer.kv.types import State
 from bulldozer.load.runner import run_job
@@ -250,7 +250,9 @@ def test_mode_auto_writes_a_full_version_where_the_store_copies_a_base_record_by
         assert record.mode == "delta", record.full_reason
 
 
-def test_a_delta_refuses_a_duplicate_key_the_base_holds(kv: Harness, tmp_path: Path) -> None:
+def test_a_delta_refuses_a_duplicate_key_the_base_holds(
+    kv: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A new key the base holds is put over the base's pair: the store's running digest is
     then not exact, the seal measures the version whole and finds a record fewer than the
     delta expects, and the run names the key. On every engine, since each keeps (or not) a
@@ -276,6 +278,17 @@ def test_a_delta_refuses_a_duplicate_key_the_base_holds(kv: Harness, tmp_path: P
     with pytest.raises(DuplicateKeyError, match='"id": 7'):
         run_stage("verify", job(alias, "delta"), kv.client, run_key="day-2", home=str(home))
     assert kv.client.describe(loaded.version).state == State.FAILED
+    assert kv.client.get_alias(alias).namespace == base.version
+    # should finding the key fail, the seal's own error stands
+    from bulldozer.load import delta
+
+    def unreadable(*_args: object) -> None:
+        raise OSError("the changed files are gone")
+
+    loaded = run_stage("load", job(alias, "delta"), kv.client, run_key="day-3", home=str(home))
+    monkeypatch.setattr(delta._Read, "of", unreadable)
+    with pytest.raises(VerificationError, match="verification failed at seal"):
+        run_stage("verify", job(alias, "delta"), kv.client, run_key="day-3", home=str(home))
     assert kv.client.get_alias(alias).namespace == base.version
 
 
