@@ -222,13 +222,7 @@ class JobRun:
         self.live = live_version(self.client, spec.alias)
         self.record.previous = self.live.name if self.live else ""
         live = self.live
-        job = build_job_schema(
-            spec,
-            source_schema,
-            source_name,
-            live.value_descriptor_set if live and live.value_descriptor_set else None,
-            python=False,
-        )
+        job = self._job_against(source_schema, source_name, live)
         generation = live.schema_generation if live else 1
         if job.compat is not None and job.compat.breaking:
             refused = [f"{d.path}: {d.change} ({d.detail})" for d in job.compat.refused()]
@@ -246,6 +240,11 @@ class JobRun:
         self.record.schema_generation = generation
         self.job = job
         return job
+
+    def _job_against(self, source_schema: Any, source_name: str, live: NamespaceRecord | None) -> JobSchema:
+        """The job's schema for this source schema, its field numbers kept from ``live``'s."""
+        descriptors = live.value_descriptor_set if live and live.value_descriptor_set else None
+        return build_job_schema(self.spec, source_schema, source_name, descriptors, python=False)
 
     def create(self, resume: str | None) -> str:
         """A new LOADING version, or the one ``resume`` names (its loaded splits are skipped)."""
@@ -448,9 +447,9 @@ class JobRun:
             if not base or dm.source.table is None:
                 return None
             self.table = load_source_table(dm.catalog, self.home, dm.source.table)
-            live = self.live.value_descriptor_set if self.live and self.live.value_descriptor_set else None
             source_schema = schema_at(self.table, self.record.snapshot_id)
-            self.job = build_job_schema(self.spec, source_schema, source_label(self.spec), live, python=False)
+            # the version the load stage built its schema against: the one live then
+            self.job = self._job_against(source_schema, source_label(self.spec), self.live)
             planned = self._plan_delta(self.client.describe(base), resuming=True)
             if isinstance(planned, str):
                 return None
