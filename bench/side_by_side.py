@@ -25,7 +25,8 @@ Sections:
    of a file appended) against a full run of the same snapshot, on every engine; the two
    versions' digests must be equal. On the embedded engine also through a warm loader, and
    a daily job's steady state: more deltas in a row once the chain of layers is at its
-   depth limit, where each delta merges layers as they stack.
+   depth limit, where each delta merges layers as they stack, and warm deltas in a row
+   until the chain compacts flat once (its whole cycle, the compacting delta included).
 
 No speed is asserted here; the ``target`` column only says how a ratio compares with the
 goal in issue #11.
@@ -86,6 +87,9 @@ class Sizes:
     #: one-shot deltas in a row after the measured ones, embedded: a daily job's steady state,
     #: its chain at the depth limit (each delta merges layers as they stack)
     delta_steady: int = 6
+    #: warm embedded deltas in a row at most, run until the chain compacts flat once: a
+    #: daily job's cost over a whole cycle of its chain (the compacting delta included)
+    delta_cycle: int = 80
     #: the engines section's standalone-cluster rounds (a full run's; --quick skips them)
     spark_cluster: bool = True
 
@@ -103,6 +107,10 @@ class Context:
 
 def med(xs: list[float]) -> float:
     return statistics.median(xs)
+
+
+def mean(xs: list[float]) -> float:
+    return statistics.fmean(xs)
 
 
 def mib(kib: float) -> str:
@@ -766,6 +774,19 @@ def delta_section(ctx: Context) -> None:
                     f"  {kind} steady delta {step + 1}: {delta.seconds:.2f} s "
                     f"(create {entry['steady_create_s'][-1]:.2f})"
                 )
+            # a whole cycle of the chain: warm deltas until one compacts it flat (the DAL logs it)
+            with warm_loader(home):
+                for step in range(s.delta_cycle):
+                    which = 2 * s.repeat + s.delta_steady + step
+                    feature_table.change_one_file(home, rows, DELTA_FILES, which % DELTA_FILES, seed=which)
+                    before = compactions(home)
+                    delta = run_cli(["run", str(delta_spec), "--json", "-q"], home, entry=True)
+                    entry.setdefault("cycle_s", []).append(delta.seconds)
+                    if compactions(home) > before:
+                        entry["compacted_at"] = step + 1
+                        ctx.say(f"  {kind} cycle delta {step + 1}: {delta.seconds:.2f} s, the chain compacted flat")
+                        break
+            ctx.say(f"  {kind} cycle: {len(entry['cycle_s'])} warm deltas, mean {mean(entry['cycle_s']):.2f} s")
         ratio = med(entry["delta_s"]) / med(entry["full_s"])
         changed_rows = sum(entry["changed"][0].values())
         create = med([t.get("create", 0.0) for t in entry["delta_timings"]])
@@ -803,6 +824,23 @@ def delta_section(ctx: Context) -> None:
                     f"{med(steady) / med(entry['full_s']):.3f}",
                 )
             )
+        if entry.get("cycle_s"):
+            cycle, at = entry["cycle_s"], entry.get("compacted_at")
+            ctx.rows.append(
+                Row(
+                    "6 delta",
+                    f"{kind}: warm deltas in a row until the chain compacts flat: "
+                    + (
+                        f"{at} deltas, the compacting one {cycle[-1]:.2f} s"
+                        if at
+                        else f"no compaction within {len(cycle)} deltas"
+                    )
+                    + f" (median {med(cycle):.2f} s), mean s per delta over the run",
+                    f"{mean(cycle):.2f}",
+                    f"full run, warm: {med(entry['warm_full_s']):.2f} s",
+                    f"{mean(cycle) / med(entry['warm_full_s']):.3f}",
+                )
+            )
         if "warm_delta_s" in entry:
             warm = med(entry["warm_delta_s"]) / med(entry["warm_full_s"])
             ctx.rows.append(
@@ -817,6 +855,12 @@ def delta_section(ctx: Context) -> None:
                 )
             )
     ctx.raw["delta"] = deltas
+
+
+def compactions(home: Path) -> int:
+    """How many times the embedded store under ``home`` compacted a chain flat, from its DAL
+    logs (EmbeddedEngine.copy_records logs each)."""
+    return sum(log.read_text().count(": compacted flat (") for log in (home / "logs").glob("dal-*.log"))
 
 
 # ---------------------------------------------------------------- output
@@ -864,6 +908,7 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
             20_000,
             10_000,
             delta_steady=2,
+            delta_cycle=2,
             spark_cluster=False,
         )
     return Sizes(
@@ -877,6 +922,7 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
         args.delta_rows,
         args.delta_remote_rows,
         args.delta_steady,
+        args.delta_cycle,
     )
 
 
@@ -903,6 +949,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--delta-steady", type=int, default=6, help="one-shot embedded deltas in a row after the measured ones"
+    )
+    parser.add_argument(
+        "--delta-cycle", type=int, default=80, help="warm embedded deltas at most, until the chain compacts flat once"
     )
     parser.add_argument("--results-dir", type=Path, default=REPO / "bench" / "results")
     args = parser.parse_args(argv)

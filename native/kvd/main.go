@@ -83,7 +83,9 @@ func main() {
 // layers (newest first) change over it: the embedded engine's layer merge
 // (bulldozer.kv.backends.embedded: EmbeddedEngine.copy_records runs this when this data
 // plane fronts it, in a process of its own, once it has made the version; see
-// lmdb.Env.MergeLayers).
+// lmdb.Env.MergeLayers). A version that reads through to no base is flat: layers then end
+// with their chain's bottom (which has no base either), and the version gets every visible
+// pair and no tombstones.
 func merge(dir string, opts lmdb.Options, into string, layers []string) (uint64, error) {
 	if dir == "" || len(layers) == 0 || layers[0] == "" {
 		return 0, fmt.Errorf("--store and --merge-layers are required")
@@ -106,13 +108,39 @@ func merge(dir string, opts lmdb.Options, into string, layers []string) (uint64,
 		}
 		return handles, nil
 	}
-	own, err := open(shared.StoreDataPrefix+into, shared.StoreTombstonePrefix+into)
+	hasBase := func(name string) (bool, error) {
+		txn, err := env.BeginRead()
+		if err != nil {
+			return false, err
+		}
+		defer txn.Abort()
+		_, found, err := txn.Get(m.layers, []byte(name))
+		return found, err
+	}
+	layered, err := hasBase(into)
 	if err != nil {
 		return 0, err
 	}
-	data, tombs := make([]string, len(layers)), make([]string, len(layers))
+	ownNames := []string{shared.StoreDataPrefix + into}
+	if layered {
+		ownNames = append(ownNames, shared.StoreTombstonePrefix+into)
+	} else if below, err := hasBase(layers[len(layers)-1]); err != nil || below {
+		return 0, fmt.Errorf("version %s is flat, but its last layer %s is not its chain's bottom (%v)", into, layers[len(layers)-1], err)
+	}
+	own, err := open(ownNames...)
+	if err != nil {
+		return 0, err
+	}
+	var ownTomb lmdb.DBI
+	if layered {
+		ownTomb = own[1]
+	}
+	data, tombs := make([]string, len(layers)), make([]string, 0, len(layers))
 	for i, layer := range layers {
-		data[i], tombs[i] = shared.StoreDataPrefix+layer, shared.StoreTombstonePrefix+layer
+		data[i] = shared.StoreDataPrefix + layer
+		if layered || i < len(layers)-1 {
+			tombs = append(tombs, shared.StoreTombstonePrefix+layer)
+		}
 	}
 	dataDBIs, err := open(data...)
 	if err != nil {
@@ -122,7 +150,7 @@ func merge(dir string, opts lmdb.Options, into string, layers []string) (uint64,
 	if err != nil {
 		return 0, err
 	}
-	loading, merged, err := env.MergeLayers(m.states, into, own[0], own[1], dataDBIs, tombDBIs)
+	loading, merged, err := env.MergeLayers(m.states, into, own[0], ownTomb, dataDBIs, tombDBIs)
 	if err == nil && !loading {
 		err = fmt.Errorf("version %s is not LOADING", into)
 	}

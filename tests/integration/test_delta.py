@@ -410,6 +410,7 @@ def test_a_version_reading_through_a_dropped_base_keeps_it_until_it_goes(tmp_pat
         engine.merge_layers_with(Path("/bin/false"))  # a merger that fails: the engine merges itself
     try:
         expected = {b"k%03d" % i: b"v0" for i in range(100)}
+        expected.update({b"p%03d" % i: b"v0" for i in range(300)})  # a bottom the layers never outgrow here
         versions: list[str] = []
         contents: list[dict[bytes, bytes]] = []
         for step in range(10):
@@ -464,6 +465,85 @@ def test_a_version_reading_through_a_dropped_base_keeps_it_until_it_goes(tmp_pat
             assert list(txn.cursor(db=engine._layers)) == []
         with pytest.raises(lmdb.NotFoundError):
             engine.env.open_db(b"del." + live.encode(), create=False)
+    finally:
+        client.close()
+        server.stop(1)
+
+
+@pytest.mark.parametrize("plane", ["native", "python", "fallback"])
+def test_a_chain_whose_layers_outgrow_its_bottom_is_compacted_flat(tmp_path: Path, plane: str) -> None:
+    """Embedded layers: once the layers above a chain's bottom hold ``COMPACT_BOTTOM_AT``
+    times the bottom's entries, the next version made from it merges the bottom in too: it
+    is flat (no base, no tombstones), holds exactly what a read through the old chain saw,
+    and the chains after it start from it, so dropping the older versions frees the old
+    chain whole. By bulldozer-kvd when it fronts the engine, else by the engine: the same."""
+    import lmdb
+
+    from bulldozer.codec.digest import digest_pairs
+    from bulldozer.kv.backends import create_engine, embedded
+    from bulldozer.kv.server.app import create_server
+    from bulldozer.names import new_version_name
+
+    engine: Any = create_engine({"type": "embedded", "path": str(tmp_path / "kv"), "map_size": 1024**3})
+    server, port = create_server("127.0.0.1:0", engine, data_plane="native" if plane == "native" else "python")
+    client = KvClient(f"127.0.0.1:{port}")
+    if plane == "fallback":
+        engine.merge_layers_with(Path("/bin/false"))
+    rng = random.Random(29)
+
+    def above_and_bottom(chain: list[str]) -> tuple[int, int]:
+        with engine.env.begin() as txn:
+            bottom = txn.stat(engine._db(chain[-1]))["entries"]
+            above = sum(txn.stat(engine._db(n))["entries"] + txn.stat(engine._tomb(n))["entries"] for n in chain[:-1])
+        return above, bottom
+
+    try:
+        expected = {b"k%04d" % i: b"v0" for i in range(400)}
+        versions: list[str] = []
+        compacted: list[int] = []
+        for step in range(80):
+            name = new_version_name("layers")
+            base_chain = engine._chain(versions[-1]) if versions else []
+            client.create_namespace(name, "layers", base=versions[-1] if versions else "")
+            if versions:
+                present = sorted(expected)
+                gone = rng.sample(present, 8)
+                changed = {k: b"v%d" % step for k in rng.sample(present, 12) if k not in gone}
+                changed.update({b"n%03d-%d" % (step, i): b"fresh" for i in range(4)})
+                client.delete(name, gone + [k for k in changed if k in expected])
+                for key in gone:
+                    del expected[key]
+                expected.update(changed)
+                client.put(name, sorted(changed.items()))
+            else:
+                client.put(name, sorted(expected.items()))
+            want = digest_pairs(sorted(expected.items()))
+            assert client.seal(name, want.count, want.value).verified
+            client.compare_and_set_alias("layers", versions[-1] if versions else None, name)
+            versions.append(name)
+            chain = engine._chain(name)
+            if versions[1:] and chain == [name]:
+                above, bottom = above_and_bottom(base_chain)
+                assert above >= embedded.COMPACT_BOTTOM_AT * bottom, (above, bottom)  # only when due
+                compacted.append(step)
+                with pytest.raises(lmdb.NotFoundError):  # flat: no tombstones at all
+                    engine.env.open_db(b"del." + name.encode(), create=False)
+                with engine.env.begin() as txn:  # its own pairs: the whole version, nothing else
+                    assert {bytes(k): bytes(v) for k, v in txn.cursor(db=engine._db(name))} == expected
+            keys = sorted(expected) + [b"k%04d" % i for i in range(0, 400, 7)]
+            assert client.batch_get(keys, alias="layers")[1] == [expected.get(k) for k in keys]  # through Go
+            assert dict(client.scan(alias="layers")) == expected
+            if len(compacted) == 2:
+                break
+        assert len(compacted) == 2, "the chain never outgrew its bottom"
+        assert compacted[1] - compacted[0] > 4  # a new chain starts from the flat version
+        live = versions[-1]
+        for name in versions[:-1]:
+            client.drop(name)
+        with engine.env.begin() as txn:
+            kept = {n for n in versions if txn.get(b"ns." + n.encode()) is not None}
+        assert kept == {live}  # the old chains went with their versions
+        assert dict(client.scan(alias="layers")) == expected
     finally:
         client.close()
         server.stop(1)

@@ -24,10 +24,12 @@ from the base's measured one and stays exact: a delete subtracts the pair it hid
 put that would shadow a base's pair it did not delete first marks it inexact. Chains are at
 most ``MAX_LAYERS`` deep: a version made from a deeper one reads through to a base further
 down, with what the layers above it changed merged into its own data and tombstones (size
-tiers, as an LSM tree compacts: a cost of those changes, not of the whole version), and a
-base's
-data outlives its drop while a version reads through to it (the last dependent's drop
-frees it). The Go data plane reads through layers, ingests a layered version's runs and
+tiers, as an LSM tree compacts: a cost of those changes, not of the whole version). Once the
+layers above the chain's bottom hold ``COMPACT_BOTTOM_AT`` times as many entries as the
+bottom's flat records, the merge takes the bottom in too (a major compaction): the version
+comes out flat, with no tombstones, and the next chain starts from it. A base's data
+outlives its drop while a version reads through to it (the last dependent's drop frees
+it). The Go data plane reads through layers, ingests a layered version's runs and
 deletes its keys by the same rules (native/kvd/lmdb: kvd_ingest, kvd_delete_*), skipping
 the layers whose key filter rules a key out (``meta.filters``: kvd builds a sealed layer's
 filter and alone reads it; this engine deletes it with the layer's data).
@@ -88,6 +90,10 @@ _TOMBSTONE_PREFIX = shared.STORE_TOMBSTONE_PREFIX.encode()
 _TOMBSTONE = shared.STORE_TOMBSTONE.encode()
 #: in meta.layers, this byte then a name: the namespace was dropped, but versions read through it
 _ZOMBIE = b"\x00"
+#: A version's merge takes in its chain's bottom (its flat records) once the layers above
+#: hold this many times as many entries (pairs and tombstones) as the bottom: see
+#: ``EmbeddedEngine.copy_records``. Measured in ``bench``'s delta section's terms: TODO
+COMPACT_BOTTOM_AT = 0.5
 
 
 def _dumps(data: dict[str, Any]) -> bytes:
@@ -519,8 +525,10 @@ class EmbeddedEngine(StorageEngine):
         that keeps the chain ``MAX_LAYERS`` deep, then further down past every layer no
         larger than what is merged so far (size tiers, as an LSM tree compacts: each merge
         costs about what the layers it merges hold, and a large layer is merged only once as
-        much has stacked on it), never the bottom's flat records. Either way ``target``'s
-        running digest starts from what ``source``'s seal measured."""
+        much has stacked on it); past the bottom's flat records too, once the layers above
+        it hold ``COMPACT_BOTTOM_AT`` times its entries: ``target`` is then flat (every
+        visible pair, no tombstones, no base), and so the bottom of the chains made from it.
+        Either way ``target``'s running digest starts from what ``source``'s seal measured."""
         base = self.get_namespace(source)  # its measured count and digest never change once sealed
         if base is None:
             raise NamespaceNotFoundError(f"namespace {source!r} does not exist")
@@ -534,14 +542,20 @@ class EmbeddedEngine(StorageEngine):
                 check_readable(source, self._state(txn, source))  # not being dropped meanwhile
                 if txn.stat(dst)["entries"] or txn.get(target.encode(), db=self._layers) is not None:
                     raise InvalidArgumentError(f"namespace {target!r} already holds records; a base is copied first")
-                merged = 0  # layers merged: target reads through chain[merged]
+                merged = 0  # layers merged: target reads through chain[merged], or is flat past the bottom
+                above = flat_below = 0
                 if data:
                     sizes = [txn.stat(data[i])["entries"] + txn.stat(tombs[i])["entries"] for i in range(bottom)]
                     merged = bottom + 1 - shared.STORE_MAX_LAYERS
                     while merged < bottom and sizes[merged] <= sum(sizes[:merged]):
                         merged += 1
-                tomb = self.env.open_db(_tomb_db(target), txn=txn, create=True)
-                txn.put(target.encode(), chain[merged].encode(), db=self._layers)
+                    above, flat_below = sum(sizes), txn.stat(data[bottom])["entries"]
+                    if above >= COMPACT_BOTTOM_AT * flat_below:
+                        merged = bottom + 1
+                tomb = None
+                if merged <= bottom:
+                    tomb = self.env.open_db(_tomb_db(target), txn=txn, create=True)
+                    txn.put(target.encode(), chain[merged].encode(), db=self._layers)
                 if merged and self._merger is None:
                     self._merge(txn, dst, tomb, data[:merged], tombs[:merged])
                 txn.put(target.encode(), _DIGEST.pack(base.record_count, base.digest, base.bytes, 1), db=self._digests)
@@ -554,19 +568,32 @@ class EmbeddedEngine(StorageEngine):
             raise self._map_full(exc) from exc
         except lmdb.DbsFullError as exc:
             raise ResourceExhaustedError(f"too many namespaces open in this process ({exc})") from exc
+        if merged > bottom:
+            import logging
 
-    def _merge(self, txn: Any, dst: Any, tomb: Any, data: list[Any], tombs: list[Any]) -> None:
+            logging.getLogger("bulldozer.kv.server").info(
+                "%s: compacted flat (%d entries in %d layers over a bottom of %d records)",
+                target,
+                above,
+                bottom,
+                flat_below,
+            )
+
+    def _merge(self, txn: Any, dst: Any, tomb: Any | None, data: list[Any], tombs: list[Any]) -> None:
         """Write into a version's own data and tombstones what ``data``/``tombs`` (layers,
-        newest first) change over the layer below them, appended in key order."""
-        puts, dels = txn.cursor(db=dst), txn.cursor(db=tomb)
+        newest first) change over the layer below them, appended in key order. With no
+        ``tomb`` the last layer is the chain's bottom (``tombs`` one shorter), with nothing
+        below it: the version gets every visible pair and a deleted key is not written."""
+        puts = txn.cursor(db=dst)
+        dels = None if tomb is None else txn.cursor(db=tomb)
         for key, value in self._overlay(txn, data, tombs):
-            if value is None:
-                dels.put(key, _TOMBSTONE, append=True)
-            else:
+            if value is not None:
                 puts.put(key, value, append=True)
+            elif dels is not None:
+                dels.put(key, _TOMBSTONE, append=True)
 
     def _merge_natively(
-        self, target: str, layers: list[str], dst: Any, tomb: Any, data: list[Any], tombs: list[Any]
+        self, target: str, layers: list[str], dst: Any, tomb: Any | None, data: list[Any], tombs: list[Any]
     ) -> None:
         """``_merge`` by ``bulldozer-kvd`` (one write transaction there); should it fail, here."""
         import logging
@@ -591,7 +618,7 @@ class EmbeddedEngine(StorageEngine):
         )
         with self.env.begin(write=True, buffers=True) as txn:  # its transaction wrote nothing, or all
             check_writable(target, self._state(txn, target))
-            if txn.stat(dst)["entries"] or txn.stat(tomb)["entries"]:
+            if txn.stat(dst)["entries"] or (tomb is not None and txn.stat(tomb)["entries"]):
                 raise InvalidArgumentError(f"namespace {target!r}: its layers were merged meanwhile")
             self._merge(txn, dst, tomb, data, tombs)
 

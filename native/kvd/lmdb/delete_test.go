@@ -263,3 +263,36 @@ func TestDeletesSearchingBelowFirstTakeWhatTheWriteTransactionWould(t *testing.T
 		t.Error("nothing was deleted: the test proves nothing")
 	}
 }
+
+// A flat LOADING version (no layer below: a chain compacted into one, EmbeddedEngine's
+// major compaction) deletes its own pairs, puts no tombstone, and takes them off its
+// running digest.
+func TestDeletesInAFlatVersionTakeItsOwnPairs(t *testing.T) {
+	const name = "v__v20260102000000_abcdef"
+	env, db, put := testEnv(t)
+	states, digests, stage := db(shared.StoreMetaStates), db(shared.StoreMetaDigests), db(shared.StoreMetaStage)
+	own := db(shared.StoreDataPrefix + name)
+	put(states, name, shared.StatesWritable)
+	put(digests, name, string(make([]byte, 24))+"\x01")
+	for _, k := range []string{"a", "b", "c", "d"} {
+		put(own, k, "value")
+	}
+	keys, klens := laidOut([]string{"b", "d", "z"})
+	deleted, ok, err := env.Delete(own, stage, states, digests, name, Layers{}, keys, klens, pairHashes)
+	if err != nil || !ok || deleted != 2 {
+		t.Fatalf("delete: %d deleted, ok %v, %v", deleted, ok, err)
+	}
+	txn, err := env.BeginRead()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txn.Abort()
+	for k, want := range map[string]bool{"a": true, "b": false, "c": true, "d": false} {
+		if _, found, err := txn.Get(own, []byte(k)); err != nil || found != want {
+			t.Errorf("key %q: found %v, want %v (%v)", k, found, want, err)
+		}
+	}
+	if raw, found, err := txn.Get(digests, []byte(name)); err != nil || !found || raw[24] != 1 || raw[0] != 0xfe {
+		t.Errorf("running digest after the delete: %x (%v)", raw, err) // count 0 - 2, still exact
+	}
+}

@@ -611,19 +611,21 @@ done:
 // for every key one of the n layers (newest first; data[i] and tombs[i] each) holds or
 // deletes, in key order, the newest such layer's pair goes to the version's data, or its
 // tombstone to the version's tombstones when that layer deletes the key (a layer's own pair
-// wins over its own tombstone), both appended, in one write transaction. The version must
-// be LOADING (else *outcome is KVD_NOT_LOADING) with empty data and tombstones (else
-// KVD_NOT_EMPTY); nothing is written then. *merged_out is the keys written.
+// wins over its own tombstone), both appended, in one write transaction. flat: the last
+// layer is the chain's bottom, with no tombstones (tombs has n - 1 handles) and nothing
+// below, so the version is flat and a key deleted is simply not written (own_tomb unused).
+// The version must be LOADING (else *outcome is KVD_NOT_LOADING) with empty data and
+// tombstones (else KVD_NOT_EMPTY); nothing is written then. *merged_out is the keys written.
 static int kvd_merge_layers(MDB_env *env, MDB_dbi states, const char *name, size_t name_len,
                             const char *writable, size_t writable_len, MDB_dbi own, MDB_dbi own_tomb,
-                            const MDB_dbi *data, const MDB_dbi *tombs, size_t n,
+                            const MDB_dbi *data, const MDB_dbi *tombs, size_t n, int flat,
                             const char *tombstone, size_t tombstone_len, uint64_t *merged_out, int *outcome) {
 	MDB_txn *txn = NULL;
 	MDB_cursor **cur = NULL, *put = NULL, *del = NULL;
 	MDB_val *keys = NULL, *vals = NULL, tv;
 	MDB_stat st;
 	int *live = NULL, rc;
-	size_t s, best, streams = 2 * n;
+	size_t s, best, streams = flat ? 2 * n - 1 : 2 * n;
 	uint64_t merged = 0;
 	*outcome = KVD_STORED;
 	*merged_out = 0;
@@ -636,8 +638,10 @@ static int kvd_merge_layers(MDB_env *env, MDB_dbi states, const char *name, size
 	if ((rc = kvd_check_writable(txn, states, name, name_len, writable, writable_len, outcome)) || *outcome != KVD_STORED) goto done;
 	if ((rc = mdb_stat(txn, own, &st))) goto done;
 	if (st.ms_entries) { *outcome = KVD_NOT_EMPTY; goto done; }
-	if ((rc = mdb_stat(txn, own_tomb, &st))) goto done;
-	if (st.ms_entries) { *outcome = KVD_NOT_EMPTY; goto done; }
+	if (!flat) {
+		if ((rc = mdb_stat(txn, own_tomb, &st))) goto done;
+		if (st.ms_entries) { *outcome = KVD_NOT_EMPTY; goto done; }
+	}
 	// stream 2i is layer i's data, 2i + 1 its tombstones: of equal keys the lowest stream wins
 	for (s = 0; s < streams; s++) {
 		if ((rc = mdb_cursor_open(txn, s % 2 ? tombs[s / 2] : data[s / 2], &cur[s]))) goto done;
@@ -645,7 +649,7 @@ static int kvd_merge_layers(MDB_env *env, MDB_dbi states, const char *name, size
 		if (rc && rc != MDB_NOTFOUND) goto done;
 		live[s] = rc == 0;
 	}
-	if ((rc = mdb_cursor_open(txn, own, &put)) || (rc = mdb_cursor_open(txn, own_tomb, &del))) goto done;
+	if ((rc = mdb_cursor_open(txn, own, &put)) || (!flat && (rc = mdb_cursor_open(txn, own_tomb, &del)))) goto done;
 	for (;;) {
 		best = streams;
 		for (s = 0; s < streams; s++) {
@@ -657,14 +661,16 @@ static int kvd_merge_layers(MDB_env *env, MDB_dbi states, const char *name, size
 		}
 		if (best == streams) break;
 		MDB_val k = keys[best];
+		rc = 0;
 		if (best % 2 == 0) {
 			rc = mdb_cursor_put(put, &k, &vals[best], MDB_APPEND);
-		} else {
+			merged++;
+		} else if (!flat) {
 			tv.mv_data = (void *)tombstone; tv.mv_size = tombstone_len;
 			rc = mdb_cursor_put(del, &k, &tv, MDB_APPEND);
+			merged++;
 		}
 		if (rc) goto done;
-		merged++;
 		// every stream at this key moves past it (k points into a source page, unchanged)
 		for (s = 0; s < streams; s++) {
 			if (!live[s] || s == best) continue;
@@ -767,7 +773,7 @@ static int kvd_delete_apply(MDB_txn *txn, MDB_dbi own, MDB_dbi own_tomb, MDB_dbi
 	int rc = 0;
 	unsigned int append = MDB_APPEND;  // the keys ascend: past the last tombstone, each is appended
 	const char *kp = keys;
-	rc = mdb_cursor_open(txn, own_tomb, &cur);
+	if (own_tomb) rc = mdb_cursor_open(txn, own_tomb, &cur);  // 0: a flat version, no layer below
 	for (i = 0; i < n && !rc; kp += klens[i], i++) {
 		k.mv_data = (void *)kp; k.mv_size = klens[i];
 		if (flags[i] & 1) rc = mdb_del(txn, own, &k, NULL);
@@ -1265,12 +1271,19 @@ func (e *Env) searchPart(l Layers, names []byte, nlens []uint32, keys []byte, kl
 
 // MergeLayers writes into the LOADING version name (its data own and tombstones ownTomb,
 // both empty) what the layers data/tombs (newest first) change over the layer below them,
-// in one write transaction (see kvd_merge_layers): merged is the keys written. loading is
-// false, and nothing is written, when the version is not LOADING; an error when its data
+// in one write transaction (see kvd_merge_layers): merged is the keys written. With one
+// tombstone handle fewer than data handles, the last layer is the chain's bottom: the
+// version comes out flat (every visible pair, no tombstones; ownTomb is not used). loading
+// is false, and nothing is written, when the version is not LOADING; an error when its data
 // or tombstones are not empty.
 func (e *Env) MergeLayers(states DBI, name string, own, ownTomb DBI, data, tombs []DBI) (loading bool, merged uint64, err error) {
-	if len(data) != len(tombs) {
+	flat := len(tombs) == len(data)-1
+	if len(data) == 0 || len(data) != len(tombs) && !flat {
 		return false, 0, fmt.Errorf("%d layers' data but %d layers' tombstones", len(data), len(tombs))
+	}
+	var cflat C.int
+	if flat {
+		cflat = 1
 	}
 	defer e.long()()
 	cname := []byte(name)
@@ -1279,7 +1292,7 @@ func (e *Env) MergeLayers(states DBI, name string, own, ownTomb DBI, data, tombs
 	var outcome C.int
 	var n C.uint64_t
 	rc := C.kvd_merge_layers(e.env, C.MDB_dbi(states), ptr(cname), C.size_t(len(cname)), ptr(writable), C.size_t(len(writable)),
-		C.MDB_dbi(own), C.MDB_dbi(ownTomb), dbis(data), dbis(tombs), C.size_t(len(data)),
+		C.MDB_dbi(own), C.MDB_dbi(ownTomb), dbis(data), dbis(tombs), C.size_t(len(data)), cflat,
 		ptr(tombstone), C.size_t(len(tombstone)), &n, &outcome)
 	if err := check(rc); err != nil {
 		return false, 0, err

@@ -106,3 +106,122 @@ func TestMergeLayersTakesTheNewestLayersWordPerKey(t *testing.T) {
 		t.Errorf("a merge into a SEALED version: loading %v, %v", loading, err)
 	}
 }
+
+// A merge that takes in the chain's bottom (a layer with no tombstones and nothing below)
+// makes a flat version: every visible pair through the layers, and no tombstones at all —
+// a key a layer deletes is simply not written, whether the bottom held it or not.
+func TestMergeLayersIntoTheBottomMakesAFlatVersion(t *testing.T) {
+	env, err := Open(t.TempDir(), Options{MapSize: 256 << 20, MaxDBs: 32, MaxReaders: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	const into = "m__v4"
+	layers := []string{"m__v3", "m__v2", "m__v1"} // m__v1 is the bottom
+	dbi := map[string]DBI{}
+	names := []string{shared.StoreMetaStates, shared.StoreDataPrefix + into}
+	for i, l := range layers {
+		names = append(names, shared.StoreDataPrefix+l)
+		if i < len(layers)-1 {
+			names = append(names, shared.StoreTombstonePrefix+l)
+		}
+	}
+	for _, name := range names {
+		if err := env.createDB(name); err != nil {
+			t.Fatal(err)
+		}
+		if dbi[name], err = env.DBI(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	states := dbi[shared.StoreMetaStates]
+	if err := env.put(states, []byte(into), []byte(shared.StatesWritable)); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewSource(5))
+	var data, tombs []DBI
+	for i, l := range layers {
+		data = append(data, dbi[shared.StoreDataPrefix+l])
+		bottom := i == len(layers)-1
+		if !bottom {
+			tombs = append(tombs, dbi[shared.StoreTombstonePrefix+l])
+		}
+		for j := 0; j < 3000; j++ {
+			key := fmt.Sprintf("k%05d", rng.Intn(6000))
+			kind := rng.Intn(3) // 0: a pair, 1: a tombstone, 2: both (the pair wins); the bottom: pairs
+			if bottom || kind != 1 {
+				if err := env.put(data[i], []byte(key), []byte(fmt.Sprintf("layer %d value %d", i, j))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !bottom && kind != 0 {
+				if err := env.put(tombs[i], []byte(key), []byte(shared.StoreTombstone)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	// the last keys: the newest layer's pair ends its stream, then an older layer deletes a
+	// key nothing else holds (not written: a stream's end must not stop the merge)
+	if err := env.put(data[0], []byte("zy"), []byte("last")); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.put(tombs[1], []byte("zz"), []byte(shared.StoreTombstone)); err != nil {
+		t.Fatal(err)
+	}
+	// want: what a read through the layers sees (the first layer holding the key, unless a
+	// newer layer's tombstone hides it)
+	want := map[string]string{"zy": "last"}
+	txn, _ := env.BeginRead()
+	for j := 0; j < 6000; j++ {
+		key := []byte(fmt.Sprintf("k%05d", j))
+		for i := range layers {
+			if v, found, _ := txn.Get(data[i], key); found {
+				want[string(key)] = string(v)
+				break
+			}
+			if i < len(tombs) {
+				if _, found, _ := txn.Get(tombs[i], key); found {
+					break
+				}
+			}
+		}
+	}
+	txn.Abort()
+	own := dbi[shared.StoreDataPrefix+into]
+	loading, merged, err := env.MergeLayers(states, into, own, 0, data, tombs)
+	if err != nil || !loading || merged != uint64(len(want)) {
+		t.Fatalf("merge: loading %v, %d merged (want %d), %v", loading, merged, len(want), err)
+	}
+	txn, err = env.BeginRead()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txn.Abort()
+	got := map[string]string{}
+	for _, key := range append(keysUpTo(6000), "zy", "zz") {
+		if v, found, _ := txn.Get(own, []byte(key)); found {
+			got[key] = string(v)
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("the flat version holds %d keys, want %d", len(got), len(want))
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("%s: %q, want %q", k, got[k], v)
+		}
+	}
+	// the tombstone handles must be one fewer than the layers', or as many
+	if _, _, err := env.MergeLayers(states, into, own, 0, data, tombs[:1]); err == nil {
+		t.Error("a merge with two layers' tombstones missing went through")
+	}
+}
+
+func keysUpTo(n int) []string {
+	keys := make([]string, n)
+	for j := range keys {
+		keys[j] = fmt.Sprintf("k%05d", j)
+	}
+	return keys
+}
