@@ -53,11 +53,21 @@ func main() {
 	version := flag.Bool("version", false, "print the version and exit")
 	mergeInto := flag.String("merge-into", "", "merge --merge-layers into this LOADING version of the embedded --store and exit (see merge)")
 	mergeLayers := flag.String("merge-layers", "", "the layers merge-into merges: names, newest first, comma-separated")
+	measureName := flag.String("measure", "", "measure this version of the embedded --store through its layers, print its count, digest and bytes as JSON and exit (see measure)")
 	flag.Parse()
 	// its lines go to the DAL's log file, which other DALs of the day share: each names its pid
 	slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "bulldozer-kvd", "pid", os.Getpid()))
 	if *version {
 		fmt.Printf("bulldozer-kvd (LMDB %s)\n", lmdb.Version())
+		return
+	}
+	if *measureName != "" {
+		count, digest, size, err := measure(*store, lmdb.Options{MapSize: *mapSize, MaxDBs: *maxDBs, MaxReaders: 512, WriteMap: *writeMap}, *measureName)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bulldozer-kvd measure:", err)
+			os.Exit(1)
+		}
+		fmt.Printf("{\"count\": %d, \"digest\": %d, \"bytes\": %d}\n", count, digest, size)
 		return
 	}
 	if *mergeInto != "" {
@@ -155,6 +165,67 @@ func merge(dir string, opts lmdb.Options, into string, layers []string) (uint64,
 		err = fmt.Errorf("version %s is not LOADING", into)
 	}
 	return merged, err
+}
+
+// measure is what the version name of the embedded store stores, read through its layers
+// in one read transaction: its pairs' count, digest (digest.go) and bytes — what a seal
+// records when the engine kept no exact running digest (bulldozer.kv.backends.embedded:
+// EmbeddedEngine.measure runs this when this data plane fronts it).
+func measure(dir string, opts lmdb.Options, name string) (count, digest, size uint64, err error) {
+	env, err := lmdb.Open(dir, opts)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer env.Close()
+	m, err := openMeta(env)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	chain, err := chainOf(env, m, name)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	data, tombs := make([]lmdb.DBI, len(chain)), make([]lmdb.DBI, len(chain)-1)
+	for i, layer := range chain {
+		if data[i], err = env.DBI(shared.StoreDataPrefix + layer); err != nil {
+			return 0, 0, 0, fmt.Errorf("version %s: %w", layer, err)
+		}
+		if i < len(tombs) {
+			if tombs[i], err = env.DBI(shared.StoreTombstonePrefix + layer); err != nil {
+				return 0, 0, 0, fmt.Errorf("version %s: %w", layer, err)
+			}
+		}
+	}
+	hasher := newPairHasher()
+	err = env.VisiblePairs(data, tombs, nil, func(keys, values [][]byte) error {
+		for i, key := range keys {
+			digest += hasher.hash(key, values[i])
+			size += uint64(len(key) + len(values[i]))
+		}
+		count += uint64(len(keys))
+		return nil
+	})
+	return count, digest, size, err
+}
+
+// chainOf is the version name and the bases it reads through to, newest first (meta.layers).
+func chainOf(env *lmdb.Env, m meta, name string) ([]string, error) {
+	txn, err := env.BeginRead()
+	if err != nil {
+		return nil, err
+	}
+	defer txn.Abort()
+	chain := []string{name}
+	for {
+		base, found, err := txn.Get(m.layers, []byte(chain[len(chain)-1]))
+		if err != nil || !found {
+			return chain, err
+		}
+		if len(chain) > 4*shared.StoreMaxLayers {
+			return nil, fmt.Errorf("version %s reads through more than %d bases", name, 4*shared.StoreMaxLayers)
+		}
+		chain = append(chain, string(base))
+	}
 }
 
 // openStore opens the store the fast path serves; close releases it (and, for the embedded

@@ -405,9 +405,9 @@ def test_a_version_reading_through_a_dropped_base_keeps_it_until_it_goes(tmp_pat
     engine: Any = create_engine({"type": "embedded", "path": str(tmp_path / "kv"), "map_size": 1024**3})
     server, port = create_server("127.0.0.1:0", engine, data_plane="native" if plane == "native" else "python")
     client = KvClient(f"127.0.0.1:{port}")
-    assert (engine._merger is not None) == (plane == "native")
+    assert (engine._kvd_binary is not None) == (plane == "native")
     if plane == "fallback":
-        engine.merge_layers_with(Path("/bin/false"))  # a merger that fails: the engine merges itself
+        engine.use_kvd(Path("/bin/false"))  # a merger that fails: the engine merges itself
     try:
         expected = {b"k%03d" % i: b"v0" for i in range(100)}
         expected.update({b"p%03d" % i: b"v0" for i in range(300)})  # a bottom the layers never outgrow here
@@ -488,7 +488,7 @@ def test_a_chain_whose_layers_outgrow_its_bottom_is_compacted_flat(tmp_path: Pat
     server, port = create_server("127.0.0.1:0", engine, data_plane="native" if plane == "native" else "python")
     client = KvClient(f"127.0.0.1:{port}")
     if plane == "fallback":
-        engine.merge_layers_with(Path("/bin/false"))
+        engine.use_kvd(Path("/bin/false"))
     rng = random.Random(29)
 
     def above_and_bottom(chain: list[str]) -> tuple[int, int]:
@@ -544,6 +544,69 @@ def test_a_chain_whose_layers_outgrow_its_bottom_is_compacted_flat(tmp_path: Pat
             kept = {n for n in versions if txn.get(b"ns." + n.encode()) is not None}
         assert kept == {live}  # the old chains went with their versions
         assert dict(client.scan(alias="layers")) == expected
+    finally:
+        client.close()
+        server.stop(1)
+
+
+@pytest.mark.parametrize("plane", ["native", "python", "fallback"])
+def test_a_seal_without_an_exact_running_digest_measures_through_the_layers(
+    tmp_path: Path, plane: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Embedded: a layered version whose running digest is unknown (here: forgotten) is
+    measured whole at its seal, through its layers: by bulldozer-kvd when it fronts the
+    engine (the engine's own reading is then never used), else (or when it fails) by the
+    engine itself: the same count, digest and bytes."""
+    from collections.abc import Iterator
+
+    from bulldozer.codec.digest import digest_pairs
+    from bulldozer.kv.backends import create_engine
+    from bulldozer.kv.server.app import create_server
+    from bulldozer.names import new_version_name
+
+    engine: Any = create_engine({"type": "embedded", "path": str(tmp_path / "kv"), "map_size": 1024**3})
+    server, port = create_server("127.0.0.1:0", engine, data_plane="native" if plane == "native" else "python")
+    client = KvClient(f"127.0.0.1:{port}")
+    if plane == "fallback":
+        engine.use_kvd(Path("/bin/false"))
+    read_here = 0
+    iterate = engine.iterate
+
+    def counted(name: str, chunk: int = 50_000) -> Iterator[list[tuple[bytes, bytes]]]:
+        nonlocal read_here
+        read_here += 1
+        return iterate(name, chunk)
+
+    monkeypatch.setattr(engine, "iterate", counted)
+    try:
+        expected = {b"k%04d" % i: b"v0" for i in range(3000)}
+        previous = ""
+        for step in range(3):  # a bottom and two layers, each deleting and changing keys
+            name = new_version_name("layers")
+            client.create_namespace(name, "layers", base=previous)
+            if previous:
+                gone = [b"k%04d" % i for i in range(step, 3000, 7)]
+                changed = {b"k%04d" % i: b"v%d" % step for i in range(step, 3000, 5)} | {b"new%d" % step: b"x"}
+                client.delete(name, gone + [k for k in changed if k in expected])
+                for key in gone:
+                    expected.pop(key, None)
+                expected.update(changed)
+                client.put(name, sorted(changed.items()))
+            else:
+                client.put(name, sorted(expected.items()))
+            with engine.env.begin(write=True) as txn:  # as a version loaded before running digests
+                txn.delete(name.encode(), db=engine._digests)
+            want = digest_pairs(sorted(expected.items()))
+            sealed = client.seal(name, want.count, want.value)
+            assert sealed.verified and (sealed.record_count, sealed.digest, sealed.bytes) == (
+                want.count,
+                want.value,
+                want.bytes,
+            )
+            client.compare_and_set_alias("layers", previous or None, name)
+            previous = name
+        assert len(engine._chain(previous)) == 3
+        assert read_here == (0 if plane == "native" else 3)
     finally:
         client.close()
         server.stop(1)

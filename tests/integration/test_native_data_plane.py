@@ -148,7 +148,8 @@ def test_layered_deletes_and_ingests_through_either_plane_make_one_digest(
     holds, its own tombstones already hide, no layer holds, repeated in a request; puts of
     new keys and of keys deleted first — served by the front itself, give the same running
     digest (exact: the seal scans nothing) and the same contents as the Python engine's;
-    a put that hides a base's pair it did not delete makes it inexact on both planes."""
+    a put that hides a base's pair it did not delete makes it inexact on both planes. The
+    front samples a layered version itself, as the DAL does."""
     engine = _embedded(tmp_path)
     native, native_port = create_server("127.0.0.1:0", engine, data_plane="native")
     python, python_port = create_server("127.0.0.1:0", engine, data_plane="python")
@@ -180,6 +181,10 @@ def test_layered_deletes_and_ingests_through_either_plane_make_one_digest(
             assert contents == kept
         for client, name in ((fast, "lay__v2"), (slow, "lay__v3")):
             assert client.seal(name, want.count, want.value).verified
+        # a shadow read's sample, read through the layers by the front: what the DAL chooses
+        for name in ("lay__v1", "lay__v2"):
+            chosen = fast.sample(200, seed=3, namespace=name)
+            assert chosen == slow.sample(200, seed=3, namespace=name) and len(chosen[1]) == 200
         # a put over a base's pair, not deleted first: the running digest cannot be exact
         for client, name in ((fast, "lay__v4"), (slow, "lay__v5")):
             client.create_namespace(name, "lay", base="lay__v1")
@@ -196,6 +201,7 @@ def test_layered_deletes_and_ingests_through_either_plane_make_one_digest(
     totals = _totals(capfd.readouterr().err)
     assert totals["served"]["Delete"] == 2 and "Delete" not in totals.get("forwarded", {})
     assert totals["served"]["Ingest"] >= 4 and "Ingest" not in totals.get("forwarded", {})
+    assert totals["served"]["Sample"] == 2 and "Sample" not in totals.get("forwarded", {})
 
 
 def test_reads_and_writes_through_filtered_layers_match_the_python_engine(tmp_path: Path) -> None:

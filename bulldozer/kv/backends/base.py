@@ -122,8 +122,17 @@ class StorageEngine(ABC):
 
     def stored_digest(self, name: str) -> Digest | None:
         """The exact digest of what the namespace stores, when the engine kept one (see
-        ``write_batch``); None means unknown, and the DAL measures it by a full scan."""
+        ``write_batch``); None means unknown, and the DAL measures it (``measure``)."""
         return None
+
+    def measure(self, name: str) -> Digest:
+        """The digest of what a frozen namespace stores, measured by reading every pair back
+        (what a seal records when there is no exact ``stored_digest``); an engine with a
+        faster way may override it."""
+        digest = Digest()
+        for chunk in self.iterate(name):
+            digest.add_pairs(chunk)
+        return digest
 
     @abstractmethod
     def get_many(self, name: str, keys: Sequence[bytes]) -> list[bytes | None]:

@@ -183,15 +183,16 @@ class EmbeddedEngine(StorageEngine):
         self._layers = self.env.open_db(_META_LAYERS)
         self._filters = self.env.open_db(_META_FILTERS)
         self._tombs: dict[str, Any] = {}
-        self._merger: Path | None = None
+        self._kvd_binary: Path | None = None
 
-    def merge_layers_with(self, kvd: Path) -> None:
-        """Let ``bulldozer-kvd`` (the native data plane fronting this engine) merge layers for
-        ``copy_records``, in a process of its own (kvd_merge_layers: the same rule as
-        ``_overlay``, compiled). Measured on a 10 M-row table's chain, creating a version that
+    def use_kvd(self, kvd: Path) -> None:
+        """Let ``bulldozer-kvd`` (the native data plane fronting this engine) do the engine's
+        long jobs, each in a process of its own: merge layers for ``copy_records``
+        (kvd_merge_layers: the same rule as ``_overlay``, compiled) and ``measure`` a version
+        through its layers. Measured on a 10 M-row table's chain, creating a version that
         merges three layers (420 k pairs and tombstones), alternating, medians of 4: 1.27 s
         merged here, 0.15 s there (a 2.3 M-entry merge took 3.4 s here)."""
-        self._merger = kvd
+        self._kvd_binary = kvd
 
     # -- plumbing ---------------------------------------------------------------
 
@@ -556,10 +557,10 @@ class EmbeddedEngine(StorageEngine):
                 if merged <= bottom:
                     tomb = self.env.open_db(_tomb_db(target), txn=txn, create=True)
                     txn.put(target.encode(), chain[merged].encode(), db=self._layers)
-                if merged and self._merger is None:
+                if merged and self._kvd_binary is None:
                     self._merge(txn, dst, tomb, data[:merged], tombs[:merged])
                 txn.put(target.encode(), _DIGEST.pack(base.record_count, base.digest, base.bytes, 1), db=self._digests)
-            if merged and self._merger is not None:
+            if merged and self._kvd_binary is not None:
                 # the version is made and LOADING, its layers not merged yet: the caller gets
                 # the version only once they are (a crash in between leaves one that no run
                 # resumes: versioning.run_state.base_copied)
@@ -597,20 +598,8 @@ class EmbeddedEngine(StorageEngine):
     ) -> None:
         """``_merge`` by ``bulldozer-kvd`` (one write transaction there); should it fail, here."""
         import logging
-        import subprocess
 
-        assert self._merger is not None
-        command = [
-            str(self._merger),
-            *self.config.kvd_arguments(),
-            f"--merge-into={target}",
-            f"--merge-layers={','.join(layers)}",
-        ]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=3600, check=False)
-            failure = (done.stderr.strip() or f"exit code {done.returncode}") if done.returncode else ""
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            failure = str(exc)
+        _, failure = self._kvd(f"--merge-into={target}", f"--merge-layers={','.join(layers)}")
         if not failure:
             return
         logging.getLogger("bulldozer.kv.server").warning(
@@ -621,6 +610,38 @@ class EmbeddedEngine(StorageEngine):
             if txn.stat(dst)["entries"] or (tomb is not None and txn.stat(tomb)["entries"]):
                 raise InvalidArgumentError(f"namespace {target!r}: its layers were merged meanwhile")
             self._merge(txn, dst, tomb, data, tombs)
+
+    def _kvd(self, *arguments: str) -> tuple[str, str]:
+        """Run ``bulldozer-kvd`` on this store, in a process of its own, for one job
+        (``arguments``): its output, and why it failed ("" when it did not)."""
+        import subprocess
+
+        assert self._kvd_binary is not None
+        command = [str(self._kvd_binary), *self.config.kvd_arguments(), *arguments]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=3600, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return "", str(exc)
+        return done.stdout, (done.stderr.strip() or f"exit code {done.returncode}") if done.returncode else ""
+
+    def measure(self, name: str) -> Digest:
+        """By ``bulldozer-kvd`` when it fronts the engine (a compiled walk through the layers in
+        one read transaction: on a 10 M-row version, 1.6 s flat and 7.4 s through five layers,
+        against 17 s and 101 s here); should it fail, here."""
+        import logging
+
+        if self._kvd_binary is not None:
+            out, failure = self._kvd(f"--measure={name}")
+            if not failure:
+                try:
+                    got = json.loads(out)
+                    return Digest(int(got["count"]), int(got["digest"]), int(got["bytes"]))
+                except (ValueError, KeyError, TypeError) as exc:
+                    failure = f"unreadable output {out[:200]!r} ({exc})"
+            logging.getLogger("bulldozer.kv.server").warning(
+                "%s measured here: bulldozer-kvd could not (%s)", name, failure
+            )
+        return super().measure(name)
 
     @staticmethod
     def _overlay(txn: Any, data: list[Any], tombs: list[Any]) -> Iterator[tuple[bytes, Any]]:

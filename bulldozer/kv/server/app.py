@@ -186,7 +186,7 @@ def _create_native_server(
         from bulldozer.kv.backends.embedded import EmbeddedEngine
 
         if isinstance(engine, EmbeddedEngine):
-            engine.merge_layers_with(front.binary)  # its layer merges, compiled
+            engine.use_kvd(front.binary)  # its layer merges and measurements, compiled
     except BaseException:
         reference.stop(0, close_engine=False)
         scratch.remove(private)

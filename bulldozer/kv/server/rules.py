@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from bulldozer.codec.digest import Digest, digest_columns, digest_lists
+from bulldozer.codec.digest import digest_columns, digest_lists
 from bulldozer.errors import (
     BulldozerError,
     InvalidArgumentError,
@@ -227,7 +227,7 @@ class KvDal:
                 "interrupted, SEALING) can be sealed"
             )
         self.engine.ingest(name)  # whatever is still staged becomes part of what is measured
-        digest = self.engine.stored_digest(name) or self._scan_digest(name)
+        digest = self.engine.stored_digest(name) or self.engine.measure(name)
         measured = replace(record, record_count=digest.count, bytes=digest.bytes, digest=digest.value)
         problems = []
         if expected_records != digest.count:
@@ -258,14 +258,6 @@ class KvDal:
         raise NamespaceStateError(
             f"namespace {name!r} is {record.state.value}; only a LOADING or SEALING version has writes to ingest"
         )
-
-    def _scan_digest(self, name: str) -> Digest:
-        """Measure a frozen namespace by reading everything back (when the engine kept no
-        exact running digest)."""
-        digest = Digest()
-        for chunk in self.engine.iterate(name):
-            digest.add_pairs(chunk)
-        return digest
 
     def mark_failed(self, name: str, reason: str) -> NamespaceRecord:
         record = self.describe(name)

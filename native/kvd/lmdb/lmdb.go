@@ -606,34 +606,109 @@ done:
 #define KVD_STAGED 2
 #define KVD_NOT_EMPTY 3
 
-// Merge layers into a LOADING version made from the layer below them (the rules of the
-// Python engine's EmbeddedEngine._overlay, which copy_records runs without this data plane):
-// for every key one of the n layers (newest first; data[i] and tombs[i] each) holds or
-// deletes, in key order, the newest such layer's pair goes to the version's data, or its
-// tombstone to the version's tombstones when that layer deletes the key (a layer's own pair
-// wins over its own tombstone), both appended, in one write transaction. flat: the last
-// layer is the chain's bottom, with no tombstones (tombs has n - 1 handles) and nothing
-// below, so the version is flat and a key deleted is simply not written (own_tomb unused).
-// The version must be LOADING (else *outcome is KVD_NOT_LOADING) with empty data and
-// tombstones (else KVD_NOT_EMPTY); nothing is written then. *merged_out is the keys written.
+// A merged view of layers (newest first; data[i] and tombs[i] each, the last layer without
+// tombstones when flat): every key one of them holds or deletes, in key order, with the
+// newest such layer's word on it — its pair, or its tombstone (a layer's own pair wins over
+// its own tombstone). The rules of the Python engine's EmbeddedEngine._overlay. Stream 2i is
+// layer i's data, 2i + 1 its tombstones: of equal keys the lowest stream wins. The keys and
+// values returned point into the map, valid while the transaction lasts and the layers are
+// not written.
+typedef struct {
+	MDB_cursor **cur;
+	MDB_val *keys, *vals;
+	int *live;
+	size_t streams;
+} kvd_merged;
+
+static void kvd_merged_close(kvd_merged *m) {
+	size_t s;
+	if (m->cur) { for (s = 0; s < m->streams; s++) if (m->cur[s]) mdb_cursor_close(m->cur[s]); }
+	free(m->cur); free(m->keys); free(m->vals); free(m->live);
+	memset(m, 0, sizeof *m);
+}
+
+static int kvd_merged_open(MDB_txn *txn, const MDB_dbi *data, const MDB_dbi *tombs, size_t n, int flat, kvd_merged *m) {
+	size_t s;
+	int rc;
+	memset(m, 0, sizeof *m);
+	m->streams = flat ? 2 * n - 1 : 2 * n;
+	m->cur = calloc(m->streams, sizeof *m->cur);
+	m->keys = calloc(m->streams, sizeof *m->keys);
+	m->vals = calloc(m->streams, sizeof *m->vals);
+	m->live = calloc(m->streams, sizeof *m->live);
+	if (!m->cur || !m->keys || !m->vals || !m->live) { kvd_merged_close(m); return ENOMEM; }
+	for (s = 0; s < m->streams; s++) {
+		if ((rc = mdb_cursor_open(txn, s % 2 ? tombs[s / 2] : data[s / 2], &m->cur[s]))) { kvd_merged_close(m); return rc; }
+		rc = mdb_cursor_get(m->cur[s], &m->keys[s], &m->vals[s], MDB_FIRST);
+		if (rc && rc != MDB_NOTFOUND) { kvd_merged_close(m); return rc; }
+		m->live[s] = rc == 0;
+	}
+	return 0;
+}
+
+// The next key: *pair is 1 with its value in *v, or 0 where the newest word is a tombstone.
+// MDB_NOTFOUND past the last key.
+static int kvd_merged_next(kvd_merged *m, MDB_val *k, MDB_val *v, int *pair) {
+	size_t s, best = m->streams;
+	int rc;
+	for (s = 0; s < m->streams; s++) {
+		if (!m->live[s]) continue;
+		if (best == m->streams) { best = s; continue; }
+		size_t l = m->keys[s].mv_size < m->keys[best].mv_size ? m->keys[s].mv_size : m->keys[best].mv_size;
+		int c = memcmp(m->keys[s].mv_data, m->keys[best].mv_data, l);
+		if (c < 0 || (c == 0 && m->keys[s].mv_size < m->keys[best].mv_size)) best = s;
+	}
+	if (best == m->streams) return MDB_NOTFOUND;
+	*k = m->keys[best];
+	*v = m->vals[best];
+	*pair = best % 2 == 0;
+	// every stream at this key moves past it (k points into a source page, unchanged)
+	for (s = 0; s < m->streams; s++) {
+		if (!m->live[s]) continue;
+		if (s != best && (m->keys[s].mv_size != k->mv_size || memcmp(m->keys[s].mv_data, k->mv_data, k->mv_size) != 0)) continue;
+		rc = mdb_cursor_get(m->cur[s], &m->keys[s], &m->vals[s], MDB_NEXT);
+		if (rc && rc != MDB_NOTFOUND) return rc;
+		m->live[s] = rc == 0;
+	}
+	return 0;
+}
+
+// Up to max of the visible pairs next (tombstones skipped) into keys/vals; *got is how many,
+// fewer than max only at the end.
+static int kvd_merged_pairs(kvd_merged *m, size_t max, MDB_val *keys, MDB_val *vals, size_t *got) {
+	int rc, pair;
+	*got = 0;
+	while (*got < max) {
+		rc = kvd_merged_next(m, &keys[*got], &vals[*got], &pair);
+		if (rc == MDB_NOTFOUND) return 0;
+		if (rc) return rc;
+		if (pair) (*got)++;
+	}
+	return 0;
+}
+
+// Merge layers into a LOADING version made from the layer below them (the merged view
+// above, which copy_records builds in Python without this data plane): the newest word on
+// each key goes to the version, its pair to the version's data or its tombstone to the
+// version's tombstones, both appended, in one write transaction. flat: the last layer is
+// the chain's bottom, with no tombstones (tombs has n - 1 handles) and nothing below, so the
+// version is flat and a key deleted is simply not written (own_tomb unused). The version
+// must be LOADING (else *outcome is KVD_NOT_LOADING) with empty data and tombstones (else
+// KVD_NOT_EMPTY); nothing is written then. *merged_out is the keys written.
 static int kvd_merge_layers(MDB_env *env, MDB_dbi states, const char *name, size_t name_len,
                             const char *writable, size_t writable_len, MDB_dbi own, MDB_dbi own_tomb,
                             const MDB_dbi *data, const MDB_dbi *tombs, size_t n, int flat,
                             const char *tombstone, size_t tombstone_len, uint64_t *merged_out, int *outcome) {
 	MDB_txn *txn = NULL;
-	MDB_cursor **cur = NULL, *put = NULL, *del = NULL;
-	MDB_val *keys = NULL, *vals = NULL, tv;
+	MDB_cursor *put = NULL, *del = NULL;
+	MDB_val k, v, tv;
 	MDB_stat st;
-	int *live = NULL, rc;
-	size_t s, best, streams = flat ? 2 * n - 1 : 2 * n;
+	kvd_merged m;
+	int rc, pair;
 	uint64_t merged = 0;
+	memset(&m, 0, sizeof m);
 	*outcome = KVD_STORED;
 	*merged_out = 0;
-	cur = calloc(streams, sizeof *cur);
-	keys = calloc(streams, sizeof *keys);
-	vals = calloc(streams, sizeof *vals);
-	live = calloc(streams, sizeof *live);
-	if (!cur || !keys || !vals || !live) { rc = ENOMEM; goto done; }
 	if ((rc = mdb_txn_begin(env, NULL, 0, &txn))) { txn = NULL; goto done; }
 	if ((rc = kvd_check_writable(txn, states, name, name_len, writable, writable_len, outcome)) || *outcome != KVD_STORED) goto done;
 	if ((rc = mdb_stat(txn, own, &st))) goto done;
@@ -642,59 +717,27 @@ static int kvd_merge_layers(MDB_env *env, MDB_dbi states, const char *name, size
 		if ((rc = mdb_stat(txn, own_tomb, &st))) goto done;
 		if (st.ms_entries) { *outcome = KVD_NOT_EMPTY; goto done; }
 	}
-	// stream 2i is layer i's data, 2i + 1 its tombstones: of equal keys the lowest stream wins
-	for (s = 0; s < streams; s++) {
-		if ((rc = mdb_cursor_open(txn, s % 2 ? tombs[s / 2] : data[s / 2], &cur[s]))) goto done;
-		rc = mdb_cursor_get(cur[s], &keys[s], &vals[s], MDB_FIRST);
-		if (rc && rc != MDB_NOTFOUND) goto done;
-		live[s] = rc == 0;
-	}
+	if ((rc = kvd_merged_open(txn, data, tombs, n, flat, &m))) goto done;
 	if ((rc = mdb_cursor_open(txn, own, &put)) || (!flat && (rc = mdb_cursor_open(txn, own_tomb, &del)))) goto done;
-	for (;;) {
-		best = streams;
-		for (s = 0; s < streams; s++) {
-			if (!live[s]) continue;
-			if (best == streams) { best = s; continue; }
-			size_t l = keys[s].mv_size < keys[best].mv_size ? keys[s].mv_size : keys[best].mv_size;
-			int c = memcmp(keys[s].mv_data, keys[best].mv_data, l);
-			if (c < 0 || (c == 0 && keys[s].mv_size < keys[best].mv_size)) best = s;
-		}
-		if (best == streams) break;
-		MDB_val k = keys[best];
-		rc = 0;
-		if (best % 2 == 0) {
-			rc = mdb_cursor_put(put, &k, &vals[best], MDB_APPEND);
-			merged++;
-		} else if (!flat) {
-			tv.mv_data = (void *)tombstone; tv.mv_size = tombstone_len;
-			rc = mdb_cursor_put(del, &k, &tv, MDB_APPEND);
-			merged++;
-		}
+	tv.mv_data = (void *)tombstone; tv.mv_size = tombstone_len;
+	while ((rc = kvd_merged_next(&m, &k, &v, &pair)) == 0) {
+		if (pair) rc = mdb_cursor_put(put, &k, &v, MDB_APPEND);
+		else if (!flat) rc = mdb_cursor_put(del, &k, &tv, MDB_APPEND);
+		else continue;
 		if (rc) goto done;
-		// every stream at this key moves past it (k points into a source page, unchanged)
-		for (s = 0; s < streams; s++) {
-			if (!live[s] || s == best) continue;
-			if (keys[s].mv_size == k.mv_size && memcmp(keys[s].mv_data, k.mv_data, k.mv_size) == 0) {
-				rc = mdb_cursor_get(cur[s], &keys[s], &vals[s], MDB_NEXT);
-				if (rc && rc != MDB_NOTFOUND) goto done;
-				live[s] = rc == 0;
-			}
-		}
-		rc = mdb_cursor_get(cur[best], &keys[best], &vals[best], MDB_NEXT);
-		if (rc && rc != MDB_NOTFOUND) goto done;
-		live[best] = rc == 0;
+		merged++;
 	}
+	if (rc != MDB_NOTFOUND) goto done;
 	mdb_cursor_close(put); put = NULL;
-	mdb_cursor_close(del); del = NULL;
-	for (s = 0; s < streams; s++) { if (cur[s]) mdb_cursor_close(cur[s]); cur[s] = NULL; }
+	if (del) { mdb_cursor_close(del); del = NULL; }
+	kvd_merged_close(&m);
 	rc = mdb_txn_commit(txn); txn = NULL;
 	if (rc == 0) *merged_out = merged;
 done:
 	if (put) mdb_cursor_close(put);
 	if (del) mdb_cursor_close(del);
-	if (cur) { for (s = 0; s < streams; s++) if (cur[s]) mdb_cursor_close(cur[s]); }
+	kvd_merged_close(&m);
 	if (txn) mdb_txn_abort(txn);
-	free(cur); free(keys); free(vals); free(live);
 	return rc;
 }
 
@@ -1301,6 +1344,63 @@ func (e *Env) MergeLayers(states DBI, name string, own, ownTomb DBI, data, tombs
 		return true, 0, fmt.Errorf("version %s already holds records or tombstones", name)
 	}
 	return outcome == C.KVD_STORED, uint64(n), nil
+}
+
+// VisiblePairs calls fn with every pair a read through layers (data/tombs, newest first,
+// as the merged view in kvd_merged_open takes them: with one tombstone handle fewer, the last
+// layer is the chain's bottom) sees, in key order, a batch at a time, in one read
+// transaction: a consistent snapshot, which first (when not nil) looks at first. The slices
+// point into the map and are valid only during the call; first's or fn's error stops the
+// walk and is returned.
+func (e *Env) VisiblePairs(data, tombs []DBI, first func(*Txn) error, fn func(keys, values [][]byte) error) error {
+	flat := len(tombs) == len(data)-1
+	if len(data) == 0 || len(data) != len(tombs) && !flat {
+		return fmt.Errorf("%d layers' data but %d layers' tombstones", len(data), len(tombs))
+	}
+	var cflat C.int
+	if flat {
+		cflat = 1
+	}
+	txn, err := e.BeginRead()
+	if err != nil {
+		return err
+	}
+	defer txn.Abort()
+	if first != nil {
+		if err := first(txn); err != nil {
+			return err
+		}
+	}
+	var m C.kvd_merged
+	if err := check(C.kvd_merged_open(txn.txn, dbis(data), dbis(tombs), C.size_t(len(data)), cflat, &m)); err != nil {
+		return err
+	}
+	defer C.kvd_merged_close(&m)
+	const batch = 1024
+	ks := (*[batch]C.MDB_val)(C.malloc(C.size_t(batch) * C.size_t(unsafe.Sizeof(C.MDB_val{}))))
+	defer C.free(unsafe.Pointer(ks))
+	vs := (*[batch]C.MDB_val)(C.malloc(C.size_t(batch) * C.size_t(unsafe.Sizeof(C.MDB_val{}))))
+	defer C.free(unsafe.Pointer(vs))
+	keys, values := make([][]byte, batch), make([][]byte, batch)
+	for {
+		var got C.size_t
+		if err := check(C.kvd_merged_pairs(&m, batch, &ks[0], &vs[0], &got)); err != nil {
+			return err
+		}
+		n := int(got)
+		for i := 0; i < n; i++ {
+			keys[i] = unsafe.Slice((*byte)(ks[i].mv_data), int(ks[i].mv_size))
+			values[i] = unsafe.Slice((*byte)(vs[i].mv_data), int(vs[i].mv_size))
+		}
+		if n > 0 {
+			if err := fn(keys[:n], values[:n]); err != nil {
+				return err
+			}
+		}
+		if n < batch {
+			return nil
+		}
+	}
 }
 
 // The outcomes of BuildFilter.

@@ -109,7 +109,8 @@ func TestMergeLayersTakesTheNewestLayersWordPerKey(t *testing.T) {
 
 // A merge that takes in the chain's bottom (a layer with no tombstones and nothing below)
 // makes a flat version: every visible pair through the layers, and no tombstones at all —
-// a key a layer deletes is simply not written, whether the bottom held it or not.
+// a key a layer deletes is simply not written, whether the bottom held it or not. A walk of
+// the visible pairs (VisiblePairs) yields the same, in key order.
 func TestMergeLayersIntoTheBottomMakesAFlatVersion(t *testing.T) {
 	env, err := Open(t.TempDir(), Options{MapSize: 256 << 20, MaxDBs: 32, MaxReaders: 16})
 	if err != nil {
@@ -188,6 +189,27 @@ func TestMergeLayersIntoTheBottomMakesAFlatVersion(t *testing.T) {
 		}
 	}
 	txn.Abort()
+	// a read through the chain (VisiblePairs: what a seal measures) sees the same, in key order
+	seen := map[string]string{}
+	var last []byte
+	err = env.VisiblePairs(data, tombs, nil, func(keys, values [][]byte) error {
+		for i, k := range keys {
+			if last != nil && string(k) <= string(last) {
+				return fmt.Errorf("%q after %q", k, last)
+			}
+			last = append(last[:0], k...)
+			seen[string(k)] = string(values[i])
+		}
+		return nil
+	})
+	if err != nil || len(seen) != len(want) {
+		t.Fatalf("visible pairs: %d, want %d (%v)", len(seen), len(want), err)
+	}
+	for k, v := range want {
+		if seen[k] != v {
+			t.Fatalf("visible %s: %q, want %q", k, seen[k], v)
+		}
+	}
 	own := dbi[shared.StoreDataPrefix+into]
 	loading, merged, err := env.MergeLayers(states, into, own, 0, data, tombs)
 	if err != nil || !loading || merged != uint64(len(want)) {
