@@ -474,27 +474,33 @@ func (s *dataServer) getNative(ctx context.Context, target *kvpb.Target, keys []
 	return s.store.getMany(ctx, target, keys)
 }
 
-func (m *lmdbStore) getMany(_ context.Context, target *kvpb.Target, keys [][]byte) (name string, values [][]byte, ok bool) {
+// target is the version a read addresses, its chain and the chain's database handles,
+// opened before the transaction that uses them; ok is false when the reference DAL must
+// answer.
+func (m *lmdbStore) target(target *kvpb.Target) (name string, chain []string, data, tombs []lmdb.DBI, ok bool) {
 	txn, err := m.env.BeginRead()
 	if err != nil {
-		return "", nil, false
+		return "", nil, nil, nil, false
 	}
 	name, ok = m.resolve(txn, target)
-	var chain []string
 	if ok {
 		chain, ok = m.chain(txn, name)
 	}
 	txn.Abort()
-	if !ok {
-		return "", nil, false
+	if ok {
+		data, tombs, ok = m.layerDBIs(chain)
 	}
-	// the handles before the transaction that uses them
-	data, tombs, ok := m.layerDBIs(chain)
+	return name, chain, data, tombs, ok
+}
+
+func (m *lmdbStore) getMany(_ context.Context, target *kvpb.Target, keys [][]byte) (name string, values [][]byte, ok bool) {
+	name, chain, data, tombs, ok := m.target(target)
 	if !ok {
 		return "", nil, false
 	}
 	m.filter(chain, data, tombs, len(keys), false)
-	if txn, err = m.env.BeginRead(); err != nil {
+	txn, err := m.env.BeginRead()
+	if err != nil {
 		return "", nil, false
 	}
 	defer txn.Abort()

@@ -47,20 +47,7 @@ var errNotReadable = errors.New("not readable")
 // transaction and keeps its count pairs of smallest seeded key hash; scanned is the pairs
 // it holds. ok is false when the reference DAL must answer.
 func (m *lmdbStore) sample(_ context.Context, target *kvpb.Target, count int, seed uint64) (name string, pairs []sampled, scanned uint64, ok bool) {
-	txn, err := m.env.BeginRead()
-	if err != nil {
-		return "", nil, 0, false
-	}
-	name, ok = m.resolve(txn, target)
-	var chain []string
-	if ok {
-		chain, ok = m.chain(txn, name)
-	}
-	txn.Abort()
-	if !ok {
-		return "", nil, 0, false
-	}
-	data, tombs, ok := m.layerDBIs(chain)
+	name, _, data, tombs, ok := m.target(target)
 	if !ok {
 		return "", nil, 0, false
 	}
@@ -73,7 +60,7 @@ func (m *lmdbStore) sample(_ context.Context, target *kvpb.Target, count int, se
 	}
 	hasher := xxhash.NewWithSeed(seed)
 	top := make(largestFirst, 0, count)
-	err = m.env.VisiblePairs(data, tombs, readableNow, func(keys, values [][]byte) error {
+	err := m.env.VisiblePairs(data, tombs, readableNow, func(keys, values [][]byte) error {
 		for i, key := range keys {
 			hasher.ResetWithSeed(seed)
 			_, _ = hasher.Write(key)

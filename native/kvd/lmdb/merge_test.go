@@ -112,64 +112,35 @@ func TestMergeLayersTakesTheNewestLayersWordPerKey(t *testing.T) {
 // a key a layer deletes is simply not written, whether the bottom held it or not. A walk of
 // the visible pairs (VisiblePairs) yields the same, in key order.
 func TestMergeLayersIntoTheBottomMakesAFlatVersion(t *testing.T) {
-	env, err := Open(t.TempDir(), Options{MapSize: 256 << 20, MaxDBs: 32, MaxReaders: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Close()
+	env, db, put := testEnv(t)
 	const into = "m__v4"
 	layers := []string{"m__v3", "m__v2", "m__v1"} // m__v1 is the bottom
-	dbi := map[string]DBI{}
-	names := []string{shared.StoreMetaStates, shared.StoreDataPrefix + into}
-	for i, l := range layers {
-		names = append(names, shared.StoreDataPrefix+l)
-		if i < len(layers)-1 {
-			names = append(names, shared.StoreTombstonePrefix+l)
-		}
-	}
-	for _, name := range names {
-		if err := env.createDB(name); err != nil {
-			t.Fatal(err)
-		}
-		if dbi[name], err = env.DBI(name); err != nil {
-			t.Fatal(err)
-		}
-	}
-	states := dbi[shared.StoreMetaStates]
-	if err := env.put(states, []byte(into), []byte(shared.StatesWritable)); err != nil {
-		t.Fatal(err)
-	}
+	states := db(shared.StoreMetaStates)
+	put(states, into, shared.StatesWritable)
+	own := db(shared.StoreDataPrefix + into)
 	rng := rand.New(rand.NewSource(5))
 	var data, tombs []DBI
 	for i, l := range layers {
-		data = append(data, dbi[shared.StoreDataPrefix+l])
+		data = append(data, db(shared.StoreDataPrefix+l))
 		bottom := i == len(layers)-1
 		if !bottom {
-			tombs = append(tombs, dbi[shared.StoreTombstonePrefix+l])
+			tombs = append(tombs, db(shared.StoreTombstonePrefix+l))
 		}
 		for j := 0; j < 3000; j++ {
 			key := fmt.Sprintf("k%05d", rng.Intn(6000))
 			kind := rng.Intn(3) // 0: a pair, 1: a tombstone, 2: both (the pair wins); the bottom: pairs
 			if bottom || kind != 1 {
-				if err := env.put(data[i], []byte(key), []byte(fmt.Sprintf("layer %d value %d", i, j))); err != nil {
-					t.Fatal(err)
-				}
+				put(data[i], key, fmt.Sprintf("layer %d value %d", i, j))
 			}
 			if !bottom && kind != 0 {
-				if err := env.put(tombs[i], []byte(key), []byte(shared.StoreTombstone)); err != nil {
-					t.Fatal(err)
-				}
+				put(tombs[i], key, shared.StoreTombstone)
 			}
 		}
 	}
 	// the last keys: the newest layer's pair ends its stream, then an older layer deletes a
 	// key nothing else holds (not written: a stream's end must not stop the merge)
-	if err := env.put(data[0], []byte("zy"), []byte("last")); err != nil {
-		t.Fatal(err)
-	}
-	if err := env.put(tombs[1], []byte("zz"), []byte(shared.StoreTombstone)); err != nil {
-		t.Fatal(err)
-	}
+	put(data[0], "zy", "last")
+	put(tombs[1], "zz", shared.StoreTombstone)
 	// want: what a read through the layers sees (the first layer holding the key, unless a
 	// newer layer's tombstone hides it)
 	want := map[string]string{"zy": "last"}
@@ -192,7 +163,7 @@ func TestMergeLayersIntoTheBottomMakesAFlatVersion(t *testing.T) {
 	// a read through the chain (VisiblePairs: what a seal measures) sees the same, in key order
 	seen := map[string]string{}
 	var last []byte
-	err = env.VisiblePairs(data, tombs, nil, func(keys, values [][]byte) error {
+	err := env.VisiblePairs(data, tombs, nil, func(keys, values [][]byte) error {
 		for i, k := range keys {
 			if last != nil && string(k) <= string(last) {
 				return fmt.Errorf("%q after %q", k, last)
@@ -210,7 +181,6 @@ func TestMergeLayersIntoTheBottomMakesAFlatVersion(t *testing.T) {
 			t.Fatalf("visible %s: %q, want %q", k, seen[k], v)
 		}
 	}
-	own := dbi[shared.StoreDataPrefix+into]
 	loading, merged, err := env.MergeLayers(states, into, own, 0, data, tombs)
 	if err != nil || !loading || merged != uint64(len(want)) {
 		t.Fatalf("merge: loading %v, %d merged (want %d), %v", loading, merged, len(want), err)
