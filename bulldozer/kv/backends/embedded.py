@@ -92,7 +92,11 @@ _TOMBSTONE = shared.STORE_TOMBSTONE.encode()
 _ZOMBIE = b"\x00"
 #: A version's merge takes in its chain's bottom (its flat records) once the layers above
 #: hold this many times as many entries (pairs and tombstones) as the bottom: see
-#: ``EmbeddedEngine.copy_records``. Measured in ``bench``'s delta section's terms: TODO
+#: ``EmbeddedEngine.copy_records``. Measured on a 10 M-row table, warm deltas each changing
+#: 1 % (bench's delta section): the layers above grow by about 0.01 of the bottom a delta; a
+#: delta took 0.47 s with them at 0.07–0.13 of it, 0.55 s at 0.45–0.52, 1.4–1.8 s at 1.2 and
+#: 2.3 s at 1.85, where the bottom was never merged. The compaction at 0.5 (49 deltas in)
+#: took 3.3 s, its merge 2.5 s, and the next delta 1.8 s (the new bottom's key filter built).
 COMPACT_BOTTOM_AT = 0.5
 
 
