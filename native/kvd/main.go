@@ -118,24 +118,14 @@ func merge(dir string, opts lmdb.Options, into string, layers []string) (uint64,
 		}
 		return handles, nil
 	}
-	hasBase := func(name string) (bool, error) {
-		txn, err := env.BeginRead()
-		if err != nil {
-			return false, err
-		}
-		defer txn.Abort()
-		_, found, err := txn.Get(m.layers, []byte(name))
-		return found, err
-	}
-	layered, err := hasBase(into)
-	if err != nil {
-		return 0, err
-	}
+	store := &lmdbStore{env: env, meta: m}
+	chain, ok := store.chainOf(into)
+	layered := len(chain) > 1
 	ownNames := []string{shared.StoreDataPrefix + into}
 	if layered {
 		ownNames = append(ownNames, shared.StoreTombstonePrefix+into)
-	} else if below, err := hasBase(layers[len(layers)-1]); err != nil || below {
-		return 0, fmt.Errorf("version %s is flat, but its last layer %s is not its chain's bottom (%v)", into, layers[len(layers)-1], err)
+	} else if below, known := store.chainOf(layers[len(layers)-1]); !ok || !known || len(below) > 1 {
+		return 0, fmt.Errorf("version %s is flat, but its last layer %s is not its chain's bottom", into, layers[len(layers)-1])
 	}
 	own, err := open(ownNames...)
 	if err != nil {
@@ -181,20 +171,14 @@ func measure(dir string, opts lmdb.Options, name string) (count, digest, size ui
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	chain, err := chainOf(env, m, name)
-	if err != nil {
-		return 0, 0, 0, err
+	store := &lmdbStore{env: env, meta: m}
+	chain, ok := store.chainOf(name)
+	var data, tombs []lmdb.DBI
+	if ok {
+		data, tombs, ok = store.layerDBIs(chain)
 	}
-	data, tombs := make([]lmdb.DBI, len(chain)), make([]lmdb.DBI, len(chain)-1)
-	for i, layer := range chain {
-		if data[i], err = env.DBI(shared.StoreDataPrefix + layer); err != nil {
-			return 0, 0, 0, fmt.Errorf("version %s: %w", layer, err)
-		}
-		if i < len(tombs) {
-			if tombs[i], err = env.DBI(shared.StoreTombstonePrefix + layer); err != nil {
-				return 0, 0, 0, fmt.Errorf("version %s: %w", layer, err)
-			}
-		}
+	if !ok {
+		return 0, 0, 0, fmt.Errorf("version %s: its layers cannot be read", name)
 	}
 	hasher := newPairHasher()
 	err = env.VisiblePairs(data, tombs, nil, func(keys, values [][]byte) error {
@@ -206,26 +190,6 @@ func measure(dir string, opts lmdb.Options, name string) (count, digest, size ui
 		return nil
 	})
 	return count, digest, size, err
-}
-
-// chainOf is the version name and the bases it reads through to, newest first (meta.layers).
-func chainOf(env *lmdb.Env, m meta, name string) ([]string, error) {
-	txn, err := env.BeginRead()
-	if err != nil {
-		return nil, err
-	}
-	defer txn.Abort()
-	chain := []string{name}
-	for {
-		base, found, err := txn.Get(m.layers, []byte(chain[len(chain)-1]))
-		if err != nil || !found {
-			return chain, err
-		}
-		if len(chain) > 4*shared.StoreMaxLayers {
-			return nil, fmt.Errorf("version %s reads through more than %d bases", name, 4*shared.StoreMaxLayers)
-		}
-		chain = append(chain, string(base))
-	}
 }
 
 // openStore opens the store the fast path serves; close releases it (and, for the embedded
