@@ -61,6 +61,11 @@ func main() {
 		fmt.Printf("bulldozer-kvd (LMDB %s)\n", lmdb.Version())
 		return
 	}
+	if *measureName != "" || *mergeInto != "" {
+		// a job for the engine's DAL: it ends with that DAL (a merge's write transaction then
+		// commits nothing)
+		dieWithParent(*parent)
+	}
 	if *measureName != "" {
 		count, digest, size, err := measure(*store, lmdb.Options{MapSize: *mapSize, MaxDBs: *maxDBs, MaxReaders: 512, WriteMap: *writeMap}, *measureName)
 		if err != nil {
@@ -155,6 +160,26 @@ func merge(dir string, opts lmdb.Options, into string, layers []string) (uint64,
 		err = fmt.Errorf("version %s is not LOADING", into)
 	}
 	return merged, err
+}
+
+// dieWithParent exits at once when parent (when not 0) is not, or is no longer, this
+// process's parent.
+func dieWithParent(parent int) {
+	if parent <= 0 {
+		return
+	}
+	gone := func() bool { return os.Getppid() != parent }
+	if gone() {
+		fmt.Fprintln(os.Stderr, "bulldozer-kvd: the parent process is gone")
+		os.Exit(1)
+	}
+	go func() {
+		for !gone() {
+			time.Sleep(200 * time.Millisecond)
+		}
+		fmt.Fprintln(os.Stderr, "bulldozer-kvd: the parent process is gone")
+		os.Exit(1)
+	}()
 }
 
 // measure is what the version name of the embedded store stores, read through its layers

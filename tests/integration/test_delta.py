@@ -600,6 +600,49 @@ def test_a_seal_without_an_exact_running_digest_measures_through_the_layers(
     assert read_here == (0 if layered.plane == "native" else 3)
 
 
+def test_a_kvd_job_whose_dal_is_gone_does_nothing(tmp_path: Path) -> None:
+    """bulldozer-kvd's jobs for the embedded engine (a layer merge, a measurement) end with
+    the DAL that started them: a job whose parent is not that DAL exits at once, without
+    writing or printing a result (a merge's write transaction, should its DAL die midway,
+    commits nothing)."""
+    import subprocess
+
+    from bulldozer.kv.backends import create_engine
+    from bulldozer.kv.server.native import kvd_binary
+    from bulldozer.kv.types import NamespaceRecord
+
+    binary = kvd_binary()
+    assert binary is not None, "bulldozer-kvd is built by scripts/build_native.sh"
+    engine: Any = create_engine({"type": "embedded", "path": str(tmp_path / "kv"), "map_size": 1024**3})
+    try:
+        engine.create_namespace(NamespaceRecord(name="m__v1", alias="m"))
+        engine.write_batch("m__v1", [b"k"], [b"v"])
+        engine.ingest("m__v1")
+        engine.create_namespace(NamespaceRecord(name="m__v2", alias="m"))
+        someone_else = subprocess.Popen(["sleep", "30"])
+        try:
+            for job in (["--measure=m__v1"], ["--merge-into=m__v2", "--merge-layers=m__v1"]):
+                done = subprocess.run(
+                    [str(binary), *engine.config.kvd_arguments(), f"--parent-pid={someone_else.pid}", *job],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                    check=False,
+                )
+                assert done.returncode == 1 and done.stdout == "", (job, done.stdout, done.stderr)
+                assert "the parent process is gone" in done.stderr
+        finally:
+            someone_else.kill()
+            someone_else.wait()
+        with engine.env.begin() as txn:
+            assert txn.stat(engine._db("m__v2"))["entries"] == 0  # nothing merged
+        # with its DAL as the parent, the same job runs
+        engine.use_kvd(binary)
+        assert engine.measure("m__v1").count == 1
+    finally:
+        engine.close()
+
+
 @pytest.mark.parametrize("stage", ["load", "verify", "flip"])
 def test_a_delta_run_killed_at_a_stage_leaves_the_alias_and_is_finished(tmp_path: Path, stage: str) -> None:
     """A real SIGKILL of ``bulldozer run`` as a delta's stage starts (the layer or copy made,

@@ -617,11 +617,12 @@ class EmbeddedEngine(StorageEngine):
 
     def _kvd(self, *arguments: str) -> tuple[str, str]:
         """Run ``bulldozer-kvd`` on this store, in a process of its own, for one job
-        (``arguments``): its output, and why it failed ("" when it did not)."""
+        (``arguments``): its output, and why it failed ("" when it did not). It ends with this
+        process (a merge then commits nothing)."""
         import subprocess
 
         assert self._kvd_binary is not None
-        command = [str(self._kvd_binary), *self.config.kvd_arguments(), *arguments]
+        command = [str(self._kvd_binary), *self.config.kvd_arguments(), f"--parent-pid={os.getpid()}", *arguments]
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=3600, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
