@@ -105,15 +105,12 @@ func merge(dir string, opts lmdb.Options, into string, layers []string) (uint64,
 	if dir == "" || len(layers) == 0 || layers[0] == "" {
 		return 0, fmt.Errorf("--store and --merge-layers are required")
 	}
-	env, err := lmdb.Open(dir, opts)
+	store, err := openEmbedded(dir, opts)
 	if err != nil {
 		return 0, err
 	}
+	env, m := store.env, store.meta
 	defer env.Close()
-	m, err := openMeta(env)
-	if err != nil {
-		return 0, err
-	}
 	open := func(names ...string) ([]lmdb.DBI, error) {
 		handles := make([]lmdb.DBI, len(names))
 		for i, name := range names {
@@ -123,7 +120,6 @@ func merge(dir string, opts lmdb.Options, into string, layers []string) (uint64,
 		}
 		return handles, nil
 	}
-	store := &lmdbStore{env: env, meta: m}
 	chain, ok := store.chainOf(into)
 	layered := len(chain) > 1
 	ownNames := []string{shared.StoreDataPrefix + into}
@@ -187,16 +183,11 @@ func dieWithParent(parent int) {
 // records when the engine kept no exact running digest (bulldozer.kv.backends.embedded:
 // EmbeddedEngine.measure runs this when this data plane fronts it).
 func measure(dir string, opts lmdb.Options, name string) (count, digest, size uint64, err error) {
-	env, err := lmdb.Open(dir, opts)
+	store, err := openEmbedded(dir, opts)
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	defer env.Close()
-	m, err := openMeta(env)
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	store := &lmdbStore{env: env, meta: m}
+	defer store.env.Close()
 	chain, ok := store.chainOf(name)
 	var data, tombs []lmdb.DBI
 	if ok {
@@ -206,7 +197,7 @@ func measure(dir string, opts lmdb.Options, name string) (count, digest, size ui
 		return 0, 0, 0, fmt.Errorf("version %s: its layers cannot be read", name)
 	}
 	hasher := newPairHasher()
-	err = env.VisiblePairs(data, tombs, nil, func(keys, values [][]byte) error {
+	err = store.env.VisiblePairs(data, tombs, nil, func(keys, values [][]byte) error {
 		for i, key := range keys {
 			digest += hasher.hash(key, values[i])
 			size += uint64(len(key) + len(values[i]))
@@ -217,24 +208,33 @@ func measure(dir string, opts lmdb.Options, name string) (count, digest, size ui
 	return count, digest, size, err
 }
 
+// openEmbedded opens the embedded store in dir (the caller closes its env).
+func openEmbedded(dir string, opts lmdb.Options) (*lmdbStore, error) {
+	if dir == "" {
+		return nil, fmt.Errorf("--store is required")
+	}
+	env, err := lmdb.Open(dir, opts)
+	if err != nil {
+		return nil, err
+	}
+	m, err := openMeta(env)
+	if err != nil {
+		env.Close()
+		return nil, err
+	}
+	return &lmdbStore{env: env, meta: m}, nil
+}
+
 // openStore opens the store the fast path serves; close releases it (and, for the embedded
 // store, flushes it to disk).
 func openStore(engine, dir string, opts lmdb.Options) (s store, close func() error, err error) {
 	switch engine {
 	case "embedded":
-		if dir == "" {
-			return nil, nil, fmt.Errorf("--store is required")
-		}
-		env, err := lmdb.Open(dir, opts)
+		m, err := openEmbedded(dir, opts)
 		if err != nil {
 			return nil, nil, err
 		}
-		m, err := openMeta(env)
-		if err != nil {
-			env.Close()
-			return nil, nil, err
-		}
-		return &lmdbStore{env: env, meta: m}, func() error { defer env.Close(); return env.Sync() }, nil
+		return m, func() error { defer m.env.Close(); return m.env.Sync() }, nil
 	case "redis":
 		var cfg redisstore.Config
 		if err := json.NewDecoder(os.Stdin).Decode(&cfg); err != nil {

@@ -1320,13 +1320,9 @@ func (e *Env) searchPart(l Layers, names []byte, nlens []uint32, keys []byte, kl
 // is false, and nothing is written, when the version is not LOADING; an error when its data
 // or tombstones are not empty.
 func (e *Env) MergeLayers(states DBI, name string, own, ownTomb DBI, data, tombs []DBI) (loading bool, merged uint64, err error) {
-	flat := len(tombs) == len(data)-1
-	if len(data) == 0 || len(data) != len(tombs) && !flat {
-		return false, 0, fmt.Errorf("%d layers' data but %d layers' tombstones", len(data), len(tombs))
-	}
-	var cflat C.int
-	if flat {
-		cflat = 1
+	cflat, err := flatness(data, tombs)
+	if err != nil {
+		return false, 0, err
 	}
 	defer e.long()()
 	cname := []byte(name)
@@ -1346,6 +1342,18 @@ func (e *Env) MergeLayers(states DBI, name string, own, ownTomb DBI, data, tombs
 	return outcome == C.KVD_STORED, uint64(n), nil
 }
 
+// flatness is kvd_merged_open's flat for layers' handles: 1 with one tombstone handle fewer
+// than data handles (the last layer is the chain's bottom), 0 with as many; else an error.
+func flatness(data, tombs []DBI) (C.int, error) {
+	switch {
+	case len(data) > 0 && len(tombs) == len(data)-1:
+		return 1, nil
+	case len(data) > 0 && len(tombs) == len(data):
+		return 0, nil
+	}
+	return 0, fmt.Errorf("%d layers' data but %d layers' tombstones", len(data), len(tombs))
+}
+
 // VisiblePairs calls fn with every pair a read through layers (data/tombs, newest first,
 // as the merged view in kvd_merged_open takes them: with one tombstone handle fewer, the last
 // layer is the chain's bottom) sees, in key order, a batch at a time, in one read
@@ -1353,13 +1361,9 @@ func (e *Env) MergeLayers(states DBI, name string, own, ownTomb DBI, data, tombs
 // point into the map and are valid only during the call; first's or fn's error stops the
 // walk and is returned.
 func (e *Env) VisiblePairs(data, tombs []DBI, first func(*Txn) error, fn func(keys, values [][]byte) error) error {
-	flat := len(tombs) == len(data)-1
-	if len(data) == 0 || len(data) != len(tombs) && !flat {
-		return fmt.Errorf("%d layers' data but %d layers' tombstones", len(data), len(tombs))
-	}
-	var cflat C.int
-	if flat {
-		cflat = 1
+	cflat, err := flatness(data, tombs)
+	if err != nil {
+		return err
 	}
 	txn, err := e.BeginRead()
 	if err != nil {
