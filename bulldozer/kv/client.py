@@ -24,7 +24,7 @@ from bulldozer.kv import convert
 from bulldozer.kv._transports import GrpcTransport, InProcessTransport, Transport, translate
 from bulldozer.kv._writer import BatchWriter, WriteStats
 from bulldozer.kv.convert import PRINCIPAL_KEY
-from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord, StoreInfo
+from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord, State, StoreInfo
 from bulldozer.kv.v1 import kv_pb2
 
 __all__ = ["BatchWriter", "KvClient", "WriteStats"]
@@ -204,15 +204,19 @@ class KvClient:
     def set_labels(self, name: str, labels: dict[str, str]) -> NamespaceRecord:
         return self._ns("SetLabels", kv_pb2.SetLabelsRequest(name=name, labels=labels))
 
-    def list_namespaces(self, alias: str | None = None, page_size: int = 0) -> list[NamespaceRecord]:
-        """Every namespace (of ``alias``), oldest first, read page by page."""
+    def list_namespaces(
+        self, alias: str | None = None, page_size: int = 0, states: Iterable[State] = ()
+    ) -> list[NamespaceRecord]:
+        """Every namespace (of ``alias``; in one of ``states``, if any are named), oldest
+        first, read page by page."""
         out: list[NamespaceRecord] = []
         token = ""
+        wanted = convert.state_numbers(states)
         while True:
             response = self._t.call(
                 self._t.namespaces,
                 "ListNamespaces",
-                kv_pb2.ListNamespacesRequest(alias=alias or "", page_size=page_size, page_token=token),
+                kv_pb2.ListNamespacesRequest(alias=alias or "", page_size=page_size, page_token=token, states=wanted),
                 self.timeout,
             )
             out += [convert.record_from_info(i) for i in response.namespaces]

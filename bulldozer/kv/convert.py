@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from bulldozer.errors import InvalidArgumentError
 from bulldozer.kv.types import AliasChange, AliasRecord, BaseCopy, NamespaceRecord, State, StoreInfo
 from bulldozer.kv.v1 import kv_pb2
 
-__all__ = ["ERROR_DOMAIN", "PRINCIPAL_KEY", "alias_change", "alias_info", "namespace_info", "state_name", "timestamp"]
+__all__ = [
+    "ERROR_DOMAIN",
+    "PRINCIPAL_KEY",
+    "alias_change",
+    "alias_info",
+    "namespace_info",
+    "state_name",
+    "state_numbers",
+    "states_of",
+    "timestamp",
+]
 
 #: Trailer that names the exception class of a failed call (the client raises the same one).
 #: The domain of the ``google.rpc.ErrorInfo`` a failed call carries in its standard status
@@ -68,6 +80,21 @@ def store_info_from(info: kv_pb2.StoreInfo) -> StoreInfo | None:
 
 def state_name(state: int) -> str:
     return kv_pb2.NamespaceState.Name(state)  # type: ignore[arg-type]
+
+
+def states_of(states: Iterable[int]) -> frozenset[State] | None:
+    """A request's namespace states (None when it names none: any state). A state this
+    server does not know is refused."""
+    try:
+        chosen = frozenset(State(state_name(s)) for s in states)
+    except ValueError:
+        raise InvalidArgumentError(f"unknown namespace state in {list(states)}") from None
+    return chosen or None
+
+
+def state_numbers(states: Iterable[State]) -> list[kv_pb2.NamespaceState.ValueType]:
+    """``states`` as the request's enum numbers."""
+    return [kv_pb2.NamespaceState.Value(s.value) for s in states]
 
 
 def record_from_info(info: kv_pb2.NamespaceInfo) -> NamespaceRecord:

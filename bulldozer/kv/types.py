@@ -53,6 +53,9 @@ class StoreInfo:
 READABLE = frozenset(State(name) for name in shared.STATES_READABLE)
 #: The one state a version takes writes in.
 WRITABLE = State(shared.STATES_WRITABLE)
+#: Every state but DROPPED: the versions a store still holds (its history of dropped ones
+#: grows with every run; what acts on versions lists these).
+HELD = frozenset(State) - {State.DROPPED}
 
 
 @dataclass(frozen=True)

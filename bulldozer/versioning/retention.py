@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from bulldozer.kv.client import KvClient
-from bulldozer.kv.types import NamespaceRecord, State, utcnow
+from bulldozer.kv.types import HELD, NamespaceRecord, State, utcnow
 
 __all__ = ["RetentionPlan", "apply_retention", "plan_retention"]
 
@@ -55,7 +55,8 @@ def plan_retention(
 def apply_retention(
     client: KvClient, alias: str, keep_versions: int, grace_period: timedelta, protect: frozenset[str] = frozenset()
 ) -> RetentionPlan:
-    plan = plan_retention(client.list_namespaces(alias), keep_versions, grace_period, protect=protect)
+    held = client.list_namespaces(alias, states=HELD)  # a dropped version has nothing left to drop
+    plan = plan_retention(held, keep_versions, grace_period, protect=protect)
     for name in plan.drop:
         client.drop(name)
     return plan

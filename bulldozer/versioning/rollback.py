@@ -12,7 +12,7 @@ __all__ = ["previous_version", "rollback"]
 
 def previous_version(client: KvClient, alias: str, current: str) -> NamespaceRecord:
     """The version that was live before ``current``: the most recently retired one."""
-    retired = [n for n in client.list_namespaces(alias) if n.state == State.RETIRED and n.name != current]
+    retired = [n for n in client.list_namespaces(alias, states=[State.RETIRED]) if n.name != current]
     if not retired:
         raise NamespaceNotFoundError(
             f"alias {alias!r} has no previous version to roll back to (no RETIRED version is left)"

@@ -716,6 +716,47 @@ def test_listing_is_paged_and_survives_the_largest_records(kv: Harness) -> None:
     assert [n.state for n in kv.client.list_namespaces(alias)][: len(names)] == [State.DROPPED] * len(names)
 
 
+def test_namespaces_are_listed_by_state(kv: Harness) -> None:
+    """A listing may name the states it wants: the store's history of dropped versions is
+    then neither read nor sent (retention and rollback list only what the store holds)."""
+    from bulldozer.kv.types import HELD
+    from bulldozer.kv.v1 import kv_pb2
+
+    alias = kv.alias()
+    first, second, third = (kv.loaded(alias, pairs(2)) for _ in range(3))
+    kv.client.compare_and_set_alias(alias, None, first)
+    kv.client.compare_and_set_alias(alias, first, second)  # first RETIRED, second ACTIVE
+    kv.client.drop(first)
+    loading = kv.loaded(alias, pairs(1), seal=False)
+    failed = kv.loaded(alias, pairs(1), seal=False)
+    kv.client.mark_failed(failed, "test")
+    dropped = [kv.loaded(alias, [], seal=False) for _ in range(3)]
+    for name in dropped:
+        kv.client.drop(name)
+    states = {n.name: n.state for n in kv.client.list_namespaces(alias)}
+    assert states == {
+        first: State.DROPPED,
+        second: State.ACTIVE,
+        third: State.SEALED,
+        loading: State.LOADING,
+        failed: State.FAILED,
+        **{name: State.DROPPED for name in dropped},
+    }
+    in_order = [n.name for n in kv.client.list_namespaces(alias)]
+    for wanted in ([State.ACTIVE], [State.DROPPED], [State.SEALED, State.FAILED], [State.RETIRED], HELD):
+        listed = kv.client.list_namespaces(alias, states=wanted)
+        assert [n.name for n in listed] == [name for name in in_order if states[name] in set(wanted)], wanted
+        assert all(n == kv.client.describe(n.name) for n in listed)  # whole records, not just names
+        paged = kv.client.list_namespaces(alias, page_size=1, states=wanted)
+        assert [n.name for n in paged] == [n.name for n in listed]
+    assert second in {n.name for n in kv.client.list_namespaces(states=[State.ACTIVE])}  # any alias
+    for bad in ([kv_pb2.NAMESPACE_STATE_UNSPECIFIED], [99]):
+        with pytest.raises(InvalidArgumentError, match="state"):
+            kv.client._t.call(
+                kv.client._t.namespaces, "ListNamespaces", kv_pb2.ListNamespacesRequest(alias=alias, states=bad), 30
+            )
+
+
 def test_a_forged_page_token_is_refused(kv: Harness) -> None:
     from bulldozer.kv.v1 import kv_pb2
 

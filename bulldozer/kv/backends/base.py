@@ -39,6 +39,15 @@ def chunked(pairs: Iterable[tuple[bytes, bytes]], size: int) -> Iterator[list[tu
         yield buf
 
 
+def select_namespaces(
+    records: Iterable[NamespaceRecord], alias: str | None, states: frozenset[State] | None
+) -> list[NamespaceRecord]:
+    """``records`` of ``alias`` (None: any) in ``states`` (None: any), oldest first: what
+    ``StorageEngine.list_namespaces`` returns."""
+    chosen = [r for r in records if (alias is None or r.alias == alias) and (states is None or r.state in states)]
+    return sorted(chosen, key=lambda r: (r.created, r.name))
+
+
 class StorageEngine(ABC):
     """One storage engine. Implementations are thread-safe."""
 
@@ -67,8 +76,11 @@ class StorageEngine(ABC):
         """The namespace's record (DROPPED ones included), or None."""
 
     @abstractmethod
-    def list_namespaces(self, alias: str | None = None) -> list[NamespaceRecord]:
-        """Every namespace (of ``alias``), oldest first."""
+    def list_namespaces(
+        self, alias: str | None = None, states: frozenset[State] | None = None
+    ) -> list[NamespaceRecord]:
+        """Every namespace (of ``alias``; in one of ``states``), oldest first
+        (``select_namespaces``)."""
 
     @abstractmethod
     def transition(self, name: str, expected: frozenset[State], record: NamespaceRecord) -> NamespaceRecord:

@@ -62,7 +62,7 @@ from bulldozer.kv.backends._lifecycle import (
     pin_optimistically,
     transition_optimistically,
 )
-from bulldozer.kv.backends.base import StorageEngine, chunked
+from bulldozer.kv.backends.base import StorageEngine, chunked, select_namespaces
 from bulldozer.kv.backends.config import CassandraConfig
 from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord, State
 
@@ -435,12 +435,11 @@ class CassandraEngine(StorageEngine):
         raw = self._call(lambda: self._row("ns", name))
         return NamespaceRecord.from_json(json.loads(raw)) if raw is not None else None
 
-    def list_namespaces(self, alias: str | None = None) -> list[NamespaceRecord]:
+    def list_namespaces(
+        self, alias: str | None = None, states: frozenset[State] | None = None
+    ) -> list[NamespaceRecord]:
         rows = self._call(lambda: list(self.session.execute(self._sel_kind, ("ns",))))
-        records = [NamespaceRecord.from_json(json.loads(r.body)) for r in rows]
-        if alias is not None:
-            records = [r for r in records if r.alias == alias]
-        return sorted(records, key=lambda r: (r.created, r.name))
+        return select_namespaces((NamespaceRecord.from_json(json.loads(r.body)) for r in rows), alias, states)
 
     def transition(self, name: str, expected: frozenset[State], record: NamespaceRecord) -> NamespaceRecord:
         def run() -> NamespaceRecord:

@@ -15,7 +15,7 @@ from bulldozer.kv.backends._lifecycle import (
     plan_flip,
     plan_pin,
 )
-from bulldozer.kv.backends.base import StorageEngine
+from bulldozer.kv.backends.base import StorageEngine, select_namespaces
 from bulldozer.kv.backends.config import MemoryConfig
 from bulldozer.kv.types import AliasChange, AliasRecord, BaseCopy, NamespaceRecord, State
 
@@ -43,10 +43,12 @@ class MemoryEngine(StorageEngine):
         with self._lock:
             return self._namespaces.get(name)
 
-    def list_namespaces(self, alias: str | None = None) -> list[NamespaceRecord]:
+    def list_namespaces(
+        self, alias: str | None = None, states: frozenset[State] | None = None
+    ) -> list[NamespaceRecord]:
         with self._lock:
-            records = [r for r in self._namespaces.values() if alias is None or r.alias == alias]
-        return sorted(records, key=lambda r: (r.created, r.name))
+            records = list(self._namespaces.values())
+        return select_namespaces(records, alias, states)
 
     def transition(self, name: str, expected: frozenset[State], record: NamespaceRecord) -> NamespaceRecord:
         with self._lock:

@@ -61,7 +61,7 @@ from bulldozer.kv.backends._lifecycle import (
     pin_optimistically,
     transition_optimistically,
 )
-from bulldozer.kv.backends.base import StorageEngine, chunked
+from bulldozer.kv.backends.base import StorageEngine, chunked, select_namespaces
 from bulldozer.kv.backends.config import RedisConfig
 from bulldozer.kv.types import AliasChange, AliasRecord, BaseCopy, NamespaceRecord, State
 from bulldozer.kv.v1 import shared
@@ -281,12 +281,11 @@ class RedisEngine(StorageEngine):
         raw = self._call(lambda: self._raw_ns(name))
         return NamespaceRecord.from_json(json.loads(raw)) if raw is not None else None
 
-    def list_namespaces(self, alias: str | None = None) -> list[NamespaceRecord]:
+    def list_namespaces(
+        self, alias: str | None = None, states: frozenset[State] | None = None
+    ) -> list[NamespaceRecord]:
         raw = self._call(lambda: self.r.hgetall(self._k_namespaces))
-        records = [NamespaceRecord.from_json(json.loads(v)) for v in raw.values()]
-        if alias is not None:
-            records = [r for r in records if r.alias == alias]
-        return sorted(records, key=lambda r: (r.created, r.name))
+        return select_namespaces((NamespaceRecord.from_json(json.loads(v)) for v in raw.values()), alias, states)
 
     def transition(self, name: str, expected: frozenset[State], record: NamespaceRecord) -> NamespaceRecord:
         def run() -> NamespaceRecord:

@@ -164,18 +164,21 @@ class KvDal:
             raise NamespaceNotFoundError(f"namespace {name!r} does not exist")
         return record
 
-    def list_namespaces(self, alias: str | None = None) -> list[NamespaceRecord]:
+    def list_namespaces(
+        self, alias: str | None = None, states: frozenset[State] | None = None
+    ) -> list[NamespaceRecord]:
         if alias:
             validate_alias(alias)
-        return self.engine.list_namespaces(alias or None)
+        return self.engine.list_namespaces(alias or None, states or None)
 
     def list_namespaces_page(
-        self, alias: str | None, page_size: int = 0, page_token: str = ""
+        self, alias: str | None, page_size: int = 0, page_token: str = "", states: frozenset[State] | None = None
     ) -> tuple[list[NamespaceRecord], str]:
         """Up to ``page_size`` namespaces (default 100, at most 1000) after ``page_token``,
-        oldest first, and the token of the next page ("" after the last)."""
+        oldest first, and the token of the next page ("" after the last); with ``states``,
+        only those in one of them."""
         size = min(page_size or _DEFAULT_PAGE, _MAX_PAGE)
-        records = self.list_namespaces(alias)
+        records = self.list_namespaces(alias, states)
         if page_token:
             after = self._page_key(page_token)
             records = [r for r in records if (r.created, r.name) > after]

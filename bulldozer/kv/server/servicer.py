@@ -185,7 +185,7 @@ class NamespacesServicer(kv_pb2_grpc.KvNamespacesServicer):
         self, request: kv_pb2.ListNamespacesRequest, context: grpc.ServicerContext
     ) -> kv_pb2.ListNamespacesResponse:
         records, next_token = self.dal.list_namespaces_page(
-            request.alias or None, request.page_size, request.page_token
+            request.alias or None, request.page_size, request.page_token, convert.states_of(request.states)
         )
         budget = self.dal.limits.max_message_bytes // 2
         response = kv_pb2.ListNamespacesResponse(next_page_token=next_token)

@@ -875,6 +875,7 @@ class ListNamespacesRequest(_message.Message):
     ALIAS_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    STATES_FIELD_NUMBER: _builtins.int
     alias: _builtins.str
     """Only the versions of this alias (empty: all)."""
     page_size: _builtins.int
@@ -883,16 +884,24 @@ class ListNamespacesRequest(_message.Message):
     """
     page_token: _builtins.str
     """The previous page's next_page_token; empty for the first page."""
+    @_builtins.property
+    def states(self) -> _containers.RepeatedScalarFieldContainer[Global___NamespaceState.ValueType]:
+        """Only the namespaces in one of these states (empty: in any). A store keeps the records of
+        its DROPPED versions as history, so a caller that wants the live ones (retention, a
+        rollback) names their states instead of reading the whole history every run.
+        """
+
     def __init__(
         self,
         *,
         alias: _builtins.str = ...,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        states: _abc.Iterable[Global___NamespaceState.ValueType] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "page_size", b"page_size", "page_token", b"page_token", "states", b"states"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
