@@ -472,30 +472,36 @@ def test_a_version_reading_through_a_dropped_base_keeps_it_until_it_goes(layered
     from bulldozer.names import new_version_name
 
     engine, client = layered.engine, layered.client
-    expected = {b"k%03d" % i: b"v0" for i in range(100)}
-    expected.update({b"p%03d" % i: b"v0" for i in range(300)})  # a bottom the layers never outgrow here
+    deep = shared.STORE_MAX_LAYERS
+    steps = 2 * deep + 2
+    expected = {b"k%03d" % i: b"v0" for i in range(10 * steps)}
+    expected.update({b"p%03d" % i: b"v0" for i in range(30 * steps)})  # a bottom the layers never outgrow here
     versions: list[str] = []
     contents: list[dict[bytes, bytes]] = []
-    for step in range(10):
+    for step in range(steps):
         gone = [b"k%03d" % (step * 10 + i) for i in range(3)]
         new = {b"k%03d" % (step * 10 + i): b"v%d" % step for i in range(3, 6)}
         new[b"n%d" % step] = b"fresh"
+        if step <= deep:  # what the first merge takes in outweighs the layers stacked on it later
+            new.update({b"e%d_%d" % (step, i): b"extra" for i in range(3)})
         name = layered.next_version(versions[-1] if versions else "", expected, gone, new)
         versions.append(name)
         contents.append(dict(expected))
-        keys = sorted(expected) + [b"k%03d" % (step * 10) for step in range(10)]
+        keys = sorted(expected) + [b"k%03d" % (step * 10) for step in range(steps)]
         assert client.batch_get(keys, alias="layers")[1] == [expected.get(k) for k in keys]  # through Go
         assert dict(client.scan(alias="layers")) == expected
-        assert len(engine._chain(name)) <= shared.STORE_MAX_LAYERS + 1
-    assert len(engine._chain(versions[4])) == 5
-    assert engine._chain(versions[5]) == [versions[5], versions[0]]  # the layers above the bottom, merged
+        assert len(engine._chain(name)) <= deep + 1
+    assert len(engine._chain(versions[deep])) == deep + 1
+    merged = versions[deep + 1]
+    assert engine._chain(merged) == [merged, versions[0]]  # the layers above the bottom, merged
     with engine.env.begin() as txn:  # its own pairs: only what differs from the bottom
-        own = {bytes(k): bytes(v) for k, v in txn.cursor(db=engine._db(versions[5]))}
-    assert own == {k: v for k, v in contents[5].items() if contents[0].get(k) != v} and len(own) < 30
-    # four layers deep again: the three small ones merge, the larger merged one stays below
-    assert len(engine._chain(versions[8])) == 5
+        own = {bytes(k): bytes(v) for k, v in txn.cursor(db=engine._db(merged))}
+    assert own == {k: v for k, v in contents[deep + 1].items() if contents[0].get(k) != v}
+    assert len(own) <= 7 * (deep + 1)
+    # as deep again: the small ones merge, the larger merged one stays below
+    assert len(engine._chain(versions[2 * deep])) == deep + 1
     live = versions[-1]
-    assert engine._chain(live) == [live, versions[5], versions[0]]
+    assert engine._chain(live) == [live, merged, versions[0]]
     # drop every older version: the live one's chain keeps what it reads
     for name in versions[:-1]:
         client.drop(name)
@@ -503,7 +509,7 @@ def test_a_version_reading_through_a_dropped_base_keeps_it_until_it_goes(layered
     assert client.batch_get(sorted(expected), alias="layers")[1] == [expected[k] for k in sorted(expected)]
     with engine.env.begin() as txn:
         kept = {n for n in versions if txn.get(b"ns." + n.encode()) is not None}
-    assert kept == {versions[0], versions[5], live}  # what the live one reads stays (zombies); the rest is gone
+    assert kept == {versions[0], merged, live}  # what the live one reads stays (zombies); the rest is gone
     # a new full version goes live; dropping the layered one frees its base too
     full = new_version_name("layers")
     client.create_namespace(full, "layers")

@@ -49,7 +49,7 @@ const StoreTombstonePrefix = "del."
 
 const StoreTombstone = "-"
 
-const StoreMaxLayers = 4
+const StoreMaxLayers = 8
 
 const StoreMetaFilters = "meta.filters"
 
