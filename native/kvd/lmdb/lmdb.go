@@ -270,12 +270,19 @@ static const unsigned char *kvd_filter_block(const unsigned char *f, uint64_t h)
 	return f + KVD_FILTER_HEADER + (((h >> 32) * nblocks) >> 32) * 64;
 }
 
-static void kvd_filter_add(unsigned char *f, const MDB_val *k) {
-	uint64_t h = kvd_key_hash(k->mv_data, k->mv_size), g = kvd_fmix(h + 0x9E3779B97F4A7C15ULL);
+static void kvd_filter_add_hashed(unsigned char *f, uint64_t h) {
+	uint64_t g = kvd_fmix(h + 0x9E3779B97F4A7C15ULL);
 	unsigned char *b = (unsigned char *)kvd_filter_block(f, h);
 	int i;
 	for (i = 0; i < KVD_FILTER_PROBES; i++, g >>= 9) b[(g & 511) >> 3] |= (unsigned char)(1u << (g & 7));
 }
+
+// A filter's build adds keys KVD_FILTER_AHEAD at a time: each key's block is prefetched as
+// its hash is known and set once the batch is full, so the blocks' cache misses overlap
+// instead of each waiting on memory in turn. The filter of a 10 M-key bottom (12.5 MB),
+// four builds each way alternating: 0.91–1.00 s one key at a time, 0.52–0.68 s so (the
+// first delta after a full run or a compaction builds it).
+#define KVD_FILTER_AHEAD 32
 
 // Whether the layer whose filter is f (an MDB_val from kvd_layer_filters) may hold k: 0
 // only when it holds k neither in its data nor in its tombstones.
@@ -340,7 +347,8 @@ static int kvd_filter_build(MDB_env *env, MDB_dbi filters, MDB_dbi states, const
 	uint64_t entries, nblocks;
 	uint32_t magic = KVD_FILTER_MAGIC, probes = KVD_FILTER_PROBES;
 	unsigned char *f;
-	size_t i;
+	uint64_t ahead[KVD_FILTER_AHEAD];
+	size_t i, nahead = 0;
 	int rc, ok = 0, pass;
 	*built = 0;
 	if ((rc = mdb_txn_begin(env, NULL, 0, &txn))) return rc;
@@ -375,8 +383,15 @@ static int kvd_filter_build(MDB_env *env, MDB_dbi filters, MDB_dbi states, const
 		if (pass && !tomb) break;
 		if ((rc = mdb_cursor_open(txn, db, &cur))) goto done;
 		for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-			kvd_filter_add(f, &k);
+			ahead[nahead] = kvd_key_hash(k.mv_data, k.mv_size);
+			__builtin_prefetch(kvd_filter_block(f, ahead[nahead]), 1);
+			if (++nahead == KVD_FILTER_AHEAD) {
+				for (i = 0; i < nahead; i++) kvd_filter_add_hashed(f, ahead[i]);
+				nahead = 0;
+			}
 		}
+		for (i = 0; i < nahead; i++) kvd_filter_add_hashed(f, ahead[i]);
+		nahead = 0;
 		mdb_cursor_close(cur); cur = NULL;
 		if (rc != MDB_NOTFOUND) goto done;
 	}
