@@ -190,6 +190,7 @@ def gc(
 ) -> None:
     """Apply retention to every alias: drop RETIRED versions beyond --keep, and versions left
     LOADING, FAILED or never flipped (SEALED), once they are older than --grace."""
+    from bulldozer.kv.types import HELD
     from bulldozer.spec.models import parse_duration
     from bulldozer.versioning.retention import plan_retention
 
@@ -200,7 +201,7 @@ def gc(
     dropped: dict[str, list[str]] = {}
     with open_client(endpoint, home, as_json) as client:
         by_alias: dict[str, list[NamespaceRecord]] = {}
-        for n in client.list_namespaces():
+        for n in client.list_namespaces(states=HELD):  # as a run's retention: dropped ones have nothing left
             by_alias.setdefault(n.alias, []).append(n)
         for alias, records in sorted(by_alias.items()):
             plan = plan_retention(records, keep, grace_period)
