@@ -208,10 +208,12 @@ class KvClient:
         self, alias: str | None = None, page_size: int = 0, states: Iterable[State] = ()
     ) -> list[NamespaceRecord]:
         """Every namespace (of ``alias``; in one of ``states``, if any are named), oldest
-        first, read page by page."""
+        first, read page by page. The states are checked here too: a DAL older than the
+        request's ``states`` field lists every namespace."""
         out: list[NamespaceRecord] = []
         token = ""
-        wanted = convert.state_numbers(states)
+        chosen = frozenset(states)
+        wanted = convert.state_numbers(chosen)
         while True:
             response = self._t.call(
                 self._t.namespaces,
@@ -222,7 +224,7 @@ class KvClient:
             out += [convert.record_from_info(i) for i in response.namespaces]
             token = response.next_page_token
             if not token:
-                return out
+                return [r for r in out if r.state in chosen] if chosen else out
 
     # -- data -------------------------------------------------------------------
 

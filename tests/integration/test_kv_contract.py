@@ -719,6 +719,7 @@ def test_listing_is_paged_and_survives_the_largest_records(kv: Harness) -> None:
 def test_namespaces_are_listed_by_state(kv: Harness) -> None:
     """A listing may name the states it wants: the store's history of dropped versions is
     then neither read nor sent (retention and rollback list only what the store holds)."""
+    from bulldozer.kv import convert
     from bulldozer.kv.types import HELD
     from bulldozer.kv.v1 import kv_pb2
 
@@ -749,6 +750,9 @@ def test_namespaces_are_listed_by_state(kv: Harness) -> None:
         assert all(n == kv.client.describe(n.name) for n in listed)  # whole records, not just names
         paged = kv.client.list_namespaces(alias, page_size=1, states=wanted)
         assert [n.name for n in paged] == [n.name for n in listed]
+        request = kv_pb2.ListNamespacesRequest(alias=alias, states=convert.state_numbers(wanted))
+        answered = kv.client._t.call(kv.client._t.namespaces, "ListNamespaces", request, 30)
+        assert [i.name for i in answered.namespaces] == [n.name for n in listed]  # chosen by the DAL, not the client
     assert second in {n.name for n in kv.client.list_namespaces(states=[State.ACTIVE])}  # any alias
     for bad in ([kv_pb2.NAMESPACE_STATE_UNSPECIFIED], [99]):
         with pytest.raises(InvalidArgumentError, match="state"):
