@@ -5,7 +5,9 @@ it runs (bulldozer.cli.main)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing or collections
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["COMMANDS", "invoked"]
 

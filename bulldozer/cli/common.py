@@ -34,6 +34,7 @@ __all__ = [
     "open_client",
     "open_version",
     "print_json",
+    "remake_consoles",
     "report",
     "say_store",
     "with_store",
@@ -49,8 +50,20 @@ Token = Annotated[str | None, typer.Option(help="Bearer token (default: $BULLDOZ
 Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 # soft_wrap: never break lines at the terminal width (output is read by scripts and tests too)
-console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+_CONSOLE: dict[str, Any] = {"highlight": False, "soft_wrap": True}
+_ERR_CONSOLE: dict[str, Any] = {"stderr": True, "highlight": False, "soft_wrap": True}
+console = Console(**_CONSOLE)
+err_console = Console(**_ERR_CONSOLE)
+
+
+def remake_consoles() -> None:
+    """Make both consoles again, in place, for this process's standard streams and
+    environment as they are now: a console reads whether its stream is a terminal, and the
+    colour variables, when it is made. The warm loader imports the command line once; each
+    command it forks has its caller's terminal and environment (bulldozer.cli.loader)."""
+    console.__init__(**_CONSOLE)  # type: ignore[misc]
+    err_console.__init__(**_ERR_CONSOLE)  # type: ignore[misc]
+
 
 P = ParamSpec("P")
 R = TypeVar("R")

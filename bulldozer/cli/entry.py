@@ -1,5 +1,6 @@
 """The ``bulldozer`` command's entry point: a ``run`` goes to the home's warm loader when
-one is running (bulldozer.cli.loader), before this process imports anything heavy; every other
+one is running (bulldozer.cli.loader), before this process imports anything but that
+hand-over and the process tuning (both light); every other
 command, and a run no loader takes, runs here (bulldozer.cli.main), with a child compiling
 its modules ahead when the bytecode cache is empty (``process.compile_ahead``). Either way
 the process ends as soon as the command is done (``process.end_when_done``)."""

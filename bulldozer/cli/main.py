@@ -8,9 +8,11 @@ from bulldozer.cli import process
 
 process.before_imports()  # before anything imports numpy
 
+import functools  # noqa: E402
 import importlib  # noqa: E402
 import sys  # noqa: E402
-from collections.abc import Iterable  # noqa: E402
+from collections.abc import Callable, Iterable  # noqa: E402
+from typing import Any  # noqa: E402
 
 import typer  # noqa: E402  (after the process tuning above)
 
@@ -70,6 +72,15 @@ def build(names: Iterable[str] = COMMANDS) -> typer.Typer:
     return cli
 
 
+@functools.cache
+def command(name: str | None) -> Callable[..., Any]:
+    """The click command ``main`` calls for a command line that names the command ``name``
+    (None: all of them), made once per process. Typer makes it from the functions'
+    signatures and annotations, 4-5 ms of every command; the warm loader makes the run's
+    before it forks, so a run it takes starts with it made (bulldozer.cli.loader)."""
+    return typer.main.get_command(build([name] if name else COMMANDS))
+
+
 def __getattr__(name: str) -> typer.Typer:
     """``app``: the whole command line (for tests' and tools' use of it as one object)."""
     if name == "app":
@@ -80,8 +91,7 @@ def __getattr__(name: str) -> typer.Typer:
 def main() -> None:
     process.claim()
     try:
-        name = invoked(sys.argv[1:])
-        build([name] if name else COMMANDS)()
+        command(invoked(sys.argv[1:]))()
     finally:
         process.exiting()
 

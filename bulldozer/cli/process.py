@@ -48,17 +48,18 @@ an Airflow worker) leave the interpreter as they found it.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import gc
 import os
 import signal
 import sys
-from collections.abc import Sequence
-from types import ModuleType
-from typing import TYPE_CHECKING
 
+# typing.TYPE_CHECKING without importing typing: the entry point imports this module before
+# it hands a run over to a warm loader, and that caller imports as little as it can
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     import importlib.machinery
+    from collections.abc import Sequence
+    from types import ModuleType
 
 __all__ = [
     "DEFERRED",
@@ -108,6 +109,8 @@ def use_load_memory_pool() -> str:
     """Make jemalloc Arrow's default pool in this process (when pyarrow was built with it
     and the environment chose no pool: an explicit ``ARROW_DEFAULT_MEMORY_POOL`` stands);
     returns the name of the pool in use."""
+    import contextlib
+
     import pyarrow as pa
 
     if not os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):

@@ -34,11 +34,14 @@ __all__ = ["PRELOAD", "serve"]
 
 log = logging.getLogger("bulldozer.cli.loader")
 
-#: What the children find imported: everything a local run imports on its way, except the
-#: command line's own modules (they make rich consoles, which read the terminal when they
-#: are made: each child makes its own, on its caller's terminal). A test runs a full and a
-#: delta run as a child does and fails on any other module they import.
+#: What the children find imported: everything a local run imports on its way, the command
+#: line's own modules included (their rich consoles read the terminal when they are made:
+#: each child remakes them on its caller's, ``remake_consoles``), and ``preload`` makes the
+#: run command's click command. A test runs a full and a delta run as a child does and fails
+#: on any module they import.
 PRELOAD = (
+    "bulldozer.cli.main",
+    "bulldozer.cli.run_cmds",
     "typer",
     "typer._adapters",  # typer's on the first command it runs
     "typer._click.decorators",
@@ -106,6 +109,9 @@ def preload() -> float:
     began = time.perf_counter()
     for name in PRELOAD:
         importlib.import_module(name)
+    from bulldozer.cli.main import command
+
+    command("run")  # what every child would make again: 9-10 ms of each warm run
     return time.perf_counter() - began
 
 
@@ -175,7 +181,7 @@ def _register(home: Path, path: Path) -> Path | None:
     """List this loader in the user's registry (``registry``), dropping the links of loaders
     that are gone; its link, or None when the registry cannot be this user's alone (no
     caller then finds this loader: commands run on their own)."""
-    folder = registry()
+    folder = Path(registry())
     try:
         with contextlib.suppress(FileExistsError):
             folder.mkdir(mode=0o700)
@@ -401,6 +407,9 @@ def _become(state: _State, conn: socket.socket, fds: list[int], request: dict[st
         sys.stdout = open(1, "w", buffering=1 if os.isatty(1) else -1, closefd=False, encoding="utf-8")  # noqa: SIM115
         sys.stderr = open(2, "w", buffering=1, closefd=False, encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
         _die_with(caller)
+        from bulldozer.cli.common import remake_consoles
+
+        remake_consoles()  # on the caller's terminal, in its environment
         ours = logging.getLogger("bulldozer")  # as a new process has it: the command configures its own
         ours.handlers.clear()
         ours.setLevel(logging.NOTSET)
