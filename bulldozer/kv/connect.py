@@ -172,7 +172,9 @@ class HostedDal:
             with open(self._log_path, "ab") as kvd_log:  # kvd's lines go to the DAL's log as well
                 # the operator's choice: auto falls back to the Python plane if kvd fails to start
                 plane = load_settings().data_plane
-                self.running, _ = create_server(self.address, engine, data_plane=plane, kvd_stderr=kvd_log)
+                self.running, _ = create_server(
+                    self.address, engine, data_plane=plane, kvd_stderr=kvd_log, reflection=False
+                )
             server_log.info(
                 "KV DAL serving embedded engine on %s (data plane: %s, in this process)",
                 self.address,

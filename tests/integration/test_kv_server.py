@@ -65,6 +65,26 @@ def test_health_and_reflection(server: tuple[object, int, Metrics]) -> None:
     channel.close()
 
 
+def test_a_dal_a_command_hosts_for_itself_serves_health_without_reflection(tmp_path: Path) -> None:
+    """The DAL a ``bulldozer run`` hosts on its private socket answers health checks (the
+    command waits for them) and the KV services, but serves no reflection: no one else can
+    reach it, and registering reflection cost the command's start ≈ 10 ms."""
+    from bulldozer.kv.connect import host_embedded_dal
+
+    with host_embedded_dal(tmp_path) as dal:
+        dal.wait()
+        channel = grpc.insecure_channel(dal.address)
+        health = health_pb2_grpc.HealthStub(channel)
+        assert health.Check(health_pb2.HealthCheckRequest()).status == health_pb2.HealthCheckResponse.SERVING
+        with KvClient(dal.address) as client:
+            assert client.list_aliases() == []
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        with pytest.raises(grpc.RpcError) as refused:
+            list(stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")])))
+        assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        channel.close()
+
+
 def test_metrics_count_requests_and_records(server: tuple[object, int, Metrics]) -> None:
     _, port, metrics = server
     with KvClient(f"127.0.0.1:{port}") as client:

@@ -1,9 +1,10 @@
 """Build and run a KV DAL gRPC server.
 
 ``create_server(address, engine) -> (server, port)`` binds (port 0 picks a free one, for
-tests) with health checking and reflection on, the error interceptor installed and
-request-size limits set. ``serve`` runs one until SIGTERM / SIGINT, then stops
-gracefully: new requests are refused and in-flight batches finish.
+tests) with health checking and reflection on (reflection off for a DAL a command hosts for
+itself on a private socket), the error interceptor installed and request-size limits set.
+``serve`` runs one until SIGTERM / SIGINT, then stops gracefully: new requests are refused
+and in-flight batches finish.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from bulldozer import scratch
 from bulldozer.errors import BackendUnavailableError, InvalidArgumentError
@@ -86,6 +86,7 @@ def create_server(
     data_plane: str = "python",
     allow_unauthenticated: bool = False,
     kvd_stderr: Any = None,
+    reflection: bool = True,
 ) -> tuple[RunningServer, int]:
     """A started KV DAL server on ``address`` (``host:0`` picks a free port); with
     ``credentials`` it speaks TLS, with ``auth`` every call is authenticated and checked
@@ -93,7 +94,9 @@ def create_server(
     server of it without ``auth`` refuses to start unless ``allow_unauthenticated``.
     ``data_plane`` ``native`` (or ``auto``) puts ``bulldozer-kvd`` in front (see
     :mod:`bulldozer.kv.server.native`), its log lines to ``kvd_stderr`` (a file; default: this
-    process's stderr)."""
+    process's stderr). ``reflection``: serve gRPC server reflection (grpcurl and the like),
+    which a DAL hosted by one command for itself does without (importing and registering it
+    took ≈ 10 ms of that command's start, on the interpreter the command's imports share)."""
     from bulldozer.kv.server.native import DataPlane, choose_data_plane
 
     if auth is not None:
@@ -105,7 +108,9 @@ def create_server(
         )
     if choose_data_plane(data_plane, engine, credentials is not None or auth is not None) == DataPlane.native:
         try:
-            return _create_native_server(address, engine, limits, metrics, max_workers, interceptors, kvd_stderr)
+            return _create_native_server(
+                address, engine, limits, metrics, max_workers, interceptors, kvd_stderr, reflection
+            )
         except BackendUnavailableError as exc:
             if data_plane == DataPlane.native:
                 raise
@@ -129,7 +134,11 @@ def create_server(
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in ("", *SERVICE_NAMES):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    if reflection:
+        from grpc_reflection.v1alpha import reflection as server_reflection
+
+        names = (*SERVICE_NAMES, health.SERVICE_NAME, server_reflection.SERVICE_NAME)
+        server_reflection.enable_server_reflection(names, server)
     try:
         port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
     except RuntimeError as exc:
@@ -164,12 +173,13 @@ def _create_native_server(
     max_workers: int,
     interceptors: list[Any] | None,
     kvd_stderr: Any = None,
+    reflection: bool = True,
 ) -> tuple[RunningServer, int]:
     private = scratch.make("dal")
     backend = f"unix:{private / 'reference.sock'}"
     # the private reference DAL behind the front: the caller already decided about authentication
     reference, _ = create_server(
-        backend, engine, limits, metrics, max_workers, interceptors, allow_unauthenticated=True
+        backend, engine, limits, metrics, max_workers, interceptors, allow_unauthenticated=True, reflection=reflection
     )
     metrics_socket = private / "kvd-metrics.sock" if metrics is not None else None
     try:
