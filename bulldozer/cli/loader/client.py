@@ -7,7 +7,7 @@ refuses it (not its home, ``BULLDOZER_LOADER=off``, stopping), or a command no l
 
 What this process imports is all a warm run pays for before the loader takes over, so it is
 the standard library's sockets, JSON and signals only (no pathlib, typing or contextlib):
-the caller's start, interpreter included, went from ≈ 40 ms to ≈ 25 ms.
+the caller's start, interpreter included, went from ≈ 40 ms to ≈ 27 ms.
 """
 
 from __future__ import annotations
