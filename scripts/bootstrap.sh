@@ -37,8 +37,9 @@ command -v cargo >/dev/null 2>&1 || {
 
 # Editable, as a path entry: setuptools' "compat" mode puts the project folder on sys.path
 # with a .pth file. Its default for this layout is an import hook whose module imports
-# pathlib, re and importlib.util into every Python process as it starts: 12-13 ms, of a
-# warm run's caller's 27 ms (bulldozer.cli.loader.client), which a wheel install never pays.
+# pathlib, re and importlib.util into every Python process as it starts (12-13 ms; a warm
+# run's caller takes 27 ms without it, bulldozer.cli.loader.client), which a wheel install
+# never pays.
 # setuptools calls the mode transitional: where it refuses it, its default is used.
 editable() {
   PYTHONWARNINGS=ignore .venv/bin/python -m pip install --quiet --config-settings editable_mode=compat "$@" \

@@ -222,6 +222,7 @@ def test_a_run_shows_its_progress_in_colour_on_its_callers_terminal(home: Path) 
     assert b"\x1b[32m" in there, there.decode(errors="replace")
     code, plain = on_a_terminal({"NO_COLOR": "1"})  # the caller's environment, read again
     assert code == 0 and b"\x1b[32m" not in plain, plain.decode(errors="replace")
+    assert status(home)["served"] == served + 2  # type: ignore[index]  # in the loader, not here
 
 
 def test_a_run_of_another_home_is_refused_and_runs_here(home: Path, tmp_path: Path) -> None:
