@@ -30,6 +30,8 @@ CHECKED = ("pandas", "duckdb", "pyparsing", "strictyaml.parser", "rich.progress"
            "bulldozer.cli.ops_cmds", "bulldozer.cli.ui_cmd")
 atexit.register(lambda: print("IMPORTED", json.dumps(sorted(m for m in CHECKED if m in sys.modules))))
 atexit.register(lambda: print("GC", gc.isenabled(), "BLAS", os.environ.get("OPENBLAS_NUM_THREADS")))
+from bulldozer.cli import process
+atexit.register(lambda: print("UNBUILT", len(process.unbuilt_models())))
 import bulldozer.cli.main
 sys.argv = ["bulldozer", *sys.argv[1:]]
 bulldozer.cli.main.main()
@@ -62,6 +64,21 @@ def test_a_local_run_does_without_pandas(home: Path) -> None:
     assert "IMPORTED []" in done.stdout
     assert "2,000 rows" in done.stdout
     assert "GC True BLAS 1" in done.stdout  # off while the run set up, on again from its load
+
+
+def test_a_run_builds_only_the_pyiceberg_models_it_uses(home: Path) -> None:
+    """pyiceberg's pydantic models are built when first used (process.DEFERRED_MODELS): a
+    run reads its table's metadata (validated by the models it builds) and leaves the rest
+    (table updates and requirements, most expressions and views) unbuilt."""
+    spec = home / "job.yaml"
+    spec.write_text(TEMPLATE)
+    done = _cli(home, "run", str(spec), "-q")
+    assert done.returncode == 0, done.stderr
+    assert "2,000 rows" in done.stdout
+    unbuilt = int(re.search(r"UNBUILT (\d+)", done.stdout).group(1))  # type: ignore[union-attr]
+    assert unbuilt >= 100, done.stdout
+    validated = _cli(home, "validate", str(spec))  # no run: pyiceberg never imported, nothing to build
+    assert validated.returncode == 0 and "UNBUILT 0" in validated.stdout, validated.stdout
 
 
 def test_the_filter_parser_is_loaded_only_for_a_filter(home: Path) -> None:
@@ -125,7 +142,7 @@ def test_a_query_run_exits_without_a_leak_report(home: Path) -> None:
 def test_commands_run_in_process_leave_the_interpreter_alone() -> None:
     assert not process.owned()
     assert process.without_pandas() is False
-    assert not any(type(finder).__name__ in ("_NoPandas", "_Deferred") for finder in sys.meta_path)
+    assert not any(type(finder).__name__ in ("_NoPandas", "_Deferred", "_DeferredModels") for finder in sys.meta_path)
 
 
 def test_embedded_dals_share_the_days_log_and_a_failed_start_says_its_own_reason(tmp_path: Path) -> None:

@@ -287,10 +287,12 @@ import json, sys
 from pathlib import Path
 
 from bench import feature_table
+from bulldozer.cli import process
 from bulldozer.cli.loader.server import preload
 from bulldozer.kv.connect import embedded_store_path, start_embedded_dal, use_warm_dal
 
 home, spec = Path(sys.argv[1]), sys.argv[2]
+process.claim()  # as the loader's own command line does before it preloads
 preload()
 with start_embedded_dal(home) as dal:
     dal.wait()
@@ -300,6 +302,7 @@ with start_embedded_dal(home) as dal:
     for changed in (False, True):
         if changed:
             feature_table.change_one_file(home, 4_000, 4, 1, seed=5)
+        print("unbuilt:", len(process.unbuilt_models()), file=sys.stderr)
         before = set(sys.modules)
         sys.argv = ["bulldozer", "run", spec, "--json", "-q"]
         try:
@@ -312,7 +315,8 @@ with start_embedded_dal(home) as dal:
 
 def test_a_run_in_the_loader_imports_nothing(tmp_path: Path) -> None:
     """Everything a run imports on its way is imported by the loader first (``PRELOAD``),
-    for a full run and for a delta, the command line's own modules included."""
+    for a full run and for a delta, the command line's own modules included, and every
+    pydantic model a one-shot run would build when first used is built."""
     from bench import feature_table
 
     feature_table.build_files(tmp_path, 4_000, 4)
@@ -333,3 +337,6 @@ def test_a_run_in_the_loader_imports_nothing(tmp_path: Path) -> None:
     assert len(imported) == 2
     for run, modules in zip(("full", "delta"), imported, strict=True):
         assert not modules, f"the {run} run imported what the loader had not: {modules}"
+    # and built every pydantic model a one-shot run builds when first used (process.DEFERRED_MODELS)
+    unbuilt = [line for line in done.stderr.splitlines() if line.startswith("unbuilt:")]
+    assert unbuilt == ["unbuilt: 0", "unbuilt: 0"], unbuilt
