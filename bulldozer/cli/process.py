@@ -147,9 +147,7 @@ def claim() -> None:
     gc.disable()
     signal.signal(signal.SIGTERM, _terminate)
     if not any(isinstance(f, _Deferred) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Deferred(DEFERRED))
-    if not any(isinstance(f, _DeferredModels) for f in sys.meta_path):
-        sys.meta_path.insert(0, _DeferredModels(DEFERRED_MODELS))
+        sys.meta_path.insert(0, _Deferred(DEFERRED, DEFERRED_MODELS))
 
 
 def unbuilt_models() -> list[type]:
@@ -377,23 +375,30 @@ class _NoPandas:
         return None
 
 
-class _DeferredModels:
-    """Set pydantic's ``defer_build`` on the named model bases of a module, as the module is
-    imported (before any subclass of them is defined)."""
+class _Deferred:
+    """Import the modules named in ``lazy`` with ``importlib.util.LazyLoader`` (the module
+    object exists at once, its code runs when an attribute of it is first read), and set
+    pydantic's ``defer_build`` on the model bases ``models`` names of a module as the module
+    is imported (before any subclass of them is defined)."""
 
-    def __init__(self, bases: Mapping[str, Sequence[str]]) -> None:
-        self.bases = dict(bases)
+    def __init__(self, lazy: Sequence[str], models: Mapping[str, Sequence[str]]) -> None:
+        self.lazy, self.models = frozenset(lazy), dict(models)
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in self.bases:
+        if fullname not in self.lazy and fullname not in self.models:
             return None
         import importlib.machinery
+        import importlib.util
 
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _deferring_loader(spec.loader, self.bases[fullname])
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        if fullname in self.lazy:
+            spec.loader = importlib.util.LazyLoader(spec.loader)
+        else:
+            spec.loader = _deferring_loader(spec.loader, self.models[fullname])
         return spec
 
 
@@ -413,25 +418,3 @@ def _deferring_loader(loader: importlib.abc.Loader, bases: Sequence[str]) -> imp
                     model.model_config["defer_build"] = True
 
     return DeferringLoader()
-
-
-class _Deferred:
-    """Import the named modules with ``importlib.util.LazyLoader``: the module object exists
-    at once, its code runs when an attribute of it is first read."""
-
-    def __init__(self, names: Sequence[str]) -> None:
-        self.names = frozenset(names)
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in self.names:
-            return None
-        import importlib.machinery
-        import importlib.util
-
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        spec.loader = importlib.util.LazyLoader(spec.loader)
-        return spec

@@ -142,7 +142,7 @@ def test_a_query_run_exits_without_a_leak_report(home: Path) -> None:
 def test_commands_run_in_process_leave_the_interpreter_alone() -> None:
     assert not process.owned()
     assert process.without_pandas() is False
-    assert not any(type(finder).__name__ in ("_NoPandas", "_Deferred", "_DeferredModels") for finder in sys.meta_path)
+    assert not any(type(finder).__name__ in ("_NoPandas", "_Deferred") for finder in sys.meta_path)
 
 
 def test_embedded_dals_share_the_days_log_and_a_failed_start_says_its_own_reason(tmp_path: Path) -> None:
