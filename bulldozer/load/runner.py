@@ -58,8 +58,8 @@ from bulldozer.versioning.run_state import (
     STAGE_LABEL,
     Loaded,
     RunRecord,
+    SplitLedger,
     base_copied,
-    ledger_label,
     ledger_of,
     loaded_of,
     run_key_of,
@@ -351,13 +351,16 @@ class JobRun:
             self.home,
             self.sql_source,
         )
-        ledger_state = {sid: s.to_json() for sid, s in self.done.items()}
+        ledger = SplitLedger(
+            lambda labels: client.set_labels(record.version, labels),
+            {sid: s.to_json() for sid, s in self.done.items()},
+        )
 
         def on_split(split: SplitResult) -> None:
-            ledger_state[split.split_id] = split.to_json()
-            client.set_labels(record.version, ledger_label(ledger_state))
+            ledger.add(split.split_id, split.to_json())
 
         result: LoadResult = self.load_engine.load(plan, client, on_split, self.progress)
+        ledger.flush()
         hashes = list(result.key_hashes)
         if self.done:
             hashes += self.load_engine.key_hashes_of(plan, set(self.done))

@@ -8,6 +8,9 @@ labels (``bulldozer.*``) are its storage format, not an API: nothing else parses
 from __future__ import annotations
 
 import json
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -23,6 +26,7 @@ __all__ = [
     "STAGE_LABEL",
     "Loaded",
     "RunRecord",
+    "SplitLedger",
     "base_copied",
     "ledger_of",
     "loaded_of",
@@ -151,6 +155,51 @@ def ledger_of(version: NamespaceRecord) -> dict[str, Any]:
 def ledger_label(ledger: dict[str, Any]) -> dict[str, str]:
     """The labels that record ``ledger``."""
     return {LEDGER_LABEL: _compact(ledger)}
+
+
+#: the least time between two writes of a load's split ledger (``SplitLedger``)
+LEDGER_EVERY_SECONDS = 0.25
+
+
+class SplitLedger:
+    """A LOADING version's split ledger, kept as its splits are acknowledged: ``add`` notes
+    a split and writes the ledger (``write``: its labels, a DAL write that is made durable)
+    unless it was written less than ``every`` seconds ago; ``flush`` writes what is left when
+    the load ends. A split the ledger names is in the store; one acknowledged since the last
+    write is read and sent again by a resumed run, as one still being sent is.
+
+    Written for every split, the ledger — all of it each time — cost a table of many small
+    files a DAL write, an fsync and a growing JSON per file: a 17 M-row full run of 588 files
+    made 591 writes, 3.5–6.6 s on the ledger's thread (9.9 MB of JSON) beside a 10–12 s load,
+    and the DAL's CPU for them competed with the load's. Written at most every 0.25 s: 29–31
+    writes, 0.23–0.61 s; the run 1.0–2.2 s faster and 1.9–3.1 s less CPU (three pairs side
+    by side, 14.1–15.4 s against 15.7–17.1 s)."""
+
+    def __init__(
+        self, write: Callable[[dict[str, str]], object], done: dict[str, Any], every: float = LEDGER_EVERY_SECONDS
+    ) -> None:
+        self._write, self._every = write, every
+        self._state = dict(done)
+        self._lock = threading.Lock()
+        self._written_at = float("-inf")
+        self._pending = False
+
+    def add(self, split_id: str, entry: list[Any]) -> None:
+        with self._lock:
+            self._state[split_id] = entry
+            self._pending = True
+            if time.monotonic() - self._written_at >= self._every:
+                self._flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._pending:
+            self._write(ledger_label(self._state))
+            self._pending = False
+            self._written_at = time.monotonic()
 
 
 def base_copied(version: NamespaceRecord) -> bool:
