@@ -218,3 +218,64 @@ func TestWritesAreHandedToTheDiskAsTheyCommitAndNotWhileIdle(t *testing.T) {
 		t.Fatalf("%d writebacks after Close", n-closed)
 	}
 }
+
+// A layered version's ingest keeps its running digest exact for puts of keys it deleted
+// first (their tombstones walked in key order, kvd_tomb_walk) and of keys no layer below
+// holds, however the two interleave, before the first tombstone, past the last, and across
+// chunk commits; one put of a key a layer below holds that it did not delete (between two tombstones) makes the
+// digest inexact.
+func TestALayeredIngestIsExactOnlyForPutsOfKeysItDeletedOrNothingBelowHolds(t *testing.T) {
+	const name = "v__v20260102000000_abcdef"
+	var bottom []string
+	for i := 0; i < 4000; i++ {
+		bottom = append(bottom, fmt.Sprintf("key-%06d", 2*i+1)) // odd keys: even ones are fresh
+	}
+	upper := [][]string{{"key-000003", "key-002001"}}
+	for _, chunk := range []int{1 << 30, 256} {
+		env, own, stage_, states, digests, layers, _ := layeredStore(t, name, upper, bottom)
+		env.IngestChunkBytes = chunk
+		var doomed []byte
+		var dlens []uint32
+		var puts []string
+		for i := 500; i < 3500; i++ {
+			if i%3 == 0 { // a changed key: deleted, then put
+				key := fmt.Sprintf("key-%06d", 2*i+1)
+				doomed, dlens = append(doomed, key...), append(dlens, uint32(len(key)))
+				puts = append(puts, key)
+			}
+			if i%5 == 0 { // a fresh key
+				puts = append(puts, fmt.Sprintf("key-%06d", 2*i))
+			}
+		}
+		puts = append(puts, "key-000000", "key-999999", "key-zzz") // before the first tombstone, past the last
+		if _, ok, err := env.Delete(own, stage_, states, digests, name, layers, doomed, dlens, pairHashes); err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		values := make([]string, len(puts))
+		for i := range values {
+			values[i] = "a new value"
+		}
+		stage(t, env, stage_, states, digests, name, puts[:len(puts)/2], values[:len(puts)/2])
+		stage(t, env, stage_, states, digests, name, puts[len(puts)/2:], values[len(puts)/2:])
+		exact := func() bool {
+			t.Helper()
+			if loading, _, _, err := env.Ingest(own, stage_, states, digests, name, layers); err != nil || !loading {
+				t.Fatal(loading, err)
+			}
+			txn, err := env.BeginRead()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer txn.Abort()
+			got, _, _ := txn.Get(digests, []byte(name))
+			return len(got) == 25 && got[24] == 1
+		}
+		if !exact() {
+			t.Fatalf("chunks of %d bytes: puts of deleted and fresh keys made the running digest inexact", chunk)
+		}
+		stage(t, env, stage_, states, digests, name, []string{"key-003003"}, []string{"hides the bottom's pair"})
+		if exact() {
+			t.Fatalf("chunks of %d bytes: a put hiding a pair below that was not deleted left the digest exact", chunk)
+		}
+	}
+}

@@ -449,17 +449,32 @@ static int kvd_below(MDB_txn *txn, const MDB_dbi *data, const MDB_dbi *tombs, co
 	return 0;
 }
 
-// Whether a put of k into a layered namespace hides a pair its bases hold that it has not
-// deleted first (not in its own tombstones): the running digest still counts that pair, so
-// it becomes inexact (EmbeddedEngine.ingest).
-static int kvd_hides(MDB_txn *txn, MDB_dbi own_tomb, const MDB_dbi *data, const MDB_dbi *tombs, const MDB_val *filters,
-                     size_t n, MDB_val *k, int *hides) {
+// A walk through a namespace's own tombstones in key order (kvd_tomb_walk), for puts
+// checked in key order: the cursor stays on the page of the last key found, which LMDB's
+// MDB_SET_RANGE searches first, so most checks search one page, not the tree from its root.
+struct kvd_tomb_walk {
+	MDB_cursor *cur;
+	MDB_val at;  // the tombstone the cursor is on (state 1)
+	int state;   // 0: not positioned, 1: on `at`, 2: past the last tombstone
+};
+
+// Whether k, not less than the key of the walk's previous call, is one of its tombstones.
+static int kvd_tomb_walk(MDB_txn *txn, MDB_dbi own_tomb, struct kvd_tomb_walk *w, MDB_val *k, int *in) {
 	MDB_val v;
-	int rc = mdb_get(txn, own_tomb, k, &v);
-	*hides = 0;
-	if (rc == 0) return 0;
-	if (rc != MDB_NOTFOUND) return rc;
-	return kvd_below(txn, data, tombs, filters, n, k, &v, hides);
+	int rc, c;
+	*in = 0;
+	if (w->state == 2) return 0;
+	if (w->state == 1 && (c = mdb_cmp(txn, own_tomb, &w->at, k)) >= 0) {
+		*in = c == 0;
+		return 0;
+	}
+	w->at = *k;
+	rc = mdb_cursor_get(w->cur, &w->at, &v, MDB_SET_RANGE);
+	if (rc == MDB_NOTFOUND) { w->state = 2; return 0; }
+	if (rc) return rc;
+	w->state = 1;
+	*in = mdb_cmp(txn, own_tomb, &w->at, k) == 0;
+	return 0;
 }
 
 // kvd_below for n keys (laid end to end, ascending) in the caller's read transaction:
@@ -496,7 +511,7 @@ static int kvd_below_many(MDB_txn *txn, const MDB_dbi *data, const MDB_dbi *tomb
 // the runs read in the first transaction stay in the map until the last deletes them.
 // *runs_out and *records_out are what was merged. A layered namespace (nbelow > 0: its
 // tombstones own_tomb, the layers below it below_data and their tombstones below_tombs)
-// checks each put with kvd_hides.
+// checks whether each put hides a pair below that it has not deleted (kvd_tomb_walk, kvd_below).
 static int kvd_ingest(MDB_env *env, MDB_dbi data, MDB_dbi stage, MDB_dbi states, MDB_dbi digests,
                       const char *name, size_t name_len, const char *writable, size_t writable_len,
                       MDB_dbi own_tomb, const MDB_dbi *below_data, const MDB_dbi *below_tombs, size_t nbelow,
@@ -508,6 +523,7 @@ static int kvd_ingest(MDB_env *env, MDB_dbi data, MDB_dbi stage, MDB_dbi states,
 	MDB_stat st;
 	struct kvd_run *runs = NULL, **heap = NULL;
 	MDB_val *below_filters = NULL;
+	struct kvd_tomb_walk tombs = {0};
 	size_t nruns = 0, cap = 0, live, i;
 	unsigned char *prefix = NULL;
 	uint64_t records = 0, last_number = 0;
@@ -549,6 +565,7 @@ static int kvd_ingest(MDB_env *env, MDB_dbi data, MDB_dbi stage, MDB_dbi states,
 	if ((rc = mdb_stat(txn, data, &st))) goto done;
 	flags = st.ms_entries == 0 ? MDB_APPEND : MDB_NOOVERWRITE;
 	if ((rc = mdb_cursor_open(txn, data, &dcur))) goto done;
+	if (nbelow && (rc = mdb_cursor_open(txn, own_tomb, &tombs.cur))) goto done;
 	while (live) {
 		struct kvd_run *r = heap[0];
 		const unsigned char *key = r->at + 8, *val = key + r->klen;
@@ -577,16 +594,23 @@ static int kvd_ingest(MDB_env *env, MDB_dbi data, MDB_dbi stage, MDB_dbi states,
 		}
 		if (rc) goto done;
 		if (nbelow && !repeated) {
-			int hides;
+			// a put hides a pair its bases hold that it has not deleted first (not in its own
+			// tombstones): the running digest still counts that pair, so it becomes inexact
+			int hides, deleted;
+			MDB_val hidden;
 			k.mv_data = (void *)key; k.mv_size = klen;
-			if ((rc = kvd_hides(txn, own_tomb, below_data, below_tombs, below_filters, nbelow, &k, &hides))) goto done;
-			repeated = hides;
+			if ((rc = kvd_tomb_walk(txn, own_tomb, &tombs, &k, &deleted))) goto done;
+			if (!deleted) {
+				if ((rc = kvd_below(txn, below_data, below_tombs, below_filters, nbelow, &k, &hidden, &hides))) goto done;
+				repeated = hides;
+			}
 		}
 		chunk += (size_t)klen + vlen;
 		if (chunk >= chunk_bytes && live) {
 			if (repeated && (rc = kvd_add_digest(txn, digests, name, name_len, 0, 0, 0, 0))) goto done;
 			mdb_cursor_close(dcur); dcur = NULL;
 			mdb_cursor_close(cur); cur = NULL;
+			if (tombs.cur) { mdb_cursor_close(tombs.cur); tombs.cur = NULL; }
 			rc = mdb_txn_commit(txn); txn = NULL;
 			if (rc) goto done;
 			if ((rc = mdb_txn_begin(env, NULL, 0, &txn))) { txn = NULL; goto done; }
@@ -595,6 +619,10 @@ static int kvd_ingest(MDB_env *env, MDB_dbi data, MDB_dbi stage, MDB_dbi states,
 			if (nbelow && (rc = kvd_layer_filters(txn, filters, below_names, below_nlens, nbelow, below_filters))) goto done;
 			if ((rc = mdb_cursor_open(txn, stage, &cur))) goto done;
 			if ((rc = mdb_cursor_open(txn, data, &dcur))) goto done;
+			if (nbelow) {
+				tombs.state = 0;
+				if ((rc = mdb_cursor_open(txn, own_tomb, &tombs.cur))) goto done;
+			}
 			chunk = 0;
 		}
 	}
@@ -609,9 +637,11 @@ static int kvd_ingest(MDB_env *env, MDB_dbi data, MDB_dbi stage, MDB_dbi states,
 	if (repeated && (rc = kvd_add_digest(txn, digests, name, name_len, 0, 0, 0, 0))) goto done;
 	mdb_cursor_close(dcur); dcur = NULL;
 	mdb_cursor_close(cur); cur = NULL;
+	if (tombs.cur) { mdb_cursor_close(tombs.cur); tombs.cur = NULL; }
 	rc = mdb_txn_commit(txn); txn = NULL;
 	if (rc == 0) { *runs_out = nruns; *records_out = records; }
 done:
+	if (tombs.cur) mdb_cursor_close(tombs.cur);
 	if (dcur) mdb_cursor_close(dcur);
 	if (cur) mdb_cursor_close(cur);
 	if (txn) mdb_txn_abort(txn);
@@ -1149,7 +1179,7 @@ func dbis(d []DBI) *C.MDB_dbi {
 // Ingest merges a LOADING namespace's staged runs into its data in key order, in one
 // transaction (see kvd_ingest): runs and records are what it merged. loading is false, and
 // nothing is changed, when the namespace is not (or no longer) LOADING. A layered
-// namespace's puts are checked against its layers (see kvd_hides).
+// namespace's puts are checked against its layers (see kvd_ingest).
 func (e *Env) Ingest(data, stage, states, digests DBI, name string, l Layers) (loading bool, runs, records uint64, err error) {
 	e.ingestMu.Lock()
 	defer e.ingestMu.Unlock()
