@@ -372,6 +372,8 @@ def apply_delta(
     The store is asked about keys in byte order: its B-trees are then searched page after
     page, not at random (on a 10 M-row version through a chain of layers, medians of 4 side
     by side on one base: 70 k deletes 0.34 → 0.16 s, 30 k new keys' lookups 0.16 → 0.08 s)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -386,18 +388,30 @@ def apply_delta(
     if resumed:
         doomed = pa.concat_arrays([doomed, diff.fresh])
         doomed = doomed.take(pc.sort_indices(doomed))
-    client.delete(version, doomed.to_pylist())
+    base = plan.base
+
+    def prepared() -> tuple[Any, Any, Digest]:
+        """The records to put, and the totals the seal must find."""
+        expected = Digest(base.record_count, base.digest, base.bytes)
+        expected.add(digest_arrays(old_k, old_v).negated())
+        expected.add(digest_arrays(new_k, new_v))
+        return new_k.take(diff.puts), new_v.take(diff.puts), expected
+
+    # The store's deletes keep it busy while this process waits: the records to put and the
+    # totals to expect are made meanwhile, on another thread (both release the GIL). Side by
+    # side on a warm 10 M-row delta: from the deletes' answer to the puts' 0.016-0.019 s
+    # before, 0.013-0.017 s after, and the digests' 0.003 s off that path.
+    with ThreadPoolExecutor(1, thread_name_prefix="delta-prepare") as pool:
+        preparing = pool.submit(prepared)
+        client.delete(version, doomed.to_pylist())  # first: each put then lands on an absent key
+        put_keys, put_values, expected = preparing.result()
     write: WriteTuning = spec.key_value_dal.write
     with client.writer(
         version, batch_records=write.batch_size, batch_bytes=write.max_batch_bytes, in_flight=write.in_flight_batches
     ) as writer:
-        writer.add_arrays(new_k.take(diff.puts), new_v.take(diff.puts))
+        writer.add_arrays(put_keys, put_values)
     progress(plan.rows_to_read, plan.rows_to_read)
 
-    base = plan.base
-    expected = Digest(base.record_count, base.digest, base.bytes)
-    expected.add(digest_arrays(old_k, old_v).negated())
-    expected.add(digest_arrays(new_k, new_v))
     null_counts = dict(plan.base_loaded.null_counts)
     for column, n in old.null_counts.items():
         null_counts[column] = null_counts.get(column, 0) - n
