@@ -493,12 +493,19 @@ def _column_checks(data: dict[str, Any]) -> Located:
 
 
 class WriteTuning(BaseModel):
-    """How the loader writes into the DAL."""
+    """How the loader writes into the DAL.
+
+    The default batch (100 000 records, 16 MiB) is the largest the DAL takes in one call.
+    Against 20 000 records and 4 MiB, side by side in one run, end to end on 1 M flat rows:
+    embedded 739 k -> 886 k rows/s, Redis 626 k -> 696 k, Cassandra 37.0 k -> 39.0 k; nested
+    2 M rows 585 k -> 573 k (within the run's spread). Redis gains most: a batch fills each
+    of a version's hashes with five times the fields per HSET, so the server touches each
+    hash's table while it is in cache (its CPU per 500 k rows 0.34 -> 0.26 s)."""
 
     model_config = _FROZEN
 
-    batch_size: Annotated[int, Field(ge=1, le=100_000)] = 20_000
-    max_batch_bytes: Annotated[int, Field(ge=1_024, le=64 * 1024 * 1024)] = 4 * 1024 * 1024
+    batch_size: Annotated[int, Field(ge=1, le=100_000)] = 100_000
+    max_batch_bytes: Annotated[int, Field(ge=1_024, le=64 * 1024 * 1024)] = 16 * 1024 * 1024
     in_flight_batches: Annotated[int, Field(ge=1, le=64)] = 4
     records_per_second: Annotated[int, Field(ge=1)] | None = None
     partitions: Annotated[int, Field(ge=1, le=100_000)] | None = Field(

@@ -40,7 +40,8 @@ def test_installed_template_resource_matches() -> None:
 def test_defaults_of_a_minimal_spec() -> None:
     spec = load_spec_text(MINIMAL).spec
     assert spec.key_value_dal.endpoint is None  # the operator's, else embedded
-    assert spec.key_value_dal.write.batch_size == 20_000
+    assert spec.key_value_dal.write.batch_size == 100_000
+    assert spec.key_value_dal.write.max_batch_bytes == 16 * 1024 * 1024
     assert spec.data_movement.duplicate_keys.policy == "fail"
     assert spec.bulldozer_protobuf.key_message == "KeyMessage"
     assert spec.data_movement.catalog.embedded
