@@ -90,3 +90,25 @@ def test_a_repeated_key_on_either_side_makes_no_diff(monkeypatch: pytest.MonkeyP
     assert seen == [[b"k1"], [b"k1"]]
     empty = _Diff.of(None, *_arrays([]), *_arrays([]))  # type: ignore[arg-type]
     assert (len(empty.deleted), len(empty.changed), len(empty.fresh), empty.unchanged) == (0, 0, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("puts", "batch_size", "in_flight", "expected"),
+    [
+        (70_000, 100_000, 4, 17_500),  # a warm delta's puts: four batches, one per slot
+        (70_001, 100_000, 4, 17_501),  # rounded up: still four batches, never five
+        (3, 100_000, 4, 1),  # fewer puts than slots: one record each
+        (0, 100_000, 4, 1),  # nothing to put: a valid writer all the same
+        (1_000_000, 100_000, 4, 100_000),  # many: never past the spec's batch_size
+        (70_000, 100_000, 1, 70_000),  # one slot: one batch
+    ],
+)
+def test_a_deltas_puts_fill_every_batch_in_flight(puts: int, batch_size: int, in_flight: int, expected: int) -> None:
+    from bulldozer.load.delta import put_batch_records
+    from bulldozer.spec.models import WriteTuning
+
+    write = WriteTuning(batch_size=batch_size, in_flight_batches=in_flight)
+    per_batch = put_batch_records(puts, write)
+    assert per_batch == expected
+    assert per_batch <= batch_size
+    assert -(-puts // per_batch) <= max(in_flight, -(-puts // batch_size))  # no more batches than needed
