@@ -30,6 +30,7 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from bulldozer.kv.v1 import shared
 from bulldozer.names import ALIAS_PATTERN, describe_value
 
 __all__ = [
@@ -495,7 +496,8 @@ def _column_checks(data: dict[str, Any]) -> Located:
 class WriteTuning(BaseModel):
     """How the loader writes into the DAL.
 
-    The default batch (100 000 records, 16 MiB) is the largest the DAL takes in one call;
+    The default batch (100 000 records, the DAL's ``limits.max_batch_records`` in
+    proto/bulldozer/kv/v1/shared.yaml, and 16 MiB) is the largest the DAL takes in one call;
     the local engine's batches are also cut where its reader's are (65 536 rows). Against
     20 000 records and 4 MiB, in two bench runs back to back, end to end on 1 M flat rows:
     embedded 739 k -> 886 k rows/s, Redis 626 k -> 696 k, Cassandra 37.0 k -> 39.0 k; nested
@@ -506,7 +508,7 @@ class WriteTuning(BaseModel):
 
     model_config = _FROZEN
 
-    batch_size: Annotated[int, Field(ge=1, le=100_000)] = 100_000
+    batch_size: Annotated[int, Field(ge=1, le=shared.LIMITS_MAX_BATCH_RECORDS)] = shared.LIMITS_MAX_BATCH_RECORDS
     max_batch_bytes: Annotated[int, Field(ge=1_024, le=64 * 1024 * 1024)] = 16 * 1024 * 1024
     in_flight_batches: Annotated[int, Field(ge=1, le=64)] = 4
     records_per_second: Annotated[int, Field(ge=1)] | None = None
