@@ -5,6 +5,11 @@ an Airflow worker) leave the interpreter as they found it.
 
 - BLAS threads (``before_imports``): OpenBLAS's worker threads spun for 0.08 s of CPU per
   process at start-up, and nothing here uses BLAS; the DAL a run starts inherits it.
+- pydantic's plugins (``before_imports``): the first model pydantic builds looks for
+  plugins in every installed distribution's entry points (183 in this project's
+  environment: 11-13 ms), and Bulldozer uses none; an explicit (non-empty)
+  ``PYDANTIC_DISABLE_PLUGINS`` stands (``bulldozer validate``: 290 -> 277 ms, medians of 20
+  alternating).
 - The cyclic collector (``claim``, ``started``, ``run_ended``, ``exiting``).
 - SIGTERM (``claim``): a scheduler stops a task with it (Airflow on a timeout or a task
   marked failed). The command unwinds as from Ctrl-C, raising ``Terminated`` in the main
@@ -114,6 +119,8 @@ RUN_MODULES = os.path.join(os.path.dirname(__file__), "run_modules.txt")
 def before_imports() -> None:
     """Called first thing by the CLI's entry point, before anything imports numpy."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    if not os.environ.get("PYDANTIC_DISABLE_PLUGINS"):  # an explicit setting stands
+        os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
     # gRPC's core logs its errors only: its INFO notice when a process with channels forks
     # (starting Spark's JVM does) is not for users
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")

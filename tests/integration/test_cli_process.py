@@ -22,14 +22,15 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.integration
 TEMPLATE = (REPO / "templates" / "move_data_to_kv_dal.yaml").read_text()
 # runs the CLI's main and, as the interpreter exits, writes which of these modules it
-# imported, whether the cyclic collector is on, and the OpenBLAS thread setting
+# imported, whether the cyclic collector is on, and the OpenBLAS and pydantic plugin settings
 DRIVER = """
 import atexit, json, sys
 import gc, os
 CHECKED = ("pandas", "duckdb", "pyparsing", "strictyaml.parser", "rich.progress", "prometheus_client",
            "bulldozer.cli.ops_cmds", "bulldozer.cli.ui_cmd")
 atexit.register(lambda: print("IMPORTED", json.dumps(sorted(m for m in CHECKED if m in sys.modules))))
-atexit.register(lambda: print("GC", gc.isenabled(), "BLAS", os.environ.get("OPENBLAS_NUM_THREADS")))
+atexit.register(lambda: print("GC", gc.isenabled(), "BLAS", os.environ.get("OPENBLAS_NUM_THREADS"),
+                              "PLUGINS", os.environ.get("PYDANTIC_DISABLE_PLUGINS")))
 from bulldozer.cli import process
 atexit.register(lambda: print("UNBUILT", len(process.unbuilt_models())))
 import bulldozer.cli.main
@@ -63,7 +64,7 @@ def test_a_local_run_does_without_pandas(home: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "IMPORTED []" in done.stdout
     assert "2,000 rows" in done.stdout
-    assert "GC True BLAS 1" in done.stdout  # off while the run set up, on again from its load
+    assert "GC True BLAS 1 PLUGINS __all__" in done.stdout  # off while the run set up, on again from its load
 
 
 def test_a_run_builds_only_the_pyiceberg_models_it_uses(home: Path) -> None:
@@ -123,6 +124,18 @@ def test_other_commands_collect_from_the_start_and_a_failed_run_collects_again(h
     failed = _cli(home, "run", str(broken), "-q")
     assert failed.returncode != 0 and "no_such_table" in failed.stderr
     assert "GC True" in failed.stdout
+
+
+def test_pydantic_plugins_stay_off_unless_the_environment_chose(home: Path) -> None:
+    """The CLI turns pydantic's plugin discovery off (it scans every installed distribution's
+    entry points, and Bulldozer uses no plugin); an operator's own setting stands."""
+    spec = home / "job.yaml"
+    spec.write_text(TEMPLATE)
+    plain = _cli(home, "validate", str(spec), env={"PYDANTIC_DISABLE_PLUGINS": ""})
+    chosen = _cli(home, "validate", str(spec), env={"PYDANTIC_DISABLE_PLUGINS": "logfire"})
+    assert plain.returncode == 0 and chosen.returncode == 0, plain.stderr + chosen.stderr
+    assert "PLUGINS __all__" in plain.stdout  # unset (empty) counts as unset for pydantic too
+    assert "PLUGINS logfire" in chosen.stdout
 
 
 def test_a_query_run_exits_without_a_leak_report(home: Path) -> None:
