@@ -12,6 +12,8 @@ import contextlib
 import os
 import random
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -160,6 +162,80 @@ def test_embedded_store_full(home: Path, tmp_path: Path) -> None:
             tally.after_fault(client, home)
         stop_servers([roomy])
     tally.report("embedded store full mid-load", REPEATS)
+
+
+def _on_own_tmpfs(store: Path, size: str, *serve_args: str) -> list[str]:
+    """The command line of ``bulldozer serve`` over a store folder that is a tmpfs of
+    ``size`` of its own: mounted in a mount namespace (``unshare``, as root or in a user
+    namespace of the caller's), so only that process sees it (others at /proc/PID/root)."""
+    store.mkdir(parents=True)
+    mount = 'mount -t tmpfs -o size="$1" tmpfs "$2" && shift 2 && exec "$@"'
+    serve = [sys.executable, "-m", "bulldozer.cli.main", "serve", "--path", str(store), *serve_args]
+    return ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", mount, "sh", size, str(store), *serve]
+
+
+def _start_on_small_disk(store: Path, port: int, size_mib: int, plane: str) -> subprocess.Popen[bytes]:
+    """A ``bulldozer serve`` process whose store folder is a tmpfs of ``size_mib`` MiB of its
+    own (``_on_own_tmpfs``), ready."""
+    proc = subprocess.Popen(
+        _on_own_tmpfs(store, f"{size_mib}m", "--data-plane", plane, "--port", str(port), "--grace", "5"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    with KvClient(f"127.0.0.1:{port}") as client:
+        try:
+            client.wait_ready(timeout=60)
+        except Exception:
+            proc.kill()
+            raise AssertionError((proc.stderr.read() if proc.stderr else b"").decode()) from None
+    return proc
+
+
+def _fill(folder: Path, leave: int) -> Path:
+    """A file taking all of ``folder``'s disk but ``leave`` bytes."""
+    filler = folder / "filler"
+    fs = os.statvfs(folder)
+    with open(filler, "wb") as f:
+        f.truncate(0)
+        os.posix_fallocate(f.fileno(), 0, fs.f_bavail * fs.f_frsize - leave)
+    return filler
+
+
+@pytest.mark.parametrize("plane", ["python", "native"])
+def test_embedded_disk_full(plane: str, home: Path, tmp_path: Path) -> None:
+    """The disk holding the embedded store fills up (its map has room): the run fails with
+    one line saying so, the alias and the live version are untouched, and once there is
+    room again the job finishes, on the same DAL and store."""
+    tally = Tally("")
+    for i in range(REPEATS):
+        store, port = tmp_path / f"disk{i}", _free_port()
+        server = _start_on_small_disk(store, port, 128, plane)
+        seen = Path(f"/proc/{server.pid}/root") / store.relative_to("/")  # the tmpfs, as the DAL sees it
+        with KvClient(f"127.0.0.1:{port}") as client:
+            tally.live = run_job(spec(), client, home=str(home)).version
+            filler = _fill(seen, leave=256 << 10)
+            with pytest.raises(BulldozerError) as failed:
+                run_job(spec(), client, home=str(home))
+            said = str(failed.value)
+            assert "the disk holding the embedded store" in said and "is full" in said, said
+            assert "\n" not in said and "Traceback" not in said
+            filler.unlink()  # room again: the rerun (or resume) finishes
+            tally.after_fault(client, home)
+        stop_servers([server])
+    tally.report(f"embedded store's disk full mid-load ({plane} data plane)", REPEATS)
+
+
+def test_no_store_is_made_on_a_full_disk(tmp_path: Path) -> None:
+    """A new store on a disk without room for its first files: the DAL says so in one line
+    and exits 1 (LMDB writes its lock file through a map, and a page the disk cannot hold
+    would kill the process with SIGBUS, saying nothing)."""
+    done = subprocess.run(
+        _on_own_tmpfs(tmp_path / "store", "16k", "--port", "0"), capture_output=True, text=True, timeout=120
+    )
+    said = done.stderr.strip().splitlines()
+    assert done.returncode == 1, done
+    assert len(said) == 1 and "is full" in said[0] and "a new store needs" in said[0], done.stderr
 
 
 class StallingProxy:

@@ -36,12 +36,17 @@ filter and alone reads it; this engine deletes it with the layer's data).
 
 Data puts are committed without fsync (a crash can only lose writes of a LOADING
 version, which is then resumed or failed); every metadata change — create, seal, flip,
-drop — is fsynced, and a seal first flushes all loaded data.
+drop — is fsynced, and a seal first flushes all loaded data. A write the store's disk has
+no room for aborts its transaction (the store stays as it was) and fails with one line
+naming the disk's free space (``_disk_full``; the Go data plane hands such a write to this
+engine, which says it); a new store is not created on a disk without room for its first
+files (``_room_to_create``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import struct
@@ -56,6 +61,7 @@ from bulldozer.codec.digest import Digest
 from bulldozer.errors import (
     BackendUnavailableError,
     InvalidArgumentError,
+    KvError,
     NamespaceExistsError,
     NamespaceNotFoundError,
     ResourceExhaustedError,
@@ -71,6 +77,13 @@ from bulldozer.kv.backends.base import StorageEngine, chunked, select_namespaces
 from bulldozer.kv.backends.config import EmbeddedConfig
 from bulldozer.kv.types import AliasChange, AliasRecord, BaseCopy, NamespaceRecord, State
 from bulldozer.kv.v1 import shared
+
+#: a write failing with less free space than this (or than 1 % of the disk) on the store's
+#: disk failed for want of it (``EmbeddedEngine._disk_full``)
+DISK_FULL_BELOW = 64 << 20
+#: the free space a new store needs on its disk to be created (``_room_to_create``): its lock
+#: file (512 readers' slots) and first pages, with room to spare
+NEW_STORE_NEEDS = 1 << 20
 
 # The store's layout is shared with the Go data plane: proto/bulldozer/kv/v1/shared.yaml.
 _META_NS = shared.STORE_META_NAMESPACES.encode()
@@ -162,6 +175,7 @@ class EmbeddedEngine(StorageEngine):
         self.path = Path(config.path)
         try:
             self._make_private()
+            self._room_to_create()
             self.env = lmdb.open(
                 str(self.path),
                 mode=0o600,
@@ -199,6 +213,20 @@ class EmbeddedEngine(StorageEngine):
         self._kvd_binary = kvd
 
     # -- plumbing ---------------------------------------------------------------
+
+    def _room_to_create(self) -> None:
+        """Refuse to create a store on a disk without room for its first files: LMDB maps
+        its lock file and writes it through the map, and a page the disk cannot hold then
+        kills the process (SIGBUS) instead of failing a call. An existing store has them."""
+        if all((self.path / f).exists() for f in ("data.mdb", "lock.mdb")):
+            return
+        fs = os.statvfs(self.path)
+        if fs.f_bavail * fs.f_frsize < NEW_STORE_NEEDS:
+            raise ResourceExhaustedError(
+                f"the disk holding the embedded store at {self.path} is full "
+                f"({fs.f_bavail * fs.f_frsize / 2**10:,.0f} KiB free): a new store needs "
+                f"{NEW_STORE_NEEDS / 2**20:,.0f} MiB there to start"
+            )
 
     def _make_private(self) -> None:
         """The store is its owner's alone: its folder 0700, its files 0600 (also a store
@@ -306,11 +334,52 @@ class EmbeddedEngine(StorageEngine):
                 continue
             yield key, value
 
-    def _write(self) -> Any:
-        return self.env.begin(write=True)
+    @contextlib.contextmanager
+    def _write(self, buffers: bool = False) -> Iterator[Any]:
+        """A write transaction (``buffers``: its reads return memoryviews into the map); a
+        commit the disk has no room for says so (``_disk_full``)."""
+        begun = self.env.begin(write=True, buffers=True) if buffers else self.env.begin(write=True)
+        try:
+            with begun as txn:
+                yield txn
+        except lmdb.Error as exc:
+            disk = self._disk_full(exc)
+            if disk is None:
+                raise
+            raise disk from exc
 
     def _durable(self) -> None:
-        self.env.sync(True)
+        try:
+            self.env.sync(True)
+        except lmdb.Error as exc:
+            disk = self._disk_full(exc)
+            if disk is None:
+                raise
+            raise disk from exc
+
+    def _disk_full(self, exc: lmdb.Error) -> KvError | None:
+        """What a failed write to the store's file means, when the disk holding it is the
+        cause: LMDB reports a write refused for want of space as ``ENOSPC``, and one cut
+        short by it as ``EIO`` ("short write, filesystem full?" in LMDB's source). With
+        little space left there (``DISK_FULL_BELOW``) that is a full disk, and the caller gets
+        a ResourceExhaustedError naming the store and the free space; an ``EIO`` with room
+        to spare is a failing disk (BackendUnavailableError). Other LMDB errors: None. The
+        transaction was aborted either way: the store holds what it held before it."""
+        if not isinstance(exc, lmdb.DiskError) and (
+            type(exc) is not lmdb.Error or os.strerror(errno.EIO) not in str(exc)
+        ):
+            return None
+        try:
+            fs = os.statvfs(self.path)
+        except OSError:
+            return None
+        free, total = fs.f_bavail * fs.f_frsize, fs.f_blocks * fs.f_frsize
+        if isinstance(exc, lmdb.DiskError) or free < max(DISK_FULL_BELOW, total // 100):
+            return ResourceExhaustedError(
+                f"the disk holding the embedded store at {self.path} is full ({free / 2**20:,.0f} MiB free of "
+                f"{total / 2**20:,.0f} MiB): make room there, or drop old versions (bulldozer gc)"
+            )
+        return BackendUnavailableError(f"the embedded store at {self.path} could not be written: {exc}")
 
     def _ns(self, txn: Any, name: str) -> NamespaceRecord | None:
         raw = txn.get(name.encode(), db=self._meta)
@@ -475,7 +544,7 @@ class EmbeddedEngine(StorageEngine):
         db = data[0]
         prefix = _stage_prefix(name)
         try:
-            with self.env.begin(write=True, buffers=True) as txn:
+            with self._write(buffers=True) as txn:
                 record = self._state(txn, name)
                 if record is None or record.state == State.DROPPED:
                     raise NamespaceNotFoundError(f"namespace {name!r} does not exist")
@@ -553,7 +622,7 @@ class EmbeddedEngine(StorageEngine):
         data, tombs = self._layer_dbs(chain) if bottom >= shared.STORE_MAX_LAYERS else ([], [])
         dst = self._db(target)
         try:
-            with self.env.begin(write=True, buffers=True) as txn:
+            with self._write(buffers=True) as txn:
                 check_writable(target, self._state(txn, target))
                 check_readable(source, self._state(txn, source))  # not being dropped meanwhile
                 if txn.stat(dst)["entries"] or txn.get(target.encode(), db=self._layers) is not None:
@@ -620,7 +689,7 @@ class EmbeddedEngine(StorageEngine):
         logging.getLogger("bulldozer.kv.server").warning(
             "layers of %s merged here: bulldozer-kvd could not (%s)", target, failure
         )
-        with self.env.begin(write=True, buffers=True) as txn:  # its transaction wrote nothing, or all
+        with self._write(buffers=True) as txn:  # its transaction wrote nothing, or all
             check_writable(target, self._state(txn, target))
             if txn.stat(dst)["entries"] or (tomb is not None and txn.stat(tomb)["entries"]):
                 raise InvalidArgumentError(f"namespace {target!r}: its layers were merged meanwhile")
