@@ -31,6 +31,7 @@ from bulldozer.errors import (
     LoadError,
     NamespaceStateError,
     QualityGateError,
+    ResourceExhaustedError,
     RetentionError,
     SchemaError,
     SpecError,
@@ -540,7 +541,15 @@ class JobRun:
                 else:
                     self.client.set_labels(record.version, {RUN_LABEL: record.to_json()})
             except BulldozerError as cleanup:  # the DAL may be the thing that failed
-                log.warning("could not record the failure of %s: %s", record.version, cleanup)
+                # a store out of room refuses the record of its own failure too: the error
+                # says the first, and the version left LOADING goes with the next gc
+                full = isinstance(exc, ResourceExhaustedError) and isinstance(cleanup, ResourceExhaustedError)
+                log.log(
+                    logging.INFO if full else logging.WARNING,
+                    "could not record the failure of %s: %s",
+                    record.version,
+                    cleanup,
+                )
 
     def record_refusal(self) -> None:
         """Keep a run refused before it created its version (a breaking schema, a spec the

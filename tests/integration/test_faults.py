@@ -18,15 +18,17 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
+import redis
 
 from bulldozer.errors import BulldozerError
 from bulldozer.kv import KvClient
 from bulldozer.kv.types import State
 from bulldozer.load.runner import run_job
 from bulldozer.warehouse.sample import create_sample_warehouse
+from tests.integration import services
 from tests.integration.test_kv_server import _free_port, _start, stop_servers
 from tests.integration.test_run import _cli, spec
 
@@ -236,6 +238,32 @@ def test_no_store_is_made_on_a_full_disk(tmp_path: Path) -> None:
     said = done.stderr.strip().splitlines()
     assert done.returncode == 1, done
     assert len(said) == 1 and "is full" in said[0] and "a new store needs" in said[0], done.stderr
+
+
+def test_redis_out_of_memory(home: Path) -> None:
+    """Redis reaches its maxmemory mid-load (noeviction: it refuses writes, the record of the
+    run's own failure too): the command fails with one line saying so, the alias and the
+    live version are untouched, and once Redis has room the job finishes."""
+    _, redis_port = services._start("redis-oom", "redis.sh", "start", 1)  # its own: its memory limit is set here
+    r = redis.Redis(port=redis_port)
+    port = _free_port()
+    server = _start(None, port, "--engine", "redis", "--url", f"redis://127.0.0.1:{redis_port}/0", "--prefix", "oom")
+    endpoint = {"BULLDOZER_ENDPOINT": f"127.0.0.1:{port}"}
+    tally = Tally("")
+    with KvClient(f"127.0.0.1:{port}") as client:
+        for _ in range(REPEATS):
+            tally.live = run_job(spec(), client, home=str(home)).version
+            r.config_set("maxmemory-policy", "noeviction")
+            used = int(cast(dict[str, Any], r.info("memory"))["used_memory"])
+            r.config_set("maxmemory", str(used + (256 << 10)))
+            failed = _cli(["run", "templates/move_data_to_kv_dal.yaml", "-q"], home, endpoint)
+            said = failed.stderr.strip().splitlines()
+            assert failed.returncode == 1, failed.stderr
+            assert len(said) == 1 and "is out of memory" in said[0] and "maxmemory" in said[0], failed.stderr
+            r.config_set("maxmemory", "0")  # room again: the rerun (or resume) finishes
+            tally.after_fault(client, home)
+    stop_servers([server])
+    tally.report("Redis out of memory mid-load", REPEATS)
 
 
 class StallingProxy:

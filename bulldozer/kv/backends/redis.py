@@ -183,10 +183,15 @@ class RedisEngine(StorageEngine):
         except KvError:
             raise
         except redis.exceptions.ResponseError as exc:
-            if "OOM" in str(exc):
+            # redis-py raises OutOfMemoryError for an "OOM" reply (its text without that word);
+            # an error a script raised carries the reply's text
+            if isinstance(exc, redis.exceptions.OutOfMemoryError) or "> 'maxmemory'" in str(exc):
                 from bulldozer.errors import ResourceExhaustedError
 
-                raise ResourceExhaustedError(f"Redis at {self.where} is out of memory ({exc})") from exc
+                raise ResourceExhaustedError(
+                    f"Redis at {self.where} is out of memory (its maxmemory is reached): make room there "
+                    "(a larger maxmemory, or drop old versions: bulldozer gc)"
+                ) from exc
             raise BackendUnavailableError(f"Redis at {self.where} refused a command: {exc}") from exc
         except redis.exceptions.RedisError as exc:
             raise BackendUnavailableError(f"Redis at {self.where} is not reachable: {exc}") from exc
