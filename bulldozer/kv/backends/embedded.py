@@ -78,9 +78,10 @@ from bulldozer.kv.backends.config import EmbeddedConfig
 from bulldozer.kv.types import AliasChange, AliasRecord, BaseCopy, NamespaceRecord, State
 from bulldozer.kv.v1 import shared
 
-#: a write failing with less free space than this (or than 1 % of the disk) on the store's
-#: disk failed for want of it (``EmbeddedEngine._disk_full``)
-DISK_FULL_BELOW = 64 << 20
+#: a write cut short (EIO) with less free space than this on the store's disk failed for
+#: want of it (``EmbeddedEngine._disk_full``): more than a commit writes at once (an
+#: ingest commits every 64 MiB, a batch is at most 16 MiB by default)
+DISK_FULL_BELOW = 256 << 20
 #: the free space a new store needs on its disk to be created (``_room_to_create``): its lock
 #: file (512 readers' slots) and first pages, with room to spare
 NEW_STORE_NEEDS = 1 << 20
@@ -374,7 +375,7 @@ class EmbeddedEngine(StorageEngine):
         except OSError:
             return None
         free, total = fs.f_bavail * fs.f_frsize, fs.f_blocks * fs.f_frsize
-        if isinstance(exc, lmdb.DiskError) or free < max(DISK_FULL_BELOW, total // 100):
+        if isinstance(exc, lmdb.DiskError) or free < DISK_FULL_BELOW:
             return ResourceExhaustedError(
                 f"the disk holding the embedded store at {self.path} is full ({free / 2**20:,.0f} MiB free of "
                 f"{total / 2**20:,.0f} MiB): make room there, or drop old versions (bulldozer gc)"
