@@ -166,32 +166,13 @@ def test_embedded_store_full(home: Path, tmp_path: Path) -> None:
     tally.report("embedded store full mid-load", REPEATS)
 
 
-def _on_own_tmpfs(store: Path, size: str, *serve_args: str) -> list[str]:
-    """The command line of ``bulldozer serve`` over a store folder that is a tmpfs of
-    ``size`` of its own: mounted in a mount namespace (``unshare``, as root or in a user
-    namespace of the caller's), so only that process sees it (others at /proc/PID/root)."""
+def _own_tmpfs(store: Path, size: str) -> list[str]:
+    """A command running its arguments (``exec "$@"``) with ``store`` a tmpfs of ``size`` of
+    their own: mounted in a mount namespace (``unshare``, as root or in a user namespace of
+    the caller's), so only they see it (others at /proc/PID/root/...)."""
     store.mkdir(parents=True)
     mount = 'mount -t tmpfs -o size="$1" tmpfs "$2" && shift 2 && exec "$@"'
-    serve = [sys.executable, "-m", "bulldozer.cli.main", "serve", "--path", str(store), *serve_args]
-    return ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", mount, "sh", size, str(store), *serve]
-
-
-def _start_on_small_disk(store: Path, port: int, size_mib: int, plane: str) -> subprocess.Popen[bytes]:
-    """A ``bulldozer serve`` process whose store folder is a tmpfs of ``size_mib`` MiB of its
-    own (``_on_own_tmpfs``), ready."""
-    proc = subprocess.Popen(
-        _on_own_tmpfs(store, f"{size_mib}m", "--data-plane", plane, "--port", str(port), "--grace", "5"),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    with KvClient(f"127.0.0.1:{port}") as client:
-        try:
-            client.wait_ready(timeout=60)
-        except Exception:
-            proc.kill()
-            raise AssertionError((proc.stderr.read() if proc.stderr else b"").decode()) from None
-    return proc
+    return ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", mount, "sh", size, str(store)]
 
 
 def _fill(folder: Path, leave: int) -> Path:
@@ -212,7 +193,7 @@ def test_embedded_disk_full(plane: str, home: Path, tmp_path: Path) -> None:
     tally = Tally("")
     for i in range(REPEATS):
         store, port = tmp_path / f"disk{i}", _free_port()
-        server = _start_on_small_disk(store, port, 128, plane)
+        server = _start(store, port, "--data-plane", plane, within=_own_tmpfs(store, "128m"))
         seen = Path(f"/proc/{server.pid}/root") / store.relative_to("/")  # the tmpfs, as the DAL sees it
         with KvClient(f"127.0.0.1:{port}") as client:
             tally.live = run_job(spec(), client, home=str(home)).version
@@ -232,9 +213,9 @@ def test_no_store_is_made_on_a_full_disk(tmp_path: Path) -> None:
     """A new store on a disk without room for its first files: the DAL says so in one line
     and exits 1 (LMDB writes its lock file through a map, and a page the disk cannot hold
     would kill the process with SIGBUS, saying nothing)."""
-    done = subprocess.run(
-        _on_own_tmpfs(tmp_path / "store", "16k", "--port", "0"), capture_output=True, text=True, timeout=120
-    )
+    store = tmp_path / "store"
+    serve = [sys.executable, "-m", "bulldozer.cli.main", "serve", "--path", str(store), "--port", "0"]
+    done = subprocess.run([*_own_tmpfs(store, "16k"), *serve], capture_output=True, text=True, timeout=120)
     said = done.stderr.strip().splitlines()
     assert done.returncode == 1, done
     assert len(said) == 1 and "is full" in said[0] and "a new store needs" in said[0], done.stderr

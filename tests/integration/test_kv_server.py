@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import grpc
@@ -121,12 +121,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start(path: Path | None, port: int, *serve_args: str) -> subprocess.Popen[bytes]:
+def _start(path: Path | None, port: int, *serve_args: str, within: Sequence[str] = ()) -> subprocess.Popen[bytes]:
     """A ``bulldozer serve`` process on ``port``: over the embedded store at ``path``, or
-    over the engine ``serve_args`` name (``--engine redis --url ...``)."""
+    over the engine ``serve_args`` name (``--engine redis --url ...``); ``within``: a
+    command that runs it (``exec "$@"``), e.g. in a namespace of its own."""
     where = ["--path", str(path)] if path is not None else []
+    serve = [sys.executable, "-m", "bulldozer.cli.main", "serve", *where, *serve_args]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bulldozer.cli.main", "serve", *where, *serve_args, "--port", str(port), "--grace", "5"],
+        [*within, *serve, "--port", str(port), "--grace", "5"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
