@@ -82,6 +82,12 @@ def redis_url() -> str:
     )
 
 
+def own_redis() -> int:
+    """The port of a Redis server of the caller's alone (not the session's shared one),
+    stopped when the session ends: for a test that changes the server's settings."""
+    return _start("redis-own", "redis.sh", "start", 1)[1]
+
+
 def redis_cluster_url() -> str:
     start = _started_at("redis-cluster", "redis.sh", "start-cluster", 3, "redis://127.0.0.1:{port}/0", spread=10000)
     return _shared("redis-cluster", "BULLDOZER_TEST_REDIS_CLUSTER_URL", start)

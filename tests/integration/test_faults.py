@@ -180,7 +180,6 @@ def _fill(folder: Path, leave: int) -> Path:
     filler = folder / "filler"
     fs = os.statvfs(folder)
     with open(filler, "wb") as f:
-        f.truncate(0)
         os.posix_fallocate(f.fileno(), 0, fs.f_bavail * fs.f_frsize - leave)
     return filler
 
@@ -225,7 +224,7 @@ def test_redis_out_of_memory(home: Path) -> None:
     """Redis reaches its maxmemory mid-load (noeviction: it refuses writes, the record of the
     run's own failure too): the command fails with one line saying so, the alias and the
     live version are untouched, and once Redis has room the job finishes."""
-    _, redis_port = services._start("redis-oom", "redis.sh", "start", 1)  # its own: its memory limit is set here
+    redis_port = services.own_redis()  # its memory limit is set here
     r = redis.Redis(port=redis_port)
     port = _free_port()
     server = _start(None, port, "--engine", "redis", "--url", f"redis://127.0.0.1:{redis_port}/0", "--prefix", "oom")

@@ -340,18 +340,18 @@ class EmbeddedEngine(StorageEngine):
         """A write transaction (``buffers``: its reads return memoryviews into the map); a
         commit the disk has no room for says so (``_disk_full``)."""
         begun = self.env.begin(write=True, buffers=True) if buffers else self.env.begin(write=True)
-        try:
-            with begun as txn:
-                yield txn
-        except lmdb.Error as exc:
-            disk = self._disk_full(exc)
-            if disk is None:
-                raise
-            raise disk from exc
+        with self._said_if_disk_full(), begun as txn:
+            yield txn
 
     def _durable(self) -> None:
-        try:
+        with self._said_if_disk_full():
             self.env.sync(True)
+
+    @contextlib.contextmanager
+    def _said_if_disk_full(self) -> Iterator[None]:
+        """An LMDB error the store's disk caused, raised as what ``_disk_full`` makes of it."""
+        try:
+            yield
         except lmdb.Error as exc:
             disk = self._disk_full(exc)
             if disk is None:
