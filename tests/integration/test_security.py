@@ -453,3 +453,28 @@ def test_retention_failing_after_the_flip_reports_the_flip_and_exits_4(auth_serv
     assert record["outcome"] == "succeeded" and "may not admin" in record["retention_error"]
     with KvClient(endpoint, token=READER_TOKEN) as reader:
         assert reader.get_alias("scores").namespace == record["version"]
+
+
+def test_a_redis_password_is_never_said(tmp_path: Path) -> None:
+    """A Redis URL may hold a password (``user:password@``, or a ``password`` query
+    parameter): what the engine and the CLI say about that Redis shows ``***`` instead."""
+    from bulldozer.kv.backends.config import RedisConfig
+
+    assert RedisConfig(url="redis://alice:s3cret@10.0.0.1:6379/0").shown_url == "redis://alice:***@10.0.0.1:6379/0"
+    assert RedisConfig(url="rediss://:s3cret@[::1]:6380/2").shown_url == "rediss://:***@[::1]:6380/2"
+    assert RedisConfig(url="redis://h:1/0?db=1&password=s3cret").shown_url == "redis://h:1/0?db=1&password=***"
+    assert RedisConfig(url="redis://alice@h:1/0").shown_url == "redis://alice@h:1/0"  # no password: as it is
+    closed = f"redis://alice:s3cret@127.0.0.1:{_free_port()}/0"
+    with pytest.raises(BackendUnavailableError) as refused:
+        create_engine({"type": "redis", "url": closed, "prefix": "nopw", "timeout_seconds": 2})
+    assert "s3cret" not in str(refused.value) and "alice:***@" in str(refused.value)
+    served = subprocess.run(
+        [sys.executable, "-m", "bulldozer.cli.main", "serve", "--engine", "redis", "--url", closed, "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "BULLDOZER_HOME": str(tmp_path)},
+    )
+    said = served.stderr.strip().splitlines()
+    assert served.returncode != 0 and len(said) == 1 and "cannot reach Redis" in said[0], served.stderr
+    assert "s3cret" not in served.stderr + served.stdout

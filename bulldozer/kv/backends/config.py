@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from typing import Annotated, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
@@ -91,6 +92,18 @@ class RedisConfig(BaseModel):
     timeout_seconds: float = Field(default=10.0, gt=0, description="Socket connect and read timeout.")
     max_connections: int = Field(default=64, ge=1, description="Connection pool size (standalone).")
     write_lease_seconds: float = _WRITE_LEASE
+
+    @property
+    def shown_url(self) -> str:
+        """The URL as messages and logs show it: a password in it (``user:password@``, or a
+        ``password`` query parameter) replaced by ``***``."""
+        parts = urlsplit(self.url)
+        netloc, query = parts.netloc, parts.query
+        if parts.password is not None:
+            netloc = f"{parts.username or ''}:***@{netloc.rpartition('@')[2]}"
+        if "password=" in query:
+            query = re.sub(r"(^|&)password=[^&]*", r"\1password=***", query)
+        return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 class CassandraConfig(BaseModel):

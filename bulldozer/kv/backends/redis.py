@@ -143,7 +143,7 @@ class RedisEngine(StorageEngine):
 
     def __init__(self, config: RedisConfig) -> None:
         self.config = config
-        self.where = config.url + (" (cluster)" if config.cluster else "")
+        self.where = config.shown_url + (" (cluster)" if config.cluster else "")  # never its password
         p = config.prefix
         self._tag = "{" + p + "}"
         self._k_namespaces = shared.REDIS_NAMESPACES_KEY % p
