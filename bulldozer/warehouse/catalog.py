@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bulldozer.errors import CatalogError, TableNotFoundError
+from bulldozer.redaction import shown_url
 from bulldozer.spec.models import CatalogConfig
 
 __all__ = ["bulldozer_home", "embedded_catalog_properties", "load_source_table", "load_table", "open_catalog"]
@@ -48,7 +49,7 @@ def open_catalog(config: CatalogConfig | None = None, home: str | os.PathLike[st
     try:
         return load_catalog(config.name, **props)
     except Exception as exc:  # pyiceberg raises many unrelated types here
-        where = props.get("uri", props.get("type", "?"))
+        where = shown_url(props["uri"]) if "uri" in props else props.get("type", "?")
         raise CatalogError(f"cannot open catalog {config.name!r} at {where}: {exc}") from exc
 
 

@@ -456,14 +456,8 @@ def test_retention_failing_after_the_flip_reports_the_flip_and_exits_4(auth_serv
 
 
 def test_a_redis_password_is_never_said(tmp_path: Path) -> None:
-    """A Redis URL may hold a password (``user:password@``, or a ``password`` query
-    parameter): what the engine and the CLI say about that Redis shows ``***`` instead."""
-    from bulldozer.kv.backends.config import RedisConfig
-
-    assert RedisConfig(url="redis://alice:s3cret@10.0.0.1:6379/0").shown_url == "redis://alice:***@10.0.0.1:6379/0"
-    assert RedisConfig(url="rediss://:s3cret@[::1]:6380/2").shown_url == "rediss://:***@[::1]:6380/2"
-    assert RedisConfig(url="redis://h:1/0?db=1&password=s3cret").shown_url == "redis://h:1/0?db=1&password=***"
-    assert RedisConfig(url="redis://alice@h:1/0").shown_url == "redis://alice@h:1/0"  # no password: as it is
+    """A Redis URL may hold a password: what the engine and the CLI say about that Redis
+    shows ``***`` instead (the rules: tests/unit/test_redaction.py)."""
     closed = f"redis://alice:s3cret@127.0.0.1:{_free_port()}/0"
     with pytest.raises(BackendUnavailableError) as refused:
         create_engine({"type": "redis", "url": closed, "prefix": "nopw", "timeout_seconds": 2})
@@ -478,3 +472,15 @@ def test_a_redis_password_is_never_said(tmp_path: Path) -> None:
     said = served.stderr.strip().splitlines()
     assert served.returncode != 0 and len(said) == 1 and "cannot reach Redis" in said[0], served.stderr
     assert "s3cret" not in served.stderr + served.stdout
+
+
+def test_a_catalog_uri_password_is_never_said(tmp_path: Path) -> None:
+    """A catalog that does not open is named by its URI, without the password in it."""
+    from bulldozer.errors import CatalogError
+    from bulldozer.spec.models import CatalogConfig
+    from bulldozer.warehouse.catalog import open_catalog
+
+    uri = f"postgresql+psycopg2://bob:s3cret@127.0.0.1:{_free_port()}/lake"
+    with pytest.raises(CatalogError) as refused:
+        open_catalog(CatalogConfig(name="remote", properties={"type": "sql", "uri": uri}), tmp_path)
+    assert "s3cret" not in str(refused.value) and "bob:***@" in str(refused.value)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import re
 from typing import Annotated, Literal
-from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+from bulldozer.redaction import shown_url
 
 __all__ = ["CassandraConfig", "EmbeddedConfig", "EngineConfig", "MemoryConfig", "RedisConfig"]
 
@@ -95,15 +96,8 @@ class RedisConfig(BaseModel):
 
     @property
     def shown_url(self) -> str:
-        """The URL as messages and logs show it: a password in it (``user:password@``, or a
-        ``password`` query parameter) replaced by ``***``."""
-        parts = urlsplit(self.url)
-        netloc, query = parts.netloc, parts.query
-        if parts.password is not None:
-            netloc = f"{parts.username or ''}:***@{netloc.rpartition('@')[2]}"
-        if "password=" in query:
-            query = re.sub(r"(^|&)password=[^&]*", r"\1password=***", query)
-        return urlunsplit(parts._replace(netloc=netloc, query=query))
+        """The URL as messages and logs show it: a password in it as ``***``."""
+        return shown_url(self.url)
 
 
 class CassandraConfig(BaseModel):
