@@ -31,7 +31,6 @@ from bulldozer.errors import (
     LoadError,
     NamespaceStateError,
     QualityGateError,
-    ResourceExhaustedError,
     RetentionError,
     SchemaError,
     SpecError,
@@ -541,11 +540,12 @@ class JobRun:
                 else:
                     self.client.set_labels(record.version, {RUN_LABEL: record.to_json()})
             except BulldozerError as cleanup:  # the DAL may be the thing that failed
-                # a store out of room refuses the record of its own failure too: the error
-                # says the first, and the version left LOADING goes with the next gc
-                full = isinstance(exc, ResourceExhaustedError) and isinstance(cleanup, ResourceExhaustedError)
+                # a store gone or out of room refuses the record of its own failure too, for
+                # the same reason: the run's one error line says it already, and the version
+                # left LOADING is resumed or goes with the next gc
+                same = isinstance(exc, KvError) and type(cleanup) is type(exc)
                 log.log(
-                    logging.INFO if full else logging.WARNING,
+                    logging.INFO if same else logging.WARNING,
                     "could not record the failure of %s: %s",
                     record.version,
                     cleanup,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -105,10 +106,13 @@ def test_a_failing_quality_gate_leaves_the_alias_on_v1(home: Path, dal: KvClient
     assert read(dal, "user_item_scores", KEY) is not None
 
 
-def test_a_dal_lost_mid_load_leaves_the_alias_and_the_version_loading(tmp_path: Path) -> None:
+def test_a_dal_lost_mid_load_leaves_the_alias_and_the_version_loading(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """A failure driven through the client's transport (the DAL goes away after a few
-    batches): the run fails with one clear error, the alias stays on the old version, and
-    the new one stays LOADING (a resume can finish it), never SEALED or live."""
+    batches): the run fails with one clear error (the DAL refusing the record of the
+    failure too, for the same reason, is no second warning), the alias stays on the old
+    version, and the new one stays LOADING (a resume can finish it), never SEALED or live."""
     from bulldozer.errors import BackendUnavailableError
     from bulldozer.kv import KvDal, create_engine
     from tests.faults import FlakyTransport
@@ -119,8 +123,13 @@ def test_a_dal_lost_mid_load_leaves_the_alias_and_the_version_loading(tmp_path: 
     healthy = KvClient.in_process(dal)
     first = run_job(spec(), healthy, home=str(home))
     flaky = KvClient.over(FlakyTransport(KvClient.in_process(dal).transport, batches=1), "flaky")
-    with pytest.raises(BackendUnavailableError, match="not reachable"):
+    with (
+        caplog.at_level(logging.INFO, logger="bulldozer.run"),
+        pytest.raises(BackendUnavailableError, match="not reachable"),
+    ):
         run_job(spec(), flaky, home=str(home))
+    unrecorded = [r for r in caplog.records if r.getMessage().startswith("could not record the failure")]
+    assert [r.levelno for r in unrecorded] == [logging.INFO], caplog.text
     assert healthy.get_alias("user_item_scores").namespace == first.version
     states = {n.name: n.state for n in healthy.list_namespaces("user_item_scores")}
     assert states.pop(first.version) == State.ACTIVE
