@@ -8,8 +8,6 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
-from bulldozer.redaction import shown_url
-
 __all__ = ["CassandraConfig", "EmbeddedConfig", "EngineConfig", "MemoryConfig", "RedisConfig"]
 
 _MODEL = ConfigDict(frozen=True, extra="forbid")
@@ -93,11 +91,6 @@ class RedisConfig(BaseModel):
     timeout_seconds: float = Field(default=10.0, gt=0, description="Socket connect and read timeout.")
     max_connections: int = Field(default=64, ge=1, description="Connection pool size (standalone).")
     write_lease_seconds: float = _WRITE_LEASE
-
-    @property
-    def shown_url(self) -> str:
-        """The URL as messages and logs show it: a password in it as ``***``."""
-        return shown_url(self.url)
 
 
 class CassandraConfig(BaseModel):

@@ -221,13 +221,17 @@ class EmbeddedEngine(StorageEngine):
         kills the process (SIGBUS) instead of failing a call. An existing store has them."""
         if all((self.path / f).exists() for f in ("data.mdb", "lock.mdb")):
             return
-        fs = os.statvfs(self.path)
-        if fs.f_bavail * fs.f_frsize < NEW_STORE_NEEDS:
+        free, _ = self._disk_space()
+        if free < NEW_STORE_NEEDS:
             raise ResourceExhaustedError(
                 f"the disk holding the embedded store at {self.path} is full "
-                f"({fs.f_bavail * fs.f_frsize / 2**10:,.0f} KiB free): a new store needs "
-                f"{NEW_STORE_NEEDS / 2**20:,.0f} MiB there to start"
+                f"({free / 2**10:,.0f} KiB free): a new store needs {NEW_STORE_NEEDS / 2**20:,.0f} MiB there to start"
             )
+
+    def _disk_space(self) -> tuple[int, int]:
+        """Bytes free (to this user) and in all on the disk holding the store."""
+        fs = os.statvfs(self.path)
+        return fs.f_bavail * fs.f_frsize, fs.f_blocks * fs.f_frsize
 
     def _make_private(self) -> None:
         """The store is its owner's alone: its folder 0700, its files 0600 (also a store
@@ -371,10 +375,9 @@ class EmbeddedEngine(StorageEngine):
         ):
             return None
         try:
-            fs = os.statvfs(self.path)
+            free, total = self._disk_space()
         except OSError:
             return None
-        free, total = fs.f_bavail * fs.f_frsize, fs.f_blocks * fs.f_frsize
         if isinstance(exc, lmdb.DiskError) or free < DISK_FULL_BELOW:
             return ResourceExhaustedError(
                 f"the disk holding the embedded store at {self.path} is full ({free / 2**20:,.0f} MiB free of "

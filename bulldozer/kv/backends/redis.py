@@ -65,6 +65,7 @@ from bulldozer.kv.backends.base import StorageEngine, chunked, select_namespaces
 from bulldozer.kv.backends.config import RedisConfig
 from bulldozer.kv.types import AliasChange, AliasRecord, BaseCopy, NamespaceRecord, State
 from bulldozer.kv.v1 import shared
+from bulldozer.redaction import shown_url
 
 __all__ = ["RedisEngine"]
 
@@ -143,7 +144,7 @@ class RedisEngine(StorageEngine):
 
     def __init__(self, config: RedisConfig) -> None:
         self.config = config
-        self.where = config.shown_url + (" (cluster)" if config.cluster else "")  # never its password
+        self.where = shown_url(config.url) + (" (cluster)" if config.cluster else "")  # never its password
         p = config.prefix
         self._tag = "{" + p + "}"
         self._k_namespaces = shared.REDIS_NAMESPACES_KEY % p
