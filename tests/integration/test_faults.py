@@ -246,6 +246,87 @@ def test_redis_out_of_memory(home: Path) -> None:
     tally.report("Redis out of memory mid-load", REPEATS)
 
 
+@contextlib.contextmanager
+def _disk_of_its_own(folder: Path, size: str) -> Iterator[tuple[list[str], Path]]:
+    """A tmpfs of ``size`` at ``folder`` in a mount namespace of its own (``_own_tmpfs``),
+    held by a sleeping process; yields the command prefix that runs a command inside it
+    (``nsenter``), so a server started there, stopped and started again, keeps its disk,
+    and the folder as seen from here."""
+    holder = subprocess.Popen([*_own_tmpfs(folder, size), "sleep", "infinity"])
+    seen = Path(f"/proc/{holder.pid}/root") / folder.relative_to("/")
+    deadline = time.monotonic() + 30
+    while os.statvfs(seen).f_blocks * os.statvfs(seen).f_frsize != _bytes(size):
+        assert holder.poll() is None and time.monotonic() < deadline, "the tmpfs was not mounted"
+        time.sleep(0.05)
+    try:
+        yield ["nsenter", f"--target={holder.pid}", "--user", "--mount", "--preserve-credentials"], seen
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def _bytes(size: str) -> int:
+    return int(size[:-1]) << {"k": 10, "m": 20, "g": 30}[size[-1]]
+
+
+def _until_reached(client: KvClient, seconds: float = 180) -> None:
+    """Wait until the DAL reaches its store again (the driver reconnects to a restarted node
+    on its own schedule)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            client.list_namespaces(ALIAS)
+            return
+        except BulldozerError:
+            assert time.monotonic() < deadline, "the DAL did not reach its store again"
+            time.sleep(1)
+
+
+def test_cassandra_disk_full(home: Path, tmp_path: Path) -> None:
+    """The disk holding a Cassandra node's data and commit log fills up: the run fails with
+    one line saying what the node did — it could not write to its disk (a flush or schema
+    change: FSWriteError), or it died (its memory-mapped commit log segment could not grow:
+    SIGBUS) and no node answers — the alias and the live version are untouched, and once
+    there is room (and the node runs again) the job finishes."""
+    disk = tmp_path / "cassandra"
+    script = [str(services.SCRIPTS / "cassandra.sh")]
+    cql = services.free_ports(2)
+    with _disk_of_its_own(disk, "512m") as (inside, seen):
+        subprocess.run([*inside, "bash", *script, "start", str(disk), str(cql)], check=True, timeout=300)
+        port = _free_port()
+        server = _start(None, port, "--engine", "cassandra", "--cql-port", str(cql), "--keyspace", "disk_full")
+        endpoint = {"BULLDOZER_ENDPOINT": f"127.0.0.1:{port}"}
+        tally = Tally("")
+        try:
+            with KvClient(f"127.0.0.1:{port}") as client:
+                for _ in range(REPEATS):
+                    tally.live = run_job(spec(), client, home=str(home)).version
+                    filler = _fill(seen, leave=256 << 10)
+                    failed = _cli(["run", "templates/move_data_to_kv_dal.yaml", "-q"], home, endpoint)
+                    said = failed.stderr.strip().splitlines()
+                    assert failed.returncode == 1, failed.stderr
+                    assert len(said) == 1, failed.stderr
+                    assert "could not write to its disk (FSWriteError in" in said[0] or (
+                        "no Cassandra node at" in said[0] and "answers" in said[0]
+                    ), said[0]
+                    filler.unlink()  # room again
+                    if _java_pid(disk) is None:  # it died: start it again, on the same disk
+                        subprocess.run([*inside, "bash", *script, "start", str(disk), str(cql)], check=True)
+                    _until_reached(client)
+                    tally.after_fault(client, home)
+        finally:
+            stop_servers([server])
+            subprocess.run([*inside, "bash", *script, "stop", str(disk)], check=False, timeout=120)
+    tally.report("Cassandra's disk full mid-run", REPEATS)
+
+
+def _java_pid(folder: Path) -> int | None:
+    """The pid of the Cassandra node whose data is in ``folder`` (None when it is not running)."""
+    found = subprocess.run(["pgrep", "-f", f"cassandra.config=file://{folder}/"], capture_output=True, text=True)
+    pids = [int(p) for p in found.stdout.split()]
+    return pids[0] if pids else None
+
+
 class StallingProxy:
     """A TCP proxy on loopback that can stop forwarding (a network stall) and resume."""
 

@@ -30,6 +30,7 @@ import contextlib
 import hashlib
 import json
 import random
+import re
 import threading
 import time
 import uuid
@@ -40,8 +41,8 @@ from cassandra import ConsistencyLevel, DriverException, InvalidRequest
 from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, Session
 from cassandra.concurrent import execute_concurrent_with_args
-from cassandra.connection import ConnectionBusy
-from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+from cassandra.connection import ConnectionBusy, ConnectionException
+from cassandra.policies import DCAwareRoundRobinPolicy, ExponentialReconnectionPolicy, TokenAwarePolicy
 from cassandra.protocol import OverloadedErrorMessage
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
@@ -53,6 +54,7 @@ from bulldozer.errors import (
     KvError,
     NamespaceExistsError,
     NamespaceNotFoundError,
+    ResourceExhaustedError,
 )
 from bulldozer.kv.backends._lifecycle import (
     PendingReleases,
@@ -74,6 +76,47 @@ _T = TypeVar("_T")
 #: Unlogged batches stay under Cassandra's default batch_size_fail_threshold (50 KiB).
 _BATCH_BYTES = 40 * 1024
 _BATCH_ROWS = 64
+
+
+#: what a node says when it could not write to its disk (a flush, a compaction or its commit
+#: log): Cassandra's FSWriteError names the file; the JVM's own text for ENOSPC
+_DISK_WRITE = re.compile(r"FSWriteError in [^\s\"'>]+|No space left on device")
+
+
+def driver_failure(where: str, exc: BaseException) -> KvError:
+    """The error a failed driver call stands for, as one line that says what happened.
+
+    - A node that could not write to its disk: ResourceExhaustedError. On a full disk a
+      node fails the flushes, compactions and schema changes a request needs, and reports
+      ``FSWriteError in FILE`` (it keeps running; its disk_failure_policy may stop it).
+    - No node answers: the driver had none to try, or each it tried closed or refused its
+      connection. A node whose commit log cannot grow on a full disk dies (SIGBUS from its
+      memory-mapped segment) in the middle of the requests it was serving.
+    - Anything else: the driver's own words, each node's reason once (not the driver's
+      nested tuple of host objects)."""
+    causes = list(exc.errors.items()) if isinstance(exc, NoHostAvailable) else [(None, exc)]
+    disk = _DISK_WRITE.search(" ".join(str(cause) for _, cause in causes))
+    if disk:
+        return ResourceExhaustedError(
+            f"Cassandra at {where} could not write to its disk ({disk.group(0)}): the node's disk is full or "
+            "failing: make room there (or drop old versions: bulldozer gc), and restart the node if it stopped"
+        )
+    # each node's reason, on one line (a server's message may hold line breaks)
+    said = " ".join("; ".join((f"{h.endpoint}: " if h else "") + _cause(c) for h, c in causes).split())
+    if all(isinstance(cause, OSError | ConnectionException) for _, cause in causes):
+        return BackendUnavailableError(
+            f"no Cassandra node at {where} answers{f' ({said})' if said else ''}: each went down or closed its "
+            "connections (a node stops, or dies, when its disk fills up, among other causes): see the node's log"
+        )
+    return BackendUnavailableError(f"Cassandra at {where} failed a request: {said}")
+
+
+def _cause(exc: BaseException) -> str:
+    """One node's reason: a server error's own message, without the driver's wrapping."""
+    summary, message = getattr(exc, "summary", None), getattr(exc, "message", None)
+    if summary and message:
+        return f"{summary}: {message}"
+    return str(exc) or type(exc).__name__
 
 
 def overloaded(exc: BaseException) -> bool:
@@ -226,6 +269,9 @@ class CassandraEngine(StorageEngine):
             auth_provider=auth,
             connect_timeout=config.connect_timeout_seconds,
             control_connection_timeout=config.connect_timeout_seconds,
+            reconnection_policy=ExponentialReconnectionPolicy(
+                base_delay=min(1.0, config.reconnect_max_seconds), max_delay=config.reconnect_max_seconds
+            ),
             protocol_version=config.protocol_version,
         )
         try:
@@ -258,7 +304,7 @@ class CassandraEngine(StorageEngine):
             except (NoHostAvailable, DriverException, OSError) as exc:
                 if overloaded(exc) and backoff.wait():
                     continue
-                raise BackendUnavailableError(f"Cassandra at {self.where} failed a request: {exc}") from exc
+                raise driver_failure(self.where, exc) from exc
 
     def _patience(self) -> float:
         """How long backpressure may go on without any progress before a request fails."""

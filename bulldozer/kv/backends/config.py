@@ -120,6 +120,12 @@ class CassandraConfig(BaseModel):
     concurrency: int = Field(default=128, ge=1, le=4096, description="Writes in flight per batch.")
     timeout_seconds: float = Field(default=20.0, gt=0, description="Request timeout.")
     connect_timeout_seconds: float = Field(default=10.0, gt=0, description="Connect timeout at start.")
+    reconnect_max_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="Longest pause between attempts to reach a node that went down: the DAL serves again at most "
+        "this long after the node is back (the driver's own pauses grow to 10 minutes).",
+    )
     write_lease_seconds: float = _WRITE_LEASE
 
     @field_validator("contact_points")

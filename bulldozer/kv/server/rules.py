@@ -20,6 +20,7 @@ from bulldozer.errors import (
     BulldozerError,
     InvalidArgumentError,
     InvalidNameError,
+    NamespaceExistsError,
     NamespaceNotFoundError,
     NamespaceStateError,
     ResourceExhaustedError,
@@ -130,16 +131,45 @@ class KvDal:
             schema_generation=max(1, schema_generation),
             base=base,
         )
-        self.engine.create_namespace(record)
+        try:
+            self.engine.create_namespace(record)
+        except NamespaceExistsError:
+            self._refused_again(record)
+            raise
+        except Exception as exc:
+            # an engine that stores the record before the version's storage (Cassandra: its
+            # table, a schema change a node with a full disk cannot flush) leaves it FAILED
+            # with the reason, not an empty LOADING version nobody is loading
+            self._failed_to_make(name, "making its storage", exc)
+            raise
         if base:
             try:
                 self.engine.copy_records(base, name)
             except Exception as exc:
-                reason = str(exc) if isinstance(exc, BulldozerError) else f"{type(exc).__name__}: {exc}"
-                with contextlib.suppress(BulldozerError):
-                    self.mark_failed(name, f"copying the base {base} failed: {reason}")
+                self._failed_to_make(name, f"copying the base {base}", exc)
                 raise
         return record
+
+    def _refused_again(self, record: NamespaceRecord) -> None:
+        """A create refused because the name is taken: when it is this very request, made by an
+        earlier attempt whose storage failed (a client retries a create the store answered
+        UNAVAILABLE), say why that attempt failed rather than that the name is taken."""
+        existing = None
+        with contextlib.suppress(BulldozerError):
+            existing = self.engine.get_namespace(record.name)
+        if existing is None or existing.state != State.FAILED:
+            return
+        failed = replace(existing, state=record.state, failure_reason="")
+        if replace(failed, created=record.created, state_changed=record.state_changed) == record:
+            raise NamespaceStateError(f"namespace {record.name!r} could not be created: {existing.failure_reason}")
+
+    def _failed_to_make(self, name: str, step: str, exc: Exception) -> None:
+        """Mark the namespace being created FAILED because ``step`` failed, when it was stored
+        and the store still takes the change (a store that refused the step may refuse it too)."""
+        reason = str(exc) if isinstance(exc, BulldozerError) else f"{type(exc).__name__}: {exc}"
+        with contextlib.suppress(BulldozerError):
+            if self.engine.get_namespace(name) is not None:
+                self.mark_failed(name, f"{step} failed: {reason}")
 
     def _check_base(self, base: str, alias: str) -> None:
         """A base must be a verified, readable version of the same alias."""
