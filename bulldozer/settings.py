@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from bulldozer.errors import InvalidArgumentError
 
@@ -85,6 +85,15 @@ class Settings(BaseSettings):
     data_plane: Literal["auto", "native", "python"] = "auto"
     #: Where downloaded tools (protoc plugins, Maven) are cached (default ``~/.cache/bulldozer``).
     cache: Path | None = None
+    #: The operator's Iceberg catalogs, by the name specs give as ``data_movement.catalog.name``:
+    #: each a mapping of pyiceberg catalog properties (``BULLDOZER_CATALOGS`` as JSON, e.g.
+    #: ``{"warehouse": {"type": "rest", "uri": "https://iceberg.example.com"}}``); a profile's
+    #: ``catalogs`` add the names this one lacks. A name no one configured is the embedded catalog.
+    catalogs: dict[str, dict[str, str]] = Field(default_factory=dict)
+    #: Whether a spec may define a catalog itself (``data_movement.catalog.properties``):
+    #: ``refuse`` (default) or ``allow``, for a deployment whose every spec author is trusted
+    #: with what pyiceberg can reach (see ``bulldozer.warehouse.catalog.catalog_properties``).
+    spec_catalogs: Literal["refuse", "allow"] = "refuse"
     #: The named profile to use (``--profile`` overrides), and the file that holds the profiles
     #: (default ``$XDG_CONFIG_HOME/bulldozer/profiles.yaml``, i.e. ``~/.config/bulldozer/…``).
     profile: str | None = None
@@ -140,6 +149,8 @@ class Profile(BaseModel):
     #: Where the profile's bearer token is: an environment variable's name, or a file.
     token_env: str | None = None
     token_file: Path | None = None
+    #: Iceberg catalogs by name (as ``BULLDOZER_CATALOGS``; a name the variable also has is its).
+    catalogs: dict[str, dict[str, str]] = Field(default_factory=dict)
 
 
 class ProfilesFile(BaseModel):
@@ -208,6 +219,8 @@ def _with_profile(settings: Settings) -> Settings:
     }
     if settings.token is None and (profile.token_env or profile.token_file):
         update["token"] = SecretStr(_profile_token(name, profile))
+    if profile.catalogs:
+        update["catalogs"] = {**profile.catalogs, **settings.catalogs}
     return settings.model_copy(update=update)
 
 
@@ -258,9 +271,12 @@ def load_settings() -> Settings:
         return _with_profile(_from_environment())
     except ValidationError as exc:
         problems = "; ".join(
-            f"BULLDOZER_{'_'.join(str(p) for p in err['loc']).upper()}: {err['msg']}" for err in exc.errors()
+            f"BULLDOZER_{'_'.join(str(p) for p in err['loc'][:1]).upper()}: {err['msg']}" for err in exc.errors()
         )
         raise InvalidArgumentError(f"invalid environment: {problems}") from None
+    except SettingsError as exc:  # a JSON value that does not parse (its value is not repeated)
+        field = str(exc).split('"')[1] if str(exc).count('"') >= 2 else "?"
+        raise InvalidArgumentError(f"invalid environment: BULLDOZER_{field.upper()}: not valid JSON") from None
 
 
 def environment() -> Mapping[str, str]:

@@ -28,11 +28,9 @@ def _check_one(path: Path, catalog: bool, home: str | None) -> list[SpecIssue]:
         loaded = load_spec(path)
     except SpecError as exc:
         return exc.issues
-    if not catalog:
-        return []
-    from bulldozer.schema.table_check import check_against_catalog
+    from bulldozer.schema.table_check import catalog_issues, check_against_catalog
 
-    return check_against_catalog(loaded, home=home)
+    return check_against_catalog(loaded, home=home) if catalog else catalog_issues(loaded)
 
 
 @handle_errors

@@ -46,6 +46,7 @@ from bulldozer.load.shadow_read import ShadowReadReport, shadow_read
 from bulldozer.load.source import schema_at, source_label
 from bulldozer.names import new_version_name, short_version
 from bulldozer.schema.job import JobSchema, build_job_schema
+from bulldozer.schema.table_check import catalog_issues
 from bulldozer.spec.loader import LoadedSpec
 from bulldozer.versioning.flip import flip, live_version
 from bulldozer.versioning.retention import apply_retention
@@ -177,6 +178,9 @@ class JobRun:
         """Read the source's schema at one snapshot and check the new one against the live version's."""
         spec, record = self.spec, self.record
         dm = spec.data_movement
+        refused = catalog_issues(self.loaded)
+        if refused:
+            raise SpecError(refused)
         if spec.key_value_dal.write.partitions is not None and not self.load_engine.writes_partitions:
             raise SpecError(
                 [

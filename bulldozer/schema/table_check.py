@@ -10,9 +10,9 @@ from typing import Any
 from bulldozer.errors import BulldozerError, SchemaError, SpecError, SpecIssue
 from bulldozer.schema.iceberg import generate_proto
 from bulldozer.spec.loader import LoadedSpec
-from bulldozer.warehouse.catalog import load_table, open_catalog
+from bulldozer.warehouse.catalog import load_table, open_catalog, spec_catalog_refusal
 
-__all__ = ["check_against_catalog"]
+__all__ = ["catalog_issues", "check_against_catalog"]
 
 
 def _column_issue(loaded: LoadedSpec, path: tuple[str | int, ...], col: str, names: list[str]) -> SpecIssue:
@@ -21,10 +21,19 @@ def _column_issue(loaded: LoadedSpec, path: tuple[str | int, ...], col: str, nam
     return loaded.issue(path, f"the table has no column {col!r}{hint}")
 
 
+def catalog_issues(loaded: LoadedSpec) -> list[SpecIssue]:
+    """The spec's catalog, if the operator does not let a spec define one (``spec_catalog_refusal``)."""
+    refused = spec_catalog_refusal(loaded.spec.data_movement.catalog)
+    return [loaded.issue(("data_movement", "catalog", "properties"), refused)] if refused else []
+
+
 def check_against_catalog(loaded: LoadedSpec, catalog: Any = None, home: str | None = None) -> list[SpecIssue]:
     """Every problem of ``loaded`` against its catalog (empty when it is fine)."""
     spec = loaded.spec
     dm = spec.data_movement
+    refused = catalog_issues(loaded)
+    if refused:
+        return refused
     if dm.source.query is not None:
         return _check_query(loaded, dm.source.query, catalog, home)
     assert dm.source.table is not None

@@ -297,9 +297,12 @@ class Metadata(BaseModel):
 
 
 class CatalogConfig(BaseModel):
-    """Which Iceberg catalog holds the source. ``embedded`` (the default) is the SQLite
-    catalog under ``$BULLDOZER_HOME`` (``.bulldozer/`` by default); otherwise any
-    properties pyiceberg's ``load_catalog`` accepts (``type``, ``uri``, ``warehouse``, …)."""
+    """Which Iceberg catalog holds the source: the operator's catalog of this ``name``
+    (``BULLDOZER_CATALOGS``, a profile's ``catalogs``), else the embedded one — the SQLite
+    catalog under ``$BULLDOZER_HOME`` (``.bulldozer/`` by default). ``properties`` define the
+    catalog in the spec itself (any properties pyiceberg's ``load_catalog`` accepts:
+    ``type``, ``uri``, ``warehouse``, …), which the operator must allow
+    (``BULLDOZER_SPEC_CATALOGS=allow``; see ``bulldozer.warehouse.catalog.catalog_properties``)."""
 
     model_config = _FROZEN
 
@@ -307,8 +310,8 @@ class CatalogConfig(BaseModel):
     properties: dict[str, str] = Field(default_factory=dict)
 
     @property
-    def embedded(self) -> bool:
-        return not self.properties
+    def defined_in_spec(self) -> bool:
+        return bool(self.properties)
 
 
 class Source(BaseModel):

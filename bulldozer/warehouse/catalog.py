@@ -4,6 +4,9 @@ The embedded default is pyiceberg's ``SqlCatalog`` on a SQLite file plus a local
 folder, both under ``$BULLDOZER_HOME`` (``.bulldozer/`` in the working directory by
 default). Spark's Iceberg runtime opens the very same catalog as a JDBC catalog on that
 SQLite file, which works because both use the same catalog name (``lake``).
+
+Any other catalog is the operator's (``catalog_properties``): a spec names it, and may not
+define one, unless the operator allows it.
 """
 
 from __future__ import annotations
@@ -16,7 +19,22 @@ from bulldozer.errors import CatalogError, TableNotFoundError
 from bulldozer.redaction import shown_url
 from bulldozer.spec.models import CatalogConfig
 
-__all__ = ["bulldozer_home", "embedded_catalog_properties", "load_source_table", "load_table", "open_catalog"]
+__all__ = [
+    "bulldozer_home",
+    "catalog_properties",
+    "embedded_catalog_properties",
+    "load_source_table",
+    "load_table",
+    "open_catalog",
+    "spec_catalog_refusal",
+]
+
+#: why a spec may not define a catalog itself (``spec_catalog_refusal``)
+_SPEC_CATALOG = (
+    "a spec may not define its own catalog (pyiceberg would reach whatever its properties name: any file, any "
+    "installed module, any host, with this machine's cloud credentials): name one of the operator's catalogs "
+    "({known}), or have the operator allow spec catalogs (BULLDOZER_SPEC_CATALOGS=allow)"
+)
 
 
 def bulldozer_home(home: str | os.PathLike[str] | None = None) -> Path:
@@ -35,17 +53,48 @@ def embedded_catalog_properties(home: str | os.PathLike[str] | None = None) -> d
     }
 
 
+def spec_catalog_refusal(config: CatalogConfig) -> str | None:
+    """Why the operator does not let a spec define its catalog as ``config`` does (None
+    when it defines none, or the operator allows it: ``BULLDOZER_SPEC_CATALOGS``)."""
+    from bulldozer.settings import load_settings
+
+    settings = load_settings()
+    if not config.defined_in_spec or settings.spec_catalogs == "allow":
+        return None
+    return _SPEC_CATALOG.format(known=", ".join(sorted(settings.catalogs)) or "the operator has configured none")
+
+
+def catalog_properties(config: CatalogConfig) -> dict[str, str] | None:
+    """The pyiceberg properties the catalog ``config`` names opens with; None for the
+    embedded catalog. A job spec is untrusted input: its catalog is the operator's of that
+    name (``BULLDOZER_CATALOGS``, the profile's ``catalogs``), or the embedded one, and a
+    spec's own ``properties`` are refused (CatalogError) unless the operator allows spec
+    catalogs. A catalog a spec defined could make this process create files anywhere (a
+    SQL catalog makes its tables in the SQLite file its ``uri`` names), import and call
+    any installed module (``py-catalog-impl``, ``py-io-impl``), or reach any host with the
+    machine's own cloud credentials (REST, S3, GCS, ADLS URIs)."""
+    from bulldozer.settings import load_settings
+
+    refused = spec_catalog_refusal(config)
+    if refused is not None:
+        raise CatalogError(f"data_movement.catalog.properties: {refused}")
+    if config.defined_in_spec:
+        return dict(config.properties)
+    operator = load_settings().catalogs.get(config.name)
+    return dict(operator) if operator else None
+
+
 def open_catalog(config: CatalogConfig | None = None, home: str | os.PathLike[str] | None = None) -> Any:
-    """The pyiceberg catalog for ``config`` (the embedded one when it has no properties)."""
+    """The pyiceberg catalog for ``config`` (``catalog_properties``: the operator's catalog of
+    its name, else the embedded one)."""
     from pyiceberg.catalog import load_catalog
 
     config = config or CatalogConfig()
-    if config.embedded:
+    props = catalog_properties(config)
+    if props is None:
         root = bulldozer_home(home)
         (root / "warehouse").mkdir(parents=True, exist_ok=True)
         props = embedded_catalog_properties(root)
-    else:
-        props = dict(config.properties)
     try:
         return load_catalog(config.name, **props)
     except Exception as exc:  # pyiceberg raises many unrelated types here
@@ -85,7 +134,7 @@ def load_source_table(config: CatalogConfig, home: str | os.PathLike[str] | None
     SQLAlchemy imports, a tenth of a small load); from any
     other catalog, or when the lookup finds nothing (the full path then says which tables
     exist), the catalog's own table."""
-    if config.embedded:
+    if catalog_properties(config) is None:
         location = _embedded_metadata_location(config, home, identifier)
         if location is not None:
             from pyiceberg.table import StaticTable

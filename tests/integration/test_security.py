@@ -474,13 +474,107 @@ def test_a_redis_password_is_never_said(tmp_path: Path) -> None:
     assert "s3cret" not in served.stderr + served.stdout
 
 
-def test_a_catalog_uri_password_is_never_said(tmp_path: Path) -> None:
+def test_a_catalog_uri_password_is_never_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A catalog that does not open is named by its URI, without the password in it."""
     from bulldozer.errors import CatalogError
     from bulldozer.spec.models import CatalogConfig
     from bulldozer.warehouse.catalog import open_catalog
 
     uri = f"postgresql+psycopg2://bob:s3cret@127.0.0.1:{_free_port()}/lake"
+    monkeypatch.setenv("BULLDOZER_CATALOGS", json.dumps({"remote": {"type": "sql", "uri": uri}}))
     with pytest.raises(CatalogError) as refused:
-        open_catalog(CatalogConfig(name="remote", properties={"type": "sql", "uri": uri}), tmp_path)
+        open_catalog(CatalogConfig(name="remote"), tmp_path)
     assert "s3cret" not in str(refused.value) and "bob:***@" in str(refused.value)
+
+
+#: a module a hostile spec names as its catalog's or FileIO's class: importing it leaves a mark
+_PROBE = """
+import os
+open(os.environ["PROBE_MARK"], "a").write(__name__ + " imported\n")
+class Catalog:
+    def __init__(self, *args, **kwargs):
+        open(os.environ["PROBE_MARK"], "a").write("called\n")
+"""
+
+
+def _spec_with_catalog(path: Path, catalog: str) -> Path:
+    from tests.integration.test_run import TEMPLATE
+
+    text = TEMPLATE.replace("  catalog:\n    name: lake", "  catalog:\n" + catalog, 1)
+    assert text != TEMPLATE
+    path.write_text(text)
+    return path
+
+
+def _bulldozer(args: list[str], home: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bulldozer.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "BULLDOZER_HOME": str(home), "BULLDOZER_ENDPOINT": "embedded", **env},
+    )
+
+
+def test_a_spec_cannot_define_its_own_catalog(tmp_path: Path) -> None:
+    """A job spec is untrusted: catalog properties of its own would let it create files where it
+    likes (a SQL catalog makes its tables in the SQLite file its URI names), import and call any
+    installed module (py-catalog-impl, py-io-impl) and reach any host with the machine's own
+    credentials. Each is refused before anything is opened, in one located line, by validate
+    (with and without --catalog) and by run: no file made, no module imported, no connection."""
+    import socket
+
+    from bulldozer.warehouse.sample import create_sample_warehouse
+
+    home = tmp_path / "home"
+    create_sample_warehouse(home, rows=1_000)
+    (tmp_path / "probe_catalog.py").write_text(_PROBE)
+    mark, made = tmp_path / "imported", tmp_path / "made_by_the_spec.db"
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    hostile = {
+        "a SQLite file anywhere": f"    name: lake\n    properties:\n      type: sql\n      uri: sqlite:///{made}\n",
+        "any module as the catalog": "    name: lake\n    properties:\n      py-catalog-impl: probe_catalog.Catalog\n",
+        "any module as the FileIO": f"    name: lake\n    properties:\n      type: sql\n      uri: sqlite:///{made}\n"
+        "      py-io-impl: probe_catalog.Catalog\n",
+        "any host": f"    name: lake\n    properties:\n      type: rest\n      uri: http://127.0.0.1:{port}/\n",
+    }
+    env = {"PYTHONPATH": str(tmp_path), "PROBE_MARK": str(mark)}
+    try:
+        for what, catalog in hostile.items():
+            spec = _spec_with_catalog(tmp_path / "job.yaml", catalog)
+            for args in (["validate", str(spec)], ["validate", str(spec), "--catalog"], ["run", str(spec), "-q"]):
+                done = _bulldozer(args, home, **env)
+                said = done.stderr.strip().splitlines()
+                assert done.returncode == 2, (what, args, done.stderr)
+                assert len(said) == 1 and said[0].startswith(f"{spec}:"), (what, args, done.stderr)
+                assert "data_movement.catalog.properties: a spec may not define its own catalog" in said[0]
+            assert not mark.exists() and not made.exists(), what
+            with pytest.raises(BlockingIOError):
+                listener.accept()  # nobody connected
+    finally:
+        listener.close()
+
+
+def test_a_spec_names_the_operators_catalog(tmp_path: Path) -> None:
+    """The operator's catalogs (BULLDOZER_CATALOGS) are what a spec's catalog name means; a
+    deployment that trusts its spec authors may let specs define catalogs themselves."""
+    from bulldozer.warehouse.catalog import embedded_catalog_properties
+    from bulldozer.warehouse.sample import create_sample_warehouse
+
+    warehouse, home = tmp_path / "warehouse", tmp_path / "home"
+    create_sample_warehouse(warehouse, rows=1_000)
+    lake = embedded_catalog_properties(warehouse)  # the table is not in the run's own home
+    spec = _spec_with_catalog(tmp_path / "job.yaml", "    name: lake\n")
+    done = _bulldozer(["run", str(spec), "--json"], home, BULLDOZER_CATALOGS=json.dumps({"lake": lake}))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["rows"] == 1_000
+    missing = _bulldozer(["run", str(spec), "-q"], home)  # without it: the (empty) embedded catalog of the home
+    assert missing.returncode != 0 and "does not exist in the catalog" in missing.stderr, missing.stderr
+    properties = "".join(f"      {k}: {v}\n" for k, v in lake.items())
+    own = _spec_with_catalog(tmp_path / "own.yaml", f"    name: lake\n    properties:\n{properties}")
+    assert _bulldozer(["run", str(own), "-q"], home).returncode == 2
+    allowed = _bulldozer(["run", str(own), "--json"], home, BULLDOZER_SPEC_CATALOGS="allow")
+    assert allowed.returncode == 0, allowed.stderr
+    assert json.loads(allowed.stdout)["rows"] == 1_000

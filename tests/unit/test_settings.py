@@ -96,3 +96,38 @@ def test_a_retired_variable_is_refused_not_ignored(monkeypatch: pytest.MonkeyPat
         load_settings()
     monkeypatch.setenv("BULLDOZER_ENCODER_KERNELS", "")  # empty is unset
     assert load_settings() is not None
+
+
+def test_the_operators_catalogs_from_the_variable_and_the_profile(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import yaml
+
+    from bulldozer.settings import select_profile
+
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text(
+        yaml.safe_dump(
+            {
+                "current": "prod",
+                "profiles": {"prod": {"catalogs": {"lake": {"type": "rest", "uri": "https://a"}, "b": {"type": "x"}}}},
+            }
+        )
+    )
+    for name in ("PROFILE", "CATALOGS", "SPEC_CATALOGS"):
+        monkeypatch.delenv(f"BULLDOZER_{name}", raising=False)
+    monkeypatch.setenv("BULLDOZER_PROFILES_FILE", str(profiles))
+    select_profile(None)
+    settings = load_settings()
+    assert settings.catalogs == {"lake": {"type": "rest", "uri": "https://a"}, "b": {"type": "x"}}
+    assert settings.spec_catalogs == "refuse"
+    monkeypatch.setenv("BULLDOZER_CATALOGS", '{"lake": {"type": "sql", "uri": "sqlite:////c.db"}}')
+    assert load_settings().catalogs == {"lake": {"type": "sql", "uri": "sqlite:////c.db"}, "b": {"type": "x"}}
+    monkeypatch.setenv("BULLDOZER_CATALOGS", '{"lake": {"uri": "sqlite:////s3cret')
+    with pytest.raises(InvalidArgumentError) as refused:
+        load_settings()
+    assert str(refused.value) == "invalid environment: BULLDOZER_CATALOGS: not valid JSON"
+    monkeypatch.setenv("BULLDOZER_CATALOGS", '{"lake": {"uri": ["s3cret"]}}')
+    with pytest.raises(InvalidArgumentError, match=r"^invalid environment: BULLDOZER_CATALOGS: ") as refused:
+        load_settings()
+    assert "s3cret" not in str(refused.value)

@@ -108,10 +108,11 @@ class SparkEngine(LocalEngine):
 
     def _context_args(self, spec: JobSpec, home: str | None) -> tuple[Any, ...]:
         from bulldozer.load.engines.spark.package import archive_conf
+        from bulldozer.warehouse.catalog import catalog_properties
 
         catalog = spec.data_movement.catalog
         conf = self.conf if self.conf is not None else archive_conf()
-        return (catalog.name, dict(catalog.properties) or None, home, self.master, conf)
+        return (catalog.name, catalog_properties(catalog), home, self.master, conf)
 
     def session(self, plan: LoadPlan) -> Any:
         """The SparkSession (Spark SQL, Iceberg's catalog) for ``plan``: the by-key path's."""
