@@ -21,6 +21,20 @@ def _previous_descriptor(path: Path) -> bytes:
     return path.read_bytes()
 
 
+def _spec_output(spec: Path, directory: str) -> Path:
+    """The spec's output directory, below the spec file's folder: the spec validated it as a
+    relative path without '..'; a symbolic link on the way that leads out is refused here."""
+    folder = spec.resolve().parent
+    out = folder / directory
+    if not out.resolve().is_relative_to(folder):
+        raise fail(
+            f"{spec}: bulldozer_protobuf.output.directory {directory!r} leads out of the spec's folder "
+            "(through a symbolic link); write it with --out DIR",
+            2,
+        )
+    return out
+
+
 @handle_errors
 def proto(
     spec: Annotated[Path, typer.Argument(help="Job spec (YAML).", show_default=False)],
@@ -28,6 +42,13 @@ def proto(
         Path | None,
         typer.Option(help="Write NAME.proto, NAME.binpb (FileDescriptorSet), NAME_pb2.py and .pyi here."),
     ] = None,
+    write: Annotated[
+        bool,
+        typer.Option(
+            "--write",
+            help="Write them into the spec's bulldozer_protobuf.output.directory (relative to the spec's folder).",
+        ),
+    ] = False,
     against: Annotated[
         Path | None,
         typer.Option(
@@ -48,8 +69,12 @@ def proto(
     from bulldozer.spec.loader import load_spec
     from bulldozer.warehouse.catalog import open_catalog
 
+    if write and out is not None:
+        raise fail("give --out DIR or --write (the spec's output.directory), not both", 2)
     loaded = load_spec(spec)
     s = loaded.spec
+    if write:
+        out = _spec_output(spec, s.bulldozer_protobuf.output.directory)
     schema, source_name = source_schema(s, open_catalog(s.data_movement.catalog, home))
     previous = _previous_descriptor(against) if against else None
     job = build_job_schema(s, schema, source_name, previous)

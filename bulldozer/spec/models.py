@@ -602,12 +602,28 @@ class KeyValueDal(BaseModel):
 # -------------------------------------------------------------- bulldozer_protobuf
 
 
+def _inside_the_spec_folder(value: str) -> str:
+    """A folder below the spec file's own: a spec is untrusted, and ``bulldozer proto
+    --write`` writes there (where a symbolic link leads elsewhere, it refuses at writing)."""
+    path = value.replace("\\", "/")
+    if path.startswith(("/", "~")) or ".." in path.split("/") or "\x00" in path or re.match(r"^[A-Za-z]:", path):
+        raise _error(
+            "must be a folder inside the spec's own folder (relative, no '..'), got {value}",
+            value=describe_value(value),
+        )
+    return value
+
+
 class ProtobufOutput(BaseModel):
-    """Where generated files go and the per-language options written into the .proto."""
+    """Where ``bulldozer proto --write`` writes the generated files (``directory``, relative
+    to the spec file's folder and inside it), and the per-language options written into the
+    .proto."""
 
     model_config = _FROZEN
 
-    directory: str = Field(default="build/proto", min_length=1, max_length=1000)
+    directory: Annotated[str, Field(min_length=1, max_length=1000), AfterValidator(_inside_the_spec_folder)] = (
+        "build/proto"
+    )
     java_package: Annotated[str, _matching(PROTO_PACKAGE_PATTERN)] | None = None
     go_package: Annotated[str, Field(pattern=r"^[A-Za-z0-9_./;-]+$", max_length=300)] | None = None
 

@@ -42,6 +42,27 @@ def test_prints_and_writes_the_schema(home: Path, tmp_path: Path) -> None:
     ]
 
 
+def test_write_puts_the_files_in_the_specs_output_directory(home: Path, tmp_path: Path) -> None:
+    """``--write``: into bulldozer_protobuf.output.directory, below the spec's own folder (the
+    template's build/proto); a symbolic link that leads out of it is refused."""
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    spec = jobs / "job.yaml"
+    spec.write_text(Path(TEMPLATE).read_text())
+    written = runner.invoke(app, ["proto", str(spec), "--home", str(home), "--write"])
+    assert written.exit_code == 0, written.output
+    assert (jobs / "build" / "proto" / "user_item_scores.proto").is_file()
+    both = runner.invoke(app, ["proto", str(spec), "--home", str(home), "--write", "--out", str(tmp_path / "o")])
+    assert both.exit_code == 2 and "not both" in both.output
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (jobs / "build").rename(jobs / "old")
+    (jobs / "build").symlink_to(elsewhere)
+    refused = runner.invoke(app, ["proto", str(spec), "--home", str(home), "--write"])
+    assert refused.exit_code == 2 and "leads out of the spec's folder" in refused.output, refused.output
+    assert not any(elsewhere.iterdir())
+
+
 def test_against_previous_schema_allows_added_column_and_refuses_breaking_change(home: Path, tmp_path: Path) -> None:
     out = tmp_path / "v1"
     assert runner.invoke(app, ["proto", TEMPLATE, "--home", str(home), "--out", str(out)]).exit_code == 0

@@ -44,7 +44,7 @@ def test_defaults_of_a_minimal_spec() -> None:
     assert spec.key_value_dal.write.max_batch_bytes == 16 * 1024 * 1024
     assert spec.data_movement.duplicate_keys.policy == "fail"
     assert spec.bulldozer_protobuf.key_message == "KeyMessage"
-    assert spec.data_movement.catalog.embedded
+    assert not spec.data_movement.catalog.defined_in_spec  # the operator's catalog of its name, else embedded
 
 
 def test_models_are_frozen() -> None:
