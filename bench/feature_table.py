@@ -99,7 +99,8 @@ def change_one_file(home: Path, rows: int, files: int, which: int, seed: int) ->
 
 
 def write_spec(path: Path, alias: str = "user_features", mode: str = "full") -> Path:
-    """A job spec moving the table into ``alias``; the endpoint comes from $BULLDOZER_ENDPOINT."""
+    """A job spec moving the table into ``alias``; it names no endpoint: a run uses the
+    operator's (``BULLDOZER_ENDPOINT``, else the embedded store)."""
     path.write_text(
         f"""apiVersion: bulldozer/v1
 kind: MoveDataToKvDal
@@ -115,7 +116,6 @@ data_movement:
   value_columns: [{", ".join(FEATURES)}]
   mode: {mode}
 key_value_dal:
-  endpoint: ${{BULLDOZER_ENDPOINT:-embedded}}
   alias: {alias}
   retention:
     keep_versions: 1

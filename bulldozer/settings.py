@@ -34,6 +34,7 @@ __all__ = [
     "load_settings",
     "pyspark_python",
     "select_profile",
+    "spec_environment",
 ]
 
 DEFAULT_HOME = ".bulldozer"
@@ -94,6 +95,9 @@ class Settings(BaseSettings):
     #: ``refuse`` (default) or ``allow``, for a deployment whose every spec author is trusted
     #: with what pyiceberg can reach (see ``bulldozer.warehouse.catalog.catalog_properties``).
     spec_catalogs: Literal["refuse", "allow"] = "refuse"
+    #: The environment variables a spec's ``${VAR}`` may read: comma-separated names or
+    #: patterns (``DAL_*``); none by default (``spec_environment``).
+    spec_variables: str = ""
     #: The named profile to use (``--profile`` overrides), and the file that holds the profiles
     #: (default ``$XDG_CONFIG_HOME/bulldozer/profiles.yaml``, i.e. ``~/.config/bulldozer/…``).
     profile: str | None = None
@@ -280,8 +284,29 @@ def load_settings() -> Settings:
 
 
 def environment() -> Mapping[str, str]:
-    """The process environment, for a spec's ``${VAR}`` and a principal's ``token_env``."""
+    """The process environment, for a principal's ``token_env`` and lineage's settings."""
     return os.environ
+
+
+class SpecEnvironment(dict[str, str]):
+    """The variables a spec's ``${VAR}`` reads, and the names of those set but withheld."""
+
+    def __init__(self, exposed: Mapping[str, str], withheld: frozenset[str]) -> None:
+        super().__init__(exposed)
+        self.withheld = withheld
+
+
+def spec_environment() -> SpecEnvironment:
+    """The environment a spec's ``${VAR}`` reads: only the variables the operator exposes to
+    specs (``BULLDOZER_SPEC_VARIABLES``). A spec is untrusted input, and ``${VAR}`` may
+    stand anywhere in the fields it expands in: with the whole environment, a spec could
+    spell a secret into the host name it connects to (``${BULLDOZER_TOKEN}.example.com:443``)
+    and hand it to whoever answers that name's DNS query."""
+    from fnmatch import fnmatchcase
+
+    patterns = [p.strip() for p in load_settings().spec_variables.split(",") if p.strip()]
+    exposed = {k: v for k, v in os.environ.items() if any(fnmatchcase(k, p) for p in patterns)}
+    return SpecEnvironment(exposed, frozenset(os.environ) - frozenset(exposed))
 
 
 def cache_root() -> Path:

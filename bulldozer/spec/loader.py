@@ -23,7 +23,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from bulldozer.errors import SpecError, SpecIssue
-from bulldozer.settings import environment
+from bulldozer.settings import spec_environment
 from bulldozer.spec.models import JobSpec
 
 __all__ = [
@@ -209,6 +209,14 @@ class _Builder:
             name, default = m.group(1), m.group(2)
             if name in self.env:
                 return self.env[name]
+            if name in getattr(self.env, "withheld", ()):  # set, but not for specs: refused, not defaulted
+                self.add(
+                    mark,
+                    path,
+                    f"environment variable {name} is not one specs may read (used as ${{{name}}}); the operator "
+                    "exposes variables to specs with BULLDOZER_SPEC_VARIABLES",
+                )
+                return ""
             if default is not None:
                 return default
             self.add(mark, path, f"environment variable {name} is not set (used as ${{{name}}})")
@@ -414,7 +422,7 @@ def load_spec_text(text: str, source: str = "<string>", env: Mapping[str, str] |
     """Validate spec text. Raises :class:`SpecError` with every issue found."""
     if len(text.encode("utf-8", errors="replace")) > MAX_SPEC_BYTES:
         raise SpecError([SpecIssue(source, "", f"spec is larger than {MAX_SPEC_BYTES} bytes")])
-    data, builder = _parse(text, source, environment() if env is None else env)
+    data, builder = _parse(text, source, spec_environment() if env is None else env)
     issues = list(builder.issues)
     spec: JobSpec | None = None
     if data is not None:

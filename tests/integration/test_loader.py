@@ -88,12 +88,13 @@ def test_the_callers_environment_and_errors_are_the_commands(home: Path) -> None
     spec = home / "env.yaml"
     spec.write_text(TEMPLATE.replace("  # endpoint: dal.example.com:7110", "  endpoint: ${LOADER_TEST_DAL}"))
     served = status(home)["served"]  # type: ignore[index]
-    done = _bulldozer(home, "run", str(spec), "-q", env={"LOADER_TEST_DAL": "embedded"})
+    exposed = {"BULLDOZER_SPEC_VARIABLES": "LOADER_TEST_*"}
+    done = _bulldozer(home, "run", str(spec), "-q", env={"LOADER_TEST_DAL": "embedded", **exposed})
     assert done.returncode == 0, done.stderr
     assert status(home)["served"] == served + 1  # type: ignore[index]
-    there = _bulldozer(home, "run", str(spec), "-q")
+    there = _bulldozer(home, "run", str(spec), "-q", env=exposed)
     assert status(home)["served"] == served + 2  # type: ignore[index]
-    here = _bulldozer(home, "run", str(spec), "-q", env={"BULLDOZER_LOADER": "off"})
+    here = _bulldozer(home, "run", str(spec), "-q", env={"BULLDOZER_LOADER": "off", **exposed})
     assert there.returncode == here.returncode == 2
     assert there.stderr == here.stderr and "LOADER_TEST_DAL is not set" in there.stderr, there.stderr
     assert "Traceback" not in there.stderr

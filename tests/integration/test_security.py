@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from bulldozer.errors import BackendUnavailableError, PermissionDeniedError, UnauthenticatedError
+from bulldozer.errors import BackendUnavailableError, PermissionDeniedError, SpecError, UnauthenticatedError
 from bulldozer.kv import KvClient, create_engine
 from bulldozer.kv.server import create_server
 from bulldozer.kv.server.auth import AuthConfig, server_credentials
@@ -328,6 +328,12 @@ def test_the_operators_token_goes_only_where_it_was_configured_for(monkeypatch: 
         monkeypatch.delenv("BULLDOZER_TOKEN_ENDPOINTS", raising=False)
         plain = load_spec_text(hostile, "job.yaml")
         assert capture.tokens_sent(plain) == []  # a spec naming its own endpoint gets no operator token
+        with_token = hostile.replace(
+            "  alias: user_item_scores", "  alias: user_item_scores\n  token: ${BULLDOZER_TOKEN}"
+        )
+        with pytest.raises(SpecError, match="BULLDOZER_TOKEN is not one specs may read"):
+            load_spec_text(with_token, "job.yaml")  # the operator exposes no variable to specs
+        monkeypatch.setenv("BULLDOZER_SPEC_VARIABLES", "BULLDOZER_TOKEN")  # an operator who does
         borrowed = load_spec_text(
             hostile.replace("  alias: user_item_scores", "  alias: user_item_scores\n  token: ${BULLDOZER_TOKEN}"),
             "job.yaml",

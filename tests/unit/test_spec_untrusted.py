@@ -106,3 +106,26 @@ def test_an_expanded_value_is_never_printed_back() -> None:
     assert lines and any("key_value_dal.endpoint" in line for line in lines)
     assert not any("s3cr3t" in line for line in lines), lines
     assert any("${DAL}" in line for line in lines), lines
+
+
+def test_a_spec_reads_only_the_variables_the_operator_exposes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without an explicit ``env``, ``${VAR}`` reads the variables BULLDOZER_SPEC_VARIABLES
+    lists (names or patterns), none by default: a spec could otherwise spell any secret of
+    the process into the host name it connects to, and hand it to that name's DNS server."""
+    monkeypatch.setenv("BULLDOZER_TOKEN", "operatorsecret")
+    monkeypatch.setenv("DAL_HOST", "dal.example.com")
+    monkeypatch.delenv("BULLDOZER_SPEC_VARIABLES", raising=False)
+    leak = TEMPLATE.replace("  # endpoint: dal.example.com:7110", "  endpoint: ${BULLDOZER_TOKEN}.example.com:443")
+    lines = _issues(lambda: load_spec_text(leak, "job.yaml"))
+    at = next(i for i, line in enumerate(leak.splitlines(), 1) if line.startswith("  endpoint: ${BULLDOZER_TOKEN}"))
+    assert lines == [
+        f"job.yaml:{at}:13: key_value_dal.endpoint: environment variable BULLDOZER_TOKEN is not one specs may read "
+        "(used as ${BULLDOZER_TOKEN}); the operator exposes variables to specs with BULLDOZER_SPEC_VARIABLES"
+    ], lines
+    defaulted = TEMPLATE.replace("  # endpoint: dal.example.com:7110", "  endpoint: ${DAL_HOST:-localhost}:7110")
+    assert any("DAL_HOST is not one specs may read" in line for line in _issues(lambda: load_spec_text(defaulted, "j")))
+    monkeypatch.setenv("BULLDOZER_SPEC_VARIABLES", "DAL_*, ICEBERG_URI")
+    assert load_spec_text(defaulted, "job.yaml").spec.key_value_dal.endpoint == "dal.example.com:7110"
+    assert any("BULLDOZER_TOKEN is not one" in line for line in _issues(lambda: load_spec_text(leak, "job.yaml")))
+    monkeypatch.delenv("DAL_HOST")  # exposed but not set: the default
+    assert load_spec_text(defaulted, "job.yaml").spec.key_value_dal.endpoint == "localhost:7110"
