@@ -28,9 +28,13 @@ def _check_one(path: Path, catalog: bool, home: str | None) -> list[SpecIssue]:
         loaded = load_spec(path)
     except SpecError as exc:
         return exc.issues
-    from bulldozer.schema.table_check import catalog_issues, check_against_catalog
+    if not catalog:  # no pyiceberg: a plain validate imports none of it
+        from bulldozer.warehouse.catalog import catalog_issues
 
-    return check_against_catalog(loaded, home=home) if catalog else catalog_issues(loaded)
+        return catalog_issues(loaded)
+    from bulldozer.schema.table_check import check_against_catalog
+
+    return check_against_catalog(loaded, home=home)
 
 
 @handle_errors

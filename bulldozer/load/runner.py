@@ -46,7 +46,6 @@ from bulldozer.load.shadow_read import ShadowReadReport, shadow_read
 from bulldozer.load.source import schema_at, source_label
 from bulldozer.names import new_version_name, short_version
 from bulldozer.schema.job import JobSchema, build_job_schema
-from bulldozer.schema.table_check import catalog_issues
 from bulldozer.spec.loader import LoadedSpec
 from bulldozer.versioning.flip import flip, live_version
 from bulldozer.versioning.retention import apply_retention
@@ -66,7 +65,7 @@ from bulldozer.versioning.run_state import (
     run_key_of,
     run_record_of,
 )
-from bulldozer.warehouse.catalog import load_source_table, open_catalog
+from bulldozer.warehouse.catalog import catalog_issues, load_source_table, open_catalog
 
 __all__ = ["STAGES", "JobRun", "duplicate_key_error", "find_run_version", "run_job", "run_stage"]
 

@@ -10,21 +10,15 @@ from typing import Any
 from bulldozer.errors import BulldozerError, SchemaError, SpecError, SpecIssue
 from bulldozer.schema.iceberg import generate_proto
 from bulldozer.spec.loader import LoadedSpec
-from bulldozer.warehouse.catalog import load_table, open_catalog, spec_catalog_refusal
+from bulldozer.warehouse.catalog import catalog_issues, load_table, open_catalog
 
-__all__ = ["catalog_issues", "check_against_catalog"]
+__all__ = ["check_against_catalog"]
 
 
 def _column_issue(loaded: LoadedSpec, path: tuple[str | int, ...], col: str, names: list[str]) -> SpecIssue:
     close = difflib.get_close_matches(col, names, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     return loaded.issue(path, f"the table has no column {col!r}{hint}")
-
-
-def catalog_issues(loaded: LoadedSpec) -> list[SpecIssue]:
-    """The spec's catalog, if the operator does not let a spec define one (``spec_catalog_refusal``)."""
-    refused = spec_catalog_refusal(loaded.spec.data_movement.catalog)
-    return [loaded.issue(("data_movement", "catalog", "properties"), refused)] if refused else []
 
 
 def check_against_catalog(loaded: LoadedSpec, catalog: Any = None, home: str | None = None) -> list[SpecIssue]:

@@ -13,14 +13,19 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bulldozer.errors import CatalogError, TableNotFoundError
 from bulldozer.redaction import shown_url
 from bulldozer.spec.models import CatalogConfig
 
+if TYPE_CHECKING:
+    from bulldozer.errors import SpecIssue
+    from bulldozer.spec.loader import LoadedSpec
+
 __all__ = [
     "bulldozer_home",
+    "catalog_issues",
     "catalog_properties",
     "embedded_catalog_properties",
     "load_source_table",
@@ -62,6 +67,12 @@ def spec_catalog_refusal(config: CatalogConfig) -> str | None:
     if not config.defined_in_spec or settings.spec_catalogs == "allow":
         return None
     return _SPEC_CATALOG.format(known=", ".join(sorted(settings.catalogs)) or "the operator has configured none")
+
+
+def catalog_issues(loaded: LoadedSpec) -> list[SpecIssue]:
+    """``spec_catalog_refusal`` of a loaded spec, as a located issue (validate, submit, run)."""
+    refused = spec_catalog_refusal(loaded.spec.data_movement.catalog)
+    return [loaded.issue(("data_movement", "catalog", "properties"), refused)] if refused else []
 
 
 def catalog_properties(config: CatalogConfig) -> dict[str, str] | None:
