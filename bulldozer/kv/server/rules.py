@@ -159,8 +159,8 @@ class KvDal:
             existing = self.engine.get_namespace(record.name)
         if existing is None or existing.state != State.FAILED:
             return
-        failed = replace(existing, state=record.state, failure_reason="")
-        if replace(failed, created=record.created, state_changed=record.state_changed) == record:
+        made = replace(existing, state=record.state, failure_reason="", created=record.created)
+        if replace(made, state_changed=record.state_changed) == record:  # the same request: its failure
             raise NamespaceStateError(f"namespace {record.name!r} could not be created: {existing.failure_reason}")
 
     def _failed_to_make(self, name: str, step: str, exc: Exception) -> None:
