@@ -255,7 +255,7 @@ def _disk_of_its_own(folder: Path, size: str) -> Iterator[tuple[list[str], Path]
     holder = subprocess.Popen([*_own_tmpfs(folder, size), "sleep", "infinity"])
     seen = Path(f"/proc/{holder.pid}/root") / folder.relative_to("/")
     deadline = time.monotonic() + 30
-    while os.statvfs(seen).f_blocks * os.statvfs(seen).f_frsize != _bytes(size):
+    while (fs := os.statvfs(seen)).f_blocks * fs.f_frsize != _bytes(size):
         assert holder.poll() is None and time.monotonic() < deadline, "the tmpfs was not mounted"
         time.sleep(0.05)
     try:
@@ -317,7 +317,7 @@ def test_cassandra_disk_full(home: Path, tmp_path: Path) -> None:
         finally:
             stop_servers([server])
             subprocess.run([*inside, "bash", *script, "stop", str(disk)], check=False, timeout=120)
-    tally.report("Cassandra's disk full mid-run", repeats)
+    tally.report("Cassandra's disk full at a run", repeats)
 
 
 def _java_pid(folder: Path) -> int | None:
