@@ -98,6 +98,10 @@ class Settings(BaseSettings):
     #: The environment variables a spec's ``${VAR}`` may read: comma-separated names or
     #: patterns (``DAL_*``); none by default (``spec_environment``).
     spec_variables: str = ""
+    #: The DALs a spec may name as ``key_value_dal.endpoint`` besides ``embedded``, ``endpoint``
+    #: and ``token_endpoints``: comma-separated ``host:port`` or patterns
+    #: (``*.dal.example.com:7110``); ``*`` lets a spec name any (``spec_may_name``).
+    spec_endpoints: str = ""
     #: The named profile to use (``--profile`` overrides), and the file that holds the profiles
     #: (default ``$XDG_CONFIG_HOME/bulldozer/profiles.yaml``, i.e. ``~/.config/bulldozer/…``).
     profile: str | None = None
@@ -131,6 +135,17 @@ class Settings(BaseSettings):
         if self.endpoint:
             allowed.add(self.endpoint.strip())
         return endpoint == "embedded" or endpoint in allowed
+
+    def spec_may_name(self, endpoint: str) -> bool:
+        """May a spec (not the operator) send a job's data to ``endpoint``? Only to a DAL the
+        operator configured: the embedded store, ``endpoint``, ``token_endpoints``, or one
+        ``spec_endpoints`` lists (``*`` for any)."""
+        from fnmatch import fnmatchcase
+
+        if endpoint == "embedded" or self.token_allowed_for(endpoint):
+            return True
+        patterns = [p.strip() for p in self.spec_endpoints.split(",") if p.strip()]
+        return any(fnmatchcase(endpoint, p) for p in patterns)
 
     def tls_files(self) -> tuple[Path | None, Path | None, Path | None] | None:
         """(CA, certificate, key) for client TLS, or None for plaintext."""

@@ -29,9 +29,9 @@ def _check_one(path: Path, catalog: bool, home: str | None) -> list[SpecIssue]:
     except SpecError as exc:
         return exc.issues
     if not catalog:  # no pyiceberg: a plain validate imports none of it
-        from bulldozer.warehouse.catalog import catalog_issues
+        from bulldozer.spec.policy import policy_issues
 
-        return catalog_issues(loaded)
+        return policy_issues(loaded)
     from bulldozer.schema.table_check import check_against_catalog
 
     return check_against_catalog(loaded, home=home)

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bulldozer import scratch
-from bulldozer.errors import BackendUnavailableError
+from bulldozer.errors import BackendUnavailableError, SpecError, SpecIssue
 from bulldozer.settings import load_settings
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ __all__ = [
     "connect",
     "connect_for_spec",
     "embedded_store_path",
+    "endpoint_issues",
     "host_embedded_dal",
     "spec_token",
     "start_embedded_dal",
@@ -241,6 +242,28 @@ def _hosts_embedded() -> bool:
     return load_settings().data_plane != DataPlane.python and kvd_binary() is not None
 
 
+def endpoint_issues(loaded: LoadedSpec) -> list[SpecIssue]:
+    """The spec's ``key_value_dal.endpoint``, as a located issue when the operator has not
+    configured that DAL (``Settings.spec_may_name``): a job spec is untrusted input, and a
+    job's data goes wherever its endpoint says, so a spec may name only the embedded store,
+    ``BULLDOZER_ENDPOINT`` (or the profile's), ``BULLDOZER_TOKEN_ENDPOINTS`` or
+    ``BULLDOZER_SPEC_ENDPOINTS``. An endpoint that came from ``${VAR}`` is not printed."""
+    named = loaded.spec.key_value_dal.endpoint
+    settings = load_settings()
+    if named is None or settings.spec_may_name(named):
+        return []
+    shown = "the endpoint it reads from a variable" if "key_value_dal.endpoint" in loaded.expanded else repr(named)
+    configured = ["embedded", *([settings.endpoint] if settings.endpoint else [])]
+    return [
+        loaded.issue(
+            ("key_value_dal", "endpoint"),
+            f"a spec may name only a DAL the operator configured, and {shown} is not one (a job's data goes "
+            f"wherever its spec's endpoint says): name {' or '.join(configured)}, leave it out to use the "
+            "operator's, or have the operator list it in BULLDOZER_SPEC_ENDPOINTS",
+        )
+    ]
+
+
 def spec_token(loaded: LoadedSpec, endpoint: str, operator_endpoint: bool = False) -> str | None:
     """The bearer token a run of ``loaded`` sends to ``endpoint``.
 
@@ -276,6 +299,8 @@ def connect_for_spec(
     else of the operator's (``BULLDOZER_ENDPOINT``, the profile's, else embedded), with the
     token ``spec_token`` allows."""
     named = loaded.spec.key_value_dal.endpoint
+    if endpoint is None and (refused := endpoint_issues(loaded)):
+        raise SpecError(refused)  # before any connection to the spec's host
     target = endpoint or named or load_settings().dal_endpoint()
     token = spec_token(loaded, target, operator_endpoint=endpoint is not None or named is None)
     with connect(target, home, token=token, timeout=timeout, env_token=False) as client:

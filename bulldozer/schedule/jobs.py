@@ -38,12 +38,12 @@ def submit(path: Path, home: str | None = None, folder: Path | None = None, chec
     """Validate ``path`` (against its catalog too) and place it in the specs folder
     atomically as ``<name>.yaml``. Refuses a second job of the same name from another file."""
     from bulldozer.schema.table_check import check_against_catalog
+    from bulldozer.spec.policy import policy_issues
 
     loaded = load_spec(path)
-    if check_catalog:
-        issues = check_against_catalog(loaded, home=home)
-        if issues:
-            raise SpecError(issues)
+    issues = check_against_catalog(loaded, home=home) if check_catalog else policy_issues(loaded)
+    if issues:
+        raise SpecError(issues)
     folder = folder or specs_folder(home)
     folder.mkdir(parents=True, exist_ok=True)
     name = loaded.spec.metadata.name

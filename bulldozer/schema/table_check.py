@@ -10,7 +10,8 @@ from typing import Any
 from bulldozer.errors import BulldozerError, SchemaError, SpecError, SpecIssue
 from bulldozer.schema.iceberg import generate_proto
 from bulldozer.spec.loader import LoadedSpec
-from bulldozer.warehouse.catalog import catalog_issues, load_table, open_catalog
+from bulldozer.spec.policy import policy_issues
+from bulldozer.warehouse.catalog import load_table, open_catalog
 
 __all__ = ["check_against_catalog"]
 
@@ -22,12 +23,17 @@ def _column_issue(loaded: LoadedSpec, path: tuple[str | int, ...], col: str, nam
 
 
 def check_against_catalog(loaded: LoadedSpec, catalog: Any = None, home: str | None = None) -> list[SpecIssue]:
-    """Every problem of ``loaded`` against its catalog (empty when it is fine)."""
+    """Every problem of ``loaded`` against its catalog, and what it reaches beyond what the
+    operator configured (``bulldozer.spec.policy``; empty when it is fine)."""
+    refused = policy_issues(loaded)
+    if any(issue.path.startswith("data_movement.catalog") for issue in refused):
+        return refused  # a catalog the operator did not configure is not opened
+    return [*refused, *_table_issues(loaded, catalog, home)]
+
+
+def _table_issues(loaded: LoadedSpec, catalog: Any, home: str | None) -> list[SpecIssue]:
     spec = loaded.spec
     dm = spec.data_movement
-    refused = catalog_issues(loaded)
-    if refused:
-        return refused
     if dm.source.query is not None:
         return _check_query(loaded, dm.source.query, catalog, home)
     assert dm.source.table is not None

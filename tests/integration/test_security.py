@@ -326,6 +326,8 @@ def test_the_operators_token_goes_only_where_it_was_configured_for(monkeypatch: 
         monkeypatch.setenv("BULLDOZER_TOKEN", "operator-secret")
         monkeypatch.delenv("BULLDOZER_ENDPOINT", raising=False)
         monkeypatch.delenv("BULLDOZER_TOKEN_ENDPOINTS", raising=False)
+        # an endpoint the operator lets specs name (test_a_spec_sends_data_only_to_a_dal_the_operator_configured)
+        monkeypatch.setenv("BULLDOZER_SPEC_ENDPOINTS", capture.endpoint)
         plain = load_spec_text(hostile, "job.yaml")
         assert capture.tokens_sent(plain) == []  # a spec naming its own endpoint gets no operator token
         with_token = hostile.replace(
@@ -584,3 +586,59 @@ def test_a_spec_names_the_operators_catalog(tmp_path: Path) -> None:
     allowed = _bulldozer(["run", str(own), "--json"], home, BULLDOZER_SPEC_CATALOGS="allow")
     assert allowed.returncode == 0, allowed.stderr
     assert json.loads(allowed.stdout)["rows"] == 1_000
+
+
+def test_a_spec_sends_data_only_to_a_dal_the_operator_configured(tmp_path: Path) -> None:
+    """A job's data goes wherever its spec's endpoint says, and a spec is untrusted: it may name
+    the embedded store, BULLDOZER_ENDPOINT (or the profile's), BULLDOZER_TOKEN_ENDPOINTS or
+    BULLDOZER_SPEC_ENDPOINTS, nothing else. Any other host is refused by validate, submit
+    (with and without its catalog check) and run, in one located line, before anything
+    connects to it; a name that came from ${VAR} is not printed back."""
+    import socket
+
+    from bulldozer.warehouse.sample import create_sample_warehouse
+    from tests.integration.test_run import TEMPLATE
+
+    home = tmp_path / "home"
+    create_sample_warehouse(home, rows=1_000)
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
+    elsewhere = f"127.0.0.1:{listener.getsockname()[1]}"
+    spec, from_variable = tmp_path / "job.yaml", tmp_path / "variable.yaml"
+    spec.write_text(TEMPLATE.replace("  # endpoint: dal.example.com:7110", f"  endpoint: {elsewhere}"))
+    from_variable.write_text(TEMPLATE.replace("  # endpoint: dal.example.com:7110", "  endpoint: ${ELSEWHERE}"))
+    variable = {"ELSEWHERE": elsewhere, "BULLDOZER_SPEC_VARIABLES": "ELSEWHERE"}
+    specs = tmp_path / "specs"
+    try:
+        for path, env in ((spec, {}), (from_variable, variable)):
+            for args in (
+                ["validate", str(path)],
+                ["validate", str(path), "--catalog"],
+                ["submit", str(path), "--specs-dir", str(specs)],
+                ["submit", str(path), "--no-catalog", "--specs-dir", str(specs)],
+                ["run", str(path), "-q"],
+            ):
+                done = _bulldozer(args, home, **env)
+                said = done.stderr.strip().splitlines()
+                assert done.returncode == 2, (args, done.stderr)
+                assert len(said) == 1 and said[0].startswith(f"{path}:"), (args, done.stderr)
+                assert "key_value_dal.endpoint: a spec may name only a DAL the operator configured" in said[0]
+                assert ("from a variable" in said[0]) == bool(env) and (elsewhere in said[0]) != bool(env), said[0]
+            with pytest.raises(BlockingIOError):
+                listener.accept()  # nobody connected
+        assert not specs.exists() or not list(specs.iterdir())  # nothing placed for the scheduler
+        # the operator's configured DALs: listed for specs (names or patterns), or its own endpoint
+        for env in (
+            {"BULLDOZER_SPEC_ENDPOINTS": f"dal.example.com:7110, {elsewhere}"},
+            {"BULLDOZER_SPEC_ENDPOINTS": "127.0.0.1:*"},
+            {"BULLDOZER_TOKEN_ENDPOINTS": elsewhere},
+            {"BULLDOZER_ENDPOINT": elsewhere},
+        ):
+            done = _bulldozer(["validate", str(spec)], home, **env)
+            assert done.returncode == 0, (env, done.stderr)
+        # the operator's --endpoint overrides the spec's: the run is the operator's
+        done = _bulldozer(["run", str(spec), "--endpoint", "embedded", "--json"], home)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["rows"] == 1_000
+    finally:
+        listener.close()

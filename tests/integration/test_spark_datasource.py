@@ -50,7 +50,9 @@ def spark(home: Path) -> Iterator[Any]:
 
     # the data source's driver side runs in Python workers with the session's executor
     # environment: the embedded catalog it reads field numbers from is this module's
-    session = spark_session("lake", None, str(home), "local[2,2]", {"spark.executorEnv.BULLDOZER_HOME": str(home)})
+    # its specs name this module's DALs on loopback, which the operator lets specs name
+    env = {"spark.executorEnv.BULLDOZER_HOME": str(home), "spark.executorEnv.BULLDOZER_SPEC_ENDPOINTS": "127.0.0.1:*"}
+    session = spark_session("lake", None, str(home), "local[2,2]", env)
     register(session)
     yield session
     stop_spark_session()
@@ -299,6 +301,10 @@ def test_spec_fields_a_dataframe_write_cannot_apply_are_refused_by_name(
     text = str(raised.value)
     assert "data_movement.filter" in text and "key_value_dal.write.records_per_second" in text
     assert dal.list_namespaces("user_item_scores") == before  # refused before a version existed
+    # a spec file's endpoint is the spec's: only a DAL the operator configured (an option's is the program's)
+    elsewhere = _spec_file(tmp_path, dal, **{f"  endpoint: {dal.target}": "  endpoint: dal.example.com:7110"})
+    with pytest.raises(SpecError, match=r"key_value_dal\.endpoint: a spec may name only a DAL the operator configured"):
+        _write(frame, spec=str(elsewhere))
 
 
 @pytest.mark.parametrize(("partitions", "reads_splits"), [(3, True), (4, False)])

@@ -32,6 +32,20 @@ def test_variables_are_typed_fields(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     assert settings.specs_folder() == tmp_path / "specs"
 
 
+def test_the_dals_a_spec_may_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only DALs the operator configured: embedded, its endpoint, the token's, and the listed."""
+    monkeypatch.setenv("BULLDOZER_ENDPOINT", "dal.example:7110")
+    monkeypatch.setenv("BULLDOZER_TOKEN_ENDPOINTS", "a:1")
+    monkeypatch.delenv("BULLDOZER_SPEC_ENDPOINTS", raising=False)
+    names = ("embedded", "dal.example:7110", "a:1", "b.dal.internal:7110", "evil:1", "b.dal.internal:7111")
+    assert [load_settings().spec_may_name(e) for e in names] == [True, True, True, False, False, False]
+    monkeypatch.setenv("BULLDOZER_SPEC_ENDPOINTS", " *.dal.internal:7110 ,evil:1")
+    assert [load_settings().spec_may_name(e) for e in names] == [True, True, True, True, True, False]
+    assert not load_settings().token_allowed_for("evil:1")  # a DAL specs may name gets no operator token
+    monkeypatch.setenv("BULLDOZER_SPEC_ENDPOINTS", "*")
+    assert all(load_settings().spec_may_name(e) for e in names)
+
+
 def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("HOME", "ENDPOINT", "TOKEN", "TOKEN_ENDPOINTS", "DATA_PLANE", "TLS_CA", "TLS_CERT"):
         monkeypatch.delenv(f"BULLDOZER_{name}", raising=False)

@@ -417,7 +417,7 @@ def _job_writer(options: dict[str, str], schema: Any) -> BulldozerWriter:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from bulldozer.kv.client import KvClient
-    from bulldozer.kv.connect import spec_token
+    from bulldozer.kv.connect import endpoint_issues, spec_token
     from bulldozer.kv.tls import material_credentials, settings_tls_material
     from bulldozer.load.runner import JobRun
     from bulldozer.load.source import output_schema
@@ -426,7 +426,8 @@ def _job_writer(options: dict[str, str], schema: Any) -> BulldozerWriter:
     loaded = _spec_from_options(options)
     spec = loaded.spec
     dm = spec.data_movement
-    issues = []
+    # a spec file's endpoint is the spec's (untrusted); an ``endpoint`` option is the program's own
+    issues = endpoint_issues(loaded) if "spec" in options else []
     if dm.source.query is not None:
         issues.append(
             loaded.issue(("data_movement", "source", "query"), "a DataFrame write has no query: run it in Spark")
