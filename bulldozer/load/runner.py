@@ -66,6 +66,7 @@ from bulldozer.versioning.run_state import (
     run_record_of,
 )
 from bulldozer.warehouse.catalog import catalog_issues, load_source_table, open_catalog
+from bulldozer.warehouse.row_filter import filter_issue
 
 __all__ = ["STAGES", "JobRun", "duplicate_key_error", "find_run_version", "run_job", "run_stage"]
 
@@ -212,6 +213,8 @@ class JobRun:
             record.snapshot_id = snapshot.snapshot_id
             record.snapshots = {dm.source.table: snapshot.snapshot_id}
             record.table_uuid = str(self.table.metadata.table_uuid)
+            if dm.filter is not None and (unfit := filter_issue(dm.filter, self.table.schema())):
+                raise SpecError([self.loaded.issue(("data_movement", "filter"), unfit)])
             source_schema = schema_at(self.table, snapshot.snapshot_id)
             source_name = source_label(spec)
             self.source_fields = [(f.name, str(f.field_type)) for f in source_schema.fields]

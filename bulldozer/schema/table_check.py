@@ -81,17 +81,10 @@ def _table_issues(loaded: LoadedSpec, catalog: Any, home: str | None) -> list[Sp
 
 
 def _check_filter(loaded: LoadedSpec, text: str, schema: Any) -> list[SpecIssue]:
-    from pyiceberg.expressions import parser
+    from bulldozer.warehouse.row_filter import filter_issue
 
-    try:
-        expr = parser.parse(text)
-        from pyiceberg.expressions.visitors import bind
-
-        bind(schema, expr, case_sensitive=True)
-    except Exception as exc:  # pyiceberg raises ParseException / ValueError
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return [loaded.issue(("data_movement", "filter"), f"filter does not parse against the table: {first}")]
-    return []
+    refused = filter_issue(text, schema)
+    return [loaded.issue(("data_movement", "filter"), refused)] if refused else []
 
 
 def _check_query(loaded: LoadedSpec, query: str, catalog: Any, home: str | None) -> list[SpecIssue]:

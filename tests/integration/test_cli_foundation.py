@@ -81,7 +81,20 @@ def test_catalog_check_bad_filter(sample_home: Path, tmp_path: Path) -> None:
     )
     result = runner.invoke(app, ["validate", spec, "--catalog", "--home", str(sample_home)])
     assert result.exit_code == 2
-    assert "data_movement.filter: filter does not parse against the table" in result.stderr
+    assert "data_movement.filter: the filter cannot apply to the table: Could not find field" in result.stderr
+    # not pyiceberg's grammar (a function call): one line naming what a filter may say, from
+    # validate --catalog and from run, whose schema stage refuses it before anything is loaded
+    spec = _spec_with(
+        tmp_path,
+        "  value_columns: [rating, price]\n",
+        "  value_columns: [rating, price]\n  filter: \"item_id = ascii('a')\"\n",
+    )
+    for args in (["validate", spec, "--catalog"], ["run", spec, "-q", "--endpoint", "embedded"]):
+        result = runner.invoke(app, [*args, "--home", str(sample_home)])
+        said = result.stderr.strip().splitlines()
+        assert result.exit_code == 2 and len(said) == 1, result.stderr
+        assert "data_movement.filter: the filter does not parse at character" in said[0]
+        assert "pyiceberg's row-filter grammar" in said[0] and "Expected {" not in said[0]
 
 
 def test_catalog_check_unmappable_key(sample_home: Path, tmp_path: Path) -> None:

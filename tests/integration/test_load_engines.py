@@ -71,18 +71,52 @@ def test_every_engine_stores_the_tables_rows_with_the_expected_digest(engine: st
     assert info.digest == expected.value and info.verified and info.state == State.ACTIVE
 
 
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("engine", [*ENGINES, pytest.param("spark-by-key", marks=pytest.mark.spark)])
 def test_every_engine_loads_exactly_the_rows_a_filter_keeps(engine: str, sample: Path, dal: KvClient) -> None:
+    """spark-by-key: more write tasks than the table's three files, so Spark reads the table
+    and repartitions it by key, with the filter as Columns (load.engines.spark.row_filter)."""
     text = TEMPLATE.replace(
         "  key_columns: [user_id, item_id, locale]",
         '  filter: "item_id < 20"\n  key_columns: [user_id, item_id, locale]',
     ).replace("min_rows: 1000", "min_rows: 1")
+    if engine == "spark-by-key":
+        engine, text = (
+            "spark",
+            text.replace("    in_flight_batches: 4 ", "    partitions: 4\n    in_flight_batches: 4 "),
+        )
     loaded = _spec(text)
     expected = _expected_digest(sample, loaded, "item_id < 20")
     assert 0 < expected.count < 3_000
     record = run_job(loaded, dal, engine=engine, home=str(sample))
     info = dal.describe(record.version)
     assert (record.rows, info.record_count, info.digest) == (expected.count, expected.count, expected.value)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("partitions", [pytest.param(3, id="in-place"), pytest.param(4, id="by-key")])
+def test_a_filter_is_pyicebergs_grammar_never_spark_sql(
+    partitions: int, sample: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spec's filter is untrusted: Spark SQL's reflect() calls static Java methods, so a
+    filter handed to Spark as text could read the process's environment and leak it through
+    the rows it keeps. On either Spark read path the filter is refused, nothing loaded."""
+    from bulldozer.errors import BulldozerError
+
+    monkeypatch.setenv("BULLDOZER_TEST_SECRET", "x")
+    leak = "item_id = ascii(substr(reflect('java.lang.System', 'getenv', 'BULLDOZER_TEST_SECRET'), 1, 1))"
+    text = (
+        TEMPLATE.replace(
+            "  key_columns: [user_id, item_id, locale]",
+            f'  filter: "{leak}"\n  key_columns: [user_id, item_id, locale]',
+        )
+        .replace("min_rows: 1000", "min_rows: 1")
+        .replace("    in_flight_batches: 4 ", f"    partitions: {partitions}\n    in_flight_batches: 4 ")
+        .replace("alias: user_item_scores", "alias: leaked")
+    )
+    with pytest.raises(BulldozerError) as refused:
+        run_job(_spec(text), dal, engine="spark", home=str(sample))
+    assert "\n" not in str(refused.value) and "filter" in str(refused.value), str(refused.value)
+    assert all(n.state == State.FAILED and n.record_count == 0 for n in dal.list_namespaces("leaked"))
 
 
 @pytest.fixture(scope="module")

@@ -54,6 +54,7 @@ from bulldozer.kv.client import KvClient
 from bulldozer.load.engines.base import LoadPlan, LoadResult, Progress, SplitDone, SplitResult
 from bulldozer.load.engines.local import LocalEngine, SplitReader, scan_tasks, source_scan
 from bulldozer.load.engines.spark.datasource import FORMAT, BulldozerWriter, Layout, register, worker_error
+from bulldozer.load.engines.spark.row_filter import spark_row_filter
 from bulldozer.load.engines.spark.session import (
     ICEBERG_RUNTIME,
     SQLITE_JDBC,
@@ -176,8 +177,8 @@ class SparkEngine(LocalEngine):
                     spark = self.session(plan)
                     identifier = f"{spec.data_movement.catalog.name}.{spec.data_movement.source.table}"
                     frame = spark.read.option("versionAsOf", str(plan.snapshot_id)).table(identifier)
-                    if spec.data_movement.filter:
-                        frame = frame.where(spec.data_movement.filter)
+                    if spec.data_movement.filter:  # pyiceberg's grammar, never Spark SQL text
+                        frame = frame.where(spark_row_filter(scan, frame.schema))
                     keys = [f.column for f in plan.proto.key.fields]
                     frame = frame.select(*plan.columns).repartition(partitions, *keys)
                     register(spark)

@@ -1,0 +1,45 @@
+"""A spec's ``data_movement.filter``: pyiceberg's row-filter grammar, bound to the table.
+
+The filter is untrusted text: it is only ever parsed by pyiceberg's parser (comparisons,
+``IN``, ``IS [NOT] NULL``, ``IS [NOT] NAN``, ``[NOT] LIKE 'prefix%'`` of a column and
+literals, with ``AND``, ``OR``, ``NOT``; no functions) and bound to the table's schema, on
+every engine (the Spark engine builds Columns from the bound expression:
+``bulldozer.load.engines.spark.row_filter``). ``filter_issue`` says in one line why a filter
+cannot apply — checked by ``validate --catalog`` and by a run's schema stage, before a
+version exists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["GRAMMAR", "bound_filter", "filter_issue"]
+
+#: what a filter may say, for the one line that refuses one
+GRAMMAR = (
+    "a filter is pyiceberg's row-filter grammar: comparisons, IN, IS [NOT] NULL, IS [NOT] NAN and "
+    "[NOT] LIKE 'prefix%' of a column and literals, with AND, OR, NOT (no functions)"
+)
+
+
+def bound_filter(text: str, schema: Any, case_sensitive: bool = True) -> Any:
+    """``text`` parsed and bound to the Iceberg ``schema`` (pyiceberg raises on either)."""
+    from pyiceberg.expressions import parser
+    from pyiceberg.expressions.visitors import bind
+
+    return bind(schema, parser.parse(text), case_sensitive=case_sensitive)
+
+
+def filter_issue(text: str, schema: Any) -> str | None:
+    """Why the filter ``text`` cannot apply to a table of ``schema``, in one line (None: it can)."""
+    from pyparsing import ParseBaseException
+
+    try:
+        bound_filter(text, schema)
+    except ParseBaseException as exc:
+        near = text[exc.loc : exc.loc + 30]
+        return f"the filter does not parse at character {exc.loc + 1} ({near!r}): {GRAMMAR}"
+    except Exception as exc:  # the binder: no such column, a literal the column's type cannot hold
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return f"the filter cannot apply to the table: {first}"
+    return None
