@@ -122,6 +122,22 @@ class FlakyTransport(Transport):
         return self.inner.client_stream(stub, method, requests, timeout)
 
 
+class LostAnswerTransport(FlakyTransport):
+    """``inner``, except that each ``method`` call reaches the DAL twice, as a call whose answer
+    was lost on the way back and that the gRPC channel retried (it retries UNAVAILABLE):
+    the caller gets the second answer."""
+
+    def __init__(self, inner: Transport, method: str) -> None:
+        super().__init__(inner, batches=1 << 60)
+        self.method, self.lost = method, 0
+
+    def call(self, stub: Any, method: str, request: Any, timeout: float) -> Any:
+        if method == self.method:
+            self.inner.call(stub, method, request, timeout)
+            self.lost += 1
+        return self.inner.call(stub, method, request, timeout)
+
+
 def inject(fault: str) -> None:
     """Make every ``JobRun`` of this process fail as ``fault`` says."""
     from bulldozer.load import runner

@@ -29,6 +29,7 @@ from bulldozer.errors import (
     InvalidArgumentError,
     KvError,
     LoadError,
+    NamespaceExistsError,
     NamespaceStateError,
     QualityGateError,
     RetentionError,
@@ -299,22 +300,48 @@ class JobRun:
             labels = {SPEC_LABEL: record.spec_sha256, STAGE_LABEL: "load", RUN_LABEL: record.to_json()}
             if self.run_key:
                 labels[RUN_KEY_LABEL] = self.run_key
-            client.create_namespace(
-                record.version,
-                spec.alias,
-                job_name=spec.metadata.name,
-                snapshot_id=record.snapshot_id,
-                value_descriptor_set=self.job.descriptor_set,
-                key_message=self.job.key_full_name,
-                value_message=self.job.value_full_name,
-                labels=labels,
-                schema_generation=record.schema_generation,
-                base=self.delta.base.name if self.delta else "",
-            )
+            try:
+                client.create_namespace(
+                    record.version,
+                    spec.alias,
+                    job_name=spec.metadata.name,
+                    snapshot_id=record.snapshot_id,
+                    value_descriptor_set=self.job.descriptor_set,
+                    key_message=self.job.key_full_name,
+                    value_message=self.job.value_full_name,
+                    labels=labels,
+                    schema_generation=record.schema_generation,
+                    base=self.delta.base.name if self.delta else "",
+                )
+            except NamespaceExistsError:
+                if not self._made_by_this_run(record.version, labels):
+                    raise
             if self.delta:  # the call returned: the version holds its base (what a resume checks)
                 client.set_labels(record.version, {BASE_COPIED_LABEL: self.delta.base.name})
         self.version_created = True
         return record.version
+
+    def _made_by_this_run(self, version: str, labels: dict[str, str]) -> bool:
+        """Whether the version a create was refused as existing is the one this run asked for:
+        the channel retries a create answered UNAVAILABLE, so a create the DAL made whose answer
+        was lost comes back "already exists". Its record carries this run's own record (a run
+        id no other run has), still LOADING and empty. Not for a delta's create: whether the
+        first attempt's copy of the base finished cannot be told, so that one fails as it did."""
+        if self.delta is not None:
+            return False
+        try:
+            made = self.client.describe(version)
+        except BulldozerError:
+            return False
+        mine = made.labels.get(RUN_LABEL) == labels[RUN_LABEL] and made.state == State.LOADING
+        if mine and made.record_count == 0 and not made.base:
+            log.info(
+                "run %s: %s was made by this run's create (its answer was lost and retried)",
+                self.record.run_id,
+                version,
+            )
+            return True
+        return False
 
     def _plan_delta(self, base: NamespaceRecord | None, resuming: bool = False) -> DeltaPlan | str:
         """A delta from ``base`` to this run's snapshot, or why a full run is needed. Mode auto

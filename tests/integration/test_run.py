@@ -21,6 +21,7 @@ from bulldozer.errors import (
     AliasConflictError,
     DuplicateKeyError,
     IncompatibleSchemaError,
+    NamespaceExistsError,
     QualityGateError,
     SourceDataError,
     TableNotFoundError,
@@ -134,6 +135,32 @@ def test_a_dal_lost_mid_load_leaves_the_alias_and_the_version_loading(
     states = {n.name: n.state for n in healthy.list_namespaces("user_item_scores")}
     assert states.pop(first.version) == State.ACTIVE
     assert list(states.values()) == [State.LOADING]
+
+
+def test_a_create_whose_answer_was_lost_is_the_runs_own(tmp_path: Path) -> None:
+    """The channel retries a CreateNamespace answered UNAVAILABLE, so a create the DAL made
+    whose answer was lost comes back "already exists": the run recognises the version as its
+    own (its record holds this run's id) and goes on. A delta's create is not taken over (its
+    base copy may not have finished): that run fails as before, with the alias untouched."""
+    from bulldozer.kv import KvDal, create_engine
+    from tests.faults import LostAnswerTransport
+
+    home = tmp_path / "h"
+    create_sample_warehouse(home, rows=3_000)
+    dal = KvDal(create_engine({"type": "memory"}))
+    healthy = KvClient.in_process(dal)
+    transport = LostAnswerTransport(KvClient.in_process(dal).transport, "CreateNamespace")
+    retried = KvClient.over(transport, "lost answers")
+    delta = spec(**{"  source:": "  mode: delta\n  source:"})  # a full run first: no live version
+    first = run_job(delta, retried, home=str(home))
+    assert transport.lost == 1 and (first.outcome, first.mode, first.rows) == ("succeeded", "full", 3_000)
+    assert healthy.get_alias("user_item_scores").namespace == first.version
+    assert [n.state for n in healthy.list_namespaces("user_item_scores")] == [State.ACTIVE]
+    overwrite_sample(table(home), rows=3_000, variant=1)
+    with pytest.raises(NamespaceExistsError):
+        run_job(delta, retried, home=str(home))
+    assert healthy.get_alias("user_item_scores").namespace == first.version
+    assert transport.lost == 2
 
 
 def test_an_injected_crash_leaves_the_alias_and_marks_the_version_failed(home: Path, dal: KvClient) -> None:
