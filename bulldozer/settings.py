@@ -38,6 +38,8 @@ __all__ = [
 ]
 
 DEFAULT_HOME = ".bulldozer"
+#: a size DuckDB reads: ``512MiB``, ``4GB``, ``25%`` (of RAM, for memory)
+_SIZE = r"^\s*[0-9]+(\.[0-9]+)?\s*([KMGT]i?B|B|bytes|%)?\s*$"
 
 
 class Settings(BaseSettings):
@@ -102,6 +104,11 @@ class Settings(BaseSettings):
     #: and ``token_endpoints``: comma-separated ``host:port`` or patterns
     #: (``*.dal.example.com:7110``); ``*`` lets a spec name any (``spec_may_name``).
     spec_endpoints: str = ""
+    #: What a spec's query (DuckDB) may use: memory (DuckDB's ``memory_limit``; default
+    #: DuckDB's own, 80 % of RAM) and disk to spill to (``max_temp_directory_size``), which
+    #: it does only in a private scratch folder of the run (``bulldozer.load.source``).
+    query_memory: Annotated[str, Field(pattern=_SIZE)] | None = None
+    query_spill: Annotated[str, Field(pattern=_SIZE)] = "10GiB"
     #: The named profile to use (``--profile`` overrides), and the file that holds the profiles
     #: (default ``$XDG_CONFIG_HOME/bulldozer/profiles.yaml``, i.e. ``~/.config/bulldozer/…``).
     profile: str | None = None

@@ -17,14 +17,19 @@ computed struct, list or map numbers derived from their paths.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from bulldozer.errors import CatalogError, DuplicateKeyError, SchemaError, SpecError, SpecIssue
+from bulldozer import scratch
+from bulldozer.errors import CatalogError, DuplicateKeyError, LoadError, SchemaError, SpecError, SpecIssue
+from bulldozer.settings import load_settings
 from bulldozer.spec.models import JobSpec
 from bulldozer.spec.query import SANDBOX, check_query, duckdb_module
 
@@ -44,9 +49,34 @@ def _nested(sql: str) -> str:
     return f"\n{sql}\n"
 
 
+_spill: Path | None = None
+
+
+def _spill_folder() -> Path:
+    """This process's private folder for DuckDB to spill to (``bulldozer.scratch``: removed at
+    exit, or by the next Bulldozer process if this one was killed)."""
+    global _spill
+    if _spill is None:
+        _spill = scratch.make("query")
+        atexit.register(scratch.remove, _spill)
+    return _spill
+
+
 def sandboxed_connection() -> Any:
-    """A DuckDB connection with the ``SANDBOX`` settings (lock it once set up)."""
-    return duckdb_module().connect(config=SANDBOX)
+    """A DuckDB connection with the ``SANDBOX`` settings (lock it once set up), its memory
+    and spill bounded by the operator (``BULLDOZER_QUERY_MEMORY``, ``BULLDOZER_QUERY_SPILL``).
+    DuckDB spills a query larger than its memory to ``temp_directory``, by default ``.tmp``
+    in the working directory, up to 90 % of that disk: a spec's query could fill a
+    scheduler's disk with files there. It spills only into a scratch folder of its own."""
+    settings = load_settings()
+    config: dict[str, Any] = {
+        **SANDBOX,
+        "temp_directory": str(_spill_folder()),
+        "max_temp_directory_size": settings.query_spill.strip(),
+    }
+    if settings.query_memory:
+        config["memory_limit"] = settings.query_memory.strip()
+    return duckdb_module().connect(config=config)
 
 
 @dataclass
@@ -114,10 +144,28 @@ def open_reader(
     if columns is not None:
         sql = f"SELECT {', '.join(quote(c) for c in columns)} FROM ({_nested(sql)})"
     try:
-        reader = con.sql(sql).to_arrow_reader(batch_rows)
-        yield from reader
+        with _bounded():
+            reader = con.sql(sql).to_arrow_reader(batch_rows)
+            yield from reader
     finally:
         con.close()
+
+
+@contextlib.contextmanager
+def _bounded() -> Iterator[None]:
+    """DuckDB running out of the memory and spill space the operator allows a query, as one
+    line saying so (DuckDB's own advice, SET or PRAGMA, is not the spec's to follow)."""
+    duckdb = duckdb_module()
+    try:
+        yield
+    except duckdb.OutOfMemoryException as exc:
+        settings = load_settings()
+        first = str(exc).splitlines()[0]
+        raise LoadError(
+            f"the query needs more than the memory and disk the operator allows a spec's query "
+            f"(BULLDOZER_QUERY_MEMORY {settings.query_memory or 'unset: 80 % of RAM'}, BULLDOZER_QUERY_SPILL "
+            f"{settings.query_spill.strip()}): {first}"
+        ) from None
 
 
 def _keep_latest(sql: str, keys: list[str], order_by: str) -> str:
@@ -139,7 +187,8 @@ def check_ties(source: SqlSource, base_sql: str, keys: list[str], order_by: str)
     )
     con = _connect(source)
     try:
-        ties = con.sql(sql).fetchall()
+        with _bounded():
+            ties = con.sql(sql).fetchall()
     finally:
         con.close()
     if ties:

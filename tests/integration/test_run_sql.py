@@ -201,3 +201,44 @@ def test_plan_of_a_query_source(home: Path, dal: KvClient) -> None:
     plan = plan_run(job("{query: 'SELECT * FROM sample.user_item_scores WHERE item_id < 20'}"), dal, str(home))
     assert plan.rows == 2_000 and plan.table == "query over sample.user_item_scores"
     assert dal.list_namespaces() == []
+
+
+def test_a_query_spills_only_where_the_operator_allows(home: Path, tmp_path: Path) -> None:
+    """DuckDB spills a query larger than its memory to ``.tmp`` in the working directory, up to
+    90 % of that disk: a spec's query could fill a scheduler's disk there. It spills only into
+    a private scratch folder, bounded by BULLDOZER_QUERY_SPILL (and its memory by
+    BULLDOZER_QUERY_MEMORY); a query that needs more fails the run in one line."""
+    import os
+    import subprocess
+    import sys
+
+    def run(rows: int, spill: str) -> subprocess.CompletedProcess[str]:
+        query = (
+            "SELECT user_id + r.range * 10000000 AS user_id, item_id, locale, rating, price, profile, recent_orders "
+            f"FROM sample.user_item_scores, range({rows // 2_000}) r "
+            "ORDER BY md5(locale || r.range::varchar || item_id::varchar)"
+        )
+        spec = tmp_path / "big.yaml"
+        spec.write_text(job("{query: '" + query.replace("'", "''") + "'}").text)
+        limits = {"BULLDOZER_QUERY_MEMORY": "64MiB", "BULLDOZER_QUERY_SPILL": spill}
+        return subprocess.run(
+            [sys.executable, "-m", "bulldozer.cli.main", "run", str(spec), "-q"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "BULLDOZER_HOME": str(home), "TMPDIR": str(scratch), **limits},
+            cwd=cwd,
+        )
+
+    cwd, scratch = tmp_path / "cwd", tmp_path / "scratch"
+    cwd.mkdir()
+    scratch.mkdir()
+    refused = run(2_000_000, "8MiB")
+    said = refused.stderr.strip().splitlines()
+    assert refused.returncode == 1 and len(said) == 1, refused.stderr
+    assert "the query needs more than the memory and disk the operator allows" in said[0]
+    assert "BULLDOZER_QUERY_SPILL 8MiB" in said[0] and "PRAGMA" not in said[0]
+    done = run(200_000, "1GiB")
+    assert done.returncode == 0, done.stderr
+    assert list(cwd.iterdir()) == []  # no .tmp where the command ran
+    assert [p.name for p in scratch.iterdir() if p.name.startswith("bulldozer-query-")] == []  # removed
