@@ -496,6 +496,10 @@ def _column_checks(data: dict[str, Any]) -> Located:
 # ------------------------------------------------------------------ key_value_dal
 
 
+#: the most a spec's write may hold in memory at once: batches in flight x their size
+MAX_IN_FLIGHT_BYTES = 1024 * 1024 * 1024
+
+
 class WriteTuning(BaseModel):
     """How the loader writes into the DAL.
 
@@ -519,6 +523,25 @@ class WriteTuning(BaseModel):
         default=None,
         description="Spark write tasks (rows are spread over them by key); default: from the table's size.",
     )
+
+    @model_validator(mode="after")
+    def _bounded_in_flight(self) -> WriteTuning:
+        # the batches in flight are held in memory by the loader (and by the DAL receiving
+        # them): a spec may not make a scheduler's worker hold gigabytes (64 x 64 MiB = 4 GiB)
+        held = self.in_flight_batches * self.max_batch_bytes
+        if held > MAX_IN_FLIGHT_BYTES:
+            _raise_at(
+                "WriteTuning",
+                [
+                    (
+                        ("in_flight_batches",),
+                        f"in_flight_batches x max_batch_bytes is {held / 2**20:,.0f} MiB held in memory at once; "
+                        f"at most {MAX_IN_FLIGHT_BYTES // 2**20:,} MiB (fewer batches in flight, or smaller ones)",
+                        self.in_flight_batches,
+                    )
+                ],
+            )
+        return self
 
 
 class Retention(BaseModel):
