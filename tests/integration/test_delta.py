@@ -169,6 +169,39 @@ def test_a_delta_reads_only_the_changed_files(tmp_path: Path, dal: KvClient, mon
     assert record.mode == "full" and "a full run reads less" in record.full_reason
 
 
+def test_a_delta_keeps_the_specs_write_rate(tmp_path: Path, dal: KvClient) -> None:
+    """records_per_second bounds a delta's writes as a full run's, deletes included (a delta
+    ignored it), and the version is the one a full rebuild makes."""
+    from pyiceberg.expressions import In
+
+    home = tmp_path / "home"
+    table = make_table(home)
+
+    def paced(alias: str, mode: str) -> LoadedSpec:
+        text = SPEC.format(alias=alias, mode=mode, table="deltas.items").replace(
+            "  quality_gates: {min_rows: 0}",
+            "  quality_gates: {min_rows: 0}\n  write: {records_per_second: 400, batch_size: 20}",
+        )
+        return load_spec_text(text, "job.yaml", env={})
+
+    run_job(paced("paced", "delta"), dal, home=str(home))
+    rng = random.Random(5)
+    table.overwrite(rows(list(range(0, 40)), rng, "u"), overwrite_filter=In("id", list(range(0, 40))))
+    table.delete(In("id", list(range(100, 130))))
+    table.append(rows(list(range(1000, 1030)), rng))
+    delta = run_job(paced("paced", "delta"), dal, home=str(home))
+    full = run_job(job("unpaced", "full"), dal, home=str(home))
+    assert delta.mode == "delta" and (delta.delta["changed"], delta.delta["deleted"], delta.delta["added"]) == (
+        40,
+        30,
+        30,
+    )
+    # 70 deletes and 70 puts at 400 records/s: at least (140 - 20) / 400 = 0.3 s of writing
+    assert delta.timings["load"] >= 0.3, delta.timings
+    assert (delta.rows, delta.digest) == (full.rows, full.digest)
+    assert contents(dal, delta.version) == contents(dal, full.version)
+
+
 def test_the_engine_is_started_ahead_for_full_runs_only(tmp_path: Path, dal: KvClient) -> None:
     """``LoadEngine.prepare`` (Spark: start the driver and the executors' Python workers
     in the background) runs before the schema stage of a full run; a ``delta`` or ``auto``
