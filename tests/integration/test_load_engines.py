@@ -92,6 +92,25 @@ def test_every_engine_loads_exactly_the_rows_a_filter_keeps(engine: str, sample:
     assert (record.rows, info.record_count, info.digest) == (expected.count, expected.count, expected.value)
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_every_engine_loads_an_empty_version_when_a_filter_keeps_no_file(
+    engine: str, sample: Path, dal: KvClient
+) -> None:
+    """A filter the files' statistics rule out everywhere plans no split: the version is empty
+    (the min_rows gate says so, or passes at 0), not a failure of the reader's planning."""
+    from bulldozer.errors import QualityGateError
+
+    text = TEMPLATE.replace(
+        "  key_columns: [user_id, item_id, locale]",
+        '  filter: "user_id < 0"\n  key_columns: [user_id, item_id, locale]',
+    ).replace("alias: user_item_scores", "alias: emptied")
+    with pytest.raises(QualityGateError, match="min_rows"):
+        run_job(_spec(text), dal, engine=engine, home=str(sample))
+    record = run_job(_spec(text.replace("min_rows: 1000", "min_rows: 0")), dal, engine=engine, home=str(sample))
+    assert record.outcome == "succeeded" and record.rows == 0
+    assert dal.describe(record.version).record_count == 0
+
+
 @pytest.mark.spark
 @pytest.mark.parametrize("partitions", [pytest.param(3, id="in-place"), pytest.param(4, id="by-key")])
 def test_a_filter_is_pyicebergs_grammar_never_spark_sql(

@@ -122,7 +122,8 @@ class SplitReader:
 def with_next_file(tasks: list[Any]) -> list[tuple[Any, str | None]]:
     """Each split with the file read after it (None after the last): its reader asks for
     that file ahead (``_will_need``)."""
-    return list(zip(tasks, [t.file.file_path for t in tasks[1:]] + [None], strict=True))
+    following: list[str | None] = [t.file.file_path for t in tasks[1:]]
+    return list(zip(tasks, [*following, None] if tasks else [], strict=True))  # none: a filter kept no file
 
 
 def task_batches(table: Any, scan: Any, task: Any, next_location: str | None = None) -> Iterator[pa.RecordBatch]:
