@@ -5,12 +5,14 @@ The filter is untrusted text: it is only ever parsed by pyiceberg's parser (comp
 literals, with ``AND``, ``OR``, ``NOT``; no functions) and bound to the table's schema, on
 every engine (the Spark engine builds Columns from the bound expression:
 ``bulldozer.load.engines.spark.row_filter``). ``filter_issue`` says in one line why a filter
-cannot apply — checked by ``validate --catalog`` and by a run's schema stage, before a
-version exists.
+cannot apply — it does not parse, names no column, or compares a uuid column, which Arrow
+has no kernel for — checked by ``validate --catalog`` and by a run's schema stage, before
+anything is loaded.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["GRAMMAR", "bound_filter", "filter_issue"]
@@ -35,11 +37,33 @@ def filter_issue(text: str, schema: Any) -> str | None:
     from pyparsing import ParseBaseException
 
     try:
-        bound_filter(text, schema)
+        bound = bound_filter(text, schema)
     except ParseBaseException as exc:
         near = text[exc.loc : exc.loc + 30]
         return f"the filter does not parse at character {exc.loc + 1} ({near!r}): {GRAMMAR}"
     except Exception as exc:  # the binder: no such column, a literal the column's type cannot hold
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return f"the filter cannot apply to the table: {first}"
+    uuid = next(_uuid_comparisons(bound), None)
+    if uuid is not None:  # Arrow has no kernel comparing its uuid type: the scan would fail mid-run
+        return (
+            f"the filter compares the uuid column {uuid!r}, which pyiceberg's scan cannot evaluate: "
+            "filter on another column"
+        )
     return None
+
+
+def _uuid_comparisons(expr: Any) -> Iterator[str]:
+    """The uuid columns a bound filter compares with literals (IS NULL needs no comparison)."""
+    from pyiceberg.expressions import And, BoundLiteralPredicate, BoundSetPredicate, Not, Or
+    from pyiceberg.types import UUIDType
+
+    if isinstance(expr, And | Or):
+        yield from _uuid_comparisons(expr.left)
+        yield from _uuid_comparisons(expr.right)
+    elif isinstance(expr, Not):
+        yield from _uuid_comparisons(expr.child)
+    elif isinstance(expr, BoundLiteralPredicate | BoundSetPredicate):
+        field = expr.term.ref().field
+        if isinstance(field.field_type, UUIDType):
+            yield field.name

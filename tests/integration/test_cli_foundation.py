@@ -95,6 +95,20 @@ def test_catalog_check_bad_filter(sample_home: Path, tmp_path: Path) -> None:
         assert result.exit_code == 2 and len(said) == 1, result.stderr
         assert "data_movement.filter: the filter does not parse at character" in said[0]
         assert "pyiceberg's row-filter grammar" in said[0] and "Expected {" not in said[0]
+    # a uuid compared with a literal: pyiceberg's scan cannot evaluate it (Arrow has no kernel),
+    # so it is refused up front rather than failing the load; IS NOT NULL on it is fine
+    uuid_filter = "  filter: \"user_id > 5 and not (session_id in ('90ea3938-0762-28fa-954e-8a12a98ef7f5'))\"\n"
+    spec = _spec_with(
+        tmp_path, "  value_columns: [rating, price]\n", "  value_columns: [rating, price]\n" + uuid_filter
+    )
+    for args in (["validate", spec, "--catalog"], ["run", spec, "-q", "--endpoint", "embedded"]):
+        result = runner.invoke(app, [*args, "--home", str(sample_home)])
+        said = result.stderr.strip().splitlines()
+        assert result.exit_code == 2 and len(said) == 1, result.stderr
+        assert "data_movement.filter: the filter compares the uuid column 'session_id'" in said[0]
+    fine = "  filter: session_id is not null\n"
+    spec = _spec_with(tmp_path, "  value_columns: [rating, price]\n", "  value_columns: [rating, price]\n" + fine)
+    assert runner.invoke(app, ["validate", spec, "--catalog", "--home", str(sample_home)]).exit_code == 0
 
 
 def test_catalog_check_unmappable_key(sample_home: Path, tmp_path: Path) -> None:
