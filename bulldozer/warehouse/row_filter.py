@@ -5,8 +5,8 @@ The filter is untrusted text: it is only ever parsed by pyiceberg's parser (comp
 literals, with ``AND``, ``OR``, ``NOT``; no functions) and bound to the table's schema, on
 every engine (the Spark engine builds Columns from the bound expression:
 ``bulldozer.load.engines.spark.row_filter``). ``filter_issue`` says in one line why a filter
-cannot apply — it does not parse, names no column, or compares a uuid column, which Arrow
-has no kernel for — checked by ``validate --catalog`` and by a run's schema stage, before
+cannot apply — it does not parse, names no column, tests a list or map column, or compares
+a uuid column, which Arrow has no kernel for — checked by ``validate --catalog`` and by a run's schema stage, before
 anything is loaded.
 """
 
@@ -44,26 +44,31 @@ def filter_issue(text: str, schema: Any) -> str | None:
     except Exception as exc:  # the binder: no such column, a literal the column's type cannot hold
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return f"the filter cannot apply to the table: {first}"
-    uuid = next(_uuid_comparisons(bound), None)
-    if uuid is not None:  # Arrow has no kernel comparing its uuid type: the scan would fail mid-run
-        return (
-            f"the filter compares the uuid column {uuid!r}, which pyiceberg's scan cannot evaluate: "
-            "filter on another column"
-        )
-    return None
+    return next(_unevaluable(bound), None)
 
 
-def _uuid_comparisons(expr: Any) -> Iterator[str]:
-    """The uuid columns a bound filter compares with literals (IS NULL needs no comparison)."""
-    from pyiceberg.expressions import And, BoundLiteralPredicate, BoundSetPredicate, Not, Or
-    from pyiceberg.types import UUIDType
+def _unevaluable(expr: Any) -> Iterator[str]:
+    """Why pyiceberg's scan would fail mid-run on a predicate of the bound filter ``expr``:
+    a list or map column (the scan cannot project one for a filter), or a uuid column compared
+    with literals (Arrow has no kernel comparing its uuid type; IS NULL needs none)."""
+    from pyiceberg.expressions import And, BoundLiteralPredicate, BoundPredicate, BoundSetPredicate, Not, Or
+    from pyiceberg.types import ListType, MapType, UUIDType
 
     if isinstance(expr, And | Or):
-        yield from _uuid_comparisons(expr.left)
-        yield from _uuid_comparisons(expr.right)
+        yield from _unevaluable(expr.left)
+        yield from _unevaluable(expr.right)
     elif isinstance(expr, Not):
-        yield from _uuid_comparisons(expr.child)
-    elif isinstance(expr, BoundLiteralPredicate | BoundSetPredicate):
+        yield from _unevaluable(expr.child)
+    elif isinstance(expr, BoundPredicate):
         field = expr.term.ref().field
-        if isinstance(field.field_type, UUIDType):
-            yield field.name
+        if isinstance(field.field_type, ListType | MapType):
+            kind = "list" if isinstance(field.field_type, ListType) else "map"
+            yield (
+                f"the filter tests the {kind} column {field.name!r}, which pyiceberg's scan cannot filter on: "
+                "filter on a column of plain values"
+            )
+        elif isinstance(field.field_type, UUIDType) and isinstance(expr, BoundLiteralPredicate | BoundSetPredicate):
+            yield (
+                f"the filter compares the uuid column {field.name!r}, which pyiceberg's scan cannot evaluate: "
+                "filter on another column"
+            )

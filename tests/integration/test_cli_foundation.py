@@ -106,6 +106,15 @@ def test_catalog_check_bad_filter(sample_home: Path, tmp_path: Path) -> None:
         said = result.stderr.strip().splitlines()
         assert result.exit_code == 2 and len(said) == 1, result.stderr
         assert "data_movement.filter: the filter compares the uuid column 'session_id'" in said[0]
+    # a list or map column: pyiceberg's scan cannot project one for a filter
+    for column, kind in (("recent_orders", "list"), ("attributes", "map")):
+        nested = f"  value_columns: [rating, price]\n  filter: {column} is not null\n"
+        spec = _spec_with(tmp_path, "  value_columns: [rating, price]\n", nested)
+        result = runner.invoke(app, ["validate", spec, "--catalog", "--home", str(sample_home)])
+        assert result.exit_code == 2, result.stderr
+        assert (
+            f"the filter tests the {kind} column '{column}', which pyiceberg's scan cannot filter on" in result.stderr
+        )
     fine = "  filter: session_id is not null\n"
     spec = _spec_with(tmp_path, "  value_columns: [rating, price]\n", "  value_columns: [rating, price]\n" + fine)
     assert runner.invoke(app, ["validate", spec, "--catalog", "--home", str(sample_home)]).exit_code == 0
