@@ -66,7 +66,7 @@ from bulldozer.versioning.run_state import (
     run_key_of,
     run_record_of,
 )
-from bulldozer.warehouse.catalog import catalog_issues, load_source_table, open_catalog
+from bulldozer.warehouse.catalog import catalog_issues, load_source_table, open_catalog, read_snapshot
 from bulldozer.warehouse.row_filter import filter_issue
 
 __all__ = ["STAGES", "JobRun", "duplicate_key_error", "find_run_version", "run_job", "run_stage"]
@@ -208,9 +208,7 @@ class JobRun:
         else:
             assert dm.source.table is not None
             self.table = load_source_table(dm.catalog, self.home, dm.source.table)
-            snapshot = self.table.snapshot_by_id(dm.snapshot_id) if dm.snapshot_id else self.table.current_snapshot()
-            if snapshot is None:
-                raise CatalogError(f"table {dm.source.table!r} has no snapshot to load (is it empty?)")
+            snapshot = read_snapshot(self.table, dm.source.table, dm.snapshot_id)
             record.snapshot_id = snapshot.snapshot_id
             record.snapshots = {dm.source.table: snapshot.snapshot_id}
             record.table_uuid = str(self.table.metadata.table_uuid)

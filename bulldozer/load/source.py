@@ -333,17 +333,14 @@ def output_schema(arrow_schema: pa.Schema, sources: list[Any], uuid_as_text: boo
 def build_sql_source(spec: JobSpec, catalog: Any, schema_of: Any) -> SqlSource:
     """The SqlSource of a spec whose source is a query, or a table with keep_latest.
     ``schema_of(table, snapshot_id)`` gives a table's schema at a snapshot."""
-    from bulldozer.warehouse.catalog import load_table
+    from bulldozer.warehouse.catalog import load_table, read_snapshot
 
     dm = spec.data_movement
     names = check_query(dm.source.query) if dm.source.query else [dm.source.table or ""]
     tables = {}
     for name in names:
         table = load_table(catalog, name)
-        snapshot = table.snapshot_by_id(dm.snapshot_id) if dm.snapshot_id else table.current_snapshot()
-        if snapshot is None:
-            raise CatalogError(f"table {name!r} has no snapshot to read (is it empty?)")
-        tables[name] = (table, snapshot.snapshot_id)
+        tables[name] = (table, read_snapshot(table, name, dm.snapshot_id).snapshot_id)
     if dm.source.query:
         base = dm.source.query
         filters: dict[str, str | None] = {}

@@ -31,6 +31,7 @@ __all__ = [
     "load_source_table",
     "load_table",
     "open_catalog",
+    "read_snapshot",
     "spec_catalog_refusal",
 ]
 
@@ -136,6 +137,25 @@ def _embedded_metadata_location(
     from bulldozer.warehouse.pyiceberg_fast import embedded_metadata_location
 
     return embedded_metadata_location(config.name, bulldozer_home(home), identifier)
+
+
+def read_snapshot(table: Any, identifier: str, snapshot_id: int | None) -> Any:
+    """The snapshot of ``table`` a run reads: ``snapshot_id`` (the spec's pin), else the
+    current one; a CatalogError saying which is missing, and why it may be."""
+    if snapshot_id:
+        snapshot = table.snapshot_by_id(snapshot_id)
+        if snapshot is None:
+            current = table.current_snapshot()
+            now = f"its current snapshot is {current.snapshot_id}" if current else "it has no snapshot at all"
+            raise CatalogError(
+                f"data_movement.snapshot_id: table {identifier!r} has no snapshot {snapshot_id} (it expired, or "
+                f"was never one of this table: a table replaced under the same name starts anew); {now}"
+            )
+        return snapshot
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        raise CatalogError(f"table {identifier!r} has no snapshot to read (is it empty?)")
+    return snapshot
 
 
 def load_source_table(config: CatalogConfig, home: str | os.PathLike[str] | None, identifier: str) -> Any:

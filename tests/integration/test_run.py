@@ -219,6 +219,23 @@ def test_missing_table_is_a_clear_error(home: Path, dal: KvClient) -> None:
     assert refused.state is State.FAILED and refused.record_count == 0 and "does not exist" in refused.failure_reason
 
 
+def test_a_pinned_snapshot_the_table_lacks_is_named(home: Path, dal: KvClient) -> None:
+    """A spec pinning a snapshot the table no longer has (expired, or the table replaced under
+    its name) is told which and why, not that the table may be empty."""
+    from bulldozer.errors import CatalogError
+
+    current = table(home).current_snapshot().snapshot_id
+    pinned = spec(**{"  #_SP_snapshot_id: 1234567890": "  snapshot_id: 1234567890"})
+    with pytest.raises(CatalogError) as refused:
+        run_job(pinned, dal, home=str(home))
+    assert str(refused.value) == (
+        "data_movement.snapshot_id: table 'sample.user_item_scores' has no snapshot 1234567890 (it expired, or was "
+        f"never one of this table: a table replaced under the same name starts anew); its current snapshot is {current}"
+    )
+    [kept] = dal.list_namespaces()
+    assert kept.state is State.FAILED and kept.record_count == 0
+
+
 def test_a_breaking_schema_change_stops_before_anything_is_written(home: Path, dal: KvClient) -> None:
     from pyiceberg.types import DoubleType
 
