@@ -18,21 +18,35 @@ def ui(
     endpoint: Endpoint = None,
     home: Home = None,
     token: Token = None,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A host name browsers reach the console by (repeatable; '*.example.com' matches a domain). "
+            "Default: loopback's names, the address listened on, and this machine's names when it listens on all.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve the web console: aliases, versions, runs, key lookups, rollback and pin.
 
     It reads and acts through the DAL like every other command (same profile, endpoint,
     TLS and token; the DAL's ACLs apply). Whoever reaches the page acts with that token:
-    keep it on loopback, or put it behind your own access control.
+    keep it on loopback, or put it behind your own access control. A request naming another
+    host (``Host``) is refused, so a web page cannot reach the console by pointing its own
+    name at this machine (DNS rebinding).
     """
     import socket
 
     import uvicorn
 
-    from bulldozer.console import create_app
+    from bulldozer.console import LOOPBACK_HOSTS, create_app
 
+    hosts = [*LOOPBACK_HOSTS, f"[{host}]" if ":" in host else host, *(allowed_host or [])]
+    if host in ("0.0.0.0", "::", ""):  # every address: the machine's own names too
+        hosts += [socket.gethostname(), socket.getfqdn()]
     if host not in LOOPBACK:
         err_console.print(f"[yellow]![/] the console listens on {host}: anyone who reaches it acts with this token")
+        err_console.print(f"console: answers requests for {', '.join(dict.fromkeys(hosts))}", markup=False)
     with open_client(endpoint, home, token=token) as client:
         client.list_aliases()  # a DAL that refuses the token or does not answer fails here, in one line
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
@@ -44,5 +58,6 @@ def ui(
         bound = sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
         err_console.print(f"console: http://{shown}:{bound}/  (Ctrl-C stops it)", markup=False)
-        server = uvicorn.Server(uvicorn.Config(create_app(client), log_level="warning", access_log=False))
+        app = create_app(client, [h.lower() for h in dict.fromkeys(hosts)])
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
         server.run(sockets=[sock])

@@ -18,6 +18,8 @@ from urllib.parse import urlencode
 
 import jinja2
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -27,7 +29,10 @@ from bulldozer.console import views
 from bulldozer.errors import BulldozerError, InvalidArgumentError
 from bulldozer.kv.client import KvClient
 
-__all__ = ["create_app"]
+__all__ = ["LOOPBACK_HOSTS", "create_app"]
+
+#: the names a browser on this machine reaches a loopback console by
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 #: HTTP status of each error family (by its gRPC code, the error tree's one mapping)
 _STATUS = {
@@ -49,8 +54,12 @@ _HEADERS = {
 }
 
 
-def create_app(client: KvClient) -> Starlette:
-    """The console over ``client`` (whose token and ACLs decide what it may read and do)."""
+def create_app(client: KvClient, allowed_hosts: list[str] | None = None) -> Starlette:
+    """The console over ``client`` (whose token and ACLs decide what it may read and do),
+    answering only requests whose ``Host`` is one of ``allowed_hosts`` (default: loopback's
+    names). A page on another site can point its own name at 127.0.0.1 (DNS rebinding): to the
+    browser it is then that site's page, which may read the console and its form token, and
+    ``Origin`` checks pass; its ``Host`` header is still its own name, which is refused."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
         autoescape=True,
@@ -158,7 +167,8 @@ def create_app(client: KvClient) -> Starlette:
         Route("/a/{alias}/rollback", rollback, methods=["POST"]),
         Route("/a/{alias}/pin", pin, methods=["POST"]),
     ]
-    return Starlette(routes=routes)
+    hosts = allowed_hosts or list(LOOPBACK_HOSTS)
+    return Starlette(routes=routes, middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts)])
 
 
 async def _checked_form(request: Request, csrf: str) -> dict[str, str] | Response:

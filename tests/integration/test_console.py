@@ -213,6 +213,13 @@ def test_cross_site_and_token_less_actions_are_refused(console: dict[str, Any]) 
         assert site.status_code == 403
         missing = http.post("a/user_item_scores/pin", data={**form, "csrf": "forged"})
         assert missing.status_code == 403 and "token" in missing.text
+        # DNS rebinding: a page of evil.example whose name now points at this machine is, to the
+        # browser, same-origin with itself; its requests name its own host, which is refused
+        port = url.rstrip("/").rsplit(":", 1)[1]
+        rebound = {"Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}"}
+        assert http.get("a/user_item_scores", headers={"Host": rebound["Host"]}).status_code == 400
+        assert http.post("a/user_item_scores/pin", data=form, headers=rebound).status_code == 400
+        assert http.get("a/user_item_scores", headers={"Host": f"localhost:{port}"}).status_code == 200
         shown = json.loads(_cli(console["home"], "alias", "show", "user_item_scores", "--json").stdout)
         assert shown["pinned"] is False  # none of them pinned it
         ok = http.post("a/user_item_scores/pin", data=form, headers={"Origin": url.rstrip("/")})
