@@ -6,8 +6,8 @@ literals, with ``AND``, ``OR``, ``NOT``; no functions) and bound to the table's 
 every engine (the Spark engine builds Columns from the bound expression:
 ``bulldozer.load.engines.spark.row_filter``). ``filter_issue`` says in one line why a filter
 cannot apply — it does not parse, names no column, tests a list or map column, or compares
-a uuid column, which Arrow has no kernel for — checked by ``validate --catalog`` and by a run's schema stage, before
-anything is loaded.
+a uuid column, which Arrow has no kernel for — checked by ``validate --catalog`` and by a
+run's schema stage, before anything is loaded.
 """
 
 from __future__ import annotations
