@@ -42,6 +42,11 @@ DEFAULT_HOME = ".bulldozer"
 _SIZE = r"^\s*[0-9]+(\.[0-9]+)?\s*([KMGT]i?B|B|bytes|%)?\s*$"
 
 
+def _listed(value: str) -> list[str]:
+    """The names of a comma-separated setting (``a:1, b:2``), blanks left out."""
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
 class Settings(BaseSettings):
     """``BULLDOZER_<FIELD>`` for each field (``BULLDOZER_ENDPOINT``, ``BULLDOZER_TOKEN``, …)."""
 
@@ -138,7 +143,7 @@ class Settings(BaseSettings):
 
     def token_allowed_for(self, endpoint: str) -> bool:
         """May the operator's token go to ``endpoint`` when a spec (not the operator) names it?"""
-        allowed = {e.strip() for e in self.token_endpoints.split(",") if e.strip()}
+        allowed = set(_listed(self.token_endpoints))
         if self.endpoint:
             allowed.add(self.endpoint.strip())
         return endpoint == "embedded" or endpoint in allowed
@@ -151,8 +156,7 @@ class Settings(BaseSettings):
 
         if endpoint == "embedded" or self.token_allowed_for(endpoint):
             return True
-        patterns = [p.strip() for p in self.spec_endpoints.split(",") if p.strip()]
-        return any(fnmatchcase(endpoint, p) for p in patterns)
+        return any(fnmatchcase(endpoint, p) for p in _listed(self.spec_endpoints))
 
     def tls_files(self) -> tuple[Path | None, Path | None, Path | None] | None:
         """(CA, certificate, key) for client TLS, or None for plaintext."""
@@ -326,7 +330,7 @@ def spec_environment() -> SpecEnvironment:
     and hand it to whoever answers that name's DNS query."""
     from fnmatch import fnmatchcase
 
-    patterns = [p.strip() for p in load_settings().spec_variables.split(",") if p.strip()]
+    patterns = _listed(load_settings().spec_variables)
     exposed = {k: v for k, v in os.environ.items() if any(fnmatchcase(k, p) for p in patterns)}
     return SpecEnvironment(exposed, frozenset(os.environ) - frozenset(exposed))
 
