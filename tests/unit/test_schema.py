@@ -120,6 +120,36 @@ def test_rename_resolves_a_sanitizing_collision() -> None:
     assert {f.name for f in proto.value.fields} == {"user_id_text", "user_id"}
 
 
+def test_a_columns_name_cannot_write_lines_into_the_schema() -> None:
+    """A column's name is the table owner's text and is shown in each field's comment: a line
+    break, a quote or ``*/`` in it, or in a struct's field name, stays inside that comment."""
+    from google.protobuf import descriptor_pb2
+
+    from bulldozer.schema.decode import iceberg_types
+
+    schema = _schema(
+        NestedField(2, "note\nmessage Evil { string x = 1; }\n//", StringType()),
+        NestedField(3, "s", StructType(NestedField(4, 'in\n}\nimport "other.proto";\nmessage E2 {', LongType()))),
+        NestedField(5, 'a: b"""*/', DoubleType()),
+        NestedField(6, "plain name", IntegerType()),
+    )
+    text = render_proto(generate_proto(spec_for(["k"]), schema))
+    fields = [line for line in text.splitlines() if " = " in line and not line.startswith(("syntax", "option"))]
+    assert len(fields) == 6 and all(line.count("//") == 1 for line in fields), text
+    assert "  // plain name: int" in text  # a plain name reads as before
+    compiled = compile_proto(text, "t.proto")
+    (fd,) = [
+        f for f in descriptor_pb2.FileDescriptorSet.FromString(compiled.descriptor_set).file if f.name == "t.proto"
+    ]
+    assert [m.name for m in fd.message_type] == ["KeyMessage", "ValueMessage"] and not fd.dependency
+    value = fd.message_type[1]
+    assert [n.name for n in value.nested_type] == ["S"] and len(value.field) == 4
+    assert [f.name for f in value.nested_type[0].field] == ["in___import__other_proto___message_E2__"]
+    types = iceberg_types(compiled.descriptor_set)
+    assert types["bulldozer.test.t.ValueMessage.a__b_____"] == "double"
+    assert types["bulldozer.test.t.ValueMessage.S.in___import__other_proto___message_E2__"] == "long"
+
+
 def test_proto_keyword_column_is_refused_with_a_rename_hint() -> None:
     schema = _schema(NestedField(2, "message", StringType()))
     with pytest.raises(SchemaError, match=r"'message'.*reserved word; rename it in data_movement.renames"):
