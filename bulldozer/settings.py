@@ -114,6 +114,10 @@ class Settings(BaseSettings):
     #: it does only in a private scratch folder of the run (``bulldozer.load.source``).
     query_memory: Annotated[str, Field(pattern=_SIZE)] | None = None
     query_spill: Annotated[str, Field(pattern=_SIZE)] = "10GiB"
+    #: Where a table's data and delete files may live besides under the table's location:
+    #: comma-separated URI prefixes (``s3://lake/legacy/``, ``/mnt/hive``), or ``*`` for
+    #: anywhere; none by default (``bulldozer.warehouse.files``).
+    data_file_roots: str = ""
     #: The named profile to use (``--profile`` overrides), and the file that holds the profiles
     #: (default ``$XDG_CONFIG_HOME/bulldozer/profiles.yaml``, i.e. ``~/.config/bulldozer/…``).
     profile: str | None = None
@@ -157,6 +161,10 @@ class Settings(BaseSettings):
         if endpoint == "embedded" or self.token_allowed_for(endpoint):
             return True
         return any(fnmatchcase(endpoint, p) for p in _listed(self.spec_endpoints))
+
+    def data_file_roots_listed(self) -> list[str]:
+        """``data_file_roots`` as a list."""
+        return _listed(self.data_file_roots)
 
     def tls_files(self) -> tuple[Path | None, Path | None, Path | None] | None:
         """(CA, certificate, key) for client TLS, or None for plaintext."""

@@ -118,7 +118,9 @@ def _tasks(scan: Any, manifests: list[Any]) -> dict[str, Any]:
     from pyiceberg.table import ManifestGroupPlanner
 
     planner = ManifestGroupPlanner(scan.table_metadata, scan.io, scan.row_filter, scan.case_sensitive, scan.options)
-    return {t.file.file_path: t for t in planner.plan_files(manifests)}
+    from bulldozer.warehouse.files import checked_tasks
+
+    return {t.file.file_path: t for t in checked_tasks(scan, planner.plan_files(manifests))}
 
 
 def plan_delta(

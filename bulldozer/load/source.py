@@ -110,11 +110,19 @@ def _storage_schema(schema: pa.Schema) -> pa.Schema:
 
 def _reader(table: Any, snapshot_id: int, row_filter: str | None) -> pa.RecordBatchReader:
     from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
+
+    from bulldozer.warehouse.files import checked_tasks
 
     scan = table.scan(snapshot_id=snapshot_id, row_filter=row_filter or AlwaysTrue())
-    source = scan.to_arrow_batch_reader()
-    schema = _storage_schema(source.schema)
-    return pa.RecordBatchReader.from_batches(schema, (_storage(b) for b in source))
+    # the files the query may read: under the table's location (warehouse.files)
+    tasks = checked_tasks(scan, scan.plan_files())
+    projected = scan.projection()
+    batches = ArrowScan(
+        scan.table_metadata, scan.io, projected, scan.row_filter, scan.case_sensitive
+    ).to_record_batches(tasks)
+    schema = _storage_schema(schema_to_pyarrow(projected, include_field_ids=False))
+    return pa.RecordBatchReader.from_batches(schema, (_storage(b) for b in batches))
 
 
 def _connect(source: SqlSource, empty: bool = False) -> Any:

@@ -642,3 +642,65 @@ def test_a_spec_sends_data_only_to_a_dal_the_operator_configured(tmp_path: Path)
         assert json.loads(done.stdout)["rows"] == 1_000
     finally:
         listener.close()
+
+
+def test_a_table_is_read_only_from_where_it_lives(
+    tmp_path: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table's metadata is its owner's text and may list any file as its data (add_files, a
+    manifest written by hand): read as listed, a run would move another table's files, or any
+    Parquet file this machine can reach, into the store. A run reads only files under the
+    table's location or a root the operator lists (BULLDOZER_DATA_FILE_ROOTS): every engine's
+    read, a query's and a delta's; refused in one line, nothing flipped."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    from bulldozer.errors import AliasNotFoundError, CatalogError
+    from bulldozer.load.runner import run_job
+    from bulldozer.spec.models import CatalogConfig
+    from bulldozer.warehouse.catalog import open_catalog
+    from bulldozer.warehouse.sample import create_sample_warehouse
+    from tests.integration.test_run import TEMPLATE
+    from tests.integration.test_run_sql import job
+
+    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
+    create_sample_warehouse(home, rows=1_000)
+    table = open_catalog(CatalogConfig(), home).load_table("sample.user_item_scores")
+
+    def stray(name: str, first: int) -> Path:
+        """Five rows of new keys in a Parquet file outside the table, added to it as its data."""
+        rows = table.scan(limit=5).to_arrow()
+        ids = pa.array(range(first, first + 5), rows.schema.field("user_id").type)
+        rows = rows.set_column(rows.schema.get_field_index("user_id"), "user_id", ids)
+        path = elsewhere / name
+        path.parent.mkdir(exist_ok=True)
+        pq.write_table(rows.cast(schema_to_pyarrow(table.schema(), include_field_ids=False)), path)
+        table.add_files([str(path)])
+        return path
+
+    first = stray("stray.parquet", 9_000_000)
+    spec_file = tmp_path / "job.yaml"
+    spec_file.write_text(TEMPLATE)
+    said = _bulldozer(["run", str(spec_file), "-q"], home)
+    lines = said.stderr.strip().splitlines()
+    assert said.returncode == 1 and len(lines) == 1, said.stderr
+    assert f"lists a file outside it, {first.as_uri()}" in lines[0] or f"lists a file outside it, {first}" in lines[0]
+    assert "BULLDOZER_DATA_FILE_ROOTS" in lines[0]
+    flat = "{table: sample.user_item_scores}"
+    query = "{query: 'SELECT * FROM sample.user_item_scores'}"
+    for source in (flat, query):
+        with pytest.raises(CatalogError, match="lists a file outside it"):
+            run_job(job(source), dal, home=str(home))
+    with pytest.raises(AliasNotFoundError):
+        dal.describe_target("scores")  # nothing flipped
+    # the operator allows the place: the rows are moved
+    monkeypatch.setenv("BULLDOZER_DATA_FILE_ROOTS", f"{tmp_path / 'other'}, {elsewhere}")
+    done = run_job(job(flat), dal, home=str(home))
+    assert done.outcome == "succeeded" and done.rows == 1_005
+    # a delta reads only the changed files: a new stray one is refused there too
+    monkeypatch.delenv("BULLDOZER_DATA_FILE_ROOTS")
+    stray("stray-2.parquet", 9_100_000)
+    with pytest.raises(CatalogError, match="lists a file outside it"):
+        run_job(job(flat, extra="  mode: delta"), dal, home=str(home))
+    assert dal.describe_target("scores").name == done.version  # the live version stays

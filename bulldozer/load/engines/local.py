@@ -60,8 +60,11 @@ def _scan(plan: LoadPlan, columns: list[str]) -> Any:
 
 
 def scan_tasks(scan: Any) -> list[Any]:
-    """The scan's file-scan tasks (the splits), in file order."""
-    return sorted(scan.plan_files(), key=lambda t: t.file.file_path)
+    """The scan's file-scan tasks (the splits), in file order; each file under the table's
+    location or a root the operator allows (``warehouse.files``)."""
+    from bulldozer.warehouse.files import checked_tasks
+
+    return sorted(checked_tasks(scan, scan.plan_files()), key=lambda t: t.file.file_path)
 
 
 def _will_need(location: str | None) -> None:
