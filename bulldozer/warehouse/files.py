@@ -7,6 +7,8 @@ another table's files, or any Parquet file this machine can reach, and move its 
 the store. So a run reads a data or delete file only under the table's location, or under
 a root the operator lists (``BULLDOZER_DATA_FILE_ROOTS``: comma-separated URI prefixes, for
 tables whose files live elsewhere by design, e.g. ``write.data.path``; ``*`` for anywhere).
+Where a table lives, its location, is the catalog's to govern (a REST catalog's allowed
+locations, or the credentials it vends for that location); what files it lists is not.
 
 Paths are compared by scheme, host and normalized path (``..`` taken out, a ``/`` boundary:
 ``/t`` does not hold ``/t2``), ``s3a:``/``s3n:`` as ``s3:`` and ``file:`` as a plain path.
