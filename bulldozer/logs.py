@@ -19,6 +19,22 @@ LOG_FILE_CAP_BYTES = 32 * 1024 * 1024
 LOG_KEEP_DAYS = 7
 
 
+class TextFormatter(logging.Formatter):
+    """A line per record for people: the message's control characters shown as escapes
+    (``redaction.visible``), so text quoted from a table or a request keeps the record on
+    its one line and never drives the terminal; a traceback keeps its lines."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        from bulldozer.redaction import visible
+
+        shown = logging.makeLogRecord(record.__dict__)
+        shown.msg, shown.args = visible(record.getMessage()), None
+        return super().format(shown)
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         data = {
@@ -38,7 +54,7 @@ def configure_logging(level: str = "info", fmt: str = "text") -> None:
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(TextFormatter())
     root = logging.getLogger("bulldozer")
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

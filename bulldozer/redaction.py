@@ -1,13 +1,17 @@
-"""What messages and logs show of a secret: nothing. A URL may carry a password (a Redis
-URL's ``user:password@``, a catalog's SQLAlchemy URI, a ``password`` query parameter);
-wherever one is named in an error or a log line, ``shown_url`` names it instead."""
+"""What messages and logs show of text Bulldozer did not write.
+
+Of a secret: nothing. A URL may carry a password (a Redis URL's ``user:password@``, a
+catalog's SQLAlchemy URI, a ``password`` query parameter); wherever one is named in an error
+or a log line, ``shown_url`` names it instead. Of a control character (in a table's names
+or values, a reason someone gave, a message quoting them): its escape, so a line stays one
+line and the operator's terminal is never driven by somebody else's text (``visible``)."""
 
 from __future__ import annotations
 
 import re
 from urllib.parse import urlsplit
 
-__all__ = ["shown_url"]
+__all__ = ["shown_url", "visible"]
 
 _QUERY_PASSWORD = re.compile(r"(^|&)(password|passwd|pwd)=[^&]*", re.IGNORECASE)
 
@@ -24,3 +28,19 @@ def shown_url(url: str) -> str:
         url = url.replace(f"//{parts.netloc}", f"//{parts.username or ''}:***@{host}", 1)
     head, sep, query = url.partition("?")
     return head + sep + _QUERY_PASSWORD.sub(r"\1\2=***", query)
+
+
+#: characters a terminal acts on instead of showing: C0 and C1 controls (ESC starts the
+#: sequences that recolour, move the cursor, retitle the window or write the clipboard),
+#: DEL, the bidirectional overrides that reorder what is shown, and the line separators
+_UNSHOWN = [*range(0x20), *range(0x7F, 0xA0), 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+_SHOWN = {c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}" for c in [*_UNSHOWN, 0x2028, 0x2029]}
+_SHOWN.update({ord("\n"): "\\n", ord("\t"): "\\t", ord("\r"): "\\r"})
+
+
+def visible(text: str) -> str:
+    """``text`` with every character a terminal would act on written out as an escape
+    (``\\x1b``, ``\\n``, ``\\u202e``): what a command prints of another's text (a table's
+    names and values, a reason someone gave, a message quoting them) is shown, on its one
+    line, and never recolours, moves or retitles the operator's terminal."""
+    return text.translate(_SHOWN)

@@ -15,6 +15,7 @@ from rich.console import Console
 
 from bulldozer.cli.process import interruption
 from bulldozer.errors import BulldozerError, SpecError
+from bulldozer.redaction import visible
 
 if TYPE_CHECKING:
     from bulldozer.kv.client import KvClient
@@ -37,6 +38,7 @@ __all__ = [
     "remake_consoles",
     "report",
     "say_store",
+    "visible",
     "with_store",
 ]
 
@@ -54,7 +56,6 @@ _CONSOLE: dict[str, Any] = {"highlight": False, "soft_wrap": True}
 _ERR_CONSOLE: dict[str, Any] = {"stderr": True, "highlight": False, "soft_wrap": True}
 console = Console(**_CONSOLE)
 err_console = Console(**_ERR_CONSOLE)
-
 
 def remake_consoles() -> None:
     """Make both consoles again, in place, for this process's standard streams and
@@ -74,7 +75,7 @@ def print_json(data: Any) -> None:
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {visible(message)}", markup=True, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -82,7 +83,7 @@ def report(exc: BulldozerError) -> typer.Exit:
     """Print ``exc`` as its one line (a spec error: a line per issue) on stderr; the exit to raise."""
     if isinstance(exc, SpecError):
         for line in [str(issue) for issue in exc.issues] or [str(exc)]:
-            err_console.print(line, markup=False, soft_wrap=True)
+            err_console.print(visible(line), markup=False, soft_wrap=True)
         return typer.Exit(exc.exit_code)
     return fail(_escape(str(exc)), exc.exit_code)
 

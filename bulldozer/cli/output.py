@@ -1,7 +1,8 @@
 """How listing commands print: ``-o table`` (fits the terminal, 80 columns without one:
 short version ids, long values cut with "…"), ``wide`` (every column, every value whole),
 ``json`` (what ``--json`` prints) or ``tsv`` (a header line, then one line per row, whole
-values; tabs and newlines inside a value become spaces)."""
+values; tabs and newlines inside a value become spaces). A value's control characters are
+shown as escapes (``common.visible``), never acted on by the terminal."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from bulldozer.cli.common import console, print_json
+from bulldozer.cli.common import console, print_json, visible
 from bulldozer.names import short_version
 
 __all__ = ["Column", "Format", "Output", "emit", "fmt_time", "output_format"]
@@ -97,7 +98,7 @@ def emit(rows: Sequence[dict[str, Any]], columns: Sequence[Column], fmt: Format,
     if fmt is Format.tsv:
         out = ["\t".join(c.header for c in columns)]
         for row in rows:
-            out.append("\t".join(" ".join(_text(c.value(row)).split()) for c in columns))
+            out.append("\t".join(visible(" ".join(_text(c.value(row)).split())) for c in columns))
         sys.stdout.write("\n".join(out) + "\n")
         return
     wide = fmt is Format.wide
@@ -117,7 +118,7 @@ def emit(rows: Sequence[dict[str, Any]], columns: Sequence[Column], fmt: Format,
             text = c.short(value) if c.short is not None and not wide else _text(value)
             if not wide and c.max_width and len(text) > c.max_width:
                 text = text[: c.max_width - 1] + "…"
-            cells.append(Text(text))  # user data: never read as markup
+            cells.append(Text(visible(text)))  # user data: never read as markup, nor by the terminal
         table.add_row(*cells)
     if wide:  # as wide as its values: never cut, never wrapped by the terminal's width
         Console(highlight=False, soft_wrap=True, width=100_000).print(table, crop=False)

@@ -7,8 +7,9 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
-from bulldozer.cli.common import console, fail, handle_errors, print_json
+from bulldozer.cli.common import console, fail, handle_errors, print_json, visible
 
 
 def _previous_descriptor(path: Path) -> bytes:
@@ -117,7 +118,7 @@ def _print_report(report: object) -> None:
         table.add_column(col)
     for d in report.differences:
         style = "red" if d.verdict == "refused" else "green"
-        table.add_row(d.path, d.change, f"[{style}]{d.verdict}[/]", d.detail)
+        table.add_row(Text(visible(d.path)), d.change, f"[{style}]{d.verdict}[/]", Text(visible(d.detail)))
     console.print(table)
 
 

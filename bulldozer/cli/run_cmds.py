@@ -29,6 +29,7 @@ from bulldozer.cli.common import (
     print_json,
     report,
     say_store,
+    visible,
     with_store,
 )
 from bulldozer.cli.output import Column, Format, Output, emit, fmt_time, output_format
@@ -147,7 +148,9 @@ def run(
     if not quiet:
         say_store(client)
     if record.outcome == "pinned":
-        console.print(f"[yellow]![/] {record.version} was built and verified but not made live: {record.error}")
+        console.print(
+            f"[yellow]![/] {record.version} was built and verified but not made live: {escape(visible(record.error))}"
+        )
         return
     seconds = sum(record.timings.values())
     if record.mode == "delta":
@@ -165,11 +168,11 @@ def run(
             f"in {seconds:.1f} s ({rate:,.0f} rows/s load)"
         )
         if record.full_reason:
-            console.print(f"  a full run: {escape(record.full_reason)}")
+            console.print(f"  a full run: {escape(visible(record.full_reason))}")
     if record.shadow_read:
         from bulldozer.load.shadow_read import ShadowReadReport
 
-        console.print(f"  shadow read: {escape(ShadowReadReport.from_dict(record.shadow_read).summary())}")
+        console.print(f"  shadow read: {escape(visible(ShadowReadReport.from_dict(record.shadow_read).summary()))}")
     if record.breaking_changes:
         console.print(
             f"  [yellow]breaking schema change[/]: generation {record.schema_generation} "
@@ -456,7 +459,7 @@ def plan(
                 f"  a delta from the live version: {result.delta_rows:,} rows in {result.delta_files} changed files"
             )
         elif result.full_reason:
-            console.print(f"  a full run: {escape(result.full_reason)}")
+            console.print(f"  a full run: {escape(visible(result.full_reason))}")
         console.print(f"  estimated load on {result.engine}: {result.estimated_seconds:,.1f} s ({result.rate_source})")
         live = f"{result.live_version} ({result.live_rows:,} rows)" if result.live_version else "none yet"
         console.print(f"  live version: {live}")

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bulldozer import scratch
-from bulldozer.errors import BackendUnavailableError, SpecError, SpecIssue
+from bulldozer.errors import BackendUnavailableError, InvalidArgumentError, SpecError, SpecIssue
 from bulldozer.settings import load_settings
 
 if TYPE_CHECKING:
@@ -307,6 +307,25 @@ def connect_for_spec(
         yield client
 
 
+def checked_endpoint(endpoint: str) -> str:
+    """``endpoint`` when it is ``embedded`` or ``host:port`` (the spec's rule,
+    ``spec.models.ENDPOINT_PATTERN``, with a port gRPC can dial), else an
+    InvalidArgumentError at once: a typo in ``--endpoint`` or ``BULLDOZER_ENDPOINT`` used to
+    wait 15 s and then say the DAL did not answer."""
+    import re
+
+    from bulldozer.redaction import visible
+    from bulldozer.spec.models import ENDPOINT_PATTERN
+
+    if endpoint == "embedded" or (
+        re.fullmatch(ENDPOINT_PATTERN, endpoint) and 0 < int(endpoint.rpartition(":")[2]) < 65536
+    ):
+        return endpoint
+    raise InvalidArgumentError(
+        f"'{visible(endpoint)}' is not a DAL endpoint: give embedded or HOST:PORT (a port from 1 to 65535)"
+    )
+
+
 @contextmanager
 def connect(
     endpoint: str | None = None,
@@ -321,7 +340,7 @@ def connect(
     ``BULLDOZER_TOKEN``) and TLS from ``BULLDOZER_TLS_CA`` / ``BULLDOZER_TLS_CERT`` /
     ``BULLDOZER_TLS_KEY``."""
     settings = load_settings()
-    endpoint = settings.dal_endpoint(endpoint)
+    endpoint = checked_endpoint(settings.dal_endpoint(endpoint))
     if endpoint == "embedded" and _warm is not None and _warm[0] == embedded_store_path(home):
         from bulldozer.kv.client import KvClient
 

@@ -50,6 +50,7 @@ from bulldozer.names import short_version
 from bulldozer.schema.job import JobSchema
 from bulldozer.spec.models import JobSpec, WriteTuning
 from bulldozer.versioning.run_state import Loaded, loaded_of, run_record_of
+from bulldozer.warehouse.files import checked_tasks
 
 __all__ = ["AUTO_MAX_CHANGE", "DeltaChanges", "DeltaPlan", "apply_delta", "plan_delta"]
 
@@ -118,8 +119,6 @@ def _tasks(scan: Any, manifests: list[Any]) -> dict[str, Any]:
     from pyiceberg.table import ManifestGroupPlanner
 
     planner = ManifestGroupPlanner(scan.table_metadata, scan.io, scan.row_filter, scan.case_sensitive, scan.options)
-    from bulldozer.warehouse.files import checked_tasks
-
     return {t.file.file_path: t for t in checked_tasks(scan, planner.plan_files(manifests))}
 
 

@@ -32,6 +32,7 @@ from bulldozer.errors import CatalogError, DuplicateKeyError, LoadError, SchemaE
 from bulldozer.settings import load_settings
 from bulldozer.spec.models import JobSpec
 from bulldozer.spec.query import SANDBOX, check_query, duckdb_module
+from bulldozer.warehouse.files import checked_tasks
 
 __all__ = ["SqlSource", "build_sql_source", "open_reader", "quote", "sandboxed_connection"]
 
@@ -111,8 +112,6 @@ def _storage_schema(schema: pa.Schema) -> pa.Schema:
 def _reader(table: Any, snapshot_id: int, row_filter: str | None) -> pa.RecordBatchReader:
     from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
-
-    from bulldozer.warehouse.files import checked_tasks
 
     scan = table.scan(snapshot_id=snapshot_id, row_filter=row_filter or AlwaysTrue())
     # the files the query may read: under the table's location (warehouse.files)

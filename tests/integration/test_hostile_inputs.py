@@ -5,7 +5,12 @@ error of the exception tree, and nothing may be written where it should not be."
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import string
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import grpc
@@ -174,5 +179,33 @@ def test_a_hostile_client_principal_is_recorded_verbatim_not_interpreted(tmp_pat
             (change,) = client.alias_history(alias)
         assert change.principal == "x'); DROP TABLE aliases; -- (unauthenticated)"  # asserted, so marked
         assert change.reason == "../../etc/passwd\x1b[31m"
+        # shown by the command line, the reason does not drive the operator's terminal: its
+        # escape is printed, in every listing format, and a JSON document keeps it exactly
+        endpoint = f"127.0.0.1:{harness.port}"
+        for fmt in ("table", "wide", "tsv"):
+            shown = _cli(["alias", "history", alias, "--endpoint", endpoint, "-o", fmt], COLUMNS="300")
+            assert shown.returncode == 0, shown.stderr
+            assert "\x1b" not in shown.stdout and "../../etc/passwd\\x1b[31m" in shown.stdout, (fmt, shown.stdout)
+        as_json = _cli(["alias", "history", alias, "--endpoint", endpoint, "--json"])
+        assert json.loads(as_json.stdout)[0]["reason"] == change.reason
+        # nor does a reason quoted by an error: one line, escaped
+        # nor does an endpoint quoted by an error, which is refused at once, not after a 15 s wait
+        for bad in ("127.0.0.1:x\x1b]0;owned\x07", "localhost:99999"):
+            started = time.monotonic()
+            refused = _cli(["namespaces", "--endpoint", bad])
+            said = refused.stderr.splitlines()
+            assert refused.returncode == 1 and len(said) == 1 and "is not a DAL endpoint" in said[0], refused.stderr
+            assert "\x1b" not in refused.stderr and "\x07" not in refused.stderr
+            assert time.monotonic() - started < 10
     finally:
         harness.close()
+
+
+def _cli(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bulldozer.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env},
+    )

@@ -36,3 +36,20 @@ def test_old_files_are_deleted(tmp_path: Path) -> None:
     log_file(logs, "dal", keep_days=7)
     assert not old.exists()
     assert recent.exists() and other.exists()  # recent enough, or not a log of this name
+
+
+def test_a_log_line_stays_one_line_and_never_drives_the_terminal() -> None:
+    import logging
+    import sys
+
+    from bulldozer.logs import TextFormatter
+
+    record = logging.LogRecord("bulldozer.x", logging.INFO, __file__, 1, "read %s", ("a\x1b[2J\nfake INFO line",), None)
+    line = TextFormatter().format(record)
+    assert line.endswith("bulldozer.x: read a\\x1b[2J\\nfake INFO line") and "\n" not in line
+    assert record.getMessage() == "read a\x1b[2J\nfake INFO line"  # the record itself is left as it was
+    try:
+        raise ValueError("x")
+    except ValueError:
+        failed = logging.LogRecord("bulldozer.x", logging.ERROR, __file__, 1, "boom", None, sys.exc_info())
+    assert "Traceback (most recent call last):\n" in TextFormatter().format(failed)  # a traceback keeps its lines

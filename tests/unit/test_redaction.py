@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bulldozer.redaction import shown_url
+from bulldozer.redaction import shown_url, visible
 
 
 @pytest.mark.parametrize(
@@ -27,3 +27,20 @@ from bulldozer.redaction import shown_url
 def test_a_password_in_a_url_is_not_shown(url: str, shown: str) -> None:
     assert shown_url(url) == shown
     assert "s3cret" not in shown_url(url)
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("plain text, é, 日本, [bold]", "plain text, é, 日本, [bold]"),
+        ("red\x1b[31m", "red\\x1b[31m"),  # a colour
+        ("\x1b]0;title\x07", "\\x1b]0;title\\x07"),  # the window's title
+        ("\x1b]52;c;Y2xpcA==\x07", "\\x1b]52;c;Y2xpcA==\\x07"),  # the clipboard
+        ("\x9b2J", "\\x9b2J"),  # a C1 control sequence introducer
+        ("one\nfake line\r\tx\x7f", "one\\nfake line\\r\\tx\\x7f"),
+        ("abc\u202edcba\u2066\u2028", "abc\\u202edcba\\u2066\\u2028"),  # reordered, a new line
+    ],
+)
+def test_a_control_character_is_shown_not_acted_on(text: str, shown: str) -> None:
+    assert visible(text) == shown
+    assert visible(text).isprintable()

@@ -31,6 +31,7 @@ from bulldozer.load.encoder.encode import RowEncoder
 from bulldozer.load.engines.base import LoadEngine, LoadPlan, LoadResult, Progress, SplitDone, SplitResult
 from bulldozer.load.prefetch import read_ahead
 from bulldozer.spec.models import JobSpec
+from bulldozer.warehouse.files import checked_tasks
 from bulldozer.warehouse.pyiceberg_fast import parquet_batches, streaming_reader
 
 __all__ = ["LocalEngine", "SplitReader", "scan_tasks", "source_scan", "split_id", "task_batches", "with_next_file"]
@@ -62,8 +63,6 @@ def _scan(plan: LoadPlan, columns: list[str]) -> Any:
 def scan_tasks(scan: Any) -> list[Any]:
     """The scan's file-scan tasks (the splits), in file order; each file under the table's
     location or a root the operator allows (``warehouse.files``)."""
-    from bulldozer.warehouse.files import checked_tasks
-
     return sorted(checked_tasks(scan, scan.plan_files()), key=lambda t: t.file.file_path)
 
 
