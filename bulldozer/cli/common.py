@@ -57,6 +57,7 @@ _ERR_CONSOLE: dict[str, Any] = {"stderr": True, "highlight": False, "soft_wrap":
 console = Console(**_CONSOLE)
 err_console = Console(**_ERR_CONSOLE)
 
+
 def remake_consoles() -> None:
     """Make both consoles again, in place, for this process's standard streams and
     environment as they are now: a console reads whether its stream is a terminal, and the

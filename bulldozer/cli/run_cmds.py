@@ -96,6 +96,14 @@ def run(
             "the alias history records the change.",
         ),
     ] = False,
+    take_over: Annotated[
+        bool,
+        typer.Option(
+            "--take-over",
+            help="Hand the spec's alias to this job when another job's version is live there (refused "
+            "otherwise): from then on it serves this job, and the alias history records the hand-over.",
+        ),
+    ] = False,
 ) -> None:
     """Load the spec's table into a brand-new version, verify it, and flip the alias to it.
 
@@ -131,6 +139,7 @@ def run(
                 run_key,
                 failures,
                 allow_breaking,
+                take_over,
             )
     except BulldozerError as exc:
         if as_json:  # the run record as far as it got, instead of the generic failure object
@@ -169,6 +178,10 @@ def run(
         )
         if record.full_reason:
             console.print(f"  a full run: {escape(visible(record.full_reason))}")
+    if record.taken_over_from:
+        console.print(
+            f"  the alias now serves this job, taken over from the job {escape(visible(record.taken_over_from))}"
+        )
     if record.shadow_read:
         from bulldozer.load.shadow_read import ShadowReadReport
 
@@ -269,6 +282,7 @@ def _run(
     run_key: str | None,
     failures: list[RunRecord],
     allow_breaking: bool = False,
+    take_over: bool = False,
 ) -> RunRecord | None:
     """The run (or one stage of it, whose outcome it prints itself: then None) with a progress bar."""
     from bulldozer.load.engines import create_load_engine
@@ -317,6 +331,7 @@ def _run(
                     home=home,
                     progress=on_progress,
                     allow_breaking=allow_breaking,
+                    take_over=take_over,
                 )
                 if as_json:
                     print_json(with_store(client, json.loads(record.to_json())))
@@ -333,6 +348,7 @@ def _run(
                 progress=on_progress,
                 on_failure=failures.append,
                 allow_breaking=allow_breaking,
+                take_over=take_over,
             )
         except BulldozerError:
             raise
@@ -436,7 +452,8 @@ def plan(
 ) -> None:
     """Dry run: rows and bytes a run would move, its estimated time (from the rate an
     earlier run on the same engine measured), the schema diff against the live version, and which versions
-    retention would retire. Writes nothing. Exit 3 if the schema change would break readers.
+    retention would retire. Writes nothing. Exit 2 if the alias serves another job (a run
+    needs --take-over), 3 if the schema change would break readers.
     """
     from bulldozer.kv.connect import connect_for_spec
     from bulldozer.load.plan import plan_run
@@ -463,10 +480,16 @@ def plan(
         console.print(f"  estimated load on {result.engine}: {result.estimated_seconds:,.1f} s ({result.rate_source})")
         live = f"{result.live_version} ({result.live_rows:,} rows)" if result.live_version else "none yet"
         console.print(f"  live version: {live}")
+        if result.other_job:
+            console.print(
+                f"  [red]refused[/]: the alias serves the job {escape(visible(result.other_job))}, not this one "
+                "(`bulldozer run --take-over` hands it over)"
+            )
         if result.schema_differences:
             for d in result.schema_differences:
                 colour = "red" if d["verdict"] == "refused" else "green"
-                console.print(f"  schema: [{colour}]{d['verdict']}[/] {d['path']}: {d['change']} ({d['detail']})")
+                said = escape(visible(f"{d['path']}: {d['change']} ({d['detail']})"))
+                console.print(f"  schema: [{colour}]{d['verdict']}[/] {said}")
         else:
             console.print("  schema: no change" if result.live_version else "  schema: first version")
         if result.retention_drops_now:
@@ -475,5 +498,7 @@ def plan(
             console.print(
                 f"  retention would drop after the grace period: {', '.join(result.retention_drops_after_grace)}"
             )
+    if result.other_job:
+        raise typer.Exit(2)
     if result.schema_breaking:
         raise typer.Exit(3)

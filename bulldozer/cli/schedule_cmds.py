@@ -28,7 +28,7 @@ def submit(
 
     The file is written under a temporary name and renamed into place, so the scheduler
     never reads half a spec. Submitting a spec again replaces it; a second job with the
-    same name from another file is refused.
+    same name, or the same alias, from another file is refused.
     """
     from bulldozer.schedule.jobs import submit as place
 

@@ -43,6 +43,9 @@ class RunPlan:
     #: a delta: the rows of the changed files it would read (and the files)
     delta_rows: int = 0
     delta_files: int = 0
+    #: the job the alias serves (its live version's), when it is not this spec's: a run is
+    #: refused unless it takes the alias over (``JobRun.owner_issue``)
+    other_job: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -138,4 +141,5 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engi
         full_reason=full_reason,
         delta_rows=delta_rows,
         delta_files=delta_files,
+        other_job=live.job_name if live and live.job_name and live.job_name != spec.metadata.name else "",
     )

@@ -35,6 +35,7 @@ from bulldozer.errors import (
     RetentionError,
     SchemaError,
     SpecError,
+    SpecIssue,
     VerificationError,
 )
 from bulldozer.kv.client import KvClient
@@ -131,10 +132,13 @@ class JobRun:
         progress: Callable[[int, int], None] = lambda done, total: None,
         run_key: str = "",
         allow_breaking: bool = False,
+        take_over: bool = False,
     ) -> None:
         self.loaded, self.spec, self.client, self.home = loaded, loaded.spec, client, home
         #: a schema change that breaks readers starts a new schema generation instead of being refused
         self.allow_breaking = allow_breaking
+        #: the run may flip an alias whose live version another job loaded (``owner_issue``)
+        self.take_over = take_over
         self.progress = progress
         self.load_engine = create_load_engine(engine) if isinstance(engine, str) else engine
         self.run_key = run_key
@@ -227,6 +231,10 @@ class JobRun:
         self.live = live_version(self.client, spec.alias)
         self.record.previous = self.live.name if self.live else ""
         live = self.live
+        if live is not None and live.job_name and live.job_name != spec.metadata.name:
+            if not self.take_over:
+                raise SpecError([self.owner_issue(live)])
+            self.record.taken_over_from = live.job_name
         job = self._job_against(source_schema, source_name, live)
         generation = live.schema_generation if live else 1
         if job.compat is not None and job.compat.breaking:
@@ -245,6 +253,19 @@ class JobRun:
         self.record.schema_generation = generation
         self.job = job
         return job
+
+    def owner_issue(self, live: NamespaceRecord) -> SpecIssue:
+        """An alias serves the job that loaded its live version: another job's run would flip
+        that job's consumers to its own data, and its retention would drop that job's
+        versions (the rollbacks). Two teams choosing one alias name by chance is refused at
+        ``key_value_dal.alias``; handing an alias to another job is an operator's deliberate
+        ``--take-over``, which the alias history records."""
+        return self.loaded.issue(
+            ("key_value_dal", "alias"),
+            f"the alias {self.spec.alias!r} serves the job {live.job_name!r} (its live version "
+            f"{short_version(live.name)} was loaded by it), and this spec is the job {self.spec.metadata.name!r}: "
+            "name another alias, or hand this one over deliberately with `bulldozer run --take-over`",
+        )
 
     def _job_against(self, source_schema: Any, source_name: str, live: NamespaceRecord | None) -> JobSchema:
         """The job's schema for this source schema, its field numbers kept from ``live``'s."""
@@ -519,6 +540,8 @@ class JobRun:
             reason += f"; breaking schema change to generation {record.schema_generation}: " + "; ".join(
                 record.breaking_changes
             )
+        if record.taken_over_from:
+            reason += f"; the alias taken over from the job {record.taken_over_from!r} (--take-over)"
         kept_back = flip(client, self.spec.alias, record.previous or None, record.version, reason)
         if kept_back is not None:
             record.outcome, record.error = "pinned", kept_back
@@ -647,6 +670,7 @@ def run_job(
     progress: Callable[[int, int], None] = lambda done, total: None,
     on_failure: Callable[[RunRecord], None] | None = None,
     allow_breaking: bool = False,
+    take_over: bool = False,
 ) -> RunRecord:
     """Run the job once; returns the run record (raises a BulldozerError on failure,
     after marking the version FAILED and leaving the alias untouched; ``on_failure`` gets
@@ -654,7 +678,14 @@ def run_job(
     the record's ``retention_error`` says why. ``on_stage`` is called as each stage starts.
     """
     run = JobRun(
-        loaded, client, engine=engine, home=home, on_stage=on_stage, progress=progress, allow_breaking=allow_breaking
+        loaded,
+        client,
+        engine=engine,
+        home=home,
+        on_stage=on_stage,
+        progress=progress,
+        allow_breaking=allow_breaking,
+        take_over=take_over,
     )
     stage = run.stage
     try:
@@ -704,6 +735,7 @@ def run_stage(
     home: str | None = None,
     progress: Callable[[int, int], None] = lambda done, total: None,
     allow_breaking: bool = False,
+    take_over: bool = False,
 ) -> RunRecord:
     """Run one stage, safe to retry, for a scheduler that calls stages separately.
 
@@ -718,7 +750,14 @@ def run_stage(
     if stage_name not in STAGES:
         raise InvalidArgumentError(f"unknown stage {stage_name!r}; stages: {', '.join(STAGES)}")
     run = JobRun(
-        loaded, client, engine=engine, home=home, progress=progress, run_key=run_key, allow_breaking=allow_breaking
+        loaded,
+        client,
+        engine=engine,
+        home=home,
+        progress=progress,
+        run_key=run_key,
+        allow_breaking=allow_breaking,
+        take_over=take_over,
     )
     stage = run.stage
     if stage_name == "validate":

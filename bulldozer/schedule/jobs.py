@@ -36,7 +36,8 @@ def find_specs(folder: Path) -> list[Path]:
 
 def submit(path: Path, home: str | None = None, folder: Path | None = None, check_catalog: bool = True) -> Path:
     """Validate ``path`` (against its catalog too) and place it in the specs folder
-    atomically as ``<name>.yaml``. Refuses a second job of the same name from another file."""
+    atomically as ``<name>.yaml``. Refuses a second job of the same name, or of the same alias,
+    from another file."""
     from bulldozer.schema.table_check import check_against_catalog
     from bulldozer.spec.policy import policy_issues
 
@@ -48,16 +49,28 @@ def submit(path: Path, home: str | None = None, folder: Path | None = None, chec
     folder.mkdir(parents=True, exist_ok=True)
     name = loaded.spec.metadata.name
     target = folder / f"{name}.yaml"
+    alias = loaded.spec.alias
     for other in find_specs(folder):
         if other == target:
             continue
         try:
-            other_name = load_spec(other).spec.metadata.name
+            submitted = load_spec(other).spec
         except BulldozerError:
             continue
-        if other_name == name:
+        if submitted.metadata.name == name:
             raise SpecError(
                 [SpecIssue(str(path), "metadata.name", f"a job named {name!r} is already submitted as {other}")]
+            )
+        if submitted.alias == alias:  # two jobs would flip one alias to their own data in turn
+            raise SpecError(
+                [
+                    SpecIssue(
+                        str(path),
+                        "key_value_dal.alias",
+                        f"the alias {alias!r} is the job {submitted.metadata.name!r}'s (submitted as {other}): "
+                        "name another alias",
+                    )
+                ]
             )
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
     try:

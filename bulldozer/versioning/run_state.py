@@ -103,6 +103,8 @@ class RunRecord:
     table_uuid: str = ""
     #: the shadow read before the flip (``load.shadow_read.ShadowReadReport.as_dict``), if one ran
     shadow_read: dict[str, Any] = field(default_factory=dict)
+    #: the job the alias served before this run took it over (``bulldozer run --take-over``)
+    taken_over_from: str = ""
 
     def to_json(self) -> str:
         return _compact(asdict(self))

@@ -418,6 +418,45 @@ def test_cli_run_get_runs_on_the_embedded_default(tmp_path: Path) -> None:
     assert json.loads(runs.stdout)[0]["version"] == record["version"]
 
 
+def test_an_alias_serves_one_job_until_it_is_handed_over(tmp_path: Path) -> None:
+    """Two teams choosing one alias name: the second job's run would flip the first's
+    consumers to its data and its retention would drop the first's versions. It is refused
+    in one line at key_value_dal.alias, before anything is made; ``--take-over`` hands the
+    alias over deliberately, recorded in the alias history, and then the first job is the
+    one refused."""
+    home = tmp_path / "h"
+    create_sample_warehouse(home, rows=2_000)
+    first = _cli(["run", "templates/move_data_to_kv_dal.yaml", "--json"], home)
+    assert first.returncode == 0, first.stderr
+    v1 = json.loads(first.stdout)["version"]
+    other = tmp_path / "other_team.yaml"
+    other.write_text(TEMPLATE.replace("name: user_item_scores ", "name: other_team ", 1))
+    refused = _cli(["run", str(other), "-q"], home)
+    said = refused.stderr.strip().splitlines()
+    assert refused.returncode == 2 and len(said) == 1, refused.stderr
+    assert (
+        said[0].startswith(f"{other}:")
+        and "key_value_dal.alias: the alias 'user_item_scores' serves the job" in said[0]
+    )
+    assert "--take-over" in said[0]
+    versions = json.loads(_cli(["namespaces", "user_item_scores", "--json"], home).stdout)
+    # nothing loaded: the refused run is kept as an empty FAILED record, as refused runs are
+    assert [(v["state"], v["record_count"]) for v in versions if v["name"] != v1] == [("FAILED", 0)]
+    assert json.loads(_cli(["alias", "history", "user_item_scores", "--json"], home).stdout)[0]["to_namespace"] == v1
+    planned = _cli(["plan", str(other)], home)  # the dry run says so too
+    assert planned.returncode == 2 and "refused: the alias serves the job user_item_scores" in planned.stdout
+    taken = _cli(["run", str(other), "--take-over", "--json"], home)
+    assert taken.returncode == 0, taken.stderr
+    record = json.loads(taken.stdout)
+    assert record["taken_over_from"] == "user_item_scores" and record["previous"] == v1
+    history = json.loads(_cli(["alias", "history", "user_item_scores", "--json"], home).stdout)
+    assert "taken over from the job 'user_item_scores'" in history[0]["reason"]  # newest first
+    back = _cli(["run", "templates/move_data_to_kv_dal.yaml", "-q"], home)  # now the first job is another's
+    assert back.returncode == 2 and "serves the job 'other_team'" in back.stderr
+    again = _cli(["run", str(other), "--json"], home)  # the job the alias serves runs as ever
+    assert again.returncode == 0 and json.loads(again.stdout)["taken_over_from"] == ""
+
+
 def test_cli_failure_is_one_clear_line(tmp_path: Path) -> None:
     home = tmp_path / "h"
     create_sample_warehouse(home, rows=500)  # below the template's min_rows of 1000

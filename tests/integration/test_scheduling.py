@@ -116,6 +116,9 @@ def test_submit_places_the_spec_atomically_and_jobs_lists_it(home: Path, tmp_pat
     refused = _cli(["submit", "templates/move_data_to_kv_dal.yaml"], home, env)
     assert refused.returncode == 2 and f"already submitted as {legacy}" in refused.stderr
     legacy.unlink()
+    same_alias = write_spec(tmp_path / "same_alias.yaml", **{"name: user_item_scores": "name: other_team"})
+    refused = _cli(["submit", str(same_alias)], home, env)
+    assert refused.returncode == 2 and "the alias 'user_item_scores' is the job 'user_item_scores'" in refused.stderr
     bad = write_spec(tmp_path / "bad.yaml", **{"name: user_item_scores": "name: other", "user_id": "user_idd"})
     refused = _cli(["submit", str(bad)], home, env)
     assert refused.returncode == 2 and "user_idd" in refused.stderr
