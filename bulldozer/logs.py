@@ -11,6 +11,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bulldozer.redaction import visible
+
 __all__ = ["LOG_FILE_CAP_BYTES", "LOG_KEEP_DAYS", "configure_logging", "log_file", "open_log"]
 
 #: a log file is not appended to once it is this large (the next one of the day is)
@@ -28,8 +30,6 @@ class TextFormatter(logging.Formatter):
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
-        from bulldozer.redaction import visible
-
         shown = logging.makeLogRecord(record.__dict__)
         shown.msg, shown.args = visible(record.getMessage()), None
         return super().format(shown)

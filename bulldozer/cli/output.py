@@ -2,7 +2,7 @@
 short version ids, long values cut with "…"), ``wide`` (every column, every value whole),
 ``json`` (what ``--json`` prints) or ``tsv`` (a header line, then one line per row, whole
 values; tabs and newlines inside a value become spaces). A value's control characters are
-shown as escapes (``common.visible``), never acted on by the terminal."""
+shown as escapes (``redaction.visible``), never acted on by the terminal."""
 
 from __future__ import annotations
 
