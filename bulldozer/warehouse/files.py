@@ -40,9 +40,9 @@ def _parts(uri: str) -> tuple[str, str, str]:
     return scheme, host, path
 
 
-def _under(path: str, root: str) -> bool:
-    p, r = _parts(path), _parts(root)
-    return p[:2] == r[:2] and (p[2] == r[2] or p[2].startswith(r[2].rstrip("/") + "/"))
+def _under(path: tuple[str, str, str], root: tuple[str, str, str]) -> bool:
+    """Whether the parsed ``path`` is ``root`` or lies below it (both from ``_parts``)."""
+    return path[:2] == root[:2] and (path[2] == root[2] or path[2].startswith(root[2].rstrip("/") + "/"))
 
 
 def outside(location: str, paths: Iterable[str], roots: list[str]) -> str | None:
@@ -50,8 +50,12 @@ def outside(location: str, paths: Iterable[str], roots: list[str]) -> str | None
     (None: all are; ``*`` in ``roots``: anywhere)."""
     if "*" in roots:
         return None
-    allowed = [location, *roots]
-    return next((p for p in paths if not any(_under(p, root) for root in allowed)), None)
+    allowed = [_parts(root) for root in (location, *roots)]  # parsed once, not once per path
+    for path in paths:
+        parsed = _parts(path)
+        if not any(_under(parsed, root) for root in allowed):
+            return path
+    return None
 
 
 def checked_tasks(scan: Any, tasks: Iterable[Any]) -> list[Any]:
