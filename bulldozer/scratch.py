@@ -9,6 +9,12 @@ runs — and a child it forks, which shares the lock — and the kernel releases
 the last of them exits, however it exits. ``make`` first removes every ``bulldozer-*``
 folder of this user whose lock it can take. The lock file gets its name only once it is
 locked, so a folder being made is never mistaken for an abandoned one.
+
+A folder for Unix sockets (``sockets=True``: a DAL's) is made where a socket's path fits in
+the kernel's limit (``bulldozer.sockets.SOCKET_PATH_MAX``): in the temporary
+directory when it is short enough, else in the first of ``SOCKET_ROOTS`` that is, as
+CPython's ``multiprocessing`` does. A ``$TMPDIR`` deep in a scheduler's or a container's
+work folder otherwise kept the embedded DAL from listening at all.
 """
 
 from __future__ import annotations
@@ -22,18 +28,29 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["folder", "make", "remove", "sweep"]
+from bulldozer.errors import BackendUnavailableError
+from bulldozer.sockets import SOCKET_PATH_MAX
+
+__all__ = ["folder", "make", "remove", "socket_root", "sweep"]
 
 PREFIX = "bulldozer-"
 OWNER = ".owner"
+#: the longest name Bulldozer gives a socket in a folder of its own (``kvd-metrics.sock``), with room
+SOCKET_NAME_MAX = 24
+#: where a folder for sockets goes when the temporary directory's path is too long for them
+SOCKET_ROOTS = ("/tmp", "/var/tmp", "/dev/shm")
+_RANDOM = 8  # the characters tempfile.mkdtemp adds to a prefix
 
 _held: dict[Path, int] = {}
 _lock = threading.Lock()
 
 
-def make(kind: str, root: Path | None = None) -> Path:
+def make(kind: str, root: Path | None = None, sockets: bool = False) -> Path:
     """A new private folder ``bulldozer-<kind>-XXXXXXXX`` in ``root`` (the temporary
-    directory), locked by this process until ``remove``; abandoned ones are swept first."""
+    directory; for ``sockets``, a place where a socket's path fits: ``socket_root``),
+    locked by this process until ``remove``; abandoned ones are swept first."""
+    if sockets and root is None:
+        root = socket_root(kind)
     sweep(root)
     path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{kind}-", dir=root))
     fd = os.open(path / f"{OWNER}.new", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
@@ -59,13 +76,36 @@ def remove(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def folder(kind: str, root: Path | None = None) -> Iterator[Path]:
+def folder(kind: str, root: Path | None = None, sockets: bool = False) -> Iterator[Path]:
     """``make``, removed on exit."""
-    path = make(kind, root)
+    path = make(kind, root, sockets)
     try:
         yield path
     finally:
         remove(path)
+
+
+def socket_root(kind: str) -> Path | None:
+    """Where a folder of ``kind`` for Unix sockets goes: None (the temporary directory) when
+    a socket's path in it fits in ``SOCKET_PATH_MAX``, else the first of ``SOCKET_ROOTS``
+    where it does and this user may make folders; a BackendUnavailableError saying so
+    when there is none."""
+
+    def fits(root: str) -> bool:
+        longest = len(os.fsencode(root)) + len(f"/{PREFIX}{kind}-") + _RANDOM + 1 + SOCKET_NAME_MAX
+        return longest <= SOCKET_PATH_MAX
+
+    temporary = tempfile.gettempdir()
+    if fits(temporary):
+        return None
+    for root in SOCKET_ROOTS:
+        if fits(root) and os.path.isdir(root) and os.access(root, os.W_OK | os.X_OK):
+            return Path(root)
+    raise BackendUnavailableError(
+        f"no folder for the DAL's sockets: the temporary directory {temporary} is too long a path for a Unix "
+        f"socket (at most {SOCKET_PATH_MAX} bytes with the socket's name), and none of {', '.join(SOCKET_ROOTS)} "
+        "is writable; set TMPDIR to a shorter path"
+    )
 
 
 def sweep(root: Path | None = None) -> list[Path]:

@@ -124,7 +124,7 @@ def start_embedded_dal(
     from bulldozer.warehouse.catalog import bulldozer_home
 
     log_path = log_file(bulldozer_home(home) / "logs", "dal")
-    with scratch.folder("dal") as folder:
+    with scratch.folder("dal", sockets=True) as folder:
         with open(open_log(log_path), "wb") as log:
             offset = os.fstat(log.fileno()).st_size
             proc = subprocess.Popen(
@@ -223,7 +223,7 @@ def host_embedded_dal(home: str | os.PathLike[str] | None = None, startup_timeou
     server_log.handlers[:], server_log.propagate = [handler], False
     server_log.setLevel(logging.INFO)
     try:
-        with scratch.folder("dal") as folder:
+        with scratch.folder("dal", sockets=True) as folder:
             dal = HostedDal(home, folder, log_path, startup_timeout)
             try:
                 yield dal

@@ -341,3 +341,34 @@ def test_a_run_in_the_loader_imports_nothing(tmp_path: Path) -> None:
     # and built every pydantic model a one-shot run builds when first used (process.DEFERRED_MODELS)
     unbuilt = [line for line in done.stderr.splitlines() if line.startswith("unbuilt:")]
     assert unbuilt == ["unbuilt: 0", "unbuilt: 0"], unbuilt
+
+
+def test_a_deep_home_and_temporary_directory_take_a_run_and_a_loader(tmp_path: Path) -> None:
+    """A Unix socket's path has at most 107 bytes. With a $TMPDIR deep in a scheduler's work
+    folder the embedded DAL could not listen (every run failed at its schema stage), and with
+    a deep home the loader could not (``AF_UNIX path too long``): both work, and nothing
+    is left in either folder."""
+    deep = tmp_path / ("t" * 60) / ("u" * 60)
+    scratch, home = deep / "tmp", deep / "home"
+    scratch.mkdir(parents=True)
+    assert len(str(scratch)) > 107 and len(str(socket_path(home))) > 107
+    create_sample_warehouse(home, rows=2_000)
+    (home / "job.yaml").write_text(TEMPLATE)
+    env = {"TMPDIR": str(scratch), "BULLDOZER_LOADER": "off"}
+    alone = _bulldozer(home, "run", "job.yaml", "--json", "-q", cwd=home, env=env)
+    assert alone.returncode == 0, alone.stderr
+    assert json.loads(alone.stdout)["rows"] == 2_000 and alone.stderr == ""
+    started = _bulldozer(home, "loader", "start", env={"TMPDIR": str(scratch)})
+    assert started.returncode == 0, started.stdout + started.stderr
+    try:
+        served = status(home)
+        assert served is not None and served["dal"]
+        warm = _bulldozer(home, "run", "job.yaml", "--json", "-q", cwd=home, env={"TMPDIR": str(scratch)})
+        assert warm.returncode == 0, warm.stderr
+        assert json.loads(warm.stdout)["rows"] == 2_000
+        assert status(home)["served"] == served["served"] + 1  # type: ignore[index]
+    finally:
+        stopped = _bulldozer(home, "loader", "stop")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert status(home) is None and not socket_path(home).exists()
+    assert list(scratch.iterdir()) == []

@@ -7,9 +7,12 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
+
+import pytest
 
 from bulldozer import scratch
 
@@ -80,3 +83,26 @@ def test_a_folder_is_private_and_removed_on_exit(tmp_path: Path) -> None:
         assert path.stat().st_mode & 0o777 == 0o700
         assert (path / scratch.OWNER).is_file()
     assert not path.exists()
+
+
+def test_a_folder_for_sockets_is_made_where_their_paths_fit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the temporary directory while a socket's path there fits in sun_path; past that,
+    in the first short place this user may write to; with none, one line saying so."""
+    from bulldozer.errors import BackendUnavailableError
+    from bulldozer.sockets import SOCKET_PATH_MAX
+
+    monkeypatch.setattr(tempfile, "tempdir", "/tmp")
+    assert scratch.socket_root("dal") is None
+    deep = tmp_path / ("d" * 80)
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    assert scratch.socket_root("dal") == Path("/tmp")
+    with scratch.folder("dal", sockets=True) as made:
+        assert made.parent == Path("/tmp") and made.name.startswith("bulldozer-dal-")
+        assert len(str(made / "kvd-metrics.sock")) <= SOCKET_PATH_MAX
+    assert not made.exists()
+    with scratch.folder("protoc") as plain:  # a folder for files stays in the temporary directory
+        assert plain.parent == deep
+    monkeypatch.setattr(scratch, "SOCKET_ROOTS", (str(deep),))
+    with pytest.raises(BackendUnavailableError, match="set TMPDIR to a shorter path"):
+        scratch.socket_root("dal")

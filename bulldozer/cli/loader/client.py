@@ -22,6 +22,7 @@ import sys
 
 from bulldozer.cli.commands import invoked
 from bulldozer.cli.loader import REQUEST_HEADER, option, registry, socket_path
+from bulldozer.sockets import at_unix_path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ def request(path: str | Path, message: dict[str, Any], fds: Sequence[int] = (), 
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(timeout)
-        sock.connect(os.fspath(path))
+        at_unix_path(path, sock.connect)
         _, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
         if uid != os.getuid():
             raise PermissionError(f"{path}: a process of uid {uid} listens there")

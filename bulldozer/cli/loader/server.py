@@ -29,6 +29,7 @@ from typing import Any
 
 from bulldozer.cli.loader import REQUEST_HEADER, loader_folder, option, registry, registry_link, socket_path
 from bulldozer.errors import BackendUnavailableError
+from bulldozer.sockets import at_unix_path
 
 __all__ = ["PRELOAD", "serve"]
 
@@ -123,7 +124,7 @@ def _listen(path: Path) -> socket.socket:
     if path.exists():
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            probe.connect(str(path))
+            at_unix_path(path, probe.connect)
         except OSError:
             path.unlink()  # a loader that died left it
         else:
@@ -131,7 +132,7 @@ def _listen(path: Path) -> socket.socket:
         finally:
             probe.close()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(path))
+    at_unix_path(path, listener.bind)
     os.chmod(path, 0o600)
     listener.listen(64)
     listener.setblocking(False)

@@ -175,7 +175,7 @@ def _create_native_server(
     kvd_stderr: Any = None,
     reflection: bool = True,
 ) -> tuple[RunningServer, int]:
-    private = scratch.make("dal")
+    private = scratch.make("dal", sockets=True)
     backend = f"unix:{private / 'reference.sock'}"
     # the private reference DAL behind the front: the caller already decided about authentication
     reference, _ = create_server(

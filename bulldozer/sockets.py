@@ -1,0 +1,42 @@
+"""Unix socket paths: how long one may be, and how to reach one whose path is longer.
+
+The kernel takes a socket's path in ``sun_path``: 108 bytes on Linux (104 on macOS), the
+closing NUL included. A path deep in a scheduler's or a container's work folder does not
+fit: a ``$TMPDIR`` of ~70 characters kept the embedded DAL from listening, a home of ~95 the
+warm loader. Sockets another process dials by path (the DAL's: gRPC and ``bulldozer-kvd``
+take an address, not a descriptor) go to a folder where the path fits
+(``bulldozer.scratch.socket_root``); a socket this process binds or connects itself is
+reached through a descriptor of its folder (``at_unix_path``).
+
+Light at import (os and sys only): the warm loader's caller imports it on its way.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+__all__ = ["SOCKET_PATH_MAX", "at_unix_path"]
+
+#: the longest path bind() and connect() take for a Unix socket: ``sun_path`` but its NUL
+SOCKET_PATH_MAX = 107 if sys.platform.startswith("linux") else 103
+
+
+def at_unix_path(path: str | Path, call: Callable[[str], None]) -> None:
+    """``call`` (a socket's ``bind`` or ``connect``) with the Unix socket ``path``: the path
+    itself when it fits, else through a descriptor of its folder held open for the call
+    (``/proc/self/fd/N/NAME``, which the kernel resolves to the folder: Linux)."""
+    name = os.fspath(path)
+    if len(os.fsencode(name)) <= SOCKET_PATH_MAX:
+        call(name)
+        return
+    folder = os.open(os.path.dirname(name) or ".", os.O_PATH | os.O_DIRECTORY)
+    try:
+        call(f"/proc/self/fd/{folder}/{os.path.basename(name)}")
+    finally:
+        os.close(folder)
