@@ -382,3 +382,23 @@ def test_spark_finds_the_source_by_name_where_bulldozer_is_installed(dal: KvClie
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert dal.describe(dal.get_alias("found").namespace).record_count == 10
+
+
+@pytest.mark.parametrize("endpoint", ["localhost:70o0", "dal.example:99999"])
+def test_a_malformed_endpoint_is_refused_at_once(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator's BULLDOZER_ENDPOINT, or the program's ``endpoint`` option, that no DAL can
+    be dialled at is one line before anything is written, not a 60 s wait on a channel."""
+    import time
+
+    from bulldozer.errors import InvalidArgumentError
+    from bulldozer.load.engines.spark.datasource import _job_writer
+
+    monkeypatch.setenv("BULLDOZER_ENDPOINT", endpoint)
+    began = time.monotonic()
+    with pytest.raises(InvalidArgumentError, match="is not a DAL endpoint: give embedded or HOST:PORT"):
+        _job_writer({"alias": "typo", "key_columns": "id"}, None)
+    monkeypatch.delenv("BULLDOZER_ENDPOINT")
+    if endpoint.endswith("99999"):  # the spec's pattern takes it; no port has that number
+        with pytest.raises(InvalidArgumentError, match="a port from 1 to 65535"):
+            _job_writer({"alias": "typo", "key_columns": "id", "endpoint": endpoint}, None)
+    assert time.monotonic() - began < 10

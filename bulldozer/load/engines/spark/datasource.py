@@ -417,7 +417,7 @@ def _job_writer(options: dict[str, str], schema: Any) -> BulldozerWriter:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from bulldozer.kv.client import KvClient
-    from bulldozer.kv.connect import endpoint_issues, spec_token
+    from bulldozer.kv.connect import checked_endpoint, endpoint_issues, spec_token
     from bulldozer.kv.tls import material_credentials, settings_tls_material
     from bulldozer.load.runner import JobRun
     from bulldozer.load.source import output_schema
@@ -455,7 +455,7 @@ def _job_writer(options: dict[str, str], schema: Any) -> BulldozerWriter:
         raise SpecError(issues)
     settings = load_settings()
     named = spec.key_value_dal.endpoint
-    target = named or settings.dal_endpoint()
+    target = checked_endpoint(named or settings.dal_endpoint())  # a typo: one line now, not a 60 s wait
     if target == "embedded":
         raise InvalidArgumentError(
             "a DataFrame write needs a DAL the executors reach (host:port): set the spec's endpoint or "
