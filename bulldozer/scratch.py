@@ -12,9 +12,9 @@ locked, so a folder being made is never mistaken for an abandoned one.
 
 A folder for Unix sockets (``sockets=True``: a DAL's) is made where a socket's path fits in
 the kernel's limit (``bulldozer.sockets.SOCKET_PATH_MAX``): in the temporary
-directory when it is short enough, else in the first of ``SOCKET_ROOTS`` that is, as
-CPython's ``multiprocessing`` does. A ``$TMPDIR`` deep in a scheduler's or a container's
-work folder otherwise kept the embedded DAL from listening at all.
+directory when it is short enough, else in the first of ``SOCKET_ROOTS`` that is (a
+``$TMPDIR`` deep in a scheduler's or a container's work folder otherwise kept the embedded
+DAL from listening at all).
 """
 
 from __future__ import annotations
