@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -11,6 +12,7 @@ import typer
 from bulldozer.cli.common import handle_errors
 from bulldozer.errors import InvalidArgumentError
 from bulldozer.kv.server.native import DataPlane
+from bulldozer.sockets import SOCKET_PATH_MAX
 
 
 class EngineName(StrEnum):
@@ -166,6 +168,11 @@ def serve(
         raise InvalidArgumentError("--tls-cert and --tls-key go together")
     if tls_client_ca is not None and tls_cert is None:
         raise InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key")
+    if unix_socket is not None and len(os.fsencode(unix_socket)) > SOCKET_PATH_MAX:
+        raise InvalidArgumentError(
+            f"--unix-socket {unix_socket}: a Unix socket's path holds at most {SOCKET_PATH_MAX} bytes, this one "
+            f"{len(os.fsencode(unix_socket))}; give a shorter one"
+        )
     credentials = server_credentials(tls_cert, tls_key, tls_client_ca) if tls_cert and tls_key else None
     auth = load_auth_config(auth_config) if auth_config else None
     code = run(
@@ -183,7 +190,6 @@ def serve(
     # Exit now: request threads that outlived the grace period must not hold the process
     # (everything is flushed; the store is consistent at every committed transaction).
     import logging
-    import os
     import sys
 
     logging.shutdown()

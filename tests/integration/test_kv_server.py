@@ -247,3 +247,21 @@ def test_a_dal_too_old_to_describe_its_store_answers_none() -> None:
             assert client.describe_store() is None
     finally:
         old.stop(None)
+
+
+def test_a_unix_socket_path_too_long_is_one_line(tmp_path: Path) -> None:
+    """``serve --unix-socket`` with a path the kernel cannot bind (over 107 bytes) says so in
+    one line at once: it used to let the native plane fail, fall back, print gRPC's own log
+    line and then a message about binding."""
+    deep = tmp_path / ("s" * 60) / ("t" * 40)
+    deep.mkdir(parents=True)
+    too_long = deep / "dal.sock"
+    done = subprocess.run(
+        [sys.executable, "-m", "bulldozer.cli.main", "serve", "--path", str(tmp_path / "kv"),
+         "--unix-socket", str(too_long)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: --unix-socket ") and "holds at most 107 bytes" in lines[0], lines
+    assert not (tmp_path / "kv").exists() and not too_long.exists()
