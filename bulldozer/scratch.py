@@ -28,8 +28,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from bulldozer import sockets
 from bulldozer.errors import BackendUnavailableError
-from bulldozer.sockets import SOCKET_PATH_MAX
 
 __all__ = ["folder", "make", "remove", "socket_root", "sweep"]
 
@@ -91,20 +91,19 @@ def socket_root(kind: str) -> Path | None:
     where it does and this user may make folders; a BackendUnavailableError saying so
     when there is none."""
 
-    def fits(root: str) -> bool:
-        longest = len(os.fsencode(root)) + len(f"/{PREFIX}{kind}-") + _RANDOM + 1 + SOCKET_NAME_MAX
-        return longest <= SOCKET_PATH_MAX
+    def room(root: str) -> bool:  # the longest socket path a folder made there would hold
+        return sockets.fits(os.path.join(root, f"{PREFIX}{kind}-" + "X" * _RANDOM, "x" * SOCKET_NAME_MAX))
 
     temporary = tempfile.gettempdir()
-    if fits(temporary):
+    if room(temporary):
         return None
     for root in SOCKET_ROOTS:
-        if fits(root) and os.path.isdir(root) and os.access(root, os.W_OK | os.X_OK):
+        if room(root) and os.path.isdir(root) and os.access(root, os.W_OK | os.X_OK):
             return Path(root)
     raise BackendUnavailableError(
         f"no folder for the DAL's sockets: the temporary directory {temporary} is too long a path for a Unix "
-        f"socket (at most {SOCKET_PATH_MAX} bytes with the socket's name), and none of {', '.join(SOCKET_ROOTS)} "
-        "is writable; set TMPDIR to a shorter path"
+        f"socket (at most {sockets.SOCKET_PATH_MAX} bytes with the socket's name), and none of "
+        f"{', '.join(SOCKET_ROOTS)} is writable; set TMPDIR to a shorter path"
     )
 
 

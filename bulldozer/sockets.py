@@ -21,10 +21,15 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-__all__ = ["SOCKET_PATH_MAX", "at_unix_path"]
+__all__ = ["SOCKET_PATH_MAX", "at_unix_path", "fits"]
 
 #: the longest path bind() and connect() take for a Unix socket: ``sun_path`` but its NUL
 SOCKET_PATH_MAX = 107 if sys.platform.startswith("linux") else 103
+
+
+def fits(path: str | Path) -> bool:
+    """Can a Unix socket have the path ``path``?"""
+    return len(os.fsencode(path)) <= SOCKET_PATH_MAX
 
 
 def at_unix_path(path: str | Path, call: Callable[[str], None]) -> None:
@@ -32,7 +37,7 @@ def at_unix_path(path: str | Path, call: Callable[[str], None]) -> None:
     itself when it fits, else through a descriptor of its folder held open for the call
     (``/proc/self/fd/N/NAME``, which the kernel resolves to the folder: Linux)."""
     name = os.fspath(path)
-    if len(os.fsencode(name)) <= SOCKET_PATH_MAX:
+    if fits(name):
         call(name)
         return
     folder = os.open(os.path.dirname(name) or ".", os.O_PATH | os.O_DIRECTORY)

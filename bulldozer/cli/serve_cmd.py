@@ -12,7 +12,7 @@ import typer
 from bulldozer.cli.common import handle_errors
 from bulldozer.errors import InvalidArgumentError
 from bulldozer.kv.server.native import DataPlane
-from bulldozer.sockets import SOCKET_PATH_MAX
+from bulldozer.sockets import SOCKET_PATH_MAX, fits
 
 
 class EngineName(StrEnum):
@@ -168,7 +168,7 @@ def serve(
         raise InvalidArgumentError("--tls-cert and --tls-key go together")
     if tls_client_ca is not None and tls_cert is None:
         raise InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key")
-    if unix_socket is not None and len(os.fsencode(unix_socket)) > SOCKET_PATH_MAX:
+    if unix_socket is not None and not fits(unix_socket):
         raise InvalidArgumentError(
             f"--unix-socket {unix_socket}: a Unix socket's path holds at most {SOCKET_PATH_MAX} bytes, this one "
             f"{len(os.fsencode(unix_socket))}; give a shorter one"
