@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,17 @@ SPECS = REPO / "tests" / "specs"
 def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No test touches the developer's ./.bulldozer by accident."""
     monkeypatch.setenv("BULLDOZER_HOME", str(tmp_path / "bulldozer-home"))
+
+
+@pytest.fixture(autouse=True)
+def _no_profile_selected() -> Iterator[None]:
+    """A command invoked in this process (typer's CliRunner) with ``--profile`` selects that
+    profile for the process (``settings.select_profile``), as a command's own process would:
+    no later test of the worker inherits it."""
+    yield
+    from bulldozer.settings import select_profile
+
+    select_profile(None)
 
 
 @pytest.fixture(scope="session")
