@@ -15,8 +15,9 @@ import typer
 from bulldozer.cli.common import HOME_HELP, console, fail, handle_errors, print_json
 
 app = typer.Typer(
-    help="A warm process that runs `bulldozer run` without its start-up cost, for schedulers that run many "
-    "jobs (while it runs, `bulldozer run` in its home hands itself over; BULLDOZER_LOADER=off opts out).",
+    help="A warm process that runs `bulldozer run` without its start-up cost.\n\n"
+    "For schedulers that run many jobs: while it runs, `bulldozer run` in its home hands itself over "
+    "(BULLDOZER_LOADER=off opts out).",
     no_args_is_help=True,
 )
 
@@ -51,7 +52,9 @@ def start(
     home: Annotated[str | None, typer.Option(help=HOME_HELP, show_default=False)] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait until it answers.")] = 60.0,
 ) -> None:
-    """Start the loader in the background (its log: <home>/logs/loader-DATE.log) and wait until it answers."""
+    """Start the loader in the background and wait until it answers.
+
+    Its log is <home>/logs/loader-DATE.log."""
     from bulldozer.cli.loader import loader_folder
     from bulldozer.cli.loader.client import status
 

@@ -188,8 +188,10 @@ def gc(
     home: Home = None,
     as_json: Json = False,
 ) -> None:
-    """Apply retention to every alias: drop RETIRED versions beyond --keep, and versions left
-    LOADING, FAILED or never flipped (SEALED), once they are older than --grace."""
+    """Apply retention to every alias.
+
+    Drops RETIRED versions beyond --keep, and versions left LOADING, FAILED or never flipped
+    (SEALED), once they are older than --grace."""
     from bulldozer.kv.types import HELD
     from bulldozer.spec.models import parse_duration
     from bulldozer.versioning.retention import plan_retention
@@ -227,8 +229,9 @@ def scan(
     endpoint: Endpoint = None,
     home: Home = None,
 ) -> None:
-    """Print records in key order as JSON lines ({"key": ..., "value": ...}), decoded with the
-    version's own stored schema (as ``get`` prints them)."""
+    """Print records in key order as JSON lines, decoded with the version's stored schema.
+
+    Each line is {"key": ..., "value": ...}, both written as `bulldozer get` prints them."""
     from bulldozer.schema.decode import ReadableJson
 
     with open_client(endpoint, home) as client:
@@ -257,8 +260,10 @@ def pin(
     home: Home = None,
     as_json: Json = False,
 ) -> None:
-    """Hold the alias on its current version: runs keep building and verifying versions but
-    do not flip (they end with outcome "pinned"). Rollbacks still work."""
+    """Hold the alias on its current version; rollbacks still work.
+
+    Runs keep building and verifying versions but do not flip (they end with outcome
+    "pinned")."""
     _set_pin(alias, True, reason, endpoint, home, as_json)
 
 

@@ -145,8 +145,9 @@ def client(
         bool, typer.Option("--json", help="Print the files written and the generation as JSON.")
     ] = False,
 ) -> None:
-    """Generate a client library for the job's data, deterministic (same spec, schema and
-    schema generation, same bytes):
+    """Generate a client library for the job's data, in Python, Java or Go.
+
+    Deterministic (same spec, schema and schema generation, same bytes):
 
     \b
     python  an installable package: messages, type stubs and a typed reader (get /

@@ -369,9 +369,10 @@ def get(
     home: Home = None,
     token: Token = None,
 ) -> None:
-    """Read one value and print it as JSON, decoded with the version's own stored schema
-    (dates, times and timestamps as ISO-8601, uuids as text, int64 as numbers: see README).
-    The key is written the same way."""
+    """Read one value and print it as JSON, decoded with the version's own stored schema.
+
+    Dates, times and timestamps are ISO-8601, uuids text, int64 numbers (see README); the
+    key is written the same way."""
     from bulldozer.schema.decode import ReadableJson
 
     try:
@@ -399,8 +400,10 @@ def runs(
     as_json: Json = False,
     output: Output = None,
 ) -> None:
-    """List the runs of an alias (newest first) with their outcome, rows and timings, and
-    the runs refused before they loaded (an invalid spec or a breaking schema) with the reason."""
+    """List the runs of an alias, newest first, with their outcome, rows and timings.
+
+    The runs refused before they loaded (an invalid spec or a breaking schema) are listed
+    too, with the reason."""
     from dataclasses import asdict
 
     from bulldozer.versioning.run_state import run_record_of
@@ -450,8 +453,10 @@ def plan(
         EngineChoice, typer.Option(help="The engine to estimate (from its own earlier runs).")
     ] = EngineChoice.local,
 ) -> None:
-    """Dry run: rows and bytes a run would move, its estimated time (from the rate an
-    earlier run on the same engine measured), the schema diff against the live version, and which versions
+    """Dry run: what a run would move, how long it would take and what it would change.
+
+    The rows and bytes a run would move, its estimated time (from the rate an earlier run on
+    the same engine measured), the schema diff against the live version, and which versions
     retention would retire. Writes nothing. Exit 2 if the alias serves another job (a run
     needs --take-over), 3 if the schema change would break readers.
     """

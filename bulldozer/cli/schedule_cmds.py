@@ -23,8 +23,10 @@ def submit(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Validate a spec (against its catalog too) and place it in the specs folder, where the
-    Airflow DAG loader (dags/bulldozer_dags.py) turns it into a scheduled DAG.
+    """Validate a spec against its catalog and place it where the scheduler picks it up.
+
+    That is the specs folder, where the Airflow DAG loader (dags/bulldozer_dags.py) turns
+    it into a scheduled DAG.
 
     The file is written under a temporary name and renamed into place, so the scheduler
     never reads half a spec. Submitting a spec again replaces it; a second job with the

@@ -24,8 +24,9 @@ def package(
     ] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
 ) -> None:
-    """Pack Bulldozer and its runtime dependencies, as installed here, into a Python
-    environment for Spark executors.
+    """Pack Bulldozer and its runtime dependencies, as installed here, for Spark executors.
+
+    The archive is a Python environment the executors run their workers from.
 
     Ship it with every Spark run by setting BULLDOZER_SPARK_ARCHIVE to the file: the
     executors unpack it as ./bulldozer_env and run their Python workers from it. The

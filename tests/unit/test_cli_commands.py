@@ -48,3 +48,21 @@ def test_a_command_built_alone_is_the_whole_command_lines_own() -> None:
         assert list(alone.commands) == [name]
         assert _described(alone.commands[name]) == _described(whole.commands[name]), name
         assert _described(alone)[2] == _described(whole)[2]  # the root's options
+
+
+def _commands(command: object, path: str) -> list[tuple[str, object]]:
+    found = []
+    for name, sub in getattr(command, "commands", {}).items():
+        found += [(f"{path} {name}", sub), *_commands(sub, f"{path} {name}")]
+    return found
+
+
+def test_every_command_is_summed_up_in_one_short_sentence() -> None:
+    """``bulldozer --help`` (and a group's) lists each command with its help's first
+    paragraph as written: a paragraph of several lines came out as a ragged block, and one
+    ending in a colon, or with reStructuredText's double backquotes, read as cut off."""
+    for path, command in _commands(typer.main.get_command(build()), "bulldozer"):
+        summary = (getattr(command, "help", None) or "").split("\n\n")[0].strip()
+        assert summary.endswith("."), (path, summary)
+        assert "\n" not in summary and "``" not in summary, (path, summary)
+        assert len(summary) <= 85, (path, len(summary), summary)
