@@ -414,6 +414,10 @@ def test_cli_run_get_runs_on_the_embedded_default(tmp_path: Path) -> None:
     assert json.loads(pinned.stdout) == json.loads(got.stdout)
     missing = _cli(["get", "user_item_scores", "--key", '{"user_id": 1}'], home)
     assert missing.returncode == 2 and "missing: item_id, locale" in missing.stderr
+    typo = _cli(["get", "user_item_scores", "--key", json.dumps({**KEY, "userid": 1})], home)
+    assert typo.returncode == 2 and typo.stderr.strip().splitlines()[-1] == (
+        "error: --key: the key has no field 'userid' (did you mean 'user_id'?); its fields are user_id, item_id, locale"
+    )
     runs = _cli(["runs", "user_item_scores", "--json"], home)
     assert json.loads(runs.stdout)[0]["version"] == record["version"]
 
