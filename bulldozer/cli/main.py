@@ -10,6 +10,7 @@ process.before_imports()  # before anything imports numpy
 
 import functools  # noqa: E402
 import importlib  # noqa: E402
+import inspect  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import Callable, Iterable  # noqa: E402
 from typing import Any  # noqa: E402
@@ -78,7 +79,23 @@ def command(name: str | None) -> Callable[..., Any]:
     (None: all of them), made once per process. Typer makes it from the functions'
     signatures and annotations, 4-5 ms of every command; the warm loader makes the run's
     before it forks, so a run it takes starts with it made (bulldozer.cli.loader)."""
-    return typer.main.get_command(build([name] if name else COMMANDS))
+    made: Callable[..., Any] = reflowed(typer.main.get_command(build([name] if name else COMMANDS)))
+    return made
+
+
+def reflowed(command: Any) -> Any:
+    """``command`` (a click command or group, and its subcommands) with each help text's
+    paragraphs on one line, for the terminal to wrap: typer's rich help prints a docstring's
+    line breaks as they are, so at 80 columns a paragraph wrapped at 90 in the source came
+    out ragged. A paragraph marked ``\\b`` (a table, examples) keeps its lines."""
+    if command.help:
+        paragraphs = inspect.cleandoc(command.help).split("\n\n")
+        command.help = "\n\n".join(
+            p.replace("\b\n", "", 1) if p.startswith("\b\n") else " ".join(p.split()) for p in paragraphs
+        )
+    for sub in getattr(command, "commands", {}).values():
+        reflowed(sub)
+    return command
 
 
 def parse_ahead(argv: list[str]) -> None:

@@ -150,12 +150,14 @@ def client(
     Deterministic (same spec, schema and schema generation, same bytes):
 
     \b
-    python  an installable package: messages, type stubs and a typed reader (get /
-            batch_get) that refuses, on connect, a live version it would misread;
-    java    a Maven project (mvn package): messages, DAL stubs, <Job>Reader with a main
-            that reads one key, and a runnable jar (protoc plugin fetched from Maven Central);
-    go      a Go module (go build, go vet): messages, DAL stubs, client.Reader and
-            cmd/read (protoc plugins installed with go install).
+    python  an installable package: messages, type stubs and a typed reader
+            (get / batch_get) that refuses, on connect, a live version it
+            would misread;
+    java    a Maven project (mvn package): messages, DAL stubs, <Job>Reader
+            with a main that reads one key, and a runnable jar (protoc plugin
+            fetched from Maven Central);
+    go      a Go module (go build, go vet): messages, DAL stubs, client.Reader
+            and cmd/read (protoc plugins installed with go install).
 
     Every reader names the schema generation it was built for, so after a deliberate
     breaking change (run --allow-breaking) its reads are refused instead of misread.

@@ -135,10 +135,11 @@ def serve(
 
     \b
     Examples:
-      bulldozer serve                                        # embedded store in $BULLDOZER_HOME/kv
+      bulldozer serve                       # the store in $BULLDOZER_HOME/kv
       bulldozer serve --engine redis --url redis://cache-1:6379/0 --cluster
-      bulldozer serve --engine cassandra --contact-point c1 --contact-point c2 --keyspace features
-      bulldozer serve --engine-config cassandra.yaml         # consistency, credentials, timeouts ...
+      bulldozer serve --engine cassandra --contact-point c1 \\
+          --contact-point c2 --keyspace features
+      bulldozer serve --engine-config cassandra.yaml  # consistency, credentials
     """
     from bulldozer.kv.backends import create_engine
     from bulldozer.kv.server import serve as run

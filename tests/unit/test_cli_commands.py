@@ -3,6 +3,8 @@ and that command is the one the whole command line has."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import typer
 
@@ -66,3 +68,42 @@ def test_every_command_is_summed_up_in_one_short_sentence() -> None:
         assert summary.endswith("."), (path, summary)
         assert "\n" not in summary and "``" not in summary, (path, summary)
         assert len(summary) <= 85, (path, len(summary), summary)
+
+
+def _description(
+    command_line: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> list[str]:
+    """The lines of ``bulldozer COMMAND_LINE --help`` at 80 columns before its first panel."""
+    from bulldozer.cli.main import command
+
+    monkeypatch.setenv("COLUMNS", "80")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        command(None).main([*command_line, "--help"], prog_name="bulldozer")
+    assert exited.value.code == 0
+    text = capsys.readouterr().out.split("╭")[0]
+    return [line.rstrip() for line in text.splitlines()[3:]]  # after the usage line
+
+
+@pytest.mark.parametrize(
+    "name", [path.removeprefix("bulldozer ") for path, _ in _commands(typer.main.get_command(build()), "bulldozer")]
+)
+def test_a_commands_help_fills_the_terminals_width(
+    name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A help paragraph is wrapped to the terminal, not to the docstring's lines: typer's
+    help printed a docstring's line breaks as written, so at 80 columns a paragraph wrapped
+    at 90 in the source came out with a word or two alone on every other line."""
+    lines = _description(name.split(), capsys, monkeypatch)
+    for line, after in itertools.pairwise(lines):
+        # a line followed by more of its paragraph (not a table's next row or an example)
+        if line and after and not after.startswith("  ") and not line.endswith((";", ":")):
+            assert len(line) + 1 + len(after.split()[0]) > 78, (name, line, after)
+
+
+def test_a_table_in_a_help_text_keeps_its_lines(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = _description(["client"], capsys, monkeypatch)
+    assert " python  an installable package: messages, type stubs and a typed reader" in lines
+    assert "         (get / batch_get) that refuses, on connect, a live version it" in lines
