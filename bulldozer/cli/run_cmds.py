@@ -158,7 +158,9 @@ def run(
         say_store(client)
     if record.outcome == "pinned":
         console.print(
-            f"[yellow]![/] {record.version} was built and verified but not made live: {escape(visible(record.error))}"
+            f"[yellow]![/] {record.version} was built and verified but not made live: {escape(visible(record.error))}; "
+            f"`bulldozer rollback {record.alias} --to {record.version}` makes it live now, "
+            f"`bulldozer unpin {record.alias}` lets the next run flip"
         )
         return
     seconds = sum(record.timings.values())

@@ -18,7 +18,7 @@ from bulldozer.load.runner import run_job
 from bulldozer.names import new_version_name, short_version
 from bulldozer.versioning import rollback
 from bulldozer.warehouse.sample import create_sample_warehouse
-from tests.integration.test_run import KEY, read, spec, table
+from tests.integration.test_run import KEY, TEMPLATE, read, spec, table
 
 pytestmark = pytest.mark.integration
 runner = CliRunner()
@@ -137,6 +137,17 @@ def test_pin_blocks_a_flip_and_unpin_releases_it(home: Path, dal: KvClient) -> N
     assert dal.describe(held.version).state == State.SEALED  # built and verified, kept
     shown = _cli(dal, "alias", "show", "user_item_scores")
     assert "PINNED" in shown.stdout
+    (home / "job.yaml").write_text(TEMPLATE)
+    said = _cli(dal, "run", str(home / "job.yaml"), "--home", str(home), "-q")
+    assert said.exit_code == 0, said.output
+    line = " ".join(said.stdout.split())  # the console wraps it
+    kept = line.split(" was built and verified")[0].split()[-1]
+    assert dal.describe(kept).state == State.SEALED
+    assert f"alias 'user_item_scores' is pinned at {v1.version}: only a rollback moves it until it is unpinned" in line
+    # the line says how to make it live at once, and that works while the alias is pinned
+    assert f"`bulldozer rollback user_item_scores --to {kept}` makes it live now" in line
+    assert _cli(dal, "rollback", "user_item_scores", "--to", kept, "--yes").exit_code == 0
+    assert dal.get_alias("user_item_scores").namespace == kept
     assert _cli(dal, "unpin", "user_item_scores").exit_code == 0
     freed = run_job(spec(), dal, home=str(home))
     assert freed.outcome == "succeeded" and dal.get_alias("user_item_scores").namespace == freed.version

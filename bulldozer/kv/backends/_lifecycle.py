@@ -36,10 +36,7 @@ def plan_flip(
     if current is not None and actual == target_name:
         return current, [], None  # already there: a retried flip changes nothing
     if current is not None and current.pinned and respect_pin:
-        raise AliasPinnedError(
-            f"alias {alias!r} is pinned at {actual}; the version was built and verified but not made live "
-            "(unpin the alias, or roll forward by hand)"
-        )
+        raise AliasPinnedError(f"alias {alias!r} is pinned at {actual}: only a rollback moves it until it is unpinned")
     if (expected or None) != actual:
         raise AliasConflictError(
             f"alias {alias!r} points at {actual or 'nothing'}, not {expected or 'nothing'}; "
