@@ -13,13 +13,39 @@ from bulldozer.spec.loader import LoadedSpec
 from bulldozer.spec.policy import policy_issues
 from bulldozer.warehouse.catalog import load_table, open_catalog
 
-__all__ = ["check_against_catalog"]
+__all__ = ["check_against_catalog", "column_issues"]
 
 
-def _column_issue(loaded: LoadedSpec, path: tuple[str | int, ...], col: str, names: list[str]) -> SpecIssue:
+def _column_issue(
+    loaded: LoadedSpec, path: tuple[str | int, ...], col: str, names: list[str], source: str = "table"
+) -> SpecIssue:
     close = difflib.get_close_matches(col, names, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
-    return loaded.issue(path, f"the table has no column {col!r}{hint}")
+    return loaded.issue(path, f"the {source} has no column {col!r}{hint}")
+
+
+def column_issues(loaded: LoadedSpec, names: list[str], source: str = "table") -> list[SpecIssue]:
+    """Every column the spec names (keys, values, renames, the duplicate policy's order_by,
+    the null-fraction gates) that a ``source`` (the table, the query) with the columns
+    ``names`` has not, located in the spec with the closest column: what ``validate
+    --catalog`` says, and a run's schema stage about the snapshot or query it reads."""
+    dm = loaded.spec.data_movement
+    named: list[tuple[tuple[str | int, ...], str]] = [
+        *((("data_movement", "key_columns", i), col) for i, col in enumerate(dm.key_columns)),
+        *((("data_movement", "value_columns", i), col) for i, col in enumerate(dm.value_columns or ())),
+        *((("data_movement", "renames", col), col) for col in dm.renames),
+        *(
+            [(("data_movement", "duplicate_keys", "order_by"), dm.duplicate_keys.order_by)]
+            if dm.duplicate_keys.order_by
+            else []
+        ),
+        *(
+            (("key_value_dal", "quality_gates", "max_null_fraction", col), col)
+            for col in loaded.spec.key_value_dal.quality_gates.max_null_fraction
+        ),
+    ]
+    known = set(names)
+    return [_column_issue(loaded, path, col, names, source) for path, col in named if col not in known]
 
 
 def check_against_catalog(loaded: LoadedSpec, catalog: Any = None, home: str | None = None) -> list[SpecIssue]:
@@ -43,31 +69,7 @@ def _table_issues(loaded: LoadedSpec, catalog: Any, home: str | None) -> list[Sp
     except BulldozerError as exc:
         return [loaded.issue(("data_movement", "source", "table"), str(exc))]
     schema = table.schema()
-    names = [f.name for f in schema.fields]
-    issues: list[SpecIssue] = []
-    for i, col in enumerate(dm.key_columns):
-        if col not in names:
-            issues.append(_column_issue(loaded, ("data_movement", "key_columns", i), col, names))
-    for i, col in enumerate(dm.value_columns or ()):
-        if col not in names:
-            issues.append(_column_issue(loaded, ("data_movement", "value_columns", i), col, names))
-    for col in dm.renames:
-        if col not in names:
-            issues.append(_column_issue(loaded, ("data_movement", "renames", col), col, names))
-    if dm.duplicate_keys.order_by and dm.duplicate_keys.order_by not in names:
-        issues.append(
-            _column_issue(
-                loaded,
-                ("data_movement", "duplicate_keys", "order_by"),
-                dm.duplicate_keys.order_by,
-                names,
-            )
-        )
-    for col in spec.key_value_dal.quality_gates.max_null_fraction:
-        if col not in names:
-            issues.append(
-                _column_issue(loaded, ("key_value_dal", "quality_gates", "max_null_fraction", col), col, names)
-            )
+    issues = column_issues(loaded, [f.name for f in schema.fields])
     if dm.filter is not None:
         issues.extend(_check_filter(loaded, dm.filter, schema))
     if dm.snapshot_id is not None and table.snapshot_by_id(dm.snapshot_id) is None:

@@ -65,6 +65,17 @@ def test_catalog_check_suggests_near_misses(sample_home: Path, tmp_path: Path) -
     assert "did you mean 'nickname'?" in result.stderr
 
 
+def test_a_run_names_a_missing_column_as_validate_does(sample_home: Path, tmp_path: Path) -> None:
+    """A run's schema stage reports the columns the table has not as the spec's own lines,
+    with the closest name (it said ``no such column in the table: 'ratings'``, no place)."""
+    spec = _spec_with(tmp_path, "value_columns: [rating, price]", "value_columns: [ratings, price]")
+    result = runner.invoke(app, ["run", spec, "--home", str(sample_home), "-q"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [
+        f"{spec}:10:19: data_movement.value_columns[0]: the table has no column 'ratings'; did you mean 'rating'?"
+    ]
+
+
 def test_catalog_check_missing_table(sample_home: Path, tmp_path: Path) -> None:
     spec = _spec_with(tmp_path, "table: sample.user_item_scores", "table: sample.user_item_score")
     result = runner.invoke(app, ["validate", spec, "--catalog", "--home", str(sample_home)])

@@ -24,6 +24,7 @@ from bulldozer.errors import (
     NamespaceExistsError,
     QualityGateError,
     SourceDataError,
+    SpecError,
     TableNotFoundError,
 )
 from bulldozer.kv import KvClient
@@ -312,8 +313,14 @@ def test_a_column_dropped_from_the_table_is_reported(home: Path, dal: KvClient) 
     with table(home).update_schema() as update:
         update.delete_column("nickname")
     overwrite_sample(table(home), rows=3_000, variant=1)
-    with pytest.raises(Exception, match="no such column in the table: 'nickname'"):
+    with pytest.raises(SpecError) as refused:
         run_job(spec(), dal, home=str(home))
+    # the spec's lines that name it, as validate --catalog reports them
+    assert [f"{i.path}: {i.message}" for i in refused.value.issues] == [
+        "data_movement.value_columns[9]: the table has no column 'nickname'",
+        "key_value_dal.quality_gates.max_null_fraction.nickname: the table has no column 'nickname'",
+    ]
+    assert all(i.line for i in refused.value.issues)
 
 
 @pytest.mark.parametrize("runs", [2, 3])

@@ -94,6 +94,15 @@ def test_a_query_that_does_not_bind(home: Path, dal: KvClient) -> None:
         run_job(job("{query: 'SELECT no_such_column FROM sample.user_item_scores'}"), dal, home=str(home))
 
 
+def test_a_value_column_the_query_does_not_select(home: Path, dal: KvClient) -> None:
+    query = "{query: 'SELECT user_id, item_id, locale, rating FROM sample.user_item_scores'}"
+    with pytest.raises(SpecError) as refused:
+        run_job(job(query, "[rating, price]"), dal, home=str(home))
+    assert [str(i) for i in refused.value.issues] == [
+        "job.yaml:7:27: data_movement.value_columns[1]: the query has no column 'price'"
+    ]
+
+
 @pytest.mark.parametrize(
     "query",
     [
