@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from bulldozer.cli.process import interruption
 from bulldozer.errors import BulldozerError, SpecError
@@ -32,6 +33,8 @@ __all__ = [
     "error_json",
     "fail",
     "handle_errors",
+    "line",
+    "ok",
     "open_client",
     "open_version",
     "print_json",
@@ -51,9 +54,11 @@ Home = Annotated[str | None, typer.Option(help=HOME_HELP, show_default=False)]
 Token = Annotated[str | None, typer.Option(help="Bearer token (default: $BULLDOZER_TOKEN).", show_default=False)]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
-# soft_wrap: never break lines at the terminal width (output is read by scripts and tests too)
-_CONSOLE: dict[str, Any] = {"highlight": False, "soft_wrap": True}
-_ERR_CONSOLE: dict[str, Any] = {"stderr": True, "highlight": False, "soft_wrap": True}
+# soft_wrap: never break lines at the terminal width (output is read by scripts and tests too);
+# markup off: a string is printed as written (a path, a name, a pattern with brackets in it),
+# the styled parts of a line are made with ``line``
+_CONSOLE: dict[str, Any] = {"highlight": False, "soft_wrap": True, "markup": False}
+_ERR_CONSOLE: dict[str, Any] = {"stderr": True, "highlight": False, "soft_wrap": True, "markup": False}
 console = Console(**_CONSOLE)
 err_console = Console(**_ERR_CONSOLE)
 
@@ -75,18 +80,31 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
+def line(*parts: str | tuple[str, str]) -> Text:
+    """One line of output from its parts: a text, or a (text, style) pair. Each text is
+    printed as written — never read as rich markup (``[prod].yaml`` stayed ``.yaml``) — and
+    ``visible`` (a terminal control character in it is shown, not acted on)."""
+    return Text.assemble(*((visible(p), "") if isinstance(p, str) else (visible(p[0]), p[1]) for p in parts))
+
+
+def ok(message: str) -> None:
+    """``✓ MESSAGE`` on standard output: a command did what it was asked."""
+    console.print(line(("✓", "green"), " ", message))
+
+
 def fail(message: str, code: int = 1) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {visible(message)}", markup=True, soft_wrap=True)
+    """Print ``error: MESSAGE`` on stderr; the exit to raise."""
+    err_console.print(line(("error:", "bold red"), " ", message))
     return typer.Exit(code)
 
 
 def report(exc: BulldozerError) -> typer.Exit:
     """Print ``exc`` as its one line (a spec error: a line per issue) on stderr; the exit to raise."""
     if isinstance(exc, SpecError):
-        for line in [str(issue) for issue in exc.issues] or [str(exc)]:
-            err_console.print(visible(line), markup=False, soft_wrap=True)
+        for said in [str(issue) for issue in exc.issues] or [str(exc)]:
+            err_console.print(visible(said))
         return typer.Exit(exc.exit_code)
-    return fail(_escape(str(exc)), exc.exit_code)
+    return fail(str(exc), exc.exit_code)
 
 
 def error_json(exc: BulldozerError) -> dict[str, Any]:
@@ -127,12 +145,6 @@ def open_version(client: Any, target: str) -> tuple[str, str, Any, Any, Any]:
     return info.alias, info.name, info, key_cls, value_cls
 
 
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)
-
-
 @contextlib.contextmanager
 def open_client(endpoint: str | None, home: str | None, as_json: bool = False, **options: Any) -> Iterator[KvClient]:
     """A client of the DAL the command acts on (``--endpoint`` > ``BULLDOZER_ENDPOINT`` >
@@ -148,7 +160,7 @@ def open_client(endpoint: str | None, home: str | None, as_json: bool = False, *
 
 def say_store(client: KvClient) -> None:
     """One dim line on stderr naming the store (stdout stays the command's output)."""
-    err_console.print(f"[dim]store: {client.store}[/]", markup=True, soft_wrap=True)
+    err_console.print(line((f"store: {client.store}", "dim")))
 
 
 def with_store(client: KvClient, data: Any) -> Any:

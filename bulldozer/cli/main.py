@@ -84,15 +84,22 @@ def command(name: str | None) -> Callable[..., Any]:
 
 
 def reflowed(command: Any) -> Any:
-    """``command`` (a click command or group, and its subcommands) with each help text's
-    paragraphs on one line, for the terminal to wrap: typer's rich help prints a docstring's
-    line breaks as they are, so at 80 columns a paragraph wrapped at 90 in the source came
-    out ragged. A paragraph marked ``\\b`` (a table, examples) keeps its lines."""
+    """``command`` (a click command or group, and its subcommands) with its help texts as
+    written: each paragraph on one line, for the terminal to wrap (typer's rich help prints
+    a docstring's line breaks as they are, so at 80 columns a paragraph wrapped at 90 in the
+    source came out ragged; one marked ``\\b``, a table or examples, keeps its lines), and
+    square brackets escaped, which rich read as markup (``^[a-z][a-z0-9_]{0,62}$`` printed
+    as ``^{0,62}$``, ``[default: …]`` not at all)."""
+    from rich.markup import escape
+
     if command.help:
         paragraphs = inspect.cleandoc(command.help).split("\n\n")
-        command.help = "\n\n".join(
-            p.replace("\b\n", "", 1) if p.startswith("\b\n") else " ".join(p.split()) for p in paragraphs
+        command.help = escape(
+            "\n\n".join(p.replace("\b\n", "", 1) if p.startswith("\b\n") else " ".join(p.split()) for p in paragraphs)
         )
+    for param in command.params:
+        if getattr(param, "help", None):
+            param.help = escape(param.help)
     for sub in getattr(command, "commands", {}).values():
         reflowed(sub)
     return command

@@ -15,6 +15,8 @@ from bulldozer.cli.common import (
     console,
     fail,
     handle_errors,
+    line,
+    ok,
     open_client,
     open_version,
     print_json,
@@ -93,7 +95,7 @@ def namespace_drop(
     if as_json:
         print_json(with_store(client, _ns_json(dropped)))
         return
-    console.print(f"[green]✓[/] {dropped.name} is {dropped.state.value}")
+    ok(f"{dropped.name} is {dropped.state.value}")
 
 
 @alias_app.command("show")
@@ -113,8 +115,11 @@ def alias_show(
         print_json(data)
         return
     console.print(
-        f"[bold]{alias}[/] → {record.namespace} (change #{record.generation}, {record.updated:%Y-%m-%d %H:%M:%S} UTC): "
-        f"{live.record_count:,} records, {live.state.value}" + (" — PINNED" if record.pinned else "")
+        line(
+            (alias, "bold"),
+            f" → {record.namespace} (change #{record.generation}, {record.updated:%Y-%m-%d %H:%M:%S} UTC): "
+            f"{live.record_count:,} records, {live.state.value}" + (" — PINNED" if record.pinned else ""),
+        )
     )
 
 
@@ -176,7 +181,7 @@ def rollback(
         data = {"alias": alias, "from": before, "to": record.namespace, "generation": record.generation}
         print_json(with_store(client, data))
     else:
-        console.print(f"[green]✓[/] {alias}: {before} → {record.namespace}")
+        ok(f"{alias}: {before} → {record.namespace}")
 
 
 @handle_errors
@@ -216,7 +221,7 @@ def gc(
         print_json(with_store(client, {"dry_run": dry_run, "dropped": dropped}))
         return
     if not dropped:
-        console.print("[green]✓[/] nothing to drop")
+        ok("nothing to drop")
     for alias, names in dropped.items():
         verb = "would drop" if dry_run else "dropped"
         console.print(f"{alias}: {verb} {', '.join(names)}")
@@ -249,7 +254,7 @@ def _set_pin(alias: str, pinned: bool, reason: str, endpoint: str | None, home: 
         print_json(with_store(client, record.to_json()))
         return
     state = "pinned" if record.pinned else "not pinned"
-    console.print(f"[green]✓[/] {alias} → {record.namespace} is {state}")
+    ok(f"{alias} → {record.namespace} is {state}")
 
 
 @handle_errors

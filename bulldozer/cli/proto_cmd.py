@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from bulldozer.cli.common import console, fail, handle_errors, print_json, visible
+from bulldozer.cli.common import console, fail, handle_errors, ok, print_json, visible
 
 
 def _previous_descriptor(path: Path) -> bytes:
@@ -99,7 +99,7 @@ def proto(
             typer.echo(job.text, nl=False)
         else:
             for path in written:
-                console.print(f"[green]✓[/] wrote {path}")
+                ok(f"wrote {path}")
         if job.compat is not None:
             _print_report(job.compat)
     if job.compat is not None and job.compat.breaking:
@@ -111,14 +111,14 @@ def _print_report(report: object) -> None:
 
     assert isinstance(report, CompatReport)
     if not report.differences:
-        console.print("[green]✓[/] no differences from the previous schema")
+        ok("no differences from the previous schema")
         return
     table = Table(title="Compatibility with the previous schema")
     for col in ("field", "change", "verdict", "detail"):
         table.add_column(col)
     for d in report.differences:
         style = "red" if d.verdict == "refused" else "green"
-        table.add_row(Text(visible(d.path)), d.change, f"[{style}]{d.verdict}[/]", Text(visible(d.detail)))
+        table.add_row(Text(visible(d.path)), d.change, Text(d.verdict, style=style), Text(visible(d.detail)))
     console.print(table)
 
 
@@ -184,7 +184,7 @@ def client(
         print_json({"lang": lang, "schema_generation": generation, "files": [str(p) for p in written]})
         return
     for path in written:
-        console.print(f"[green]✓[/] wrote {path}")
+        ok(f"wrote {path}")
     console.print(f"  schema generation {generation}")
 
 

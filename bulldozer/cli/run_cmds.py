@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from bulldozer.cli import process
 from bulldozer.cli.common import (
@@ -24,6 +23,8 @@ from bulldozer.cli.common import (
     err_console,
     fail,
     handle_errors,
+    line,
+    ok,
     open_client,
     open_version,
     print_json,
@@ -158,44 +159,48 @@ def run(
         say_store(client)
     if record.outcome == "pinned":
         console.print(
-            f"[yellow]![/] {record.version} was built and verified but not made live: {escape(visible(record.error))}; "
-            f"`bulldozer rollback {record.alias} --to {record.version}` makes it live now, "
-            f"`bulldozer unpin {record.alias}` lets the next run flip"
+            line(
+                ("!", "yellow"),
+                f" {record.version} was built and verified but not made live: {record.error}; "
+                f"`bulldozer rollback {record.alias} --to {record.version}` makes it live now, "
+                f"`bulldozer unpin {record.alias}` lets the next run flip",
+            )
         )
         return
     seconds = sum(record.timings.values())
     if record.mode == "delta":
         d = record.delta
-        console.print(
-            f"[green]✓[/] {record.alias} → {record.version}: {record.rows:,} rows from snapshot {record.snapshot_id} "
+        ok(
+            f"{record.alias} → {record.version}: {record.rows:,} rows from snapshot {record.snapshot_id} "
             f"in {seconds:.1f} s, a delta from {d['base']}: {d['rows_read']:,} rows read from "
             f"{d['files_removed'] + d['files_added']} changed files; {d['added']:,} keys added, "
             f"{d['changed']:,} changed, {d['deleted']:,} deleted"
         )
     else:
         rate = record.rows / record.timings.get("load", seconds) if record.timings.get("load") else 0
-        console.print(
-            f"[green]✓[/] {record.alias} → {record.version}: {record.rows:,} rows from snapshot {record.snapshot_id} "
+        ok(
+            f"{record.alias} → {record.version}: {record.rows:,} rows from snapshot {record.snapshot_id} "
             f"in {seconds:.1f} s ({rate:,.0f} rows/s load)"
         )
         if record.full_reason:
-            console.print(f"  a full run: {escape(visible(record.full_reason))}")
+            console.print(visible(f"  a full run: {record.full_reason}"))
     if record.taken_over_from:
-        console.print(
-            f"  the alias now serves this job, taken over from the job {escape(visible(record.taken_over_from))}"
-        )
+        console.print(visible(f"  the alias now serves this job, taken over from the job {record.taken_over_from}"))
     if record.shadow_read:
         from bulldozer.load.shadow_read import ShadowReadReport
 
-        console.print(f"  shadow read: {escape(visible(ShadowReadReport.from_dict(record.shadow_read).summary()))}")
+        console.print(visible(f"  shadow read: {ShadowReadReport.from_dict(record.shadow_read).summary()}"))
     if record.breaking_changes:
         console.print(
-            f"  [yellow]breaking schema change[/]: generation {record.schema_generation} "
-            f"(readers built for the previous one refuse it; regenerate them): {'; '.join(record.breaking_changes)}",
-            markup=True,
+            line(
+                "  ",
+                ("breaking schema change", "yellow"),
+                f": generation {record.schema_generation} (readers built for the previous one refuse it; regenerate "
+                f"them): {'; '.join(record.breaking_changes)}",
+            )
         )
     if record.retention_dropped:
-        console.print(f"  retention dropped: {', '.join(record.retention_dropped)}")
+        console.print(visible(f"  retention dropped: {', '.join(record.retention_dropped)}"))
     if record.retention_error:
         raise fail(
             f"{record.version} is live, but retention failed (older versions were kept): {record.retention_error}",
@@ -338,7 +343,7 @@ def _run(
                 if as_json:
                     print_json(with_store(client, json.loads(record.to_json())))
                 else:
-                    console.print(f"[green]✓[/] {stage}: {record.version or record.alias}")
+                    ok(f"{stage}: {record.version or record.alias}")
                 return None
             return run_job(
                 loaded,
@@ -475,28 +480,35 @@ def plan(
         print_json(with_store(client, result.as_dict()))
     else:
         console.print(
-            f"[bold]{result.job}[/]: {result.rows:,} rows ({result.bytes / 1024**2:,.1f} MiB in {result.files} files) "
-            f"from {result.table} @ snapshot {result.snapshot_id}"
+            line(
+                (result.job, "bold"),
+                f": {result.rows:,} rows ({result.bytes / 1024**2:,.1f} MiB in {result.files} files) "
+                f"from {result.table} @ snapshot {result.snapshot_id}",
+            )
         )
         if result.mode == "delta":
             console.print(
                 f"  a delta from the live version: {result.delta_rows:,} rows in {result.delta_files} changed files"
             )
         elif result.full_reason:
-            console.print(f"  a full run: {escape(visible(result.full_reason))}")
+            console.print(visible(f"  a full run: {result.full_reason}"))
         console.print(f"  estimated load on {result.engine}: {result.estimated_seconds:,.1f} s ({result.rate_source})")
         live = f"{result.live_version} ({result.live_rows:,} rows)" if result.live_version else "none yet"
         console.print(f"  live version: {live}")
         if result.other_job:
             console.print(
-                f"  [red]refused[/]: the alias serves the job {escape(visible(result.other_job))}, not this one "
-                "(`bulldozer run --take-over` hands it over)"
+                line(
+                    "  ",
+                    ("refused", "red"),
+                    f": the alias serves the job {result.other_job}, not this one "
+                    "(`bulldozer run --take-over` hands it over)",
+                )
             )
         if result.schema_differences:
             for d in result.schema_differences:
                 colour = "red" if d["verdict"] == "refused" else "green"
-                said = escape(visible(f"{d['path']}: {d['change']} ({d['detail']})"))
-                console.print(f"  schema: [{colour}]{d['verdict']}[/] {said}")
+                said = f" {d['path']}: {d['change']} ({d['detail']})"
+                console.print(line("  schema: ", (d["verdict"], colour), said))
         else:
             console.print("  schema: no change" if result.live_version else "  schema: first version")
         if result.retention_drops_now:

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from bulldozer.cli.common import HOME_HELP, console, handle_errors, print_json
+from bulldozer.cli.common import HOME_HELP, console, handle_errors, ok, print_json
 from bulldozer.cli.output import Column, Format, Output, emit, output_format
 
 SPECS_HELP = "Specs folder (default $BULLDOZER_SPECS_DIR, else $BULLDOZER_HOME/specs)."
@@ -38,7 +38,7 @@ def submit(
     if as_json:
         print_json({"submitted": str(target)})
     else:
-        console.print(f"[green]✓[/] submitted {spec} as {target}")
+        ok(f"submitted {spec} as {target}")
 
 
 @handle_errors

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from bulldozer.cli.common import console, handle_errors, print_json
+from bulldozer.cli.common import console, handle_errors, ok, print_json
 
 app = typer.Typer(help="Spark: the executors' environment.", no_args_is_help=True)
 
@@ -48,8 +48,8 @@ def package(
     if as_json:
         print_json(summary)
         return
-    console.print(
-        f"[green]✓[/] {summary['archive']}: {len(packed.distributions)} distributions, {packed.files:,} files "
+    ok(
+        f"{summary['archive']}: {len(packed.distributions)} distributions, {packed.files:,} files "
         f"({packed.bytes / 1e6:,.0f} MB unpacked, {archive_bytes / 1e6:,.0f} MB packed) "
         f"in {summary['seconds']} s"
     )

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from bulldozer.cli.common import console, err_console, fail, handle_errors, print_json
+from bulldozer.cli.common import err_console, fail, handle_errors, ok, print_json, visible
 from bulldozer.errors import SpecError, SpecIssue
 from bulldozer.names import ALIAS_PATTERN, is_identifier
 
@@ -70,9 +70,9 @@ def validate(
         if not as_json:
             if issues:
                 for issue in issues:
-                    err_console.print(str(issue), markup=False, soft_wrap=True)
+                    err_console.print(visible(str(issue)))
             else:
-                console.print(f"[green]✓[/] {path} is valid" + (" against its catalog" if catalog else ""))
+                ok(f"{path} is valid" + (" against its catalog" if catalog else ""))
     if as_json:
         print_json({"valid": bad == 0, "specs": report})
     if bad:
@@ -111,4 +111,4 @@ def init(
 
     load_spec_text(text, str(target), env={})  # the written spec must be valid
     target.write_text(text, encoding="utf-8")
-    console.print(f"[green]✓[/] wrote {target}")
+    ok(f"wrote {target}")

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from bulldozer.cli.common import Endpoint, Home, Token, err_console, fail, handle_errors, open_client
+from bulldozer.cli.common import Endpoint, Home, Token, err_console, fail, handle_errors, line, open_client
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -45,8 +45,10 @@ def ui(
     if host in ("0.0.0.0", "::", ""):  # every address: the machine's own names too
         hosts += [socket.gethostname(), socket.getfqdn()]
     if host not in LOOPBACK:
-        err_console.print(f"[yellow]![/] the console listens on {host}: anyone who reaches it acts with this token")
-        err_console.print(f"console: answers requests for {', '.join(dict.fromkeys(hosts))}", markup=False)
+        err_console.print(
+            line(("!", "yellow"), f" the console listens on {host}: anyone who reaches it acts with this token")
+        )
+        err_console.print(f"console: answers requests for {', '.join(dict.fromkeys(hosts))}")
     with open_client(endpoint, home, token=token) as client:
         client.list_aliases()  # a DAL that refuses the token or does not answer fails here, in one line
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
@@ -57,7 +59,7 @@ def ui(
             raise fail(f"cannot listen on {host}:{port}: {exc.strerror}", 2) from None
         bound = sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
-        err_console.print(f"console: http://{shown}:{bound}/  (Ctrl-C stops it)", markup=False)
+        err_console.print(f"console: http://{shown}:{bound}/  (Ctrl-C stops it)")
         app = create_app(client, [h.lower() for h in dict.fromkeys(hosts)])
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
         server.run(sockets=[sock])

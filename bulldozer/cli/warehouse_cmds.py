@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from bulldozer.cli.common import console, handle_errors, print_json
+from bulldozer.cli.common import handle_errors, ok, print_json
 
 app = typer.Typer(
     help="The embedded Iceberg warehouse (SQLite catalog 'lake' + local folder).",
@@ -53,7 +53,7 @@ def sample(
     if as_json:
         print_json(summary)
     else:
-        console.print(
-            f"[green]✓[/] lake.{SAMPLE_TABLE}: {rows:,} rows, snapshot {summary['snapshot_id']} "
+        ok(
+            f"lake.{SAMPLE_TABLE}: {rows:,} rows, snapshot {summary['snapshot_id']} "
             f"in {summary['home']} ({summary['seconds']} s)"
         )

@@ -76,6 +76,21 @@ def test_a_run_names_a_missing_column_as_validate_does(sample_home: Path, tmp_pa
     ]
 
 
+def test_what_a_command_prints_is_printed_as_written(tmp_path: Path) -> None:
+    """A path, a name or a pattern with square brackets in it is printed as it is: rich read
+    ``[prod]`` as markup (``✓ [prod].yaml is valid`` came out ``✓ .yaml is valid``, and the
+    job name pattern ``^[a-z][a-z0-9_]{0,62}$`` as ``^{0,62}$``)."""
+    folder = tmp_path / "team[a]"
+    folder.mkdir()
+    spec = folder / "[prod].yaml"
+    spec.write_text(Path(TEMPLATE).read_text())
+    valid = runner.invoke(app, ["validate", str(spec)])
+    assert valid.exit_code == 0 and valid.stdout == f"✓ {spec} is valid\n"
+    refused = runner.invoke(app, ["init", "Bad[red]Name", "--out", str(tmp_path / "x.yaml")])
+    assert refused.exit_code == 2
+    assert refused.stderr == "error: job name 'Bad[red]Name' must match ^[a-z][a-z0-9_]{0,62}$\n"
+
+
 def test_catalog_check_missing_table(sample_home: Path, tmp_path: Path) -> None:
     spec = _spec_with(tmp_path, "table: sample.user_item_scores", "table: sample.user_item_score")
     result = runner.invoke(app, ["validate", spec, "--catalog", "--home", str(sample_home)])

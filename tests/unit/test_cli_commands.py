@@ -107,3 +107,23 @@ def test_a_table_in_a_help_text_keeps_its_lines(
     lines = _description(["client"], capsys, monkeypatch)
     assert " python  an installable package: messages, type stubs and a typed reader" in lines
     assert "         (get / batch_get) that refuses, on connect, a live version it" in lines
+
+
+def _help(command_line: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> str:
+    """``bulldozer COMMAND_LINE --help`` as printed, its lines joined (the panels wrap)."""
+    from bulldozer.cli.main import command
+
+    monkeypatch.setenv("COLUMNS", "200")
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        command(None).main([*command_line, "--help"], prog_name="bulldozer")
+    return " ".join(capsys.readouterr().out.split())
+
+
+def test_square_brackets_in_a_help_text_are_printed(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rich read them as markup: the name pattern printed as ``^{0,62}$``, and the data
+    plane's ``[default: …]`` not at all."""
+    assert "Job name and alias (^[a-z][a-z0-9_]{0,62}$)." in _help(["init"], capsys, monkeypatch)
+    assert "[default: $BULLDOZER_DATA_PLANE, else auto] Who answers" in _help(["serve"], capsys, monkeypatch)
