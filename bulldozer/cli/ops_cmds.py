@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -25,6 +26,7 @@ from bulldozer.cli.common import (
 from bulldozer.cli.output import Column, Format, Output, emit, fmt_time, output_format
 
 if TYPE_CHECKING:
+    from bulldozer.kv import KvClient
     from bulldozer.kv.types import NamespaceRecord
 
 
@@ -66,22 +68,63 @@ def namespaces(
     emit(rows, columns, fmt, title, with_store(client, [_ns_json(n) for n in records]))
 
 
+def _named(client: KvClient, ref: str, alias_ok: bool = False) -> NamespaceRecord:
+    """The namespace ``ref`` names: its full name, ``ALIAS@VERSION``, or the short id the
+    tables show (``e10890``: a suffix of one namespace's name, of ``MIN_VERSION_REF``
+    characters or more); with ``alias_ok``, an alias's name for its live version."""
+    from bulldozer.errors import AliasNotFoundError, InvalidArgumentError, InvalidNameError, NamespaceNotFoundError
+    from bulldozer.names import MIN_VERSION_REF, VERSION_REF_PATTERN
+
+    if "@" in ref:
+        return client.describe_target(ref)
+    try:
+        return client.describe(ref)
+    except (NamespaceNotFoundError, InvalidNameError) as exc:
+        if re.fullmatch(VERSION_REF_PATTERN, ref) is None:
+            raise
+        if alias_ok:
+            try:
+                return client.describe_target(ref)
+            except (AliasNotFoundError, NamespaceNotFoundError, InvalidNameError, InvalidArgumentError):
+                pass  # not an alias with a live version
+        found = (
+            [n.name for n in client.list_namespaces() if n.name.endswith(ref)] if len(ref) >= MIN_VERSION_REF else []
+        )
+        if len(found) == 1:
+            return client.describe(found[0])
+        if found:
+            raise InvalidArgumentError(
+                f"{ref!r} ends {len(found)} namespaces' names ({', '.join(sorted(found)[:3])}); give more of the name"
+            ) from None
+        raise NamespaceNotFoundError(f"no namespace is named {ref!r} or ends with it") from exc
+
+
 @namespace_app.command("describe")
 @handle_errors
 def namespace_describe(
-    name: Annotated[str, typer.Argument(help="The namespace.", show_default=False)],
+    name: Annotated[
+        str,
+        typer.Argument(
+            help="The namespace: its name, its short id (as tables show it), ALIAS@VERSION, or an alias for its "
+            "live version.",
+            show_default=False,
+        ),
+    ],
     endpoint: Endpoint = None,
     home: Home = None,
 ) -> None:
     """Everything the DAL knows about one namespace (as JSON)."""
     with open_client(endpoint, home, as_json=True) as client:
-        print_json(with_store(client, _ns_json(client.describe(name))))
+        print_json(with_store(client, _ns_json(_named(client, name, alias_ok=True))))
 
 
 @namespace_app.command("drop")
 @handle_errors
 def namespace_drop(
-    name: Annotated[str, typer.Argument(help="The namespace.", show_default=False)],
+    name: Annotated[
+        str,
+        typer.Argument(help="The namespace: its name, its short id, or ALIAS@VERSION.", show_default=False),
+    ],
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask.")] = False,
     endpoint: Endpoint = None,
     home: Home = None,
@@ -89,6 +132,7 @@ def namespace_drop(
 ) -> None:
     """Drop a namespace's data (refused for the ACTIVE version of an alias)."""
     with open_client(endpoint, home, as_json) as client:
+        name = _named(client, name).name
         if not yes and not as_json and not typer.confirm(f"drop {name} and all its data?"):
             raise typer.Exit(1)
         dropped = client.drop(name)

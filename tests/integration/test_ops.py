@@ -128,6 +128,31 @@ def test_scan_and_namespaces(home: Path, dal: KvClient) -> None:
     assert refused.exit_code != 0 and "ACTIVE" in refused.stderr
 
 
+def test_a_namespace_is_named_as_the_tables_show_it(home: Path, dal: KvClient) -> None:
+    """``namespace describe`` and ``drop`` take the short id that ``namespaces`` and ``runs``
+    print (they took only the full name), ``ALIAS@VERSION``, and for describe an alias (its
+    live version)."""
+    v1 = run_job(spec(), dal, home=str(home)).version
+    v2 = run_job(spec(), dal, home=str(home)).version
+
+    def described(ref: str) -> str:
+        result = _cli(dal, "namespace", "describe", ref)
+        assert result.exit_code == 0, result.output
+        return str(json.loads(result.stdout)["name"])
+
+    assert described(short_version(v1)) == v1 and described(v1) == v1
+    assert described(f"user_item_scores@{short_version(v1)}") == v1
+    assert described("user_item_scores") == v2  # the live version
+    missing = _cli(dal, "namespace", "describe", "0000aa")
+    assert missing.exit_code != 0 and missing.stderr == "error: no namespace is named '0000aa' or ends with it\n"
+    refused = _cli(dal, "namespace", "drop", short_version(v2), "--yes")  # the live one
+    assert refused.exit_code != 0 and "ACTIVE" in refused.stderr
+    dropped = _cli(dal, "namespace", "drop", short_version(v1), "--yes")
+    assert dropped.exit_code == 0 and dal.describe(v1).state == State.DROPPED
+    alias = _cli(dal, "namespace", "drop", "user_item_scores", "--yes")  # an alias is not a namespace to drop
+    assert alias.exit_code != 0 and dal.describe(v2).state == State.ACTIVE
+
+
 def test_pin_blocks_a_flip_and_unpin_releases_it(home: Path, dal: KvClient) -> None:
     v1 = run_job(spec(), dal, home=str(home))
     assert _cli(dal, "pin", "user_item_scores", "--reason", "incident").exit_code == 0
