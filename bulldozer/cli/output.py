@@ -101,6 +101,9 @@ def emit(rows: Sequence[dict[str, Any]], columns: Sequence[Column], fmt: Format,
             out.append("\t".join(visible(" ".join(_text(c.value(row)).split())) for c in columns))
         sys.stdout.write("\n".join(out) + "\n")
         return
+    if not rows:  # a table of headers only read as if the listing had failed
+        console.print(visible(f"{title}: none"))
+        return
     wide = fmt is Format.wide
     shown = [c for c in columns if wide or not c.wide_only]
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)

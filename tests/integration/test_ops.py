@@ -122,6 +122,10 @@ def test_scan_and_namespaces(home: Path, dal: KvClient) -> None:
     assert len(lines) == 3 and set(lines[0]["key"]) == {"user_id", "item_id", "locale"}
     listed = json.loads(_cli(dal, "namespaces", "user_item_scores", "--json").stdout)
     assert [n["name"] for n in listed] == [done.version] and listed[0]["record_count"] == 1_500
+    # an empty listing says so (a table of headers only read as if the listing had failed)
+    assert _cli(dal, "namespaces", "nothing_here").stdout == "versions of nothing_here: none\n"
+    assert _cli(dal, "runs", "nothing_here").stdout == "runs of nothing_here: none\n"
+    assert json.loads(_cli(dal, "runs", "nothing_here", "-o", "json").stdout) == []
     described = json.loads(_cli(dal, "namespace", "describe", done.version).stdout)
     assert described["state"] == "ACTIVE" and described["snapshot_id"] == done.snapshot_id
     refused = _cli(dal, "namespace", "drop", done.version, "--yes")
