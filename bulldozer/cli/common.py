@@ -130,8 +130,19 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
             raise report(exc) from None
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (process.Terminated)
             raise fail(*interruption(exc)) from None
+        except BrokenPipeError:
+            raise  # the reader went away (``| head``): the process ends quietly (bulldozer.cli.process)
+        except OSError as exc:  # the machine refused a file (a home that is not a folder, a full disk)
+            raise fail(os_error(exc)) from None
 
     return wrapper
+
+
+def os_error(exc: OSError) -> str:
+    """An error of the operating system as one line: the file it names and its reason, as
+    ``cp`` or ``mkdir`` say it (``/dev/null/logs: Not a directory``)."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return f"{exc.filename}: {reason}" if exc.filename is not None else reason
 
 
 def open_version(client: Any, target: str) -> tuple[str, str, Any, Any, Any]:

@@ -325,9 +325,10 @@ def _run(
 
         try:
             if stage is not None:
-                from bulldozer.load.runner import run_stage
+                from bulldozer.load.runner import STAGES, run_stage
 
-                on_stage(stage)
+                if stage in STAGES:  # another is refused by run_stage, in one line
+                    on_stage(stage)
                 record = run_stage(
                     stage,
                     loaded,

@@ -91,6 +91,24 @@ def test_what_a_command_prints_is_printed_as_written(tmp_path: Path) -> None:
     assert refused.stderr == "error: job name 'Bad[red]Name' must match ^[a-z][a-z0-9_]{0,62}$\n"
 
 
+def test_a_home_that_is_not_a_folder_is_one_line(tmp_path: Path) -> None:
+    """The operating system's refusal of a file a command needs is one line naming the file
+    (it was a traceback ending in ``NotADirectoryError``)."""
+    home = tmp_path / "home"
+    home.write_text("a file, not a folder")
+    for command in (["namespaces"], ["run", TEMPLATE]):
+        result = runner.invoke(app, [*command, "--home", str(home)])
+        assert result.exit_code == 1, result.output
+        assert result.stderr.splitlines()[-1] == f"error: {home}/logs: Not a directory", result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_an_unknown_stage_is_one_line(sample_home: Path) -> None:
+    result = runner.invoke(app, ["run", TEMPLATE, "--stage", "bogus", "--home", str(sample_home)])
+    assert result.exit_code != 0
+    assert result.stderr == "error: unknown stage 'bogus'; stages: validate, schema, load, verify, flip, retention\n"
+
+
 def test_catalog_check_missing_table(sample_home: Path, tmp_path: Path) -> None:
     spec = _spec_with(tmp_path, "table: sample.user_item_scores", "table: sample.user_item_score")
     result = runner.invoke(app, ["validate", spec, "--catalog", "--home", str(sample_home)])
