@@ -76,7 +76,7 @@ def proto(
     s = loaded.spec
     if write:
         out = _spec_output(spec, s.bulldozer_protobuf.output.directory)
-    schema, source_name = source_schema(s, open_catalog(s.data_movement.catalog, home))
+    schema, source_name = source_schema(loaded, open_catalog(s.data_movement.catalog, home))
     previous = _previous_descriptor(against) if against else None
     job = build_job_schema(s, schema, source_name, previous)
     written: list[str] = []
@@ -172,7 +172,7 @@ def client(
         raise fail(f"--lang {lang}: choose python, java or go", 2)
     loaded = load_spec(spec)
     s = loaded.spec
-    job = build_job_schema(s, *source_schema(s, open_catalog(s.data_movement.catalog, home)))
+    job = build_job_schema(s, *source_schema(loaded, open_catalog(s.data_movement.catalog, home)))
     generation = schema_generation or _schema_generation(loaded, job.descriptor_set, home, endpoint)
     if lang == "python":
         written = generate_python_client(s, job, out, generation)

@@ -56,6 +56,7 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engi
     of the job (engines differ several-fold: Spark pays its start-up, a cluster scales)."""
     from bulldozer.load.engines.local import _scan, scan_tasks
     from bulldozer.load.source import schema_at, source_label
+    from bulldozer.schema.table_check import require_columns
     from bulldozer.versioning.flip import live_version
     from bulldozer.versioning.run_state import run_record_of
 
@@ -71,6 +72,7 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engi
         from bulldozer.load.source import build_sql_source
 
         sql = build_sql_source(spec, catalog, schema_at)
+        require_columns(loaded, sql.schema, "query")
         job = build_job_schema(spec, sql.schema, source_label(spec), previous, python=False)
         snapshot_id = next(iter(sql.snapshots.values())) if len(sql.snapshots) == 1 else 0
         for table, snap in sql.tables.values():
@@ -83,6 +85,7 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engi
         snapshot = table.snapshot_by_id(dm.snapshot_id) if dm.snapshot_id else table.current_snapshot()
         snapshot_id = snapshot.snapshot_id if snapshot else 0
         schema = schema_at(table, snapshot_id) if snapshot_id else table.schema()
+        require_columns(loaded, schema, "table")
         job = build_job_schema(spec, schema, source_label(spec), previous, python=False)
         if snapshot_id:
             from bulldozer.load.engines.base import LoadPlan

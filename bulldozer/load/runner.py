@@ -181,6 +181,8 @@ class JobRun:
 
     def schema(self) -> JobSchema:
         """Read the source's schema at one snapshot and check the new one against the live version's."""
+        from bulldozer.schema.table_check import require_columns
+
         spec, record = self.spec, self.record
         dm = spec.data_movement
         refused = catalog_issues(self.loaded)
@@ -209,7 +211,7 @@ class JobRun:
             record.snapshot_id = next(iter(self.sql_source.snapshots.values())) if only else 0
             source_schema = self.sql_source.schema
             source_name = source_label(spec)
-            self._named_columns_exist(source_schema, "query")
+            require_columns(self.loaded, source_schema, "query")
         else:
             assert dm.source.table is not None
             self.table = load_source_table(dm.catalog, self.home, dm.source.table)
@@ -221,17 +223,9 @@ class JobRun:
                 raise SpecError([self.loaded.issue(("data_movement", "filter"), unfit)])
             source_schema = schema_at(self.table, snapshot.snapshot_id)
             source_name = source_label(spec)
-            self._named_columns_exist(source_schema, "table")
+            require_columns(self.loaded, source_schema, "table")
             self.source_fields = [(f.name, str(f.field_type)) for f in source_schema.fields]
         return self.schema_of(source_schema, source_name)
-
-    def _named_columns_exist(self, source_schema: Any, source: str) -> None:
-        """Refuse, as the spec's own lines, every column the spec names that the source read
-        has not (with the closest one), as ``validate --catalog`` does."""
-        from bulldozer.schema.table_check import column_issues
-
-        if unknown := column_issues(self.loaded, [f.name for f in source_schema.fields], source):
-            raise SpecError(unknown)
 
     def schema_of(self, source_schema: Any, source_name: str) -> JobSchema:
         """The job's schema for a source with this Iceberg schema, checked against the live

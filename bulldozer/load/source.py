@@ -23,7 +23,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -33,6 +33,9 @@ from bulldozer.settings import load_settings
 from bulldozer.spec.models import JobSpec
 from bulldozer.spec.query import SANDBOX, check_query, duckdb_module
 from bulldozer.warehouse.files import checked_tasks
+
+if TYPE_CHECKING:
+    from bulldozer.spec.loader import LoadedSpec
 
 __all__ = ["SqlSource", "build_sql_source", "open_reader", "quote", "sandboxed_connection"]
 
@@ -398,18 +401,23 @@ def source_label(spec: JobSpec) -> str:
     return f"lake.{table}" if table else "query"
 
 
-def source_schema(spec: JobSpec, catalog: Any) -> tuple[Any, str]:
+def source_schema(loaded: LoadedSpec, catalog: Any) -> tuple[Any, str]:
     """The Iceberg schema the job's protobuf schema is derived from, and the source's name in
     the generated file: the table's at the snapshot the spec pins, else the table's current
     schema (what its next snapshot carries), or a query's result schema (planned over empty
-    tables: no row is read)."""
+    tables: no row is read). A column the spec names that it lacks is refused at the spec's
+    line (``table_check.require_columns``)."""
+    from bulldozer.schema.table_check import require_columns
     from bulldozer.warehouse.catalog import load_table
 
+    spec = loaded.spec
     dm = spec.data_movement
     if dm.source.query is not None or dm.duplicate_keys.policy == "keep_latest":
         sql = build_sql_source(spec, catalog, schema_at)
+        require_columns(loaded, sql.schema, "query")
         return sql.schema, source_label(spec)
     assert dm.source.table is not None
     table = load_table(catalog, dm.source.table)
     schema = schema_at(table, dm.snapshot_id) if dm.snapshot_id else table.schema()
+    require_columns(loaded, schema, "table")
     return schema, source_label(spec)

@@ -13,7 +13,7 @@ from bulldozer.spec.loader import LoadedSpec
 from bulldozer.spec.policy import policy_issues
 from bulldozer.warehouse.catalog import load_table, open_catalog
 
-__all__ = ["check_against_catalog", "column_issues"]
+__all__ = ["check_against_catalog", "column_issues", "require_columns"]
 
 
 def _column_issue(
@@ -46,6 +46,15 @@ def column_issues(loaded: LoadedSpec, names: list[str], source: str = "table") -
     ]
     known = set(names)
     return [_column_issue(loaded, path, col, names, source) for path, col in named if col not in known]
+
+
+def require_columns(loaded: LoadedSpec, source_schema: Any, source: str = "table") -> None:
+    """Raise SpecError with ``column_issues`` when the Iceberg schema ``source_schema`` (of
+    the table, or of the query's result) lacks a column the spec names: what a run, a plan,
+    ``proto`` and ``client`` say before they generate a schema, which would refuse it with
+    no place in the spec."""
+    if unknown := column_issues(loaded, [f.name for f in source_schema.fields], source):
+        raise SpecError(unknown)
 
 
 def check_against_catalog(loaded: LoadedSpec, catalog: Any = None, home: str | None = None) -> list[SpecIssue]:

@@ -66,14 +66,17 @@ def test_catalog_check_suggests_near_misses(sample_home: Path, tmp_path: Path) -
 
 
 def test_a_run_names_a_missing_column_as_validate_does(sample_home: Path, tmp_path: Path) -> None:
-    """A run's schema stage reports the columns the table has not as the spec's own lines,
-    with the closest name (it said ``no such column in the table: 'ratings'``, no place)."""
+    """A run's schema stage, a plan, ``proto`` and ``client`` report the columns the table
+    has not as the spec's own lines, with the closest name (they said ``no such column in
+    the table: 'ratings'``, no place)."""
     spec = _spec_with(tmp_path, "value_columns: [rating, price]", "value_columns: [ratings, price]")
-    result = runner.invoke(app, ["run", spec, "--home", str(sample_home), "-q"])
-    assert result.exit_code == 2, result.output
-    assert result.stderr.strip().splitlines() == [
-        f"{spec}:10:19: data_movement.value_columns[0]: the table has no column 'ratings'; did you mean 'rating'?"
-    ]
+    out = str(tmp_path / "out")
+    for command in (["run", spec, "-q"], ["plan", spec], ["proto", spec], ["client", spec, "--out", out]):
+        result = runner.invoke(app, [*command, "--home", str(sample_home)])
+        assert result.exit_code == 2, (command, result.output)
+        assert result.stderr.strip().splitlines() == [
+            f"{spec}:10:19: data_movement.value_columns[0]: the table has no column 'ratings'; did you mean 'rating'?"
+        ], command
 
 
 def test_what_a_command_prints_is_printed_as_written(tmp_path: Path) -> None:
