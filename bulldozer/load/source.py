@@ -413,7 +413,10 @@ def source_schema(loaded: LoadedSpec, catalog: Any) -> tuple[Any, str]:
     spec = loaded.spec
     dm = spec.data_movement
     if dm.source.query is not None or dm.duplicate_keys.policy == "keep_latest":
-        sql = build_sql_source(spec, catalog, schema_at)
+        try:
+            sql = build_sql_source(spec, catalog, schema_at)
+        except SpecError as exc:
+            raise loaded.located(exc) from None
         require_columns(loaded, sql.schema, "query")
         return sql.schema, source_label(spec)
     assert dm.source.table is not None

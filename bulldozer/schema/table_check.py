@@ -99,7 +99,9 @@ def _check_filter(loaded: LoadedSpec, text: str, schema: Any) -> list[SpecIssue]
 
 
 def _check_query(loaded: LoadedSpec, query: str, catalog: Any, home: str | None) -> list[SpecIssue]:
-    """A query source: one read-only SELECT (``check_query``) whose every table is in the catalog."""
+    """A query source: one read-only SELECT (``check_query``) whose every table is in the
+    catalog, and whose result has every column the spec names, each of a type that maps to
+    protobuf."""
     from bulldozer.spec.query import check_query
 
     where = ("data_movement", "source", "query")
@@ -119,4 +121,16 @@ def _check_query(loaded: LoadedSpec, query: str, catalog: Any, home: str | None)
             load_table(catalog, name)
         except BulldozerError as exc:
             issues.append(loaded.issue(where, str(exc)))
-    return issues
+    if issues:
+        return issues
+    # its result's columns, as a run derives them (planned over empty tables: no row is read)
+    from bulldozer.load.source import source_schema
+
+    try:
+        schema, source_name = source_schema(loaded, catalog)
+        generate_proto(loaded.spec, schema, source_name)
+    except SpecError as exc:
+        return list(exc.issues)
+    except BulldozerError as exc:
+        return [loaded.issue(where, str(exc))]
+    return []

@@ -112,6 +112,20 @@ class LoadedSpec:
             pos[1] if pos else None,
         )
 
+    def located(self, error: SpecError) -> SpecError:
+        """``error`` with each issue that code knowing only the spec's model raised (its
+        source ``"spec"``: a query DuckDB cannot bind, a filter Spark cannot compare) placed
+        at its field in this file, as the spec's own checks report theirs."""
+        if all(issue.source != "spec" for issue in error.issues):
+            return error
+        paths = {format_path(path): path for path in self.positions.marks}
+        return SpecError(
+            [
+                self.issue(paths.get(i.path) or tuple(i.path.split(".")), i.message) if i.source == "spec" else i
+                for i in error.issues
+            ]
+        )
+
 
 class _Bail(Exception):
     """Stop composing: the document itself is unusable (already recorded as an issue)."""

@@ -90,17 +90,28 @@ def test_a_query_reading_a_missing_table(home: Path, dal: KvClient) -> None:
 
 
 def test_a_query_that_does_not_bind(home: Path, dal: KvClient) -> None:
-    with pytest.raises(SpecError, match="the query cannot run"):
-        run_job(job("{query: 'SELECT no_such_column FROM sample.user_item_scores'}"), dal, home=str(home))
+    """Refused at the spec's line, by a run and by ``validate --catalog`` alike (the run said
+    ``spec: data_movement.source.query: …``, and validate found nothing wrong)."""
+    from bulldozer.schema.table_check import check_against_catalog
+
+    unbound = job("{query: 'SELECT no_such_column FROM sample.user_item_scores'}")
+    with pytest.raises(SpecError, match="the query cannot run") as refused:
+        run_job(unbound, dal, home=str(home))
+    said = [str(i) for i in refused.value.issues]
+    assert len(said) == 1 and said[0].startswith("job.yaml:5:12: data_movement.source.query: the query cannot run: ")
+    assert [str(i) for i in check_against_catalog(unbound, home=str(home))] == said
 
 
 def test_a_value_column_the_query_does_not_select(home: Path, dal: KvClient) -> None:
+    from bulldozer.schema.table_check import check_against_catalog
+
     query = "{query: 'SELECT user_id, item_id, locale, rating FROM sample.user_item_scores'}"
+    spec = job(query, "[rating, price]")
     with pytest.raises(SpecError) as refused:
-        run_job(job(query, "[rating, price]"), dal, home=str(home))
-    assert [str(i) for i in refused.value.issues] == [
-        "job.yaml:7:27: data_movement.value_columns[1]: the query has no column 'price'"
-    ]
+        run_job(spec, dal, home=str(home))
+    said = [str(i) for i in refused.value.issues]
+    assert said == ["job.yaml:7:27: data_movement.value_columns[1]: the query has no column 'price'"]
+    assert [str(i) for i in check_against_catalog(spec, home=str(home))] == said  # validate --catalog
 
 
 @pytest.mark.parametrize(
