@@ -93,21 +93,22 @@ def short_version(name: str) -> str:
     return m.group("id") if m else name
 
 
-def pick_version(alias: str, ref: str, names: list[str]) -> str:
-    """The one of ``names`` (the alias's versions) that ``ref`` names: equal to it, or
-    ending with it. Raises InvalidNameError for a malformed ref, NamespaceNotFoundError
-    when none matches and InvalidArgumentError when several do (naming them)."""
+def pick_version(ref: str, names: list[str], owner: str) -> str:
+    """The one of ``names`` (the versions of ``owner``: ``alias 'x'``, or ``the store``)
+    that ``ref`` names: equal to it, or ending with it. Raises InvalidNameError for a
+    malformed ref, NamespaceNotFoundError when none matches and InvalidArgumentError when
+    several do (naming them)."""
     if not isinstance(ref, str) or _VERSION_REF_RE.fullmatch(ref) is None:
         raise InvalidNameError(f"version {describe_value(ref)} must match {VERSION_REF_PATTERN}")
     if ref in names:
         return ref
     if len(ref) < MIN_VERSION_REF:
         raise NamespaceNotFoundError(
-            f"alias {alias!r} has no version {ref!r} (a short id has {MIN_VERSION_REF} characters or more)"
+            f"{owner} has no version {ref!r} (a short id has {MIN_VERSION_REF} characters or more)"
         )
     found = [n for n in names if n.endswith(ref)]
     if len(found) == 1:
         return found[0]
     if not found:
-        raise NamespaceNotFoundError(f"alias {alias!r} has no version {ref!r}")
-    raise InvalidArgumentError(f"version {ref!r} of {alias!r} is ambiguous: {', '.join(sorted(found)[:3])}")
+        raise NamespaceNotFoundError(f"{owner} has no version {ref!r}")
+    raise InvalidArgumentError(f"version {ref!r} of {owner} is ambiguous: {', '.join(sorted(found)[:3])}")

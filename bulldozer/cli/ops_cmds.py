@@ -70,16 +70,16 @@ def namespaces(
 
 def _named(client: KvClient, ref: str, alias_ok: bool = False) -> NamespaceRecord:
     """The namespace ``ref`` names: its full name, ``ALIAS@VERSION``, or the short id the
-    tables show (``e10890``: a suffix of one namespace's name, of ``MIN_VERSION_REF``
-    characters or more); with ``alias_ok``, an alias's name for its live version."""
+    tables show (``e10890``, as ``names.pick_version`` reads it among every namespace);
+    with ``alias_ok``, an alias's name for its live version."""
     from bulldozer.errors import AliasNotFoundError, InvalidArgumentError, InvalidNameError, NamespaceNotFoundError
-    from bulldozer.names import MIN_VERSION_REF, VERSION_REF_PATTERN
+    from bulldozer.names import VERSION_REF_PATTERN, pick_version
 
     if "@" in ref:
         return client.describe_target(ref)
     try:
         return client.describe(ref)
-    except (NamespaceNotFoundError, InvalidNameError) as exc:
+    except (NamespaceNotFoundError, InvalidNameError):
         if re.fullmatch(VERSION_REF_PATTERN, ref) is None:
             raise
         if alias_ok:
@@ -87,16 +87,7 @@ def _named(client: KvClient, ref: str, alias_ok: bool = False) -> NamespaceRecor
                 return client.describe_target(ref)
             except (AliasNotFoundError, NamespaceNotFoundError, InvalidNameError, InvalidArgumentError):
                 pass  # not an alias with a live version
-        found = (
-            [n.name for n in client.list_namespaces() if n.name.endswith(ref)] if len(ref) >= MIN_VERSION_REF else []
-        )
-        if len(found) == 1:
-            return client.describe(found[0])
-        if found:
-            raise InvalidArgumentError(
-                f"{ref!r} ends {len(found)} namespaces' names ({', '.join(sorted(found)[:3])}); give more of the name"
-            ) from None
-        raise NamespaceNotFoundError(f"no namespace is named {ref!r} or ends with it") from exc
+        return client.describe(pick_version(ref, [n.name for n in client.list_namespaces()], "the store"))
 
 
 @namespace_app.command("describe")

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from bulldozer.errors import SpecError
 from bulldozer.kv.client import KvClient
 from bulldozer.schema.job import build_job_schema
 from bulldozer.spec.loader import LoadedSpec
@@ -72,10 +71,7 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engi
         # what the query reads: an upper bound of what it moves
         from bulldozer.load.source import build_sql_source
 
-        try:
-            sql = build_sql_source(spec, catalog, schema_at)
-        except SpecError as exc:
-            raise loaded.located(exc) from None
+        sql = build_sql_source(loaded, catalog, schema_at)
         require_columns(loaded, sql.schema, "query")
         job = build_job_schema(spec, sql.schema, source_label(spec), previous, python=False)
         snapshot_id = next(iter(sql.snapshots.values())) if len(sql.snapshots) == 1 else 0

@@ -205,10 +205,7 @@ class JobRun:
                 )
             from bulldozer.load.source import build_sql_source
 
-            try:
-                self.sql_source = build_sql_source(spec, open_catalog(dm.catalog, self.home), schema_at)
-            except SpecError as exc:
-                raise self.loaded.located(exc) from None
+            self.sql_source = build_sql_source(self.loaded, open_catalog(dm.catalog, self.home), schema_at)
             record.snapshots = self.sql_source.snapshots
             only = len(self.sql_source.snapshots) == 1
             record.snapshot_id = next(iter(self.sql_source.snapshots.values())) if only else 0

@@ -340,9 +340,17 @@ def output_schema(arrow_schema: pa.Schema, sources: list[Any], uuid_as_text: boo
     return Schema(*fields)
 
 
-def build_sql_source(spec: JobSpec, catalog: Any, schema_of: Any) -> SqlSource:
+def build_sql_source(loaded: LoadedSpec, catalog: Any, schema_of: Any) -> SqlSource:
     """The SqlSource of a spec whose source is a query, or a table with keep_latest.
-    ``schema_of(table, snapshot_id)`` gives a table's schema at a snapshot."""
+    ``schema_of(table, snapshot_id)`` gives a table's schema at a snapshot. A query the spec
+    cannot have (``check_query``) or DuckDB cannot bind is refused at the spec's line."""
+    try:
+        return _sql_source(loaded.spec, catalog, schema_of)
+    except SpecError as exc:
+        raise loaded.located(exc) from None
+
+
+def _sql_source(spec: JobSpec, catalog: Any, schema_of: Any) -> SqlSource:
     from bulldozer.warehouse.catalog import load_table, read_snapshot
 
     dm = spec.data_movement
@@ -413,10 +421,7 @@ def source_schema(loaded: LoadedSpec, catalog: Any) -> tuple[Any, str]:
     spec = loaded.spec
     dm = spec.data_movement
     if dm.source.query is not None or dm.duplicate_keys.policy == "keep_latest":
-        try:
-            sql = build_sql_source(spec, catalog, schema_at)
-        except SpecError as exc:
-            raise loaded.located(exc) from None
+        sql = build_sql_source(loaded, catalog, schema_at)
         require_columns(loaded, sql.schema, "query")
         return sql.schema, source_label(spec)
     assert dm.source.table is not None

@@ -148,7 +148,7 @@ def test_a_namespace_is_named_as_the_tables_show_it(home: Path, dal: KvClient) -
     assert described(f"user_item_scores@{short_version(v1)}") == v1
     assert described("user_item_scores") == v2  # the live version
     missing = _cli(dal, "namespace", "describe", "0000aa")
-    assert missing.exit_code != 0 and missing.stderr == "error: no namespace is named '0000aa' or ends with it\n"
+    assert missing.exit_code != 0 and missing.stderr == "error: the store has no version '0000aa'\n"
     refused = _cli(dal, "namespace", "drop", short_version(v2), "--yes")  # the live one
     assert refused.exit_code != 0 and "ACTIVE" in refused.stderr
     dropped = _cli(dal, "namespace", "drop", short_version(v1), "--yes")

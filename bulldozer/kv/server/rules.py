@@ -424,7 +424,9 @@ class KvDal:
             if record is not None and record.alias == alias_name:
                 return pinned
             # a short id: the unique suffix of one of the alias's versions
-            return pick_version(alias_name, pinned, [n.name for n in self.engine.list_namespaces(alias_name)])
+            return pick_version(
+                pinned, [n.name for n in self.engine.list_namespaces(alias_name)], f"alias {alias_name!r}"
+            )
         current = self.engine.get_alias(alias_name)
         if current is None:
             from bulldozer.errors import AliasNotFoundError
