@@ -1,4 +1,5 @@
-"""Unix socket paths: how long one may be, and how to reach one whose path is longer.
+"""Where a server may listen: how long a Unix socket's path may be, how to reach one whose
+path is longer, and whether a TCP address is free.
 
 The kernel takes a socket's path in ``sun_path``: 108 bytes on Linux (104 on macOS), the
 closing NUL included. A path deep in a scheduler's or a container's work folder does not
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-__all__ = ["SOCKET_PATH_MAX", "at_unix_path", "fits"]
+__all__ = ["SOCKET_PATH_MAX", "at_unix_path", "fits", "tcp_refusal"]
 
 #: the longest path bind() and connect() take for a Unix socket: ``sun_path`` but its NUL
 SOCKET_PATH_MAX = 107 if sys.platform.startswith("linux") else 103
@@ -45,3 +46,25 @@ def at_unix_path(path: str | Path, call: Callable[[str], None]) -> None:
         call(f"/proc/self/fd/{folder}/{os.path.basename(name)}")
     finally:
         os.close(folder)
+
+
+def tcp_refusal(host: str, port: int) -> str | None:
+    """Why a server could not listen on ``host:port`` now (the port is in use, the host is
+    not this machine's), or None when it could. Asked before a server starts, a port in use
+    is one line, where each of the servers that try it (``bulldozer-kvd``, then gRPC) logged
+    its own failure. Bound as gRPC binds (``SO_REUSEADDR``), so a port in TIME_WAIT is free."""
+    import socket
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        return f"cannot listen on {host}:{port}: {exc.strerror}"
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+    return None

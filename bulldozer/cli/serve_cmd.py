@@ -12,7 +12,7 @@ import typer
 from bulldozer.cli.common import handle_errors
 from bulldozer.errors import InvalidArgumentError
 from bulldozer.kv.server.native import DataPlane
-from bulldozer.sockets import SOCKET_PATH_MAX, fits
+from bulldozer.sockets import SOCKET_PATH_MAX, fits, tcp_refusal
 
 
 class EngineName(StrEnum):
@@ -174,6 +174,8 @@ def serve(
             f"--unix-socket {unix_socket}: a Unix socket's path holds at most {SOCKET_PATH_MAX} bytes, this one "
             f"{len(os.fsencode(unix_socket))}; give a shorter one"
         )
+    if unix_socket is None and port and (refused := tcp_refusal(host, port)):
+        raise InvalidArgumentError(refused)
     credentials = server_credentials(tls_cert, tls_key, tls_client_ca) if tls_cert and tls_key else None
     auth = load_auth_config(auth_config) if auth_config else None
     code = run(

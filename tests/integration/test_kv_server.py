@@ -265,3 +265,22 @@ def test_a_unix_socket_path_too_long_is_one_line(tmp_path: Path) -> None:
     assert done.returncode == 1 and len(lines) == 1, done.stderr
     assert lines[0].startswith("error: --unix-socket ") and "holds at most 107 bytes" in lines[0], lines
     assert not (tmp_path / "kv").exists() and not too_long.exists()
+
+
+def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
+    """``serve --port`` on a port another process listens on says so in one line at once: it
+    printed five (the native plane's JSON log and its error, the fallback to the Python plane,
+    gRPC's own log line, then the error)."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "bulldozer.cli.main", "serve", "--path", str(tmp_path / "kv"), "--port", str(port)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == f"error: cannot listen on 127.0.0.1:{port}: Address already in use\n"
+    assert not (tmp_path / "kv").exists()
