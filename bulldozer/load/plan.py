@@ -72,7 +72,6 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engi
         from bulldozer.load.source import build_sql_source
 
         sql = build_sql_source(loaded, catalog, schema_at)
-        require_columns(loaded, sql.schema, "query")
         job = build_job_schema(spec, sql.schema, source_label(spec), previous, python=False)
         snapshot_id = next(iter(sql.snapshots.values())) if len(sql.snapshots) == 1 else 0
         for table, snap in sql.tables.values():

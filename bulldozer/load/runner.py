@@ -211,7 +211,6 @@ class JobRun:
             record.snapshot_id = next(iter(self.sql_source.snapshots.values())) if only else 0
             source_schema = self.sql_source.schema
             source_name = source_label(spec)
-            require_columns(self.loaded, source_schema, "query")
         else:
             assert dm.source.table is not None
             self.table = load_source_table(dm.catalog, self.home, dm.source.table)

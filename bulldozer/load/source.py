@@ -343,16 +343,19 @@ def output_schema(arrow_schema: pa.Schema, sources: list[Any], uuid_as_text: boo
 def build_sql_source(loaded: LoadedSpec, catalog: Any, schema_of: Any) -> SqlSource:
     """The SqlSource of a spec whose source is a query, or a table with keep_latest.
     ``schema_of(table, snapshot_id)`` gives a table's schema at a snapshot. A query the spec
-    cannot have (``check_query``) or DuckDB cannot bind is refused at the spec's line."""
+    cannot have (``check_query``) or DuckDB cannot bind, and a column the spec names that the
+    source lacks (``table_check.require_columns``), are refused at the spec's line."""
     try:
-        return _sql_source(loaded.spec, catalog, schema_of)
+        return _sql_source(loaded, catalog, schema_of)
     except SpecError as exc:
         raise loaded.located(exc) from None
 
 
-def _sql_source(spec: JobSpec, catalog: Any, schema_of: Any) -> SqlSource:
+def _sql_source(loaded: LoadedSpec, catalog: Any, schema_of: Any) -> SqlSource:
+    from bulldozer.schema.table_check import require_columns
     from bulldozer.warehouse.catalog import load_table, read_snapshot
 
+    spec = loaded.spec
     dm = spec.data_movement
     names = check_query(dm.source.query) if dm.source.query else [dm.source.table or ""]
     tables = {}
@@ -383,6 +386,8 @@ def _sql_source(spec: JobSpec, catalog: Any, schema_of: Any) -> SqlSource:
     else:
         table, snap = tables[names[0]]
         source.schema = schema_of(table, snap)
+    # before the ties are looked for: that query names the key and order_by columns
+    require_columns(loaded, source.schema, "query" if dm.source.query else "table")
     if dm.duplicate_keys.policy == "keep_latest":
         assert dm.duplicate_keys.order_by is not None
         check_ties(source, base, list(dm.key_columns), dm.duplicate_keys.order_by)
@@ -421,9 +426,7 @@ def source_schema(loaded: LoadedSpec, catalog: Any) -> tuple[Any, str]:
     spec = loaded.spec
     dm = spec.data_movement
     if dm.source.query is not None or dm.duplicate_keys.policy == "keep_latest":
-        sql = build_sql_source(loaded, catalog, schema_at)
-        require_columns(loaded, sql.schema, "query")
-        return sql.schema, source_label(spec)
+        return build_sql_source(loaded, catalog, schema_at).schema, source_label(spec)
     assert dm.source.table is not None
     table = load_table(catalog, dm.source.table)
     schema = schema_at(table, dm.snapshot_id) if dm.snapshot_id else table.schema()

@@ -190,6 +190,25 @@ def test_keep_latest_refuses_ties(home: Path, dal: KvClient) -> None:
         )
 
 
+def test_keep_latest_names_a_column_the_table_has_not(home: Path, dal: KvClient) -> None:
+    """A table read with keep_latest goes through DuckDB: a key column it lacks was a raw
+    ``BinderException`` from the ties query, and a value column "the query has no column";
+    both are the table's, at the spec's line."""
+    spec = job("{table: sample.user_item_scores}", "[ratingg, price, updated_at]", KEEP_LATEST)
+    with pytest.raises(SpecError) as refused:
+        run_job(spec, dal, home=str(home))
+    assert [str(i) for i in refused.value.issues] == [
+        "job.yaml:7:19: data_movement.value_columns[0]: the table has no column 'ratingg'; did you mean 'rating'?"
+    ]
+    good = job("{table: sample.user_item_scores}", "[rating, price, updated_at]", KEEP_LATEST)
+    keyless = load_spec_text(good.text.replace("key_columns: [user_id,", "key_columns: [user_idd,"), "job.yaml", env={})
+    with pytest.raises(SpecError) as refused:
+        run_job(keyless, dal, home=str(home))
+    assert [str(i) for i in refused.value.issues] == [
+        "job.yaml:6:17: data_movement.key_columns[0]: the table has no column 'user_idd'; did you mean 'user_id'?"
+    ]
+
+
 def test_without_keep_latest_the_same_duplicates_fail(home: Path, dal: KvClient) -> None:
     _add_newer_duplicates(home, updated_shift=10**12)
     with pytest.raises(DuplicateKeyError, match="rows sharing a key"):
