@@ -381,12 +381,12 @@ def get(
 
     Dates, times and timestamps are ISO-8601, uuids text, int64 numbers (see README); the
     key is written the same way."""
-    from bulldozer.schema.decode import ReadableJson
+    from bulldozer.schema.decode import ReadableJson, parse_key
 
     try:
-        key_data = json.loads(key)
-    except json.JSONDecodeError as exc:
-        raise fail(f"--key is not JSON: {exc}", 2) from None
+        key_data = parse_key(key)
+    except InvalidArgumentError as exc:
+        raise fail(f"--key: {exc}", 2) from None
     with open_client(endpoint, home, token=token) as client:  # the value alone on stdout; the store on stderr
         alias, name, info, key_cls, value_cls = open_version(client, target)
         readable = ReadableJson(info.value_descriptor_set)

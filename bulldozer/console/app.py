@@ -190,15 +190,11 @@ def _lookup(
     client: KvClient, alias: str, name: str, record: Any, key_cls: Any, value_cls: Any, text: str
 ) -> dict[str, Any]:
     """A key looked up in one version: the value as readable JSON, or a message."""
-    from bulldozer.schema.decode import ReadableJson
+    from bulldozer.schema.decode import ReadableJson, parse_key
 
     readable = ReadableJson(record.value_descriptor_set)
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return {"error": f"the key is not JSON: {exc}"}
-    try:
-        raw = client.get(readable.key_bytes(key_cls, data), alias=f"{alias}@{name}")
+        raw = client.get(readable.key_bytes(key_cls, parse_key(text)), alias=f"{alias}@{name}")
     except BulldozerError as exc:
         return {"error": str(exc)}
     if raw is None:

@@ -26,7 +26,7 @@ from google.protobuf.message import Message
 
 from bulldozer.schema.model import ProtoField, ProtoMessage
 
-__all__ = ["ReadableJson", "decode_row", "iceberg_types", "message_to_json"]
+__all__ = ["ReadableJson", "decode_row", "iceberg_types", "message_to_json", "parse_key"]
 
 _EPOCH_DATE = date(1970, 1, 1)
 _EPOCH = datetime(1970, 1, 1)
@@ -133,6 +133,21 @@ def _type_args(text: str) -> list[str]:
             start = i + 1
     args.append(inner[start:].strip())
     return args
+
+
+def parse_key(text: str) -> Any:
+    """A key written as JSON (``get --key``, the console's lookup), parsed; raises
+    InvalidArgumentError saying why it is not one (also for nesting too deep to parse)."""
+    import json
+
+    from bulldozer.errors import InvalidArgumentError
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidArgumentError(f"the key is not JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidArgumentError("the key is nested too deeply to be a key") from None
 
 
 class ReadableJson:

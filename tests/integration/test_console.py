@@ -232,3 +232,5 @@ def test_cross_site_and_token_less_actions_are_refused(console: dict[str, Any]) 
         assert unknown.status_code == 404 and "does not point at any version" in unknown.text
         bad = http.get("a/user_item_scores/v/zz")
         assert bad.status_code == 404 and "4 characters or more" in bad.text
+        deep = http.get(f"a/user_item_scores/v/{shown['namespace']}", params={"key": "[" * 5_000})
+        assert deep.status_code == 200 and "the key is nested too deeply to be a key" in deep.text

@@ -305,7 +305,7 @@ def _handle(state: _State, conn: socket.socket, stack: contextlib.ExitStack) -> 
             body += chunk
         request = json.loads(body)
         _check(request)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         log.warning("a request was not understood: %s", exc)
         for fd in fds:
             os.close(fd)
