@@ -46,14 +46,16 @@ def _refuse(message: str) -> SpecError:
     return SpecError([SpecIssue("spec", _FIELD, message)])
 
 
-def _walk(node: Any) -> Iterator[dict[str, Any]]:
-    if isinstance(node, dict):
-        yield node
-        for value in node.values():
-            yield from _walk(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _walk(value)
+def _walk(tree: Any) -> Iterator[dict[str, Any]]:
+    """Every object of the parse tree (without recursion: a tree is as deep as the query)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            yield node
+            stack.extend(reversed(node.values()))
+        elif isinstance(node, list):
+            stack.extend(reversed(node))
 
 
 def check_query(query: str) -> list[str]:
@@ -76,6 +78,8 @@ def check_query(query: str) -> list[str]:
     con = duckdb.connect(config=SANDBOX)
     try:
         tree = json.loads(con.execute("SELECT json_serialize_sql(?)", [query]).fetchall()[0][0])
+    except RecursionError:
+        raise _refuse("the query nests its expressions too deeply to be checked") from None
     finally:
         con.close()
     if tree.get("error"):

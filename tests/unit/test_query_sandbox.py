@@ -64,6 +64,13 @@ ESCAPES = [
     ("describe", f"DESCRIBE {T}", "SHOW_REF"),
     ("summarize", f"SUMMARIZE {T}", "SHOW_REF"),
     ("a statement that does not parse", "SELECT * FROM (", "does not parse"),
+    # deeper than Python's recursion: one line, where the parse tree's reader raised RecursionError
+    ("nesting to overflow the check", "SELECT " + "abs(" * 600 + "1" + ")" * 600 + f" AS x FROM {T}", "too deeply"),
+    (
+        "a file read under 200 subqueries",
+        "SELECT * FROM " + "(SELECT * FROM " * 200 + "read_text('/etc/passwd')" + ")" * 200,
+        "read_text",
+    ),
 ]
 
 
