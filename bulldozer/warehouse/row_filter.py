@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["GRAMMAR", "bound_filter", "filter_issue"]
+__all__ = ["GRAMMAR", "bound_filter", "filter_issue", "parse_issue"]
 
 #: what a filter may say, for the one line that refuses one
 GRAMMAR = (
@@ -32,6 +32,24 @@ def bound_filter(text: str, schema: Any, case_sensitive: bool = True) -> Any:
     return bind(schema, parser.parse(text), case_sensitive=case_sensitive)
 
 
+def _not_parsed(text: str, exc: Any) -> str:
+    near = text[exc.loc : exc.loc + 30]
+    return f"the filter does not parse at character {exc.loc + 1} ({near!r}): {GRAMMAR}"
+
+
+def parse_issue(text: str) -> str | None:
+    """Why the filter ``text`` does not parse, in one line (None: it does); what can be said
+    of it without the table (a plain ``validate``)."""
+    from pyiceberg.expressions import parser
+    from pyparsing import ParseBaseException
+
+    try:
+        parser.parse(text)
+    except ParseBaseException as exc:
+        return _not_parsed(text, exc)
+    return None
+
+
 def filter_issue(text: str, schema: Any) -> str | None:
     """Why the filter ``text`` cannot apply to a table of ``schema``, in one line (None: it can)."""
     from pyparsing import ParseBaseException
@@ -39,8 +57,7 @@ def filter_issue(text: str, schema: Any) -> str | None:
     try:
         bound = bound_filter(text, schema)
     except ParseBaseException as exc:
-        near = text[exc.loc : exc.loc + 30]
-        return f"the filter does not parse at character {exc.loc + 1} ({near!r}): {GRAMMAR}"
+        return _not_parsed(text, exc)
     except Exception as exc:  # the binder: no such column, a literal the column's type cannot hold
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return f"the filter cannot apply to the table: {first}"

@@ -65,6 +65,22 @@ def test_catalog_check_suggests_near_misses(sample_home: Path, tmp_path: Path) -
     assert "did you mean 'nickname'?" in result.stderr
 
 
+def test_a_plain_validate_parses_the_filter(tmp_path: Path) -> None:
+    """The filter's grammar needs no catalog: a plain validate refuses one that does not
+    parse at its line (it said the spec was valid, and only --catalog or a run refused it)."""
+    spec = _spec_with(
+        tmp_path, "value_columns: [rating, price]", "value_columns: [rating, price]\n  filter: rating >>> 3"
+    )
+    result = runner.invoke(app, ["validate", spec])
+    assert result.exit_code == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"{spec}:11:3: data_movement.filter: the filter does not parse at character "), line
+    fine = _spec_with(
+        tmp_path, "value_columns: [rating, price]", "value_columns: [rating, price]\n  filter: rating >= 3"
+    )
+    assert runner.invoke(app, ["validate", fine]).exit_code == 0
+
+
 def test_a_run_names_a_missing_column_as_validate_does(sample_home: Path, tmp_path: Path) -> None:
     """A run's schema stage, a plan, ``proto`` and ``client`` report the columns the table
     has not as the spec's own lines, with the closest name (they said ``no such column in

@@ -133,11 +133,12 @@ def test_a_hostile_query_is_refused_before_anything_is_read_or_written(
     assert "data_movement.source.query" in refused.failure_reason
     spec_file = tmp_path / "hostile.yaml"
     spec_file.write_text(job(source).text)
-    refused = _cli(["validate", str(spec_file), "--catalog", "--home", str(home)], home)
-    assert refused.returncode == 2, refused.stdout
-    lines = refused.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"{spec_file}:") and "data_movement.source.query" in lines[0]
-    assert "root:" not in refused.stderr + refused.stdout  # nothing of /etc/passwd
+    for catalog in (["--catalog"], []):  # a plain validate checks the query's text too (it said "valid")
+        refused = _cli(["validate", str(spec_file), *catalog, "--home", str(home)], home)
+        assert refused.returncode == 2, refused.stdout
+        lines = refused.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"{spec_file}:5:") and "data_movement.source.query" in lines[0]
+        assert "root:" not in refused.stderr + refused.stdout  # nothing of /etc/passwd
 
 
 def test_validate_catalog_checks_a_query_sources_tables(home: Path, tmp_path: Path) -> None:
