@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
@@ -234,9 +234,35 @@ def _read_profiles(path: Path) -> ProfilesFile:
         parsed = ProfilesFile.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
         _parsed[path] = (stat.st_mtime_ns, stat.st_size, parsed)
         return parsed
-    except (OSError, yaml.YAMLError, ValidationError) as exc:
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        raise InvalidArgumentError(f"{where}: not a valid profiles file: {exc.problem or exc.context}") from None
+    except ValidationError as exc:
+        problems = "; ".join(_profiles_problem(err) for err in exc.errors())
+        raise InvalidArgumentError(f"{path}: not a valid profiles file: {problems}") from None
+    except (OSError, yaml.YAMLError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise InvalidArgumentError(f"{path}: not a valid profiles file: {first}") from None
+
+
+def _profiles_problem(err: Any) -> str:
+    """One problem of a profiles file: where, and what, never the value (it may be a token)."""
+    import difflib
+
+    loc = [str(p) for p in err["loc"]]
+    if not loc:
+        return "it must be a mapping of 'current' and 'profiles'"
+    where = ".".join(loc)
+    if err["type"] != "extra_forbidden":
+        return f"{where}: {err['msg']}"
+    if loc[-1] == "token" and len(loc) == 3:
+        return f"{where}: unknown field; a profile says where its token is: token_env (a variable) or token_file"
+    model = Profile if loc[0] == "profiles" and len(loc) == 3 else ProfilesFile
+    known = list(model.model_fields)
+    close = difflib.get_close_matches(loc[-1], known, n=1)
+    hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(known)}"
+    return f"{where}: unknown field; {hint}"
 
 
 def _with_profile(settings: Settings) -> Settings:

@@ -104,6 +104,33 @@ def test_a_profile_completes_what_no_variable_set(monkeypatch: pytest.MonkeyPatc
         load_settings()
 
 
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        # where, and what; the value never (it said "1 validation error for ProfilesFile" and no more)
+        ("profiles:\n  p: {token: s3cr3t}\n", "profiles.p.token: unknown field; a profile says where its token is"),
+        ("profiles:\n  p: {endpont: 'dal:1'}\n", "profiles.p.endpont: unknown field; did you mean 'endpoint'?"),
+        ("curent: p\n", "curent: unknown field; did you mean 'current'?"),
+        ("profiles:\n  p: {endpoint: 5}\n", "profiles.p.endpoint: Input should be a valid string"),
+        ("- p\n", "it must be a mapping of 'current' and 'profiles'"),
+        ("profiles: {p: [1\n", ":2:1: not a valid profiles file: "),  # YAML: the line and column
+    ],
+)
+def test_a_profiles_file_mistake_is_named(
+    text: str, said: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bulldozer.settings import select_profile
+
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text(text)
+    monkeypatch.setenv("BULLDOZER_PROFILES_FILE", str(profiles))
+    monkeypatch.setenv("BULLDOZER_PROFILE", "p")
+    select_profile(None)
+    with pytest.raises(InvalidArgumentError) as refused:
+        load_settings()
+    assert said in str(refused.value) and "s3cr3t" not in str(refused.value), str(refused.value)
+
+
 def test_a_retired_variable_is_refused_not_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BULLDOZER_ENCODER_KERNELS", "fields")
     with pytest.raises(InvalidArgumentError, match=r"BULLDOZER_ENCODER_KERNELS is no longer read .*compiled"):
