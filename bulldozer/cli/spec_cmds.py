@@ -28,14 +28,9 @@ def _check_one(path: Path, catalog: bool, home: str | None) -> list[SpecIssue]:
         loaded = load_spec(path)
     except SpecError as exc:
         return exc.issues
-    if not catalog:  # no catalog: pyiceberg's parser only for a filter, DuckDB only for a query
-        from bulldozer.spec.policy import policy_issues
-        from bulldozer.spec.texts import text_issues
+    from bulldozer.spec.checks import spec_issues
 
-        return [*policy_issues(loaded), *text_issues(loaded)]
-    from bulldozer.schema.table_check import check_against_catalog
-
-    return check_against_catalog(loaded, home=home)
+    return spec_issues(loaded, catalog, home)
 
 
 @handle_errors

@@ -38,11 +38,10 @@ def submit(path: Path, home: str | None = None, folder: Path | None = None, chec
     """Validate ``path`` (against its catalog too) and place it in the specs folder
     atomically as ``<name>.yaml``. Refuses a second job of the same name, or of the same alias,
     from another file."""
-    from bulldozer.schema.table_check import check_against_catalog
-    from bulldozer.spec.policy import policy_issues
+    from bulldozer.spec.checks import spec_issues
 
     loaded = load_spec(path)
-    issues = check_against_catalog(loaded, home=home) if check_catalog else policy_issues(loaded)
+    issues = spec_issues(loaded, check_catalog, home)
     if issues:
         raise SpecError(issues)
     folder = folder or specs_folder(home)
