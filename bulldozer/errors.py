@@ -269,6 +269,15 @@ class ForeignDataError(KvError):
     retryable = False
 
 
+class StoreSettingsError(KvError):
+    """The storage engine is set up in a way that breaks a promise of versions (e.g. a Redis
+    that evicts keys when full would lose a live version's records); the DAL refuses to use
+    it until the setting is changed."""
+
+    grpc_code = "FAILED_PRECONDITION"
+    retryable = False
+
+
 class UnauthenticatedError(KvError):
     """The caller did not prove who it is (missing or unknown credentials)."""
 

@@ -246,6 +246,38 @@ def test_redis_out_of_memory(home: Path) -> None:
     tally.report("Redis out of memory mid-load", REPEATS)
 
 
+def test_a_redis_that_evicts_keys_is_refused(home: Path) -> None:
+    """A Redis whose maxmemory-policy evicts any key (``allkeys-*``) would drop a live
+    version's records when it fills up, and a seal reads the running digest, not the data:
+    the DAL refuses to serve it in one line, and a seal refuses it when the policy was set
+    after the DAL started (the alias stays). ``volatile-*`` evicts only keys with a TTL, which
+    a version's records have not: it is served."""
+    redis_port = services.own_redis()
+    r = redis.Redis(port=redis_port)
+    url = f"redis://127.0.0.1:{redis_port}/0"
+    r.config_set("maxmemory-policy", "allkeys-lru")
+    serve = [sys.executable, "-m", "bulldozer.cli.main", "serve", "--engine", "redis", "--url", url, "--port", "0"]
+    refused = subprocess.run([*serve, "--prefix", "evict"], capture_output=True, text=True, timeout=120)
+    said = refused.stderr.strip().splitlines()
+    assert refused.returncode == 1 and len(said) == 1, refused.stderr
+    assert said[0].startswith(f"error: Redis at {url} evicts keys when it is full (maxmemory-policy allkeys-lru)")
+    assert r.keys("*evict*") == []  # refused before the prefix was claimed
+    r.config_set("maxmemory-policy", "volatile-lru")
+    port = _free_port()
+    server = _start(None, port, "--engine", "redis", "--url", url, "--prefix", "evict")
+    try:
+        with KvClient(f"127.0.0.1:{port}") as client:
+            live = run_job(spec(), client, home=str(home)).version
+            r.config_set("maxmemory-policy", "allkeys-lfu")
+            with pytest.raises(BulldozerError, match=r"maxmemory-policy allkeys-lfu"):
+                run_job(spec(), client, home=str(home))
+            assert client.get_alias(ALIAS).namespace == live
+            r.config_set("maxmemory-policy", "noeviction")
+            assert run_job(spec(), client, home=str(home)).version != live
+    finally:
+        stop_servers([server])
+
+
 @contextlib.contextmanager
 def _disk_of_its_own(folder: Path, size: str) -> Iterator[tuple[list[str], Path]]:
     """A tmpfs of ``size`` at ``folder`` in a mount namespace of its own (``_own_tmpfs``),

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -51,6 +52,7 @@ from bulldozer.errors import (
     KvError,
     NamespaceExistsError,
     NamespaceNotFoundError,
+    StoreSettingsError,
 )
 from bulldozer.kv.backends._buckets import bucket_of, group_by_bucket, scan_in_bucket_order
 from bulldozer.kv.backends._lifecycle import (
@@ -68,6 +70,8 @@ from bulldozer.kv.v1 import shared
 from bulldozer.redaction import shown_url
 
 __all__ = ["RedisEngine"]
+
+log = logging.getLogger("bulldozer.kv.redis")
 
 _FORMAT = shared.REDIS_FORMAT
 _DIGEST_KEPT = shared.REDIS_DIGEST_KEPT  # the first entry of a namespace's running digest list
@@ -169,6 +173,8 @@ class RedisEngine(StorageEngine):
             self.r.ping()
         except redis.exceptions.RedisError as exc:
             raise BackendUnavailableError(f"cannot reach Redis at {self.where}: {exc}") from exc
+        self._settings_unread = False
+        self._call(self._check_keeps_every_key)
         self._leases = PendingReleases()
         self._cas = self.r.register_script(_CAS)
         self._enter = self.r.register_script(_ENTER)
@@ -218,6 +224,37 @@ class RedisEngine(StorageEngine):
         if not self.r.set(self._k_marker, marker_value, nx=True):  # another DAL claimed it first
             return int(json.loads(self.r.get(self._k_marker))["buckets"])
         return self.config.buckets
+
+    def _check_keeps_every_key(self) -> None:
+        """Refuse a Redis that evicts keys without a TTL when it is full (``maxmemory-policy
+        allkeys-*``, on any primary of a cluster): a version's records have none, so they
+        would vanish under a live alias, and a seal reads the running digest, not the data.
+        Checked when the engine starts and again before each seal. A server that does not let
+        ``CONFIG GET`` be run (renamed or denied, as managed services do) is logged once."""
+        try:
+            if self.config.cluster:
+                answers = self.r.config_get("maxmemory-policy", target_nodes=redis.cluster.RedisCluster.PRIMARIES)
+            else:
+                answers = {self.where: self.r.config_get("maxmemory-policy")}
+        except redis.exceptions.ResponseError as exc:
+            if not self._settings_unread:
+                self._settings_unread = True
+                log.warning(
+                    "cannot read the maxmemory-policy of Redis at %s (%s): make sure it is noeviction or a "
+                    "volatile-* policy; one that evicts any key would lose records of live versions",
+                    self.where,
+                    exc,
+                )
+            return
+        for node, answer in answers.items():
+            policy = answer.get("maxmemory-policy", "")
+            policy = policy.decode() if isinstance(policy, bytes) else str(policy)
+            if policy.startswith("allkeys-"):
+                raise StoreSettingsError(
+                    f"Redis at {node} evicts keys when it is full (maxmemory-policy {policy}): "
+                    "a version's records would vanish under a live alias; set maxmemory-policy noeviction "
+                    "(or a volatile-* policy, which evicts only keys with a TTL)"
+                )
 
     def _any_key(self, pattern: str) -> bytes | None:
         for key in self.r.scan_iter(match=pattern, count=1000):
@@ -295,6 +332,8 @@ class RedisEngine(StorageEngine):
 
     def transition(self, name: str, expected: frozenset[State], record: NamespaceRecord) -> NamespaceRecord:
         def run() -> NamespaceRecord:
+            if record.state == State.SEALING:
+                self._check_keeps_every_key()  # the policy may have been changed since the engine started
             body = self._ns_json(record)
             transition_optimistically(
                 name,
