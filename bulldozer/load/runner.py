@@ -286,6 +286,12 @@ class JobRun:
                     f"cannot resume {resume!r}: it is {existing.state.value} (alias {existing.alias!r}); "
                     "only a LOADING version of this job (or one whose seal was interrupted, SEALING) can be resumed"
                 )
+            if (began := existing.labels.get(SPEC_LABEL, "")) != record.spec_sha256:
+                raise NamespaceStateError(
+                    f"cannot resume {resume!r}: another text of the spec began it (sha256 {began[:12] or 'unknown'}, "
+                    f"this one {record.spec_sha256[:12]}), and a version resumed with it would hold records of "
+                    "both; start a new run"
+                )
             if existing.state == State.SEALING:
                 # loaded in full and frozen, its seal interrupted: seal (verify) and flip it
                 if loaded_of(existing) is None:
@@ -788,6 +794,15 @@ def run_stage(
                 # the first attempt was killed while the DAL made its version from a base: a new one
                 client.mark_failed(earlier.name, f"its copy of the base {earlier.base} was interrupted")
                 log.info("run %s: %s never held all of its base; a new version is made", run_key, earlier.name)
+                earlier = None
+            if (
+                earlier is not None
+                and earlier.state == State.LOADING
+                and earlier.labels.get(SPEC_LABEL, "") != run.record.spec_sha256
+            ):
+                # the spec was changed between attempts: this one's records would mix with the first's
+                client.mark_failed(earlier.name, "its spec was changed before its load was finished")
+                log.info("run %s: the spec changed since %s was begun; a new version is made", run_key, earlier.name)
                 earlier = None
             if earlier is not None and earlier.state != State.LOADING:
                 if earlier.state in _LOADED_STATES and loaded_of(earlier) is not None:

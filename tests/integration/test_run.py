@@ -505,6 +505,14 @@ def test_a_killed_run_is_resumed(tmp_path: Path) -> None:
     assert _dal_processes(home / "kv") == []
     listing = _cli(["runs", "user_item_scores", "--json"], home)
     (version,) = [r["version"] for r in json.loads(listing.stdout) if r["state"] == "LOADING"]
+    # resumed with another text of the spec (a value column dropped), the version would hold
+    # records of both schemas and still pass its seal: refused, and the version stays resumable
+    changed = tmp_path / "changed.yaml"
+    changed.write_text((REPO / "templates" / "move_data_to_kv_dal.yaml").read_text().replace("    - is_active\n", ""))
+    refused = _cli(["run", str(changed), "--resume", version], home)
+    assert refused.returncode == 1 and refused.stderr.strip().splitlines()[-1].startswith(
+        f"error: cannot resume {version!r}: another text of the spec began it"
+    ), refused.stderr
     resumed = _cli(["run", "templates/move_data_to_kv_dal.yaml", "--resume", version, "--json"], home)
     assert resumed.returncode == 0, resumed.stderr
     record = json.loads(resumed.stdout)

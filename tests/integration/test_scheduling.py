@@ -82,6 +82,32 @@ def test_stages_one_by_one_with_a_killed_and_retried_load(tmp_path: Path) -> Non
     assert len(runs(home)) == 1
 
 
+def test_a_load_retried_after_the_spec_changed_makes_a_new_version(tmp_path: Path) -> None:
+    """The spec is replaced (a value column dropped) between a killed load and its retry:
+    resuming the first attempt's version would leave it holding records of both texts, each
+    encoded for its own schema, and its seal would pass (it measures what was written). The
+    retry marks that version FAILED and loads a new one, whose digest is a full run's."""
+    home = tmp_path / "h"
+    create_sample_warehouse(home, rows=30_000, chunk_rows=10_000)
+    spec = write_spec(tmp_path / "job.yaml")
+    load = ["run", str(spec), "--stage", "load", "--run-key", "run-9", "--json"]
+    assert _cli(load, home, fault="kill-after-rows:15000").returncode == -9
+    (first,) = [r["version"] for r in runs(home) if r["state"] == "LOADING"]
+    write_spec(spec, **{"    - is_active\n": ""})
+    retried = _cli(load, home)
+    assert retried.returncode == 0, retried.stderr
+    record = json.loads(retried.stdout)
+    assert record["version"] != first and record["resumed"] is False and record["rows"] == 30_000
+    states = {r["version"]: r["state"] for r in runs(home)}
+    assert states[first] == "FAILED"
+    for name in ("verify", "flip"):
+        assert _cli([*load[:3], name, *load[4:]], home).returncode == 0
+    assert alias_now(home) == record["version"]
+    full = _cli(["run", str(spec), "--json"], home)
+    assert full.returncode == 0, full.stderr
+    assert json.loads(full.stdout)["digest"] == record["digest"]  # one text's records, as a full run has
+
+
 def test_a_failing_verify_stage_marks_the_version_failed_and_keeps_the_alias(home: Path) -> None:
     first = _cli(["run", "templates/move_data_to_kv_dal.yaml", "--json"], home)
     assert first.returncode == 0, first.stderr
