@@ -286,11 +286,10 @@ class JobRun:
                     f"cannot resume {resume!r}: it is {existing.state.value} (alias {existing.alias!r}); "
                     "only a LOADING version of this job (or one whose seal was interrupted, SEALING) can be resumed"
                 )
-            if (began := existing.labels.get(SPEC_LABEL, "")) != record.spec_sha256:
+            if (mixed := self.mixes_with(existing)) is not None:
                 raise NamespaceStateError(
-                    f"cannot resume {resume!r}: another text of the spec began it (sha256 {began[:12] or 'unknown'}, "
-                    f"this one {record.spec_sha256[:12]}), and a version resumed with it would hold records of "
-                    "both; start a new run"
+                    f"cannot resume {resume!r}: {mixed}, and a version resumed now would hold records of both; "
+                    "start a new run"
                 )
             if existing.state == State.SEALING:
                 # loaded in full and frozen, its seal interrupted: seal (verify) and flip it
@@ -348,6 +347,27 @@ class JobRun:
                 client.set_labels(record.version, {BASE_COPIED_LABEL: self.delta.base.name})
         self.version_created = True
         return record.version
+
+    def mixes_with(self, existing: NamespaceRecord) -> str | None:
+        """Why this run's records would not be the kind ``existing`` (a version an earlier
+        attempt began) holds, so resuming it would mix two (None: they would be the same):
+        another text of the spec began it, or, while it is still LOADING, its records are
+        encoded for another schema (the table's changed since: a float promoted to double,
+        a column added that the spec takes by default). Its seal would still pass: it
+        measures what was written."""
+        began = existing.labels.get(SPEC_LABEL, "")
+        if began != self.record.spec_sha256:
+            return (
+                f"another text of the spec began it (sha256 {began[:12] or 'unknown'}, "
+                f"this one {self.record.spec_sha256[:12]})"
+            )
+        assert self.job is not None
+        if existing.state == State.LOADING and (
+            existing.value_descriptor_set != self.job.descriptor_set
+            or (existing.key_message, existing.value_message) != (self.job.key_full_name, self.job.value_full_name)
+        ):
+            return "its records are encoded for another schema (the table's schema changed since it was begun)"
+        return None
 
     def _made_by_this_run(self, version: str, labels: dict[str, str]) -> bool:
         """Whether the version a create was refused as existing is the one this run asked for:
@@ -795,14 +815,10 @@ def run_stage(
                 client.mark_failed(earlier.name, f"its copy of the base {earlier.base} was interrupted")
                 log.info("run %s: %s never held all of its base; a new version is made", run_key, earlier.name)
                 earlier = None
-            if (
-                earlier is not None
-                and earlier.state == State.LOADING
-                and earlier.labels.get(SPEC_LABEL, "") != run.record.spec_sha256
-            ):
-                # the spec was changed between attempts: this one's records would mix with the first's
-                client.mark_failed(earlier.name, "its spec was changed before its load was finished")
-                log.info("run %s: the spec changed since %s was begun; a new version is made", run_key, earlier.name)
+            if earlier is not None and earlier.state == State.LOADING and (mixed := run.mixes_with(earlier)):
+                # the spec or the table's schema changed between attempts: the records would mix
+                client.mark_failed(earlier.name, f"not resumed: {mixed}")
+                log.info("run %s: %s is not resumed (%s); a new version is made", run_key, earlier.name, mixed)
                 earlier = None
             if earlier is not None and earlier.state != State.LOADING:
                 if earlier.state in _LOADED_STATES and loaded_of(earlier) is not None:

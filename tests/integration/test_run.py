@@ -521,6 +521,31 @@ def test_a_killed_run_is_resumed(tmp_path: Path) -> None:
     assert [(r["version"], r["state"]) for r in runs] == [(version, "ACTIVE")]
 
 
+def test_a_resume_after_the_tables_schema_changed_is_refused(tmp_path: Path) -> None:
+    """Between a killed run and its resume, ``score`` is promoted from float to double and the
+    table rewritten: the resume reads the schema at the current snapshot and the rows at its
+    own, so its records would be encoded as doubles beside the first attempt's floats (its
+    seal passes: it measures what was written). Refused in one line; the version stays."""
+    from pyiceberg.types import DoubleType
+
+    home = tmp_path / "h"
+    create_sample_warehouse(home, rows=30_000, chunk_rows=10_000)
+    killed = _cli(["run", "templates/move_data_to_kv_dal.yaml", "-q"], home, fault="kill-after-rows:15000")
+    assert killed.returncode == -9
+    (version,) = [r["version"] for r in json.loads(_cli(["runs", "user_item_scores", "--json"], home).stdout)]
+    table = open_catalog(CatalogConfig(), home).load_table("sample.user_item_scores")
+    with table.update_schema() as update:
+        update.update_column("score", DoubleType())
+    table.overwrite(table.scan().to_arrow().cast(table.schema().as_arrow()))
+    refused = _cli(["run", "templates/move_data_to_kv_dal.yaml", "--resume", version], home)
+    assert refused.returncode == 1 and refused.stderr.strip().splitlines()[-1] == (
+        f"error: cannot resume {version!r}: its records are encoded for another schema (the table's schema "
+        "changed since it was begun), and a version resumed now would hold records of both; start a new run"
+    ), refused.stderr
+    (run,) = json.loads(_cli(["runs", "user_item_scores", "--json"], home).stdout)
+    assert (run["version"], run["state"]) == (version, "LOADING")
+
+
 def test_a_terminated_run_stops_cleanly_and_the_next_run_succeeds(tmp_path: Path) -> None:
     """SIGTERM (a scheduler stopping its task) mid-load: one line, exit 143, the alias where
     it was, the data plane stopped and the temporary files removed before the command exits."""
