@@ -233,13 +233,15 @@ def gc(
     Drops RETIRED versions beyond --keep, and versions left LOADING, FAILED or never flipped
     (SEALED), once they are older than --grace."""
     from bulldozer.kv.types import HELD
+    from pydantic_core import PydanticCustomError
+
     from bulldozer.spec.models import parse_duration
     from bulldozer.versioning.retention import plan_retention
 
     try:
         grace_period: timedelta = parse_duration(grace)
-    except Exception:
-        raise fail(f"--grace {grace!r} is not a duration (e.g. 24h, 30m, 7d)", 2) from None
+    except PydanticCustomError as exc:
+        raise fail(f"--grace: {exc}", 2) from None
     dropped: dict[str, list[str]] = {}
     with open_client(endpoint, home, as_json) as client:
         by_alias: dict[str, list[NamespaceRecord]] = {}

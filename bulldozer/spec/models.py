@@ -175,16 +175,22 @@ _DURATION_RE = re.compile(r"(\d+)(ms|s|m|h|d|w)")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
+#: the longest duration a spec may write (a grace period, a retry delay): beyond it a date
+#: computed from one overflows, and no schedule waits that long
+MAX_DURATION = timedelta(days=366)
+
+
 def parse_duration(value: object) -> timedelta:
-    """``90s``, ``15m``, ``24h``, ``7d``, ``1w``, combinations like ``1h30m``, or seconds."""
+    """``90s``, ``15m``, ``24h``, ``7d``, ``1w``, combinations like ``1h30m``, or seconds;
+    at most ``MAX_DURATION``."""
     if isinstance(value, timedelta):
-        return value
+        return _bounded(value.total_seconds())
     if isinstance(value, bool):
         raise _error("a duration like 24h, 30m, 7d or a number of seconds")
     if isinstance(value, int | float):
         if value < 0:
             raise _error("a duration cannot be negative")
-        return timedelta(seconds=value)
+        return _bounded(value)
     if isinstance(value, str):
         text = value.strip()
         pos, total = 0, 0.0
@@ -194,11 +200,17 @@ def parse_duration(value: object) -> timedelta:
             total += int(m.group(1)) * _UNITS[m.group(2)]
             pos = m.end()
         if text and pos == len(text):
-            return timedelta(seconds=total)
+            return _bounded(total)
     raise _error(
         "{value!r} is not a duration; write e.g. 24h, 30m, 7d, 1h30m or a number of seconds",
         value=value,
     )
+
+
+def _bounded(seconds: float) -> timedelta:
+    if not seconds <= MAX_DURATION.total_seconds():  # also NaN
+        raise _error("a duration is at most {days} days", days=MAX_DURATION.days)
+    return timedelta(seconds=seconds)
 
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]

@@ -137,6 +137,14 @@ def test_bad_durations(text: object) -> None:
         parse_duration(text)
 
 
+@pytest.mark.parametrize("text", ["367d", "99999999999999999999s", float("nan"), float("inf"), 1e308])
+def test_a_duration_is_at_most_a_year(text: object) -> None:
+    """Beyond it a date computed from one overflows: these were an OverflowError traceback."""
+    with pytest.raises(Exception, match="a duration is at most 366 days"):
+        parse_duration(text)
+    assert parse_duration("366d").days == 366
+
+
 @pytest.mark.parametrize("schedule", ["@daily", "@hourly", "0 3 * * *", "*/15 * * * 1-5", None])
 def test_schedules(schedule: str | None) -> None:
     text = MINIMAL.replace(
