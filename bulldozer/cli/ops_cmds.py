@@ -232,9 +232,9 @@ def gc(
 
     Drops RETIRED versions beyond --keep, and versions left LOADING, FAILED or never flipped
     (SEALED), once they are older than --grace."""
-    from bulldozer.kv.types import HELD
     from pydantic_core import PydanticCustomError
 
+    from bulldozer.kv.types import HELD
     from bulldozer.spec.models import parse_duration
     from bulldozer.versioning.retention import plan_retention
 
