@@ -407,6 +407,9 @@ def runs(
     home: Home = None,
     as_json: Json = False,
     output: Output = None,
+    limit: Annotated[
+        int | None, typer.Option(min=1, help="Only the newest N runs (default: all).", show_default=False)
+    ] = None,
 ) -> None:
     """List the runs of an alias, newest first, with their outcome, rows and timings.
 
@@ -420,7 +423,7 @@ def runs(
     with open_client(endpoint, home, fmt is Format.json) as client:
         namespaces = client.list_namespaces(alias)
     rows: list[dict[str, Any]] = []
-    for ns in reversed(namespaces):
+    for ns in list(reversed(namespaces))[:limit]:
         run = run_record_of(ns)
         rows.append({"version": ns.name, "state": ns.state.value, **(asdict(run) if run else {})})
     columns = [

@@ -254,6 +254,7 @@ def test_a_profile_names_the_dal_for_every_command(home: Path, dal: KvClient, tm
     assert said("alias", "show", "user_item_scores", "--json")["namespace"] == v2
     assert len(said("alias", "history", "user_item_scores", "--json")) == 2
     assert {r["version"] for r in said("runs", "user_item_scores", "--json")} == {v1, v2}
+    assert [r["version"] for r in said("runs", "user_item_scores", "--json", "--limit", "1")] == [v2]  # the newest
     got = cli("get", "user_item_scores", "--key", json.dumps(KEY))
     assert json.loads(got.stdout) and f"store: {dal.target}" in got.stderr  # the value alone on stdout
     assert len(cli("scan", "user_item_scores", "--limit", "3").stdout.strip().splitlines()) == 3
