@@ -171,7 +171,7 @@ ProtoPackage = Annotated[
     AfterValidator(_check_package),
 ]
 
-_DURATION_RE = re.compile(r"(\d+)(ms|s|m|h|d|w)")
+_DURATION_RE = re.compile(r"(\d{1,15})(ms|s|m|h|d|w)")  # more digits than any bound: not a duration
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 

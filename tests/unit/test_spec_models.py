@@ -137,12 +137,14 @@ def test_bad_durations(text: object) -> None:
         parse_duration(text)
 
 
-@pytest.mark.parametrize("text", ["367d", "99999999999999999999s", float("nan"), float("inf"), 1e308])
+@pytest.mark.parametrize("text", ["367d", "999999999999999s", float("nan"), float("inf"), 1e308])
 def test_a_duration_is_at_most_a_year(text: object) -> None:
     """Beyond it a date computed from one overflows: these were an OverflowError traceback."""
     with pytest.raises(Exception, match="a duration is at most 366 days"):
         parse_duration(text)
     assert parse_duration("366d").days == 366
+    with pytest.raises(Exception, match="is not a duration"):  # was a ValueError: too many digits for int()
+        parse_duration("9" * 5000 + "s")
 
 
 @pytest.mark.parametrize("schedule", ["@daily", "@hourly", "0 3 * * *", "*/15 * * * 1-5", None])
