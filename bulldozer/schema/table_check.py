@@ -102,16 +102,12 @@ def _check_query(loaded: LoadedSpec, query: str, catalog: Any, home: str | None)
     """A query source: one read-only SELECT (``check_query``) whose every table is in the
     catalog, and whose result has every column the spec names, each of a type that maps to
     protobuf."""
-    from bulldozer.spec.query import check_query
+    from bulldozer.spec.checks import query_tables
 
     where = ("data_movement", "source", "query")
-    try:
-        tables = check_query(query)
-    except SpecError as exc:
-        return [loaded.issue(where, issue.message) for issue in exc.issues]
-    except BulldozerError as exc:
-        return [loaded.issue(where, str(exc))]
-    issues = []
+    tables, issues = query_tables(loaded, query)
+    if issues:
+        return issues
     try:
         catalog = catalog or open_catalog(loaded.spec.data_movement.catalog, home)
     except BulldozerError as exc:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from bulldozer.errors import SpecIssue
     from bulldozer.spec.loader import LoadedSpec
 
-__all__ = ["spec_issues", "text_issues"]
+__all__ = ["query_tables", "spec_issues", "text_issues"]
 
 
 def spec_issues(loaded: LoadedSpec, catalog: bool, home: str | None = None) -> list[SpecIssue]:
@@ -44,13 +44,19 @@ def text_issues(loaded: LoadedSpec) -> list[SpecIssue]:
         if refused := parse_issue(dm.filter):
             issues.append(loaded.issue(("data_movement", "filter"), refused))
     if dm.source.query is not None:
-        from bulldozer.spec.query import check_query
-
-        where = ("data_movement", "source", "query")
-        try:
-            check_query(dm.source.query)
-        except SpecError as exc:
-            issues.extend(loaded.issue(where, issue.message) for issue in exc.issues)
-        except BulldozerError as exc:  # DuckDB is not installed: a run could not read it either
-            issues.append(loaded.issue(where, str(exc)))
+        issues.extend(query_tables(loaded, dm.source.query)[1])
     return issues
+
+
+def query_tables(loaded: LoadedSpec, query: str) -> tuple[list[str], list[SpecIssue]]:
+    """The tables the spec's ``query`` reads, or (none and) why the query check refuses it,
+    as issues at the query's line."""
+    from bulldozer.spec.query import check_query
+
+    where = ("data_movement", "source", "query")
+    try:
+        return check_query(query), []
+    except SpecError as exc:
+        return [], [loaded.issue(where, issue.message) for issue in exc.issues]
+    except BulldozerError as exc:  # DuckDB is not installed: a run could not read it either
+        return [], [loaded.issue(where, str(exc))]
