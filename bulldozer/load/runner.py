@@ -30,6 +30,7 @@ from bulldozer.errors import (
     KvError,
     LoadError,
     NamespaceExistsError,
+    NamespaceNotFoundError,
     NamespaceStateError,
     QualityGateError,
     RetentionError,
@@ -605,11 +606,16 @@ class JobRun:
         log.info("run %s: %s now points at %s (%d rows)", record.run_id, record.alias, record.version, record.rows)
         return record
 
-    def failed(self, exc: BaseException, final: bool = True) -> None:
-        """Record the failure; mark the version FAILED unless a retry of the stage may still succeed."""
+    def failed(self, exc: BaseException, final: bool = True) -> BaseException:
+        """Record the failure; mark the version FAILED unless a retry of the stage may still
+        succeed. Returns what to raise: ``exc``, or one line saying the version was dropped
+        under the run (its writes say only that the namespace does not exist)."""
         record = self.record
         record.outcome = "failed"
         record.finished = _now()
+        if dropped := self._dropped_under_the_run(exc):
+            record.failed_stage, record.error = self.stage.current, f"{self.stage.current}: {dropped}"
+            return dropped  # a dropped version keeps no record of it: nothing more to write
         message = str(exc) if isinstance(exc, BulldozerError) else f"{type(exc).__name__}: {exc}"
         record.failed_stage = self.stage.current
         record.error = f"{self.stage.current}: {message}"
@@ -633,6 +639,24 @@ class JobRun:
                     record.version,
                     cleanup,
                 )
+        return exc
+
+    def _dropped_under_the_run(self, exc: BaseException) -> NamespaceStateError | None:
+        """The error to say when ``exc`` came of this run's version being dropped while the
+        run made it (``bulldozer namespace drop``, ``gc``), else None."""
+        if not (self.version_created and isinstance(exc, NamespaceNotFoundError | NamespaceStateError)):
+            return None
+        try:
+            state = self.client.describe(self.record.version).state
+        except BulldozerError:
+            return None
+        if state != State.DROPPED:
+            return None
+        error = NamespaceStateError(
+            f"{self.record.version} was dropped while this run made it (bulldozer namespace drop, or gc); "
+            "the alias was not moved"
+        )
+        return error
 
     def record_refusal(self) -> None:
         """Keep a run refused before it created its version (a breaking schema, a spec the
@@ -738,10 +762,12 @@ def run_job(
             run.lineage.complete(record)
         return record
     except BaseException as exc:
-        run.failed(exc)
+        said = run.failed(exc)
         run.lineage_fail()
         if on_failure is not None:
             on_failure(run.record)
+        if said is not exc:
+            raise said from exc
         raise
 
 
@@ -835,9 +861,11 @@ def run_stage(
             with stage("load"):
                 run.load()
         except BaseException as exc:
-            run.failed(exc, final=isinstance(exc, _FINAL))
+            said = run.failed(exc, final=isinstance(exc, _FINAL))
             if isinstance(exc, _FINAL):
                 run.lineage_fail()
+            if said is not exc:
+                raise said from exc
             raise
         run.record.outcome = "succeeded"
         return run.record
@@ -852,9 +880,11 @@ def run_stage(
             {"verify": run.verify, "flip": run.flip, "retention": run.retention_after_flip}[stage_name]()
     except BaseException as exc:
         final = stage_name == "verify" and not isinstance(exc, KvError)
-        run.failed(exc, final=final)
+        said = run.failed(exc, final=final)
         if final:
             run.lineage_fail()
+        if said is not exc:
+            raise said from exc
         raise
     if stage_name == "retention":
         record = run.finish()

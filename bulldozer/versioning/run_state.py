@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from bulldozer.kv.types import NamespaceRecord
+from bulldozer.kv.types import NamespaceRecord, State
 
 __all__ = [
     "BASE_COPIED_LABEL",
@@ -136,10 +136,21 @@ class Loaded:
         return cls(int(data["rows"]), int(data["digest"]), {k: int(v) for k, v in data["null_counts"].items()})
 
 
+#: the error of a run whose version was dropped before the run could record its end
+DROPPED_UNFINISHED = "its version was dropped before the run finished (the run was killed, or the version dropped)"
+
+
 def run_record_of(version: NamespaceRecord) -> RunRecord | None:
-    """The run record a version keeps, or None (a version no run made)."""
+    """The run record a version keeps, or None (a version no run made). A dropped version
+    keeps no labels changed, so a run that never recorded its end (killed, then its version
+    dropped by gc; or the version dropped under it) says it failed, not that it is running."""
     text = version.labels.get(RUN_LABEL)
-    return RunRecord.from_json(text) if text else None
+    if not text:
+        return None
+    run = RunRecord.from_json(text)
+    if version.state == State.DROPPED and run.outcome == "running":
+        run.outcome, run.error = "failed", run.error or DROPPED_UNFINISHED
+    return run
 
 
 def loaded_of(version: NamespaceRecord) -> Loaded | None:

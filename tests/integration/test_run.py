@@ -546,6 +546,44 @@ def test_a_resume_after_the_tables_schema_changed_is_refused(tmp_path: Path) -> 
     assert (run["version"], run["state"]) == (version, "LOADING")
 
 
+def test_a_version_dropped_under_its_run_is_said_so(tmp_path: Path) -> None:
+    """An operator drops the version a run is loading (``namespace drop``): the run ends
+    with one line saying so (it said the namespace ``does not exist``, after a warning that
+    the failure could not be recorded), and ``runs`` shows it failed (it showed "running"
+    for ever: a dropped version keeps no labels written after)."""
+    home = tmp_path / "h"
+    create_sample_warehouse(home, rows=30_000, chunk_rows=10_000)
+    job = tmp_path / "slow.yaml"
+    job.write_text(TEMPLATE.replace("# records_per_second: 50000", "records_per_second: 3000"))
+    run = subprocess.Popen(
+        [sys.executable, "-m", "bulldozer.cli.main", "run", str(job), "-q"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "BULLDOZER_HOME": str(home)},
+        cwd=REPO,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        loading: list[str] = []
+        while not loading and time.monotonic() < deadline:
+            time.sleep(0.2)
+            listed = _cli(["namespaces", "--json"], home)
+            loading = [n["name"] for n in json.loads(listed.stdout or "[]") if n["state"] == "LOADING"]
+        assert loading, "the run never made its version"
+        dropped = _cli(["namespace", "drop", loading[0], "--yes"], home)
+        assert dropped.returncode == 0, dropped.stderr
+        _, stderr = run.communicate(timeout=120)
+    finally:
+        run.kill()
+    assert run.returncode == 1
+    assert stderr.strip().splitlines() == [
+        f"error: {loading[0]} was dropped while this run made it (bulldozer namespace drop, or gc); "
+        "the alias was not moved"
+    ], stderr
+    (record,) = json.loads(_cli(["runs", "user_item_scores", "--json"], home).stdout)
+    assert (record["state"], record["outcome"]) == ("DROPPED", "failed") and "dropped" in record["error"], record
+
+
 def test_a_terminated_run_stops_cleanly_and_the_next_run_succeeds(tmp_path: Path) -> None:
     """SIGTERM (a scheduler stopping its task) mid-load: one line, exit 143, the alias where
     it was, the data plane stopped and the temporary files removed before the command exits."""
