@@ -98,6 +98,18 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
+def confirm(question: str) -> None:
+    """Ask ``question`` (y/N) where a command changes what readers see or drops data; a no
+    ends the command (exit 1), and so does no answer at all (stdin closed: a script that
+    meant it passes ``--yes``), each in one line."""
+    try:
+        if typer.confirm(question):
+            return
+    except typer.Abort:
+        raise fail("not confirmed (no answer on stdin); pass --yes to go ahead without asking") from None
+    raise fail("not confirmed: nothing was changed")
+
+
 def report(exc: BulldozerError) -> typer.Exit:
     """Print ``exc`` as its one line (a spec error: a line per issue) on stderr; the exit to raise."""
     if isinstance(exc, SpecError):

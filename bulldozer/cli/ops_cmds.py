@@ -13,6 +13,7 @@ from bulldozer.cli.common import (
     Endpoint,
     Home,
     Json,
+    confirm,
     console,
     fail,
     handle_errors,
@@ -123,9 +124,14 @@ def namespace_drop(
 ) -> None:
     """Drop a namespace's data (refused for the ACTIVE version of an alias)."""
     with open_client(endpoint, home, as_json) as client:
-        name = _named(client, name).name
-        if not yes and not as_json and not typer.confirm(f"drop {name} and all its data?"):
-            raise typer.Exit(1)
+        named = _named(client, name)
+        name = named.name
+        if not yes and not as_json:
+            from bulldozer.kv.types import State
+
+            making = named.state in (State.LOADING, State.SEALING)
+            busy = f" ({named.state.value}: a run making it now fails)" if making else ""
+            confirm(f"drop {name}{busy} and all its data?")
         dropped = client.drop(name)
     if as_json:
         print_json(with_store(client, _ns_json(dropped)))
@@ -209,8 +215,8 @@ def rollback(
     with open_client(endpoint, home, as_json) as client:
         current = client.describe_target(f"{alias}@{expect}").name if expect else client.get_alias(alias).namespace
         target = client.describe_target(f"{alias}@{to}").name if to else previous_version(client, alias, current).name
-        if not yes and not as_json and not typer.confirm(f"point {alias} from {current} back to {target}?"):
-            raise typer.Exit(1)
+        if not yes and not as_json:
+            confirm(f"point {alias} from {current} back to {target}?")
         before, record = do_rollback(client, alias, target, reason, expected=current)
     if as_json:
         data = {"alias": alias, "from": before, "to": record.namespace, "generation": record.generation}

@@ -151,8 +151,20 @@ def test_a_namespace_is_named_as_the_tables_show_it(home: Path, dal: KvClient) -
     assert missing.exit_code != 0 and missing.stderr == "error: the store has no version '0000aa'\n"
     refused = _cli(dal, "namespace", "drop", short_version(v2), "--yes")  # the live one
     assert refused.exit_code != 0 and "ACTIVE" in refused.stderr
+    # asked: no answer on stdin (a script without --yes), then a no, each one line and nothing dropped
+    unanswered = runner.invoke(app, ["namespace", "drop", short_version(v1), "--endpoint", dal.target])
+    assert unanswered.exit_code == 1 and unanswered.stderr == (
+        "error: not confirmed (no answer on stdin); pass --yes to go ahead without asking\n"
+    )
+    no = runner.invoke(app, ["namespace", "drop", short_version(v1), "--endpoint", dal.target], input="n\n")
+    assert no.exit_code == 1 and no.stderr == "error: not confirmed: nothing was changed\n"
+    assert dal.describe(v1).state == State.RETIRED
     dropped = _cli(dal, "namespace", "drop", short_version(v1), "--yes")
     assert dropped.exit_code == 0 and dal.describe(v1).state == State.DROPPED
+    loading = new_version_name("user_item_scores")
+    dal.create_namespace(loading, "user_item_scores")
+    asked = runner.invoke(app, ["namespace", "drop", loading, "--endpoint", dal.target], input="y\n")
+    assert asked.exit_code == 0 and f"drop {loading} (LOADING: a run making it now fails) and all" in asked.stdout
     alias = _cli(dal, "namespace", "drop", "user_item_scores", "--yes")  # an alias is not a namespace to drop
     assert alias.exit_code != 0 and dal.describe(v2).state == State.ACTIVE
 
