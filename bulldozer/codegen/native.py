@@ -28,6 +28,7 @@ from pathlib import Path
 from google.protobuf import descriptor_pb2
 
 from bulldozer import scratch
+from bulldozer.codegen.output import claim_folder, write_files
 from bulldozer.codegen.python import kv_api_descriptor_set
 from bulldozer.codegen.readme import render_readme
 from bulldozer.errors import ToolchainError
@@ -163,19 +164,13 @@ def _camel(name: str) -> str:
     return "".join(part.capitalize() for part in name.split("_"))
 
 
-def _write(files: dict[Path, bytes]) -> list[Path]:
-    for path, data in sorted(files.items()):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    return sorted(files)
-
-
 def generate_java_client(spec: JobSpec, job: JobSchema, out: Path, schema_generation: int = 1) -> list[Path]:
     """A Maven project: messages, DAL stubs, ``<Job>Reader`` (with a ``main`` reading one key),
     for versions of ``schema_generation``."""
     name = spec.metadata.name
     java_package = spec.bulldozer_protobuf.output.java_package or f"dev.bulldozer.clients.{name}"
     reader = _camel(name) + "Reader"
+    claim_folder(out, name, "java")
     plugin = grpc_java_plugin()
     sources = out / "src" / "main" / "java"
     if sources.exists():
@@ -208,7 +203,7 @@ def generate_java_client(spec: JobSpec, job: JobSchema, out: Path, schema_genera
         out / "README.md": render_readme("java", job, **values),
         package_dir / f"{reader}.java": _template("java", "Reader.java.tmpl").format(**values).encode(),
     }
-    _write(files)
+    write_files(files)
     return sorted(p for p in out.rglob("*") if p.is_file() and "target" not in p.relative_to(out).parts)
 
 
@@ -221,6 +216,7 @@ def generate_go_client(spec: JobSpec, job: JobSchema, out: Path, schema_generati
     if not re.fullmatch(r"[A-Za-z0-9_.\-/]+", module):
         raise ToolchainError(f"go_package {go_option!r} does not name a Go module path")
     pb = name.replace("_", "") + "pb"
+    claim_folder(out, name, "go")
     gen_go, gen_grpc = go_plugins()
     go = _tool("go", "install the Go toolchain to generate Go clients")
     for stale in ("kvv1", pb):
@@ -257,7 +253,7 @@ def generate_go_client(spec: JobSpec, job: JobSchema, out: Path, schema_generati
         f"module {module}\n\ngo {GO_VERSION}\n\n"
         f"require (\n\tgoogle.golang.org/grpc {GO_GRPC}\n\tgoogle.golang.org/protobuf {GO_PROTOBUF}\n)\n"
     )
-    _write(
+    write_files(
         {
             out / "go.mod": go_mod.encode(),
             out / "README.md": render_readme(

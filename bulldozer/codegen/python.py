@@ -13,6 +13,7 @@ from pathlib import Path
 
 from google.protobuf import descriptor_pb2, timestamp_pb2
 
+from bulldozer.codegen.output import claim_folder, write_files
 from bulldozer.codegen.readme import render_readme
 from bulldozer.schema.job import JobSchema
 from bulldozer.spec.models import JobSpec
@@ -61,8 +62,8 @@ def generate_python_client(spec: JobSpec, job: JobSchema, out: Path, schema_gene
         "python_floor": PYTHON_FLOOR,
         "schema_generation": schema_generation,
     }
+    claim_folder(out, name, "python")
     package = out / "src" / module
-    package.mkdir(parents=True, exist_ok=True)
     files: dict[Path, bytes] = {
         out / "pyproject.toml": _template("pyproject.toml.tmpl").format(**values).encode(),
         out / "README.md": render_readme("python", job, **values),
@@ -79,7 +80,4 @@ def generate_python_client(spec: JobSpec, job: JobSchema, out: Path, schema_gene
     for generated, data in job.compiled.files.items():
         if generated.endswith(("_pb2.py", "_pb2.pyi")):
             files[package / Path(generated).name] = data
-    for path, data in sorted(files.items()):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    return sorted(files)
+    return write_files(files)

@@ -165,6 +165,7 @@ def test_generated_python_client_never_mixes_versions(tmp_path: Path) -> None:
                 overwrite_sample(table(home), rows=1_000, variant=variant)
             versions.append(run_job(loaded, admin, home=str(home)).version)
         generate_python_client(loaded.spec, build_job_schema(loaded.spec, table(home).schema()), tmp_path / "pkg")
+        importlib.invalidate_caches()  # a module made while this process runs (the path finders cache folders)
         generated = importlib.import_module("bulldozer_client_user_item_scores")
         raw_keys = [k for k, _ in admin.scan(namespace=versions[0], limit=60)]
         keys = [generated.KeyMessage.FromString(k) for k in raw_keys]

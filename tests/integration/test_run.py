@@ -306,6 +306,21 @@ def test_a_deliberate_breaking_change_starts_a_new_schema_generation(home: Path,
     )  # told the generation: no DAL asked
     assert json.loads(again.stdout)["schema_generation"] == 3, again.output
     assert "SCHEMA_GENERATION = 3" in (out / "src" / "bulldozer_client_user_item_scores" / "_reader.py").read_text()
+    # a folder holding something else is not written into: a Java client replaced README.md and
+    # pom.xml and deleted src/main/java whole (a service's own sources, pointed at by mistake)
+    service = home / "service"
+    (service / "src" / "main" / "java").mkdir(parents=True)
+    (service / "README.md").write_text("ours")
+    (service / "src" / "main" / "java" / "App.java").write_text("class App {}")
+    told = ["client", template, "--home", str(home), "--schema-generation", "3"]
+    refused = CliRunner().invoke(app, [*told, "--lang", "java", "--out", str(service)])
+    assert refused.exit_code != 0 and refused.stderr == (
+        f"error: --out {service} holds files `bulldozer client` did not write (README.md, src): a client "
+        "replaces its folder's files and source folders, so write it into a new or empty folder\n"
+    ), refused.output
+    assert (service / "README.md").read_text() == "ours" and (service / "src" / "main" / "java" / "App.java").exists()
+    other = CliRunner().invoke(app, [*told, "--lang", "go", "--out", str(out)])  # the Python client's folder
+    assert other.exit_code != 0 and "holds the python client of 'user_item_scores', not the go client" in other.stderr
 
 
 def test_a_column_dropped_from_the_table_is_reported(home: Path, dal: KvClient) -> None:
