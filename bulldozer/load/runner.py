@@ -652,11 +652,10 @@ class JobRun:
             return None
         if state != State.DROPPED:
             return None
-        error = NamespaceStateError(
+        return NamespaceStateError(
             f"{self.record.version} was dropped while this run made it (bulldozer namespace drop, or gc); "
             "the alias was not moved"
         )
-        return error
 
     def record_refusal(self) -> None:
         """Keep a run refused before it created its version (a breaking schema, a spec the
