@@ -26,7 +26,15 @@ from bulldozer.warehouse.catalog import bulldozer_home
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ICEBERG_RUNTIME", "SQLITE_JDBC", "spark_context", "spark_log_level", "spark_session", "stop_spark_session"]
+__all__ = [
+    "ICEBERG_RUNTIME",
+    "SQLITE_JDBC",
+    "gateway_popen_kwargs",
+    "spark_context",
+    "spark_log_level",
+    "spark_session",
+    "stop_spark_session",
+]
 
 ICEBERG_RUNTIME = "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0"
 SQLITE_JDBC = "org.xerial:sqlite-jdbc:3.46.1.3"
@@ -175,7 +183,9 @@ def _start_driver(conf: Any) -> Any:
             if exited.reason:
                 raise
             # Seen under a loaded machine: the gateway JVM died while starting with no error
-            # on stderr and the same command passed when run again: once more then.
+            # on stderr and the same command passed when run again: once more then. (One
+            # cause, gRPC's fork handler killing the child before spark-submit ran, is gone:
+            # _GatewayPopen.)
             said = f"its last line: {exited.last!r}" if exited.last else "it wrote nothing"
             log.warning("the Spark gateway JVM exited while starting without an error (%s); starting it again", said)
             gateway = _launch(conf)
@@ -197,6 +207,29 @@ class _Exited(Exception):
         self.reason, self.last = reason, last
 
 
+class _GatewayPopen(dict[str, Any]):
+    """The keyword arguments pyspark's ``launch_gateway`` starts the JVM with, less the
+    ``preexec_fn`` it adds (to ignore SIGINT in the JVM): a Python function to run between
+    fork and exec makes Python fork in full, and gRPC's fork handler then restarts its
+    poller thread in the child, which dies on the epoll descriptor ``close_fds`` closed
+    (SIGABRT, ``Epoll1Poller … epoll_wait error: Bad file descriptor``, grpc/grpc#43055,
+    open for grpcio ≥ 1.80) before it runs spark-submit — whenever this process has a gRPC
+    channel, as a run has its DAL's. Measured here with grpcio 1.85.3 and a channel busy in
+    another thread: 13–15 of 500 such forks died, 0 of 500 without ``preexec_fn``. The
+    JVM gets its own process group instead (``process_group``): a Ctrl-C at the terminal
+    reaches Bulldozer and not the JVM, as pyspark means, and the JVM ends at the end of
+    its stdin when this process does."""
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key != "preexec_fn":
+            super().__setitem__(key, value)
+
+
+def gateway_popen_kwargs(**kwargs: Any) -> dict[str, Any]:
+    """``popen_kwargs`` for pyspark's ``launch_gateway`` (``_GatewayPopen``) with ``kwargs``."""
+    return _GatewayPopen(process_group=0, **kwargs)
+
+
 def _launch(conf: Any) -> Any:
     """pyspark's ``launch_gateway`` with the JVM's stderr on a pipe relayed from before it
     starts (``_relay``), so when the JVM exits while starting (spark-submit refusing its
@@ -209,7 +242,7 @@ def _launch(conf: Any) -> Any:
     relay = threading.Thread(target=_relay, args=(os.fdopen(read_end, "rb"), failures, said), name="spark-stderr")
     relay.daemon = True
     relay.start()
-    popen = {"cwd": str(_driver_folder()), "stderr": write_end}
+    popen = gateway_popen_kwargs(cwd=str(_driver_folder()), stderr=write_end)
     try:
         return launch_gateway(conf, popen_kwargs=popen)  # type: ignore[no-untyped-call]
     except Exception as exc:
