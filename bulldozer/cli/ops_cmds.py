@@ -237,7 +237,8 @@ def gc(
     """Apply retention to every alias.
 
     Drops RETIRED versions beyond --keep, and versions left LOADING, FAILED or never flipped
-    (SEALED), once they are older than --grace."""
+    (SEALED), once they are older than --grace; never one whose run still beats (a run
+    writes a heartbeat on its version every 30 s)."""
     from pydantic_core import PydanticCustomError
 
     from bulldozer.kv.types import HELD

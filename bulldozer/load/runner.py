@@ -59,6 +59,7 @@ from bulldozer.versioning.run_state import (
     RUN_LABEL,
     SPEC_LABEL,
     STAGE_LABEL,
+    Heartbeat,
     Loaded,
     RunRecord,
     SplitLedger,
@@ -170,6 +171,8 @@ class JobRun:
         self.flipped = False
         #: the source table's columns (name, Iceberg type), for lineage
         self.source_fields: list[tuple[str, str]] = []
+        #: the run's heartbeat on its version, from its create (or restore) to its end
+        self.heartbeat: Heartbeat | None = None
         self.lineage = lineage_for(loaded, getattr(client, "store", "") or "in-process")
 
     def prepare_engine(self) -> None:
@@ -347,7 +350,21 @@ class JobRun:
             if self.delta:  # the call returned: the version holds its base (what a resume checks)
                 client.set_labels(record.version, {BASE_COPIED_LABEL: self.delta.base.name})
         self.version_created = True
+        self.beat()
         return record.version
+
+    def beat(self) -> None:
+        """Start the run's heartbeat on its version (``run_state.Heartbeat``): retention and
+        ``gc`` leave a version alone while the run making it beats."""
+        if self.heartbeat is None:
+            version, client = self.record.version, self.client
+            self.heartbeat = Heartbeat(lambda labels: client.set_labels(version, labels)).start()
+
+    def stop_beating(self) -> None:
+        """Stop the heartbeat (before the run's last word on its version); idempotent."""
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+            self.heartbeat = None
 
     def mixes_with(self, existing: NamespaceRecord) -> str | None:
         """Why this run's records would not be the kind ``existing`` (a version an earlier
@@ -598,6 +615,7 @@ class JobRun:
     # -- running ----------------------------------------------------------------
 
     def finish(self) -> RunRecord:
+        self.stop_beating()
         record = self.record
         if record.outcome != "pinned":
             record.outcome = "succeeded"
@@ -610,6 +628,7 @@ class JobRun:
         """Record the failure; mark the version FAILED unless a retry of the stage may still
         succeed. Returns what to raise: ``exc``, or one line saying the version was dropped
         under the run (its writes say only that the namespace does not exist)."""
+        self.stop_beating()
         record = self.record
         record.outcome = "failed"
         record.finished = _now()
@@ -709,6 +728,8 @@ class JobRun:
             self.load_done = True
         previous = self.record.previous
         self.live = self.client.describe(previous) if previous else None
+        if info.state in (State.LOADING, State.SEALING, State.SEALED):  # not flipped yet: this run makes it
+            self.beat()
 
 
 def run_job(
@@ -768,6 +789,8 @@ def run_job(
         if said is not exc:
             raise said from exc
         raise
+    finally:
+        run.stop_beating()
 
 
 def find_run_version(client: KvClient, alias: str, run_key: str) -> NamespaceRecord | None:
@@ -813,6 +836,22 @@ def run_stage(
         allow_breaking=allow_breaking,
         take_over=take_over,
     )
+    try:
+        return _run_one_stage(run, stage_name, loaded, client, version, run_key, home)
+    finally:
+        run.stop_beating()
+
+
+def _run_one_stage(
+    run: JobRun,
+    stage_name: str,
+    loaded: LoadedSpec,
+    client: KvClient,
+    version: str | None,
+    run_key: str,
+    home: str | None,
+) -> RunRecord:
+    """``run_stage``'s stage ``stage_name`` of ``run``."""
     stage = run.stage
     if stage_name == "validate":
         from bulldozer.schema.table_check import check_against_catalog

@@ -1,7 +1,9 @@
 """Retention: keep the ACTIVE version, the newest ``keep_versions`` RETIRED ones (so a
 rollback is instant), and drop the rest once they have been retired longer than the grace
 period. Versions left LOADING, SEALING or FAILED (or SEALED and never flipped) longer than
-the grace period are dropped too."""
+the grace period are dropped too — counted from the last heartbeat of the run making one,
+and never while that run is alive (``run_state.being_made``), whatever the grace period:
+a day-long load is not an abandoned one."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from datetime import datetime, timedelta
 
 from bulldozer.kv.client import KvClient
 from bulldozer.kv.types import HELD, NamespaceRecord, State, utcnow
+from bulldozer.versioning.run_state import being_made, last_sign_of_life
 
 __all__ = ["RetentionPlan", "apply_retention", "plan_retention"]
 
@@ -35,11 +38,11 @@ def plan_retention(
     plan = RetentionPlan()
     retired = sorted((r for r in records if r.state == State.RETIRED), key=lambda r: r.state_changed, reverse=True)
     for r in records:
-        if r.state == State.ACTIVE or r.name in protect:
+        if r.state == State.ACTIVE or r.name in protect or being_made(r, now):
             plan.keep.append(r.name)
         elif r.state in (State.LOADING, State.SEALING, State.FAILED, State.SEALED):
             # abandoned loads and seals, failed runs and versions that lost their flip
-            (plan.drop if now - r.state_changed > grace_period else plan.keep).append(r.name)
+            (plan.drop if now - last_sign_of_life(r) > grace_period else plan.keep).append(r.name)
     for i, r in enumerate(retired):
         if r.name in protect:
             continue

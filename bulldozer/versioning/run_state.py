@@ -8,26 +8,36 @@ labels (``bulldozer.*``) are its storage format, not an API: nothing else parses
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
-from bulldozer.kv.types import NamespaceRecord, State
+from bulldozer.kv.types import NamespaceRecord, State, utcnow
+
+log = logging.getLogger(__name__)
 
 __all__ = [
+    "ALIVE_WITHIN",
     "BASE_COPIED_LABEL",
+    "HEARTBEAT_LABEL",
     "LEDGER_LABEL",
     "LOADED_LABEL",
     "RUN_KEY_LABEL",
     "RUN_LABEL",
     "SPEC_LABEL",
     "STAGE_LABEL",
+    "Heartbeat",
     "Loaded",
     "RunRecord",
     "SplitLedger",
     "base_copied",
+    "being_made",
+    "heartbeat_of",
+    "last_sign_of_life",
     "ledger_of",
     "loaded_of",
     "run_key_of",
@@ -51,6 +61,8 @@ RUN_KEY_LABEL = "bulldozer.run_key"
 #: call returned): without it, the run was killed while the base was copied or layered, and
 #: the version holds part of the base at most.
 BASE_COPIED_LABEL = "bulldozer.base_copied"
+#: When the run making the version last said it is alive (ISO 8601, UTC): ``Heartbeat``.
+HEARTBEAT_LABEL = "bulldozer.heartbeat"
 
 
 def _compact(data: Any) -> str:
@@ -140,16 +152,31 @@ class Loaded:
 DROPPED_UNFINISHED = "its version was dropped before the run finished (the run was killed, or the version dropped)"
 
 
-def run_record_of(version: NamespaceRecord) -> RunRecord | None:
-    """The run record a version keeps, or None (a version no run made). A dropped version
-    keeps no labels changed, so a run that never recorded its end (killed, then its version
-    dropped by gc; or the version dropped under it) says it failed, not that it is running."""
+def run_record_of(version: NamespaceRecord, now: datetime | None = None) -> RunRecord | None:
+    """The run record a version keeps, or None (a version no run made). A run that never
+    recorded its end says so instead of "running": ``failed`` once its version was dropped
+    (killed, then its version dropped by gc; or the version dropped under it — a dropped
+    version keeps no labels changed), ``stopped`` once its heartbeat is older than
+    ``ALIVE_WITHIN`` (killed, or its machine lost: nothing makes the version now)."""
     text = version.labels.get(RUN_LABEL)
     if not text:
         return None
     run = RunRecord.from_json(text)
-    if version.state == State.DROPPED and run.outcome == "running":
+    if run.outcome != "running":
+        return run
+    if version.state == State.DROPPED:
         run.outcome, run.error = "failed", run.error or DROPPED_UNFINISHED
+    elif version.state in _MADE_IN and not being_made(version, now or utcnow()):
+        beat = heartbeat_of(version)
+        if beat is not None:  # a version made before heartbeats says nothing either way
+            run.outcome = "stopped"
+            since = f"its run has not been heard from since {beat:%Y-%m-%d %H:%M:%S} UTC"
+            if run_key_of(version):  # the scheduler's: its next task, or its retry, goes on
+                run.error = f"{since} (waiting for its next scheduled task, or killed)"
+            elif version.state == State.SEALED:
+                run.error = f"{since} (killed before its flip?)"
+            else:
+                run.error = f"{since} (killed?); `bulldozer run --resume {version.name}` goes on with it"
     return run
 
 
@@ -222,3 +249,69 @@ def base_copied(version: NamespaceRecord) -> bool:
 
 def run_key_of(version: NamespaceRecord) -> str:
     return version.labels.get(RUN_KEY_LABEL, "")
+
+
+#: how often a run writes its version's heartbeat (``Heartbeat``)
+HEARTBEAT_EVERY_SECONDS = 30.0
+#: a version whose run wrote its heartbeat this recently is being made now (``being_made``)
+ALIVE_WITHIN = timedelta(minutes=5)
+#: the states a run makes a version through (LOADING to SEALED, before its flip)
+_MADE_IN = frozenset({State.LOADING, State.SEALING, State.SEALED})
+
+
+class Heartbeat:
+    """A run's heartbeat on its version: from ``start`` to ``stop``, a thread of its own
+    writes the time (``HEARTBEAT_LABEL``, through ``write``: its labels) at once and every
+    ``every`` seconds, so that retention and ``gc`` can tell a version a run is making —
+    a Spark load of a day, a seal measuring billions of records — from one a killed run
+    left (``being_made``). A write that fails is logged and tried again at the next beat;
+    the run's own errors say what went wrong with the version."""
+
+    def __init__(self, write: Callable[[dict[str, str]], object], every: float = HEARTBEAT_EVERY_SECONDS) -> None:
+        self._write, self._every = write, every
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Heartbeat:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._beat, name="run-heartbeat", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop beating; returns once no write is in flight (the run's next state change
+        is then the version's last word)."""
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _beat(self) -> None:
+        while True:
+            try:
+                self._write({HEARTBEAT_LABEL: utcnow().isoformat()})
+            except Exception as exc:  # the DAL away for a moment, the version gone: the run will say
+                log.debug("the run's heartbeat was not written: %s", exc)
+            if self._stopped.wait(self._every):
+                return
+
+
+def heartbeat_of(version: NamespaceRecord) -> datetime | None:
+    """When the run making ``version`` last wrote its heartbeat, if it ever did."""
+    text = version.labels.get(HEARTBEAT_LABEL, "")
+    try:
+        return datetime.fromisoformat(text) if text else None
+    except ValueError:
+        return None
+
+
+def being_made(version: NamespaceRecord, now: datetime) -> bool:
+    """Whether a run is making ``version`` now: LOADING, SEALING or SEALED (not yet
+    flipped) with a heartbeat at most ``ALIVE_WITHIN`` old."""
+    beat = heartbeat_of(version)
+    return version.state in _MADE_IN and beat is not None and now - beat <= ALIVE_WITHIN
+
+
+def last_sign_of_life(version: NamespaceRecord) -> datetime:
+    """The later of its last state change and its run's last heartbeat."""
+    beat = heartbeat_of(version)
+    return max(version.state_changed, beat) if beat is not None and version.state in _MADE_IN else version.state_changed

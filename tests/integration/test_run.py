@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -10,6 +11,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
@@ -561,12 +563,10 @@ def test_a_resume_after_the_tables_schema_changed_is_refused(tmp_path: Path) -> 
     assert (run["version"], run["state"]) == (version, "LOADING")
 
 
-def test_a_version_dropped_under_its_run_is_said_so(tmp_path: Path) -> None:
-    """An operator drops the version a run is loading (``namespace drop``): the run ends
-    with one line saying so (it said the namespace ``does not exist``, after a warning that
-    the failure could not be recorded), and ``runs`` shows it failed (it showed "running"
-    for ever: a dropped version keeps no labels written after)."""
-    home = tmp_path / "h"
+@contextlib.contextmanager
+def _slow_run(tmp_path: Path, home: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A run of 30,000 rows at 3,000 a second in its own process, once its version exists:
+    (the process, the LOADING version)."""
     create_sample_warehouse(home, rows=30_000, chunk_rows=10_000)
     job = tmp_path / "slow.yaml"
     job.write_text(TEMPLATE.replace("# records_per_second: 50000", "records_per_second: 3000"))
@@ -585,18 +585,45 @@ def test_a_version_dropped_under_its_run_is_said_so(tmp_path: Path) -> None:
             listed = _cli(["namespaces", "--json"], home)
             loading = [n["name"] for n in json.loads(listed.stdout or "[]") if n["state"] == "LOADING"]
         assert loading, "the run never made its version"
-        dropped = _cli(["namespace", "drop", loading[0], "--yes"], home)
-        assert dropped.returncode == 0, dropped.stderr
-        _, stderr = run.communicate(timeout=120)
+        yield run, loading[0]
     finally:
         run.kill()
+
+
+def test_a_version_dropped_under_its_run_is_said_so(tmp_path: Path) -> None:
+    """An operator drops the version a run is loading (``namespace drop``): the run ends
+    with one line saying so (it said the namespace ``does not exist``, after a warning that
+    the failure could not be recorded), and ``runs`` shows it failed (it showed "running"
+    for ever: a dropped version keeps no labels written after)."""
+    home = tmp_path / "h"
+    with _slow_run(tmp_path, home) as (run, loading):
+        dropped = _cli(["namespace", "drop", loading, "--yes"], home)
+        assert dropped.returncode == 0, dropped.stderr
+        _, stderr = run.communicate(timeout=120)
     assert run.returncode == 1
     assert stderr.strip().splitlines() == [
-        f"error: {loading[0]} was dropped while this run made it (bulldozer namespace drop, or gc); "
+        f"error: {loading} was dropped while this run made it (bulldozer namespace drop, or gc); "
         "the alias was not moved"
     ], stderr
     (record,) = json.loads(_cli(["runs", "user_item_scores", "--json"], home).stdout)
     assert (record["state"], record["outcome"]) == ("DROPPED", "failed") and "dropped" in record["error"], record
+
+
+def test_gc_leaves_a_version_its_run_is_making(tmp_path: Path) -> None:
+    """``gc`` (or another run's retention) while a run loads: the version changed state
+    longer ago than ``--grace``, but its run beats (``run_state.Heartbeat``), so it is kept
+    and the run goes live. It was dropped under the run — any load outliving the grace
+    period (24 h by default; a Spark load of a day) ended so."""
+    home = tmp_path / "h"
+    with _slow_run(tmp_path, home) as (run, loading):
+        time.sleep(1.5)  # older than the grace period below
+        swept = _cli(["gc", "--grace", "1s", "--json"], home)
+        assert swept.returncode == 0, swept.stderr
+        assert json.loads(swept.stdout)["dropped"] == {}
+        _, stderr = run.communicate(timeout=120)
+    assert run.returncode == 0, stderr
+    (record,) = json.loads(_cli(["runs", "user_item_scores", "--json"], home).stdout)
+    assert (record["version"], record["state"], record["rows"]) == (loading, "ACTIVE", 30_000)
 
 
 def test_a_terminated_run_stops_cleanly_and_the_next_run_succeeds(tmp_path: Path) -> None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -49,6 +50,8 @@ _MESSAGE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 #: What a DROPPED record keeps of its labels (history: the run record, the stage), each at most.
 _DROPPED_LABEL_BYTES = 16 * 1024
 _DEFAULT_PAGE, _MAX_PAGE = 100, 1000
+#: locks striping the namespaces' records (``KvDal._changing``)
+_RECORD_LOCKS = 64
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,17 @@ class KvDal:
             max_descriptor_bytes=min(base.max_descriptor_bytes, quarter),
             max_labels_bytes=min(base.max_labels_bytes, quarter),
         )
+        self._record_locks = [threading.Lock() for _ in range(_RECORD_LOCKS)]
+
+    @contextlib.contextmanager
+    def _changing(self, name: str) -> Iterator[None]:
+        """Held while a namespace's record is read, changed and written back (its labels, its
+        state): an engine's ``transition`` compares the stored state only, so two label
+        writes of one LOADING version at once (a run's split ledger and its heartbeat) would
+        otherwise each write back what it read, and the second lose the first's labels. One
+        DAL's requests are serialized here; DALs sharing a store are not."""
+        with self._record_locks[hash(name) % _RECORD_LOCKS]:
+            yield
 
     # -- namespaces -------------------------------------------------------------
 
@@ -244,6 +258,34 @@ class KvDal:
                 "a seal needs the expected record count and digest: a version becomes SEALED only when what "
                 "it stores was measured and matched what its loader sent"
             )
+        with self._changing(name):
+            record = self._begin_seal(name, expected_records, expected_digest)
+        if record.state == State.SEALED:
+            return record  # a retried seal
+        self.engine.ingest(name)  # whatever is still staged becomes part of what is measured
+        digest = self.engine.stored_digest(name) or self.engine.measure(name)
+        problems = []
+        if expected_records != digest.count:
+            problems.append(f"{digest.count} records stored, {expected_records} expected")
+        if expected_digest != digest.value:
+            problems.append(f"digest {digest.value:#018x} stored, {expected_digest:#018x} expected")
+        with self._changing(name):  # the labels written while it was measured stay
+            measured = replace(self.describe(name), record_count=digest.count, bytes=digest.bytes, digest=digest.value)
+            if problems:
+                reason = "verification failed at seal: " + "; ".join(problems)
+                self.engine.transition(
+                    name,
+                    frozenset({State.SEALING}),
+                    measured.with_state(State.FAILED, failure_reason=reason),
+                )
+                raise VerificationError(f"namespace {name!r}: {reason}")
+            return self.engine.transition(
+                name, frozenset({State.SEALING}), measured.with_state(State.SEALED, sealed=utcnow(), verified=True)
+            )
+
+    def _begin_seal(self, name: str, expected_records: int, expected_digest: int) -> NamespaceRecord:
+        """The namespace frozen for its seal (SEALING), or SEALED already by a seal of the
+        same expectation."""
         record = self.describe(name)
         if record.state == State.SEALED and record.verified:
             if (record.record_count, record.digest) == (expected_records, expected_digest):
@@ -253,31 +295,13 @@ class KvDal:
                 f"{record.digest:#018x}, not the {expected_records} records and digest {expected_digest:#018x} expected"
             )
         if record.state == State.LOADING:
-            record = self.engine.transition(name, frozenset({State.LOADING}), record.with_state(State.SEALING))
-        elif record.state != State.SEALING:
+            return self.engine.transition(name, frozenset({State.LOADING}), record.with_state(State.SEALING))
+        if record.state != State.SEALING:
             raise NamespaceStateError(
                 f"namespace {name!r} is {record.state.value}; only a LOADING namespace (or one whose seal was "
                 "interrupted, SEALING) can be sealed"
             )
-        self.engine.ingest(name)  # whatever is still staged becomes part of what is measured
-        digest = self.engine.stored_digest(name) or self.engine.measure(name)
-        measured = replace(record, record_count=digest.count, bytes=digest.bytes, digest=digest.value)
-        problems = []
-        if expected_records != digest.count:
-            problems.append(f"{digest.count} records stored, {expected_records} expected")
-        if expected_digest != digest.value:
-            problems.append(f"digest {digest.value:#018x} stored, {expected_digest:#018x} expected")
-        if problems:
-            reason = "verification failed at seal: " + "; ".join(problems)
-            self.engine.transition(
-                name,
-                frozenset({State.SEALING}),
-                measured.with_state(State.FAILED, failure_reason=reason),
-            )
-            raise VerificationError(f"namespace {name!r}: {reason}")
-        return self.engine.transition(
-            name, frozenset({State.SEALING}), measured.with_state(State.SEALED, sealed=utcnow(), verified=True)
-        )
+        return record
 
     def ingest(self, name: str) -> tuple[int, int]:
         """Make what the namespace's writes staged part of its data (``StorageEngine.ingest``):
@@ -293,45 +317,49 @@ class KvDal:
         )
 
     def mark_failed(self, name: str, reason: str) -> NamespaceRecord:
-        record = self.describe(name)
-        if record.state == State.FAILED:
-            return record
-        allowed = frozenset({State.LOADING, State.SEALING, State.SEALED})
-        if record.state not in allowed:
-            raise NamespaceStateError(
-                f"namespace {name!r} is {record.state.value}; only LOADING, SEALING or SEALED versions can be "
-                "marked FAILED"
-            )
-        return self.engine.transition(name, allowed, record.with_state(State.FAILED, failure_reason=reason[:2000]))
+        with self._changing(name):
+            record = self.describe(name)
+            if record.state == State.FAILED:
+                return record
+            allowed = frozenset({State.LOADING, State.SEALING, State.SEALED})
+            if record.state not in allowed:
+                raise NamespaceStateError(
+                    f"namespace {name!r} is {record.state.value}; only LOADING, SEALING or SEALED versions can be "
+                    "marked FAILED"
+                )
+            failed = record.with_state(State.FAILED, failure_reason=reason[:2000])
+            return self.engine.transition(name, allowed, failed)
 
     def drop(self, name: str) -> NamespaceRecord:
-        record = self.describe(name)
-        if record.state == State.DROPPED:
-            return record
-        if record.state == State.ACTIVE:
-            raise NamespaceStateError(
-                f"namespace {name!r} is ACTIVE (alias {record.alias!r} points at it); "
-                "point the alias elsewhere before dropping it"
+        with self._changing(name):
+            record = self.describe(name)
+            if record.state == State.DROPPED:
+                return record
+            if record.state == State.ACTIVE:
+                raise NamespaceStateError(
+                    f"namespace {name!r} is ACTIVE (alias {record.alias!r} points at it); "
+                    "point the alias elsewhere before dropping it"
+                )
+            # what history needs stays (names, states, times, counts, digest, the run's small labels);
+            # the schema and large labels go with the data
+            kept = {k: v for k, v in record.labels.items() if len(k) + len(v) <= _DROPPED_LABEL_BYTES}
+            dropped = self.engine.transition(
+                name,
+                _ANY_LIVE - {State.ACTIVE},
+                record.with_state(State.DROPPED, value_descriptor_set=b"", labels=kept),
             )
-        # what history needs stays (names, states, times, counts, digest, the run's small labels);
-        # the schema and large labels go with the data
-        kept = {k: v for k, v in record.labels.items() if len(k) + len(v) <= _DROPPED_LABEL_BYTES}
-        dropped = self.engine.transition(
-            name,
-            _ANY_LIVE - {State.ACTIVE},
-            record.with_state(State.DROPPED, value_descriptor_set=b"", labels=kept),
-        )
         self.engine.drop_data(name)
         return dropped
 
     def set_labels(self, name: str, labels: dict[str, str]) -> NamespaceRecord:
-        record = self.describe(name)
-        if record.state == State.DROPPED:
-            raise NamespaceNotFoundError(f"namespace {name!r} was dropped")
-        merged = {**record.labels, **labels}
-        merged = {k: v for k, v in merged.items() if v != ""}
-        self._check_labels(merged)
-        return self.engine.transition(name, frozenset({record.state}), replace(record, labels=merged))
+        with self._changing(name):
+            record = self.describe(name)
+            if record.state == State.DROPPED:
+                raise NamespaceNotFoundError(f"namespace {name!r} was dropped")
+            merged = {**record.labels, **labels}
+            merged = {k: v for k, v in merged.items() if v != ""}
+            self._check_labels(merged)
+            return self.engine.transition(name, frozenset({record.state}), replace(record, labels=merged))
 
     # -- data -------------------------------------------------------------------
 

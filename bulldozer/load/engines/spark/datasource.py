@@ -488,6 +488,10 @@ def _job_writer(options: dict[str, str], schema: Any) -> BulldozerWriter:
             run.failed(exc)
             run.lineage_fail()
             raise
+        finally:
+            # this process only plans the write (its tasks and commit run elsewhere, with
+            # their own DAL calls), and its client closes on return: no heartbeat from here
+            run.stop_beating()
         layout = Layout(job.proto, target, token, tls, version, spec.key_value_dal.write)
         state = _Job(loaded.text, loaded.source, run.record.to_json(), run.live.name if run.live else None)
         log.info("writing the DataFrame into %s", version)

@@ -1,0 +1,143 @@
+"""A run's heartbeat on its version (bulldozer.versioning.run_state.Heartbeat): written at
+once and then at each interval until stopped; retention never drops a version whose run
+beats, and counts a killed run's grace period from its last beat."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timedelta
+
+import pytest
+
+from bulldozer.kv.backends.memory import MemoryEngine
+from bulldozer.kv.server.rules import KvDal
+from bulldozer.kv.types import NamespaceRecord, State, utcnow
+from bulldozer.names import new_version_name
+from bulldozer.versioning.retention import plan_retention
+from bulldozer.versioning.run_state import ALIVE_WITHIN, HEARTBEAT_LABEL, Heartbeat, heartbeat_of
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=utcnow().tzinfo)
+DAY = timedelta(days=1)
+
+
+def _version(state: State, changed_ago: timedelta, beat_ago: timedelta | None = None) -> NamespaceRecord:
+    labels = {HEARTBEAT_LABEL: (NOW - beat_ago).isoformat()} if beat_ago is not None else {}
+    return NamespaceRecord(
+        name=new_version_name("scores"),
+        alias="scores",
+        state=state,
+        created=NOW - changed_ago,
+        state_changed=NOW - changed_ago,
+        labels=labels,
+    )
+
+
+def test_the_heartbeat_is_written_at_once_then_every_interval_until_stopped() -> None:
+    beats: list[datetime] = []
+    heartbeat = Heartbeat(lambda labels: beats.append(datetime.fromisoformat(labels[HEARTBEAT_LABEL])), every=0.05)
+    heartbeat.start()
+    time.sleep(0.02)
+    assert len(beats) == 1  # a resumed run's version is alive again at once
+    time.sleep(0.2)
+    heartbeat.stop()
+    count = len(beats)
+    assert count >= 3 and beats == sorted(beats)
+    time.sleep(0.1)
+    assert len(beats) == count  # stopped: the run's last word is its own
+
+
+def test_a_heartbeat_that_cannot_be_written_keeps_trying_and_never_raises() -> None:
+    tries: list[int] = []
+
+    def write(labels: dict[str, str]) -> None:
+        tries.append(1)
+        raise ConnectionError("the DAL is away")
+
+    heartbeat = Heartbeat(write, every=0.02).start()
+    time.sleep(0.15)
+    heartbeat.stop()
+    assert len(tries) >= 3
+
+
+@pytest.mark.parametrize("state", [State.LOADING, State.SEALING, State.SEALED])
+def test_a_version_whose_run_beats_is_kept_whatever_the_grace_period(state: State) -> None:
+    """A Spark load of two days: its version changed state two days ago, its run beat a
+    minute ago. Retention (and ``gc --grace 0s``) dropped it under the run."""
+    version = _version(state, changed_ago=2 * DAY, beat_ago=timedelta(minutes=1))
+    for grace in (timedelta(0), DAY):
+        plan = plan_retention([version], keep_versions=2, grace_period=grace, now=NOW)
+        assert (plan.keep, plan.drop) == ([version.name], []), grace
+
+
+def test_a_killed_run_s_version_is_dropped_a_grace_period_after_its_last_beat() -> None:
+    stale = ALIVE_WITHIN + timedelta(seconds=1)
+    beat_an_hour_ago = _version(State.LOADING, changed_ago=2 * DAY, beat_ago=timedelta(hours=1))
+    plan = plan_retention([beat_an_hour_ago], 2, DAY, now=NOW)
+    assert plan.keep == [beat_an_hour_ago.name]  # its grace counts from its last beat
+    plan = plan_retention([beat_an_hour_ago], 2, timedelta(minutes=30), now=NOW)
+    assert plan.drop == [beat_an_hour_ago.name]
+    quiet = _version(State.LOADING, changed_ago=2 * DAY, beat_ago=stale)
+    assert plan_retention([quiet], 2, timedelta(0), now=NOW).drop == [quiet.name]
+    never = _version(State.LOADING, changed_ago=2 * DAY)  # made before heartbeats: as before
+    assert plan_retention([never], 2, DAY, now=NOW).drop == [never.name]
+
+
+def test_a_failed_version_goes_after_its_grace_period_whatever_its_labels_say() -> None:
+    failed = _version(State.FAILED, changed_ago=2 * DAY, beat_ago=timedelta(minutes=1))
+    assert plan_retention([failed], 2, DAY, now=NOW).drop == [failed.name]
+
+
+def test_a_heartbeat_that_is_not_a_time_counts_as_none() -> None:
+    version = _version(State.LOADING, changed_ago=2 * DAY)
+    version.labels[HEARTBEAT_LABEL] = "yesterday"
+    assert heartbeat_of(version) is None
+    assert plan_retention([version], 2, DAY, now=NOW).drop == [version.name]
+
+
+def test_labels_written_at_once_are_all_kept() -> None:
+    """A run's split ledger and its heartbeat write one version's labels at the same moment:
+    the DAL read, merged and wrote each back on its own, so one could lose the other's."""
+    dal = KvDal(_SlowEngine())
+    name = new_version_name("scores")
+    dal.create_namespace(name, "scores")
+    writers = [threading.Thread(target=dal.set_labels, args=(name, {f"bulldozer.test{i}": str(i)})) for i in range(8)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join()
+    assert sorted(dal.describe(name).labels) == sorted(f"bulldozer.test{i}" for i in range(8))
+
+
+class _SlowEngine(MemoryEngine):
+    """The memory engine with a pause between reading a record and anything after (where
+    a store's round trip is)."""
+
+    def get_namespace(self, name: str) -> NamespaceRecord | None:
+        record = super().get_namespace(name)
+        time.sleep(0.01)
+        return record
+
+
+def test_a_run_not_heard_from_says_it_stopped() -> None:
+    """``bulldozer runs`` showed a killed run "running" until gc dropped its version."""
+    from bulldozer.versioning.run_state import RUN_KEY_LABEL, RUN_LABEL, RunRecord, run_record_of
+
+    running = RunRecord(run_id="r1", job="scores", alias="scores").to_json()
+    alive = _version(State.LOADING, changed_ago=DAY, beat_ago=timedelta(minutes=1))
+    killed = _version(State.LOADING, changed_ago=DAY, beat_ago=ALIVE_WITHIN + timedelta(minutes=1))
+    scheduled = _version(State.LOADING, changed_ago=DAY, beat_ago=ALIVE_WITHIN + timedelta(minutes=1))
+    for version in (alive, killed, scheduled):
+        version.labels[RUN_LABEL] = running
+    scheduled.labels[RUN_KEY_LABEL] = "scheduled__2026-11-29"
+    said = {name: run_record_of(v, NOW) for name, v in (("alive", alive), ("killed", killed), ("sched", scheduled))}
+    assert {name: run.outcome for name, run in said.items() if run} == {
+        "alive": "running",
+        "killed": "stopped",
+        "sched": "stopped",
+    }
+    assert said["killed"] is not None and said["killed"].error == (
+        "its run has not been heard from since 2026-11-29 11:54:00 UTC (killed?); "
+        f"`bulldozer run --resume {killed.name}` goes on with it"
+    )
+    assert said["sched"] is not None and "waiting for its next scheduled task" in said["sched"].error
