@@ -279,11 +279,13 @@ class Heartbeat:
         return self
 
     def stop(self) -> None:
-        """Stop beating; returns once no write is in flight (the run's next state change
-        is then the version's last word)."""
+        """Stop beating; returns once no write is in flight, or after 5 s of one (a DAL
+        that hangs; the run's own call says so). A late beat changes only its label: the
+        DAL writes one version's labels one request at a time, and a FAILED or live
+        version's heartbeat is not read."""
         self._stopped.set()
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(timeout=5.0)
 
     def _beat(self) -> None:
         while True:
