@@ -40,7 +40,7 @@ from bulldozer.errors import (
     VerificationError,
 )
 from bulldozer.kv.client import KvClient
-from bulldozer.kv.types import NamespaceRecord, State
+from bulldozer.kv.types import NamespaceRecord, State, utcnow
 from bulldozer.lineage import lineage_for
 from bulldozer.load.delta import DeltaChanges, DeltaPlan, apply_delta, base_duplicates, plan_delta
 from bulldozer.load.engines import LoadEngine, LoadPlan, LoadResult, SplitResult, create_load_engine
@@ -53,6 +53,7 @@ from bulldozer.spec.loader import LoadedSpec
 from bulldozer.versioning.flip import flip, live_version
 from bulldozer.versioning.retention import apply_retention
 from bulldozer.versioning.run_state import (
+    ALIVE_WITHIN,
     BASE_COPIED_LABEL,
     LOADED_LABEL,
     RUN_KEY_LABEL,
@@ -64,6 +65,7 @@ from bulldozer.versioning.run_state import (
     RunRecord,
     SplitLedger,
     base_copied,
+    being_made_by,
     ledger_of,
     loaded_of,
     run_key_of,
@@ -290,6 +292,7 @@ class JobRun:
                     f"cannot resume {resume!r}: it is {existing.state.value} (alias {existing.alias!r}); "
                     "only a LOADING version of this job (or one whose seal was interrupted, SEALING) can be resumed"
                 )
+            refuse_if_being_made(existing)
             if (mixed := self.mixes_with(existing)) is not None:
                 raise NamespaceStateError(
                     f"cannot resume {resume!r}: {mixed}, and a version resumed now would hold records of both; "
@@ -793,6 +796,19 @@ def run_job(
         run.stop_beating()
 
 
+def refuse_if_being_made(version: NamespaceRecord) -> None:
+    """Refuse to take up ``version`` while another run is making it (its heartbeat is
+    fresh, ``run_state.being_made``): two runs loading one version fail each other (the
+    first to seal freezes it under the other, which marks it FAILED). A run killed on this
+    machine is known to have ended at once; one elsewhere, once it has been silent for
+    ``ALIVE_WITHIN``."""
+    if (maker := being_made_by(version, utcnow())) is not None:
+        raise NamespaceStateError(
+            f"cannot resume {version.name!r}: a run is making it now ({maker}); resume it once that run has "
+            f"ended, or has been silent for {int(ALIVE_WITHIN.total_seconds() // 60)} minutes"
+        )
+
+
 def find_run_version(client: KvClient, alias: str, run_key: str) -> NamespaceRecord | None:
     """The version a run with this scheduler key created (newest first), if any."""
     for info in reversed(client.list_namespaces(alias)):
@@ -874,6 +890,8 @@ def _run_one_stage(
                 run.record.outcome = "succeeded"
                 return run.record
             earlier = find_run_version(client, run.spec.alias, run_key) if run_key else None
+            if earlier is not None and earlier.state in (State.LOADING, State.SEALING):
+                refuse_if_being_made(earlier)  # an earlier attempt still at it (a task taken for lost)
             if earlier is not None and earlier.state == State.LOADING and not base_copied(earlier):
                 # the first attempt was killed while the DAL made its version from a base: a new one
                 client.mark_failed(earlier.name, f"its copy of the base {earlier.base} was interrupted")

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from bulldozer.kv.types import NamespaceRecord, State, utcnow
@@ -30,13 +33,15 @@ __all__ = [
     "RUN_LABEL",
     "SPEC_LABEL",
     "STAGE_LABEL",
+    "Beat",
     "Heartbeat",
     "Loaded",
     "RunRecord",
     "SplitLedger",
     "base_copied",
+    "beat_of",
     "being_made",
-    "heartbeat_of",
+    "being_made_by",
     "last_sign_of_life",
     "ledger_of",
     "loaded_of",
@@ -167,10 +172,10 @@ def run_record_of(version: NamespaceRecord, now: datetime | None = None) -> RunR
     if version.state == State.DROPPED:
         run.outcome, run.error = "failed", run.error or DROPPED_UNFINISHED
     elif version.state in _MADE_IN and not being_made(version, now or utcnow()):
-        beat = heartbeat_of(version)
+        beat = beat_of(version)
         if beat is not None:  # a version made before heartbeats says nothing either way
             run.outcome = "stopped"
-            since = f"its run has not been heard from since {beat:%Y-%m-%d %H:%M:%S} UTC"
+            since = f"its run has not been heard from since {beat.at:%Y-%m-%d %H:%M:%S} UTC"
             if run_key_of(version):  # the scheduler's: its next task, or its retry, goes on
                 run.error = f"{since} (waiting for its next scheduled task, or killed)"
             elif version.state == State.SEALED:
@@ -253,19 +258,77 @@ def run_key_of(version: NamespaceRecord) -> str:
 
 #: how often a run writes its version's heartbeat (``Heartbeat``)
 HEARTBEAT_EVERY_SECONDS = 30.0
-#: a version whose run wrote its heartbeat this recently is being made now (``being_made``)
-ALIVE_WITHIN = timedelta(minutes=5)
+#: a version whose run wrote its heartbeat this recently is being made now (``being_made``):
+#: four beats. Taking a live run for a dead one fails that run (its version is dropped, or
+#: resumed beside it), never makes a wrong version live.
+ALIVE_WITHIN = timedelta(minutes=2)
 #: the states a run makes a version through (LOADING to SEALED, before its flip)
 _MADE_IN = frozenset({State.LOADING, State.SEALING, State.SEALED})
 
 
+def _pid_namespace() -> str:
+    """This process's PID namespace (Linux), so a pid is compared only within its own."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+@dataclass(frozen=True)
+class Beat:
+    """One heartbeat of a run: when, and which process wrote it."""
+
+    at: datetime
+    host: str = ""
+    pid_namespace: str = ""
+    pid: int = 0
+
+    @classmethod
+    def now(cls) -> Beat:
+        return cls(utcnow(), socket.gethostname(), _pid_namespace(), os.getpid())
+
+    def to_json(self) -> str:
+        return _compact({"at": self.at.isoformat(), "host": self.host, "pid_ns": self.pid_namespace, "pid": self.pid})
+
+    @classmethod
+    def from_json(cls, text: str) -> Beat | None:
+        """The beat ``text`` records; None when it records none (not one this release wrote)."""
+        try:
+            data = json.loads(text)
+            at = datetime.fromisoformat(data["at"])
+            if at.tzinfo is None:
+                return None
+            return cls(at, str(data.get("host", "")), str(data.get("pid_ns", "")), int(data.get("pid", 0)))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return None
+
+    def process_gone(self) -> bool:
+        """Whether the process that wrote it is known to have ended: it ran on this host, in
+        this PID namespace, and its pid is free or a zombie's. Unknown elsewhere (False)."""
+        if not self.pid or self.host != socket.gethostname() or self.pid_namespace != _pid_namespace():
+            return False
+        if not self.pid_namespace:  # no /proc: nothing to tell a pid's owner by
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False  # another user's process has it: alive
+        try:
+            stat = Path(f"/proc/{self.pid}/stat").read_text()
+        except OSError:
+            return True  # gone between the two looks
+        return stat.rpartition(")")[2].split()[:1] == ["Z"]  # exited, not yet reaped
+
+
 class Heartbeat:
     """A run's heartbeat on its version: from ``start`` to ``stop``, a thread of its own
-    writes the time (``HEARTBEAT_LABEL``, through ``write``: its labels) at once and every
-    ``every`` seconds, so that retention and ``gc`` can tell a version a run is making —
-    a Spark load of a day, a seal measuring billions of records — from one a killed run
-    left (``being_made``). A write that fails is logged and tried again at the next beat;
-    the run's own errors say what went wrong with the version."""
+    writes a ``Beat`` (``HEARTBEAT_LABEL``, through ``write``: its labels) at once and every
+    ``every`` seconds, so that retention, ``gc`` and a resume can tell a version a run is
+    making — a Spark load of a day, a seal measuring billions of records — from one a killed
+    run left (``being_made``). A write that fails is logged and tried again at the next
+    beat; the run's own errors say what went wrong with the version."""
 
     def __init__(self, write: Callable[[dict[str, str]], object], every: float = HEARTBEAT_EVERY_SECONDS) -> None:
         self._write, self._every = write, every
@@ -290,30 +353,39 @@ class Heartbeat:
     def _beat(self) -> None:
         while True:
             try:
-                self._write({HEARTBEAT_LABEL: utcnow().isoformat()})
+                self._write({HEARTBEAT_LABEL: Beat.now().to_json()})
             except Exception as exc:  # the DAL away for a moment, the version gone: the run will say
                 log.debug("the run's heartbeat was not written: %s", exc)
             if self._stopped.wait(self._every):
                 return
 
 
-def heartbeat_of(version: NamespaceRecord) -> datetime | None:
-    """When the run making ``version`` last wrote its heartbeat, if it ever did."""
+def beat_of(version: NamespaceRecord) -> Beat | None:
+    """The last heartbeat of the run making ``version``, if it wrote one."""
     text = version.labels.get(HEARTBEAT_LABEL, "")
-    try:
-        return datetime.fromisoformat(text) if text else None
-    except ValueError:
-        return None
+    return Beat.from_json(text) if text else None
 
 
 def being_made(version: NamespaceRecord, now: datetime) -> bool:
     """Whether a run is making ``version`` now: LOADING, SEALING or SEALED (not yet
-    flipped) with a heartbeat at most ``ALIVE_WITHIN`` old."""
-    beat = heartbeat_of(version)
-    return version.state in _MADE_IN and beat is not None and now - beat <= ALIVE_WITHIN
+    flipped), its run's heartbeat at most ``ALIVE_WITHIN`` old and its process not known
+    to have ended."""
+    beat = beat_of(version)
+    return version.state in _MADE_IN and beat is not None and now - beat.at <= ALIVE_WITHIN and not beat.process_gone()
 
 
 def last_sign_of_life(version: NamespaceRecord) -> datetime:
     """The later of its last state change and its run's last heartbeat."""
-    beat = heartbeat_of(version)
-    return max(version.state_changed, beat) if beat is not None and version.state in _MADE_IN else version.state_changed
+    beat = beat_of(version)
+    if beat is None or version.state not in _MADE_IN:
+        return version.state_changed
+    return max(version.state_changed, beat.at)
+
+
+def being_made_by(version: NamespaceRecord, now: datetime) -> str | None:
+    """Who is making ``version`` now, in words (None: no run is, ``being_made``)."""
+    beat = beat_of(version)
+    if beat is None or not being_made(version, now):
+        return None
+    ago = max(0, round((now - beat.at).total_seconds()))
+    return f"process {beat.pid} on {beat.host} wrote its heartbeat {ago} s ago"

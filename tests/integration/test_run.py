@@ -6,6 +6,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -624,6 +625,27 @@ def test_gc_leaves_a_version_its_run_is_making(tmp_path: Path) -> None:
     assert run.returncode == 0, stderr
     (record,) = json.loads(_cli(["runs", "user_item_scores", "--json"], home).stdout)
     assert (record["version"], record["state"], record["rows"]) == (loading, "ACTIVE", 30_000)
+
+
+def test_a_version_its_run_is_making_is_not_resumed_beside_it(tmp_path: Path) -> None:
+    """``--resume V`` (or a scheduler's retry of a load taken for lost) while the run making
+    V is alive: two runs would load one version, and the first to seal would fail the other
+    and itself. Refused in one line naming the process; the run goes live. (A run killed on
+    this machine is resumed at once: ``test_a_killed_run_is_resumed``.)"""
+    home = tmp_path / "h"
+    with _slow_run(tmp_path, home) as (run, loading):
+        beside = _cli(["run", str(tmp_path / "slow.yaml"), "--resume", loading, "-q"], home)
+        assert beside.returncode == 1, beside.stderr
+        (line,) = beside.stderr.strip().splitlines()
+        assert re.fullmatch(
+            rf"error: cannot resume '{loading}': a run is making it now \(process {run.pid} on \S+ wrote its "
+            r"heartbeat \d+ s ago\); resume it once that run has ended, or has been silent for 2 minutes",
+            line,
+        ), line
+        _, stderr = run.communicate(timeout=120)
+    assert run.returncode == 0, stderr
+    (record,) = json.loads(_cli(["runs", "user_item_scores", "--json"], home).stdout)
+    assert (record["version"], record["state"], record["resumed"]) == (loading, "ACTIVE", False)
 
 
 def test_a_terminated_run_stops_cleanly_and_the_next_run_succeeds(tmp_path: Path) -> None:

@@ -4,6 +4,9 @@ beats, and counts a killed run's grace period from its last beat."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from datetime import datetime, timedelta
@@ -15,14 +18,15 @@ from bulldozer.kv.server.rules import KvDal
 from bulldozer.kv.types import NamespaceRecord, State, utcnow
 from bulldozer.names import new_version_name
 from bulldozer.versioning.retention import plan_retention
-from bulldozer.versioning.run_state import ALIVE_WITHIN, HEARTBEAT_LABEL, Heartbeat, heartbeat_of
+from bulldozer.versioning.run_state import ALIVE_WITHIN, HEARTBEAT_LABEL, Beat, Heartbeat, beat_of
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=utcnow().tzinfo)
 DAY = timedelta(days=1)
 
 
 def _version(state: State, changed_ago: timedelta, beat_ago: timedelta | None = None) -> NamespaceRecord:
-    labels = {HEARTBEAT_LABEL: (NOW - beat_ago).isoformat()} if beat_ago is not None else {}
+    # written by a process on another machine: only its time tells whether it is alive
+    labels = {HEARTBEAT_LABEL: Beat(NOW - beat_ago, "elsewhere", "pid:[1]", 4242).to_json()} if beat_ago else {}
     return NamespaceRecord(
         name=new_version_name("scores"),
         alias="scores",
@@ -35,7 +39,13 @@ def _version(state: State, changed_ago: timedelta, beat_ago: timedelta | None = 
 
 def test_the_heartbeat_is_written_at_once_then_every_interval_until_stopped() -> None:
     beats: list[datetime] = []
-    heartbeat = Heartbeat(lambda labels: beats.append(datetime.fromisoformat(labels[HEARTBEAT_LABEL])), every=0.05)
+
+    def write(labels: dict[str, str]) -> None:
+        beat = Beat.from_json(labels[HEARTBEAT_LABEL])
+        assert beat is not None and beat.pid == os.getpid()
+        beats.append(beat.at)
+
+    heartbeat = Heartbeat(write, every=0.05)
     heartbeat.start()
     time.sleep(0.02)
     assert len(beats) == 1  # a resumed run's version is alive again at once
@@ -91,7 +101,7 @@ def test_a_failed_version_goes_after_its_grace_period_whatever_its_labels_say() 
 def test_a_heartbeat_that_is_not_a_time_counts_as_none() -> None:
     version = _version(State.LOADING, changed_ago=2 * DAY)
     version.labels[HEARTBEAT_LABEL] = "yesterday"
-    assert heartbeat_of(version) is None
+    assert beat_of(version) is None
     assert plan_retention([version], 2, DAY, now=NOW).drop == [version.name]
 
 
@@ -137,7 +147,29 @@ def test_a_run_not_heard_from_says_it_stopped() -> None:
         "sched": "stopped",
     }
     assert said["killed"] is not None and said["killed"].error == (
-        "its run has not been heard from since 2026-11-29 11:54:00 UTC (killed?); "
+        "its run has not been heard from since 2026-11-29 11:57:00 UTC (killed?); "
         f"`bulldozer run --resume {killed.name}` goes on with it"
     )
     assert said["sched"] is not None and "waiting for its next scheduled task" in said["sched"].error
+
+
+def test_a_run_killed_on_this_machine_is_known_to_have_ended_at_once() -> None:
+    """Its heartbeat is a second old, but its process is gone: a resume or gc need not wait
+    for it to go quiet. A process elsewhere, or still running here, counts as alive."""
+    from bulldozer.versioning.run_state import being_made
+
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(ended.stdout)
+    here = Beat.now()
+    version = _version(State.LOADING, changed_ago=timedelta(seconds=1))
+    now = here.at + timedelta(seconds=1)
+    for pid, made in ((dead_pid, False), (os.getpid(), True)):
+        version.labels[HEARTBEAT_LABEL] = Beat(here.at, here.host, here.pid_namespace, pid).to_json()
+        assert being_made(version, now) is made, pid
+    version.labels[HEARTBEAT_LABEL] = Beat(here.at, "elsewhere", here.pid_namespace, dead_pid).to_json()
+    assert being_made(version, now)  # another machine's pid says nothing here
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    time.sleep(0.5)  # exited, not yet reaped
+    version.labels[HEARTBEAT_LABEL] = Beat(here.at, here.host, here.pid_namespace, zombie.pid).to_json()
+    assert not being_made(version, now)
+    zombie.wait()
