@@ -361,7 +361,7 @@ class JobRun:
         ``gc`` leave a version alone while the run making it beats."""
         if self.heartbeat is None:
             version, client = self.record.version, self.client
-            self.heartbeat = Heartbeat(lambda labels: client.set_labels(version, labels)).start()
+            self.heartbeat = Heartbeat(version, lambda labels: client.set_labels(version, labels)).start()
 
     def stop_beating(self) -> None:
         """Stop the heartbeat (before the run's last word on its version); idempotent."""

@@ -282,13 +282,16 @@ class Beat:
     host: str = ""
     pid_namespace: str = ""
     pid: int = 0
+    #: the run's last beat, written as it ended (its process may live on: a scheduler's worker)
+    ended: bool = False
 
     @classmethod
-    def now(cls) -> Beat:
-        return cls(utcnow(), socket.gethostname(), _pid_namespace(), os.getpid())
+    def now(cls, ended: bool = False) -> Beat:
+        return cls(utcnow(), socket.gethostname(), _pid_namespace(), os.getpid(), ended)
 
     def to_json(self) -> str:
-        return _compact({"at": self.at.isoformat(), "host": self.host, "pid_ns": self.pid_namespace, "pid": self.pid})
+        data = {"at": self.at.isoformat(), "host": self.host, "pid_ns": self.pid_namespace, "pid": self.pid}
+        return _compact({**data, "ended": True} if self.ended else data)
 
     @classmethod
     def from_json(cls, text: str) -> Beat | None:
@@ -298,16 +301,20 @@ class Beat:
             at = datetime.fromisoformat(data["at"])
             if at.tzinfo is None:
                 return None
-            return cls(at, str(data.get("host", "")), str(data.get("pid_ns", "")), int(data.get("pid", 0)))
+            host, namespace, pid = str(data.get("host", "")), str(data.get("pid_ns", "")), int(data.get("pid", 0))
+            return cls(at, host, namespace, pid, data.get("ended") is True)
         except (ValueError, TypeError, KeyError, AttributeError):
             return None
 
+    def here(self) -> bool:
+        """Whether it was written on this machine, in this PID namespace (Linux)."""
+        namespace = _pid_namespace()
+        return bool(self.pid and namespace) and self.host == socket.gethostname() and self.pid_namespace == namespace
+
     def process_gone(self) -> bool:
-        """Whether the process that wrote it is known to have ended: it ran on this host, in
-        this PID namespace, and its pid is free or a zombie's. Unknown elsewhere (False)."""
-        if not self.pid or self.host != socket.gethostname() or self.pid_namespace != _pid_namespace():
-            return False
-        if not self.pid_namespace:  # no /proc: nothing to tell a pid's owner by
+        """Whether the process that wrote it is known to have ended: it ran ``here`` and its
+        pid is free or a zombie's. Unknown elsewhere (False)."""
+        if not self.here():
             return False
         try:
             os.kill(self.pid, 0)
@@ -322,42 +329,58 @@ class Beat:
         return stat.rpartition(")")[2].split()[:1] == ["Z"]  # exited, not yet reaped
 
 
+#: the versions a run in this process beats on now (``Heartbeat``), with how many runs
+_BEATING: dict[str, int] = {}
+_BEATING_LOCK = threading.Lock()
+
+
 class Heartbeat:
     """A run's heartbeat on its version: from ``start`` to ``stop``, a thread of its own
     writes a ``Beat`` (``HEARTBEAT_LABEL``, through ``write``: its labels) at once and every
-    ``every`` seconds, so that retention, ``gc`` and a resume can tell a version a run is
-    making — a Spark load of a day, a seal measuring billions of records — from one a killed
-    run left (``being_made``). A write that fails is logged and tried again at the next
-    beat; the run's own errors say what went wrong with the version."""
+    ``every`` seconds, and a last one marked ``ended`` as it stops, so that retention,
+    ``gc`` and a resume can tell a version a run is making — a Spark load of a day, a seal
+    measuring billions of records — from one a run left (``being_made``). A write that fails
+    is logged and tried again at the next beat; the run's own errors say what went wrong."""
 
-    def __init__(self, write: Callable[[dict[str, str]], object], every: float = HEARTBEAT_EVERY_SECONDS) -> None:
-        self._write, self._every = write, every
+    def __init__(
+        self, version: str, write: Callable[[dict[str, str]], object], every: float = HEARTBEAT_EVERY_SECONDS
+    ) -> None:
+        self.version, self._write, self._every = version, write, every
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> Heartbeat:
         if self._thread is None:
+            with _BEATING_LOCK:
+                _BEATING[self.version] = _BEATING.get(self.version, 0) + 1
             self._thread = threading.Thread(target=self._beat, name="run-heartbeat", daemon=True)
             self._thread.start()
         return self
 
     def stop(self) -> None:
-        """Stop beating; returns once no write is in flight, or after 5 s of one (a DAL
-        that hangs; the run's own call says so). A late beat changes only its label: the
-        DAL writes one version's labels one request at a time, and a FAILED or live
-        version's heartbeat is not read."""
+        """Stop beating (the last beat says the run ended); returns once it is written, or
+        after 5 s (a DAL that hangs; the run's own call says so). A late beat changes only
+        its label: the DAL writes one version's labels one request at a time, and a FAILED
+        or live version's heartbeat is not read."""
+        if self._thread is None or self._stopped.is_set():
+            return
         self._stopped.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)
+        with _BEATING_LOCK:
+            left = _BEATING.pop(self.version, 1) - 1
+            if left:
+                _BEATING[self.version] = left
+        self._thread.join(timeout=5.0)
 
     def _beat(self) -> None:
         while True:
+            ended = self._stopped.is_set()
             try:
-                self._write({HEARTBEAT_LABEL: Beat.now().to_json()})
+                self._write({HEARTBEAT_LABEL: Beat.now(ended).to_json()})
             except Exception as exc:  # the DAL away for a moment, the version gone: the run will say
                 log.debug("the run's heartbeat was not written: %s", exc)
-            if self._stopped.wait(self._every):
+            if ended:
                 return
+            self._stopped.wait(self._every)
 
 
 def beat_of(version: NamespaceRecord) -> Beat | None:
@@ -368,10 +391,15 @@ def beat_of(version: NamespaceRecord) -> Beat | None:
 
 def being_made(version: NamespaceRecord, now: datetime) -> bool:
     """Whether a run is making ``version`` now: LOADING, SEALING or SEALED (not yet
-    flipped), its run's heartbeat at most ``ALIVE_WITHIN`` old and its process not known
-    to have ended."""
+    flipped), its run's last heartbeat not its end and at most ``ALIVE_WITHIN`` old, and its
+    process not known to have ended — nor, when it is this process, to beat no more."""
     beat = beat_of(version)
-    return version.state in _MADE_IN and beat is not None and now - beat.at <= ALIVE_WITHIN and not beat.process_gone()
+    if version.state not in _MADE_IN or beat is None or beat.ended or now - beat.at > ALIVE_WITHIN:
+        return False
+    if beat.here() and beat.pid == os.getpid():
+        with _BEATING_LOCK:
+            return version.name in _BEATING
+    return not beat.process_gone()
 
 
 def last_sign_of_life(version: NamespaceRecord) -> datetime:

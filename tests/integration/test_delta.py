@@ -361,6 +361,7 @@ def test_a_killed_delta_is_resumed_to_the_same_version(tmp_path: Path, dal: KvCl
     attempt.schema()
     version = attempt.create(None)
     attempt.load()
+    attempt.stop_beating()  # its process dies (its heartbeat with it)
     assert dal.describe(version).state == State.LOADING
     resumed = run_job(job("items", "delta"), dal, home=str(home), resume=version)
     full = run_job(job("items_full", "full"), dal, home=str(home))

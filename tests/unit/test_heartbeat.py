@@ -38,21 +38,22 @@ def _version(state: State, changed_ago: timedelta, beat_ago: timedelta | None = 
 
 
 def test_the_heartbeat_is_written_at_once_then_every_interval_until_stopped() -> None:
-    beats: list[datetime] = []
+    beats: list[Beat] = []
 
     def write(labels: dict[str, str]) -> None:
         beat = Beat.from_json(labels[HEARTBEAT_LABEL])
         assert beat is not None and beat.pid == os.getpid()
-        beats.append(beat.at)
+        beats.append(beat)
 
-    heartbeat = Heartbeat(write, every=0.05)
+    heartbeat = Heartbeat("scores__v1", write, every=0.05)
     heartbeat.start()
     time.sleep(0.02)
     assert len(beats) == 1  # a resumed run's version is alive again at once
     time.sleep(0.2)
     heartbeat.stop()
     count = len(beats)
-    assert count >= 3 and beats == sorted(beats)
+    assert count >= 4 and [b.at for b in beats] == sorted(b.at for b in beats)
+    assert [b.ended for b in beats] == [False] * (count - 1) + [True]  # the last says the run ended
     time.sleep(0.1)
     assert len(beats) == count  # stopped: the run's last word is its own
 
@@ -64,7 +65,7 @@ def test_a_heartbeat_that_cannot_be_written_keeps_trying_and_never_raises() -> N
         tries.append(1)
         raise ConnectionError("the DAL is away")
 
-    heartbeat = Heartbeat(write, every=0.02).start()
+    heartbeat = Heartbeat("scores__v1", write, every=0.02).start()
     time.sleep(0.15)
     heartbeat.stop()
     assert len(tries) >= 3
@@ -163,7 +164,7 @@ def test_a_run_killed_on_this_machine_is_known_to_have_ended_at_once() -> None:
     here = Beat.now()
     version = _version(State.LOADING, changed_ago=timedelta(seconds=1))
     now = here.at + timedelta(seconds=1)
-    for pid, made in ((dead_pid, False), (os.getpid(), True)):
+    for pid, made in ((dead_pid, False), (os.getppid(), True)):  # the parent: alive
         version.labels[HEARTBEAT_LABEL] = Beat(here.at, here.host, here.pid_namespace, pid).to_json()
         assert being_made(version, now) is made, pid
     version.labels[HEARTBEAT_LABEL] = Beat(here.at, "elsewhere", here.pid_namespace, dead_pid).to_json()
@@ -173,3 +174,23 @@ def test_a_run_killed_on_this_machine_is_known_to_have_ended_at_once() -> None:
     version.labels[HEARTBEAT_LABEL] = Beat(here.at, here.host, here.pid_namespace, zombie.pid).to_json()
     assert not being_made(version, now)
     zombie.wait()
+
+
+def test_a_run_that_ended_is_not_alive_though_its_process_is() -> None:
+    """A scheduler's worker runs a load stage in-process; the load fails and leaves its
+    version LOADING for the retry, which the same process may run at once."""
+    from bulldozer.versioning.run_state import being_made
+
+    dal = KvDal(MemoryEngine())
+    name = new_version_name("scores")
+    dal.create_namespace(name, "scores")
+    heartbeat = Heartbeat(name, lambda labels: dal.set_labels(name, labels), every=3600).start()
+    time.sleep(0.05)
+    assert being_made(dal.describe(name), utcnow())
+    heartbeat.stop()
+    version = dal.describe(name)
+    beat = beat_of(version)
+    assert beat is not None and beat.ended and not being_made(version, utcnow())
+    # its end not written (the DAL was away as it stopped): this process knows it beats no more
+    version.labels[HEARTBEAT_LABEL] = Beat.now().to_json()
+    assert not being_made(version, utcnow())
