@@ -127,10 +127,14 @@ def namespace_drop(
         named = _named(client, name)
         name = named.name
         if not yes and not as_json:
-            from bulldozer.kv.types import State
+            from bulldozer.kv.types import State, utcnow
+            from bulldozer.versioning.run_state import being_made_by
 
-            making = named.state in (State.LOADING, State.SEALING)
-            busy = f" ({named.state.value}: a run making it now fails)" if making else ""
+            busy = ""
+            if (maker := being_made_by(named, utcnow())) is not None:
+                busy = f" ({named.state.value}: a run is making it now, {maker}; that run fails)"
+            elif named.state in (State.LOADING, State.SEALING):
+                busy = f" ({named.state.value}: no run has been heard from making it)"
             confirm(f"drop {name}{busy} and all its data?")
         dropped = client.drop(name)
     if as_json:

@@ -13,10 +13,11 @@ from typer.testing import CliRunner
 from bulldozer.cli.main import app
 from bulldozer.errors import AliasConflictError, NamespaceNotFoundError, NamespaceStateError
 from bulldozer.kv import KvClient
-from bulldozer.kv.types import State
+from bulldozer.kv.types import State, utcnow
 from bulldozer.load.runner import run_job
 from bulldozer.names import new_version_name, short_version
 from bulldozer.versioning import rollback
+from bulldozer.versioning.run_state import HEARTBEAT_LABEL, Beat
 from bulldozer.warehouse.sample import create_sample_warehouse
 from tests.integration.test_run import KEY, TEMPLATE, read, spec, table
 
@@ -163,8 +164,18 @@ def test_a_namespace_is_named_as_the_tables_show_it(home: Path, dal: KvClient) -
     assert dropped.exit_code == 0 and dal.describe(v1).state == State.DROPPED
     loading = new_version_name("user_item_scores")
     dal.create_namespace(loading, "user_item_scores")
+    beat = Beat(utcnow(), "elsewhere", "pid:[1]", 4242)  # a run on another machine beats on it
+    dal.set_labels(loading, {HEARTBEAT_LABEL: beat.to_json()})
+    no = runner.invoke(app, ["namespace", "drop", loading, "--endpoint", dal.target], input="n\n")
+    assert (
+        f"drop {loading} (LOADING: a run is making it now, process 4242 on elsewhere wrote its heartbeat "
+        in (no.stdout)
+        and "s ago; that run fails) and all its data?" in no.stdout
+    )
+    dal.set_labels(loading, {HEARTBEAT_LABEL: ""})  # none: its run was never heard from
     asked = runner.invoke(app, ["namespace", "drop", loading, "--endpoint", dal.target], input="y\n")
-    assert asked.exit_code == 0 and f"drop {loading} (LOADING: a run making it now fails) and all" in asked.stdout
+    assert asked.exit_code == 0
+    assert f"drop {loading} (LOADING: no run has been heard from making it) and all" in asked.stdout
     alias = _cli(dal, "namespace", "drop", "user_item_scores", "--yes")  # an alias is not a namespace to drop
     assert alias.exit_code != 0 and dal.describe(v2).state == State.ACTIVE
 
