@@ -14,6 +14,7 @@ from bulldozer.errors import (
     NamespaceNotFoundError,
     NamespaceStateError,
 )
+from bulldozer.kv.backends.base import RecordChanged
 from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord, State, utcnow
 
 FLIPPABLE = frozenset({State.SEALED, State.RETIRED})
@@ -82,12 +83,18 @@ def plan_pin(
     return record, AliasChange(alias, now, principal, note, current.namespace, current.namespace, generation)
 
 
-def check_transition(name: str, record: NamespaceRecord | None, expected: frozenset[State]) -> NamespaceRecord:
+def check_transition(
+    name: str, record: NamespaceRecord | None, expected: frozenset[State], based_on: NamespaceRecord | None = None
+) -> NamespaceRecord:
+    """The stored ``record`` may be replaced: it exists, its state is in ``expected`` and,
+    with ``based_on``, it is still that record (``StorageEngine.transition``)."""
     if record is None:
         raise NamespaceNotFoundError(f"namespace {name!r} does not exist")
     if record.state not in expected:
         wanted = " or ".join(sorted(s.value for s in expected))
         raise NamespaceStateError(f"namespace {name!r} is {record.state.value}, not {wanted}")
+    if based_on is not None and record != based_on:
+        raise RecordChanged(name)
     return record
 
 
@@ -130,12 +137,13 @@ def transition_optimistically(
     record: NamespaceRecord,
     read_ns: Callable[[str], str | None],
     apply: Callable[[str | None], bool],
+    based_on: NamespaceRecord | None = None,
 ) -> None:
-    """Check the stored state and write ``record`` iff the row still holds what was read;
-    read again when it changed in between."""
+    """Check the stored state (and, with ``based_on``, the whole record) and write
+    ``record`` iff the row still holds what was read; read again when it changed in between."""
     while True:
         raw = read_ns(name)
-        check_transition(name, _ns(raw), expected)
+        check_transition(name, _ns(raw), expected, based_on)
         if apply(raw):
             return
 

@@ -24,7 +24,12 @@ from typing import ClassVar
 from bulldozer.codec.digest import Digest
 from bulldozer.kv.types import AliasChange, AliasRecord, BaseCopy, NamespaceRecord, State
 
-__all__ = ["StorageEngine", "chunked"]
+__all__ = ["RecordChanged", "StorageEngine", "chunked"]
+
+
+class RecordChanged(Exception):
+    """``StorageEngine.transition``'s record changed since the ``based_on`` it was given was
+    read: the caller reads it again and redoes its change."""
 
 
 def chunked(pairs: Iterable[tuple[bytes, bytes]], size: int) -> Iterator[list[tuple[bytes, bytes]]]:
@@ -83,9 +88,14 @@ class StorageEngine(ABC):
         (``select_namespaces``)."""
 
     @abstractmethod
-    def transition(self, name: str, expected: frozenset[State], record: NamespaceRecord) -> NamespaceRecord:
+    def transition(
+        self, name: str, expected: frozenset[State], record: NamespaceRecord, based_on: NamespaceRecord | None = None
+    ) -> NamespaceRecord:
         """Replace the record if the stored state is in ``expected``; else raise
-        NamespaceStateError (NamespaceNotFoundError if there is none). Atomic."""
+        NamespaceStateError (NamespaceNotFoundError if there is none). With ``based_on``
+        (the record a read-modify-write read), only if the stored record is still exactly
+        that one; else raise ``RecordChanged`` (another DAL on the store wrote it since).
+        Atomic (``_lifecycle.check_transition`` makes both checks)."""
 
     @abstractmethod
     def drop_data(self, name: str) -> None:

@@ -487,7 +487,9 @@ class CassandraEngine(StorageEngine):
         rows = self._call(lambda: list(self.session.execute(self._sel_kind, ("ns",))))
         return select_namespaces((NamespaceRecord.from_json(json.loads(r.body)) for r in rows), alias, states)
 
-    def transition(self, name: str, expected: frozenset[State], record: NamespaceRecord) -> NamespaceRecord:
+    def transition(
+        self, name: str, expected: frozenset[State], record: NamespaceRecord, based_on: NamespaceRecord | None = None
+    ) -> NamespaceRecord:
         def run() -> NamespaceRecord:
             body = self._ns_json(record)
             transition_optimistically(
@@ -496,6 +498,7 @@ class CassandraEngine(StorageEngine):
                 record,
                 self._raw_ns,
                 lambda raw: self._cas([self._guard("ns", name, raw, body, record.state.value)]),
+                based_on,
             )
             if record.state != State.LOADING:
                 self._wait_for_writers(name)

@@ -445,11 +445,13 @@ class EmbeddedEngine(StorageEngine):
             records = [NamespaceRecord.from_json(json.loads(v)) for v in raws]
         return select_namespaces(records, alias, states)
 
-    def transition(self, name: str, expected: frozenset[State], record: NamespaceRecord) -> NamespaceRecord:
+    def transition(
+        self, name: str, expected: frozenset[State], record: NamespaceRecord, based_on: NamespaceRecord | None = None
+    ) -> NamespaceRecord:
         if record.state == State.SEALING:
             self._durable()  # every loaded record is on disk before the seal measures it
         with self._write() as txn:
-            check_transition(name, self._ns(txn, name), expected)
+            check_transition(name, self._ns(txn, name), expected, based_on)
             self._put_ns(txn, record)
         self._durable()
         return record

@@ -50,9 +50,11 @@ class MemoryEngine(StorageEngine):
             records = list(self._namespaces.values())
         return select_namespaces(records, alias, states)
 
-    def transition(self, name: str, expected: frozenset[State], record: NamespaceRecord) -> NamespaceRecord:
+    def transition(
+        self, name: str, expected: frozenset[State], record: NamespaceRecord, based_on: NamespaceRecord | None = None
+    ) -> NamespaceRecord:
         with self._lock:
-            check_transition(name, self._namespaces.get(name), expected)
+            check_transition(name, self._namespaces.get(name), expected, based_on)
             self._namespaces[name] = record
             return record
 

@@ -330,7 +330,9 @@ class RedisEngine(StorageEngine):
         raw = self._call(lambda: self.r.hgetall(self._k_namespaces))
         return select_namespaces((NamespaceRecord.from_json(json.loads(v)) for v in raw.values()), alias, states)
 
-    def transition(self, name: str, expected: frozenset[State], record: NamespaceRecord) -> NamespaceRecord:
+    def transition(
+        self, name: str, expected: frozenset[State], record: NamespaceRecord, based_on: NamespaceRecord | None = None
+    ) -> NamespaceRecord:
         def run() -> NamespaceRecord:
             if record.state == State.SEALING:
                 self._check_keeps_every_key()  # the policy may have been changed since the engine started
@@ -341,6 +343,7 @@ class RedisEngine(StorageEngine):
                 record,
                 self._raw_ns,
                 lambda raw: self._apply([self._k_namespaces], [(0, name, raw)], [(0, name, body)]),
+                based_on,
             )
             if record.state != State.LOADING:
                 self._wait_for_writers(name)  # a batch admitted while LOADING lands before anyone reads

@@ -28,7 +28,7 @@ from bulldozer.errors import (
     SchemaMismatchError,
     VerificationError,
 )
-from bulldozer.kv.backends.base import StorageEngine
+from bulldozer.kv.backends.base import RecordChanged, StorageEngine
 from bulldozer.kv.types import READABLE, AliasChange, AliasRecord, NamespaceRecord, State, StoreInfo, utcnow
 from bulldozer.kv.v1 import shared
 from bulldozer.names import (
@@ -94,7 +94,8 @@ class KvDal:
         state): an engine's ``transition`` compares the stored state only, so two label
         writes of one LOADING version at once (a run's split ledger and its heartbeat) would
         otherwise each write back what it read, and the second lose the first's labels. One
-        DAL's requests are serialized here; DALs sharing a store are not."""
+        DAL's requests are serialized here; a label write also checks on the store that the
+        record is still the one it read (``set_labels``), as another DAL may share it."""
         with self._record_locks[hash(name) % _RECORD_LOCKS]:
             yield
 
@@ -352,14 +353,22 @@ class KvDal:
         return dropped
 
     def set_labels(self, name: str, labels: dict[str, str]) -> NamespaceRecord:
+        """Merge ``labels`` into the namespace's (an empty value removes one): read, merged
+        and written back as one change, here (``_changing``) and on the store, where another
+        DAL may write the same record (``based_on``: read again and merged again then)."""
         with self._changing(name):
-            record = self.describe(name)
-            if record.state == State.DROPPED:
-                raise NamespaceNotFoundError(f"namespace {name!r} was dropped")
-            merged = {**record.labels, **labels}
-            merged = {k: v for k, v in merged.items() if v != ""}
-            self._check_labels(merged)
-            return self.engine.transition(name, frozenset({record.state}), replace(record, labels=merged))
+            while True:
+                record = self.describe(name)
+                if record.state == State.DROPPED:
+                    raise NamespaceNotFoundError(f"namespace {name!r} was dropped")
+                merged = {**record.labels, **labels}
+                merged = {k: v for k, v in merged.items() if v != ""}
+                self._check_labels(merged)
+                try:
+                    changed = replace(record, labels=merged)
+                    return self.engine.transition(name, frozenset({record.state}), changed, based_on=record)
+                except RecordChanged:
+                    continue
 
     # -- data -------------------------------------------------------------------
 
