@@ -52,6 +52,8 @@ _DROPPED_LABEL_BYTES = 16 * 1024
 _DEFAULT_PAGE, _MAX_PAGE = 100, 1000
 #: locks striping the namespaces' records (``KvDal._changing``)
 _RECORD_LOCKS = 64
+#: label writes tried while other DALs change the record in between (``KvDal.set_labels``)
+_RECORD_RETRIES = 100
 
 
 @dataclass(frozen=True)
@@ -357,7 +359,7 @@ class KvDal:
         and written back as one change, here (``_changing``) and on the store, where another
         DAL may write the same record (``based_on``: read again and merged again then)."""
         with self._changing(name):
-            while True:
+            for _ in range(_RECORD_RETRIES):
                 record = self.describe(name)
                 if record.state == State.DROPPED:
                     raise NamespaceNotFoundError(f"namespace {name!r} was dropped")
@@ -369,6 +371,9 @@ class KvDal:
                     return self.engine.transition(name, frozenset({record.state}), changed, based_on=record)
                 except RecordChanged:
                     continue
+        raise NamespaceStateError(
+            f"namespace {name!r} changed under each of {_RECORD_RETRIES} label writes in a row; try again"
+        )
 
     # -- data -------------------------------------------------------------------
 
