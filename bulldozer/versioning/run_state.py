@@ -161,8 +161,9 @@ def run_record_of(version: NamespaceRecord, now: datetime | None = None) -> RunR
     """The run record a version keeps, or None (a version no run made). A run that never
     recorded its end says so instead of "running": ``failed`` once its version was dropped
     (killed, then its version dropped by gc; or the version dropped under it — a dropped
-    version keeps no labels changed), ``stopped`` once its heartbeat is older than
-    ``ALIVE_WITHIN`` (killed, or its machine lost: nothing makes the version now)."""
+    version keeps no labels changed), ``stopped`` once its run is no longer alive
+    (``being_made``: killed, or its machine lost) — unless a scheduler runs it (a run key),
+    whose run waits between its tasks and retries."""
     text = version.labels.get(RUN_LABEL)
     if not text:
         return None
@@ -171,14 +172,13 @@ def run_record_of(version: NamespaceRecord, now: datetime | None = None) -> RunR
         return run
     if version.state == State.DROPPED:
         run.outcome, run.error = "failed", run.error or DROPPED_UNFINISHED
-    elif version.state in _MADE_IN and not being_made(version, now or utcnow()):
+    elif version.state in _MADE_IN and not run_key_of(version) and not being_made(version, now or utcnow()):
+        # (a scheduler's run is between its tasks, or waits for a retry: the scheduler says)
         beat = beat_of(version)
         if beat is not None:  # a version made before heartbeats says nothing either way
             run.outcome = "stopped"
             since = f"its run has not been heard from since {beat.at:%Y-%m-%d %H:%M:%S} UTC"
-            if run_key_of(version):  # the scheduler's: its next task, or its retry, goes on
-                run.error = f"{since} (waiting for its next scheduled task, or killed)"
-            elif version.state == State.SEALED:
+            if version.state == State.SEALED:
                 run.error = f"{since} (killed before its flip?)"
             else:
                 run.error = f"{since} (killed?); `bulldozer run --resume {version.name}` goes on with it"

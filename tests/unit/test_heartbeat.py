@@ -145,13 +145,12 @@ def test_a_run_not_heard_from_says_it_stopped() -> None:
     assert {name: run.outcome for name, run in said.items() if run} == {
         "alive": "running",
         "killed": "stopped",
-        "sched": "stopped",
+        "sched": "running",  # between its scheduled tasks, or waiting for a retry: the scheduler's to say
     }
     assert said["killed"] is not None and said["killed"].error == (
         "its run has not been heard from since 2026-11-29 11:57:00 UTC (killed?); "
         f"`bulldozer run --resume {killed.name}` goes on with it"
     )
-    assert said["sched"] is not None and "waiting for its next scheduled task" in said["sched"].error
 
 
 def test_a_run_killed_on_this_machine_is_known_to_have_ended_at_once() -> None:
