@@ -242,12 +242,13 @@ def gc(
 
     Drops RETIRED versions beyond --keep, and versions left LOADING, FAILED or never flipped
     (SEALED), once they are older than --grace; never one whose run still beats (a run
-    writes a heartbeat on its version every 30 s)."""
+    writes a heartbeat on its version every 30 s). Finishes the drops a stopped DAL left
+    half done (their data still stored)."""
     from pydantic_core import PydanticCustomError
 
     from bulldozer.kv.types import HELD
     from bulldozer.spec.models import parse_duration
-    from bulldozer.versioning.retention import plan_retention
+    from bulldozer.versioning.retention import finish_drops, plan_retention
 
     try:
         grace_period: timedelta = parse_duration(grace)
@@ -265,14 +266,18 @@ def gc(
                 if not dry_run:
                     for name in plan.drop:
                         client.drop(name)
+        finished = finish_drops(client, dry_run)
     if as_json:
-        print_json(with_store(client, {"dry_run": dry_run, "dropped": dropped}))
+        print_json(with_store(client, {"dry_run": dry_run, "dropped": dropped, "finished_drops": finished}))
         return
-    if not dropped:
+    if not dropped and not finished:
         ok("nothing to drop")
     for alias, names in dropped.items():
         verb = "would drop" if dry_run else "dropped"
         console.print(f"{alias}: {verb} {', '.join(names)}")
+    for name in finished:
+        verb = "would finish" if dry_run else "finished"
+        console.print(f"{verb} dropping {name} (a DAL stopped while it deleted its data)")
 
 
 @handle_errors

@@ -10,7 +10,17 @@ from typing import Any
 
 from bulldozer.kv.v1 import shared
 
-__all__ = ["READABLE", "AliasChange", "AliasRecord", "BaseCopy", "NamespaceRecord", "State", "StoreInfo", "utcnow"]
+__all__ = [
+    "DROPPING_LABEL",
+    "READABLE",
+    "AliasChange",
+    "AliasRecord",
+    "BaseCopy",
+    "NamespaceRecord",
+    "State",
+    "StoreInfo",
+    "utcnow",
+]
 
 
 def utcnow() -> datetime:
@@ -56,6 +66,10 @@ WRITABLE = State(shared.STATES_WRITABLE)
 #: Every state but DROPPED: the versions a store still holds (its history of dropped ones
 #: grows with every run; what acts on versions lists these).
 HELD = frozenset(State) - {State.DROPPED}
+#: A DROPPED version's label while its data is still being deleted: a DAL stopped between
+#: the two steps leaves it, and dropping the version again (``bulldozer gc`` does) finishes
+#: the deletion. Labels named ``kv.*`` are the DAL's own; a client cannot set them.
+DROPPING_LABEL = "kv.dropping"
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from bulldozer.kv.client import KvClient
-from bulldozer.kv.types import HELD, NamespaceRecord, State, utcnow
+from bulldozer.kv.types import DROPPING_LABEL, HELD, NamespaceRecord, State, utcnow
 from bulldozer.versioning.run_state import being_made, last_sign_of_life
 
-__all__ = ["RetentionPlan", "apply_retention", "plan_retention"]
+__all__ = ["RetentionPlan", "apply_retention", "finish_drops", "plan_retention"]
 
 
 @dataclass
@@ -63,3 +63,15 @@ def apply_retention(
     for name in plan.drop:
         client.drop(name)
     return plan
+
+
+def finish_drops(client: KvClient, dry_run: bool = False) -> list[str]:
+    """The versions whose drop a DAL left half done (DROPPED, their data still being
+    deleted: ``DROPPING_LABEL``), dropped again to delete it (not with ``dry_run``)."""
+    unfinished = [
+        n.name for n in client.list_namespaces(states=frozenset({State.DROPPED})) if DROPPING_LABEL in n.labels
+    ]
+    if not dry_run:
+        for name in unfinished:
+            client.drop(name)
+    return unfinished

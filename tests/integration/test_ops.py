@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bulldozer.cli.main import app
-from bulldozer.errors import AliasConflictError, NamespaceNotFoundError, NamespaceStateError
+from bulldozer.errors import AliasConflictError, InvalidArgumentError, NamespaceNotFoundError, NamespaceStateError
 from bulldozer.kv import KvClient
 from bulldozer.kv.types import State, utcnow
 from bulldozer.load.runner import run_job
@@ -114,6 +114,48 @@ def test_gc_drops_what_it_should_and_nothing_else(home: Path, dal: KvClient) -> 
     assert {states[n] for n in (versions[0], versions[1], loading, failed)} == {State.DROPPED}
     kept = json.loads(_cli(dal, "gc", "--json").stdout)  # default grace 24h: nothing young is touched
     assert kept["dropped"] == {}
+
+
+def test_a_drop_a_stopped_dal_left_half_done_is_finished_by_gc(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The DAL stops between marking a version DROPPED and deleting its data: dropping it
+    again was a no-op and nothing listed it, so its data stayed in the store for ever. Its
+    record keeps ``kv.dropping`` until the data is gone, and ``gc`` finishes the drop."""
+    from bulldozer.kv import create_engine
+    from bulldozer.kv.server import create_server
+    from bulldozer.kv.types import DROPPING_LABEL
+
+    engine = create_engine({"type": "embedded", "path": str(tmp_path / "kv"), "map_size": 1024**3})
+    deleted: list[str] = []
+    real = engine.drop_data
+
+    def drop_data(name: str) -> None:
+        deleted.append(name)
+        if len(deleted) == 1:
+            raise RuntimeError("the DAL stops here")
+        real(name)
+
+    monkeypatch.setattr(engine, "drop_data", drop_data)
+    server, port = create_server("127.0.0.1:0", engine)
+    try:
+        with KvClient(f"127.0.0.1:{port}") as client:
+            first = run_job(spec(), client, home=str(home)).version
+            run_job(spec(), client, home=str(home))  # retires the first
+            with pytest.raises(Exception, match="internal error"):  # "the DAL stops here"
+                client.drop(first)
+            half = client.describe(first)
+            assert half.state == State.DROPPED and DROPPING_LABEL in half.labels
+            dry = json.loads(_cli(client, "gc", "--dry-run", "--json").stdout)
+            assert (dry["finished_drops"], deleted) == ([first], [first])
+            swept = _cli(client, "gc")
+            assert swept.exit_code == 0 and f"finished dropping {first}" in swept.stdout, swept.output
+            assert deleted == [first, first] and DROPPING_LABEL not in client.describe(first).labels
+            assert json.loads(_cli(client, "gc", "--json").stdout)["finished_drops"] == []
+            with pytest.raises(InvalidArgumentError, match="reserved"):  # the DAL's own label
+                client.set_labels(first, {DROPPING_LABEL: "1"})
+    finally:
+        server.stop(1)
 
 
 def test_scan_and_namespaces(home: Path, dal: KvClient) -> None:

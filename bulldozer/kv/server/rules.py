@@ -29,7 +29,16 @@ from bulldozer.errors import (
     VerificationError,
 )
 from bulldozer.kv.backends.base import RecordChanged, StorageEngine
-from bulldozer.kv.types import READABLE, AliasChange, AliasRecord, NamespaceRecord, State, StoreInfo, utcnow
+from bulldozer.kv.types import (
+    DROPPING_LABEL,
+    READABLE,
+    AliasChange,
+    AliasRecord,
+    NamespaceRecord,
+    State,
+    StoreInfo,
+    utcnow,
+)
 from bulldozer.kv.v1 import shared
 from bulldozer.names import (
     NAMESPACE_PATTERN,
@@ -130,6 +139,7 @@ class KvDal:
         for what, message in (("key message", key_message), ("value message", value_message)):
             if message and (len(message) > _MAX_MESSAGE_NAME or not _MESSAGE_NAME.fullmatch(message)):
                 raise InvalidArgumentError(f"{what} {describe_value(message)} is not a protobuf message name")
+        self._check_given_labels(labels or {})
         self._check_labels(labels or {})
         if base:
             self._check_base(base, alias)
@@ -334,30 +344,44 @@ class KvDal:
             return self.engine.transition(name, allowed, failed)
 
     def drop(self, name: str) -> NamespaceRecord:
+        """Mark the namespace DROPPED (``DROPPING_LABEL`` on), delete its data, then take the
+        label off. Dropping a DROPPED namespace that still has the label finishes the
+        deletion a stopped DAL left half done (its data would otherwise stay for ever)."""
         with self._changing(name):
             record = self.describe(name)
             if record.state == State.DROPPED:
-                return record
-            if record.state == State.ACTIVE:
+                if DROPPING_LABEL not in record.labels:
+                    return record
+            elif record.state == State.ACTIVE:
                 raise NamespaceStateError(
                     f"namespace {name!r} is ACTIVE (alias {record.alias!r} points at it); "
                     "point the alias elsewhere before dropping it"
                 )
-            # what history needs stays (names, states, times, counts, digest, the run's small labels);
-            # the schema and large labels go with the data
-            kept = {k: v for k, v in record.labels.items() if len(k) + len(v) <= _DROPPED_LABEL_BYTES}
-            dropped = self.engine.transition(
-                name,
-                _ANY_LIVE - {State.ACTIVE},
-                record.with_state(State.DROPPED, value_descriptor_set=b"", labels=kept),
-            )
+            else:
+                # what history needs stays (names, states, times, counts, digest, the run's small
+                # labels); the schema and large labels go with the data
+                kept = {k: v for k, v in record.labels.items() if len(k) + len(v) <= _DROPPED_LABEL_BYTES}
+                self.engine.transition(
+                    name,
+                    _ANY_LIVE - {State.ACTIVE},
+                    record.with_state(State.DROPPED, value_descriptor_set=b"", labels={**kept, DROPPING_LABEL: "1"}),
+                )
         self.engine.drop_data(name)
-        return dropped
+        with self._changing(name):
+            current = self.describe(name)
+            done = {k: v for k, v in current.labels.items() if k != DROPPING_LABEL}
+            try:
+                return self.engine.transition(
+                    name, frozenset({State.DROPPED}), replace(current, labels=done), based_on=current
+                )
+            except RecordChanged:  # another DAL on the store finished it first
+                return self.describe(name)
 
     def set_labels(self, name: str, labels: dict[str, str]) -> NamespaceRecord:
         """Merge ``labels`` into the namespace's (an empty value removes one): read, merged
         and written back as one change, here (``_changing``) and on the store, where another
         DAL may write the same record (``based_on``: read again and merged again then)."""
+        self._check_given_labels(labels)
         with self._changing(name):
             for _ in range(_RECORD_RETRIES):
                 record = self.describe(name)
@@ -571,6 +595,13 @@ class KvDal:
     def alias_history(self, alias: str, limit: int = 100) -> list[AliasChange]:
         validate_alias(alias)
         return self.engine.alias_history(alias, max(1, min(limit or 100, 10_000)))
+
+    @staticmethod
+    def _check_given_labels(labels: dict[str, str]) -> None:
+        """Labels a client gives: not the DAL's own (``kv.*``, e.g. ``DROPPING_LABEL``)."""
+        for key in labels:
+            if key.startswith("kv."):
+                raise InvalidArgumentError(f"label name {describe_value(key)} is reserved: kv.* labels are the DAL's")
 
     def _check_labels(self, labels: dict[str, str]) -> None:
         if len(labels) > _MAX_LABELS:
