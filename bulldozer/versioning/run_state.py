@@ -181,7 +181,7 @@ def run_record_of(version: NamespaceRecord, now: datetime | None = None) -> RunR
             if version.state == State.SEALED:
                 run.error = f"{since} (killed before its flip?)"
             else:
-                run.error = f"{since} (killed?); `bulldozer run --resume {version.name}` goes on with it"
+                run.error = f"{since} (killed?); `bulldozer run SPEC --resume {version.name}` goes on with it"
     return run
 
 

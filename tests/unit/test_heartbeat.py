@@ -149,7 +149,7 @@ def test_a_run_not_heard_from_says_it_stopped() -> None:
     }
     assert said["killed"] is not None and said["killed"].error == (
         "its run has not been heard from since 2026-11-29 11:57:00 UTC (killed?); "
-        f"`bulldozer run --resume {killed.name}` goes on with it"
+        f"`bulldozer run SPEC --resume {killed.name}` goes on with it"
     )
 
 
