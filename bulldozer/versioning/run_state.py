@@ -66,7 +66,8 @@ RUN_KEY_LABEL = "bulldozer.run_key"
 #: call returned): without it, the run was killed while the base was copied or layered, and
 #: the version holds part of the base at most.
 BASE_COPIED_LABEL = "bulldozer.base_copied"
-#: When the run making the version last said it is alive (ISO 8601, UTC): ``Heartbeat``.
+#: The last heartbeat of the run making the version (JSON of :class:`Beat`: when, which process).
+#: A version the run is still making, ``being_made``, is not dropped by retention nor resumed.
 HEARTBEAT_LABEL = "bulldozer.heartbeat"
 
 
