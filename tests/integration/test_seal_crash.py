@@ -233,14 +233,19 @@ def test_a_run_whose_dal_died_at_the_seal_is_resumed_verified_and_flipped(tmp_pa
         loaded = spec()
         with KvClient(server.endpoint, timeout=60) as client:
             first = run_job(loaded, client, home=str(home)).version
-        failures: list[BaseException] = []
+        ended: list[subprocess.CompletedProcess[str]] = []
 
-        def run() -> None:
-            with KvClient(server.endpoint, timeout=60) as runner:
-                try:
-                    run_job(loaded, runner, home=str(home))
-                except BaseException as exc:
-                    failures.append(exc)
+        def run() -> None:  # a run in a process of its own, as a scheduler's or a shell's
+            ended.append(
+                subprocess.run(
+                    [*CLI_RUN, "--endpoint", server.endpoint, "-q"],
+                    capture_output=True,
+                    text=True,
+                    timeout=300,
+                    env={**os.environ, "BULLDOZER_HOME": str(home)},
+                    cwd=REPO,
+                )
+            )
 
         with KvClient(server.endpoint, timeout=10) as watcher:
             thread = threading.Thread(target=run)
@@ -253,7 +258,9 @@ def test_a_run_whose_dal_died_at_the_seal_is_resumed_verified_and_flipped(tmp_pa
         config = yaml.safe_load((tmp_path / "engine.yaml").read_text())
         redis.Redis.from_url(config["url"]).delete(f"{{{config['prefix']}}}:digest:{name}")
         assert kill_while(server, name, State.SEALING, thread), "the seal finished before it was seen measuring"
-        assert failures and isinstance(failures[0], BulldozerError), failures
+        thread.join(timeout=300)
+        assert ended and ended[0].returncode == 1, ended
+        assert "not reachable" in ended[0].stderr.strip().splitlines()[-1], ended[0].stderr
 
         server.start()
         with KvClient(server.endpoint, timeout=60) as client:
