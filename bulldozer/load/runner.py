@@ -56,6 +56,7 @@ from bulldozer.versioning.run_state import (
     ALIVE_WITHIN,
     BASE_COPIED_LABEL,
     LOADED_LABEL,
+    MADE_IN,
     RUN_KEY_LABEL,
     RUN_LABEL,
     SPEC_LABEL,
@@ -731,7 +732,7 @@ class JobRun:
             self.load_done = True
         previous = self.record.previous
         self.live = self.client.describe(previous) if previous else None
-        if info.state in (State.LOADING, State.SEALING, State.SEALED):  # not flipped yet: this run makes it
+        if info.state in MADE_IN:  # not flipped yet: this run makes it
             self.beat()
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "HEARTBEAT_LABEL",
     "LEDGER_LABEL",
     "LOADED_LABEL",
+    "MADE_IN",
     "RUN_KEY_LABEL",
     "RUN_LABEL",
     "SPEC_LABEL",
@@ -173,7 +174,7 @@ def run_record_of(version: NamespaceRecord, now: datetime | None = None) -> RunR
         return run
     if version.state == State.DROPPED:
         run.outcome, run.error = "failed", run.error or DROPPED_UNFINISHED
-    elif version.state in _MADE_IN and not run_key_of(version) and not being_made(version, now or utcnow()):
+    elif version.state in MADE_IN and not run_key_of(version) and not being_made(version, now or utcnow()):
         # (a scheduler's run is between its tasks, or waits for a retry: the scheduler says)
         beat = beat_of(version)
         if beat is not None:  # a version made before heartbeats says nothing either way
@@ -264,7 +265,7 @@ HEARTBEAT_EVERY_SECONDS = 30.0
 #: resumed beside it), never makes a wrong version live.
 ALIVE_WITHIN = timedelta(minutes=2)
 #: the states a run makes a version through (LOADING to SEALED, before its flip)
-_MADE_IN = frozenset({State.LOADING, State.SEALING, State.SEALED})
+MADE_IN = frozenset({State.LOADING, State.SEALING, State.SEALED})
 
 
 def _pid_namespace() -> str:
@@ -390,31 +391,39 @@ def beat_of(version: NamespaceRecord) -> Beat | None:
     return Beat.from_json(text) if text else None
 
 
+def _alive_beat(version: NamespaceRecord, now: datetime) -> Beat | None:
+    """The last heartbeat of the run making ``version`` now, or None when no run is
+    (``being_made``)."""
+    if version.state not in MADE_IN:
+        return None
+    beat = beat_of(version)
+    if beat is None or beat.ended or now - beat.at > ALIVE_WITHIN:
+        return None
+    if beat.here() and beat.pid == os.getpid():
+        with _BEATING_LOCK:
+            return beat if version.name in _BEATING else None
+    return None if beat.process_gone() else beat
+
+
 def being_made(version: NamespaceRecord, now: datetime) -> bool:
     """Whether a run is making ``version`` now: LOADING, SEALING or SEALED (not yet
     flipped), its run's last heartbeat not its end and at most ``ALIVE_WITHIN`` old, and its
     process not known to have ended — nor, when it is this process, to beat no more."""
-    beat = beat_of(version)
-    if version.state not in _MADE_IN or beat is None or beat.ended or now - beat.at > ALIVE_WITHIN:
-        return False
-    if beat.here() and beat.pid == os.getpid():
-        with _BEATING_LOCK:
-            return version.name in _BEATING
-    return not beat.process_gone()
+    return _alive_beat(version, now) is not None
 
 
 def last_sign_of_life(version: NamespaceRecord) -> datetime:
     """The later of its last state change and its run's last heartbeat."""
-    beat = beat_of(version)
-    if beat is None or version.state not in _MADE_IN:
+    beat = beat_of(version) if version.state in MADE_IN else None
+    if beat is None:
         return version.state_changed
     return max(version.state_changed, beat.at)
 
 
 def being_made_by(version: NamespaceRecord, now: datetime) -> str | None:
     """Who is making ``version`` now, in words (None: no run is, ``being_made``)."""
-    beat = beat_of(version)
-    if beat is None or not being_made(version, now):
+    beat = _alive_beat(version, now)
+    if beat is None:
         return None
     ago = max(0, round((now - beat.at).total_seconds()))
     return f"process {beat.pid} on {beat.host} wrote its heartbeat {ago} s ago"
