@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -101,14 +101,36 @@ class KvDal:
 
     @contextlib.contextmanager
     def _changing(self, name: str) -> Iterator[None]:
-        """Held while a namespace's record is read, changed and written back (its labels, its
-        state): an engine's ``transition`` compares the stored state only, so two label
-        writes of one LOADING version at once (a run's split ledger and its heartbeat) would
-        otherwise each write back what it read, and the second lose the first's labels. One
-        DAL's requests are serialized here; a label write also checks on the store that the
-        record is still the one it read (``set_labels``), as another DAL may share it."""
+        """Held while a namespace's record is read, changed and written back (``_change``):
+        two label writes of one LOADING version at once (a run's split ledger and its
+        heartbeat) would otherwise each write back what it read, and the second lose the
+        first's labels. One DAL's requests are serialized here; the store checks that the
+        record is still the one read, as another DAL may share it."""
         with self._record_locks[hash(name) % _RECORD_LOCKS]:
             yield
+
+    def _change(
+        self, name: str, allowed: frozenset[State], change: Callable[[NamespaceRecord], NamespaceRecord | None]
+    ) -> NamespaceRecord:
+        """Every change of a namespace's record (its state, its labels, its measurement) as one
+        compare-and-set: the record is read, ``change``d, and written back iff its state is
+        one ``allowed`` and the store still holds the record read (``based_on``); when another
+        DAL changed it in between, it is read and changed again, so what that DAL wrote
+        stays. ``change`` returns the record to write, or None when there is nothing to write
+        (the record read is the answer), and raises when the change is refused."""
+        with self._changing(name):
+            for _ in range(_RECORD_RETRIES):
+                record = self.describe(name)
+                changed = change(record)
+                if changed is None:
+                    return record
+                try:
+                    return self.engine.transition(name, allowed, changed, based_on=record)
+                except RecordChanged:
+                    continue
+        raise NamespaceStateError(
+            f"namespace {name!r} changed under each of {_RECORD_RETRIES} writes in a row; try again"
+        )
 
     # -- namespaces -------------------------------------------------------------
 
@@ -271,8 +293,26 @@ class KvDal:
                 "a seal needs the expected record count and digest: a version becomes SEALED only when what "
                 "it stores was measured and matched what its loader sent"
             )
-        with self._changing(name):
-            record = self._begin_seal(name, expected_records, expected_digest)
+
+        def begin(record: NamespaceRecord) -> NamespaceRecord | None:
+            """The namespace frozen for its seal (SEALING); nothing to write when SEALING
+            already, or SEALED by a seal of the same expectation."""
+            if record.state == State.SEALED and record.verified:
+                if (record.record_count, record.digest) == (expected_records, expected_digest):
+                    return None
+                raise VerificationError(
+                    f"namespace {name!r} is already SEALED with {record.record_count} records and digest "
+                    f"{record.digest:#018x}, not the {expected_records} records and digest "
+                    f"{expected_digest:#018x} expected"
+                )
+            if record.state not in (State.LOADING, State.SEALING):
+                raise NamespaceStateError(
+                    f"namespace {name!r} is {record.state.value}; only a LOADING namespace (or one whose seal was "
+                    "interrupted, SEALING) can be sealed"
+                )
+            return record.with_state(State.SEALING) if record.state == State.LOADING else None
+
+        record = self._change(name, frozenset({State.LOADING}), begin)
         if record.state == State.SEALED:
             return record  # a retried seal
         self.engine.ingest(name)  # whatever is still staged becomes part of what is measured
@@ -282,39 +322,19 @@ class KvDal:
             problems.append(f"{digest.count} records stored, {expected_records} expected")
         if expected_digest != digest.value:
             problems.append(f"digest {digest.value:#018x} stored, {expected_digest:#018x} expected")
-        with self._changing(name):  # the labels written while it was measured stay
-            measured = replace(self.describe(name), record_count=digest.count, bytes=digest.bytes, digest=digest.value)
-            if problems:
-                reason = "verification failed at seal: " + "; ".join(problems)
-                self.engine.transition(
-                    name,
-                    frozenset({State.SEALING}),
-                    measured.with_state(State.FAILED, failure_reason=reason),
-                )
-                raise VerificationError(f"namespace {name!r}: {reason}")
-            return self.engine.transition(
-                name, frozenset({State.SEALING}), measured.with_state(State.SEALED, sealed=utcnow(), verified=True)
-            )
+        reason = "verification failed at seal: " + "; ".join(problems)
 
-    def _begin_seal(self, name: str, expected_records: int, expected_digest: int) -> NamespaceRecord:
-        """The namespace frozen for its seal (SEALING), or SEALED already by a seal of the
-        same expectation."""
-        record = self.describe(name)
-        if record.state == State.SEALED and record.verified:
-            if (record.record_count, record.digest) == (expected_records, expected_digest):
-                return record
-            raise VerificationError(
-                f"namespace {name!r} is already SEALED with {record.record_count} records and digest "
-                f"{record.digest:#018x}, not the {expected_records} records and digest {expected_digest:#018x} expected"
-            )
-        if record.state == State.LOADING:
-            return self.engine.transition(name, frozenset({State.LOADING}), record.with_state(State.SEALING))
-        if record.state != State.SEALING:
-            raise NamespaceStateError(
-                f"namespace {name!r} is {record.state.value}; only a LOADING namespace (or one whose seal was "
-                "interrupted, SEALING) can be sealed"
-            )
-        return record
+        def measured(record: NamespaceRecord) -> NamespaceRecord:
+            """The record as measured (the labels written while it was measured stay)."""
+            done = replace(record, record_count=digest.count, bytes=digest.bytes, digest=digest.value)
+            if problems:
+                return done.with_state(State.FAILED, failure_reason=reason)
+            return done.with_state(State.SEALED, sealed=utcnow(), verified=True)
+
+        sealed = self._change(name, frozenset({State.SEALING}), measured)
+        if problems:
+            raise VerificationError(f"namespace {name!r}: {reason}")
+        return sealed
 
     def ingest(self, name: str) -> tuple[int, int]:
         """Make what the namespace's writes staged part of its data (``StorageEngine.ingest``):
@@ -330,74 +350,64 @@ class KvDal:
         )
 
     def mark_failed(self, name: str, reason: str) -> NamespaceRecord:
-        with self._changing(name):
-            record = self.describe(name)
+        allowed = frozenset({State.LOADING, State.SEALING, State.SEALED})
+
+        def failed(record: NamespaceRecord) -> NamespaceRecord | None:
             if record.state == State.FAILED:
-                return record
-            allowed = frozenset({State.LOADING, State.SEALING, State.SEALED})
+                return None
             if record.state not in allowed:
                 raise NamespaceStateError(
                     f"namespace {name!r} is {record.state.value}; only LOADING, SEALING or SEALED versions can be "
                     "marked FAILED"
                 )
-            failed = record.with_state(State.FAILED, failure_reason=reason[:2000])
-            return self.engine.transition(name, allowed, failed)
+            return record.with_state(State.FAILED, failure_reason=reason[:2000])
+
+        return self._change(name, allowed, failed)
 
     def drop(self, name: str) -> NamespaceRecord:
         """Mark the namespace DROPPED (``DROPPING_LABEL`` on), delete its data, then take the
         label off. Dropping a DROPPED namespace that still has the label finishes the
         deletion a stopped DAL left half done (its data would otherwise stay for ever)."""
-        with self._changing(name):
-            record = self.describe(name)
+
+        def dropping(record: NamespaceRecord) -> NamespaceRecord | None:
             if record.state == State.DROPPED:
-                if DROPPING_LABEL not in record.labels:
-                    return record
-            elif record.state == State.ACTIVE:
+                return None  # dropped already: finished, or its data still to delete
+            if record.state == State.ACTIVE:
                 raise NamespaceStateError(
                     f"namespace {name!r} is ACTIVE (alias {record.alias!r} points at it); "
                     "point the alias elsewhere before dropping it"
                 )
-            else:
-                # what history needs stays (names, states, times, counts, digest, the run's small
-                # labels); the schema and large labels go with the data
-                kept = {k: v for k, v in record.labels.items() if len(k) + len(v) <= _DROPPED_LABEL_BYTES}
-                self.engine.transition(
-                    name,
-                    _ANY_LIVE - {State.ACTIVE},
-                    record.with_state(State.DROPPED, value_descriptor_set=b"", labels={**kept, DROPPING_LABEL: "1"}),
-                )
+            # what history needs stays (names, states, times, counts, digest, the run's small
+            # labels); the schema and large labels go with the data
+            kept = {k: v for k, v in record.labels.items() if len(k) + len(v) <= _DROPPED_LABEL_BYTES}
+            return record.with_state(State.DROPPED, value_descriptor_set=b"", labels={**kept, DROPPING_LABEL: "1"})
+
+        def dropped(record: NamespaceRecord) -> NamespaceRecord | None:
+            if DROPPING_LABEL not in record.labels:
+                return None  # another DAL on the store finished it first
+            return replace(record, labels={k: v for k, v in record.labels.items() if k != DROPPING_LABEL})
+
+        record = self._change(name, _ANY_LIVE - {State.ACTIVE}, dropping)
+        if DROPPING_LABEL not in record.labels:
+            return record
         self.engine.drop_data(name)
-        with self._changing(name):
-            current = self.describe(name)
-            done = {k: v for k, v in current.labels.items() if k != DROPPING_LABEL}
-            try:
-                return self.engine.transition(
-                    name, frozenset({State.DROPPED}), replace(current, labels=done), based_on=current
-                )
-            except RecordChanged:  # another DAL on the store finished it first
-                return self.describe(name)
+        return self._change(name, frozenset({State.DROPPED}), dropped)
 
     def set_labels(self, name: str, labels: dict[str, str]) -> NamespaceRecord:
         """Merge ``labels`` into the namespace's (an empty value removes one): read, merged
         and written back as one change, here (``_changing``) and on the store, where another
         DAL may write the same record (``based_on``: read again and merged again then)."""
         self._check_given_labels(labels)
-        with self._changing(name):
-            for _ in range(_RECORD_RETRIES):
-                record = self.describe(name)
-                if record.state == State.DROPPED:
-                    raise NamespaceNotFoundError(f"namespace {name!r} was dropped")
-                merged = {**record.labels, **labels}
-                merged = {k: v for k, v in merged.items() if v != ""}
-                self._check_labels(merged)
-                try:
-                    changed = replace(record, labels=merged)
-                    return self.engine.transition(name, frozenset({record.state}), changed, based_on=record)
-                except RecordChanged:
-                    continue
-        raise NamespaceStateError(
-            f"namespace {name!r} changed under each of {_RECORD_RETRIES} label writes in a row; try again"
-        )
+
+        def merged(record: NamespaceRecord) -> NamespaceRecord:
+            if record.state == State.DROPPED:
+                raise NamespaceNotFoundError(f"namespace {name!r} was dropped")
+            merged = {**record.labels, **labels}
+            merged = {k: v for k, v in merged.items() if v != ""}
+            self._check_labels(merged)
+            return replace(record, labels=merged)
+
+        return self._change(name, _ANY_LIVE, merged)
 
     # -- data -------------------------------------------------------------------
 
