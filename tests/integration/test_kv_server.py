@@ -284,3 +284,66 @@ def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stderr
     assert done.stderr == f"error: cannot listen on 127.0.0.1:{port}: Address already in use\n"
     assert not (tmp_path / "kv").exists()
+
+
+#: ``serve`` over a memory store in a process of its own; ``{engine}`` is a class body's
+#: extra lines, ``{port_file}`` where the port is written
+_SERVE = """
+import logging, os, signal, sys, threading
+from bulldozer.kv.backends.memory import MemoryEngine
+from bulldozer.kv.server import serve
+logging.basicConfig(level=logging.INFO, format="%(message)s")
+class Engine(MemoryEngine):
+{engine}
+code = serve("127.0.0.1:0", Engine(), grace=1, stop_within=2, port_file={port_file!r})
+logging.shutdown()
+os._exit(code)
+"""
+
+
+def _serve_memory(tmp_path: Path, engine: str) -> tuple[subprocess.Popen[str], Path]:
+    port_file = tmp_path / "port"
+    script = _SERVE.format(engine=engine, port_file=str(port_file))
+    proc = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True)
+    return proc, port_file
+
+
+def test_a_store_that_hangs_does_not_keep_a_stopping_dal_alive(tmp_path: Path) -> None:
+    """A store whose flush never returns (a driver waiting on a node that went away): the
+    DAL exits after the grace period and ``stop_within`` more, with one line, not never."""
+    proc, port_file = _serve_memory(tmp_path, "    def flush(self):\n        threading.Event().wait()\n")
+    try:
+        with KvClient(f"127.0.0.1:{_wait_for(port_file)}") as client:
+            client.wait_ready(timeout=30)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 1
+    finally:
+        proc.kill()
+    stderr = proc.stderr.read() if proc.stderr else ""
+    assert "Traceback" not in stderr
+    assert "the memory store did not finish within 2 s after the grace period" in stderr, stderr
+
+
+def test_a_signal_while_the_dal_starts_stops_it_gracefully(tmp_path: Path) -> None:
+    """SIGTERM as the server is being built (an orchestrator stopping a DAL it just started):
+    a graceful stop, exit 0, not the signal's default death."""
+    proc, _ = _serve_memory(
+        tmp_path,
+        "    @property\n    def max_key_bytes(self):\n        os.kill(os.getpid(), signal.SIGTERM)\n        return 4096\n",
+    )
+    try:
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+    stderr = proc.stderr.read() if proc.stderr else ""
+    assert "KV DAL stopped" in stderr and "Traceback" not in stderr, stderr
+
+
+def _wait_for(port_file: Path, timeout: float = 30) -> int:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not port_file.exists():
+        assert time.monotonic() < deadline, "the DAL did not start"
+        time.sleep(0.05)
+    return int(port_file.read_text())

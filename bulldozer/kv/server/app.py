@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 __all__ = ["SERVICE_NAMES", "NativeServer", "RunningServer", "create_server", "serve"]
 
 log = logging.getLogger("bulldozer.kv.server")
+#: seconds a stopping DAL gives its server and store to finish, after the grace period for
+#: in-flight requests
+STOP_WITHIN = 15.0
 SERVICE_NAMES = tuple(s.full_name for s in kv_pb2.DESCRIPTOR.services_by_name.values())
 
 
@@ -217,12 +220,25 @@ def serve(
     grace: float = 30.0,
     port_file: str | os.PathLike[str] | None = None,
     parent_pid: int | None = None,
+    stop_within: float = STOP_WITHIN,
     **kwargs: Any,
 ) -> int:
     """Run until SIGTERM or SIGINT (or, with ``parent_pid``, until that parent process is
-    gone, so a DAL started for a run that was killed does not outlive it); returns the exit code."""
+    gone, so a DAL started for a run that was killed does not outlive it); returns the exit
+    code. A signal is a graceful stop from the moment this is called, also while the server
+    starts. Stopping takes ``grace`` seconds at most for in-flight requests, then up to
+    ``stop_within`` more for the store's flush; a store that does not finish by then is left
+    (returns 1, one line says so)."""
     from bulldozer.kv.server.metrics import Metrics
 
+    stopping = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("signal %d: finishing in-flight requests (up to %.0f s)", signum, grace)
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     metrics = Metrics()
     metrics.watch_jobs(engine)  # per-alias freshness and last-run gauges, read at each scrape
     running, port = create_server(address, engine, metrics=metrics, **kwargs)
@@ -243,7 +259,6 @@ def serve(
         address if address.startswith("unix:") else f"port {port}",
         "native" if isinstance(running, NativeServer) else "python",
     )
-    stopping = threading.Event()
     front_failed = threading.Event()
 
     if isinstance(running, NativeServer):
@@ -268,16 +283,23 @@ def serve(
 
         threading.Thread(target=watch_parent, name="parent-watch", daemon=True).start()
 
-    def on_signal(signum: int, _frame: Any) -> None:
-        log.info("signal %d: finishing in-flight requests (up to %.0f s)", signum, grace)
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     stopping.wait()
     # A handler thread that outlived the grace period may still touch the engine, and LMDB
     # forbids closing an environment under a live transaction: flush, and leave closing to
-    # process exit (the caller exits right away).
-    running.stop(grace, close_engine=False)
+    # process exit (the caller exits right away). A store that hangs (a driver waiting on a
+    # node that went away) must not keep the process from exiting: the stop is bounded.
+    stopper = threading.Thread(
+        target=running.stop, args=(grace,), kwargs={"close_engine": False}, name="dal-stop", daemon=True
+    )
+    stopper.start()
+    stopper.join(grace + stop_within)
+    if stopper.is_alive():
+        log.error(
+            "KV DAL stopping: the %s store did not finish within %.0f s after the grace period; exiting without "
+            "it (what it committed stays; a write it did not acknowledge is the client's to retry)",
+            engine.name,
+            stop_within,
+        )
+        return 1
     log.info("KV DAL stopped")
     return 1 if front_failed.is_set() else 0
