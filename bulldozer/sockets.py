@@ -22,10 +22,36 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-__all__ = ["SOCKET_PATH_MAX", "at_unix_path", "fits", "tcp_refusal"]
+__all__ = ["LOOPBACK_HOSTS", "SOCKET_PATH_MAX", "at_unix_path", "fits", "host_of", "is_loopback", "tcp_refusal"]
+
+#: loopback's names, as an address to listen on or a request's ``Host`` gives them
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 #: the longest path bind() and connect() take for a Unix socket: ``sun_path`` but its NUL
 SOCKET_PATH_MAX = 107 if sys.platform.startswith("linux") else 103
+
+
+def is_loopback(host: str) -> bool:
+    """Is ``host`` (an address to listen on, or a ``Host`` header's name) this machine's
+    loopback, reachable from this machine only?"""
+    import ipaddress
+
+    host = host.strip().lower()
+    if host == "localhost":
+        return True
+    try:  # an address, not a name that starts like one ("127.0.0.1.example.com")
+        return ipaddress.ip_address(host.removeprefix("[").removesuffix("]")).is_loopback
+    except ValueError:
+        return False
+
+
+def host_of(header: str) -> str:
+    """The name a ``Host`` header gives (``name[:port]``, ``[v6][:port]``), lower-cased,
+    without its port; an IPv6 address keeps its brackets."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[: header.find("]") + 1] if "]" in header else header
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
 
 
 def fits(path: str | Path) -> bool:

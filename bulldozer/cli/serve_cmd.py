@@ -40,6 +40,13 @@ def serve(
         float, typer.Option("--map-size-gib", min=0.001, help="Largest size of the embedded store.")
     ] = 64.0,
     metrics_port: Annotated[int | None, typer.Option(help="Serve Prometheus metrics on this port.")] = None,
+    metrics_host: Annotated[
+        str,
+        typer.Option(
+            help="Address the metrics listen on (loopback by default, where a request naming another host is "
+            "refused); e.g. 0.0.0.0 for a Prometheus on another machine."
+        ),
+    ] = "127.0.0.1",
     log_format: Annotated[LogFormat, typer.Option(help="Log lines as text or JSON.")] = LogFormat.text,
     grace: Annotated[float, typer.Option(help="Seconds in-flight requests get to finish on SIGTERM.")] = 30.0,
     writemap: Annotated[
@@ -182,6 +189,7 @@ def serve(
         f"unix:{unix_socket}" if unix_socket is not None else f"{host}:{port}",
         create_engine(config),
         metrics_port=metrics_port,
+        metrics_host=metrics_host,
         grace=grace,
         port_file=port_file,
         parent_pid=parent_pid,

@@ -8,8 +8,6 @@ import typer
 
 from bulldozer.cli.common import Endpoint, Home, Token, err_console, fail, handle_errors, line, open_client
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
 
 @handle_errors
 def ui(
@@ -39,12 +37,13 @@ def ui(
 
     import uvicorn
 
-    from bulldozer.console import LOOPBACK_HOSTS, create_app
+    from bulldozer.console import create_app
+    from bulldozer.sockets import LOOPBACK_HOSTS, is_loopback
 
     hosts = [*LOOPBACK_HOSTS, f"[{host}]" if ":" in host else host, *(allowed_host or [])]
     if host in ("0.0.0.0", "::", ""):  # every address: the machine's own names too
         hosts += [socket.gethostname(), socket.getfqdn()]
-    if host not in LOOPBACK:
+    if not is_loopback(host):
         err_console.print(
             line(("!", "yellow"), f" the console listens on {host}: anyone who reaches it acts with this token")
         )

@@ -28,11 +28,11 @@ from starlette.templating import Jinja2Templates
 from bulldozer.console import views
 from bulldozer.errors import BulldozerError, InvalidArgumentError
 from bulldozer.kv.client import KvClient
+from bulldozer.sockets import LOOPBACK_HOSTS
 
-__all__ = ["LOOPBACK_HOSTS", "create_app"]
+__all__ = ["create_app"]
 
 #: the names a browser on this machine reaches a loopback console by
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 #: HTTP status of each error family (by its gRPC code, the error tree's one mapping)
 _STATUS = {

@@ -97,5 +97,60 @@ def test_a_metrics_port_in_use_is_one_line_and_the_dal_serves_on(tmp_path: Path)
         finally:
             proc.terminate()
             output, _ = proc.communicate(timeout=60)
-    lines = [line for line in output.splitlines() if "metrics: cannot serve on port" in line]
+    lines = [line for line in output.splitlines() if "metrics: cannot serve on 127.0.0.1 port" in line]
     assert len(lines) == 1 and "Traceback" not in output, output
+
+
+def test_metrics_on_loopback_answer_loopback_names_only() -> None:
+    """A web page that points its own name at 127.0.0.1 (DNS rebinding) reaches the port,
+    but its requests name its own host: refused. Loopback's names are answered."""
+    from urllib.error import HTTPError
+    from urllib.request import Request
+
+    port = Metrics().serve(0)
+    for name in (f"127.0.0.1:{port}", f"localhost:{port}", "localhost", f"[::1]:{port}"):
+        request = Request(f"http://127.0.0.1:{port}/metrics", headers={"Host": name})
+        assert urlopen(request, timeout=10).status == 200, name
+    for name in (f"rebound.example:{port}", "rebound.example", f"127.0.0.1.rebound.example:{port}"):
+        with pytest.raises(HTTPError) as refused:
+            urlopen(Request(f"http://127.0.0.1:{port}/metrics", headers={"Host": name}), timeout=10)
+        assert refused.value.code == 403, name
+    # listening on every address, the operator exposed it: any name is answered
+    everywhere = Metrics().serve(0, "0.0.0.0")
+    request = Request(f"http://127.0.0.1:{everywhere}/metrics", headers={"Host": "dal-3.example:9100"})
+    assert urlopen(request, timeout=10).status == 200
+
+
+def test_serve_metrics_listen_where_metrics_host_says(tmp_path: Path) -> None:
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from bulldozer.kv import KvClient
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.2", 0))
+        metrics_port = probe.getsockname()[1]
+    port_file = tmp_path / "port"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bulldozer.cli.main", "serve", "--path", str(tmp_path / "kv"), "--port", "0",
+         "--port-file", str(port_file), "--metrics-port", str(metrics_port), "--metrics-host", "127.0.0.2"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "BULLDOZER_HOME": str(tmp_path)},
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not port_file.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the DAL did not start"
+            time.sleep(0.05)
+        with KvClient(f"127.0.0.1:{port_file.read_text()}") as client:
+            client.wait_ready()
+        text = urlopen(f"http://127.0.0.2:{metrics_port}/metrics", timeout=10).read().decode()
+        assert "bulldozer_kv_requests_total" in text
+        with pytest.raises(OSError), socket.create_connection(("127.0.0.1", metrics_port), timeout=5):
+            pass
+    finally:
+        proc.terminate()
+        output, _ = proc.communicate(timeout=60)
+    assert f"metrics on http://127.0.0.2:{metrics_port}/metrics" in output, output

@@ -217,6 +217,7 @@ def serve(
     address: str,
     engine: StorageEngine,
     metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
     grace: float = 30.0,
     port_file: str | os.PathLike[str] | None = None,
     parent_pid: int | None = None,
@@ -248,11 +249,17 @@ def serve(
         tmp.replace(port_file)  # atomic: a reader never sees a half-written port
     if metrics_port is not None:
         try:
-            bound = metrics.serve(metrics_port)
+            bound = metrics.serve(metrics_port, metrics_host)
         except OSError as exc:  # the DAL serves on without its metrics: one line says why
-            log.error("metrics: cannot serve on port %d (%s); serving without metrics", metrics_port, exc.strerror)
+            log.error(
+                "metrics: cannot serve on %s port %d (%s); serving without metrics",
+                metrics_host,
+                metrics_port,
+                exc.strerror or exc,
+            )
         else:
-            log.info("metrics on http://127.0.0.1:%d/metrics", bound)
+            shown = f"[{metrics_host}]" if ":" in metrics_host else metrics_host
+            log.info("metrics on http://%s:%d/metrics", shown, bound)
     log.info(
         "KV DAL serving %s engine on %s (data plane: %s)",
         engine.name,

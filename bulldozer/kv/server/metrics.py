@@ -10,6 +10,9 @@ whichever plane served it.
 metadata at each scrape (so one scrape shows every job's freshness): the live version's
 age, size and records, whether the alias is pinned, and the latest run's outcome, time,
 stage durations and gates (``JOB_METRICS``).
+
+Served on loopback (the default), ``/metrics`` answers only requests naming a loopback host:
+a web page that points its own name at 127.0.0.1 (DNS rebinding) cannot read it.
 """
 
 from __future__ import annotations
@@ -18,12 +21,13 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from bulldozer.kv.v1 import shared
+from bulldozer.sockets import host_of, is_loopback
 
 __all__ = ["JOB_METRICS", "Metrics"]
 
@@ -84,8 +88,43 @@ class Metrics:
         self.registry.register(_Jobs(engine))
 
     def serve(self, port: int, host: str = "127.0.0.1") -> int:
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        """Serve ``/metrics`` on ``host:port`` (port 0 picks a free one) from a daemon thread;
+        returns the port. On loopback, a request naming another host is refused (403)."""
+        import socket
+        import threading
+        from socketserver import ThreadingMixIn
+        from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+        app = make_wsgi_app(self.registry)
+        if is_loopback(host):
+            app = _loopback_only(app)
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+
+        class Server(ThreadingMixIn, WSGIServer):
+            address_family = family
+            daemon_threads = True  # a scrape in progress does not hold the process
+
+        class Quiet(WSGIRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                """Each scrape is not a log line."""
+
+        server = make_server(host, port, app, Server, Quiet)
+        threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
         return int(server.server_port)
+
+
+def _loopback_only(app: Callable[..., Any]) -> Callable[..., Any]:
+    """``app``, answering only requests whose ``Host`` names loopback (or that name none, as
+    no browser sends)."""
+
+    def checked(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        named = environ.get("HTTP_HOST")
+        if named is not None and not is_loopback(host_of(named)):
+            start_response("403 Forbidden", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"this endpoint answers requests for loopback's names only\n"]
+        return app(environ, start_response)
+
+    return checked
 
 
 class _Sum(Collector):
