@@ -3,14 +3,20 @@ the latest run's outcome, stage durations and gates), read from its own metadata
 
 from __future__ import annotations
 
+import contextlib
+import os
+import socket
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.request import urlopen
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bulldozer.kv import create_engine
+from bulldozer.kv import KvClient, create_engine
 from bulldozer.kv.server import create_server
 from bulldozer.kv.server.metrics import Metrics
 from bulldozer.warehouse.sample import create_sample_warehouse
@@ -68,37 +74,42 @@ def test_freshness_and_last_run_gauges(tmp_path: Path) -> None:
         server.stop(5)
 
 
+class _Served:
+    output = ""
+
+
+@contextlib.contextmanager
+def _serve(tmp_path: Path, *args: str) -> Iterator[tuple[KvClient, _Served]]:
+    """``bulldozer serve`` of an embedded store with ``args``, a client of it once it is
+    ready, and (after the block) what it printed until it was stopped."""
+    port_file, served = tmp_path / "port", _Served()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bulldozer.cli.main", "serve", "--path", str(tmp_path / "kv"), "--port", "0",
+         "--port-file", str(port_file), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "BULLDOZER_HOME": str(tmp_path)},
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not port_file.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the DAL did not start"
+            time.sleep(0.05)
+        with KvClient(f"127.0.0.1:{port_file.read_text()}") as client:
+            client.wait_ready()
+            yield client, served
+    finally:
+        proc.terminate()
+        served.output, _ = proc.communicate(timeout=60)
+
+
 def test_a_metrics_port_in_use_is_one_line_and_the_dal_serves_on(tmp_path: Path) -> None:
-    import os
-    import socket
-    import subprocess
-    import sys
-
-    from bulldozer.kv import KvClient
-
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
-        port_file = tmp_path / "port"
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "bulldozer.cli.main", "serve", "--path", str(tmp_path / "kv"), "--port", "0",
-             "--port-file", str(port_file), "--metrics-port", str(busy.getsockname()[1])],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "BULLDOZER_HOME": str(tmp_path)},
-        )  # fmt: skip
-        try:
-            deadline = time.monotonic() + 60
-            while not port_file.exists():
-                assert proc.poll() is None and time.monotonic() < deadline, "the DAL did not start"
-                time.sleep(0.05)
-            with KvClient(f"127.0.0.1:{port_file.read_text()}") as client:
-                client.wait_ready()
-                client.create_namespace("served__v1", "served")
-        finally:
-            proc.terminate()
-            output, _ = proc.communicate(timeout=60)
-    lines = [line for line in output.splitlines() if "metrics: cannot serve on 127.0.0.1 port" in line]
-    assert len(lines) == 1 and "Traceback" not in output, output
+        with _serve(tmp_path, "--metrics-port", str(busy.getsockname()[1])) as (client, served):
+            client.create_namespace("served__v1", "served")
+    lines = [line for line in served.output.splitlines() if "metrics: cannot serve on 127.0.0.1 port" in line]
+    assert len(lines) == 1 and "Traceback" not in served.output, served.output
 
 
 def test_metrics_on_loopback_answer_loopback_names_only() -> None:
@@ -122,35 +133,12 @@ def test_metrics_on_loopback_answer_loopback_names_only() -> None:
 
 
 def test_serve_metrics_listen_where_metrics_host_says(tmp_path: Path) -> None:
-    import os
-    import socket
-    import subprocess
-    import sys
-
-    from bulldozer.kv import KvClient
-
     with socket.socket() as probe:
         probe.bind(("127.0.0.2", 0))
         metrics_port = probe.getsockname()[1]
-    port_file = tmp_path / "port"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bulldozer.cli.main", "serve", "--path", str(tmp_path / "kv"), "--port", "0",
-         "--port-file", str(port_file), "--metrics-port", str(metrics_port), "--metrics-host", "127.0.0.2"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "BULLDOZER_HOME": str(tmp_path)},
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while not port_file.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, "the DAL did not start"
-            time.sleep(0.05)
-        with KvClient(f"127.0.0.1:{port_file.read_text()}") as client:
-            client.wait_ready()
+    with _serve(tmp_path, "--metrics-port", str(metrics_port), "--metrics-host", "127.0.0.2") as (_, served):
         text = urlopen(f"http://127.0.0.2:{metrics_port}/metrics", timeout=10).read().decode()
         assert "bulldozer_kv_requests_total" in text
         with pytest.raises(OSError), socket.create_connection(("127.0.0.1", metrics_port), timeout=5):
             pass
-    finally:
-        proc.terminate()
-        output, _ = proc.communicate(timeout=60)
-    assert f"metrics on http://127.0.0.2:{metrics_port}/metrics" in output, output
+    assert f"metrics on http://127.0.0.2:{metrics_port}/metrics" in served.output, served.output
