@@ -32,8 +32,6 @@ from bulldozer.sockets import LOOPBACK_HOSTS
 
 __all__ = ["create_app"]
 
-#: the names a browser on this machine reaches a loopback console by
-
 #: HTTP status of each error family (by its gRPC code, the error tree's one mapping)
 _STATUS = {
     "INVALID_ARGUMENT": 400,
