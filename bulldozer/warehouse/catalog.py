@@ -7,11 +7,15 @@ SQLite file, which works because both use the same catalog name (``lake``).
 
 Any other catalog is the operator's (``catalog_properties``): a spec names it, and may not
 define one, unless the operator allows it.
+
+How a table's files are read (which FileIO, its endpoints, signers and credentials) is its
+catalog's configuration, never the table's own properties (``table_io_refusal``).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +37,13 @@ __all__ = [
     "open_catalog",
     "read_snapshot",
     "spec_catalog_refusal",
+    "table_io_refusal",
 ]
+
+#: The namespaces of pyiceberg's FileIO properties (``pyiceberg.io``): which code reads a
+#: table's files (``py-io-impl``, ``s3.retry-strategy-impl``), where they are fetched or
+#: signed (endpoints, proxies, signer URIs, hosts) and with which credentials.
+FILE_IO_PREFIXES = ("py-io-impl", "client.", "s3.", "gcs.", "adls.", "hdfs.", "hf.", "oss.")
 
 #: why a spec may not define a catalog itself (``spec_catalog_refusal``)
 _SPEC_CATALOG = (
@@ -98,7 +108,8 @@ def catalog_properties(config: CatalogConfig) -> dict[str, str] | None:
 
 def open_catalog(config: CatalogConfig | None = None, home: str | os.PathLike[str] | None = None) -> Any:
     """The pyiceberg catalog for ``config`` (``catalog_properties``: the operator's catalog of
-    its name, else the embedded one)."""
+    its name, else the embedded one), whose tables cannot name the code that reads their
+    files (``_no_table_file_io_code``)."""
     from pyiceberg.catalog import load_catalog
 
     config = config or CatalogConfig()
@@ -108,18 +119,71 @@ def open_catalog(config: CatalogConfig | None = None, home: str | os.PathLike[st
         (root / "warehouse").mkdir(parents=True, exist_ok=True)
         props = embedded_catalog_properties(root)
     try:
-        return load_catalog(config.name, **props)
+        catalog = load_catalog(config.name, **props)
     except Exception as exc:  # pyiceberg raises many unrelated types here
         where = shown_url(props["uri"]) if "uri" in props else props.get("type", "?")
         raise CatalogError(f"cannot open catalog {config.name!r} at {where}: {exc}") from exc
+    _no_table_file_io_code(catalog)
+    return catalog
+
+
+def table_io_refusal(identifier: str, properties: Mapping[str, str]) -> str | None:
+    """Why Bulldozer does not read a table whose own properties configure how its files are
+    read (``FILE_IO_PREFIXES``), or None. That is its catalog's configuration, the operator's:
+    Iceberg's Java readers (Bulldozer's Spark engine among them) build a table's FileIO from
+    the catalog's alone, but pyiceberg lets a table's properties override the catalog's
+    (apache/iceberg-python#3931), so whoever can commit to a table could make this process
+    import a module of its choice, or send its requests, signed with the operator's
+    credentials, to a host of its choice."""
+    found = sorted(k for k in properties if k.startswith(FILE_IO_PREFIXES))
+    if not found:
+        return None
+    named = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+    return (
+        f"table {identifier!r} sets {named} in its own properties: how a table's files are read is its catalog's "
+        "configuration (the operator's), never the table's; remove them from the table (Iceberg's Java readers "
+        "ignore them too)"
+    )
+
+
+class _TableNamesFileIOCode(Exception):
+    """A table's properties name code for its FileIO (``_no_table_file_io_code``)."""
+
+    def __init__(self, properties: dict[str, str]) -> None:
+        super().__init__(sorted(properties))
+        self.properties = properties
+
+
+def _no_table_file_io_code(catalog: Any) -> None:
+    """Stop ``catalog`` from importing the code a table's properties name for its FileIO
+    (``py-io-impl``, ``s3.retry-strategy-impl``) as it loads the table: pyiceberg builds the
+    table's FileIO from the catalog's properties and the table's together, and imports what
+    they name right there, before ``load_table`` could look at the table. A key the catalog
+    sets itself to the same value is its own. ``Catalog._load_file_io`` is pyiceberg's one
+    place where table properties reach a FileIO (every catalog type, REST's server config
+    among them); ``test_security.py::test_a_table_cannot_choose_how_its_files_are_read``
+    fails should a pyiceberg release move it."""
+    build = catalog._load_file_io
+
+    def guarded(properties: Mapping[str, str] | None = None, location: str | None = None) -> Any:
+        given = dict(properties or {})
+        code = {k: v for k, v in given.items() if k.endswith("impl") and catalog.properties.get(k) != v}
+        if code:
+            raise _TableNamesFileIOCode(code)
+        return build(given, location)
+
+    catalog._load_file_io = guarded
 
 
 def load_table(catalog: Any, identifier: str) -> Any:
-    """Load ``namespace.table``; a missing table or namespace is a TableNotFoundError."""
+    """Load ``namespace.table``; a missing table or namespace is a TableNotFoundError, a table
+    whose properties configure its FileIO a CatalogError (``table_io_refusal``)."""
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
     try:
-        return catalog.load_table(identifier)
+        table = catalog.load_table(identifier)
+    except _TableNamesFileIOCode as exc:
+        raise CatalogError(table_io_refusal(identifier, exc.properties)) from None
     except (NoSuchTableError, NoSuchNamespaceError):
         known: list[str] = []
         try:
@@ -129,6 +193,10 @@ def load_table(catalog: Any, identifier: str) -> Any:
             pass
         hint = f" (tables: {', '.join(sorted(known)[:10])})" if known else ""
         raise TableNotFoundError(f"table {identifier!r} does not exist in the catalog{hint}") from None
+    refused = table_io_refusal(identifier, table.metadata.properties)
+    if refused:  # its FileIO was built with them, and has read nothing yet
+        raise CatalogError(refused)
+    return table
 
 
 def _embedded_metadata_location(
@@ -168,7 +236,28 @@ def load_source_table(config: CatalogConfig, home: str | os.PathLike[str] | None
     if catalog_properties(config) is None:
         location = _embedded_metadata_location(config, home, identifier)
         if location is not None:
-            from pyiceberg.table import StaticTable
-
-            return StaticTable.from_metadata(location, embedded_catalog_properties(home))
+            return _static_table(identifier, location, embedded_catalog_properties(home))
     return load_table(open_catalog(config, home), identifier)
+
+
+def _static_table(identifier: str, location: str, properties: dict[str, str]) -> Any:
+    """The table whose metadata file is ``location``, its files read with the FileIO of the
+    catalog's ``properties`` alone (``StaticTable.from_metadata`` would build it with the
+    table's properties too: ``table_io_refusal``)."""
+    from pyiceberg.catalog.noop import NoopCatalog
+    from pyiceberg.io import load_file_io
+    from pyiceberg.serializers import FromInputFile
+    from pyiceberg.table import StaticTable
+
+    io = load_file_io(properties=properties, location=location)
+    metadata = FromInputFile.table_metadata(io.new_input(location))
+    refused = table_io_refusal(identifier, metadata.properties)
+    if refused:
+        raise CatalogError(refused)
+    return StaticTable(
+        identifier=("static-table", location),
+        metadata_location=location,
+        metadata=metadata,
+        io=io,
+        catalog=NoopCatalog("static-table"),
+    )

@@ -704,3 +704,68 @@ def test_a_table_is_read_only_from_where_it_lives(
     with pytest.raises(CatalogError, match="lists a file outside it"):
         run_job(job(flat, extra="  mode: delta"), dal, home=str(home))
     assert dal.describe_target("scores").name == done.version  # the live version stays
+
+
+_PROBE_IO = """
+import os
+open(os.environ["PROBE_MARK"], "a").write(__name__ + " imported\\n")
+class ProbeIO:
+    def __init__(self, properties):
+        open(os.environ["PROBE_MARK"], "a").write("called\\n")
+"""
+
+
+def _set_table_properties(home: Path, identifier: str, properties: dict[str, str]) -> None:
+    """Commit ``properties`` to the embedded catalog's table as its owner could, without
+    pyiceberg acting on them here: a new metadata file, and the catalog row pointed at it."""
+    import sqlite3
+    import uuid
+
+    from pyiceberg.serializers import ToOutputFile
+
+    from bulldozer.spec.models import CatalogConfig
+    from bulldozer.warehouse.catalog import open_catalog
+
+    table = open_catalog(CatalogConfig(), home).load_table(identifier)
+    metadata = table.metadata.model_copy(update={"properties": {**table.metadata.properties, **properties}})
+    location = table.metadata_location.rsplit("/", 1)[0] + f"/99999-{uuid.uuid4()}.metadata.json"
+    ToOutputFile.table_metadata(metadata, table.io.new_output(location))
+    namespace, name = identifier.split(".")
+    with sqlite3.connect(home / "catalog.db") as db:
+        changed = db.execute(
+            "UPDATE iceberg_tables SET metadata_location = ? WHERE table_namespace = ? AND table_name = ?",
+            (location, namespace, name),
+        ).rowcount
+    assert changed == 1
+
+
+@pytest.mark.parametrize(
+    "properties",
+    [{"py-io-impl": "bd_probe_io.ProbeIO"}, {"s3.endpoint": "http://127.0.0.1:9", "s3.signer.uri": "http://x"}],
+    ids=["code", "endpoint"],
+)
+def test_a_table_cannot_choose_how_its_files_are_read(tmp_path: Path, properties: dict[str, str]) -> None:
+    """Whoever can commit to a table sets its properties; pyiceberg lets them override the
+    catalog's FileIO settings (apache/iceberg-python#3931): which module reads the files
+    (imported as the table loads) and where requests, signed with the operator's credentials,
+    go. A run, validate --catalog and plan refuse such a table in one line, and import nothing."""
+    from bulldozer.warehouse.sample import create_sample_warehouse
+    from tests.integration.test_run import TEMPLATE
+
+    home, probe = tmp_path / "home", tmp_path / "probe"
+    create_sample_warehouse(home, rows=1_000)
+    _set_table_properties(home, "sample.user_item_scores", properties)
+    probe.mkdir()
+    (probe / "bd_probe_io.py").write_text(_PROBE_IO)
+    mark = tmp_path / "mark"
+    spec = tmp_path / "job.yaml"
+    spec.write_text(TEMPLATE)
+    env = {"PYTHONPATH": f"{probe}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "PROBE_MARK": str(mark)}
+    for args in (["run", str(spec), "-q"], ["validate", str(spec), "--catalog"], ["plan", str(spec)]):
+        said = _bulldozer(args, home, **env)
+        lines = said.stderr.strip().splitlines()
+        assert said.returncode != 0 and "Traceback" not in said.stderr, said.stderr
+        assert f"sets {sorted(properties)[0]}" in lines[-1] and "in its own properties" in lines[-1], said.stderr
+        assert not mark.exists(), f"{args[0]}: {mark.read_text()}"
+    shown = _bulldozer(["alias", "show", "user_item_scores"], home)
+    assert shown.returncode != 0  # nothing was loaded, nothing flipped
