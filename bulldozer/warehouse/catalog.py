@@ -167,7 +167,11 @@ def _no_table_file_io_code(catalog: Any) -> None:
 
     def guarded(properties: Mapping[str, str] | None = None, location: str | None = None) -> Any:
         given = dict(properties or {})
-        code = {k: v for k, v in given.items() if k.endswith("impl") and catalog.properties.get(k) != v}
+        code = {
+            k: v
+            for k, v in given.items()
+            if k.startswith(FILE_IO_PREFIXES) and k.endswith("impl") and catalog.properties.get(k) != v
+        }
         if code:
             raise _TableNamesFileIOCode(code)
         return build(given, location)

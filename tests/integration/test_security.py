@@ -769,3 +769,18 @@ def test_a_table_cannot_choose_how_its_files_are_read(tmp_path: Path, properties
         assert not mark.exists(), f"{args[0]}: {mark.read_text()}"
     shown = _bulldozer(["alias", "show", "user_item_scores"], home)
     assert shown.returncode != 0  # nothing was loaded, nothing flipped
+
+
+def test_a_table_property_that_is_not_its_file_io_is_no_reason_to_refuse_it(tmp_path: Path) -> None:
+    """Only FileIO keys are the catalog's: a table's other ``*impl`` property (pyiceberg's
+    location provider for writes, which a read never imports) leaves it readable."""
+    from bulldozer.spec.models import CatalogConfig
+    from bulldozer.warehouse.catalog import load_table, open_catalog
+    from bulldozer.warehouse.sample import create_sample_warehouse
+
+    home = tmp_path / "home"
+    create_sample_warehouse(home, rows=100)
+    _set_table_properties(home, "sample.user_item_scores", {"write.py-location-provider.impl": "nowhere.Provider"})
+    table = load_table(open_catalog(CatalogConfig(), home), "sample.user_item_scores")
+    assert table.metadata.properties["write.py-location-provider.impl"] == "nowhere.Provider"
+    assert table.scan(limit=3).to_arrow().num_rows == 3
