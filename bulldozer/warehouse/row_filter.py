@@ -5,8 +5,9 @@ The filter is untrusted text: it is only ever parsed by pyiceberg's parser (comp
 literals, with ``AND``, ``OR``, ``NOT``; no functions) and bound to the table's schema, on
 every engine (the Spark engine builds Columns from the bound expression:
 ``bulldozer.load.engines.spark.row_filter``). ``filter_issue`` says in one line why a filter
-cannot apply — it does not parse, names no column, tests a list or map column, or compares
-a uuid column, which Arrow has no kernel for — checked by ``validate --catalog`` and by a
+cannot apply — it does not parse, names no column, compares an integer column with a
+fraction (which pyiceberg would round) or a decimal column with another scale, tests a list
+or map column, or compares a uuid column, which Arrow has no kernel for — checked by ``validate --catalog`` and by a
 run's schema stage, before anything is loaded.
 """
 
@@ -32,36 +33,106 @@ def bound_filter(text: str, schema: Any, case_sensitive: bool = True) -> Any:
     return bind(schema, parser.parse(text), case_sensitive=case_sensitive)
 
 
-def _not_parsed(text: str, exc: Any) -> str:
-    near = text[exc.loc : exc.loc + 30]
-    return f"the filter does not parse at character {exc.loc + 1} ({near!r}): {GRAMMAR}"
+def _parsed(text: str) -> tuple[Any, str | None]:
+    """``text`` parsed by pyiceberg's parser, or None and why it does not parse in one line.
+
+    Besides pyparsing's refusal of the grammar, the parser raises what its parse actions
+    raise: a ValueError for a LIKE whose ``%`` is not at the end, and pydantic's
+    ValidationError for true or false under AND, OR or NOT (its And, Or and Not take no
+    constants). Each is the filter's own fault, so each is a line, never a traceback."""
+    from pydantic import ValidationError
+    from pyiceberg.expressions import parser
+    from pyparsing import ParseBaseException
+
+    try:
+        return parser.parse(text), None
+    except ParseBaseException as exc:
+        if exc.loc >= len(text.rstrip()):
+            return None, f"the filter does not parse: it ends where more should follow: {GRAMMAR}"
+        near = text[exc.loc : exc.loc + 30]
+        return None, f"the filter does not parse at character {exc.loc + 1} ({near!r}): {GRAMMAR}"
+    except ValidationError as exc:
+        return None, (
+            f"the filter does not parse: pyiceberg cannot put true or false under {exc.title.upper()}; "
+            "leave the constant out"
+        )
+    except ValueError as exc:
+        return None, f"the filter does not parse: {str(exc).splitlines()[0]}"
 
 
 def parse_issue(text: str) -> str | None:
     """Why the filter ``text`` does not parse, in one line (None: it does); what can be said
     of it without the table (a plain ``validate``)."""
-    from pyiceberg.expressions import parser
-    from pyparsing import ParseBaseException
-
-    try:
-        parser.parse(text)
-    except ParseBaseException as exc:
-        return _not_parsed(text, exc)
-    return None
+    return _parsed(text)[1]
 
 
 def filter_issue(text: str, schema: Any) -> str | None:
     """Why the filter ``text`` cannot apply to a table of ``schema``, in one line (None: it can)."""
-    from pyparsing import ParseBaseException
+    from pyiceberg.expressions.visitors import bind
 
+    parsed, unparsed = _parsed(text)
+    if unparsed:
+        return unparsed
+    if mismatch := next(_number_mismatches(parsed, schema), None):
+        return mismatch
     try:
-        bound = bound_filter(text, schema)
-    except ParseBaseException as exc:
-        return _not_parsed(text, exc)
+        bound = bind(schema, parsed, case_sensitive=True)
     except Exception as exc:  # the binder: no such column, a literal the column's type cannot hold
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return f"the filter cannot apply to the table: {first}"
     return next(_unevaluable(bound), None)
+
+
+def _number_mismatches(expr: Any, schema: Any) -> Iterator[str]:
+    """A number in the parsed (unbound) filter ``expr`` its column's type cannot hold as written:
+    - a fraction compared with an integer column, which pyiceberg's binder silently rounds to
+      an integer (half to even), a different filter: ``user_id = 7.5`` kept the rows of 8,
+      ``user_id > 1.5`` dropped those of 2;
+    - a decimal column compared with a number of another scale, which the binder refuses
+      with ``Could not convert 1.5 into a decimal(12, 2)``: said with the way to write it;
+    - a decimal column compared with a number wider than it, which Arrow refuses mid-load."""
+    from decimal import Decimal, localcontext
+
+    from pyiceberg.expressions import And, LiteralPredicate, Not, Or, SetPredicate
+    from pyiceberg.types import DecimalType, IntegerType, LongType
+
+    if isinstance(expr, And | Or):
+        yield from _number_mismatches(expr.left, schema)
+        yield from _number_mismatches(expr.right, schema)
+    elif isinstance(expr, Not):
+        yield from _number_mismatches(expr.child, schema)
+    elif isinstance(expr, LiteralPredicate | SetPredicate):
+        try:
+            field = expr.term.bind(schema, case_sensitive=True).ref().field
+        except Exception:  # no such column: the binder says so
+            return
+        literals = [expr.literal] if isinstance(expr, LiteralPredicate) else sorted(expr.literals)
+        for value in (literal.value for literal in literals):
+            if isinstance(value, int) and not isinstance(value, bool):
+                value = Decimal(value)  # an integer compared with a decimal column: as wide as it is
+            if not isinstance(value, Decimal):
+                continue
+            if isinstance(field.field_type, IntegerType | LongType) and value != value.to_integral_value():
+                yield (
+                    f"the filter compares the integer column {field.name!r} with {value}, which pyiceberg "
+                    "would round to an integer (a different filter): compare it with an integer"
+                )
+            elif isinstance(field.field_type, DecimalType):
+                scale, whole = field.field_type.scale, field.field_type.precision - field.field_type.scale
+                if value.adjusted() >= whole and value != 0:
+                    yield (
+                        f"the filter compares the column {field.name!r}, a {field.field_type}, with {value}, "
+                        f"which has more than its {whole} digits before the point"
+                    )
+                if value.as_tuple().exponent in (0, -scale):  # an integer is any decimal's scale
+                    continue
+                with localcontext(prec=len(value.as_tuple().digits) + scale + 1):  # exact, however long
+                    exact = value.quantize(Decimal(1).scaleb(-scale))
+                said = f"write it as {exact}" if exact == value else f"it has more than {scale}"
+                yield (
+                    f"the filter compares the column {field.name!r}, a {field.field_type}, with {value}: "
+                    f"a number compared with it has exactly {scale} decimal places ({said})"
+                )
 
 
 def _unevaluable(expr: Any) -> Iterator[str]:

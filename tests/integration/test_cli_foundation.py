@@ -81,6 +81,78 @@ def test_a_plain_validate_parses_the_filter(tmp_path: Path) -> None:
     assert runner.invoke(app, ["validate", fine]).exit_code == 0
 
 
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("item_id like 'a%b'", "the filter does not parse: LIKE expressions only supports wildcard, '%', at the end"),
+        ("rating > 3 or true", "the filter does not parse: pyiceberg cannot put true or false under OR;"),
+        ("not false", "the filter does not parse: pyiceberg cannot put true or false under NOT;"),
+        ("rating > 3 and", "the filter does not parse: it ends where more should follow: a filter is pyiceberg's"),
+        ("rating > 3 and price <", "the filter does not parse at character 16 ('price <'): a filter is pyiceberg's"),
+    ],
+)
+def test_a_filter_pyicebergs_parser_raises_on_is_one_line(
+    sample_home: Path, tmp_path: Path, text: str, said: str
+) -> None:
+    """pyiceberg's parser raises what its parse actions raise (a ValueError for a LIKE whose
+    ``%`` is not at the end, pydantic's ValidationError for a constant under AND, OR or NOT):
+    validate, validate --catalog and run printed a traceback. Each is one line at the filter's
+    line, and the run loads nothing."""
+    spec = _spec_with(tmp_path, "value_columns: [rating, price]", f'value_columns: [rating, price]\n  filter: "{text}"')
+    versions = ["namespaces", "scores", "--json", "--home", str(sample_home)]
+    before = {v["name"] for v in json.loads(runner.invoke(app, versions).stdout)}
+    for args in (["validate", spec], ["validate", spec, "--catalog"], ["run", spec, "-q", "--endpoint", "embedded"]):
+        result = runner.invoke(app, [*args, "--home", str(sample_home)])
+        assert result.exit_code == 2, (args, result.output)
+        (line,) = result.stderr.splitlines()
+        assert line.startswith(f"{spec}:11:3: data_movement.filter: {said}"), (args, line)
+    # the refused run is kept as a FAILED version holding nothing (for ``bulldozer runs``)
+    new = [v for v in json.loads(runner.invoke(app, versions).stdout) if v["name"] not in before]
+    assert [(v["state"], v["record_count"]) for v in new] == [("FAILED", 0)], new
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        # pyiceberg's binder rounds a fraction to the integer column's type, half to even: the
+        # run loaded the rows of user_id 1000000 for this filter, which no integer matches
+        (
+            "user_id = 1000000.5",
+            "the filter compares the integer column 'user_id' with 1000000.5, which pyiceberg would round",
+        ),
+        ("item_id in (1, 2.5)", None),  # mixed kinds in a list: pyiceberg's grammar refuses it
+        ("item_id in (1.5, 2.5)", "the filter compares the integer column 'item_id' with 1.5,"),
+        # the binder refused another scale with "Could not convert 1.5 into a decimal(12, 2)"
+        ("price > 1.5", "the filter compares the column 'price', a decimal(12, 2), with 1.5: a number compared "),
+        ("price > 0.001", "with 0.001: a number compared with it has exactly 2 decimal places (it has more than 2)"),
+        # wider than the column: Arrow refused it in the middle of the load
+        ("price < 99999999999", "with 99999999999, which has more than its 10 digits before the point"),
+        ("price < 99999999999999999999.00", "which has more than its 10 digits before the point"),
+    ],
+)
+def test_a_number_its_column_cannot_hold_as_written_is_refused_up_front(
+    sample_home: Path, tmp_path: Path, text: str, said: str | None
+) -> None:
+    spec = _spec_with(tmp_path, "value_columns: [rating, price]", f'value_columns: [rating, price]\n  filter: "{text}"')
+    for args in (["validate", spec, "--catalog"], ["run", spec, "-q", "--endpoint", "embedded"]):
+        result = runner.invoke(app, [*args, "--home", str(sample_home)])
+        assert result.exit_code == 2, (args, result.output)
+        (line,) = result.stderr.splitlines()
+        assert line.startswith(f"{spec}:11:3: data_movement.filter: the filter "), (args, line)
+        assert said is None or said in line, (args, line)
+
+
+def test_a_number_its_column_holds_is_loaded_exactly(sample_home: Path, tmp_path: Path) -> None:
+    """What the refusals above leave alone: an integral fraction for an integer column, an
+    integer or a number of the column's scale for a decimal one, and a fraction for a double."""
+    for text in ("user_id >= 1000005.0", "price > 1.50", "price > 2", "rating > 1.5"):
+        spec = _spec_with(
+            tmp_path, "value_columns: [rating, price]", f'value_columns: [rating, price]\n  filter: "{text}"'
+        )
+        result = runner.invoke(app, ["validate", spec, "--catalog", "--home", str(sample_home)])
+        assert result.exit_code == 0, (text, result.output)
+
+
 def test_a_run_names_a_missing_column_as_validate_does(sample_home: Path, tmp_path: Path) -> None:
     """A run's schema stage, a plan, ``proto`` and ``client`` report the columns the table
     has not as the spec's own lines, with the closest name (they said ``no such column in
