@@ -14,6 +14,7 @@ run's schema stage, before anything is loaded.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from decimal import Decimal
 from typing import Any
 
 __all__ = ["GRAMMAR", "bound_filter", "filter_issue", "parse_issue"]
@@ -86,12 +87,12 @@ def filter_issue(text: str, schema: Any) -> str | None:
 def _number_mismatches(expr: Any, schema: Any) -> Iterator[str]:
     """A number in the parsed (unbound) filter ``expr`` its column's type cannot hold as written:
     - a fraction compared with an integer column, which pyiceberg's binder silently rounds to
-      an integer (half to even), a different filter: ``user_id = 7.5`` kept the rows of 8,
-      ``user_id > 1.5`` dropped those of 2;
+      an integer (half to even; a string such as ``'1.5'`` it truncates), a different filter:
+      ``user_id = 7.5`` kept the rows of 8, ``user_id > 1.5`` dropped those of 2;
     - a decimal column compared with a number of another scale, which the binder refuses
       with ``Could not convert 1.5 into a decimal(12, 2)``: said with the way to write it;
     - a decimal column compared with a number wider than it, which Arrow refuses mid-load."""
-    from decimal import Decimal, localcontext
+    from decimal import localcontext
 
     from pyiceberg.expressions import And, LiteralPredicate, Not, Or, SetPredicate
     from pyiceberg.types import DecimalType, IntegerType, LongType
@@ -106,33 +107,53 @@ def _number_mismatches(expr: Any, schema: Any) -> Iterator[str]:
             field = expr.term.bind(schema, case_sensitive=True).ref().field
         except Exception:  # no such column: the binder says so
             return
+        if not isinstance(field.field_type, IntegerType | LongType | DecimalType):
+            return
         literals = [expr.literal] if isinstance(expr, LiteralPredicate) else sorted(expr.literals)
-        for value in (literal.value for literal in literals):
-            if isinstance(value, int) and not isinstance(value, bool):
-                value = Decimal(value)  # an integer compared with a decimal column: as wide as it is
-            if not isinstance(value, Decimal):
-                continue
-            if isinstance(field.field_type, IntegerType | LongType) and value != value.to_integral_value():
-                yield (
-                    f"the filter compares the integer column {field.name!r} with {value}, which pyiceberg "
-                    "would round to an integer (a different filter): compare it with an integer"
-                )
-            elif isinstance(field.field_type, DecimalType):
-                scale, whole = field.field_type.scale, field.field_type.precision - field.field_type.scale
-                if value.adjusted() >= whole and value != 0:
+        for written in (literal.value for literal in literals):
+            if (value := _number(written)) is None:
+                continue  # not a number: the binder refuses it
+            shown = f"{written!r}" if isinstance(written, str) else f"{value}"
+            if isinstance(field.field_type, IntegerType | LongType):
+                if value != value.to_integral_value():
                     yield (
-                        f"the filter compares the column {field.name!r}, a {field.field_type}, with {value}, "
-                        f"which has more than its {whole} digits before the point"
+                        f"the filter compares the integer column {field.name!r} with {shown}, which pyiceberg "
+                        "would round to an integer (a different filter): compare it with an integer"
                     )
-                if value.as_tuple().exponent in (0, -scale):  # an integer is any decimal's scale
-                    continue
-                with localcontext(prec=len(value.as_tuple().digits) + scale + 1):  # exact, however long
-                    exact = value.quantize(Decimal(1).scaleb(-scale))
-                said = f"write it as {exact}" if exact == value else f"it has more than {scale}"
+                continue
+            scale, whole = field.field_type.scale, field.field_type.precision - field.field_type.scale
+            if value.adjusted() >= whole and value != 0:
                 yield (
-                    f"the filter compares the column {field.name!r}, a {field.field_type}, with {value}: "
-                    f"a number compared with it has exactly {scale} decimal places ({said})"
+                    f"the filter compares the column {field.name!r}, a {field.field_type}, with {shown}, "
+                    f"which has more than its {whole} digits before the point"
                 )
+            if value.as_tuple().exponent in (0, -scale):  # an integer is any decimal's scale
+                continue
+            with localcontext(prec=len(value.as_tuple().digits) + scale + 1):  # exact, however long
+                exact = value.quantize(Decimal(1).scaleb(-scale))
+            said = f"write it as {exact}" if exact == value else f"it has more than {scale}"
+            yield (
+                f"the filter compares the column {field.name!r}, a {field.field_type}, with {shown}: "
+                f"a number compared with it has exactly {scale} decimal places ({said})"
+            )
+
+
+def _number(written: Any) -> Decimal | None:
+    """A filter's literal as the number pyiceberg's binder makes of it for a numeric column:
+    an integer, a decimal, or a string that holds a finite number (``'1.5'``), else None."""
+    from decimal import Decimal, InvalidOperation
+
+    if isinstance(written, bool):
+        return None
+    if isinstance(written, int | Decimal):
+        return Decimal(written)
+    if isinstance(written, str):
+        try:
+            number = Decimal(written)
+        except InvalidOperation:
+            return None
+        return number if number.is_finite() else None
+    return None
 
 
 def _unevaluable(expr: Any) -> Iterator[str]:

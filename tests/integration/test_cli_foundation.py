@@ -120,6 +120,8 @@ def test_a_filter_pyicebergs_parser_raises_on_is_one_line(
             "user_id = 1000000.5",
             "the filter compares the integer column 'user_id' with 1000000.5, which pyiceberg would round",
         ),
+        # and a number in a string it truncates: this one dropped the rows of 1000001
+        ("user_id < '1000001.5'", "with '1000001.5', which pyiceberg would round to an integer"),
         ("item_id in (1, 2.5)", None),  # mixed kinds in a list: pyiceberg's grammar refuses it
         ("item_id in (1.5, 2.5)", "the filter compares the integer column 'item_id' with 1.5,"),
         # the binder refused another scale with "Could not convert 1.5 into a decimal(12, 2)"
@@ -127,7 +129,7 @@ def test_a_filter_pyicebergs_parser_raises_on_is_one_line(
         ("price > 0.001", "with 0.001: a number compared with it has exactly 2 decimal places (it has more than 2)"),
         # wider than the column: Arrow refused it in the middle of the load
         ("price < 99999999999", "with 99999999999, which has more than its 10 digits before the point"),
-        ("price < 99999999999999999999.00", "which has more than its 10 digits before the point"),
+        ("price < '99999999999999999999.00'", "which has more than its 10 digits before the point"),
     ],
 )
 def test_a_number_its_column_cannot_hold_as_written_is_refused_up_front(
@@ -145,7 +147,7 @@ def test_a_number_its_column_cannot_hold_as_written_is_refused_up_front(
 def test_a_number_its_column_holds_is_loaded_exactly(sample_home: Path, tmp_path: Path) -> None:
     """What the refusals above leave alone: an integral fraction for an integer column, an
     integer or a number of the column's scale for a decimal one, and a fraction for a double."""
-    for text in ("user_id >= 1000005.0", "price > 1.50", "price > 2", "rating > 1.5"):
+    for text in ("user_id >= 1000005.0", "user_id < '1000005'", "price > 1.50", "price > 2", "rating > 1.5"):
         spec = _spec_with(
             tmp_path, "value_columns: [rating, price]", f'value_columns: [rating, price]\n  filter: "{text}"'
         )
