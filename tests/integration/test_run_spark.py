@@ -109,6 +109,75 @@ def test_the_first_spark_run_leaves_the_driver_s_class_archive_and_the_next_star
         session._ARCHIVE_BUILD = None
 
 
+def test_two_drivers_starting_together_on_a_machine_that_never_resolved_the_packages_both_start(
+    tmp_path: Path,
+) -> None:
+    """Ivy's resolution of the Iceberg and JDBC packages is not safe twice at once in one Ivy
+    home: two drivers starting together before either had resolved them both failed ("download
+    failed: ...iceberg-spark-runtime...jar", "FileNotFoundException .../sqlite-jdbc...jar"), as
+    two Airflow tasks or two test workers on a new machine do. Now one resolves while the
+    other waits (``session._resolving``) and then starts from the files it resolved. A fresh
+    Ivy home and cache make this machine new (the packages come from Maven Central again)."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from bulldozer.load.engines.spark.session import spark_context\n"
+        "context = spark_context(home=sys.argv[1], master='local[1]', conf={'spark.jars.ivy': sys.argv[2]})\n"
+        "print(context.parallelize(range(10)).sum())\n"
+    )
+    cache, ivy = tmp_path / "cache", tmp_path / "ivy"
+    env = {**os.environ, "BULLDOZER_CACHE": str(cache)}
+    drivers = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(tmp_path / "home"), str(ivy)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    said = [driver.communicate(timeout=600) for driver in drivers]
+    assert [driver.returncode for driver in drivers] == [0, 0], said
+    assert [out.split()[-1] for out, _ in said] == ["45", "45"], said
+    (record,) = (cache / "spark").glob("jars-*.txt")  # resolved once, kept for the next start
+    assert all(Path(jar).is_relative_to(ivy) for jar in record.read_text().split())
+    assert not list((cache / "spark").glob("*.partial"))
+
+
+def test_a_partial_class_archive_of_a_process_that_is_gone_is_deleted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that ended without its ``atexit`` (killed, or a test worker's ``os._exit``)
+    left its driver's partial class-data archive (≈ 170 MiB) in the cache for good: one test
+    run left four. The next driver's start deletes those of processes that are gone."""
+    import subprocess
+    import sys
+
+    from bulldozer.load.engines.spark import session
+
+    monkeypatch.setenv("BULLDOZER_CACHE", str(tmp_path / "cache"))
+    path = session.class_archive_path()
+    assert path is not None
+    path.parent.mkdir(parents=True)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        partials = {pid: path.with_name(f"{path.name}.{pid}.partial") for pid in (int(gone.stdout), alive.pid)}
+        for partial in partials.values():
+            partial.write_bytes(b"archive")
+        assert session._class_archive_options()[0].startswith("-XX:ArchiveClassesAtExit=")
+        assert not partials[int(gone.stdout)].exists()
+        assert partials[alive.pid].exists()  # still being written, perhaps
+    finally:
+        alive.kill()
+        alive.wait()
+        session._ARCHIVE_BUILD = None
+
+
 def test_a_driver_spark_refuses_to_start_fails_the_run_in_one_line(dal: KvClient, tmp_path: Path) -> None:
     """The engine starts Spark in the background while the schema and create stages run;
     when spark-submit refuses to start the driver, the load stage fails with spark-submit's

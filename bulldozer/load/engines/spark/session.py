@@ -10,12 +10,16 @@ non-terminal runs never show it).
 from __future__ import annotations
 
 import atexit
+import contextlib
+import fcntl
 import hashlib
 import logging
 import os
 import re
 import sys
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,74 +92,89 @@ def spark_context(
             if key == _CONTEXT_KEY:
                 return _CONTEXT
             stop_spark_session()
-        from pyspark import SparkConf, SparkContext
-
         pyspark_python()
         settings = load_settings()
         master = master or settings.spark_master
         level = spark_log_level()
-        packages = _packages()
-        prefix = f"spark.sql.catalog.{catalog_name}"
-        options = {
-            "spark.app.name": "bulldozer",
-            "spark.master": master,
-            **packages,
-            "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
-            prefix: "org.apache.iceberg.spark.SparkCatalog",
-            f"{prefix}.cache-enabled": "false",  # each run must see the latest snapshots
-            "spark.sql.session.timeZone": "UTC",
-            "spark.ui.enabled": "false",
-            # Bulldozer shows its own progress (or none: -q, no terminal); Spark's bar would
-            # write over it
-            "spark.ui.showConsoleProgress": "false",
-            # Spark logs at Bulldozer's level from the JVM's first line on (not only after
-            # setLogLevel): the driver reads the shipped log4j2 configuration
-            "spark.driver.extraJavaOptions": " ".join(
-                (
-                    f"-Dlog4j2.configurationFile={_LOG4J2}",
-                    f"-Dbulldozer.spark.level={level}",
-                    f"-Dbulldozer.spark.tasks.level={level if level in ('DEBUG', 'INFO') else 'OFF'}",
-                    *_class_archive_options(),
-                )
-            ),
-            "spark.driver.host": settings.spark_driver_host,
-            "spark.driver.bindAddress": settings.spark_driver_host,
-            # the batches of the Python workers land in jemalloc's pool (bulldozer.cli.process)
-            "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "jemalloc",
-            "spark.sql.shuffle.partitions": "8",
-            # Python workers forked with Bulldozer's modules already imported (``daemon``)
-            "spark.python.daemon.module": "bulldozer.load.engines.spark.daemon",
-            "spark.driver.memory": settings.spark_driver_memory,
-            **(conf or {}),
-        }
-        if properties:
-            options.update({f"{prefix}.{prop}": value for prop, value in properties.items()})
-        else:
-            root = bulldozer_home(home)
-            options[f"{prefix}.type"] = "jdbc"
-            options[f"{prefix}.uri"] = f"jdbc:sqlite:{root / 'catalog.db'}"
-            options[f"{prefix}.warehouse"] = (root / "warehouse").as_uri()
-        if "spark.jars" in (conf or {}) and "spark.jars" in packages:
-            options["spark.jars"] = f"{packages['spark.jars']},{options['spark.jars']}"  # ours and theirs
-        # A cluster's executors are asked for as the context starts, and Spark copies and
-        # unpacks the context's archives on the driver before that: added once it runs, the
-        # executors' environment is unpacked on the driver while their JVMs start. Measured
-        # on the loopback cluster (3 interleaved pairs): the whole command 21.9 s against 23.0 s.
-        archives = options.pop("spark.archives", "") if not master.startswith("local") else ""
-        spark_conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
-        context = SparkContext(conf=spark_conf, gateway=_start_driver(spark_conf))
-        if "spark.jars.packages" in options:
-            _remember_jars(context.getConf().get("spark.jars", ""))
-        context.setLogLevel(level)
-        for archive in filter(None, archives.split(",")):
-            context.addArchive(archive)
-        if archives:
-            from bulldozer.load.engines.spark.package import EXECUTOR_PYTHON
-
-            # the Python workers run the shipped environment's interpreter (package.archive_conf)
-            context.pythonExec = EXECUTOR_PYTHON
+        with _resolving((conf or {}).get("spark.jars.ivy")) as packages:
+            context = _start_context(catalog_name, properties, home, master, conf, settings, level, packages)
         _CONTEXT, _CONTEXT_KEY = context, key
         return context
+
+
+def _start_context(
+    catalog_name: str,
+    properties: dict[str, str] | None,
+    home: str | None,
+    master: str,
+    conf: dict[str, str] | None,
+    settings: Any,
+    level: str,
+    packages: dict[str, str],
+) -> Any:
+    """The SparkContext ``spark_context`` starts, its driver given the Iceberg and JDBC ``packages``."""
+    from pyspark import SparkConf, SparkContext
+
+    prefix = f"spark.sql.catalog.{catalog_name}"
+    options = {
+        "spark.app.name": "bulldozer",
+        "spark.master": master,
+        **packages,
+        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        prefix: "org.apache.iceberg.spark.SparkCatalog",
+        f"{prefix}.cache-enabled": "false",  # each run must see the latest snapshots
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.enabled": "false",
+        # Bulldozer shows its own progress (or none: -q, no terminal); Spark's bar would
+        # write over it
+        "spark.ui.showConsoleProgress": "false",
+        # Spark logs at Bulldozer's level from the JVM's first line on (not only after
+        # setLogLevel): the driver reads the shipped log4j2 configuration
+        "spark.driver.extraJavaOptions": " ".join(
+            (
+                f"-Dlog4j2.configurationFile={_LOG4J2}",
+                f"-Dbulldozer.spark.level={level}",
+                f"-Dbulldozer.spark.tasks.level={level if level in ('DEBUG', 'INFO') else 'OFF'}",
+                *_class_archive_options(),
+            )
+        ),
+        "spark.driver.host": settings.spark_driver_host,
+        "spark.driver.bindAddress": settings.spark_driver_host,
+        # the batches of the Python workers land in jemalloc's pool (bulldozer.cli.process)
+        "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "jemalloc",
+        "spark.sql.shuffle.partitions": "8",
+        # Python workers forked with Bulldozer's modules already imported (``daemon``)
+        "spark.python.daemon.module": "bulldozer.load.engines.spark.daemon",
+        "spark.driver.memory": settings.spark_driver_memory,
+        **(conf or {}),
+    }
+    if properties:
+        options.update({f"{prefix}.{prop}": value for prop, value in properties.items()})
+    else:
+        root = bulldozer_home(home)
+        options[f"{prefix}.type"] = "jdbc"
+        options[f"{prefix}.uri"] = f"jdbc:sqlite:{root / 'catalog.db'}"
+        options[f"{prefix}.warehouse"] = (root / "warehouse").as_uri()
+    if "spark.jars" in (conf or {}) and "spark.jars" in packages:
+        options["spark.jars"] = f"{packages['spark.jars']},{options['spark.jars']}"  # ours and theirs
+    # A cluster's executors are asked for as the context starts, and Spark copies and
+    # unpacks the context's archives on the driver before that: added once it runs, the
+    # executors' environment is unpacked on the driver while their JVMs start. Measured
+    # on the loopback cluster (3 interleaved pairs): the whole command 21.9 s against 23.0 s.
+    archives = options.pop("spark.archives", "") if not master.startswith("local") else ""
+    spark_conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
+    context = SparkContext(conf=spark_conf, gateway=_start_driver(spark_conf))
+    if "spark.jars.packages" in options:
+        _remember_jars(context.getConf().get("spark.jars", ""))
+    context.setLogLevel(level)
+    for archive in filter(None, archives.split(",")):
+        context.addArchive(archive)
+    if archives:
+        from bulldozer.load.engines.spark.package import EXECUTOR_PYTHON
+
+        # the Python workers run the shipped environment's interpreter (package.archive_conf)
+        context.pythonExec = EXECUTOR_PYTHON
+    return context
 
 
 def _start_driver(conf: Any) -> Any:
@@ -284,6 +303,54 @@ def _packages() -> dict[str, str]:
     return {"spark.jars.packages": f"{ICEBERG_RUNTIME},{SQLITE_JDBC}"}
 
 
+#: how long a driver's start waits for another process's resolution of the packages
+RESOLVE_WAIT = 600.0
+
+
+@contextlib.contextmanager
+def _resolving(ivy: str | None = None) -> Iterator[dict[str, str]]:
+    """The driver's packages (``_packages``) for a context started inside the block, with
+    the packages' resolution one process at a time.
+
+    Ivy's resolution is not safe to run twice at once in one Ivy home: two drivers starting
+    together on a machine that had not resolved the packages yet both failed (``download
+    failed: ...iceberg-spark-runtime...jar``, ``FileNotFoundException
+    .../sqlite-jdbc-3.46.1.3.jar``), as two Airflow tasks or two test workers do. So a start
+    that must resolve holds an exclusive lock (``flock``, released by the kernel however the
+    process ends) on a file in that Ivy home (``spark.jars.ivy``, else Spark's default
+    ``~/.ivy2.5.2``) until its driver runs and ``_remember_jars`` kept the files, and a start
+    that waited for it reads the packages again: the files the other resolved. After
+    ``RESOLVE_WAIT`` seconds it resolves anyway, as it did before."""
+    packages = _packages()
+    if "spark.jars.packages" not in packages:
+        yield packages
+        return
+    lock = Path(ivy).expanduser() if ivy else Path.home() / ".ivy2.5.2"
+    try:
+        lock.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock / "bulldozer-resolve.lock", os.O_CREAT | os.O_RDWR, 0o644)
+    except OSError as exc:  # no lock to take: resolve as before
+        log.debug("no lock for resolving the Spark packages (%s)", exc)
+        yield packages
+        return
+    try:
+        deadline = time.monotonic() + RESOLVE_WAIT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    log.warning(
+                        "another process has resolved Spark's packages for %.0f s; resolving them too", RESOLVE_WAIT
+                    )
+                    break
+                time.sleep(0.1)
+        yield _packages()  # resolved by the process this one waited for, if it did
+    finally:
+        os.close(fd)
+
+
 def _remember_jars(resolved: str) -> None:
     """Keep the local files spark-submit resolved the packages to (``spark.jars`` of a
     context started with ``spark.jars.packages``) for the next start."""
@@ -334,6 +401,7 @@ def _class_archive_options() -> list[str]:
     if path is None:
         return []
     quiet = "-Xlog:disable -Xlog:all=warning,cds*=off:stderr"
+    _sweep_partial_archives(path.parent)
     if path.exists():
         return [f"-XX:SharedArchiveFile={path}", quiet]
     try:
@@ -343,6 +411,26 @@ def _class_archive_options() -> list[str]:
     partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
     _ARCHIVE_BUILD = (partial, path)
     return [f"-XX:ArchiveClassesAtExit={partial}", quiet]
+
+
+def _sweep_partial_archives(folder: Path) -> None:
+    """Delete the partial class-data archives (``*.jsa.<pid>.partial``, ≈ 170 MiB each) of
+    processes that are gone: one that ended without its ``atexit`` (killed, or a test
+    worker's ``os._exit``) left its driver's archive behind for good (4 after one test run)."""
+    try:
+        partials = list(folder.glob("*.jsa.*.partial"))
+    except OSError:
+        return
+    for partial in partials:
+        pid = partial.name.rsplit(".", 2)[-2]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            partial.unlink(missing_ok=True)
+        except OSError:
+            continue  # alive (another user's, which this one may not signal)
 
 
 def _finish_class_archive(gateway: Any, partial: Path, final: Path) -> None:
