@@ -12,14 +12,19 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 version=5.0.9
-cache=${BULLDOZER_CACHE:-$HOME/.cache/bulldozer}
-lib=$cache/cassandra-$version/lib
+lib=${BULLDOZER_CACHE:-$HOME/.cache/bulldozer}/cassandra-$version/lib
 heap=${CASSANDRA_HEAP:-1G}
 
 log() { echo "cassandra.sh: $*" >&2; }
+# shellcheck source=common.sh
+. "$here/common.sh"
 
 fetch() {
-  if [ -f "$lib/.complete" ]; then return 0; fi
+  [ -f "$lib/.complete" ] || with_lock "cassandra-$version" fetch_once
+}
+
+fetch_once() {
+  if [ -f "$lib/.complete" ]; then return 0; fi # fetched by the process this one waited for
   command -v java >/dev/null || { log "Java 17 is required (apt-get install openjdk-17-jre-headless)"; exit 1; }
   command -v mvn >/dev/null || { log "Maven is required to resolve the jars (apt-get install maven)"; exit 1; }
   log "resolving cassandra-all $version and its dependencies from Maven Central into $lib"

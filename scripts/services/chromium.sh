@@ -5,17 +5,20 @@
 set -euo pipefail
 
 log() { echo "chromium.sh: $*" >&2; }
+# shellcheck source=common.sh
+. "$(dirname "$0")/common.sh"
+
+have_chromium() { command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; }
 
 install() {
-  if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
-    log "installing chromium and chromium-driver from Debian's packages"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || {
-      apt-get update -q >/dev/null
-      apt-get install -y -q chromium chromium-driver >/dev/null
-    }
-  fi
+  have_chromium || with_lock apt install_once
   command -v chromedriver
+}
+
+install_once() {
+  have_chromium && return 0 # installed by the process this one waited for
+  log "installing chromium and chromium-driver from Debian's packages"
+  apt_install chromium chromium-driver
 }
 
 case "${1:-}" in

@@ -9,17 +9,19 @@
 set -euo pipefail
 
 log() { echo "redis.sh: $*" >&2; }
+# shellcheck source=common.sh
+. "$(dirname "$0")/common.sh"
+
+have_redis() { command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; }
 
 install() {
-  if command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; then
-    return 0
-  fi
+  have_redis || with_lock apt install_once
+}
+
+install_once() {
+  have_redis && return 0 # installed by the process this one waited for
   log "installing redis-server from Debian's packages"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -q redis-server >/dev/null 2>&1 || {
-    apt-get update -q >/dev/null
-    apt-get install -y -q redis-server >/dev/null
-  }
+  apt_install redis-server
   # the package enables a system service on 6379; the project starts its own servers
   if command -v systemctl >/dev/null 2>&1; then systemctl disable --now redis-server >/dev/null 2>&1 || true; fi
 }
