@@ -19,6 +19,7 @@ is written by ``go mod tidy`` from pinned versions).
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from google.protobuf import descriptor_pb2
 
-from bulldozer import scratch
+from bulldozer import locks, scratch
 from bulldozer.codegen.output import claim_folder, write_files
 from bulldozer.codegen.python import kv_api_descriptor_set
 from bulldozer.codegen.readme import render_readme
@@ -85,24 +86,32 @@ def _check(command: list[str], what: str, cwd: Path | None = None, env: dict[str
 
 
 def _maven_exe(group: str, artifact: str, version: str) -> Path:
-    """A native executable published on Maven Central (``G:A:V:exe:linux-x86_64``), cached."""
+    """A native executable published on Maven Central (``G:A:V:exe:linux-x86_64``), cached:
+    fetched by one process at a time (``bulldozer.locks``) into a folder of its own, then
+    moved into place whole, so no process runs one another is still writing."""
     folder = _cache() / artifact
     exe = folder / f"{artifact}-{version}-linux-x86_64.exe"
-    if not exe.exists():
-        mvn = _tool("mvn", f"install Maven (apt-get install maven) to fetch {group}:{artifact} from Maven Central")
+    if exe.exists():
+        return exe
+    mvn = _tool("mvn", f"install Maven (apt-get install maven) to fetch {group}:{artifact} from Maven Central")
+    with locks.held(_cache() / "locks" / f"{artifact}-{version}.lock", f"fetching {artifact}"):
+        if exe.exists():
+            return exe  # fetched by the process this one waited for
         folder.mkdir(parents=True, exist_ok=True)
-        _check(
-            [
-                mvn,
-                "-q",
-                "-B",
-                "dependency:copy",
-                f"-Dartifact={group}:{artifact}:{version}:exe:linux-x86_64",
-                f"-DoutputDirectory={folder}",
-            ],
-            f"fetching {group}:{artifact}:{version} from Maven Central",
-        )
-    exe.chmod(0o755)
+        with scratch.folder("maven", root=folder) as partial:
+            _check(
+                [
+                    mvn,
+                    "-q",
+                    "-B",
+                    "dependency:copy",
+                    f"-Dartifact={group}:{artifact}:{version}:exe:linux-x86_64",
+                    f"-DoutputDirectory={partial}",
+                ],
+                f"fetching {group}:{artifact}:{version} from Maven Central",
+            )
+            (partial / exe.name).chmod(0o755)
+            os.replace(partial / exe.name, exe)
     return exe
 
 
@@ -116,17 +125,26 @@ def java_protoc() -> Path:
 
 
 def go_plugins() -> tuple[Path, Path]:
-    """protoc-gen-go and protoc-gen-go-grpc, installed with ``go install`` (cached)."""
+    """protoc-gen-go and protoc-gen-go-grpc, installed with ``go install`` (cached): by one
+    process at a time (``bulldozer.locks``) into a folder of its own, then moved into place."""
     folder = _cache() / "go" / f"{GO_PROTOBUF}-{GO_GRPC_PLUGIN}"
     gen_go, gen_grpc = folder / "protoc-gen-go", folder / "protoc-gen-go-grpc"
-    if not (gen_go.exists() and gen_grpc.exists()):
-        go = _tool("go", "install the Go toolchain to generate Go clients")
-        env = child_environment(GOBIN=str(folder))
-        for module in (
-            f"google.golang.org/protobuf/cmd/protoc-gen-go@{GO_PROTOBUF}",
-            f"google.golang.org/grpc/cmd/protoc-gen-go-grpc@{GO_GRPC_PLUGIN}",
-        ):
-            _check([go, "install", module], f"go install {module}", env=env)
+    if gen_go.exists() and gen_grpc.exists():
+        return gen_go, gen_grpc
+    go = _tool("go", "install the Go toolchain to generate Go clients")
+    with locks.held(_cache() / "locks" / f"{folder.name}.lock", "installing the Go protoc plugins"):
+        if gen_go.exists() and gen_grpc.exists():
+            return gen_go, gen_grpc  # installed by the process this one waited for
+        folder.mkdir(parents=True, exist_ok=True)
+        with scratch.folder("go-install", root=folder) as partial:
+            env = child_environment(GOBIN=str(partial))
+            for module in (
+                f"google.golang.org/protobuf/cmd/protoc-gen-go@{GO_PROTOBUF}",
+                f"google.golang.org/grpc/cmd/protoc-gen-go-grpc@{GO_GRPC_PLUGIN}",
+            ):
+                _check([go, "install", module], f"go install {module}", env=env)
+            for plugin in (gen_go, gen_grpc):
+                os.replace(partial / plugin.name, plugin)
     return gen_go, gen_grpc
 
 

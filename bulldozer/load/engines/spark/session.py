@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
 import hashlib
 import logging
 import os
 import re
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bulldozer import scratch
+from bulldozer import locks, scratch
 from bulldozer.errors import LoadError
 from bulldozer.settings import java_executable, load_settings, pyspark_python
 from bulldozer.warehouse.catalog import bulldozer_home
@@ -303,52 +301,25 @@ def _packages() -> dict[str, str]:
     return {"spark.jars.packages": f"{ICEBERG_RUNTIME},{SQLITE_JDBC}"}
 
 
-#: how long a driver's start waits for another process's resolution of the packages
-RESOLVE_WAIT = 600.0
-
-
 @contextlib.contextmanager
 def _resolving(ivy: str | None = None) -> Iterator[dict[str, str]]:
     """The driver's packages (``_packages``) for a context started inside the block, with
-    the packages' resolution one process at a time.
+    the packages' resolution one process at a time (``bulldozer.locks``).
 
     Ivy's resolution is not safe to run twice at once in one Ivy home: two drivers starting
     together on a machine that had not resolved the packages yet both failed (``download
     failed: ...iceberg-spark-runtime...jar``, ``FileNotFoundException
     .../sqlite-jdbc-3.46.1.3.jar``), as two Airflow tasks or two test workers do. So a start
-    that must resolve holds an exclusive lock (``flock``, released by the kernel however the
-    process ends) on a file in that Ivy home (``spark.jars.ivy``, else Spark's default
-    ``~/.ivy2.5.2``) until its driver runs and ``_remember_jars`` kept the files, and a start
-    that waited for it reads the packages again: the files the other resolved. After
-    ``RESOLVE_WAIT`` seconds it resolves anyway, as it did before."""
+    that must resolve holds the lock of that Ivy home (``spark.jars.ivy``, else Spark's
+    default ``~/.ivy2.5.2``) until its driver runs and ``_remember_jars`` kept the files,
+    and a start that waited for it reads the packages again: the files the other resolved."""
     packages = _packages()
     if "spark.jars.packages" not in packages:
         yield packages
         return
-    lock = Path(ivy).expanduser() if ivy else Path.home() / ".ivy2.5.2"
-    try:
-        lock.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock / "bulldozer-resolve.lock", os.O_CREAT | os.O_RDWR, 0o644)
-    except OSError as exc:  # no lock to take: resolve as before
-        log.debug("no lock for resolving the Spark packages (%s)", exc)
-        yield packages
-        return
-    try:
-        deadline = time.monotonic() + RESOLVE_WAIT
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    log.warning(
-                        "another process has resolved Spark's packages for %.0f s; resolving them too", RESOLVE_WAIT
-                    )
-                    break
-                time.sleep(0.1)
+    home = Path(ivy).expanduser() if ivy else Path.home() / ".ivy2.5.2"
+    with locks.held(home / "bulldozer-resolve.lock", "resolving Spark's packages"):
         yield _packages()  # resolved by the process this one waited for, if it did
-    finally:
-        os.close(fd)
 
 
 def _remember_jars(resolved: str) -> None:
