@@ -56,7 +56,7 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engi
     of the job (engines differ several-fold: Spark pays its start-up, a cluster scales)."""
     from bulldozer.load.engines.local import _scan, scan_tasks
     from bulldozer.load.source import schema_at, source_label
-    from bulldozer.schema.table_check import require_columns
+    from bulldozer.schema.table_check import require_columns, require_filter
     from bulldozer.versioning.flip import live_version
     from bulldozer.versioning.run_state import run_record_of
 
@@ -85,6 +85,7 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engi
         snapshot_id = snapshot.snapshot_id if snapshot else 0
         schema = schema_at(table, snapshot_id) if snapshot_id else table.schema()
         require_columns(loaded, schema, "table")
+        require_filter(loaded, table.schema())  # as the run's schema stage: before the scan plans it
         job = build_job_schema(spec, schema, source_label(spec), previous, python=False)
         if snapshot_id:
             from bulldozer.load.engines.base import LoadPlan

@@ -73,7 +73,6 @@ from bulldozer.versioning.run_state import (
     run_record_of,
 )
 from bulldozer.warehouse.catalog import catalog_issues, load_source_table, open_catalog, read_snapshot
-from bulldozer.warehouse.row_filter import filter_issue
 
 __all__ = ["STAGES", "JobRun", "duplicate_key_error", "find_run_version", "run_job", "run_stage"]
 
@@ -188,7 +187,7 @@ class JobRun:
 
     def schema(self) -> JobSchema:
         """Read the source's schema at one snapshot and check the new one against the live version's."""
-        from bulldozer.schema.table_check import require_columns
+        from bulldozer.schema.table_check import require_columns, require_filter
 
         spec, record = self.spec, self.record
         dm = spec.data_movement
@@ -225,8 +224,7 @@ class JobRun:
             record.snapshot_id = snapshot.snapshot_id
             record.snapshots = {dm.source.table: snapshot.snapshot_id}
             record.table_uuid = str(self.table.metadata.table_uuid)
-            if dm.filter is not None and (unfit := filter_issue(dm.filter, self.table.schema())):
-                raise SpecError([self.loaded.issue(("data_movement", "filter"), unfit)])
+            require_filter(self.loaded, self.table.schema())
             source_schema = schema_at(self.table, snapshot.snapshot_id)
             source_name = source_label(spec)
             require_columns(self.loaded, source_schema, "table")

@@ -13,7 +13,7 @@ from bulldozer.spec.loader import LoadedSpec
 from bulldozer.spec.policy import policy_issues
 from bulldozer.warehouse.catalog import load_table, open_catalog
 
-__all__ = ["check_against_catalog", "column_issues", "require_columns"]
+__all__ = ["check_against_catalog", "column_issues", "require_columns", "require_filter"]
 
 
 def _column_issue(
@@ -55,6 +55,15 @@ def require_columns(loaded: LoadedSpec, source_schema: Any, source: str = "table
     no place in the spec."""
     if unknown := column_issues(loaded, [f.name for f in source_schema.fields], source):
         raise SpecError(unknown)
+
+
+def require_filter(loaded: LoadedSpec, table_schema: Any) -> None:
+    """Raise SpecError at the spec's filter when it cannot apply to a table of the Iceberg
+    ``table_schema`` (``row_filter.filter_issue``): what a run's schema stage and a plan say
+    before a scan binds it (pyiceberg would plan it, or round its numbers, silently)."""
+    text = loaded.spec.data_movement.filter
+    if text is not None and (refused := _check_filter(loaded, text, table_schema)):
+        raise SpecError(refused)
 
 
 def check_against_catalog(loaded: LoadedSpec, catalog: Any = None, home: str | None = None) -> list[SpecIssue]:

@@ -97,11 +97,12 @@ def test_a_filter_pyicebergs_parser_raises_on_is_one_line(
     """pyiceberg's parser raises what its parse actions raise (a ValueError for a LIKE whose
     ``%`` is not at the end, pydantic's ValidationError for a constant under AND, OR or NOT):
     validate, validate --catalog and run printed a traceback. Each is one line at the filter's
-    line, and the run loads nothing."""
+    line from those and from plan, and the run loads nothing."""
     spec = _spec_with(tmp_path, "value_columns: [rating, price]", f'value_columns: [rating, price]\n  filter: "{text}"')
     versions = ["namespaces", "scores", "--json", "--home", str(sample_home)]
     before = {v["name"] for v in json.loads(runner.invoke(app, versions).stdout)}
-    for args in (["validate", spec], ["validate", spec, "--catalog"], ["run", spec, "-q", "--endpoint", "embedded"]):
+    commands = (["validate", spec], ["validate", spec, "--catalog"], ["run", spec, "-q", "--endpoint", "embedded"])
+    for args in (*commands, ["plan", spec]):
         result = runner.invoke(app, [*args, "--home", str(sample_home)])
         assert result.exit_code == 2, (args, result.output)
         (line,) = result.stderr.splitlines()
@@ -135,8 +136,11 @@ def test_a_filter_pyicebergs_parser_raises_on_is_one_line(
 def test_a_number_its_column_cannot_hold_as_written_is_refused_up_front(
     sample_home: Path, tmp_path: Path, text: str, said: str | None
 ) -> None:
+    """A number its column cannot hold as written is one line at the filter from validate
+    --catalog, run and plan, before a scan binds it (plan planned the rounded filter and
+    said nothing)."""
     spec = _spec_with(tmp_path, "value_columns: [rating, price]", f'value_columns: [rating, price]\n  filter: "{text}"')
-    for args in (["validate", spec, "--catalog"], ["run", spec, "-q", "--endpoint", "embedded"]):
+    for args in (["validate", spec, "--catalog"], ["run", spec, "-q", "--endpoint", "embedded"], ["plan", spec]):
         result = runner.invoke(app, [*args, "--home", str(sample_home)])
         assert result.exit_code == 2, (args, result.output)
         (line,) = result.stderr.splitlines()
