@@ -127,7 +127,8 @@ def _number_mismatches(expr: Any, schema: Any) -> Iterator[str]:
                     f"the filter compares the column {field.name!r}, a {field.field_type}, with {shown}, "
                     f"which has more than its {whole} digits before the point"
                 )
-            if value.as_tuple().exponent in (0, -scale):  # an integer is any decimal's scale
+            # an integer is any decimal's scale, but pyiceberg takes a string only of the column's
+            if value.as_tuple().exponent in ((-scale,) if isinstance(written, str) else (0, -scale)):
                 continue
             with localcontext(prec=len(value.as_tuple().digits) + scale + 1):  # exact, however long
                 exact = value.quantize(Decimal(1).scaleb(-scale))
@@ -141,7 +142,7 @@ def _number_mismatches(expr: Any, schema: Any) -> Iterator[str]:
 def _number(written: Any) -> Decimal | None:
     """A filter's literal as the number pyiceberg's binder makes of it for a numeric column:
     an integer, a decimal, or a string that holds a finite number (``'1.5'``), else None."""
-    from decimal import Decimal, InvalidOperation
+    from decimal import InvalidOperation
 
     if isinstance(written, bool):
         return None
