@@ -74,6 +74,8 @@ def filter_issue(text: str, schema: Any) -> str | None:
     parsed, unparsed = _parsed(text)
     if unparsed:
         return unparsed
+    if unknown := next(_unknown_columns(parsed, schema), None):
+        return unknown
     if mismatch := next(_number_mismatches(parsed, schema), None):
         return mismatch
     try:
@@ -82,6 +84,30 @@ def filter_issue(text: str, schema: Any) -> str | None:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return f"the filter cannot apply to the table: {first}"
     return next(_unevaluable(bound), None)
+
+
+def _unknown_columns(expr: Any, schema: Any) -> Iterator[str]:
+    """A column the parsed (unbound) filter ``expr`` names that the table has not, with the
+    closest it has (the binder said ``Could not find field with name ratng,
+    case_sensitive=True``); a nested one by its dotted path (``profile.tier``)."""
+    import difflib
+
+    from pyiceberg.expressions import And, Not, Or, Reference, UnboundPredicate
+
+    if isinstance(expr, And | Or):
+        yield from _unknown_columns(expr.left, schema)
+        yield from _unknown_columns(expr.right, schema)
+    elif isinstance(expr, Not):
+        yield from _unknown_columns(expr.child, schema)
+    elif isinstance(expr, UnboundPredicate) and isinstance(expr.term, Reference):
+        name = expr.term.name
+        try:
+            schema.find_field(name, case_sensitive=True)
+        except ValueError:
+            names = schema.column_names
+            close = [n for n in names if n.lower() == name.lower()] or difflib.get_close_matches(name, names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            yield f"the filter names {name!r}, which is no column of the table{hint}"
 
 
 def _number_mismatches(expr: Any, schema: Any) -> Iterator[str]:

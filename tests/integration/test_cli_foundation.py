@@ -222,7 +222,19 @@ def test_catalog_check_bad_filter(sample_home: Path, tmp_path: Path) -> None:
     )
     result = runner.invoke(app, ["validate", spec, "--catalog", "--home", str(sample_home)])
     assert result.exit_code == 2
-    assert "data_movement.filter: the filter cannot apply to the table: Could not find field" in result.stderr
+    assert "data_movement.filter: the filter names 'no_such_col', which is no column of the table\n" in result.stderr
+    # the closest column, as for the spec's own columns (pyiceberg's binder said "Could not
+    # find field with name ratng, case_sensitive=True"); a nested one by its path
+    for named, meant in (("ratng", "rating"), ("USER_ID", "user_id"), ("profile.tiers", "profile.tier")):
+        spec = _spec_with(
+            tmp_path, "  value_columns: [rating, price]\n", f"  value_columns: [rating, price]\n  filter: {named} > 3\n"
+        )
+        for args in (["validate", spec, "--catalog"], ["run", spec, "-q", "--endpoint", "embedded"], ["plan", spec]):
+            result = runner.invoke(app, [*args, "--home", str(sample_home)])
+            assert result.exit_code == 2 and result.stderr.splitlines() == [
+                f"{spec}:11:3: data_movement.filter: the filter names {named!r}, which is no column of the table; "
+                f"did you mean {meant!r}?"
+            ], (args, result.stderr)
     # not pyiceberg's grammar (a function call): one line naming what a filter may say, from
     # validate --catalog and from run, whose schema stage refuses it before anything is loaded
     spec = _spec_with(
