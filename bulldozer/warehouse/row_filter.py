@@ -76,7 +76,7 @@ def filter_issue(text: str, schema: Any) -> str | None:
         return unparsed
     if unknown := next(_unknown_columns(parsed, schema), None):
         return unknown
-    if mismatch := next(_number_mismatches(parsed, schema), None):
+    if mismatch := next(_literal_mismatches(parsed, schema), None):
         return mismatch
     try:
         bound = bind(schema, parsed, case_sensitive=True)
@@ -110,47 +110,70 @@ def _unknown_columns(expr: Any, schema: Any) -> Iterator[str]:
             yield f"the filter names {name!r}, which is no column of the table{hint}"
 
 
-def _number_mismatches(expr: Any, schema: Any) -> Iterator[str]:
-    """A number in the parsed (unbound) filter ``expr`` its column's type cannot hold as written:
+def _literal_mismatches(expr: Any, schema: Any) -> Iterator[str]:
+    """A literal in the parsed (unbound) filter ``expr`` its column's type cannot hold as written:
     - a fraction compared with an integer column, which pyiceberg's binder silently rounds to
       an integer (half to even; a string such as ``'1.5'`` it truncates), a different filter:
       ``user_id = 7.5`` kept the rows of 8, ``user_id > 1.5`` dropped those of 2;
     - a decimal column compared with a number of another scale, which the binder refuses
       with ``Could not convert 1.5 into a decimal(12, 2)``: said with the way to write it;
-    - a decimal column compared with a number wider than it, which Arrow refuses mid-load."""
+    - a decimal column compared with a number wider than it, which Arrow refuses mid-load;
+    - a date, time or timestamp column compared with an integer, which the binder takes as a
+      count since the epoch (days, or microseconds): ``signup_date > 20240101`` is a date in
+      the year 56,000, and ``updated_at > 1700000000`` (seconds) 28 minutes after 1970."""
     from decimal import localcontext
 
     from pyiceberg.expressions import And, LiteralPredicate, Not, Or, SetPredicate
-    from pyiceberg.types import DecimalType, IntegerType, LongType
+    from pyiceberg.types import (
+        DateType,
+        DecimalType,
+        IntegerType,
+        LongType,
+        TimestampNanoType,
+        TimestampType,
+        TimestamptzNanoType,
+        TimestamptzType,
+        TimeType,
+    )
 
     if isinstance(expr, And | Or):
-        yield from _number_mismatches(expr.left, schema)
-        yield from _number_mismatches(expr.right, schema)
+        yield from _literal_mismatches(expr.left, schema)
+        yield from _literal_mismatches(expr.right, schema)
     elif isinstance(expr, Not):
-        yield from _number_mismatches(expr.child, schema)
+        yield from _literal_mismatches(expr.child, schema)
     elif isinstance(expr, LiteralPredicate | SetPredicate):
         try:
             field = expr.term.bind(schema, case_sensitive=True).ref().field
         except Exception:  # no such column: the binder says so
             return
-        if not isinstance(field.field_type, IntegerType | LongType | DecimalType):
-            return
         literals = [expr.literal] if isinstance(expr, LiteralPredicate) else sorted(expr.literals)
+        kind = field.field_type
+        temporal = DateType | TimeType | TimestampType | TimestamptzType | TimestampNanoType | TimestamptzNanoType
+        if isinstance(kind, temporal):
+            number = next((lit.value for lit in literals if isinstance(lit.value, int)), None)
+            if number is not None:
+                yield (
+                    f"the filter compares the {kind} column {field.name!r} with the number {number}: "
+                    + _TEMPORAL[str(kind)]
+                )
+            return
+        if not isinstance(kind, IntegerType | LongType | DecimalType):
+            return
         for written in (literal.value for literal in literals):
             if (value := _number(written)) is None:
                 continue  # not a number: the binder refuses it
             shown = f"{written!r}" if isinstance(written, str) else f"{value}"
-            if isinstance(field.field_type, IntegerType | LongType):
+            if not isinstance(kind, DecimalType):
                 if value != value.to_integral_value():
                     yield (
                         f"the filter compares the integer column {field.name!r} with {shown}, which pyiceberg "
                         "would round to an integer (a different filter): compare it with an integer"
                     )
                 continue
-            scale, whole = field.field_type.scale, field.field_type.precision - field.field_type.scale
+            scale, whole = kind.scale, kind.precision - kind.scale
             if value.adjusted() >= whole and value != 0:
                 yield (
-                    f"the filter compares the column {field.name!r}, a {field.field_type}, with {shown}, "
+                    f"the filter compares the column {field.name!r}, a {kind}, with {shown}, "
                     f"which has more than its {whole} digits before the point"
                 )
             # an integer is any decimal's scale, but pyiceberg takes a string only of the column's
@@ -160,9 +183,31 @@ def _number_mismatches(expr: Any, schema: Any) -> Iterator[str]:
                 exact = value.quantize(Decimal(1).scaleb(-scale))
             said = f"write it as {exact}" if exact == value else f"it has more than {scale}"
             yield (
-                f"the filter compares the column {field.name!r}, a {field.field_type}, with {shown}: "
+                f"the filter compares the column {field.name!r}, a {kind}, with {shown}: "
                 f"a number compared with it has exactly {scale} decimal places ({said})"
             )
+
+
+#: how to write a value of each temporal type, and what pyiceberg makes of a number instead
+_TEMPORAL = {
+    "date": "pyiceberg would read it as days since 1970-01-01; write the date as a string, e.g. '2024-01-31'",
+    "time": "pyiceberg would read it as microseconds since midnight; write the time as a string, e.g. '13:45:00'",
+    "timestamp": (
+        "pyiceberg would read it as microseconds since 1970-01-01; write the time as a string, "
+        "e.g. '2024-01-31T13:45:00'"
+    ),
+    "timestamptz": (
+        "pyiceberg would read it as microseconds since 1970-01-01 UTC; write the time as a string, "
+        "e.g. '2024-01-31T13:45:00+00:00'"
+    ),
+    "timestamp_ns": (
+        "pyiceberg would read it as a count since 1970-01-01; write the time as a string, e.g. '2024-01-31T13:45:00'"
+    ),
+    "timestamptz_ns": (
+        "pyiceberg would read it as a count since 1970-01-01 UTC; write the time as a string, "
+        "e.g. '2024-01-31T13:45:00+00:00'"
+    ),
+}
 
 
 def _number(written: Any) -> Decimal | None:

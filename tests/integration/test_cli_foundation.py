@@ -131,12 +131,19 @@ def test_a_filter_pyicebergs_parser_raises_on_is_one_line(
         # wider than the column: Arrow refused it in the middle of the load
         ("price < 99999999999", "with 99999999999, which has more than its 10 digits before the point"),
         ("price < '99999999999999999999.00'", "which has more than its 10 digits before the point"),
+        # a number for a date or a time: pyiceberg counts days or microseconds since 1970, so
+        # a date written as 20230101 was in the year 57,000 (no row kept), and seconds since
+        # the epoch were 28 minutes after it (every row kept)
+        ("signup_date > 20230101", "the filter compares the date column 'signup_date' with the number 20230101: "),
+        ("updated_at > 1700000000", "timestamp column 'updated_at' with the number 1700000000: pyiceberg would read"),
+        ("event_time > 1700000000", "e.g. '2024-01-31T13:45:00+00:00'"),
+        ("signup_date in (19000, 19001)", "the date column 'signup_date' with the number 19000: "),
     ],
 )
-def test_a_number_its_column_cannot_hold_as_written_is_refused_up_front(
+def test_a_literal_its_column_cannot_hold_as_written_is_refused_up_front(
     sample_home: Path, tmp_path: Path, text: str, said: str | None
 ) -> None:
-    """A number its column cannot hold as written is one line at the filter from validate
+    """A literal its column cannot hold as written is one line at the filter from validate
     --catalog, run and plan, before a scan binds it (plan planned the rounded filter and
     said nothing)."""
     spec = _spec_with(tmp_path, "value_columns: [rating, price]", f'value_columns: [rating, price]\n  filter: "{text}"')
@@ -148,10 +155,20 @@ def test_a_number_its_column_cannot_hold_as_written_is_refused_up_front(
         assert said is None or said in line, (args, line)
 
 
-def test_a_number_its_column_holds_is_loaded_exactly(sample_home: Path, tmp_path: Path) -> None:
+def test_a_literal_its_column_holds_is_accepted(sample_home: Path, tmp_path: Path) -> None:
     """What the refusals above leave alone: an integral fraction for an integer column, an
-    integer or a number of the column's scale for a decimal one, and a fraction for a double."""
-    for text in ("user_id >= 1000005.0", "user_id < '1000005'", "price > 1.50", "price > 2", "rating > 1.5"):
+    integer or a number of the column's scale for a decimal one, a fraction for a double, and
+    dates and times written as strings."""
+    for text in (
+        "user_id >= 1000005.0",
+        "user_id < '1000005'",
+        "price > 1.50",
+        "price > 2",
+        "rating > 1.5",
+        "signup_date > '2023-11-15'",
+        "updated_at > '2023-11-15T12:00:00'",
+        "event_time > '2023-11-15T12:00:00+00:00'",
+    ):
         spec = _spec_with(
             tmp_path, "value_columns: [rating, price]", f'value_columns: [rating, price]\n  filter: "{text}"'
         )
