@@ -120,7 +120,7 @@ def _literal_mismatches(expr: Any, schema: Any) -> Iterator[str]:
     - a decimal column compared with a number wider than it, which Arrow refuses mid-load;
     - a date, time or timestamp column compared with an integer, which the binder takes as a
       count since the epoch (days, or microseconds): ``signup_date > 20240101`` is a date in
-      the year 56,000, and ``updated_at > 1700000000`` (seconds) 28 minutes after 1970."""
+      the year 57,000, and ``updated_at > 1700000000`` (seconds) 28 minutes after 1970."""
     from decimal import localcontext
 
     from pyiceberg.expressions import And, LiteralPredicate, Not, Or, SetPredicate
