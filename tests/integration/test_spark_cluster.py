@@ -174,3 +174,23 @@ def test_package_refuses_a_path_it_cannot_write_in_one_line(tmp_path: Path) -> N
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [f"error: cannot write the archive {blocker / 'env.zip'}: File exists"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_two_packs_to_one_archive_at_once_both_write_it_whole(tmp_path: Path) -> None:
+    """Two ``bulldozer spark package`` writing the same archive at once (two deploy jobs) wrote
+    one shared ``env.zip.partial``: the first's move took the file the second still wrote, and
+    the second failed with ``cannot write the archive ...: No such file or directory``. Each
+    now writes its own partial file and moves it into place whole; a dead process's partial
+    file is deleted by the next pack."""
+    import zipfile
+
+    output = tmp_path / "env.zip"
+    stale = tmp_path / "env.zip.999999999.partial"  # no such process
+    stale.write_bytes(b"left by a killed pack")
+    command = [sys.executable, "-m", "bulldozer.cli.main", "spark", "package", "--no-compress", "-o", str(output)]
+    packs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    said = [pack.communicate(timeout=300) for pack in packs]
+    assert [pack.returncode for pack in packs] == [0, 0], said
+    with zipfile.ZipFile(output) as archive:
+        assert archive.testzip() is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["env.zip"]

@@ -32,6 +32,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from bulldozer import scratch
 from bulldozer.errors import InvalidArgumentError
 
 __all__ = ["ARCHIVE_DIR", "EXECUTOR_PYTHON", "Packed", "archive_conf", "build_archive", "distributions"]
@@ -128,10 +129,11 @@ def build_archive(output: Path, compress: bool = True) -> Packed:
     started = time.monotonic()
     site = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
     base = Path(os.path.realpath(getattr(sys, "_base_executable", sys.executable)))
-    partial = output.with_name(output.name + ".partial")
+    partial = scratch.partial_path(output)
     names: list[str] = []
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
+        scratch.sweep_partials(output.parent, f"{output.name}.*.partial")
         files, size = _write_archive(partial, compress, site, base, names)
         partial.replace(output)
     except OSError as exc:

@@ -372,36 +372,16 @@ def _class_archive_options() -> list[str]:
     if path is None:
         return []
     quiet = "-Xlog:disable -Xlog:all=warning,cds*=off:stderr"
-    _sweep_partial_archives(path.parent)
+    scratch.sweep_partials(path.parent, "*.jsa.*.partial")
     if path.exists():
         return [f"-XX:SharedArchiveFile={path}", quiet]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError:
         return []
-    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    partial = scratch.partial_path(path)
     _ARCHIVE_BUILD = (partial, path)
     return [f"-XX:ArchiveClassesAtExit={partial}", quiet]
-
-
-def _sweep_partial_archives(folder: Path) -> None:
-    """Delete the partial class-data archives (``*.jsa.<pid>.partial``, ≈ 170 MiB each) of
-    processes that are gone: one that ended without its ``atexit`` (killed, or a test
-    worker's ``os._exit``) left its driver's archive behind for good (4 after one test run)."""
-    try:
-        partials = list(folder.glob("*.jsa.*.partial"))
-    except OSError:
-        return
-    for partial in partials:
-        pid = partial.name.rsplit(".", 2)[-2]
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            partial.unlink(missing_ok=True)
-        except OSError:
-            continue  # alive (another user's, which this one may not signal)
 
 
 def _finish_class_archive(gateway: Any, partial: Path, final: Path) -> None:
