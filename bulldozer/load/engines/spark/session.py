@@ -335,7 +335,7 @@ def _remember_jars(resolved: str) -> None:
     record = _jars_record()
     try:
         record.parent.mkdir(parents=True, exist_ok=True)
-        partial = record.with_name(f"{record.name}.{os.getpid()}")
+        partial = scratch.partial_path(record)
         partial.write_text("\n".join(jars) + "\n")
         os.replace(partial, record)
     except OSError as exc:  # only an optimisation
