@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["WAIT", "held"]
+__all__ = ["WAIT", "held", "in_cache"]
 
 log = logging.getLogger(__name__)
 
@@ -56,3 +56,11 @@ def held(path: Path, what: str, wait: float = WAIT) -> Iterator[bool]:
         yield True
     finally:
         os.close(fd)
+
+
+def in_cache(name: str) -> Path:
+    """The lock file ``name`` in Bulldozer's cache (``locks/<name>.lock``, where the service
+    scripts keep theirs too), for work done into the cache."""
+    from bulldozer.settings import load_settings
+
+    return load_settings().cache_folder() / "locks" / f"{name}.lock"

@@ -10,6 +10,11 @@ the last of them exits, however it exits. ``make`` first removes every ``bulldoz
 folder of this user whose lock it can take. The lock file gets its name only once it is
 locked, so a folder being made is never mistaken for an abandoned one.
 
+A file written whole and then moved into place (an archive, a record in the cache) is written
+beside it under a name of the writing process's own (``partial_path``), so two processes
+writing it at once never share one; ``sweep_partials`` deletes those of processes that are
+gone.
+
 A folder for Unix sockets (``sockets=True``: a DAL's) is made where a socket's path fits in
 the kernel's limit (``bulldozer.sockets.SOCKET_PATH_MAX``): in the temporary
 directory when it is short enough, else in the first of ``SOCKET_ROOTS`` that is (a
@@ -163,7 +168,10 @@ def sweep_partials(folder: Path, pattern: str = "*.partial") -> list[Path]:
         try:
             os.kill(int(pid), 0)
         except ProcessLookupError:
-            partial.unlink(missing_ok=True)
+            try:
+                partial.unlink(missing_ok=True)
+            except OSError:  # a folder this user may not write in: left, as before
+                continue
             removed.append(partial)
         except OSError:
             continue  # alive, and another user's (this one may not signal it)

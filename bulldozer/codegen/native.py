@@ -94,7 +94,7 @@ def _maven_exe(group: str, artifact: str, version: str) -> Path:
     if exe.exists():
         return exe
     mvn = _tool("mvn", f"install Maven (apt-get install maven) to fetch {group}:{artifact} from Maven Central")
-    with locks.held(_cache() / "locks" / f"{artifact}-{version}.lock", f"fetching {artifact}"):
+    with locks.held(locks.in_cache(f"{artifact}-{version}"), f"fetching {artifact}"):
         if exe.exists():
             return exe  # fetched by the process this one waited for
         folder.mkdir(parents=True, exist_ok=True)
@@ -132,7 +132,7 @@ def go_plugins() -> tuple[Path, Path]:
     if gen_go.exists() and gen_grpc.exists():
         return gen_go, gen_grpc
     go = _tool("go", "install the Go toolchain to generate Go clients")
-    with locks.held(_cache() / "locks" / f"{folder.name}.lock", "installing the Go protoc plugins"):
+    with locks.held(locks.in_cache(f"go-plugins-{folder.name}"), "installing the Go protoc plugins"):
         if gen_go.exists() and gen_grpc.exists():
             return gen_go, gen_grpc  # installed by the process this one waited for
         folder.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,7 @@ def test_a_fetch_waits_for_the_one_under_way_and_takes_what_it_fetched(tmp_path:
     version = native._protobuf_java()
     tools = tmp_path / "tools"
     exe = tools / "protoc" / f"protoc-{version}-linux-x86_64.exe"
-    with locks.held(tools / "locks" / f"protoc-{version}.lock", "the test's fetch") as holding:
+    with locks.held(tmp_path / "locks" / f"protoc-{version}.lock", "the test's fetch") as holding:
         assert holding
         waiting = subprocess.Popen(
             [sys.executable, "-c", "from bulldozer.codegen.native import java_protoc; print(java_protoc())"],
