@@ -200,6 +200,11 @@ class ReadableJson:
         missing = [f.name for f in desc.fields if f.name not in data]
         if missing:
             raise InvalidArgumentError(f"the key needs every key field ({_names(desc)}); missing: {', '.join(missing)}")
+        if nulls := [name for name, value in data.items() if value is None]:
+            # protobuf's parser takes null as unset: a key no row has, said as "no value"
+            raise InvalidArgumentError(
+                f"the key's {nulls[0]!r} is null; no key field is (a key with a null is not loaded)"
+            )
         proto_json = {}
         for name, value in data.items():
             f = desc.fields_by_name.get(name)

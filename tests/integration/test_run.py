@@ -443,6 +443,10 @@ def test_cli_run_get_runs_on_the_embedded_default(tmp_path: Path) -> None:
     assert typo.returncode == 2 and typo.stderr.strip().splitlines()[-1] == (
         "error: --key: the key has no field 'userid' (did you mean 'user_id'?); its fields are user_id, item_id, locale"
     )
+    null = _cli(["get", "user_item_scores", "--key", json.dumps({**KEY, "locale": None})], home)
+    assert null.returncode == 2 and null.stderr.strip().splitlines()[-1] == (  # it said "no value for that key"
+        "error: --key: the key's 'locale' is null; no key field is (a key with a null is not loaded)"
+    )
     deep = _cli(["get", "user_item_scores", "--key", "[" * 5_000], home)  # the parser's recursion, not a traceback
     assert deep.returncode == 2 and deep.stderr.strip() == "error: --key: the key is nested too deeply to be a key"
     runs = _cli(["runs", "user_item_scores", "--json"], home)
