@@ -16,7 +16,7 @@ its line.
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -232,6 +232,13 @@ def _check_schedule(value: str | None) -> str | None:
             "{value!r} is not a cron expression (5 fields: minute hour day month weekday)",
             value=value,
         )
+    from croniter import CroniterBadDateError
+
+    try:  # a cron has no year: one that fires at all fires within any 28 years
+        croniter(value, datetime(2000, 1, 1)).get_next(datetime)
+    except CroniterBadDateError:
+        # Airflow takes it, and its scheduler then logs "Failed to fetch run info" and never runs the job
+        raise _error("{value!r} never fires: no date has that day in that month", value=value) from None
     return value
 
 
