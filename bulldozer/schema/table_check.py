@@ -13,7 +13,7 @@ from bulldozer.spec.loader import LoadedSpec
 from bulldozer.spec.policy import policy_issues
 from bulldozer.warehouse.catalog import load_table, open_catalog
 
-__all__ = ["check_against_catalog", "column_issues", "require_columns", "require_filter"]
+__all__ = ["check_against_catalog", "column_issues", "order_by_issues", "require_columns", "require_filter"]
 
 
 def _column_issue(
@@ -53,8 +53,28 @@ def require_columns(loaded: LoadedSpec, source_schema: Any, source: str = "table
     the table, or of the query's result) lacks a column the spec names: what a run, a plan,
     ``proto`` and ``client`` say before they generate a schema, which would refuse it with
     no place in the spec."""
-    if unknown := column_issues(loaded, [f.name for f in source_schema.fields], source):
+    if unknown := column_issues(loaded, [f.name for f in source_schema.fields], source) or order_by_issues(
+        loaded, source_schema
+    ):
         raise SpecError(unknown)
+
+
+def order_by_issues(loaded: LoadedSpec, source_schema: Any) -> list[SpecIssue]:
+    """``keep_latest``'s ``order_by`` naming a struct, list or map column: DuckDB orders those
+    too, so a run picked "the latest" row by a nested value, which says nothing of which row
+    is newer."""
+    order_by = loaded.spec.data_movement.duplicate_keys.order_by
+    field = next((f for f in source_schema.fields if f.name == order_by), None)
+    if field is None or field.field_type.is_primitive:
+        return []
+    return [
+        loaded.issue(
+            ("data_movement", "duplicate_keys", "order_by"),
+            f"{order_by!r} is a {type(field.field_type).__name__.removesuffix('Type').lower()} column; "
+            "the latest row is the one with the greatest value "
+            "of a column of plain values (a timestamp, a version number)",
+        )
+    ]
 
 
 def require_filter(loaded: LoadedSpec, table_schema: Any) -> None:
@@ -87,7 +107,7 @@ def _table_issues(loaded: LoadedSpec, catalog: Any, home: str | None) -> list[Sp
     except BulldozerError as exc:
         return [loaded.issue(("data_movement", "source", "table"), str(exc))]
     schema = table.schema()
-    issues = column_issues(loaded, [f.name for f in schema.fields])
+    issues = column_issues(loaded, [f.name for f in schema.fields]) + order_by_issues(loaded, schema)
     if dm.filter is not None:
         issues.extend(_check_filter(loaded, dm.filter, schema))
     if dm.snapshot_id is not None and table.snapshot_by_id(dm.snapshot_id) is None:

@@ -210,6 +210,29 @@ def test_keep_latest_names_a_column_the_table_has_not(home: Path, dal: KvClient)
     ]
 
 
+def test_keep_latest_by_a_nested_column_is_refused_at_its_line(home: Path, dal: KvClient) -> None:
+    """DuckDB orders structs, lists and maps too, so keep_latest by one picked "the latest" row
+    by a nested value, which says nothing of which row is newer; the run, a plan and validate
+    --catalog refuse it at order_by, and a query's result column is held to it as well."""
+    _add_newer_duplicates(home, updated_shift=10**12)
+    for column, kind in (("profile", "struct"), ("recent_orders", "list")):
+        nested = KEEP_LATEST.replace("updated_at", column)
+        said = (
+            f"job.yaml:8:41: data_movement.duplicate_keys.order_by: {column!r} is a {kind} column; the latest "
+            "row is the one with the greatest value of a column of plain values (a timestamp, a version number)"
+        )
+        spec = job("{table: sample.user_item_scores}", "[rating, price, updated_at]", nested)
+        with pytest.raises(SpecError) as refused:
+            run_job(spec, dal, home=str(home))
+        assert [str(i) for i in refused.value.issues] == [said]
+        query = job("{query: 'SELECT * FROM sample.user_item_scores'}", "[rating, price, updated_at]", nested)
+        with pytest.raises(SpecError) as refused:
+            run_job(query, dal, home=str(home))
+        assert [str(i) for i in refused.value.issues] == [said]
+    # refused before anything was loaded: each run kept as a FAILED version holding nothing
+    assert {(v.state.value, v.record_count) for v in dal.list_namespaces("scores")} == {("FAILED", 0)}
+
+
 def test_without_keep_latest_the_same_duplicates_fail(home: Path, dal: KvClient) -> None:
     _add_newer_duplicates(home, updated_shift=10**12)
     with pytest.raises(DuplicateKeyError, match="rows sharing a key"):
