@@ -22,6 +22,13 @@ def submit(
         bool, typer.Option("--no-catalog", help="Skip the check against the Iceberg catalog.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    take_over: Annotated[
+        bool,
+        typer.Option(
+            "--take-over",
+            help="Replace a submitted job of the same name whose owner is another (refused otherwise).",
+        ),
+    ] = False,
 ) -> None:
     """Validate a spec against its catalog and place it where the scheduler picks it up.
 
@@ -29,12 +36,13 @@ def submit(
     it into a scheduled DAG.
 
     The file is written under a temporary name and renamed into place, so the scheduler
-    never reads half a spec. Submitting a spec again replaces it; a second job with the
-    same name, or the same alias, from another file is refused.
+    never reads half a spec. Submitting a spec again replaces it; replacing a job another
+    owner submitted needs --take-over, and a second job with the same name, or the same
+    alias, from another file is refused.
     """
     from bulldozer.schedule.jobs import submit as place
 
-    target = place(spec, home=home, folder=specs_dir, check_catalog=not no_catalog)
+    target = place(spec, home=home, folder=specs_dir, check_catalog=not no_catalog, take_over=take_over)
     if as_json:
         print_json({"submitted": str(target)})
     else:

@@ -34,10 +34,17 @@ def find_specs(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in SUFFIXES and not p.name.startswith("."))
 
 
-def submit(path: Path, home: str | None = None, folder: Path | None = None, check_catalog: bool = True) -> Path:
+def submit(
+    path: Path,
+    home: str | None = None,
+    folder: Path | None = None,
+    check_catalog: bool = True,
+    take_over: bool = False,
+) -> Path:
     """Validate ``path`` (against its catalog too) and place it in the specs folder
     atomically as ``<name>.yaml``. Refuses a second job of the same name, or of the same alias,
-    from another file."""
+    from another file; and, unless ``take_over``, replacing a submitted job of another owner
+    (the same name from another team replaced its job without a word)."""
     from bulldozer.spec.checks import spec_issues
 
     loaded = load_spec(path)
@@ -51,6 +58,22 @@ def submit(path: Path, home: str | None = None, folder: Path | None = None, chec
     alias = loaded.spec.alias
     for other in find_specs(folder):
         if other == target:
+            owner = loaded.spec.metadata.owner
+            try:
+                submitted_owner = load_spec(other).spec.metadata.owner
+            except BulldozerError:
+                continue  # an invalid file of that name: nothing it runs to hand over
+            if submitted_owner != owner and not take_over:
+                raise SpecError(
+                    [
+                        SpecIssue(
+                            str(path),
+                            "metadata.owner",
+                            f"the job {name!r} belongs to {submitted_owner!r} (submitted as {other}), not to "
+                            f"{owner!r}: submitting it would replace their job (--take-over hands it over)",
+                        )
+                    ]
+                )
             continue
         try:
             submitted = load_spec(other).spec

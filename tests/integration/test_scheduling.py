@@ -138,6 +138,18 @@ def test_submit_places_the_spec_atomically_and_jobs_lists_it(home: Path, tmp_pat
     assert [p.name for p in specs.iterdir()] == ["user_item_scores.yaml"]  # no temporary file left
     again = _cli(["submit", str(write_spec(tmp_path / "again.yaml"))], home, env)
     assert again.returncode == 0  # submitting the job again replaces it
+    # the same job name from another owner replaced that team's job without a word: now it
+    # is refused, and --take-over hands the job over deliberately
+    other_team = write_spec(tmp_path / "other_team.yaml", **{"owner: data-platform@example.com": "owner: growth"})
+    refused = _cli(["submit", str(other_team)], home, env)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        f"{other_team}: metadata.owner: the job 'user_item_scores' belongs to 'data-platform@example.com' (submitted "
+        f"as {placed}), not to 'growth': submitting it would replace their job (--take-over hands it over)"
+    ]
+    assert placed.read_text() == write_spec(tmp_path / "again.yaml").read_text()  # theirs, untouched
+    taken = _cli(["submit", str(other_team), "--take-over"], home, env)
+    assert taken.returncode == 0 and "owner: growth" in placed.read_text()
+    assert _cli(["submit", "templates/move_data_to_kv_dal.yaml", "--take-over"], home, env).returncode == 0
     legacy = write_spec(specs / "legacy.yaml")  # a file placed by hand, same job name
     refused = _cli(["submit", "templates/move_data_to_kv_dal.yaml"], home, env)
     assert refused.returncode == 2 and f"already submitted as {legacy}" in refused.stderr
