@@ -50,9 +50,10 @@ def column_issues(loaded: LoadedSpec, names: list[str], source: str = "table") -
 
 def require_columns(loaded: LoadedSpec, source_schema: Any, source: str = "table") -> None:
     """Raise SpecError with ``column_issues`` when the Iceberg schema ``source_schema`` (of
-    the table, or of the query's result) lacks a column the spec names: what a run, a plan,
-    ``proto`` and ``client`` say before they generate a schema, which would refuse it with
-    no place in the spec."""
+    the table, or of the query's result) lacks a column the spec names, or with
+    ``order_by_issues`` when keep_latest orders by a nested one: what a run, a plan, ``proto``
+    and ``client`` say before they generate a schema, which would refuse it with no place in
+    the spec."""
     if unknown := column_issues(loaded, [f.name for f in source_schema.fields], source) or order_by_issues(
         loaded, source_schema
     ):
