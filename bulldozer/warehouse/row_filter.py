@@ -5,33 +5,26 @@ The filter is untrusted text: it is only ever parsed by pyiceberg's parser (comp
 literals, with ``AND``, ``OR``, ``NOT``; no functions) and bound to the table's schema, on
 every engine (the Spark engine builds Columns from the bound expression:
 ``bulldozer.load.engines.spark.row_filter``). ``filter_issue`` says in one line why a filter
-cannot apply — it does not parse, names no column, compares an integer column with a
-fraction (which pyiceberg would round) or a decimal column with another scale, tests a list
-or map column, or compares a uuid column, which Arrow has no kernel for — checked by ``validate --catalog`` and by a
-run's schema stage, before anything is loaded.
+cannot apply — it does not parse, names no column of the table (with the closest one), holds
+a literal its column's type cannot hold as written (which pyiceberg would round or misread),
+tests a list or map column, or compares a uuid column, which Arrow has no kernel for —
+checked by ``validate --catalog``, ``plan`` and a run's schema stage, before anything is
+loaded.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from typing import Any
 
-__all__ = ["GRAMMAR", "bound_filter", "filter_issue", "parse_issue"]
+__all__ = ["GRAMMAR", "filter_issue", "parse_issue"]
 
 #: what a filter may say, for the one line that refuses one
 GRAMMAR = (
     "a filter is pyiceberg's row-filter grammar: comparisons, IN, IS [NOT] NULL, IS [NOT] NAN and "
     "[NOT] LIKE 'prefix%' of a column and literals, with AND, OR, NOT (no functions)"
 )
-
-
-def bound_filter(text: str, schema: Any, case_sensitive: bool = True) -> Any:
-    """``text`` parsed and bound to the Iceberg ``schema`` (pyiceberg raises on either)."""
-    from pyiceberg.expressions import parser
-    from pyiceberg.expressions.visitors import bind
-
-    return bind(schema, parser.parse(text), case_sensitive=case_sensitive)
 
 
 def _parsed(text: str) -> tuple[Any, str | None]:
@@ -86,21 +79,34 @@ def filter_issue(text: str, schema: Any) -> str | None:
     return next(_unevaluable(bound), None)
 
 
+def _predicates(expr: Any) -> Iterator[Any]:
+    """The predicates of a filter expression, parsed or bound, under its AND, OR and NOT, in
+    the filter's order (without recursion: a filter nests as deep as it is long)."""
+    from pyiceberg.expressions import And, Not, Or
+
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, And | Or):
+            stack += [node.right, node.left]
+        elif isinstance(node, Not):
+            stack.append(node.child)
+        else:
+            yield node
+
+
 def _unknown_columns(expr: Any, schema: Any) -> Iterator[str]:
     """A column the parsed (unbound) filter ``expr`` names that the table has not, with the
     closest it has (the binder said ``Could not find field with name ratng,
     case_sensitive=True``); a nested one by its dotted path (``profile.tier``)."""
     import difflib
 
-    from pyiceberg.expressions import And, Not, Or, Reference, UnboundPredicate
+    from pyiceberg.expressions import Reference, UnboundPredicate
 
-    if isinstance(expr, And | Or):
-        yield from _unknown_columns(expr.left, schema)
-        yield from _unknown_columns(expr.right, schema)
-    elif isinstance(expr, Not):
-        yield from _unknown_columns(expr.child, schema)
-    elif isinstance(expr, UnboundPredicate) and isinstance(expr.term, Reference):
-        name = expr.term.name
+    for predicate in _predicates(expr):
+        if not (isinstance(predicate, UnboundPredicate) and isinstance(predicate.term, Reference)):
+            continue
+        name = predicate.term.name
         try:
             schema.find_field(name, case_sensitive=True)
         except ValueError:
@@ -121,9 +127,7 @@ def _literal_mismatches(expr: Any, schema: Any) -> Iterator[str]:
     - a date, time or timestamp column compared with an integer, which the binder takes as a
       count since the epoch (days, or microseconds): ``signup_date > 20240101`` is a date in
       the year 57,000, and ``updated_at > 1700000000`` (seconds) 28 minutes after 1970."""
-    from decimal import localcontext
-
-    from pyiceberg.expressions import And, LiteralPredicate, Not, Or, SetPredicate
+    from pyiceberg.expressions import LiteralPredicate, SetPredicate
     from pyiceberg.types import (
         DateType,
         DecimalType,
@@ -136,19 +140,16 @@ def _literal_mismatches(expr: Any, schema: Any) -> Iterator[str]:
         TimeType,
     )
 
-    if isinstance(expr, And | Or):
-        yield from _literal_mismatches(expr.left, schema)
-        yield from _literal_mismatches(expr.right, schema)
-    elif isinstance(expr, Not):
-        yield from _literal_mismatches(expr.child, schema)
-    elif isinstance(expr, LiteralPredicate | SetPredicate):
+    temporal = DateType | TimeType | TimestampType | TimestamptzType | TimestampNanoType | TimestamptzNanoType
+    for predicate in _predicates(expr):
+        if not isinstance(predicate, LiteralPredicate | SetPredicate):
+            continue
         try:
-            field = expr.term.bind(schema, case_sensitive=True).ref().field
+            field = predicate.term.bind(schema, case_sensitive=True).ref().field
         except Exception:  # no such column: the binder says so
-            return
-        literals = [expr.literal] if isinstance(expr, LiteralPredicate) else sorted(expr.literals)
+            continue
+        literals = [predicate.literal] if isinstance(predicate, LiteralPredicate) else sorted(predicate.literals)
         kind = field.field_type
-        temporal = DateType | TimeType | TimestampType | TimestamptzType | TimestampNanoType | TimestamptzNanoType
         if isinstance(kind, temporal):
             number = next((lit.value for lit in literals if isinstance(lit.value, int)), None)
             if number is not None:
@@ -156,9 +157,9 @@ def _literal_mismatches(expr: Any, schema: Any) -> Iterator[str]:
                     f"the filter compares the {kind} column {field.name!r} with the number {number}: "
                     + _TEMPORAL[str(kind)]
                 )
-            return
+            continue
         if not isinstance(kind, IntegerType | LongType | DecimalType):
-            return
+            continue
         for written in (literal.value for literal in literals):
             if (value := _number(written)) is None:
                 continue  # not a number: the binder refuses it
@@ -232,23 +233,22 @@ def _unevaluable(expr: Any) -> Iterator[str]:
     """Why pyiceberg's scan would fail mid-run on a predicate of the bound filter ``expr``:
     a list or map column (the scan cannot project one for a filter), or a uuid column compared
     with literals (Arrow has no kernel comparing its uuid type; IS NULL needs none)."""
-    from pyiceberg.expressions import And, BoundLiteralPredicate, BoundPredicate, BoundSetPredicate, Not, Or
+    from pyiceberg.expressions import BoundLiteralPredicate, BoundPredicate, BoundSetPredicate
     from pyiceberg.types import ListType, MapType, UUIDType
 
-    if isinstance(expr, And | Or):
-        yield from _unevaluable(expr.left)
-        yield from _unevaluable(expr.right)
-    elif isinstance(expr, Not):
-        yield from _unevaluable(expr.child)
-    elif isinstance(expr, BoundPredicate):
-        field = expr.term.ref().field
+    for predicate in _predicates(expr):
+        if not isinstance(predicate, BoundPredicate):
+            continue
+        field = predicate.term.ref().field
         if isinstance(field.field_type, ListType | MapType):
             kind = "list" if isinstance(field.field_type, ListType) else "map"
             yield (
                 f"the filter tests the {kind} column {field.name!r}, which pyiceberg's scan cannot filter on: "
                 "filter on a column of plain values"
             )
-        elif isinstance(field.field_type, UUIDType) and isinstance(expr, BoundLiteralPredicate | BoundSetPredicate):
+        elif isinstance(field.field_type, UUIDType) and isinstance(
+            predicate, BoundLiteralPredicate | BoundSetPredicate
+        ):
             yield (
                 f"the filter compares the uuid column {field.name!r}, which pyiceberg's scan cannot evaluate: "
                 "filter on another column"
