@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
@@ -85,33 +86,45 @@ def _check(command: list[str], what: str, cwd: Path | None = None, env: dict[str
         raise ToolchainError(f"{what} failed ({' '.join(command[:3])} …): {tail}")
 
 
-def _maven_exe(group: str, artifact: str, version: str) -> Path:
-    """A native executable published on Maven Central (``G:A:V:exe:linux-x86_64``), cached:
-    fetched by one process at a time (``bulldozer.locks``) into a folder of its own, then
-    moved into place whole, so no process runs one another is still writing."""
-    folder = _cache() / artifact
-    exe = folder / f"{artifact}-{version}-linux-x86_64.exe"
-    if exe.exists():
-        return exe
-    mvn = _tool("mvn", f"install Maven (apt-get install maven) to fetch {group}:{artifact} from Maven Central")
-    with locks.held(locks.in_cache(f"{artifact}-{version}"), f"fetching {artifact}"):
-        if exe.exists():
-            return exe  # fetched by the process this one waited for
+def _fetched_once(tools: list[Path], lock: str, what: str, fetch: Callable[[Path], None]) -> None:
+    """Make the ``tools`` (files of one folder in the cache) unless they all exist: by one
+    process at a time (``bulldozer.locks``, lock ``lock``), ``fetch(partial)`` writing them
+    under their names into a folder of its own, then moved into place whole, so no process
+    runs one another is still writing."""
+    if all(tool.exists() for tool in tools):
+        return
+    with locks.held(locks.in_cache(lock), what):
+        if all(tool.exists() for tool in tools):
+            return  # made by the process this one waited for
+        folder = tools[0].parent
         folder.mkdir(parents=True, exist_ok=True)
-        with scratch.folder("maven", root=folder) as partial:
-            _check(
-                [
-                    mvn,
-                    "-q",
-                    "-B",
-                    "dependency:copy",
-                    f"-Dartifact={group}:{artifact}:{version}:exe:linux-x86_64",
-                    f"-DoutputDirectory={partial}",
-                ],
-                f"fetching {group}:{artifact}:{version} from Maven Central",
-            )
-            (partial / exe.name).chmod(0o755)
-            os.replace(partial / exe.name, exe)
+        with scratch.folder("tools", root=folder) as partial:
+            fetch(partial)
+            for tool in tools:
+                (partial / tool.name).chmod(0o755)
+                os.replace(partial / tool.name, tool)
+
+
+def _maven_exe(group: str, artifact: str, version: str) -> Path:
+    """A native executable published on Maven Central (``G:A:V:exe:linux-x86_64``), cached
+    (``_fetched_once``)."""
+    exe = _cache() / artifact / f"{artifact}-{version}-linux-x86_64.exe"
+
+    def fetch(partial: Path) -> None:
+        mvn = _tool("mvn", f"install Maven (apt-get install maven) to fetch {group}:{artifact} from Maven Central")
+        _check(
+            [
+                mvn,
+                "-q",
+                "-B",
+                "dependency:copy",
+                f"-Dartifact={group}:{artifact}:{version}:exe:linux-x86_64",
+                f"-DoutputDirectory={partial}",
+            ],
+            f"fetching {group}:{artifact}:{version} from Maven Central",
+        )
+
+    _fetched_once([exe], f"{artifact}-{version}", f"fetching {artifact}", fetch)
     return exe
 
 
@@ -125,26 +138,21 @@ def java_protoc() -> Path:
 
 
 def go_plugins() -> tuple[Path, Path]:
-    """protoc-gen-go and protoc-gen-go-grpc, installed with ``go install`` (cached): by one
-    process at a time (``bulldozer.locks``) into a folder of its own, then moved into place."""
+    """protoc-gen-go and protoc-gen-go-grpc, installed with ``go install``, cached
+    (``_fetched_once``)."""
     folder = _cache() / "go" / f"{GO_PROTOBUF}-{GO_GRPC_PLUGIN}"
     gen_go, gen_grpc = folder / "protoc-gen-go", folder / "protoc-gen-go-grpc"
-    if gen_go.exists() and gen_grpc.exists():
-        return gen_go, gen_grpc
-    go = _tool("go", "install the Go toolchain to generate Go clients")
-    with locks.held(locks.in_cache(f"go-plugins-{folder.name}"), "installing the Go protoc plugins"):
-        if gen_go.exists() and gen_grpc.exists():
-            return gen_go, gen_grpc  # installed by the process this one waited for
-        folder.mkdir(parents=True, exist_ok=True)
-        with scratch.folder("go-install", root=folder) as partial:
-            env = child_environment(GOBIN=str(partial))
-            for module in (
-                f"google.golang.org/protobuf/cmd/protoc-gen-go@{GO_PROTOBUF}",
-                f"google.golang.org/grpc/cmd/protoc-gen-go-grpc@{GO_GRPC_PLUGIN}",
-            ):
-                _check([go, "install", module], f"go install {module}", env=env)
-            for plugin in (gen_go, gen_grpc):
-                os.replace(partial / plugin.name, plugin)
+
+    def fetch(partial: Path) -> None:
+        go = _tool("go", "install the Go toolchain to generate Go clients")
+        env = child_environment(GOBIN=str(partial))
+        for module in (
+            f"google.golang.org/protobuf/cmd/protoc-gen-go@{GO_PROTOBUF}",
+            f"google.golang.org/grpc/cmd/protoc-gen-go-grpc@{GO_GRPC_PLUGIN}",
+        ):
+            _check([go, "install", module], f"go install {module}", env=env)
+
+    _fetched_once([gen_go, gen_grpc], f"go-plugins-{folder.name}", "installing the Go protoc plugins", fetch)
     return gen_go, gen_grpc
 
 
