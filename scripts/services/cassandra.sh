@@ -12,12 +12,12 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 version=5.0.9
-lib=${BULLDOZER_CACHE:-$HOME/.cache/bulldozer}/cassandra-$version/lib
 heap=${CASSANDRA_HEAP:-1G}
 
 log() { echo "cassandra.sh: $*" >&2; }
 # shellcheck source=common.sh
 . "$here/common.sh"
+lib=$services_cache/cassandra-$version/lib
 
 fetch() {
   [ -f "$lib/.complete" ] || with_lock "cassandra-$version" fetch_once

@@ -24,8 +24,8 @@ with_lock() {
   ) 9>"$services_cache/locks/$name.lock"
 }
 
-# apt_install PACKAGE...: Debian's packages (the package lists refreshed when they are stale);
-# holding the lock "apt", and waiting for dpkg's own lock should another apt run.
+# apt_install PACKAGE...: Debian's packages (the package lists refreshed when they are stale),
+# waiting for dpkg's own lock should another apt run; callers hold `with_lock apt`.
 apt_install() {
   export DEBIAN_FRONTEND=noninteractive
   local wait=(-o DPkg::Lock::Timeout="$lock_wait")
