@@ -28,6 +28,7 @@ Tree::
     │   ├── ResourceExhaustedError     size limits, full disk / map
     │   ├── BackendUnavailableError    server or storage engine not reachable
     │   ├── ForeignDataError           the engine's keyspace / prefix holds data Bulldozer did not write
+    │   ├── UnreadableRecordError      a stored record does not parse with its version's schema
     │   ├── UnauthenticatedError
     │   └── PermissionDeniedError
     └── LoadError                  a run failed while loading or verifying
@@ -71,6 +72,7 @@ __all__ = [
     "ToolchainError",
     "UnauthenticatedError",
     "UnimplementedError",
+    "UnreadableRecordError",
     "VerificationError",
     "error_class_by_name",
     "error_class_for_code",
@@ -266,6 +268,15 @@ class ForeignDataError(KvError):
     Bulldozer did not write; it is left untouched and the engine refuses to start."""
 
     grpc_code = "FAILED_PRECONDITION"
+    retryable = False
+
+
+class UnreadableRecordError(KvError):
+    """A record a version holds does not parse with the version's own stored schema (text
+    that is not UTF-8, say): written by another tool, or by a release that did not check
+    its source's values. A run refuses such values (SourceDataError) before they are stored."""
+
+    grpc_code = "DATA_LOSS"
     retryable = False
 
 

@@ -296,7 +296,7 @@ def scan(
         alias, name, info, key_cls, value_cls = open_version(client, target)
         readable = ReadableJson(info.value_descriptor_set)
         for key, value in client.scan(alias=f"{alias}@{name}", limit=limit):
-            line = {"key": readable(key_cls.FromString(key)), "value": readable(value_cls.FromString(value))}
+            line = {"key": readable.decode(key_cls, key), "value": readable.decode(value_cls, value)}
             typer.echo(json.dumps(line))
 
 

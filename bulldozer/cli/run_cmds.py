@@ -397,7 +397,7 @@ def get(
         value = client.get(key_bytes, alias=f"{alias}@{name}")
         if value is None:
             raise fail(f"no value for that key in {name}", 4)
-    print_json(readable(value_cls.FromString(value)))
+    print_json(readable.decode(value_cls, value))
 
 
 @handle_errors

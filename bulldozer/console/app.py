@@ -193,8 +193,8 @@ def _lookup(
     readable = ReadableJson(record.value_descriptor_set)
     try:
         raw = client.get(readable.key_bytes(key_cls, parse_key(text)), alias=f"{alias}@{name}")
+        if raw is None:
+            return {"error": f"no value for that key in {name}"}
+        return {"value": json.dumps(readable.decode(value_cls, raw), indent=2, ensure_ascii=False)}
     except BulldozerError as exc:
         return {"error": str(exc)}
-    if raw is None:
-        return {"error": f"no value for that key in {name}"}
-    return {"value": json.dumps(readable(value_cls.FromString(raw)), indent=2, ensure_ascii=False)}

@@ -102,10 +102,20 @@ class _Decoder:
         )
 
     def key(self, data: bytes) -> dict[str, Any]:
-        return self.readable(self.key_cls.FromString(data))
+        return self._readable(self.key_cls, data)
 
     def value(self, data: bytes) -> dict[str, Any]:
-        return self.readable(self.value_cls.FromString(data))
+        return self._readable(self.value_cls, data)
+
+    def _readable(self, cls: Any, data: bytes) -> dict[str, Any]:
+        """A record that does not parse (the live version may hold one a release that did not
+        check its text stored) is shown as why, not a failed run: the new version replaces it."""
+        from bulldozer.errors import UnreadableRecordError
+
+        try:
+            return self.readable.decode(cls, data)
+        except UnreadableRecordError as exc:
+            return {"unreadable": str(exc)}
 
 
 def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:

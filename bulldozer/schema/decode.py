@@ -26,10 +26,11 @@ from google.protobuf.message import Message
 
 from bulldozer.schema.model import ProtoField, ProtoMessage
 
-__all__ = ["ReadableJson", "decode_row", "iceberg_types", "message_to_json", "parse_key"]
+__all__ = ["ReadableJson", "decode_row", "iceberg_types", "message_to_json", "parse_key", "timestamp_text"]
 
 _EPOCH_DATE = date(1970, 1, 1)
 _EPOCH = datetime(1970, 1, 1)
+_DAY = 86_400_000_000  # microseconds
 
 
 def _scalar(f: ProtoField, kind: str, value: Any) -> Any:
@@ -219,7 +220,7 @@ class ReadableJson:
         iceberg = self.types.get(f.full_name, "")
         try:
             if iceberg == "date":
-                return (date.fromisoformat(text) - _EPOCH_DATE).days
+                return _date_days(text)
             if iceberg == "time":
                 t = time.fromisoformat(text)
                 return ((t.hour * 60 + t.minute) * 60 + t.second) * 1_000_000 + t.microsecond
@@ -234,6 +235,19 @@ class ReadableJson:
     def __call__(self, message: Message) -> dict[str, Any]:
         out: dict[str, Any] = self._message(message.DESCRIPTOR, message)
         return out
+
+    def decode(self, cls: Any, data: bytes) -> dict[str, Any]:
+        """The stored bytes ``data`` of a ``cls`` (a version's key or value class), readable;
+        UnreadableRecordError, one line, when they do not parse as one."""
+        from google.protobuf.message import DecodeError
+
+        from bulldozer.errors import UnreadableRecordError
+
+        try:
+            message = cls.FromString(data)
+        except DecodeError as exc:
+            raise UnreadableRecordError(f"a stored record does not parse with its version's schema: {exc}") from None
+        return self(message)
 
     def _message(self, desc: Any, m: Message) -> Any:
         return {f.name: self._field(f, m) for f in desc.fields}
@@ -259,7 +273,7 @@ class ReadableJson:
         msg = f.message_type
         if msg is not None:
             if msg.full_name == _TIMESTAMP:
-                text = value.ToJsonString()
+                text = timestamp_text(value.seconds, value.nanos)
                 return text[:-1] if iceberg in ("timestamp", "timestamp_ns") else text
             if _is_wrapper(msg):
                 return self._field(msg.fields[0], value)
@@ -267,9 +281,10 @@ class ReadableJson:
                 return (self._field(msg.fields_by_name["key"], value), self._field(msg.fields_by_name["value"], value))
             return self._message(msg, value)
         if iceberg == "date" and f.type == FieldDescriptor.TYPE_INT32:
-            return (_EPOCH_DATE + timedelta(days=value)).isoformat()
+            return _date_text(value)
         if iceberg == "time" and f.type == FieldDescriptor.TYPE_INT64:
-            return (datetime.min + timedelta(microseconds=value)).time().isoformat()
+            # a time outside a day (stored by a release that did not refuse one) as its number
+            return (datetime.min + timedelta(microseconds=value)).time().isoformat() if 0 <= value < _DAY else value
         if f.type == FieldDescriptor.TYPE_BYTES:
             if iceberg == "uuid" and len(value) == 16:
                 return str(uuid.UUID(bytes=bytes(value)))
@@ -279,6 +294,51 @@ class ReadableJson:
                 return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
             return _shortest_float32(value) if f.type == FieldDescriptor.TYPE_FLOAT else value
         return value
+
+
+_ORDINAL_1970 = _EPOCH_DATE.toordinal()
+_DAYS_PER_400_YEARS = 146_097  # the Gregorian calendar repeats every 400 years, to the weekday
+_EXTENDED_DATE = re.compile(r"(-?)(\d{4,})-(\d{2})-(\d{2})")
+
+
+def _date_text(days: int) -> str:
+    """An Iceberg date (days since 1970-01-01) as ISO 8601 text. A year past 9999 or before
+    1, which an Iceberg date holds and Python's cannot, gets as many digits as it needs and
+    a sign when negative (``"10000-01-01"``, ``"0000-12-31"``, ``"-0001-01-01"``)."""
+    ordinal = _ORDINAL_1970 + days
+    cycles = (ordinal - 1) // _DAYS_PER_400_YEARS if not 1 <= ordinal <= date.max.toordinal() else 0
+    day = date.fromordinal(ordinal - cycles * _DAYS_PER_400_YEARS)
+    year = day.year + 400 * cycles
+    return f"{'-' if year < 0 else ''}{abs(year):04d}-{day.month:02d}-{day.day:02d}"
+
+
+def _date_days(text: str) -> int:
+    """The days since 1970-01-01 of a date :func:`_date_text` writes; ValueError if it is none."""
+    m = _EXTENDED_DATE.fullmatch(text)
+    if not m:
+        raise ValueError(text)
+    year = int(m.group(2)) * (-1 if m.group(1) else 1)
+    cycles = (year - 1) // 400
+    in_range = date(year - 400 * cycles, int(m.group(3)), int(m.group(4)))
+    return in_range.toordinal() + cycles * _DAYS_PER_400_YEARS - _ORDINAL_1970
+
+
+def timestamp_text(seconds: int, nanos: int) -> str:
+    """A google.protobuf.Timestamp as protobuf's JSON writes it (``Z``; 0, 3, 6 or 9
+    digits of fraction). One outside the years 1 to 9999, which protobuf refuses to write
+    (a run refuses to store one; another tool may have), with its date as :func:`_date_text`
+    writes dates."""
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    try:
+        return str(Timestamp(seconds=seconds, nanos=nanos).ToJsonString())
+    except ValueError:
+        days, second = divmod(seconds, 86_400)
+        text = f"{_date_text(days)}T{second // 3600:02d}:{second // 60 % 60:02d}:{second % 60:02d}"
+        if nanos:
+            digits = 3 if nanos % 1_000_000 == 0 else 6 if nanos % 1_000 == 0 else 9
+            text += "." + f"{nanos:09d}"[:digits]
+        return text + "Z"
 
 
 def _shortest_float32(value: float) -> float:

@@ -182,6 +182,60 @@ def test_every_engine_refuses_a_null_key(engine: str, null_key: tuple[Path, str]
     assert [n.state for n in dal.list_namespaces("nullable")] == [State.FAILED]
 
 
+@pytest.fixture(scope="module")
+def unreadable(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A table whose one data file, written by a writer that checks nothing (as Spark may),
+    holds text that is not UTF-8 in ``name`` and a timestamp past the year 9999 in
+    ``until`` (Long.MAX_VALUE microseconds, a common "forever")."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    home = tmp_path_factory.mktemp("unreadable")
+    catalog = open_catalog(CatalogConfig(), home)
+    catalog.create_namespace("sample")
+    raw = [b"ok", b"caf\xe9", b"ab"]
+    offsets = np.cumsum([0, *map(len, raw)], dtype=np.int32)
+    names = pa.Array.from_buffers(pa.string(), 3, [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(raw))])
+    rows = pa.table(
+        {
+            "id": pa.array([1, 2, 3], pa.int64()),
+            "name": names,
+            "until": pa.array([0, 1, 2**63 - 1], pa.timestamp("us")),
+        }
+    )
+    table = catalog.create_table("sample.unreadable", rows.schema)
+    data = Path(table.location().removeprefix("file://")) / "data" / "written-elsewhere.parquet"
+    data.parent.mkdir(parents=True)
+    pq.write_table(rows, data, write_statistics=False)  # pyiceberg's statistics would decode the text
+    table.add_files([str(data)])
+    return home
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize(
+    ("column", "error"),
+    [
+        ("name", r"column 'name' holds text that is not UTF-8 \(e\.g\. b'caf\\xe9'\)"),
+        ("until", r"column 'until' holds a timestamp outside the years 1 to 9999 \(294247-01-10T04:00:54\.775807\)"),
+    ],
+)
+def test_every_engine_refuses_a_value_no_consumer_could_read(
+    engine: str, column: str, error: str, unreadable: Path, dal: KvClient
+) -> None:
+    """Loaded as they were, each made a verified version go live whose records every
+    consumer's parser (text) or conversion (timestamp) refuses: ``bulldozer get`` raised
+    ``String field had bad UTF-8`` / ``Timestamp is not valid``."""
+    text = (
+        "apiVersion: bulldozer/v1\nkind: MoveDataToKvDal\nmetadata: {name: unreadable, owner: tests}\n"
+        f"data_movement:\n  source: {{table: sample.unreadable}}\n  key_columns: [id]\n  value_columns: [{column}]\n"
+        f"key_value_dal: {{alias: unreadable_{column}}}\nbulldozer_protobuf: {{package: tests.unreadable}}\n"
+    )
+    with pytest.raises(SourceDataError, match=error):
+        run_job(_spec(text), dal, engine=engine, home=str(unreadable))
+    assert [n.state for n in dal.list_namespaces(f"unreadable_{column}")] == [State.FAILED]
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_stage_by_stage_every_engine_builds_the_same_version_a_whole_run_does(
     engine: str, sample: Path, dal: KvClient

@@ -819,3 +819,46 @@ def test_a_shadow_read_reports_what_changed_and_its_gate_refuses_the_flip(home: 
     assert wide.returncode == 0, wide.stderr
     fraction = f"~{changed / (3_000 - missing):.1%} of {3_000 + added:,}"
     assert "shadow read" in wide.stdout and fraction in wide.stdout  # the summary of the run that flipped
+
+
+def test_a_shadow_read_shows_a_live_record_that_does_not_parse_and_lets_the_new_version_replace_it(
+    dal: KvClient,
+) -> None:
+    """A live version stored by a release that did not refuse text that is not UTF-8 holds a
+    record no parser reads; the shadow read before the flip of the version that fixes it
+    raised protobuf's DecodeError, failing the run that would have replaced it."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    from bulldozer.load.shadow_read import shadow_read
+    from bulldozer.names import new_version_name
+    from bulldozer.schema.job import build_job_schema
+    from bulldozer.spec.models import ShadowRead
+    from tests.integration.kv_fixtures import seal_as_loaded
+    from tests.schemas import spec_for
+
+    schema = Schema(NestedField(1, "k", LongType(), required=True), NestedField(2, "name", StringType()))
+    job = build_job_schema(spec_for(["k"]), schema)
+    key_cls, value_cls = job.classes
+    key = key_cls(k=1).SerializeToString()
+    fixed = value_cls(name="cafe").SerializeToString()
+    versions = []
+    for value in (fixed.replace(b"cafe", b"caf\xe9"), fixed):  # the live one holds Latin-1
+        name = new_version_name("unparsed")
+        dal.create_namespace(
+            name,
+            "unparsed",
+            value_descriptor_set=job.descriptor_set,
+            key_message=job.key_full_name,
+            value_message=job.value_full_name,
+        )
+        dal.put(name, [(key, value)])
+        seal_as_loaded(dal, name, [(key, value)])
+        versions.append(dal.describe(name))
+    report = shadow_read(dal, versions[1], versions[0], ShadowRead(sample=10))
+    assert (report.sampled, report.changed) == (1, 1)
+    (example,) = report.examples
+    assert example["key"] == {"k": 1}
+    assert [(d["field"], d["new"]) for d in example["fields"]] == [("name", "cafe"), ("unreadable", None)]
+    live_says = next(d["live"] for d in example["fields"] if d["field"] == "unreadable")
+    assert "does not parse with its version's schema" in live_says and "UTF-8" in live_says

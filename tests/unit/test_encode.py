@@ -581,3 +581,125 @@ def test_a_run_of_the_encoder_compiles_nothing() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+# ------------------------------------------- values a proto type cannot carry to a consumer
+
+
+def _unchecked_text(values: list[bytes]) -> pa.Array:
+    """A string array of these bytes, made without Arrow's UTF-8 check (as a Parquet file a
+    writer such as Spark filled with any bytes reads)."""
+    offsets = np.cumsum([0, *map(len, values)], dtype=np.int32)
+    return pa.Array.from_buffers(
+        pa.string(), len(values), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(values))]
+    )
+
+
+TEXTS = Schema(
+    NestedField(1, "k", LongType(), required=True),
+    NestedField(2, "s", StringType()),
+    NestedField(3, "xs", ListType(4, StringType(), element_required=True)),
+    NestedField(5, "m", MapType(6, StringType(), 7, StringType(), value_required=True)),
+    NestedField(8, "st", StructType(NestedField(9, "inner", StringType()))),
+)
+
+
+def _texts(s: pa.Array, xs: pa.Array, m_keys: pa.Array, m_values: pa.Array, inner: pa.Array) -> pa.Table:
+    one_each = pa.array([0, 1, 2], pa.int32())
+    return pa.table(
+        {
+            "k": pa.array([1, 2], pa.int64()),
+            "s": s,
+            "xs": pa.ListArray.from_arrays(one_each, xs),
+            "m": pa.MapArray.from_arrays(one_each, m_keys, m_values),
+            "st": pa.StructArray.from_arrays([inner], names=["inner"]),
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("where", "place"),
+    [
+        ("s", "column 's'"),
+        ("xs", "an element of column 'xs'"),
+        ("m_keys", "a key of map column 'm'"),
+        ("m_values", "a value of map column 'm'"),
+        ("inner", "column 'st.inner'"),
+    ],
+)
+def test_text_that_is_not_utf8_is_refused_wherever_it_sits(where: str, place: str) -> None:
+    """A protobuf string holding bytes that are not UTF-8 makes every consumer's parser
+    refuse the whole record (Python's raised ``String field had bad UTF-8`` on a version
+    that had loaded, verified and gone live)."""
+    job = build_job_schema(spec_for(["k"]), TEXTS)
+    good = {name: _unchecked_text([b"a", "café".encode()]) for name in ("s", "xs", "m_keys", "m_values", "inner")}
+    RowEncoder(job.proto).encode(_texts(**good))
+    bad = {**good, where: _unchecked_text([b"fine", b"caf\xe9"])}  # Latin-1, not UTF-8
+    with pytest.raises(SourceDataError, match=rf"^{place} holds text that is not UTF-8 \(e\.g\. b'caf\\xe9'\)"):
+        RowEncoder(job.proto).encode(_texts(**bad))
+
+
+TIMES = Schema(
+    NestedField(1, "k", LongType(), required=True),
+    NestedField(2, "ts", TimestampType()),
+    NestedField(3, "tz", TimestamptzType()),
+    NestedField(4, "t", TimeType()),
+)
+
+
+def _times(ts: int | None = 0, tz: int | None = 0, t: int | None = 0) -> pa.Table:
+    arrow = TIMES.as_arrow()
+    return pa.table(
+        {
+            "k": pa.array([1], pa.int64()),
+            "ts": pa.array([ts], arrow.field("ts").type),
+            "tz": pa.array([tz], arrow.field("tz").type),
+            "t": pa.array([t], arrow.field("t").type),
+        }
+    )
+
+
+LAST_MICROSECOND = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999
+FIRST_MICROSECOND = -62_135_596_800_000_000  # 0001-01-01T00:00:00
+
+
+@pytest.mark.parametrize(
+    ("column", "micros", "shown"),
+    [
+        ("ts", LAST_MICROSECOND + 1, "10000-01-01T00:00:00"),
+        ("ts", 2**63 - 1, r"294247-01-10T04:00:54\.775807"),  # Long.MAX_VALUE, a writer's "forever"
+        ("tz", FIRST_MICROSECOND - 1, r"0000-12-31T23:59:59\.999999Z"),
+    ],
+)
+def test_a_timestamp_outside_the_years_protobuf_holds_is_refused(column: str, micros: int, shown: str) -> None:
+    """google.protobuf.Timestamp holds the years 1 to 9999; protobuf's JSON and every
+    language's conversion to its own time refuse any other (``bulldozer get`` raised
+    ``Timestamp is not valid``)."""
+    job = build_job_schema(spec_for(["k"]), TIMES)
+    with pytest.raises(
+        SourceDataError, match=rf"^column '{column}' holds a timestamp outside the years 1 to 9999 \({shown}\)"
+    ):
+        RowEncoder(job.proto).encode(_times(**{column: micros}))
+
+
+def test_the_first_and_last_timestamps_protobuf_holds_and_null_are_loaded() -> None:
+    from google.protobuf.json_format import MessageToDict
+
+    job = build_job_schema(spec_for(["k"]), TIMES)
+    _, value_cls = job.classes
+    for ts, tz in ((LAST_MICROSECOND, FIRST_MICROSECOND), (None, None)):
+        encoded = RowEncoder(job.proto).encode(_times(ts=ts, tz=tz))
+        out = MessageToDict(value_cls.FromString(encoded.values[0].as_py()))
+        if ts is None:
+            assert "ts" not in out and "tz" not in out
+        else:
+            assert (out["ts"], out["tz"]) == ("9999-12-31T23:59:59.999999Z", "0001-01-01T00:00:00Z")
+
+
+@pytest.mark.parametrize("micros", [-1, 86_400_000_000, 90_000_000_000])
+def test_a_time_outside_a_day_is_refused(micros: int) -> None:
+    job = build_job_schema(spec_for(["k"]), TIMES)
+    with pytest.raises(SourceDataError, match=rf"^column 't' holds a time outside a day \({micros:,} microseconds"):
+        RowEncoder(job.proto).encode(_times(t=micros))
+    RowEncoder(job.proto).encode(_times(t=86_399_999_999))
+    RowEncoder(job.proto).encode(_times(t=None))

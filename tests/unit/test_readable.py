@@ -127,3 +127,46 @@ def test_a_stored_descriptor_renders_back_to_an_equivalent_proto() -> None:
     assert check_compatibility(job.descriptor_set, again.descriptor_set).differences == []
     assert check_compatibility(again.descriptor_set, job.descriptor_set).differences == []
     assert render_descriptor(job.descriptor_set, "no.such.Message") == ""
+
+
+def test_values_no_run_stores_now_read_as_text_or_one_line() -> None:
+    """A version stored by another tool, or by a release that did not refuse them, may hold
+    a date, a timestamp or a time Python's types cannot hold, or text that is not UTF-8:
+    ``bulldozer get`` raised OverflowError, ``Timestamp is not valid`` or protobuf's
+    DecodeError for them."""
+    import pytest
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import DateType, LongType, NestedField, StringType, TimestampType, TimestamptzType, TimeType
+
+    from bulldozer.errors import UnreadableRecordError
+
+    schema = Schema(
+        NestedField(1, "k", LongType(), required=True),
+        NestedField(2, "day", DateType(), required=True),
+        NestedField(3, "at", TimestampType()),
+        NestedField(4, "at_utc", TimestamptzType()),
+        NestedField(5, "t", TimeType()),
+        NestedField(6, "name", StringType()),
+    )
+    job = build_job_schema(spec_for(["k", "day"]), schema)
+    key_cls, value_cls = job.classes
+    readable = ReadableJson(job.descriptor_set)
+    value = value_cls(t=90_000_000_000, name="XY")
+    value.at.seconds = 2**63 // 1_000_000
+    value.at.nanos = 775_807_000
+    value.at_utc.seconds = -62_135_596_801
+    assert readable.decode(value_cls, value.SerializeToString()) == {
+        "at": "294247-01-10T04:00:54.775807",
+        "at_utc": "0000-12-31T23:59:59Z",
+        "t": 90_000_000_000,  # a time outside a day, as its number
+        "name": "XY",
+    }
+    for days, text in ((2_932_897, "10000-01-01"), (-719_893, "-0001-01-01"), (2**31 - 1, "5881580-07-11")):
+        key = key_cls(k=1, day=days).SerializeToString()
+        assert readable.decode(key_cls, key) == {"k": 1, "day": text}
+        assert readable.key_bytes(key_cls, {"k": 1, "day": text}) == key  # what get --key takes
+    not_utf8 = value_cls(name="XY").SerializeToString().replace(b"XY", b"\xff\xfe")
+    with pytest.raises(
+        UnreadableRecordError, match=r"^a stored record does not parse with its version's schema: .*UTF-8"
+    ):
+        readable.decode(value_cls, not_utf8)
