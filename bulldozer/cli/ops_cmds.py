@@ -290,13 +290,18 @@ def scan(
     """Print records in key order as JSON lines, decoded with the version's stored schema.
 
     Each line is {"key": ..., "value": ...}, both written as `bulldozer get` prints them."""
+    from bulldozer.errors import UnreadableRecordError
     from bulldozer.schema.decode import ReadableJson
 
     with open_client(endpoint, home) as client:
         alias, name, info, key_cls, value_cls = open_version(client, target)
         readable = ReadableJson(info.value_descriptor_set)
         for key, value in client.scan(alias=f"{alias}@{name}", limit=limit):
-            line = {"key": readable.decode(key_cls, key), "value": readable.decode(value_cls, value)}
+            line = {"key": readable.decode(key_cls, key)}
+            try:
+                line["value"] = readable.decode(value_cls, value)
+            except UnreadableRecordError as exc:
+                raise UnreadableRecordError(f"the value of key {json.dumps(line['key'])} in {name}: {exc}") from None
             typer.echo(json.dumps(line))
 
 

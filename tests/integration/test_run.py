@@ -862,3 +862,56 @@ def test_a_shadow_read_shows_a_live_record_that_does_not_parse_and_lets_the_new_
     assert [(d["field"], d["new"]) for d in example["fields"]] == [("name", "cafe"), ("unreadable", None)]
     live_says = next(d["live"] for d in example["fields"] if d["field"] == "unreadable")
     assert "does not parse with its version's schema" in live_says and "UTF-8" in live_says
+
+
+def test_get_and_scan_read_what_an_older_release_stored_or_say_in_one_line_why_not(tmp_path: Path) -> None:
+    """A version stored before runs refused them (or by another tool) may hold a timestamp
+    past the year 9999, a date past it and text that is not UTF-8: ``get`` and ``scan``
+    printed a traceback (``Timestamp is not valid``, OverflowError, DecodeError)."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import DateType, LongType, NestedField, StringType, TimestampType
+
+    from bulldozer.kv.connect import connect
+    from bulldozer.names import new_version_name
+    from bulldozer.schema.job import build_job_schema
+    from tests.integration.kv_fixtures import seal_as_loaded
+    from tests.schemas import spec_for
+
+    home = tmp_path / "h"
+    schema = Schema(
+        NestedField(1, "k", LongType(), required=True),
+        NestedField(2, "day", DateType()),
+        NestedField(3, "until", TimestampType()),
+        NestedField(4, "name", StringType()),
+    )
+    job = build_job_schema(spec_for(["k"]), schema)
+    key_cls, value_cls = job.classes
+    late = value_cls(day=2_932_897, name="XY")  # 10000-01-01
+    late.until.seconds = 2**63 // 1_000_000  # Long.MAX_VALUE microseconds
+    records = [
+        (key_cls(k=1).SerializeToString(), late.SerializeToString()),
+        (key_cls(k=2).SerializeToString(), late.SerializeToString().replace(b"XY", b"\xff\xfe")),
+    ]
+    with connect("embedded", home) as dal:
+        name = new_version_name("older")
+        dal.create_namespace(
+            name,
+            "older",
+            value_descriptor_set=job.descriptor_set,
+            key_message=job.key_full_name,
+            value_message=job.value_full_name,
+        )
+        dal.put(name, records)
+        seal_as_loaded(dal, name, records)
+        dal.compare_and_set_alias("older", None, name, reason="stored by an older release")
+    got = _cli(["get", "older", "--key", '{"k": 1}'], home)
+    assert got.returncode == 0, got.stderr
+    assert json.loads(got.stdout) == {"day": "10000-01-01", "until": "294247-01-10T04:00:54", "name": "XY"}
+    bad = _cli(["get", "older", "--key", '{"k": 2}'], home)
+    assert bad.returncode == 1 and bad.stderr.strip().splitlines()[-1] == (
+        "error: a stored record does not parse with its version's schema: Error parsing message with type "
+        f"'{job.value_full_name}': String field had bad UTF-8"
+    )
+    scan = _cli(["scan", "older"], home)
+    assert scan.returncode == 1 and [json.loads(line)["key"] for line in scan.stdout.splitlines()] == [{"k": 1}]
+    assert scan.stderr.strip().splitlines()[-1].startswith(f'error: the value of key {{"k": 2}} in {name}: a stored')
