@@ -24,13 +24,12 @@ from google.protobuf import descriptor_pb2, json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
-from bulldozer.schema.model import ProtoField, ProtoMessage
+from bulldozer.schema.model import DAY_MICROS, ProtoField, ProtoMessage
 
 __all__ = ["ReadableJson", "decode_row", "iceberg_types", "message_to_json", "parse_key", "timestamp_text"]
 
 _EPOCH_DATE = date(1970, 1, 1)
 _EPOCH = datetime(1970, 1, 1)
-_DAY = 86_400_000_000  # microseconds
 
 
 def _scalar(f: ProtoField, kind: str, value: Any) -> Any:
@@ -284,7 +283,9 @@ class ReadableJson:
             return _date_text(value)
         if iceberg == "time" and f.type == FieldDescriptor.TYPE_INT64:
             # a time outside a day (stored by a release that did not refuse one) as its number
-            return (datetime.min + timedelta(microseconds=value)).time().isoformat() if 0 <= value < _DAY else value
+            return (
+                (datetime.min + timedelta(microseconds=value)).time().isoformat() if 0 <= value < DAY_MICROS else value
+            )
         if f.type == FieldDescriptor.TYPE_BYTES:
             if iceberg == "uuid" and len(value) == 16:
                 return str(uuid.UUID(bytes=bytes(value)))

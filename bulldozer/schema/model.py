@@ -28,6 +28,10 @@ fixed(n)       bytes                        the n bytes
 binary         bytes                        the bytes
 ============== ============================ ==============================================
 
+A value its proto type cannot carry to every consumer is refused by the encoder, never
+stored: text that is not UTF-8, a timestamp outside ``TIMESTAMP_SECONDS`` (the years 1 to
+9999), a time outside ``DAY_MICROS``.
+
 Nested types: a struct becomes a nested message; a list becomes ``repeated``; a map
 becomes ``map<K, V>`` when proto allows it. Where proto cannot nest directly, wrapper
 messages with predictable names are generated (``Field`` is the field name in PascalCase):
@@ -52,9 +56,11 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = [
+    "DAY_MICROS",
     "FORBIDDEN_NUMBERS",
     "MAX_FIELD_NUMBER",
     "TIMESTAMP",
+    "TIMESTAMP_SECONDS",
     "ProtoField",
     "ProtoFile",
     "ProtoMessage",
@@ -65,6 +71,11 @@ __all__ = [
 MAX_FIELD_NUMBER = 536_870_911
 FORBIDDEN_NUMBERS = range(19_000, 20_000)
 TIMESTAMP = "google.protobuf.Timestamp"
+#: the seconds a google.protobuf.Timestamp holds: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z
+#: (protobuf's JSON mapping and its conversions to a language's time refuse any other)
+TIMESTAMP_SECONDS = (-62_135_596_800, 253_402_300_799)
+#: an Iceberg time is a time of day: microseconds in [00:00, 24:00)
+DAY_MICROS = 86_400_000_000
 
 #: How a leaf value is converted from Arrow before it is written.
 ScalarKind = Literal[

@@ -36,18 +36,13 @@ from bulldozer.load.encoder.layouts import (
     fixed_rows,
     materialize,
 )
-from bulldozer.schema.model import ProtoField, ProtoFile, ProtoMessage
+from bulldozer.schema.model import DAY_MICROS, TIMESTAMP_SECONDS, ProtoField, ProtoFile, ProtoMessage
 
 __all__ = ["EncodedBatch", "RowEncoder"]
 
 _VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
 _PACKABLE = frozenset({"bool", "int32", "int64", "float", "double", "date", "time"})
 _UNIT_DIV = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
-#: the seconds google.protobuf.Timestamp holds: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z
-#: (protobuf's JSON mapping and its conversions to a language's time refuse any other)
-_TIMESTAMP_SECONDS = (-62_135_596_800, 253_402_300_799)
-#: an Iceberg time is a time of day: [00:00, 24:00) in microseconds
-_DAY_MICROS = 86_400_000_000
 
 
 @dataclass
@@ -184,8 +179,8 @@ def _is_utf8(value: bytes) -> bool:
 
 def _require_time_of_day(micros: np.ndarray[Any, Any], column: str) -> None:
     """An Iceberg time is a time of day; a value outside one means nothing to a consumer."""
-    if len(micros) and (micros.min() < 0 or micros.max() >= _DAY_MICROS):
-        bad = micros[(micros < 0) | (micros >= _DAY_MICROS)]
+    if len(micros) and (micros.min() < 0 or micros.max() >= DAY_MICROS):
+        bad = micros[(micros < 0) | (micros >= DAY_MICROS)]
         raise SourceDataError(
             f"{_place(column)} holds a time outside a day ({int(bad[0]):,} microseconds after midnight); "
             "a time of day is from 00:00 to 23:59:59.999999 (fix those rows in the source)"
@@ -198,7 +193,7 @@ def _timestamp_payload(arr: pa.Array, column: str) -> Rows:
     raw = _ints(arr.cast(pa.int64()) if not pa.types.is_integer(arr.type) else arr, np.int64)
     div = _UNIT_DIV[unit]
     seconds = np.floor_divide(raw, div)
-    low, high = _TIMESTAMP_SECONDS
+    low, high = TIMESTAMP_SECONDS
     if len(seconds) and (seconds.min() < low or seconds.max() > high):
         from bulldozer.schema.decode import timestamp_text
 
