@@ -245,6 +245,12 @@ def _derived_type(name: str, t: pa.DataType) -> Any:
 
     if pa.types.is_boolean(t):
         return it.BooleanType()
+    if pa.types.is_uint64(t):  # stored as a long, a value past 2^63 - 1 became a negative one
+        raise SchemaError(
+            f"the column {name!r} is an unsigned 64-bit integer (DuckDB's hash() returns one), which a long "
+            "cannot hold past 9223372036854775807: cast it in the query, to BIGINT where every value fits "
+            "(a larger one then fails the run) or to DECIMAL(20, 0), which holds them all"
+        )
     if pa.types.is_integer(t):
         return it.IntegerType() if t.bit_width <= 32 and pa.types.is_signed_integer(t) else it.LongType()
     if pa.types.is_float32(t):
@@ -289,7 +295,18 @@ def _derived_type(name: str, t: pa.DataType) -> Any:
             _derived_type(f"{name}.element", t.value_type),
             element_required=not t.value_field.nullable,
         )
-    raise SchemaError(f"the column {name!r} has type {t}, which Bulldozer cannot store")
+    raise SchemaError(f"the column {name!r} has type {t}, which Bulldozer cannot store{_cast_hint(t)}")
+
+
+def _cast_hint(t: pa.DataType) -> str:
+    """How to write a query's column of type ``t`` as one Bulldozer stores, where one cast does."""
+    if pa.types.is_dictionary(t):
+        return " (an ENUM: cast it to its values' type in the query, e.g. CAST(col AS VARCHAR))"
+    if pa.types.is_fixed_size_list(t):
+        return " (an ARRAY of fixed size: cast it to a list in the query, e.g. CAST(col AS FLOAT[]))"
+    if pa.types.is_interval(t) or pa.types.is_duration(t):
+        return " (an INTERVAL: store a number in the query, e.g. epoch(col) for its seconds)"
+    return ""
 
 
 def _ids(nf: Any) -> list[int]:

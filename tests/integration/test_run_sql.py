@@ -305,3 +305,38 @@ def test_a_query_spills_only_where_the_operator_allows(home: Path, tmp_path: Pat
     assert done.returncode == 0, done.stderr
     assert list(cwd.iterdir()) == []  # no .tmp where the command ran
     assert [p.name for p in scratch.iterdir() if p.name.startswith("bulldozer-query-")] == []  # removed
+
+
+@pytest.mark.parametrize(
+    ("column", "said"),
+    [
+        ("hash(user_id) AS rating", "the column 'rating' is an unsigned 64-bit integer (DuckDB's hash() returns one)"),
+        ("18446744073709551615::UBIGINT AS rating", "the column 'rating' is an unsigned 64-bit integer"),
+        ("{'h': hash(user_id)} AS rating", "the column 'rating.h' is an unsigned 64-bit integer"),
+        (
+            "'a'::ENUM('a', 'b') AS rating",
+            "(an ENUM: cast it to its values' type in the query, e.g. CAST(col AS VARCHAR))",
+        ),
+        (
+            "[1.5, 2]::FLOAT[2] AS rating",
+            "(an ARRAY of fixed size: cast it to a list in the query, e.g. CAST(col AS FLOAT[]))",
+        ),
+        ("INTERVAL 1 DAY AS rating", "(an INTERVAL: store a number in the query, e.g. epoch(col) for its seconds)"),
+    ],
+)
+def test_a_query_column_of_a_type_the_store_cannot_hold_is_refused_saying_how_to_cast_it(
+    column: str, said: str, home: Path, dal: KvClient
+) -> None:
+    """DuckDB's UBIGINT (hash() returns one) was stored as a long: 18446744073709551615 read
+    back as -1, and every hash past 2^63 as a negative number. The other types were refused
+    without a word on what to write instead."""
+    from bulldozer.errors import BulldozerError
+    from bulldozer.schema.table_check import check_against_catalog
+
+    spec = job(f'{{query: "SELECT user_id, item_id, locale, {column} FROM sample.user_item_scores"}}', "[rating]")
+    with pytest.raises(BulldozerError) as refused:
+        run_job(spec, dal, home=str(home))
+    assert said in str(refused.value)
+    only_refusals(dal)
+    [issue] = check_against_catalog(spec, home=str(home))
+    assert issue.path == "data_movement.source.query" and said in issue.message
