@@ -306,6 +306,8 @@ def _cast_hint(t: pa.DataType) -> str:
         return " (an ARRAY of fixed size: cast it to a list in the query, e.g. CAST(col AS FLOAT[]))"
     if pa.types.is_interval(t) or pa.types.is_duration(t):
         return " (an INTERVAL: store a number in the query, e.g. epoch(col) for its seconds)"
+    if pa.types.is_null(t):
+        return " (a bare NULL has no type: give it one in the query, e.g. CAST(NULL AS VARCHAR))"
     return ""
 
 

@@ -322,6 +322,7 @@ def test_a_query_spills_only_where_the_operator_allows(home: Path, tmp_path: Pat
             "(an ARRAY of fixed size: cast it to a list in the query, e.g. CAST(col AS FLOAT[]))",
         ),
         ("INTERVAL 1 DAY AS rating", "(an INTERVAL: store a number in the query, e.g. epoch(col) for its seconds)"),
+        ("NULL AS rating", "(a bare NULL has no type: give it one in the query, e.g. CAST(NULL AS VARCHAR))"),
     ],
 )
 def test_a_query_column_of_a_type_the_store_cannot_hold_is_refused_saying_how_to_cast_it(
