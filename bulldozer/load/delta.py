@@ -348,7 +348,9 @@ class _Read:
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(1, thread_name_prefix="delta-read") as pool:
-            reading = pool.submit(_Rows().read, table, plan.removed_scan, plan.removed, RowEncoder(job.proto))
+            # the removed rows are the base's records, encoded as it stored them (checked or not)
+            base_rows = RowEncoder(job.proto, checked=False)
+            reading = pool.submit(_Rows().read, table, plan.removed_scan, plan.removed, base_rows)
             new = _Rows().read(table, plan.added_scan, plan.added, RowEncoder(job.proto))
             old = reading.result()
         old_k, new_k = _one_array(old.keys), _one_array(new.keys)

@@ -721,3 +721,39 @@ def test_a_delta_run_killed_at_a_stage_leaves_the_alias_and_is_finished(tmp_path
     full = json.loads(_cli(["run", str(full_spec), "--json"], home).stdout)
     assert record["mode"] == "delta" and (record["rows"], record["digest"]) == (full["rows"], full["digest"])
     assert json.loads(_cli(["alias", "show", "items", "--json"], home).stdout)["namespace"] == record["version"]
+
+
+def test_a_delta_replaces_text_an_older_release_stored_that_a_run_now_refuses(
+    kv: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The base was loaded before runs refused text that is not UTF-8; the table's owner
+    then fixed those rows. The delta reads the removed file to subtract the base's records
+    from its digest: it must encode them as the base stored them, not refuse them (the run
+    that replaces them failed with `column 'name' holds text that is not UTF-8`)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+    from pyiceberg.expressions import In
+
+    from bulldozer.load.encoder import encode
+
+    home = tmp_path / "home"
+    table = make_table(home, files=2)
+    raw = [b"caf\xe9", b"ok", b"na\xefve"]  # Latin-1
+    offsets = np.cumsum([0, *map(len, raw)], dtype=np.int32)
+    names = pa.Array.from_buffers(pa.string(), 3, [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(raw))])
+    bad = pa.table({"id": pa.array([900, 901, 902], pa.int64()), "name": names, "score": [0.1, 0.2, 0.3]})
+    written = Path(table.location().removeprefix("file://")) / "data" / "latin1.parquet"
+    pq.write_table(bad.cast(SCHEMA), written, write_statistics=False)  # pyiceberg's statistics would decode it
+    table.add_files([str(written)])
+    delta_alias, full_alias = kv.alias(), kv.alias()
+    with monkeypatch.context() as older_release:
+        older_release.setattr(encode, "_require_text", lambda arr, column: None)
+        assert run_job(job(delta_alias, "delta"), kv.client, home=str(home)).mode == "full"
+    table.delete(In("id", [900, 901, 902]))  # the whole file: nothing rewritten
+    table.append(pa.table({"id": [900, 901, 902], "name": ["café", "ok", "naïve"], "score": [0.1, 0.2, 0.3]}, SCHEMA))
+    delta = run_job(job(delta_alias, "delta"), kv.client, home=str(home))
+    full = run_job(job(full_alias, "full"), kv.client, home=str(home))
+    assert delta.mode == "delta", delta.full_reason
+    assert (delta.delta["changed"], delta.delta["added"], delta.delta["deleted"]) == (2, 0, 0)
+    assert (delta.rows, delta.digest) == (full.rows, full.digest)
+    assert contents(kv.client, delta.version) == contents(kv.client, full.version)

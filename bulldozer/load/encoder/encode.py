@@ -187,14 +187,14 @@ def _require_time_of_day(micros: np.ndarray[Any, Any], column: str) -> None:
         )
 
 
-def _timestamp_payload(arr: pa.Array, column: str) -> Rows:
+def _timestamp_payload(arr: pa.Array, column: str, checked: bool) -> Rows:
     """google.protobuf.Timestamp bytes (seconds = 1, nanos = 2, zeros omitted) per row."""
     unit = arr.type.unit if pa.types.is_timestamp(arr.type) else "us"
     raw = _ints(arr.cast(pa.int64()) if not pa.types.is_integer(arr.type) else arr, np.int64)
     div = _UNIT_DIV[unit]
     seconds = np.floor_divide(raw, div)
     low, high = TIMESTAMP_SECONDS
-    if len(seconds) and (seconds.min() < low or seconds.max() > high):
+    if checked and len(seconds) and (seconds.min() < low or seconds.max() > high):
         from bulldozer.schema.decode import timestamp_text
 
         at = int(np.flatnonzero((seconds < low) | (seconds > high))[0])
@@ -213,9 +213,9 @@ def _timestamp_payload(arr: pa.Array, column: str) -> Rows:
     return ConcatRows([sec_rows, nano_rows], len(arr))
 
 
-def _scalar(kind: str, arr: pa.Array, column: str) -> _Scalar:
-    """The values of ``arr`` (of ``column``) ready to write; values its proto type cannot
-    carry to a consumer are refused (SourceDataError)."""
+def _scalar(kind: str, arr: pa.Array, column: str, checked: bool) -> _Scalar:
+    """The values of ``arr`` (of ``column``) ready to write; with ``checked``, values its
+    proto type cannot carry to a consumer are refused (SourceDataError)."""
     valid = _valid(arr)
     if kind == "bool":
         v = _ints(arr.cast(pa.uint8()), np.uint64)
@@ -225,7 +225,7 @@ def _scalar(kind: str, arr: pa.Array, column: str) -> _Scalar:
         return _Scalar(_VARINT, valid, v == 0, varints=v.view(np.uint64))
     if kind in ("int64", "time"):
         v = _ints(arr.cast(pa.int64()) if kind == "time" else arr, np.int64)
-        if kind == "time":
+        if kind == "time" and checked:
             _require_time_of_day(v[valid] if arr.null_count else v, column)
         return _Scalar(_VARINT, valid, v == 0, varints=v.view(np.uint64))
     if kind in ("float", "double"):
@@ -239,9 +239,9 @@ def _scalar(kind: str, arr: pa.Array, column: str) -> _Scalar:
             fixed=v.astype("<" + np.dtype(dtype).str[1:], copy=False).view(np.uint8).reshape(-1, width),
         )
     if kind == "timestamp":
-        payload = _timestamp_payload(arr, column)
+        payload = _timestamp_payload(arr, column, checked)
         return _Scalar(_LEN, valid, np.zeros(len(arr), dtype=bool), payload=payload)
-    if kind == "string":
+    if kind == "string" and checked:
         _require_text(arr, column)
     # Length-delimited payloads are used as they come (string or binary, 32- or 64-bit
     # offsets): the kernels read them in place, and null rows are never written.
@@ -298,11 +298,18 @@ class RowEncoder:
     ``threads``: how many threads write a batch's bytes at most (0: one per core). The
     local engine's encoder is the one busy thread of its process and takes every core;
     a Spark task runs beside as many others as its executor has cores, and takes one.
+
+    ``checked``: refuse values the proto type cannot carry to a consumer (text that is not
+    UTF-8, a timestamp outside the years 1 to 9999, a time outside a day). Only the rows a
+    version already holds are encoded unchecked: a delta's removed files, whose records
+    must come out as the base stored them (by a release that did not refuse them, maybe)
+    for their digest to subtract, and whose values the delta replaces or deletes.
     """
 
-    def __init__(self, proto: ProtoFile, threads: int = 0) -> None:
+    def __init__(self, proto: ProtoFile, threads: int = 0, checked: bool = True) -> None:
         self.proto = proto
         self.threads = threads
+        self.checked = checked
 
     def encode(self, batch: pa.RecordBatch | pa.Table) -> EncodedBatch:
         keys = self.encode_message(self.proto.key, batch, top_level=True, is_key=True)
@@ -356,7 +363,7 @@ class RowEncoder:
         valid = _valid(arr)
         if f.kind == "scalar":
             assert f.scalar is not None
-            s = _scalar(f.scalar, arr, f.column)
+            s = _scalar(f.scalar, arr, f.column, self.checked)
             # Timestamps are messages: present whenever not null, like every message field.
             keep = valid if (f.optional or f.scalar == "timestamp") else valid & ~s.default
             return _scalar_field_rows(s, keep, f.number)
@@ -380,7 +387,7 @@ class RowEncoder:
             )
         if f.kind == "scalar":
             assert f.scalar is not None
-            s = _scalar(f.scalar, values, f.column if f.column.endswith("{}") else f.column + "[]")
+            s = _scalar(f.scalar, values, f.column if f.column.endswith("{}") else f.column + "[]", self.checked)
             return _scalar_field_rows(s, np.ones(len(values), dtype=bool), number)
         assert f.message is not None
         return self.message_rows(f.message, values, None, _tag(number, _LEN))
@@ -394,7 +401,9 @@ class RowEncoder:
                     f"column {f.column!r} holds a null list element; protobuf repeated fields "
                     "cannot hold nulls (filter or fill them in the source)"
                 )
-            packed = GroupedRows(_scalar_element_payload(_scalar(f.scalar, values, f.column + "[]")), counts)
+            packed = GroupedRows(
+                _scalar_element_payload(_scalar(f.scalar, values, f.column + "[]", self.checked)), counts
+            )
             return ConcatRows([packed], len(arr), valid & (counts > 0), _tag(f.number, _LEN))
         return GroupedRows(self._element_rows(f, values, f.number), counts, _masked(valid))
 
@@ -402,7 +411,9 @@ class RowEncoder:
         assert f.value is not None and f.scalar is not None
         pairs, counts = _list_parts(arr)
         keys, items = pairs.flatten()
-        key_rows = _scalar_field_rows(_scalar(f.scalar, keys, f.column + "{key}"), np.ones(len(keys), dtype=bool), 1)
+        key_rows = _scalar_field_rows(
+            _scalar(f.scalar, keys, f.column + "{key}", self.checked), np.ones(len(keys), dtype=bool), 1
+        )
         value_rows = self._element_rows(f.value, items, 2)
         entries = ConcatRows([key_rows, value_rows], len(keys), prefix=_tag(f.number, _LEN))
         return GroupedRows(entries, counts, _masked(_valid(arr)))
