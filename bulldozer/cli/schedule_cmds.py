@@ -76,10 +76,17 @@ def jobs(
     columns = [
         Column("job", lambda j: j["name"], max_width=24),
         Column("alias", lambda j: j["alias"], max_width=24, wide_only=True),
-        Column("schedule", lambda j: j["schedule"] or "-", max_width=14),
+        Column("schedule", _schedule_text, max_width=30),
         Column.version("version", "current_version"),
         Column("last run", last_run, max_width=30),
         Column("store", lambda j: j["store"] or "-", wide_only=True),
         Column("file", lambda j: j["file"], wide_only=True),
     ]
     emit(found, columns, fmt, f"jobs in {folder}", found)
+
+
+def _schedule_text(job: dict[str, Any]) -> str:
+    """A job's schedule with its time zone where it is not UTC ("0 6 * * * Europe/Berlin")."""
+    if not job["schedule"]:
+        return "-"
+    return job["schedule"] if job.get("timezone", "UTC") == "UTC" else f"{job['schedule']} {job['timezone']}"

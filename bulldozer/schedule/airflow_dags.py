@@ -25,6 +25,7 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from bulldozer.errors import BulldozerError
 from bulldozer.load.runner import STAGES
@@ -120,7 +121,9 @@ def _dag_for(path: Path, loaded: LoadedSpec) -> Any:
         dag_id=meta.name,
         description=meta.description or f"Bulldozer: {path.name} → alias {loaded.spec.alias}",
         schedule=meta.schedule,
-        start_date=START,
+        # the cron's times are the spec's zone's, summer time included (Airflow takes the zone
+        # of the start date)
+        start_date=START.replace(tzinfo=ZoneInfo(meta.timezone)),
         catchup=False,
         max_active_runs=1,
         tags=sorted({"bulldozer", *meta.tags}),

@@ -113,6 +113,8 @@ class JobInfo:
     file: str
     alias: str = ""
     schedule: str | None = None
+    #: the IANA zone the schedule's times are in
+    timezone: str = "UTC"
     owner: str = ""
     current_version: str = ""
     last_run: dict[str, Any] | None = None
@@ -139,6 +141,7 @@ def list_jobs(folder: Path, home: str | None = None, with_state: bool = True) ->
             file=str(path),
             alias=spec.alias,
             schedule=spec.metadata.schedule,
+            timezone=spec.metadata.timezone,
             owner=spec.metadata.owner,
         )
         if with_state:

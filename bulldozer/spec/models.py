@@ -244,6 +244,31 @@ def _check_schedule(value: str | None) -> str | None:
 
 Schedule = Annotated[str | None, AfterValidator(_check_schedule)]
 
+#: an IANA time zone name as the tz database spells it ("Europe/Berlin", "UTC", "Etc/GMT+5")
+_ZONE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*")
+
+
+def _check_timezone(value: str) -> str:
+    """An IANA zone name the tz database knows (a name, never a path: checked before it is
+    looked up, so a spec cannot have a file outside the database read)."""
+    import zoneinfo
+
+    if _ZONE_NAME.fullmatch(value) and len(value) <= 64:
+        try:
+            zoneinfo.ZoneInfo(value)
+            return value
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            pass
+    import difflib
+
+    names = {name.lower(): name for name in zoneinfo.available_timezones()}
+    close = difflib.get_close_matches(value.lower(), names, n=1)
+    hint = f"; did you mean {names[close[0]]!r}?" if close else " (an IANA name such as 'Europe/Berlin' or 'UTC')"
+    raise _error("unknown time zone {value!r}{hint}", value=value, hint=hint)
+
+
+TimeZone = Annotated[str, AfterValidator(_check_timezone)]
+
 
 Located = list[tuple[tuple[str | int, ...], str, Any]]
 
@@ -307,6 +332,9 @@ class Metadata(BaseModel):
     owner: str = Field(min_length=1, max_length=200)
     description: str = Field(default="", max_length=4000)
     schedule: Schedule = Field(default=None, description="Cron expression or @preset.")
+    timezone: TimeZone = Field(
+        default="UTC", description="The IANA time zone the schedule's times are in, e.g. Europe/Berlin."
+    )
     tags: Annotated[tuple[Annotated[str, Field(min_length=1, max_length=64)], ...], ListOf] = ()
     retries: int = Field(default=2, ge=0, le=20, description="Times the scheduler retries a failed stage.")
     retry_delay: Duration = Field(default=timedelta(minutes=5), description="Wait before a retry, e.g. 5m.")

@@ -212,8 +212,21 @@ for dag in bag.dags.values():
     out["dags"][dag.dag_id] = {
         "tasks": tasks, "tags": sorted(dag.tags), "owner": dag.owner,
         "retries": dag.default_args.get("retries"), "doc": dag.doc_md or "",
-        "schedule": str(getattr(dag, "schedule", "")),
+        "schedule": str(getattr(dag, "schedule", "")), "timezone": str(dag.timezone),
     }
+    if dag.dag_id == "c_berlin":  # when the scheduler (serialized DAG) runs it, winter and summer
+        import pendulum
+        from airflow.serialization.serialized_objects import DagSerialization
+        from airflow.timetables.base import TimeRestriction
+
+        timetable = DagSerialization.from_dict(DagSerialization.to_dict(dag)).timetable
+        out["dags"][dag.dag_id]["next_runs"] = [
+            timetable.next_dagrun_info(
+                last_automated_data_interval=None,
+                restriction=TimeRestriction(earliest=pendulum.datetime(2026, m, 15), latest=None, catchup=True),
+            ).run_after.isoformat()
+            for m in (1, 7)
+        ]
 print("DAGBAG" + json.dumps(out))
 """
 
@@ -233,6 +246,13 @@ def test_dag_folder_loads_good_specs_and_reports_bad_ones(airflow_home: Path, ho
     write_spec(specs / "user_item_scores.yaml")
     write_spec(specs / "b_cron.yaml", **{"name: user_item_scores": "name: b_cron", '"@daily"': '"not a cron"'})
     write_spec(specs / "z_twin.yaml")  # a second job called user_item_scores
+    berlin = {
+        "name: user_item_scores": "name: c_berlin",
+        '"@daily"': '"0 6 * * *"',
+        "timezone: UTC": "timezone: Europe/Berlin",
+    }
+    write_spec(specs / "c_berlin.yaml", **berlin)
+    write_spec(specs / "h_zone.yaml", **{**berlin, "c_berlin": "h_zone", "Europe/Berlin": "Europe/Berln"})
     write_spec(specs / "d_typo.yaml", **{"name: user_item_scores": "name: d_typo", "  owner:": "  ownr:"})
     (specs / "e_deep.yaml").write_text("a: " + "[" * 600 + "]" * 600 + "\n")  # 1 KB that overflowed the parser
     (specs / "f_zero.yaml").symlink_to("/dev/zero")  # read forever
@@ -258,9 +278,15 @@ def test_dag_folder_loads_good_specs_and_reports_bad_ones(airflow_home: Path, ho
         "bulldozer_invalid__e_deep",
         "bulldozer_invalid__f_zero",
         "bulldozer_invalid__g_fifo",
+        "bulldozer_invalid__h_zone",
         "bulldozer_invalid__z_twin",
+        "c_berlin",
         "user_item_scores",
     ]
+    # the schedule's 06:00 is Berlin's, summer time included (it was UTC's: 07:00 or 08:00 there)
+    assert (good["timezone"], dags["c_berlin"]["timezone"]) == ("UTC", "Europe/Berlin")
+    assert dags["c_berlin"]["next_runs"] == ["2026-01-15T05:00:00+00:00", "2026-07-15T04:00:00+00:00"]
+    assert "unknown time zone 'Europe/Berln'; did you mean 'Europe/Berlin'?" in dags["bulldozer_invalid__h_zone"]["doc"]
     assert "nested deeper than 50 levels" in dags["bulldozer_invalid__e_deep"]["doc"]
     assert "is not a regular file" in dags["bulldozer_invalid__f_zero"]["doc"]
     assert "is not a regular file" in dags["bulldozer_invalid__g_fifo"]["doc"]
