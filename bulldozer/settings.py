@@ -310,6 +310,37 @@ RETIRED = {
 }
 
 
+#: ``BULLDOZER_*`` variables that are no setting of Bulldozer's: the project's own scripts',
+#: benchmarks' and tests' (and every ``BULLDOZER_TEST_*``). Any other that no field of
+#: Settings reads is refused (a misspelt ``BULLDOZER_ENDPOINT`` ran against the embedded
+#: store without a word); ``tests/unit/test_settings.py`` checks the list against the repo.
+NOT_SETTINGS = {
+    "BULLDOZER_PYTHON": "bench/run",
+    "BULLDOZER_EXTRAS": "scripts/bootstrap.sh",
+    "BULLDOZER_SAMPLE_ROWS": "scripts/quickstart.sh",
+    "BULLDOZER_FEAST_VENV": "bench/feast_env.py",
+    "BULLDOZER_UPDATE_GOLDENS": "the tests",
+    "BULLDOZER_FAULT_REPEATS": "the tests",
+    "BULLDOZER_HYPOTHESIS_EXAMPLES": "the tests",
+}
+_TESTS_OWN = "BULLDOZER_TEST_"
+
+
+def _unknown(variables: tuple[tuple[str, str], ...]) -> None:
+    """Refuse a set ``BULLDOZER_*`` variable that nothing reads, naming the setting it may
+    have meant to be (its value is not repeated: it may be a secret)."""
+    known = {f"BULLDOZER_{name.upper()}" for name in Settings.model_fields} | set(RETIRED) | set(NOT_SETTINGS)
+    for name, value in variables:
+        upper = name.upper()
+        if value and upper not in known and not upper.startswith(_TESTS_OWN):
+            import difflib
+
+            fields = [field.upper() for field in Settings.model_fields]
+            close = difflib.get_close_matches(upper.removeprefix("BULLDOZER_"), fields, n=1, cutoff=0.75)
+            hint = f" (did you mean BULLDOZER_{close[0]}?)" if close else ""
+            raise InvalidArgumentError(f"{name} is not a setting Bulldozer reads{hint}; unset it")
+
+
 #: the ``BULLDOZER_*`` variables the last ``Settings`` was made from, and it: a run reads its
 #: settings in nine places, and pydantic-settings took ≈ 1.2 ms each time to make the same
 #: object again (Settings is frozen: one can be shared)
@@ -320,6 +351,7 @@ def _from_environment() -> Settings:
     global _last
     variables = tuple(sorted((k, v) for k, v in os.environ.items() if k[:10].upper() == "BULLDOZER_"))
     if _last is None or _last[0] != variables:
+        _unknown(variables)
         _last = (variables, Settings())
     return _last[1]
 

@@ -139,6 +139,58 @@ def test_a_retired_variable_is_refused_not_ignored(monkeypatch: pytest.MonkeyPat
     assert load_settings() is not None
 
 
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        (
+            "BULLDOZER_ENDPIONT",
+            "BULLDOZER_ENDPIONT is not a setting Bulldozer reads (did you mean BULLDOZER_ENDPOINT?)",
+        ),
+        (
+            "bulldozer_query_memry",
+            "bulldozer_query_memry is not a setting Bulldozer reads (did you mean BULLDOZER_QUERY_MEMORY?)",
+        ),
+        ("BULLDOZER_WHATEVER", "BULLDOZER_WHATEVER is not a setting Bulldozer reads; unset it"),
+    ],
+)
+def test_a_variable_no_setting_reads_is_refused_not_ignored(
+    name: str, said: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A misspelt BULLDOZER_ENDPOINT left the endpoint unset: a run loaded into the embedded
+    store and flipped the alias there, and said it had succeeded."""
+    monkeypatch.setenv(name, "dal.example.com:7110")
+    with pytest.raises(InvalidArgumentError) as refused:
+        load_settings()
+    assert str(refused.value).startswith(said) and "dal.example.com" not in str(refused.value)
+    monkeypatch.setenv(name, "")  # empty is unset
+    assert load_settings() is not None
+
+
+def test_the_projects_own_variables_are_not_settings_and_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every BULLDOZER_* name the repository spells is a setting, a retired one, one of
+    NOT_SETTINGS (the scripts', benchmarks' and tests' own) or a BULLDOZER_TEST_* one, so
+    none of them is refused, and NOT_SETTINGS lists no name nothing uses."""
+    import re
+
+    from bulldozer.settings import NOT_SETTINGS, RETIRED, Settings
+    from tests.conftest import REPO
+
+    fields = {f"BULLDOZER_{name.upper()}" for name in Settings.model_fields}
+    spelled: set[str] = set()
+    for folder in ("bulldozer", "bench", "scripts", "tests", "dags", "pyspark_bulldozer", ".ci"):
+        for path in (REPO / folder).rglob("*"):
+            if path.is_file() and path.suffix in ("", ".py", ".sh", ".md", ".yaml", ".toml") and path != Path(__file__):
+                spelled |= set(re.findall(r"BULLDOZER_[A-Z0-9_]*[A-Z0-9]", path.read_text(errors="replace")))
+    spelled |= set(re.findall(r"BULLDOZER_[A-Z0-9_]*[A-Z0-9]", (REPO / "README.md").read_text()))
+    unaccounted = {n for n in spelled - fields - set(RETIRED) - set(NOT_SETTINGS) if not n.startswith("BULLDOZER_TEST")}
+    assert unaccounted == set()
+    assert set(NOT_SETTINGS) <= spelled
+    for name in NOT_SETTINGS:
+        monkeypatch.setenv(name, "1")
+    monkeypatch.setenv("BULLDOZER_TEST_ANYTHING", "1")
+    assert load_settings() is not None
+
+
 def test_the_operators_catalogs_from_the_variable_and_the_profile(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

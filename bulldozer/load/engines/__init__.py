@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from bulldozer.errors import BackendUnavailableError
+from bulldozer.errors import BackendUnavailableError, InvalidArgumentError
 from bulldozer.load.engines.base import LoadEngine, LoadPlan, LoadResult, SplitResult
 
 __all__ = ["ENGINES", "LoadEngine", "LoadPlan", "LoadResult", "SplitResult", "create_load_engine"]
@@ -19,8 +19,8 @@ ENGINES: dict[str, tuple[str, str, str | None]] = {
 
 def create_load_engine(name: str, **options: Any) -> LoadEngine:
     """The load engine called ``name``, made with ``options`` (e.g. Spark's ``master``)."""
-    if name not in ENGINES:
-        raise BackendUnavailableError(f"unknown load engine {name!r}; known: {', '.join(sorted(ENGINES))}")
+    if name not in ENGINES:  # a setting, not the engine's state: trying again cannot help
+        raise InvalidArgumentError(f"unknown load engine {name!r}; known: {', '.join(sorted(ENGINES))}")
     module_name, class_name, extra = ENGINES[name]
     try:
         module = importlib.import_module(module_name)
