@@ -513,3 +513,22 @@ def test_a_flip_updates_the_alias_asset_and_a_task_group_runs_the_job_in_your_da
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert mine.returncode == 0, mine.stdout[-3000:] + mine.stderr[-3000:]
     assert alias_now(home) != live  # the task group ran the job again: a new version is live
+
+
+def test_an_unknown_load_engine_fails_the_task_without_retries(
+    home: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """BULLDOZER_LOAD_ENGINE naming no engine is a setting to fix: it was
+    BackendUnavailableError, which the DAG's retries tried again (two more failures)."""
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from bulldozer.schedule import airflow_dags
+
+    monkeypatch.setenv("BULLDOZER_HOME", str(home))
+    monkeypatch.setenv("BULLDOZER_LOAD_ENGINE", "flink")
+    spec = write_spec(tmp_path / "job.yaml")
+    context = {"dag": SimpleNamespace(dag_id="user_item_scores"), "run_id": "manual__1"}
+    with pytest.raises(AirflowFailException, match="unknown load engine 'flink'; known: local, spark .*not retried"):
+        airflow_dags.run_stage_task(str(spec), "load", **context)
