@@ -124,6 +124,24 @@ def seal_as_loaded(client: KvClient, name: str, data: list[tuple[bytes, bytes]])
     return client.seal(name, expected.count, expected.value)
 
 
+def sealed_version(client: KvClient, alias: str, job: Any, data: list[tuple[bytes, bytes]]) -> str:
+    """A new version of ``alias`` with the schema of ``job`` (a JobSchema) holding exactly
+    ``data``, sealed as a loader would: as a run of another tool or release may have left one."""
+    from bulldozer.names import new_version_name
+
+    name = new_version_name(alias)
+    client.create_namespace(
+        name,
+        alias,
+        value_descriptor_set=job.descriptor_set,
+        key_message=job.key_full_name,
+        value_message=job.value_full_name,
+    )
+    client.put(name, data)
+    seal_as_loaded(client, name, data)
+    return name
+
+
 def only_refusals(client: KvClient, alias: str | None = None) -> list[Any]:
     """The namespaces of ``alias``, checked to be what refused runs leave and nothing else:
     FAILED versions holding no data (kept so `bulldozer runs` shows the reason)."""

@@ -13,9 +13,9 @@ import pytest
 from bulldozer.codegen.python import generate_python_client
 from bulldozer.kv import KvClient
 from bulldozer.load.runner import run_job
-from bulldozer.names import new_version_name, short_version
+from bulldozer.names import short_version
 from bulldozer.schema.job import build_job_schema
-from tests.integration.kv_fixtures import seal_as_loaded
+from tests.integration.kv_fixtures import sealed_version
 from tests.integration.test_kv_server import _free_port, _start
 from tests.integration.test_run import KEY, read, spec, table
 from tests.schemas import ALL_TYPES, spec_for
@@ -102,16 +102,7 @@ def test_generated_python_client_reads_and_checks_compatibility(tmp_path: Path, 
             incompatible = build_job_schema(
                 spec_for(["id", "tenant"], name="user_item_scores"), ALL_TYPES, python=False
             )
-            bad = new_version_name("user_item_scores")
-            dal.create_namespace(
-                bad,
-                "user_item_scores",
-                value_descriptor_set=incompatible.descriptor_set,
-                key_message=incompatible.key_full_name,
-                value_message=incompatible.value_full_name,
-            )
-            dal.put(bad, [(b"\x08\x01", b"")])
-            seal_as_loaded(dal, bad, [(b"\x08\x01", b"")])
+            bad = sealed_version(dal, "user_item_scores", incompatible, [(b"\x08\x01", b"")])
             dal.compare_and_set_alias("user_item_scores", newer.version, bad, reason="test: incompatible schema")
             refused = reader()
             assert "refused" in refused and "key fields changed" in str(refused["refused"])

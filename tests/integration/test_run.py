@@ -831,10 +831,9 @@ def test_a_shadow_read_shows_a_live_record_that_does_not_parse_and_lets_the_new_
     from pyiceberg.types import LongType, NestedField, StringType
 
     from bulldozer.load.shadow_read import shadow_read
-    from bulldozer.names import new_version_name
     from bulldozer.schema.job import build_job_schema
     from bulldozer.spec.models import ShadowRead
-    from tests.integration.kv_fixtures import seal_as_loaded
+    from tests.integration.kv_fixtures import sealed_version
     from tests.schemas import spec_for
 
     schema = Schema(NestedField(1, "k", LongType(), required=True), NestedField(2, "name", StringType()))
@@ -842,20 +841,11 @@ def test_a_shadow_read_shows_a_live_record_that_does_not_parse_and_lets_the_new_
     key_cls, value_cls = job.classes
     key = key_cls(k=1).SerializeToString()
     fixed = value_cls(name="cafe").SerializeToString()
-    versions = []
-    for value in (fixed.replace(b"cafe", b"caf\xe9"), fixed):  # the live one holds Latin-1
-        name = new_version_name("unparsed")
-        dal.create_namespace(
-            name,
-            "unparsed",
-            value_descriptor_set=job.descriptor_set,
-            key_message=job.key_full_name,
-            value_message=job.value_full_name,
-        )
-        dal.put(name, [(key, value)])
-        seal_as_loaded(dal, name, [(key, value)])
-        versions.append(dal.describe(name))
-    report = shadow_read(dal, versions[1], versions[0], ShadowRead(sample=10))
+    live, new = (  # the live one holds Latin-1
+        dal.describe(sealed_version(dal, "unparsed", job, [(key, value)]))
+        for value in (fixed.replace(b"cafe", b"caf\xe9"), fixed)
+    )
+    report = shadow_read(dal, new, live, ShadowRead(sample=10))
     assert (report.sampled, report.changed) == (1, 1)
     (example,) = report.examples
     assert example["key"] == {"k": 1}
@@ -872,9 +862,8 @@ def test_get_and_scan_read_what_an_older_release_stored_or_say_in_one_line_why_n
     from pyiceberg.types import DateType, LongType, NestedField, StringType, TimestampType
 
     from bulldozer.kv.connect import connect
-    from bulldozer.names import new_version_name
     from bulldozer.schema.job import build_job_schema
-    from tests.integration.kv_fixtures import seal_as_loaded
+    from tests.integration.kv_fixtures import sealed_version
     from tests.schemas import spec_for
 
     home = tmp_path / "h"
@@ -893,16 +882,7 @@ def test_get_and_scan_read_what_an_older_release_stored_or_say_in_one_line_why_n
         (key_cls(k=2).SerializeToString(), late.SerializeToString().replace(b"XY", b"\xff\xfe")),
     ]
     with connect("embedded", home) as dal:
-        name = new_version_name("older")
-        dal.create_namespace(
-            name,
-            "older",
-            value_descriptor_set=job.descriptor_set,
-            key_message=job.key_full_name,
-            value_message=job.value_full_name,
-        )
-        dal.put(name, records)
-        seal_as_loaded(dal, name, records)
+        name = sealed_version(dal, "older", job, records)
         dal.compare_and_set_alias("older", None, name, reason="stored by an older release")
     got = _cli(["get", "older", "--key", '{"k": 1}'], home)
     assert got.returncode == 0, got.stderr

@@ -530,5 +530,5 @@ def test_an_unknown_load_engine_fails_the_task_without_retries(
     monkeypatch.setenv("BULLDOZER_LOAD_ENGINE", "flink")
     spec = write_spec(tmp_path / "job.yaml")
     context = {"dag": SimpleNamespace(dag_id="user_item_scores"), "run_id": "manual__1"}
-    with pytest.raises(AirflowFailException, match="unknown load engine 'flink'; known: local, spark .*not retried"):
+    with pytest.raises(AirflowFailException, match=r"unknown load engine 'flink'; known: local, spark .*not retried"):
         airflow_dags.run_stage_task(str(spec), "load", **context)
