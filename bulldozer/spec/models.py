@@ -257,7 +257,7 @@ def _check_timezone(value: str) -> str:
         try:
             zoneinfo.ZoneInfo(value)
             return value
-        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a folder ("Europe")
             pass
     import difflib
 
