@@ -71,7 +71,12 @@ def sandboxed_connection() -> Any:
     and spill bounded by the operator (``BULLDOZER_QUERY_MEMORY``, ``BULLDOZER_QUERY_SPILL``).
     DuckDB spills a query larger than its memory to ``temp_directory``, by default ``.tmp``
     in the working directory, up to 90 % of that disk: a spec's query could fill a
-    scheduler's disk with files there. It spills only into a scratch folder of its own."""
+    scheduler's disk with files there. It spills only into a scratch folder of its own.
+
+    Its time zone is UTC, as the Spark engine's session is: DuckDB's default is the
+    machine's, so a TIMESTAMPTZ cast to a DATE or a TIMESTAMP (or formatted, or truncated
+    to a day) gave another value on a scheduler's worker in New York than on one in Berlin
+    — another key, even. A query wanting another zone says so (``AT TIME ZONE``)."""
     settings = load_settings()
     config: dict[str, Any] = {
         **SANDBOX,
@@ -80,7 +85,9 @@ def sandboxed_connection() -> Any:
     }
     if settings.query_memory:
         config["memory_limit"] = settings.query_memory.strip()
-    return duckdb_module().connect(config=config)
+    con = duckdb_module().connect(config=config)
+    con.execute("SET TimeZone = 'UTC'")  # not a connect option: the ICU extension defines it
+    return con
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -341,3 +342,30 @@ def test_a_query_column_of_a_type_the_store_cannot_hold_is_refused_saying_how_to
     only_refusals(dal)
     [issue] = check_against_catalog(spec, home=str(home))
     assert issue.path == "data_movement.source.query" and said in issue.message
+
+
+def test_a_querys_time_zone_is_utc_whatever_the_machines(home: Path) -> None:
+    """DuckDB took the machine's zone: ``event_time::DATE`` (a timestamptz) was another day,
+    and so another key, on a worker whose TZ is New York's than on one in Tokyo."""
+    query = (
+        "SELECT user_id, item_id, locale, event_time::DATE AS rating, strftime(event_time, '%H') AS price "
+        "FROM sample.user_item_scores"
+    )
+    spec = home / "zoned.yaml"
+    spec.write_text(job(f'{{query: "{query}"}}', "[rating, price]").text)
+    seen = []
+    for zone in ("America/New_York", "Asia/Tokyo"):
+        run = _cli(["run", str(spec), "--json", "-q"], home, env={"TZ": zone})
+        assert run.returncode == 0, run.stderr
+        scan = _cli(["scan", "scores", "--limit", "50"], home, env={"TZ": zone})
+        seen.append([json.loads(line) for line in scan.stdout.splitlines()])
+    assert seen[0] == seen[1]
+    table = open_catalog(CatalogConfig(), home).load_table("sample.user_item_scores").scan().to_arrow()
+    utc = {
+        (r["user_id"], r["item_id"], r["locale"]): (t.date().isoformat(), f"{t.hour:02d}") if t else (None, None)
+        for r in table.select(["user_id", "item_id", "locale", "event_time"]).to_pylist()
+        for t in [r["event_time"]]
+    }
+    for line in seen[0]:
+        k = line["key"]
+        assert (line["value"]["rating"], line["value"]["price"]) == utc[(k["user_id"], k["item_id"], k["locale"])]
