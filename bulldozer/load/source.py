@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -305,6 +306,26 @@ def _derived_type(name: str, t: pa.DataType) -> Any:
     raise SchemaError(f"the column {name!r} has type {t}, which Bulldozer cannot store{_cast_hint(t)}")
 
 
+#: DuckDB types whose Arrow form is not their value, and the cast that keeps it
+_LOSSY_TYPES = {
+    "TIME WITH TIME ZONE": "a TIME WITH TIME ZONE, whose offset Arrow drops (12:00+05:00 arrives as 12:00): "
+    "cast it in the query, to a TIME (its wall-clock time) or with a date to a TIMESTAMPTZ",
+    "BIT": "a BIT string, which Arrow carries as DuckDB's internal bytes: cast it in the query, "
+    "e.g. to VARCHAR ('101')",
+}
+
+
+def _refuse_lossy(relation: Any) -> None:
+    """A query's column (or a field nested in one) whose DuckDB type Arrow does not carry
+    as its value, refused saying which cast to write; DuckDB's own types are read here,
+    since the Arrow ones no longer tell (a TIMETZ is a plain time64 there)."""
+    for name, duck_type in zip(relation.columns, relation.types, strict=True):
+        text = str(duck_type)
+        for lossy, why in _LOSSY_TYPES.items():
+            if re.search(rf"(^|[\s(,]){lossy}($|[\s),\[])", text):
+                raise SchemaError(f"the column {name!r} is {why}" + (f" (its type: {text})" if text != lossy else ""))
+
+
 def _cast_hint(t: pa.DataType) -> str:
     """How to write a query's column of type ``t`` as one Bulldozer stores, where one cast does."""
     if pa.types.is_dictionary(t):
@@ -401,11 +422,13 @@ def _sql_source(loaded: LoadedSpec, catalog: Any, schema_of: Any) -> SqlSource:
         con = _connect(source, empty=True)
         try:
             try:
-                arrow_schema = con.sql(f"SELECT * FROM ({_nested(base)}) LIMIT 0").to_arrow_table().schema
+                relation = con.sql(f"SELECT * FROM ({_nested(base)}) LIMIT 0")
+                arrow_schema = relation.to_arrow_table().schema
             except Exception as exc:  # DuckDB's binder / catalog errors
                 raise SpecError(
                     [SpecIssue("spec", "data_movement.source.query", f"the query cannot run: {exc}".splitlines()[0])]
                 ) from None
+            _refuse_lossy(relation)
         finally:
             con.close()
         source.schema = output_schema(arrow_schema, [schema_of(t, s) for t, s in tables.values()])

@@ -324,6 +324,9 @@ def test_a_query_spills_only_where_the_operator_allows(home: Path, tmp_path: Pat
         ),
         ("INTERVAL 1 DAY AS rating", "(an INTERVAL: store a number in the query, e.g. epoch(col) for its seconds)"),
         ("NULL AS rating", "(a bare NULL has no type: give it one in the query, e.g. CAST(NULL AS VARCHAR))"),
+        ("TIMETZ '12:00:00+05:00' AS rating", "the column 'rating' is a TIME WITH TIME ZONE, whose offset Arrow drops"),
+        ("{'t': TIMETZ '12:00:00+05:00'} AS rating", "(its type: STRUCT(t TIME WITH TIME ZONE))"),
+        ("'101'::BIT AS rating", "the column 'rating' is a BIT string, which Arrow carries as DuckDB's internal bytes"),
     ],
 )
 def test_a_query_column_of_a_type_the_store_cannot_hold_is_refused_saying_how_to_cast_it(
