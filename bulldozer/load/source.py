@@ -29,7 +29,15 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from bulldozer import scratch
-from bulldozer.errors import CatalogError, DuplicateKeyError, LoadError, SchemaError, SpecError, SpecIssue
+from bulldozer.errors import (
+    CatalogError,
+    DuplicateKeyError,
+    LoadError,
+    SchemaError,
+    SourceDataError,
+    SpecError,
+    SpecIssue,
+)
 from bulldozer.settings import load_settings
 from bulldozer.spec.models import JobSpec
 from bulldozer.spec.query import SANDBOX, check_query, duckdb_module
@@ -172,10 +180,15 @@ def open_reader(
 @contextlib.contextmanager
 def _bounded() -> Iterator[None]:
     """DuckDB running out of the memory and spill space the operator allows a query, as one
-    line saying so (DuckDB's own advice, SET or PRAGMA, is not the spec's to follow)."""
+    line saying so (DuckDB's own advice, SET or PRAGMA, is not the spec's to follow); a
+    value the query cannot compute from the rows (a cast out of range, ...: DuckDB's
+    DataError) as a SourceDataError, which a scheduler does not retry (the same rows fail
+    the same way; it was a raw DuckDB exception, retried as if transient)."""
     duckdb = duckdb_module()
     try:
         yield
+    except duckdb.DataError as exc:
+        raise SourceDataError(f"the query failed on the source rows: {str(exc).splitlines()[0]}") from None
     except duckdb.OutOfMemoryException as exc:
         settings = load_settings()
         first = str(exc).splitlines()[0]

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bulldozer.cli.main import app
-from bulldozer.errors import CatalogError, DuplicateKeyError, SpecError, TableNotFoundError
+from bulldozer.errors import CatalogError, DuplicateKeyError, SourceDataError, SpecError, TableNotFoundError
 from bulldozer.kv import KvClient
 from bulldozer.load.runner import run_job
 from bulldozer.schema.compat import check_compatibility
@@ -372,3 +372,20 @@ def test_a_querys_time_zone_is_utc_whatever_the_machines(home: Path) -> None:
     for line in seen[0]:
         k = line["key"]
         assert (line["value"]["rating"], line["value"]["price"]) == utc[(k["user_id"], k["item_id"], k["locale"])]
+
+
+def test_a_query_that_cannot_compute_a_value_from_the_rows_fails_without_retries(home: Path, dal: KvClient) -> None:
+    """A cast out of range at run time was DuckDB's raw ConversionException, which a
+    scheduler took for a transient failure and retried: the same rows fail the same way."""
+    from bulldozer.kv.types import State
+
+    spec = job(
+        '{query: "SELECT user_id, item_id, locale, hash(user_id)::BIGINT AS rating FROM sample.user_item_scores"}',
+        "[rating]",
+    )
+    with pytest.raises(
+        SourceDataError, match=r"^the query failed on the source rows: Conversion Error: .*INT64"
+    ) as failed:
+        run_job(spec, dal, home=str(home))
+    assert failed.value.retryable is False
+    assert [n.state for n in dal.list_namespaces("scores")] == [State.FAILED]
