@@ -105,9 +105,27 @@ class LoadEngine(ABC):
     runs_sql: ClassVar[bool] = False
     #: Whether the engine spreads the load over ``key_value_dal.write.partitions`` tasks.
     writes_partitions: ClassVar[bool] = False
+    #: Iceberg types some way of the engine's to read a table cannot read, and why
+    unreadable_types: ClassVar[dict[str, str]] = {}
     #: Set by a load whose writers could not see each other's keys (rows sharing a key may
     #: have gone to different writers): the seal's count finds such rows, the runner names them.
     shared_keys_unchecked: bool = False
+
+    def unreadable(self, columns: list[Any]) -> str | None:
+        """Why this engine cannot read one of ``columns`` (Iceberg NestedFields), or None."""
+        for column in columns:
+            todo = [column.field_type]
+            while todo:
+                t = todo.pop()
+                if str(t) in self.unreadable_types:
+                    return f"column {column.name!r} holds a {t}, and {self.unreadable_types[str(t)]}"
+                if hasattr(t, "element_field"):  # a list
+                    todo.append(t.element_field.field_type)
+                elif hasattr(t, "key_field"):  # a map
+                    todo += [t.key_field.field_type, t.value_field.field_type]
+                elif hasattr(t, "fields"):  # a struct
+                    todo += [f.field_type for f in t.fields]
+        return None
 
     def prepare(self, spec: JobSpec, home: str | None) -> None:
         """Start, in the background, what a load of ``spec`` will need (Spark: its driver and

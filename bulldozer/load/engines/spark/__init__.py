@@ -47,9 +47,9 @@ import threading
 import time
 import uuid
 from types import TracebackType
-from typing import Any
+from typing import Any, ClassVar
 
-from bulldozer.errors import LoadError
+from bulldozer.errors import LoadError, SchemaError
 from bulldozer.kv.client import KvClient
 from bulldozer.load.engines.base import LoadPlan, LoadResult, Progress, SplitDone, SplitResult
 from bulldozer.load.engines.local import LocalEngine, SplitReader, scan_tasks, source_scan
@@ -72,14 +72,18 @@ __all__ = ["ICEBERG_RUNTIME", "SQLITE_JDBC", "SparkEngine", "spark_session", "st
 BYTES_PER_PARTITION = 64 * 1024 * 1024
 
 
-def write_tasks(plan: LoadPlan, parallelism: int, splits: int) -> tuple[int, bool]:
+def write_tasks(plan: LoadPlan, parallelism: int, splits: int, unreadable: str | None = None) -> tuple[int, bool]:
     """How many write tasks, and whether they read the snapshot's file splits themselves
     (else Spark reads the table and repartitions its rows by key over them).
 
     ``write.partitions`` when the spec sets it: read in place when there are at least that
     many splits. Else read in place when the splits keep every core Spark has busy, in one
     task per 64 MiB of data files (at most one per split, at least one per core); with fewer
-    splits than cores, one task per 64 MiB, at least one per core, fed by key."""
+    splits than cores, one task per 64 MiB, at least one per core, fed by key.
+
+    ``unreadable``: why Spark's own reader cannot read a column the job reads (a time:
+    Spark has no time type). The tasks then read the splits themselves, one per split at
+    most (fewer than the cores, maybe); a spec asking for more tasks than splits is refused."""
     size = 0
     snapshot = plan.table.snapshot_by_id(plan.snapshot_id) if plan.table is not None else None
     if snapshot is not None and snapshot.summary is not None:
@@ -87,9 +91,15 @@ def write_tasks(plan: LoadPlan, parallelism: int, splits: int) -> tuple[int, boo
     by_size = max(parallelism, math.ceil(size / BYTES_PER_PARTITION), 1)
     chosen = plan.spec.key_value_dal.write.partitions
     if chosen is not None:
+        if unreadable and splits < chosen:
+            raise SchemaError(
+                f"{unreadable}, so each Spark task reads files itself, and the snapshot has {splits} "
+                f"to read: key_value_dal.write.partitions: {chosen} is more tasks than that (lower it, "
+                "or leave it out)"
+            )
         return chosen, splits >= chosen
-    if splits >= parallelism:
-        return min(splits, by_size), True
+    if splits >= parallelism or unreadable:
+        return max(1, min(splits, by_size)), True
     return by_size, False
 
 
@@ -98,6 +108,8 @@ class SparkEngine(LocalEngine):
     resumes_splits = False
     runs_sql = False
     writes_partitions = True
+    #: what Iceberg's Spark reader cannot read (the by-key path): ``write_tasks`` then reads splits
+    unreadable_types: ClassVar[dict[str, str]] = {"time": "Spark has no time type"}
 
     def __init__(self, master: str | None = None, conf: dict[str, str] | None = None) -> None:
         #: the cluster to run on (``spark://host:7077``); default ``BULLDOZER_SPARK_MASTER`` or local[*]
@@ -148,7 +160,8 @@ class SparkEngine(LocalEngine):
         startup = time.perf_counter() - started
         scan = source_scan(plan.table, spec, plan.snapshot_id, plan.columns)
         splits = scan_tasks(scan)
-        partitions, in_place = write_tasks(plan, context.defaultParallelism, len(splits))
+        unreadable = self.unreadable(scan.projection().fields)
+        partitions, in_place = write_tasks(plan, context.defaultParallelism, len(splits), unreadable)
         tls = settings_tls_material(load_settings()) if client.credentials is not None else None
         layout = Layout(
             plan.proto, client.target, client.token, tls, plan.version, spec.key_value_dal.write, partitions
@@ -171,7 +184,7 @@ class SparkEngine(LocalEngine):
                     layout.reader = SplitReader.of(plan.table, scan)
                     groups = split_groups(splits, partitions)
                     log.info("writing %s in %d Spark tasks reading %d splits", plan.version, len(groups), len(splits))
-                    tasks = context.parallelize(groups, len(groups))
+                    tasks = context.parallelize(groups, max(1, len(groups)))  # an empty snapshot: one empty task
                     writer.commit(tasks.mapPartitions(writer.write_splits).collect())
                 else:
                     spark = self.session(plan)
