@@ -161,8 +161,8 @@ def _require_text(arr: pa.Array, column: str) -> None:
         (arr if is_text else arr.cast(pa.large_string())).validate(full=True)
     except pa.ArrowInvalid:
         bad = next((v for v in arr.cast(pa.large_binary()).to_pylist() if v is not None and not _is_utf8(v)), None)
-        if bad is None:  # what Arrow refused backs null rows, which are never written
-            return
+        if bad is None:
+            raise
         raise SourceDataError(
             f"{_place(column)} holds text that is not UTF-8 (e.g. {bad[:32]!r}); a protobuf string must be, "
             "and every consumer's parser refuses a record with one (fix those rows in the source, or filter them out)"
