@@ -182,7 +182,9 @@ def test_the_projects_own_variables_are_not_settings_and_pass(monkeypatch: pytes
             if path.is_file() and path.suffix in ("", ".py", ".sh", ".md", ".yaml", ".toml") and path != Path(__file__):
                 spelled |= set(re.findall(r"BULLDOZER_[A-Z0-9_]*[A-Z0-9]", path.read_text(errors="replace")))
     spelled |= set(re.findall(r"BULLDOZER_[A-Z0-9_]*[A-Z0-9]", (REPO / "README.md").read_text()))
-    unaccounted = {n for n in spelled - fields - set(RETIRED) - set(NOT_SETTINGS) if not n.startswith("BULLDOZER_TEST")}
+    misspelt = {"BULLDOZER_ENDPIONT"}  # the README's example of what is refused
+    others = spelled - fields - set(RETIRED) - set(NOT_SETTINGS) - misspelt
+    unaccounted = {n for n in others if not n.startswith("BULLDOZER_TEST")}
     assert unaccounted == set()
     assert set(NOT_SETTINGS) <= spelled
     for name in NOT_SETTINGS:
