@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from bulldozer.errors import InvalidArgumentError
@@ -45,6 +45,16 @@ _SIZE = r"^\s*[0-9]+(\.[0-9]+)?\s*([KMGT]i?B|B|bytes|%)?\s*$"
 def _listed(value: str) -> list[str]:
     """The names of a comma-separated setting (``a:1, b:2``), blanks left out."""
     return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def _roots(value: str) -> str:
+    """``data_file_roots``: each ``*``, an absolute path or a URI with its scheme. A root
+    without either (``lake/legacy``, a forgotten ``s3://``) was read as a local path from
+    ``/``, allowing what no one meant and not what was."""
+    for root in _listed(value):
+        if root != "*" and not root.startswith("/") and "://" not in root:
+            raise ValueError(f"{root!r} is neither an absolute path nor a URI with its scheme (s3://bucket/prefix)")
+    return value
 
 
 class Settings(BaseSettings):
@@ -117,7 +127,7 @@ class Settings(BaseSettings):
     #: Where a table's data and delete files may live besides under the table's location:
     #: comma-separated URI prefixes (``s3://lake/legacy/``, ``/mnt/hive``), or ``*`` for
     #: anywhere; none by default (``bulldozer.warehouse.files``).
-    data_file_roots: str = ""
+    data_file_roots: Annotated[str, AfterValidator(_roots)] = ""
     #: The named profile to use (``--profile`` overrides), and the file that holds the profiles
     #: (default ``$XDG_CONFIG_HOME/bulldozer/profiles.yaml``, i.e. ``~/.config/bulldozer/…``).
     profile: str | None = None
@@ -367,7 +377,8 @@ def load_settings() -> Settings:
         return _with_profile(_from_environment())
     except ValidationError as exc:
         problems = "; ".join(
-            f"BULLDOZER_{'_'.join(str(p) for p in err['loc'][:1]).upper()}: {err['msg']}" for err in exc.errors()
+            f"BULLDOZER_{'_'.join(str(p) for p in err['loc'][:1]).upper()}: {err['msg'].removeprefix('Value error, ')}"
+            for err in exc.errors()
         )
         raise InvalidArgumentError(f"invalid environment: {problems}") from None
     except SettingsError as exc:  # a JSON value that does not parse (its value is not repeated)

@@ -166,6 +166,22 @@ def test_a_variable_no_setting_reads_is_refused_not_ignored(
     assert load_settings() is not None
 
 
+def test_a_data_file_root_that_is_neither_a_path_nor_a_uri_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``lake/legacy`` (an ``s3://`` forgotten) was read as the local ``/lake/legacy``:
+    it allowed a folder no one meant, and the bucket stayed refused with no word why."""
+    monkeypatch.setenv("BULLDOZER_DATA_FILE_ROOTS", "s3://lake/current/, lake/legacy")
+    with pytest.raises(InvalidArgumentError) as refused:
+        load_settings()
+    assert str(refused.value) == (
+        "invalid environment: BULLDOZER_DATA_FILE_ROOTS: 'lake/legacy' is neither an absolute path nor a URI "
+        "with its scheme (s3://bucket/prefix)"
+    )
+    monkeypatch.setenv("BULLDOZER_DATA_FILE_ROOTS", "s3://lake/legacy/, /mnt/hive, file:///srv/x")
+    assert load_settings().data_file_roots_listed() == ["s3://lake/legacy/", "/mnt/hive", "file:///srv/x"]
+    monkeypatch.setenv("BULLDOZER_DATA_FILE_ROOTS", "*")
+    assert load_settings().data_file_roots_listed() == ["*"]
+
+
 def test_the_projects_own_variables_are_not_settings_and_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every BULLDOZER_* name the repository spells is a setting, a retired one, one of
     NOT_SETTINGS (the scripts', benchmarks' and tests' own) or a BULLDOZER_TEST_* one, so
