@@ -113,18 +113,13 @@ class LoadEngine(ABC):
 
     def unreadable(self, columns: list[Any]) -> str | None:
         """Why this engine cannot read one of ``columns`` (Iceberg NestedFields), or None."""
+        from pyiceberg.schema import index_by_id
+
         for column in columns:
-            todo = [column.field_type]
-            while todo:
-                t = todo.pop()
+            nested = [f.field_type for f in index_by_id(column.field_type).values()]
+            for t in (column.field_type, *nested):
                 if str(t) in self.unreadable_types:
                     return f"column {column.name!r} holds a {t}, and {self.unreadable_types[str(t)]}"
-                if hasattr(t, "element_field"):  # a list
-                    todo.append(t.element_field.field_type)
-                elif hasattr(t, "key_field"):  # a map
-                    todo += [t.key_field.field_type, t.value_field.field_type]
-                elif hasattr(t, "fields"):  # a struct
-                    todo += [f.field_type for f in t.fields]
         return None
 
     def prepare(self, spec: JobSpec, home: str | None) -> None:
