@@ -339,13 +339,13 @@ _TESTS_OWN = "BULLDOZER_TEST_"
 def _unknown(variables: tuple[tuple[str, str], ...]) -> None:
     """Refuse a set ``BULLDOZER_*`` variable that nothing reads, naming the setting it may
     have meant to be (its value is not repeated: it may be a secret)."""
-    known = {f"BULLDOZER_{name.upper()}" for name in Settings.model_fields} | set(RETIRED) | set(NOT_SETTINGS)
+    fields = [field.upper() for field in Settings.model_fields]
+    known = {f"BULLDOZER_{field}" for field in fields} | set(RETIRED) | set(NOT_SETTINGS)
     for name, value in variables:
         upper = name.upper()
         if value and upper not in known and not upper.startswith(_TESTS_OWN):
             import difflib
 
-            fields = [field.upper() for field in Settings.model_fields]
             close = difflib.get_close_matches(upper.removeprefix("BULLDOZER_"), fields, n=1, cutoff=0.75)
             hint = f" (did you mean BULLDOZER_{close[0]}?)" if close else ""
             raise InvalidArgumentError(f"{name} is not a setting Bulldozer reads{hint}; unset it")
