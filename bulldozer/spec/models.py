@@ -35,6 +35,7 @@ from bulldozer.names import ALIAS_PATTERN, describe_value
 
 __all__ = [
     "API_VERSION",
+    "EMBEDDED_CATALOG",
     "KIND",
     "CatalogConfig",
     "DataMovement",
@@ -343,17 +344,22 @@ class Metadata(BaseModel):
 # ------------------------------------------------------------------ data_movement
 
 
+#: The name of the embedded catalog: the SQLite catalog under ``$BULLDOZER_HOME``.
+EMBEDDED_CATALOG = "lake"
+
+
 class CatalogConfig(BaseModel):
     """Which Iceberg catalog holds the source: the operator's catalog of this ``name``
-    (``BULLDOZER_CATALOGS``, a profile's ``catalogs``), else the embedded one — the SQLite
-    catalog under ``$BULLDOZER_HOME`` (``.bulldozer/`` by default). ``properties`` define the
+    (``BULLDOZER_CATALOGS``, a profile's ``catalogs``), else, for ``lake``, the embedded one —
+    the SQLite catalog under ``$BULLDOZER_HOME`` (``.bulldozer/`` by default); any other name
+    is refused (``bulldozer.warehouse.catalog.unknown_catalog``). ``properties`` define the
     catalog in the spec itself (any properties pyiceberg's ``load_catalog`` accepts:
     ``type``, ``uri``, ``warehouse``, …), which the operator must allow
     (``BULLDOZER_SPEC_CATALOGS=allow``; see ``bulldozer.warehouse.catalog.catalog_properties``)."""
 
     model_config = _FROZEN
 
-    name: Annotated[str, _matching(TABLE_PART_PATTERN)] = "lake"
+    name: Annotated[str, _matching(TABLE_PART_PATTERN)] = EMBEDDED_CATALOG
     properties: dict[str, str] = Field(default_factory=dict)
 
     @property

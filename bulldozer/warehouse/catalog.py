@@ -14,6 +14,7 @@ catalog's configuration, never the table's own properties (``table_io_refusal``)
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from bulldozer.errors import CatalogError, TableNotFoundError
 from bulldozer.redaction import shown_url
-from bulldozer.spec.models import CatalogConfig
+from bulldozer.spec.models import EMBEDDED_CATALOG, CatalogConfig
 
 if TYPE_CHECKING:
     from bulldozer.errors import SpecIssue
@@ -38,6 +39,7 @@ __all__ = [
     "read_snapshot",
     "spec_catalog_refusal",
     "table_io_refusal",
+    "unknown_catalog",
 ]
 
 #: The namespaces of pyiceberg's FileIO properties (``pyiceberg.io``): which code reads a
@@ -80,10 +82,37 @@ def spec_catalog_refusal(config: CatalogConfig) -> str | None:
     return _SPEC_CATALOG.format(known=", ".join(sorted(settings.catalogs)) or "the operator has configured none")
 
 
+def unknown_catalog(config: CatalogConfig) -> str | None:
+    """Why no catalog answers to ``config.name``, or None: a spec names the operator's
+    catalog of that name or, for ``lake``, the embedded one. Another name opened the
+    embedded SQLite file under it, where no table is: a misspelt ``prod`` failed with
+    "table ... does not exist" as if the table were missing, and a name the operator forgot
+    to configure read whatever the machine's embedded catalog held."""
+    from bulldozer.settings import load_settings
+
+    settings = load_settings()
+    if config.defined_in_spec or config.name == EMBEDDED_CATALOG or config.name in settings.catalogs:
+        return None
+    known = sorted(settings.catalogs)
+    close = difflib.get_close_matches(config.name, [*known, EMBEDDED_CATALOG], n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    operator = f"the operator's ({', '.join(known)})" if known else "one the operator configured (there is none)"
+    return (
+        f"no catalog is named {config.name!r}: name {operator} or the embedded one ({EMBEDDED_CATALOG!r}); the "
+        f"operator configures catalogs in BULLDOZER_CATALOGS or the profile's catalogs{hint}"
+    )
+
+
 def catalog_issues(loaded: LoadedSpec) -> list[SpecIssue]:
-    """``spec_catalog_refusal`` of a loaded spec, as a located issue (validate, submit, run)."""
-    refused = spec_catalog_refusal(loaded.spec.data_movement.catalog)
-    return [loaded.issue(("data_movement", "catalog", "properties"), refused)] if refused else []
+    """``spec_catalog_refusal`` and ``unknown_catalog`` of a loaded spec, as located issues
+    (validate, submit, run)."""
+    config = loaded.spec.data_movement.catalog
+    issues = []
+    if refused := spec_catalog_refusal(config):
+        issues.append(loaded.issue(("data_movement", "catalog", "properties"), refused))
+    if unknown := unknown_catalog(config):
+        issues.append(loaded.issue(("data_movement", "catalog", "name"), unknown))
+    return issues
 
 
 def catalog_properties(config: CatalogConfig) -> dict[str, str] | None:
@@ -102,13 +131,16 @@ def catalog_properties(config: CatalogConfig) -> dict[str, str] | None:
         raise CatalogError(f"data_movement.catalog.properties: {refused}")
     if config.defined_in_spec:
         return dict(config.properties)
+    unknown = unknown_catalog(config)
+    if unknown is not None:
+        raise CatalogError(f"data_movement.catalog.name: {unknown}")
     operator = load_settings().catalogs.get(config.name)
     return dict(operator) if operator else None
 
 
 def open_catalog(config: CatalogConfig | None = None, home: str | os.PathLike[str] | None = None) -> Any:
     """The pyiceberg catalog for ``config`` (``catalog_properties``: the operator's catalog of
-    its name, else the embedded one), whose tables cannot name the code that reads their
+    its name, else for ``lake`` the embedded one), whose tables cannot name the code that reads their
     files (``_no_table_file_io_code``)."""
     from pyiceberg.catalog import load_catalog
 

@@ -588,6 +588,37 @@ def test_a_spec_names_the_operators_catalog(tmp_path: Path) -> None:
     assert json.loads(allowed.stdout)["rows"] == 1_000
 
 
+def test_a_catalog_name_no_one_configured_is_refused(tmp_path: Path) -> None:
+    """A spec's catalog is the operator's of its name, or the embedded ``lake``. Any other name
+    opened the embedded SQLite file under that name: a name the operator forgot to configure
+    read whatever this machine's embedded catalog held under it, and a misspelt one failed as
+    if the table were missing. Both are refused in one located line, before anything opens."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from bulldozer.warehouse.catalog import embedded_catalog_properties
+    from bulldozer.warehouse.sample import SAMPLE_TABLE, create_sample_warehouse
+
+    home = tmp_path / "home"
+    create_sample_warehouse(home, rows=1_000)
+    embedded = SqlCatalog("prod", **embedded_catalog_properties(home))  # the machine's own 'prod' tables
+    embedded.create_namespace("sample")
+    lake = SqlCatalog("lake", **embedded_catalog_properties(home)).load_table(SAMPLE_TABLE)
+    embedded.register_table(SAMPLE_TABLE, lake.metadata_location)
+    spec = _spec_with_catalog(tmp_path / "job.yaml", "    name: prod\n")
+    for args in (["validate", str(spec)], ["validate", str(spec), "--catalog"], ["run", str(spec), "-q"]):
+        done = _bulldozer(args, home)
+        said = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(said) == 1, (args, done.stderr)
+        assert said[0].startswith(f"{spec}:") and "data_movement.catalog.name: no catalog is named 'prod'" in said[0]
+        assert "the operator configured (there is none) or the embedded one ('lake')" in said[0]
+    operator = json.dumps({"prod": embedded_catalog_properties(home)})
+    misspelt = _spec_with_catalog(tmp_path / "misspelt.yaml", "    name: prdo\n")
+    done = _bulldozer(["run", str(misspelt), "-q"], home, BULLDOZER_CATALOGS=operator)
+    assert done.returncode == 2 and done.stderr.strip().endswith("did you mean 'prod'?"), done.stderr
+    done = _bulldozer(["run", str(spec), "--json"], home, BULLDOZER_CATALOGS=operator)
+    assert done.returncode == 0 and json.loads(done.stdout)["rows"] == 1_000, done.stderr
+
+
 def test_a_spec_sends_data_only_to_a_dal_the_operator_configured(tmp_path: Path) -> None:
     """A job's data goes wherever its spec's endpoint says, and a spec is untrusted: it may name
     the embedded store, BULLDOZER_ENDPOINT (or the profile's), BULLDOZER_TOKEN_ENDPOINTS or

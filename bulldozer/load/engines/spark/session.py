@@ -24,6 +24,7 @@ from typing import Any
 from bulldozer import locks, scratch
 from bulldozer.errors import LoadError
 from bulldozer.settings import java_executable, load_settings, pyspark_python
+from bulldozer.spec.models import EMBEDDED_CATALOG
 from bulldozer.warehouse.catalog import bulldozer_home
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ _CONTEXT_LOCK = threading.Lock()
 
 
 def spark_session(
-    catalog_name: str = "lake",
+    catalog_name: str = EMBEDDED_CATALOG,
     properties: dict[str, str] | None = None,
     home: str | None = None,
     master: str | None = None,
@@ -67,7 +68,7 @@ def spark_session(
 
 
 def spark_context(
-    catalog_name: str = "lake",
+    catalog_name: str = EMBEDDED_CATALOG,
     properties: dict[str, str] | None = None,
     home: str | None = None,
     master: str | None = None,
