@@ -15,6 +15,7 @@ catalog's configuration, never the table's own properties (``table_io_refusal``)
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 from bulldozer.errors import CatalogError, TableNotFoundError
 from bulldozer.redaction import shown_url
 from bulldozer.spec.models import EMBEDDED_CATALOG, CatalogConfig
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from bulldozer.errors import SpecIssue
@@ -36,6 +39,7 @@ __all__ = [
     "load_source_table",
     "load_table",
     "open_catalog",
+    "pyiceberg_configuration",
     "read_snapshot",
     "spec_catalog_refusal",
     "table_io_refusal",
@@ -142,8 +146,6 @@ def open_catalog(config: CatalogConfig | None = None, home: str | os.PathLike[st
     """The pyiceberg catalog for ``config`` (``catalog_properties``: the operator's catalog of
     its name, else for ``lake`` the embedded one), whose tables cannot name the code that reads their
     files (``_no_table_file_io_code``)."""
-    from pyiceberg.catalog import load_catalog
-
     config = config or CatalogConfig()
     props = catalog_properties(config)
     if props is None:
@@ -151,12 +153,74 @@ def open_catalog(config: CatalogConfig | None = None, home: str | os.PathLike[st
         (root / "warehouse").mkdir(parents=True, exist_ok=True)
         props = embedded_catalog_properties(root)
     try:
-        catalog = load_catalog(config.name, **props)
+        catalog = _catalog(config.name, props)
+    except CatalogError:
+        raise
     except Exception as exc:  # pyiceberg raises many unrelated types here
         where = shown_url(props["uri"]) if "uri" in props else props.get("type", "?")
         raise CatalogError(f"cannot open catalog {config.name!r} at {where}: {exc}") from exc
     _no_table_file_io_code(catalog)
     return catalog
+
+
+def pyiceberg_configuration(name: str) -> list[str]:
+    """The keys pyiceberg's own configuration sets for catalog ``name`` — a ``.pyiceberg.yaml``
+    in ``$PYICEBERG_HOME``, the home folder or the *working directory*, and ``PYICEBERG_*``
+    variables — which Bulldozer does not use (``_catalog``); a CatalogError when that
+    configuration does not parse (pyiceberg reads it as its catalog module is imported, and
+    again as it scans: every pyiceberg use of this process would fail on it)."""
+    import strictyaml
+    from pyiceberg.utils.config import Config
+
+    try:
+        found = Config().get_catalog_config(name)
+    except (strictyaml.YAMLError, ValueError) as exc:
+        reason = " ".join(str(exc).split())
+        raise CatalogError(
+            "pyiceberg's own configuration (a .pyiceberg.yaml in $PYICEBERG_HOME, the home folder or the working "
+            f"directory, or PYICEBERG_* variables) does not parse, and pyiceberg reads it on every use: {reason}"
+        ) from None
+    return sorted(found) if isinstance(found, dict) else []
+
+
+def _say_unused_pyiceberg_configuration(name: str) -> None:
+    """A warning naming the keys pyiceberg's own configuration sets for catalog ``name``,
+    which Bulldozer does not use (``_catalog``)."""
+    ignored = pyiceberg_configuration(name)
+    if ignored:
+        log.warning(
+            "catalog %r: pyiceberg's own configuration (a .pyiceberg.yaml or PYICEBERG_CATALOG__%s__* variables) "
+            "sets %s for it, which Bulldozer does not use: its catalogs are configured in BULLDOZER_CATALOGS",
+            name,
+            name.upper(),
+            ", ".join(ignored),
+        )
+
+
+def _catalog(name: str, props: dict[str, str]) -> Any:
+    """The pyiceberg catalog ``name`` made from ``props`` alone. pyiceberg's ``load_catalog``
+    would merge its own configuration for that name into them (``pyiceberg_configuration``):
+    a ``.pyiceberg.yaml`` in the working directory — a checkout of a repository of specs —
+    could then set the catalog's FileIO to any installed module, its endpoints and its
+    credentials, and the local engine would read with a catalog Spark's never sees.
+    Bulldozer's catalogs are configured in one place (``BULLDOZER_CATALOGS``, a profile's
+    ``catalogs``); keys found there for this name are named in a warning, not used."""
+    import importlib
+
+    _say_unused_pyiceberg_configuration(name)  # before pyiceberg.catalog's import reads it
+    from pyiceberg.catalog import AVAILABLE_CATALOGS, PY_CATALOG_IMPL, TYPE, URI, CatalogType, infer_catalog_type
+
+    if impl := props.get(PY_CATALOG_IMPL):  # the operator's own catalog class, as pyiceberg loads one
+        module, _, cls = impl.rpartition(".")
+        if not module:
+            raise CatalogError(f"catalog {name!r}: py-catalog-impl must be module.Class, not {impl!r}")
+        return getattr(importlib.import_module(module), cls)(name, **props)
+    kind = CatalogType(props[TYPE].lower()) if props.get(TYPE) else infer_catalog_type(name, dict(props))
+    if kind is None:
+        raise CatalogError(f"catalog {name!r}: set its type (rest, sql, hive, glue, ...)")
+    if kind in (CatalogType.REST, CatalogType.HIVE, CatalogType.SQL) and URI not in props:
+        raise CatalogError(f"catalog {name!r} ({kind.value}) has no uri")
+    return AVAILABLE_CATALOGS[kind](name, props)
 
 
 def table_io_refusal(identifier: str, properties: Mapping[str, str]) -> str | None:
@@ -272,6 +336,7 @@ def load_source_table(config: CatalogConfig, home: str | os.PathLike[str] | None
     if catalog_properties(config) is None:
         location = _embedded_metadata_location(config, home, identifier)
         if location is not None:
+            _say_unused_pyiceberg_configuration(config.name)
             return _static_table(identifier, location, embedded_catalog_properties(home))
     return load_table(open_catalog(config, home), identifier)
 

@@ -514,12 +514,13 @@ def _spec_with_catalog(path: Path, catalog: str) -> Path:
     return path
 
 
-def _bulldozer(args: list[str], home: Path, **env: str) -> subprocess.CompletedProcess[str]:
+def _bulldozer(args: list[str], home: Path, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "bulldozer.cli.main", *args],
         capture_output=True,
         text=True,
         timeout=300,
+        cwd=cwd,
         env={**os.environ, "BULLDOZER_HOME": str(home), "BULLDOZER_ENDPOINT": "embedded", **env},
     )
 
@@ -617,6 +618,39 @@ def test_a_catalog_name_no_one_configured_is_refused(tmp_path: Path) -> None:
     assert done.returncode == 2 and done.stderr.strip().endswith("did you mean 'prod'?"), done.stderr
     done = _bulldozer(["run", str(spec), "--json"], home, BULLDOZER_CATALOGS=operator)
     assert done.returncode == 0 and json.loads(done.stdout)["rows"] == 1_000, done.stderr
+
+
+def test_pyiceberg_s_own_configuration_configures_no_catalog(tmp_path: Path) -> None:
+    """pyiceberg's ``load_catalog`` merges its own configuration into a catalog's properties:
+    a ``.pyiceberg.yaml`` in the working directory (a checkout of a repository of specs, say)
+    set the operator's catalog's FileIO to any installed module, which ``validate --catalog``
+    and ``plan`` then imported. Catalogs are now made from Bulldozer's properties alone, the
+    keys found there named in a warning; a file that does not parse is one line, not a
+    traceback."""
+    from bulldozer.warehouse.sample import create_sample_warehouse
+
+    home, cwd = tmp_path / "home", tmp_path / "specs"
+    create_sample_warehouse(home, rows=1_000)
+    cwd.mkdir()
+    (tmp_path / "probe_catalog.py").write_text(_PROBE)
+    mark = tmp_path / "imported"
+    env = {"PYTHONPATH": str(tmp_path), "PROBE_MARK": str(mark)}
+    spec = _spec_with_catalog(cwd / "job.yaml", "    name: lake\n")
+    config = cwd / ".pyiceberg.yaml"
+    config.write_text("catalog:\n  lake:\n    py-io-impl: probe_catalog.Catalog\n    s3.endpoint: http://elsewhere\n")
+    validated = _bulldozer(["validate", str(spec), "--catalog"], home, cwd, **env)
+    assert validated.returncode == 0, validated.stderr
+    planned = _bulldozer(["plan", str(spec)], home, cwd, **env)
+    assert planned.returncode == 0, planned.stderr
+    assert "sets py-io-impl, s3.endpoint for it, which Bulldozer does not use" in planned.stderr, planned.stderr
+    assert not mark.exists(), mark.read_text()
+    config.write_text("catalog: [1, 2\n")
+    for args in (["validate", str(spec), "--catalog"], ["plan", str(spec)], ["run", str(spec), "-q"]):
+        done = _bulldozer(args, home, cwd)
+        said = done.stderr.strip().splitlines()
+        assert done.returncode in (1, 2) and len(said) == 1, (args, done.stderr)
+        assert "pyiceberg's own configuration (a .pyiceberg.yaml in $PYICEBERG_HOME" in said[0], said
+        assert "does not parse" in said[0], said
 
 
 def test_a_spec_sends_data_only_to_a_dal_the_operator_configured(tmp_path: Path) -> None:
