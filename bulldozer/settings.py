@@ -24,12 +24,14 @@ from bulldozer.errors import InvalidArgumentError
 
 __all__ = [
     "DEFAULT_HOME",
+    "GRPC_PROXY_VARIABLES",
     "Profile",
     "ProfilesFile",
     "Settings",
     "cache_root",
     "child_environment",
     "environment",
+    "grpc_proxy",
     "java_executable",
     "load_settings",
     "pyspark_python",
@@ -425,6 +427,20 @@ def java_executable() -> Path | None:
     java_home = os.environ.get("JAVA_HOME")
     java = Path(java_home) / "bin" / "java" if java_home else shutil.which("java")
     return Path(java) if java is not None and Path(java).exists() else None
+
+
+#: The variables gRPC's C core takes its HTTP proxy from, the first one set winning
+GRPC_PROXY_VARIABLES = ("grpc_proxy", "https_proxy", "http_proxy")
+
+
+def grpc_proxy() -> tuple[str, str] | None:
+    """The variable gRPC's channels take an HTTP proxy from, and its value, or None. gRPC
+    sends a channel to any host through it unless ``no_grpc_proxy`` / ``no_proxy`` lists
+    the host (``bulldozer.kv._transports`` keeps loopback's channels off it)."""
+    for name in GRPC_PROXY_VARIABLES:
+        if os.environ.get(name):
+            return name, os.environ[name]
+    return None
 
 
 def pyspark_python() -> None:

@@ -136,6 +136,31 @@ class Transport(ABC):
         return None
 
 
+def _on_loopback(target: str) -> bool:
+    """Is the gRPC target ``target`` (``host:port``, ``[v6]:port``, ``dns:///host:port``,
+    ``unix:path``) on this machine's loopback or a Unix socket?"""
+    from bulldozer.sockets import host_of, is_loopback
+
+    if target.startswith(("unix:", "unix-abstract:")):
+        return True
+    address = target.removeprefix("dns:").lstrip("/").removeprefix("ipv4:").removeprefix("ipv6:")
+    return is_loopback(host_of(address))
+
+
+def _through_proxy(target: str) -> str:
+    """What to say of the HTTP proxy gRPC sends a channel to ``target`` through, if any."""
+    from bulldozer.redaction import shown_url
+    from bulldozer.settings import grpc_proxy
+
+    proxy = None if _on_loopback(target) else grpc_proxy()
+    if proxy is None:
+        return ""
+    return (
+        f" through the HTTP proxy {shown_url(proxy[1])} that {proxy[0]} names (list the DAL's host in no_grpc_proxy "
+        "or no_proxy if it is reached directly)"
+    )
+
+
 class GrpcTransport(Transport):
     """A gRPC channel to a DAL: retries with backoff for UNAVAILABLE declared in the
     channel's service config, a deadline on every call."""
@@ -153,6 +178,8 @@ class GrpcTransport(Transport):
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
         ]
+        if _on_loopback(target):  # an HTTP proxy (http_proxy...) would reach its own loopback, not ours
+            options.append(("grpc.enable_http_proxy", 0))
         channel = (
             grpc.secure_channel(target, credentials, options=options)
             if credentials is not None
@@ -238,7 +265,7 @@ class GrpcTransport(Transport):
         except grpc.RpcError as err:
             if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                 raise BackendUnavailableError(
-                    f"the KV DAL at {self.target} did not answer within {timeout:.0f} s"
+                    f"the KV DAL at {self.target} did not answer within {timeout:.0f} s{_through_proxy(self.target)}"
                 ) from None
 
     def close(self) -> None:

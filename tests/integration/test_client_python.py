@@ -4,6 +4,7 @@ a real DAL process."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import venv
 from pathlib import Path
@@ -71,18 +72,21 @@ def test_generated_python_client_reads_and_checks_compatibility(tmp_path: Path, 
             first_run = run_job(loaded, dal, home=str(home))
             expected = read(dal, "user_item_scores", KEY)
 
-            def reader(*version: str) -> dict[str, object]:
+            def reader(*version: str, **env: str) -> dict[str, object]:
                 out = subprocess.run(
                     [str(client_venv), str(script), address, json.dumps(KEY), *version],
                     capture_output=True,
                     text=True,
                     timeout=120,
+                    env={**os.environ, **env},
                 )
                 assert out.returncode == 0, out.stderr[-2000:]
                 return dict(json.loads(out.stdout))
 
             got = reader()
             assert got["value"] == expected and got["missing"] is True
+            # a DAL on loopback (a sidecar) is dialled directly, whatever HTTP proxy the machine sets
+            assert reader(http_proxy=f"http://127.0.0.1:{_free_port()}") == got
 
             # a newer version with an added column still reads with the old client
             with table(home).update_schema() as update:

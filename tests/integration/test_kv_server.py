@@ -112,6 +112,33 @@ def test_unreachable_server_is_a_clear_error() -> None:
         client.describe("x__v20000101000000_000000")
 
 
+def test_a_dal_on_loopback_is_reached_directly_whatever_the_http_proxy(
+    server: tuple[object, int, Metrics], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gRPC sends every channel through the HTTP proxy ``http_proxy`` (or ``https_proxy``,
+    ``grpc_proxy``) names, set on many workers for their way out: a DAL on 127.0.0.1 or
+    localhost was then asked of the proxy, which reaches its own loopback, and every command
+    said the DAL "did not answer". Loopback's channels go direct; a DAL elsewhere that does
+    not answer is said to have been asked through the proxy, its password not shown."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]  # the proxy: nothing listens there
+    _, port, _ = server
+    for variable in ("http_proxy", "https_proxy", "grpc_proxy"):
+        monkeypatch.setenv(variable, f"http://bob:s3cret@127.0.0.1:{dead}")
+        for host in ("127.0.0.1", "localhost"):
+            with KvClient(f"{host}:{port}", timeout=5) as client:
+                client.wait_ready(5)
+                assert client.list_namespaces() == []
+        elsewhere = KvClient(f"192.0.2.1:{port}", timeout=1)  # TEST-NET-1: never this machine
+        with elsewhere, pytest.raises(BackendUnavailableError) as away:
+            elsewhere.wait_ready(1)
+        said = str(away.value)
+        assert f"through the HTTP proxy http://bob:***@127.0.0.1:{dead} that {variable} names" in said, said
+        assert "s3cret" not in said
+        monkeypatch.delenv(variable)
+
+
 # ------------------------------------------------------------- real processes
 
 
