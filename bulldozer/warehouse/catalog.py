@@ -169,12 +169,11 @@ def pyiceberg_configuration(name: str) -> list[str]:
     variables — which Bulldozer does not use (``_catalog``); a CatalogError when that
     configuration does not parse (pyiceberg reads it as its catalog module is imported, and
     again as it scans: every pyiceberg use of this process would fail on it)."""
-    import strictyaml
     from pyiceberg.utils.config import Config
 
     try:
         found = Config().get_catalog_config(name)
-    except (strictyaml.YAMLError, ValueError) as exc:
+    except Exception as exc:  # strictyaml's errors (not imported here: a run defers it), a ValueError
         reason = " ".join(str(exc).split())
         raise CatalogError(
             "pyiceberg's own configuration (a .pyiceberg.yaml in $PYICEBERG_HOME, the home folder or the working "
