@@ -11,6 +11,10 @@ an Airflow worker) leave the interpreter as they found it.
   ``PYDANTIC_DISABLE_PLUGINS`` stands (``bulldozer validate``: 290 -> 277 ms, medians of 20
   alternating).
 - The cyclic collector (``claim``, ``started``, ``run_ended``, ``exiting``).
+- Standard output and error (``claim``) write a character their encoding lacks as an escape
+  (``\u2713``). Under a legacy locale or ``PYTHONIOENCODING=ascii``, a run that had flipped
+  its alias printed its ``✓`` line, raised ``UnicodeEncodeError`` and exited 1 with a
+  traceback: a scheduler marked the successful run failed and ran it again.
 - SIGTERM (``claim``): a scheduler stops a task with it (Airflow on a timeout or a task
   marked failed). The command unwinds as from Ctrl-C, raising ``Terminated`` in the main
   thread: its run is recorded as failed, its DAL and data plane are stopped, its temporary
@@ -154,6 +158,10 @@ def claim() -> None:
     _owned = True
     gc.disable()
     signal.signal(signal.SIGTERM, _terminate)
+    for stream in (sys.stdout, sys.stderr):  # a character the stream's encoding lacks: written as an escape
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     if not any(isinstance(f, _Deferred) for f in sys.meta_path):
         sys.meta_path.insert(0, _Deferred(DEFERRED, DEFERRED_MODELS))
 

@@ -110,7 +110,35 @@ def test_pyicebergs_configuration_file_is_read_when_there_is_one(home: Path, tmp
     broken = _cli(home, "run", str(spec), "-q", env={"PYICEBERG_HOME": str(tmp_path)})
     assert broken.returncode != 0  # the file was parsed: strictyaml refused it
     said = broken.stderr.strip().splitlines()
-    assert len(said) == 1 and "FlowMappingDisallowed" in said[0], broken.stderr  # its message in one line
+    assert len(said) == 1 and "pyiceberg's own configuration" in said[0], broken.stderr  # in one line
+    assert "does not parse" in said[0] and "max-workers: [not, a, number" in said[0], said
+
+
+def test_a_run_succeeds_whatever_the_encoding_of_its_output(home: Path) -> None:
+    """Under a legacy locale (or PYTHONIOENCODING=ascii) a run that had flipped its alias
+    printed its ✓ line, raised UnicodeEncodeError and exited 1 with a traceback: a scheduler
+    marked the successful run failed and ran it again. What the encoding lacks is written as
+    an escape, and a failure is still its one line."""
+    spec = home / "job.yaml"
+    spec.write_text(TEMPLATE)
+    for encoding in ("ascii", "latin-1"):
+
+        def cli(*args: str, encoding: str = encoding) -> subprocess.CompletedProcess[str]:
+            env = {**os.environ, "BULLDOZER_HOME": str(home), "PYTHONIOENCODING": encoding}
+            return subprocess.run(
+                [sys.executable, "-m", "bulldozer.cli.main", *args],
+                capture_output=True,
+                encoding=encoding,
+                timeout=300,
+                env=env,
+            )
+
+        done = cli("run", str(spec), "-q")
+        assert done.returncode == 0, done.stderr
+        assert "\\u2713 user_item_scores \\u2192 user_item_scores__v" in done.stdout, done.stdout
+        missing = cli("run", str(home / "n\u00e9ant\u2192.yaml"))
+        said = missing.stderr.strip().splitlines()
+        assert missing.returncode == 2 and len(said) == 1 and "\\u2192.yaml" in said[0], missing.stderr
 
 
 def test_other_commands_collect_from_the_start_and_a_failed_run_collects_again(home: Path, tmp_path: Path) -> None:
