@@ -29,7 +29,10 @@ class LogFormat(StrEnum):
 
 @handle_errors
 def serve(
-    engine: Annotated[EngineName, typer.Option(help="Storage engine.")] = EngineName.embedded,
+    engine: Annotated[
+        EngineName | None,
+        typer.Option(help="Storage engine (default: --engine-config's type, else embedded)."),
+    ] = None,
     path: Annotated[
         Path | None,
         typer.Option(help="Store directory for the embedded engine (default $BULLDOZER_HOME/kv)."),
@@ -37,8 +40,9 @@ def serve(
     host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="gRPC port (0 picks a free one).")] = 7110,
     map_size_gib: Annotated[
-        float, typer.Option("--map-size-gib", min=0.001, help="Largest size of the embedded store.")
-    ] = 64.0,
+        float | None,
+        typer.Option("--map-size-gib", min=0.001, help="Largest size of the embedded store (default 64)."),
+    ] = None,
     metrics_port: Annotated[int | None, typer.Option(help="Serve Prometheus metrics on this port.")] = None,
     metrics_host: Annotated[
         str,
@@ -155,12 +159,21 @@ def serve(
     from bulldozer.warehouse.catalog import bulldozer_home
 
     configure_logging("info", log_format.value)
-    config: dict[str, object] = _read_engine_config(engine_config) if engine_config else {"type": engine.value}
-    kind = config.get("type", engine.value)
-    if kind == "embedded":
-        config.setdefault("path", str(path or bulldozer_home() / "kv"))
-        config.setdefault("map_size", int(map_size_gib * 1024**3))
-        config["writemap"] = writemap or bool(config.get("writemap", False))
+    config: dict[str, object] = (
+        _read_engine_config(engine_config) if engine_config else {"type": (engine or EngineName.embedded).value}
+    )
+    kind = config["type"]
+    if engine is not None and engine.value != kind:
+        raise InvalidArgumentError(f"--engine {engine.value} and --engine-config's type {kind} disagree: give one")
+    embedded_only = {"--path": path, "--map-size-gib": map_size_gib, "--writemap": writemap or None}
+    if kind == "embedded":  # a flag overrides the file, as for every engine's flags
+        config["path"] = str(path) if path is not None else config.get("path", str(bulldozer_home() / "kv"))
+        if map_size_gib is not None:
+            config["map_size"] = int(map_size_gib * 1024**3)
+        if writemap:
+            config["writemap"] = True
+    elif given := [flag for flag, value in embedded_only.items() if value is not None]:
+        raise InvalidArgumentError(f"{', '.join(given)}: the embedded engine's, not the {kind} engine's")
     flags = {
         "url": url,
         "cluster": cluster or None,

@@ -313,6 +313,34 @@ def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "kv").exists()
 
 
+def test_a_serve_flag_is_applied_or_refused(tmp_path: Path) -> None:
+    """The embedded engine's flags given for another engine were ignored without a word
+    (``--engine memory --map-size-gib 2``), ``--engine`` lost to ``--engine-config``'s type,
+    and ``--path`` / ``--map-size-gib`` lost to the file's values, though flags override it.
+    Each is now refused in one line, or applied."""
+    (tmp_path / "memory.yaml").write_text("type: memory\n")
+    refused = {
+        ("--engine", "memory", "--writemap"): "error: --writemap: the embedded engine's, not the memory engine's",
+        ("--engine", "memory", "--map-size-gib", "2"): "error: --map-size-gib: the embedded engine's, not the memory",
+        ("--engine", "redis", "--path", str(tmp_path / "x")): "error: --path: the embedded engine's, not the redis",
+        ("--engine-config", str(tmp_path / "memory.yaml"), "--engine", "redis"): (
+            "error: --engine redis and --engine-config's type memory disagree"
+        ),
+    }
+    for args, said in refused.items():
+        done = subprocess.run(
+            [sys.executable, "-m", "bulldozer.cli.main", "serve", *args, "--port", "0"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 1 and done.stderr.startswith(said) and done.stderr.count("\n") == 1, done.stderr
+    config = tmp_path / "embedded.yaml"
+    config.write_text(f"type: embedded\npath: {tmp_path / 'from_the_file'}\nmap_size: 1073741824\n")
+    server = _start(None, _free_port(), "--engine-config", str(config), "--path", str(tmp_path / "from_the_flag"))
+    server.terminate()
+    server.wait(timeout=30)
+    assert (tmp_path / "from_the_flag").is_dir() and not (tmp_path / "from_the_file").exists()
+
+
 #: ``serve`` over a memory store in a process of its own; ``{engine}`` is a class body's
 #: extra lines, ``{port_file}`` where the port is written
 _SERVE = """
