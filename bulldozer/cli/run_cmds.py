@@ -297,6 +297,12 @@ def _run(
 
     if master and engine is not EngineChoice.spark:
         raise InvalidArgumentError("--master applies to --engine spark only")
+    if stage is None and (given := [f for f, v in (("--version", version), ("--run-key", run_key)) if v]):
+        raise InvalidArgumentError(f"{' and '.join(given)} appl{'y' if len(given) > 1 else 'ies'} to --stage only")
+    if stage is not None and resume:
+        raise InvalidArgumentError("--resume applies to a whole run; a retried --stage load resumes by its --run-key")
+    if stage in ("validate", "schema") and version:
+        raise InvalidArgumentError(f"--version applies to the load, verify, flip and retention stages, not {stage}")
     load_engine = create_load_engine(engine.value, **({"master": master} if master else {}))
     if process.owned():
         process.use_load_memory_pool()

@@ -108,6 +108,24 @@ def test_a_load_retried_after_the_spec_changed_makes_a_new_version(tmp_path: Pat
     assert json.loads(full.stdout)["digest"] == record["digest"]  # one text's records, as a full run has
 
 
+def test_a_stage_option_outside_its_stage_is_refused(home: Path) -> None:
+    """``--version`` and ``--run-key`` without ``--stage``, ``--resume`` with one, and
+    ``--version`` for a stage that makes or reads no version were ignored: ``run --stage load
+    --resume V`` made a new version, ``run --version V`` a whole run of its own. Each is one
+    line now, before anything is made."""
+    spec = "templates/move_data_to_kv_dal.yaml"
+    refused = {
+        ("--version", "user_item_scores__v1"): "error: --version applies to --stage only",
+        ("--run-key", "k", "--version", "v"): "error: --version and --run-key apply to --stage only",
+        ("--stage", "load", "--resume", "v"): "error: --resume applies to a whole run; a retried --stage load",
+        ("--stage", "schema", "--version", "v"): "error: --version applies to the load, verify, flip and retention",
+    }
+    for args, said in refused.items():
+        done = _cli(["run", spec, "-q", *args], home)
+        assert done.returncode == 1 and done.stderr.startswith(said) and done.stderr.count("\n") == 1, done.stderr
+    assert runs(home) == []  # no version was made
+
+
 def test_a_failing_verify_stage_marks_the_version_failed_and_keeps_the_alias(home: Path) -> None:
     first = _cli(["run", "templates/move_data_to_kv_dal.yaml", "--json"], home)
     assert first.returncode == 0, first.stderr
