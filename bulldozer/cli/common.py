@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.text import Text
 
 from bulldozer.cli.process import interruption
-from bulldozer.errors import BulldozerError, SpecError
+from bulldozer.errors import BulldozerError, InvalidArgumentError, SpecError
 from bulldozer.redaction import visible
 
 if TYPE_CHECKING:
@@ -173,8 +173,16 @@ def open_client(endpoint: str | None, home: str | None, as_json: bool = False, *
     """A client of the DAL the command acts on (``--endpoint`` > ``BULLDOZER_ENDPOINT`` >
     the profile's > embedded), named on stderr for a person (``say_store``) once the command
     succeeded: a refused command prints its one error line and nothing else."""
-    from bulldozer.kv.connect import connect
+    from bulldozer.kv.connect import checked_endpoint, connect
+    from bulldozer.settings import load_settings
 
+    target = checked_endpoint(load_settings().dal_endpoint(endpoint))
+    if home is not None and target != "embedded":  # --home names the embedded store alone
+        named = f"--endpoint {endpoint}" if endpoint else "BULLDOZER_ENDPOINT or the profile"
+        raise InvalidArgumentError(
+            f"--home {visible(home)} is the embedded store's folder, but the command acts on the DAL at {target} "
+            f"({named} names it): give --endpoint embedded to act on the store under --home, or leave --home out"
+        )
     with connect(endpoint, home, **options) as client:
         yield client
         if not as_json:

@@ -344,3 +344,25 @@ def test_a_run_without_a_terminal_prints_progress_lines(tmp_path: Path, monkeypa
     quiet = runner.invoke(app, ["run", TEMPLATE, "--home", str(home)])
     assert quiet.exit_code == 0, quiet.output
     assert "· load:" not in quiet.stderr  # not before an interval has passed
+
+
+def test_home_for_a_dal_elsewhere_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--home`` names the embedded store; with ``BULLDOZER_ENDPOINT`` (or ``--endpoint``)
+    naming a DAL elsewhere, ``get``, ``namespaces``, ``rollback``... ignored it and acted on
+    that DAL: ``bulldozer rollback scores --home ./test-store`` would have rolled back the
+    operator's live alias. Refused in one line before any connection (nothing listens on the
+    port named)."""
+    home = str(tmp_path / "h")
+    monkeypatch.setenv("BULLDOZER_ENDPOINT", "127.0.0.1:9")
+    for command in (["namespaces"], ["get", "scores", "--key", "{}"], ["rollback", "scores", "--yes"], ["gc"]):
+        result = runner.invoke(app, [*command, "--home", home])
+        assert result.exit_code == 1, (command, result.output)
+        assert result.stderr.strip().splitlines() == [
+            f"error: --home {home} is the embedded store's folder, but the command acts on the DAL at 127.0.0.1:9 "
+            "(BULLDOZER_ENDPOINT or the profile names it): give --endpoint embedded to act on the store under "
+            "--home, or leave --home out"
+        ], command
+    named = runner.invoke(app, ["namespaces", "--home", home, "--endpoint", "127.0.0.1:9"])
+    assert named.exit_code == 1 and "(--endpoint 127.0.0.1:9 names it)" in named.stderr
+    embedded = runner.invoke(app, ["namespaces", "--home", home, "--endpoint", "embedded", "--json"])
+    assert embedded.exit_code == 0 and json.loads(embedded.stdout) == [], embedded.output
