@@ -66,14 +66,21 @@ def namespace_info(r: NamespaceRecord) -> kv_pb2.NamespaceInfo:
 
 
 def store_info(info: StoreInfo) -> kv_pb2.StoreInfo:
-    return kv_pb2.StoreInfo(engine=info.engine, base_copy=kv_pb2.BaseCopy.Value(info.base_copy.value))
+    return kv_pb2.StoreInfo(
+        engine=info.engine,
+        base_copy=kv_pb2.BaseCopy.Value(info.base_copy.value),
+        max_key_bytes=info.max_key_bytes,
+        max_value_bytes=info.max_value_bytes,
+    )
 
 
 def store_info_from(info: kv_pb2.StoreInfo) -> StoreInfo | None:
     """A ``StoreInfo``; None when the DAL names no base copy this client knows (none, or a
     kind newer than this client): the caller then cannot weigh it."""
     try:
-        return StoreInfo(info.engine, BaseCopy(kv_pb2.BaseCopy.Name(info.base_copy)))
+        return StoreInfo(
+            info.engine, BaseCopy(kv_pb2.BaseCopy.Name(info.base_copy)), info.max_key_bytes, info.max_value_bytes
+        )
     except ValueError:
         return None
 

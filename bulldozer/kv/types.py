@@ -57,6 +57,9 @@ class StoreInfo:
 
     engine: str
     base_copy: BaseCopy
+    #: the largest key and value a batch put takes, in bytes (0: the DAL did not say)
+    max_key_bytes: int = 0
+    max_value_bytes: int = 0
 
 
 #: States whose data may be read (a rule shared with the Go data plane: proto/bulldozer/kv/v1/shared.yaml).

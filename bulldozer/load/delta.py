@@ -341,7 +341,7 @@ class _Read:
     diff: _Diff
 
     @classmethod
-    def of(cls, plan: DeltaPlan, table: Any, job: JobSchema) -> _Read:
+    def of(cls, plan: DeltaPlan, table: Any, job: JobSchema, limits: StoreInfo | None = None) -> _Read:
         """The removed and the added files read side by side (decoding and encoding release
         the GIL), then diffed. Measured against reading one side after the other and
         hashing Python lists: 0.2 → 0.12 s (10 M rows, 1 % changed)."""
@@ -351,7 +351,7 @@ class _Read:
             # the removed rows are the base's records, encoded as it stored them (checked or not)
             base_rows = RowEncoder(job.proto, checked=False)
             reading = pool.submit(_Rows().read, table, plan.removed_scan, plan.removed, base_rows)
-            new = _Rows().read(table, plan.added_scan, plan.added, RowEncoder(job.proto))
+            new = _Rows().read(table, plan.added_scan, plan.added, RowEncoder(job.proto, limits=limits))
             old = reading.result()
         old_k, new_k = _one_array(old.keys), _one_array(new.keys)
         old_v, new_v = _one_array(old.values), _one_array(new.values)
@@ -390,7 +390,7 @@ def apply_delta(
     import pyarrow.compute as pc
 
     progress(0, plan.rows_to_read)
-    read = _Read.of(plan, table, job)
+    read = _Read.of(plan, table, job, client.describe_store())
     old, new, diff = read.old, read.new, read.diff
     old_k, old_v, new_k, new_v = read.old_k, read.old_v, read.new_k, read.new_v
     progress(old.rows + new.rows, plan.rows_to_read)

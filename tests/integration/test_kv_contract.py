@@ -277,8 +277,12 @@ def test_empty_key_is_refused(kv: Harness) -> None:
 
 
 def test_key_and_value_limits(kv: Harness) -> None:
+    """The limits the store says (``DescribeStore``: a writer refuses a larger record
+    itself, naming its row) are the ones its puts enforce."""
     name = kv.loaded(kv.alias(), [], seal=False)
     max_key = min(4096, kv.engine.max_key_bytes)
+    info = kv.client.describe_store()
+    assert info is not None and (info.max_key_bytes, info.max_value_bytes) == (max_key, 256 * 1024)
     with pytest.raises(ResourceExhaustedError, match="key of"):
         kv.client.put(name, [(b"k" * (max_key + 1), b"v")])
     with pytest.raises(ResourceExhaustedError, match="value of"):

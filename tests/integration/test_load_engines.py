@@ -236,6 +236,37 @@ def test_every_engine_refuses_a_value_no_consumer_could_read(
     assert [n.state for n in dal.list_namespaces(f"unreadable_{column}")] == [State.FAILED]
 
 
+@pytest.fixture(scope="module")
+def long_keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A table keyed by URLs, one of them longer than the embedded store takes as a key."""
+    import pyarrow as pa
+
+    home = tmp_path_factory.mktemp("long-keys")
+    catalog = open_catalog(CatalogConfig(), home)
+    catalog.create_namespace("sample")
+    rows = pa.table({"url": ["https://a.example/", "https://b.example/" + "x" * 600], "hits": [1, 2]})
+    catalog.create_table("sample.long_keys", rows.schema).append(rows)
+    return home
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_every_engine_refuses_a_record_larger_than_the_store_takes(engine: str, long_keys: Path, dal: KvClient) -> None:
+    """The DAL refused such a batch saying ``a key of 621 bytes is over the limit of 511``
+    (which row?), and a scheduler retried it. Each engine refuses the record itself, naming
+    its key, from the limits the DAL gives (``DescribeStore``); the version is FAILED."""
+    info = dal.describe_store()
+    assert info is not None and (info.max_key_bytes, info.max_value_bytes) == (511, 32 * 1024 * 1024)
+    text = (
+        "apiVersion: bulldozer/v1\nkind: MoveDataToKvDal\nmetadata: {name: long_keys, owner: tests}\n"
+        "data_movement:\n  source: {table: sample.long_keys}\n  key_columns: [url]\n"
+        "key_value_dal: {alias: long_keys}\nbulldozer_protobuf: {package: tests.long_keys}\n"
+    )
+    error = r'^the record of key \{"url": "https://b\.example/x+….* has a key of 621 bytes \(as protobuf\), and the embedded'
+    with pytest.raises(SourceDataError, match=error):
+        run_job(_spec(text), dal, engine=engine, home=str(long_keys))
+    assert [n.state for n in dal.list_namespaces("long_keys")] == [State.FAILED]
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_stage_by_stage_every_engine_builds_the_same_version_a_whole_run_does(
     engine: str, sample: Path, dal: KvClient

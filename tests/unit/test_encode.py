@@ -703,3 +703,40 @@ def test_a_time_outside_a_day_is_refused(micros: int) -> None:
         RowEncoder(job.proto).encode(_times(t=micros))
     RowEncoder(job.proto).encode(_times(t=86_399_999_999))
     RowEncoder(job.proto).encode(_times(t=None))
+
+
+SIZES = Schema(
+    NestedField(1, "url", StringType(), required=True),
+    NestedField(2, "blob", BinaryType()),
+)
+
+
+def test_a_record_larger_than_the_store_takes_is_refused_naming_its_row() -> None:
+    """The DAL refused a batch holding a key or value over its limits with the size alone
+    (``a key of 613 bytes is over the limit of 511``: which row?), and gRPC one over 64 MiB
+    with its own message; a scheduler retried both. The encoder refuses such a record with
+    the row's key, as data no retry loads, given the DAL's limits."""
+    from bulldozer.kv.types import BaseCopy, StoreInfo
+
+    job = build_job_schema(spec_for(["url"]), SIZES)
+    limits = StoreInfo("embedded", BaseCopy.LAYERED, max_key_bytes=511, max_value_bytes=1_000)
+
+    def rows(url: str, blob: bytes) -> pa.Table:
+        return pa.table({"url": pa.array(["a", url, "b"]), "blob": pa.array([b"", blob, b"x" * 900], pa.binary())})
+
+    within = RowEncoder(job.proto, limits=limits).encode(rows("u" * 500, b"y" * 990))
+    assert len(within) == 3
+    long_url = "https://example.com/" + "x" * 600
+    with pytest.raises(SourceDataError) as key:
+        RowEncoder(job.proto, limits=limits).encode(rows(long_url, b""))
+    said = str(key.value)
+    assert said.startswith('the record of key {"url": "https://example.com/xxx') and "…" in said, said
+    assert said.endswith(
+        "has a key of 623 bytes (as protobuf), and the embedded store takes keys of up to 511 bytes: key the job "
+        "on shorter columns (a hash of a long one, say)"
+    ), said
+    with pytest.raises(SourceDataError, match=r'^the record of key \{"url": "v"\} has a value of 1,003 bytes'):
+        RowEncoder(job.proto, limits=limits).encode(rows("v", b"z" * 1_000))
+    RowEncoder(job.proto).encode(rows(long_url, b"z" * 10_000))  # no limits: the DAL's to say
+    unsaid = StoreInfo("embedded", BaseCopy.LAYERED)  # a DAL too old to say its limits
+    RowEncoder(job.proto, limits=unsaid).encode(rows(long_url, b"z" * 10_000))

@@ -9,8 +9,8 @@ from bulldozer.kv.v1 import kv_pb2
 
 def test_every_kind_of_base_copy_travels_both_ways() -> None:
     for copy in BaseCopy:
-        info = StoreInfo("some-engine", copy)
-        assert store_info_from(kv_pb2.StoreInfo.FromString(store_info(info).SerializeToString())) == info
+        for info in (StoreInfo("some-engine", copy), StoreInfo("some-engine", copy, 511, 4 * 1024 * 1024)):
+            assert store_info_from(kv_pb2.StoreInfo.FromString(store_info(info).SerializeToString())) == info
 
 
 def test_an_answer_naming_no_copy_this_client_knows_is_no_answer() -> None:

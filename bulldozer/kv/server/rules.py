@@ -232,9 +232,11 @@ class KvDal:
             )
 
     def store_info(self) -> StoreInfo:
-        """The engine behind this DAL and how it copies a base (a caller choosing between a
-        delta and a full version weighs it)."""
-        return StoreInfo(self.engine.name, self.engine.base_copy)
+        """The engine behind this DAL, how it copies a base (a caller choosing between a delta
+        and a full version weighs it) and the largest record it takes (a writer checks)."""
+        return StoreInfo(
+            self.engine.name, self.engine.base_copy, self.limits.max_key_bytes, self.limits.max_value_bytes
+        )
 
     def describe(self, name: str) -> NamespaceRecord:
         validate_namespace(name)

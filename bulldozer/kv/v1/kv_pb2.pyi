@@ -1001,18 +1001,27 @@ class StoreInfo(_message.Message):
 
     ENGINE_FIELD_NUMBER: _builtins.int
     BASE_COPY_FIELD_NUMBER: _builtins.int
+    MAX_KEY_BYTES_FIELD_NUMBER: _builtins.int
+    MAX_VALUE_BYTES_FIELD_NUMBER: _builtins.int
     engine: _builtins.str
     """The storage engine: embedded, redis, cassandra or memory."""
     base_copy: Global___BaseCopy.ValueType
+    max_key_bytes: _builtins.int
+    """The largest key and value a batch put takes, in bytes (0: not said): a writer refuses a
+    larger record itself, naming its row, instead of sending a batch the DAL refuses.
+    """
+    max_value_bytes: _builtins.int
     def __init__(
         self,
         *,
         engine: _builtins.str = ...,
         base_copy: Global___BaseCopy.ValueType = ...,
+        max_key_bytes: _builtins.int = ...,
+        max_value_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_copy", b"base_copy", "engine", b"engine"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_copy", b"base_copy", "engine", b"engine", "max_key_bytes", b"max_key_bytes", "max_value_bytes", b"max_value_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -15,8 +15,9 @@ tests check, so a key a consumer builds with the generated class finds its row.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +38,9 @@ from bulldozer.load.encoder.layouts import (
     materialize,
 )
 from bulldozer.schema.model import DAY_MICROS, TIMESTAMP_SECONDS, ProtoField, ProtoFile, ProtoMessage
+
+if TYPE_CHECKING:
+    from bulldozer.kv.types import StoreInfo
 
 __all__ = ["EncodedBatch", "RowEncoder"]
 
@@ -304,17 +308,55 @@ class RowEncoder:
     version already holds are encoded unchecked: a delta's removed files, whose records
     must come out as the base stored them (by a release that did not refuse them, maybe)
     for their digest to subtract, and whose values the delta replaces or deletes.
+
+    ``limits``: the DAL's (``KvClient.describe_store``): a record whose key or value is larger
+    than the store takes is refused here, naming its row, as data no retry can load; sent,
+    the DAL refused the whole batch with a size and nothing else (past 64 MiB, gRPC did).
     """
 
-    def __init__(self, proto: ProtoFile, threads: int = 0, checked: bool = True) -> None:
+    def __init__(
+        self, proto: ProtoFile, threads: int = 0, checked: bool = True, limits: StoreInfo | None = None
+    ) -> None:
         self.proto = proto
         self.threads = threads
         self.checked = checked
+        self.limits = limits
 
     def encode(self, batch: pa.RecordBatch | pa.Table) -> EncodedBatch:
         keys = self.encode_message(self.proto.key, batch, top_level=True, is_key=True)
         values = self.encode_message(self.proto.value, batch, top_level=True)
-        return EncodedBatch(materialize(keys, self.threads), materialize(values, self.threads))
+        encoded = EncodedBatch(materialize(keys, self.threads), materialize(values, self.threads))
+        if self.limits is not None:
+            self._within_limits(batch, encoded, self.limits)
+        return encoded
+
+    def _within_limits(self, batch: pa.RecordBatch | pa.Table, encoded: EncodedBatch, limits: StoreInfo) -> None:
+        """Refuse the first record whose key or value is larger than the store takes."""
+        for what, array, limit in (
+            ("key", encoded.keys, limits.max_key_bytes),
+            ("value", encoded.values, limits.max_value_bytes),
+        ):
+            if not limit or not len(array):
+                continue
+            offsets = np.frombuffer(array.buffers()[1], dtype=np.int64)[array.offset : array.offset + len(array) + 1]
+            sizes = np.diff(offsets)
+            over = np.flatnonzero(sizes > limit)
+            if not len(over):
+                continue
+            row = int(over[0])
+            key = {f.column: _column(batch, f.column)[row].as_py() for f in self.proto.key.fields}
+            shown = json.dumps(key, default=str, ensure_ascii=False)
+            shown = shown if len(shown) <= 200 else f"{shown[:200]}…"
+            hint = (
+                "key the job on shorter columns (a hash of a long one, say)"
+                if what == "key"
+                else "leave its largest columns out of value_columns, or trim them in a query"
+            )
+            raise SourceDataError(
+                f"the record of key {shown} has a {what} of {int(sizes[row]):,} bytes (as protobuf), and the "
+                f"{limits.engine} store takes {what}s of up to {limit:,} bytes: {hint}"
+                + (f" ({len(over)} records of this batch are as large)" if len(over) > 1 else "")
+            )
 
     def encode_keys(self, batch: pa.RecordBatch | pa.Table) -> pa.Array:
         return materialize(self.encode_message(self.proto.key, batch, top_level=True, is_key=True), self.threads)

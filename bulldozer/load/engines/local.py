@@ -168,7 +168,7 @@ class LocalEngine(LoadEngine):
     def load(self, plan: LoadPlan, client: KvClient, on_split: SplitDone, progress: Progress) -> LoadResult:
         splits = self._splits(plan, plan.columns)
         expected = sum(rows for _sid, rows, _batches in splits)
-        encoder = RowEncoder(plan.proto)
+        encoder = RowEncoder(plan.proto, limits=client.describe_store())
         result = LoadResult(splits=dict(plan.done))
         write = plan.spec.key_value_dal.write
         done_rows = sum(s.rows for s in plan.done.values())

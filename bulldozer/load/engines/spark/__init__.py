@@ -166,6 +166,7 @@ class SparkEngine(LocalEngine):
         layout = Layout(
             plan.proto, client.target, client.token, tls, plan.version, spec.key_value_dal.write, partitions
         )
+        layout.limits = client.describe_store()
         write_id = uuid.uuid4().hex[:8]
         writer = BulldozerWriter(layout, write_id=write_id)
         self.shared_keys_unchecked = in_place

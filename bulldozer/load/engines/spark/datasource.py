@@ -53,6 +53,7 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterComm
 
 from bulldozer.errors import BulldozerError, InvalidArgumentError, LoadError, SpecError, error_class_by_name
 from bulldozer.kv.tls import TlsMaterial
+from bulldozer.kv.types import StoreInfo
 from bulldozer.schema.model import ProtoFile
 from bulldozer.spec.models import WriteTuning
 
@@ -106,6 +107,9 @@ class Layout:
     #: set when the tasks read the table's files themselves (``SparkEngine``'s split
     #: reads, ``BulldozerWriter.write_splits``): the ``SplitReader`` of the scan
     reader: Any = None
+    #: the DAL's (``KvClient.describe_store``), asked once on the driver: the tasks refuse a
+    #: record larger than it takes (``RowEncoder``)
+    limits: StoreInfo | None = None
 
     @property
     def key_columns(self) -> list[str]:
@@ -180,7 +184,7 @@ class BulldozerWriter(DataSourceArrowWriter):
         layout = self.layout
         rate = layout.tuning.records_per_second
         throttle = Throttle(max(1, rate // layout.tasks) if rate else None)
-        encoder = RowEncoder(layout.proto, threads=1)  # beside the executor's other tasks, one core each
+        encoder = RowEncoder(layout.proto, threads=1, limits=layout.limits)  # beside the executor's other tasks
         digest = Digest()
         nulls: dict[str, int] = {}
         hashes, keys = [], []
@@ -493,6 +497,7 @@ def _job_writer(options: dict[str, str], schema: Any) -> BulldozerWriter:
             # their own DAL calls), and its client closes on return: no heartbeat from here
             run.stop_beating()
         layout = Layout(job.proto, target, token, tls, version, spec.key_value_dal.write)
+        layout.limits = client.describe_store()
         state = _Job(loaded.text, loaded.source, run.record.to_json(), run.live.name if run.live else None)
         log.info("writing the DataFrame into %s", version)
         return BulldozerWriter(layout, state, write_id=run.record.run_id)
