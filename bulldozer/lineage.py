@@ -6,10 +6,12 @@ snapshot as the dataset version); output, the alias (namespace ``bulldozer://<st
 with the new version, its row count and size; run facets, the quality gates' results (and
 the error of a failed run). The job is the spec's job name in the namespace ``bulldozer``.
 
-Only when OpenLineage is configured the way its client reads it — ``OPENLINEAGE_URL``, an
-``OPENLINEAGE__TRANSPORT__*`` variable, ``OPENLINEAGE_CONFIG`` or an ``openlineage.yml``
-where the client looks — is the client imported at all; otherwise nothing is emitted and
-nothing is paid. Events are sent from a background thread while the run goes on; the end
+Only when the operator has configured OpenLineage the way its client reads it —
+``OPENLINEAGE_URL``, an ``OPENLINEAGE__TRANSPORT__*`` variable, ``OPENLINEAGE_CONFIG`` or
+``~/.openlineage/openlineage.yml`` — is the client imported at all; otherwise nothing is
+emitted and nothing is paid. An ``openlineage.yml`` in the working directory, which the
+client would read first, is not the operator's: a run then emits nothing and says why
+(``_foreign_config``). Events are sent from a background thread while the run goes on; the end
 of a run waits at most ``SEND_WAIT_SECONDS`` for them. Lineage never fails a run: a
 transport that is down, or a client that is not installed, is one warning line.
 """
@@ -42,10 +44,27 @@ SEND_WAIT_SECONDS = 5.0
 
 
 def _configured() -> bool:
+    """Has the operator configured OpenLineage: its variables, or the home folder's file (an
+    ``openlineage.yml`` in the working directory is not the operator's: ``_foreign_config``)?"""
     env = environment()
+    if env.get("OPENLINEAGE_DISABLED", "").strip().lower() == "true":
+        return False
     if any(k == "OPENLINEAGE_URL" or k == "OPENLINEAGE_CONFIG" or k.startswith("OPENLINEAGE__") for k in env):
-        return env.get("OPENLINEAGE_DISABLED", "").strip().lower() != "true"
-    return any(p.is_file() for p in (Path("openlineage.yml"), Path.home() / ".openlineage" / "openlineage.yml"))
+        return True
+    return (Path.home() / ".openlineage" / "openlineage.yml").is_file()
+
+
+def _foreign_config() -> Path | None:
+    """The ``openlineage.yml`` of the working directory that the OpenLineage client would
+    read (it looks there before ``~/.openlineage``, unless ``OPENLINEAGE_CONFIG`` names a
+    file), or None. The working directory is whatever a command is run from — a checkout of
+    a repository of specs, say — and such a file chooses where a run's events go (any URL,
+    any file, a transport class of its naming, imported) and what they carry (the values of
+    any environment variables it lists: tokens, cloud credentials)."""
+    if environment().get("OPENLINEAGE_CONFIG"):
+        return None
+    found = Path.cwd() / "openlineage.yml"
+    return found if found.is_file() else None
 
 
 class Lineage:
@@ -208,6 +227,14 @@ def store_namespace(store: str) -> str:
 def lineage_for(loaded: LoadedSpec, store: str) -> Lineage | None:
     """The run's lineage, or None when OpenLineage is not configured (or not installed)."""
     if not _configured():
+        return None
+    if (foreign := _foreign_config()) is not None:
+        log.warning(
+            "OpenLineage: this run emits no lineage: %s would choose where its events go and what they carry "
+            "(the OpenLineage client reads an openlineage.yml in the working directory first); the operator's "
+            "file is named by OPENLINEAGE_CONFIG, or lives in ~/.openlineage",
+            foreign,
+        )
         return None
     try:
         from openlineage.client import OpenLineageClient

@@ -103,6 +103,48 @@ def test_nothing_is_emitted_or_imported_without_configuration(monkeypatch: pytes
     assert lineage.lineage_for(loaded, "embedded (/x)") is None
 
 
+def test_an_openlineage_file_in_the_working_directory_configures_nothing(home: Path, tmp_path: Path) -> None:
+    """The OpenLineage client reads an ``openlineage.yml`` in the working directory first, and
+    Bulldozer took one as configuration: run from a checkout of a repository of specs holding
+    one, a run wrote its events where the file said, with the values of the environment
+    variables it listed (a token here). Such a file configures nothing now, and a run the
+    operator configured lineage for emits nothing and says why; the operator's own file,
+    named by OPENLINEAGE_CONFIG, is used as before."""
+    import os
+    import subprocess
+    import sys
+
+    checkout, stolen, operators = tmp_path / "specs-repo", tmp_path / "stolen.jsonl", tmp_path / "events.jsonl"
+    checkout.mkdir()
+    (checkout / "job.yaml").write_text(TEMPLATE)
+    (checkout / "openlineage.yml").write_text(
+        f"transport:\n  type: file\n  log_file_path: {stolen}\n  append: true\n"
+        "facets:\n  environment_variables: [THE_TOKEN]\n"
+    )
+    (tmp_path / "operator.yml").write_text(f"transport:\n  type: file\n  log_file_path: {operators}\n  append: true\n")
+
+    def run(**env: str) -> subprocess.CompletedProcess[str]:
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("OPENLINEAGE")}
+        return subprocess.run(
+            [sys.executable, "-m", "bulldozer.cli.main", "run", "job.yaml", "-q"],
+            capture_output=True, text=True, timeout=300, cwd=checkout,
+            env={**clean, "BULLDOZER_HOME": str(home), "HOME": str(tmp_path), "THE_TOKEN": "s3cret", **env},
+        )  # fmt: skip
+
+    alone = run()
+    assert alone.returncode == 0 and alone.stderr == "", alone.stderr
+    assert not stolen.exists()
+    configured = run(OPENLINEAGE_URL="http://127.0.0.1:9")
+    assert configured.returncode == 0, configured.stderr
+    assert f"OpenLineage: this run emits no lineage: {checkout / 'openlineage.yml'} would choose" in configured.stderr
+    assert not stolen.exists()
+    named = run(OPENLINEAGE_CONFIG=str(tmp_path / "operator.yml"))
+    assert named.returncode == 0, named.stderr
+    events = [json.loads(line) for line in operators.read_text().splitlines()]
+    assert [e["eventType"] for e in events] == ["START", "COMPLETE"] and "s3cret" not in operators.read_text()
+    assert not stolen.exists()
+
+
 def test_stages_run_one_by_one_emit_one_start_and_one_complete(home: Path, tmp_path: Path) -> None:
     """A scheduler's stages (each its own process) make one run in lineage: START as the load
     creates the version, COMPLETE once retention ran, one run id."""
