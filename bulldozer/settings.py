@@ -35,6 +35,7 @@ __all__ = [
     "java_executable",
     "load_settings",
     "pyspark_python",
+    "python_command",
     "select_profile",
     "spec_environment",
 ]
@@ -450,6 +451,15 @@ def pyspark_python() -> None:
     property is for spark-submit): this is the one variable written for a library below
     the CLI, and it is written here."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+def python_command(*args: str) -> list[str]:
+    """``python -P ARGS`` with this interpreter: a child Python that puts neither its working
+    directory (``-m``) nor that of a ``-c`` script first on ``sys.path``. A command runs
+    wherever it is started — a checkout of a repository of specs, say — and the DAL it
+    started with ``-m`` imported an ``lmdb.py`` (``grpc.py``, ``yaml.py``, ...) found there
+    instead of the installed module."""
+    return [sys.executable, "-P", *args]
 
 
 def child_environment(**extra: str) -> dict[str, str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Annotated
@@ -13,6 +12,7 @@ from typing import Annotated
 import typer
 
 from bulldozer.cli.common import HOME_HELP, console, fail, handle_errors, print_json
+from bulldozer.settings import python_command
 
 app = typer.Typer(
     help="A warm process that runs `bulldozer run` without its start-up cost.\n\n"
@@ -69,7 +69,7 @@ def start(
     loader_folder(root).mkdir(mode=0o700, parents=True, exist_ok=True)
     with open(open_log(log_path), "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "bulldozer.cli.main", "loader", "serve", "--home", str(root)],
+            python_command("-m", "bulldozer.cli.main", "loader", "serve", "--home", str(root)),
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
         )  # fmt: skip
     deadline = time.monotonic() + timeout

@@ -224,7 +224,8 @@ def compile_ahead(argv: Sequence[str]) -> int | None:
     child = "from bulldozer.cli import process; process.compile_run_modules()"
     devnull = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)]
     try:  # its output goes nowhere: a caller reading ours to its end must not wait for it
-        return os.posix_spawn(sys.executable, [sys.executable, "-c", child], env, file_actions=devnull)
+        # -P: nothing of the working directory is imported (bulldozer.settings.python_command)
+        return os.posix_spawn(sys.executable, [sys.executable, "-P", "-c", child], env, file_actions=devnull)
     except OSError:
         return None
 

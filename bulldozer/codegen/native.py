@@ -35,7 +35,7 @@ from bulldozer.codegen.python import kv_api_descriptor_set
 from bulldozer.codegen.readme import render_readme
 from bulldozer.errors import ToolchainError
 from bulldozer.schema.job import JobSchema
-from bulldozer.settings import child_environment
+from bulldozer.settings import child_environment, python_command
 from bulldozer.spec.models import JobSpec
 
 __all__ = ["GRPC_JAVA", "generate_go_client", "generate_java_client", "go_plugins", "grpc_java_plugin", "java_protoc"]
@@ -48,10 +48,9 @@ GO_VERSION = "1.24"
 
 
 def _protoc_version() -> str:
-    import sys
 
     out = subprocess.run(
-        [sys.executable, "-m", "grpc_tools.protoc", "--version"], capture_output=True, text=True, check=True
+        python_command("-m", "grpc_tools.protoc", "--version"), capture_output=True, text=True, check=True
     )
     return out.stdout.split()[-1]  # "libprotoc 35.1" -> "35.1"
 
@@ -177,9 +176,8 @@ def _descriptor_set(job: JobSchema, java_package: str | None, go_packages: dict[
 
 def _protoc(descriptors: bytes, files: list[str], args: list[str], protoc: Path | None = None) -> None:
     """protoc over descriptors (not .proto text): grpcio-tools' unless ``protoc`` is given."""
-    import sys
 
-    command = [str(protoc)] if protoc else [sys.executable, "-m", "grpc_tools.protoc"]
+    command = [str(protoc)] if protoc else python_command("-m", "grpc_tools.protoc")
     with scratch.folder("protoc") as tmp:
         fds = tmp / "all.binpb"
         fds.write_bytes(descriptors)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -35,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from bulldozer import scratch
 from bulldozer.errors import BackendUnavailableError, InvalidArgumentError, SpecError, SpecIssue
-from bulldozer.settings import load_settings
+from bulldozer.settings import load_settings, python_command
 
 if TYPE_CHECKING:
     from bulldozer.kv.client import KvClient
@@ -129,7 +128,7 @@ def start_embedded_dal(
             offset = os.fstat(log.fileno()).st_size
             proc = subprocess.Popen(
                 [
-                    sys.executable, "-m", "bulldozer.cli.main", "serve",
+                    *python_command("-m", "bulldozer.cli.main", "serve"),
                     "--path", str(embedded_store_path(home)),
                     "--unix-socket", str(folder / "dal.sock"), "--port-file", str(folder / "ready"),
                     "--grace", "30", "--log-format", "json", "--parent-pid", str(os.getpid()),

@@ -653,6 +653,61 @@ def test_pyiceberg_s_own_configuration_configures_no_catalog(tmp_path: Path) -> 
         assert "does not parse" in said[0], said
 
 
+#: modules planted in the working directory: each leaves a mark and breaks its importer
+_PLANTED = """
+import os
+open(os.environ["PROBE_MARK"], "a").write(__name__ + " imported from the working directory\\n")
+raise ImportError("planted")
+"""
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "python-data-plane",
+        "warm-loader",
+        pytest.param("spark", marks=pytest.mark.spark),
+    ],
+)
+def test_no_child_process_imports_from_the_working_directory(tmp_path: Path, how: str) -> None:
+    """A command runs wherever it is started — a checkout of a repository of specs, say. The
+    Python children it started with ``-m`` (the embedded DAL on the Python data plane, the
+    warm loader, Spark's Python workers) put that directory first on ``sys.path`` and
+    imported an ``lmdb.py`` or ``grpc.py`` found there instead of the installed module. They
+    start with ``-P`` (``PYTHONSAFEPATH`` for Spark's) now. The command itself is started as
+    the ``bulldozer`` script is (``-P`` here)."""
+    from bulldozer.warehouse.sample import create_sample_warehouse
+
+    home, checkout = tmp_path / "home", tmp_path / "specs-repo"
+    create_sample_warehouse(home, rows=1_000)
+    checkout.mkdir()
+    for name in ("lmdb", "grpc", "xxhash"):
+        (checkout / f"{name}.py").write_text(_PLANTED)
+    spec = _spec_with_catalog(checkout / "job.yaml", "    name: lake\n")
+    mark = tmp_path / "imported"
+    env = {**os.environ, "BULLDOZER_HOME": str(home), "BULLDOZER_ENDPOINT": "embedded", "PROBE_MARK": str(mark)}
+
+    def bulldozer(*args: str, **more: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-P", "-m", "bulldozer.cli.main", *args],
+            capture_output=True, text=True, timeout=600, cwd=checkout, env={**env, **more},
+        )  # fmt: skip
+
+    if how == "python-data-plane":
+        done = bulldozer("run", str(spec), "-q", BULLDOZER_DATA_PLANE="python")
+    elif how == "warm-loader":
+        started = bulldozer("loader", "start")
+        assert started.returncode == 0, started.stderr
+        try:
+            done = bulldozer("run", str(spec), "-q")
+        finally:
+            bulldozer("loader", "stop")
+    else:
+        done = bulldozer("run", str(spec), "-q", "--engine", "spark", "--master", "local[1]")
+    assert done.returncode == 0, done.stderr
+    assert not mark.exists(), mark.read_text()
+
+
 def test_a_spec_sends_data_only_to_a_dal_the_operator_configured(tmp_path: Path) -> None:
     """A job's data goes wherever its spec's endpoint says, and a spec is untrusted: it may name
     the embedded store, BULLDOZER_ENDPOINT (or the profile's), BULLDOZER_TOKEN_ENDPOINTS or

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from bulldozer import scratch
 from bulldozer.errors import InvalidArgumentError
+from bulldozer.settings import python_command
 
 __all__ = ["ARCHIVE_DIR", "EXECUTOR_PYTHON", "Packed", "archive_conf", "build_archive", "distributions"]
 
@@ -153,7 +154,7 @@ def preloaded_sources() -> set[str]:
         "import json, sys, bulldozer.load.engines.spark.daemon; "
         "print(json.dumps([getattr(m, '__file__', None) for m in list(sys.modules.values())]))"
     )
-    done = subprocess.run([sys.executable, "-c", listing], capture_output=True, text=True, check=True)
+    done = subprocess.run(python_command("-c", listing), capture_output=True, text=True, check=True)
     return {str(Path(f)) for f in json.loads(done.stdout) if f and f.endswith(".py")}
 
 

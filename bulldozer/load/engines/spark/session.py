@@ -141,6 +141,9 @@ def _start_context(
         "spark.driver.bindAddress": settings.spark_driver_host,
         # the batches of the Python workers land in jemalloc's pool (bulldozer.cli.process)
         "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "jemalloc",
+        # the Python workers import nothing from their working directory: in local mode the
+        # driver's, wherever the command was started (bulldozer.settings.python_command)
+        "spark.executorEnv.PYTHONSAFEPATH": "1",
         "spark.sql.shuffle.partitions": "8",
         # Python workers forked with Bulldozer's modules already imported (``daemon``)
         "spark.python.daemon.module": "bulldozer.load.engines.spark.daemon",
