@@ -379,6 +379,27 @@ def test_a_store_that_hangs_does_not_keep_a_stopping_dal_alive(tmp_path: Path) -
     assert "the memory store did not finish within 2 s after the grace period" in stderr, stderr
 
 
+def test_a_signal_another_thread_takes_still_stops_the_dal(tmp_path: Path) -> None:
+    """The kernel may hand a process's SIGTERM to any thread not blocking it (one of gRPC's),
+    and Python runs its handler only in the main thread, once that thread runs again: one
+    waiting without a timeout never did (a fresh-clone CI run saw a DAL ignore SIGTERM for
+    30 s). Here the main thread blocks SIGTERM before the server starts, so only a thread
+    started before can take it."""
+    proc, port_file = _serve_memory(
+        tmp_path,
+        "    threading.Thread(target=threading.Event().wait, daemon=True).start()\n"
+        "    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\n",
+    )
+    try:
+        with KvClient(f"127.0.0.1:{_wait_for(port_file)}") as client:
+            client.wait_ready(timeout=30)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+    finally:
+        proc.kill()
+    assert "KV DAL stopped" in (proc.stderr.read() if proc.stderr else "")
+
+
 def test_a_signal_while_the_dal_starts_stops_it_gracefully(tmp_path: Path) -> None:
     """SIGTERM as the server is being built (an orchestrator stopping a DAL it just started):
     a graceful stop, exit 0, not the signal's default death."""

@@ -290,7 +290,11 @@ def serve(
 
         threading.Thread(target=watch_parent, name="parent-watch", daemon=True).start()
 
-    stopping.wait()
+    # Woken twice a second: a signal the kernel hands to one of gRPC's threads does not
+    # interrupt the main thread's wait, and Python runs its handler only in the main
+    # thread, once that thread runs again (a fresh-clone CI run saw SIGTERM unheeded 30 s).
+    while not stopping.wait(0.5):
+        pass
     # A handler thread that outlived the grace period may still touch the engine, and LMDB
     # forbids closing an environment under a live transaction: flush, and leave closing to
     # process exit (the caller exits right away). A store that hangs (a driver waiting on a

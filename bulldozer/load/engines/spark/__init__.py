@@ -260,14 +260,16 @@ class _Start:
             self._ready.set()
 
     def context(self) -> Any:
-        self._ready.wait()
+        while not self._ready.wait(0.5):  # woken: a SIGTERM taken by another thread is handled here
+            pass
         if self._context is None:
             assert self._error is not None
             raise self._error
         return self._context
 
     def workers(self) -> None:
-        self._thread.join()
+        while self._thread.is_alive():  # as in ``context``
+            self._thread.join(0.5)
         if self._error is not None:
             raise self._error
 
