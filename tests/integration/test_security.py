@@ -706,6 +706,8 @@ def test_no_child_process_imports_from_the_working_directory(tmp_path: Path, how
         done = bulldozer("run", str(spec), "-q", "--engine", "spark", "--master", "local[1]")
     assert done.returncode == 0, done.stderr
     assert not mark.exists(), mark.read_text()
+    left = sorted(p.name for p in checkout.iterdir())  # and nothing is left there (spark-warehouse, derby.log...)
+    assert left == ["grpc.py", "job.yaml", "lmdb.py", "xxhash.py"], left
 
 
 def test_a_spec_sends_data_only_to_a_dal_the_operator_configured(tmp_path: Path) -> None:
