@@ -363,19 +363,25 @@ def _serve_memory(tmp_path: Path, engine: str) -> tuple[subprocess.Popen[str], P
     return proc, port_file
 
 
-def test_a_store_that_hangs_does_not_keep_a_stopping_dal_alive(tmp_path: Path) -> None:
-    """A store whose flush never returns (a driver waiting on a node that went away): the
-    DAL exits after the grace period and ``stop_within`` more, with one line, not never."""
-    proc, port_file = _serve_memory(tmp_path, "    def flush(self):\n        threading.Event().wait()\n")
+def _stopped_once_serving(tmp_path: Path, engine: str, within: float) -> tuple[int, str]:
+    """A memory DAL (``engine``: lines of its engine class's body) sent SIGTERM once it
+    answers: its exit code, which it must give ``within`` seconds, and what it said."""
+    proc, port_file = _serve_memory(tmp_path, engine)
     try:
         with KvClient(f"127.0.0.1:{_wait_for(port_file)}") as client:
             client.wait_ready(timeout=30)
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 1
+        code = proc.wait(timeout=within)
     finally:
         proc.kill()
-    stderr = proc.stderr.read() if proc.stderr else ""
-    assert "Traceback" not in stderr
+    return code, proc.stderr.read() if proc.stderr else ""
+
+
+def test_a_store_that_hangs_does_not_keep_a_stopping_dal_alive(tmp_path: Path) -> None:
+    """A store whose flush never returns (a driver waiting on a node that went away): the
+    DAL exits after the grace period and ``stop_within`` more, with one line, not never."""
+    code, stderr = _stopped_once_serving(tmp_path, "    def flush(self):\n        threading.Event().wait()\n", 30)
+    assert code == 1 and "Traceback" not in stderr
     assert "the memory store did not finish within 2 s after the grace period" in stderr, stderr
 
 
@@ -385,19 +391,12 @@ def test_a_signal_another_thread_takes_still_stops_the_dal(tmp_path: Path) -> No
     waiting without a timeout never did (a fresh-clone CI run saw a DAL ignore SIGTERM for
     30 s). Here the main thread blocks SIGTERM before the server starts, so only a thread
     started before can take it."""
-    proc, port_file = _serve_memory(
-        tmp_path,
+    engine = (
         "    threading.Thread(target=threading.Event().wait, daemon=True).start()\n"
-        "    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\n",
+        "    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\n"
     )
-    try:
-        with KvClient(f"127.0.0.1:{_wait_for(port_file)}") as client:
-            client.wait_ready(timeout=30)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=15) == 0
-    finally:
-        proc.kill()
-    assert "KV DAL stopped" in (proc.stderr.read() if proc.stderr else "")
+    code, stderr = _stopped_once_serving(tmp_path, engine, 15)
+    assert code == 0 and "KV DAL stopped" in stderr, stderr
 
 
 def test_a_signal_while_the_dal_starts_stops_it_gracefully(tmp_path: Path) -> None:

@@ -515,8 +515,10 @@ def _spec_with_catalog(path: Path, catalog: str) -> Path:
 
 
 def _bulldozer(args: list[str], home: Path, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    """``bulldozer ARGS`` in ``cwd``, started as the ``bulldozer`` script is: nothing of the
+    working directory on ``sys.path`` (``-P``)."""
     return subprocess.run(
-        [sys.executable, "-m", "bulldozer.cli.main", *args],
+        [sys.executable, "-P", "-m", "bulldozer.cli.main", *args],
         capture_output=True,
         text=True,
         timeout=300,
@@ -685,13 +687,9 @@ def test_no_child_process_imports_from_the_working_directory(tmp_path: Path, how
         (checkout / f"{name}.py").write_text(_PLANTED)
     spec = _spec_with_catalog(checkout / "job.yaml", "    name: lake\n")
     mark = tmp_path / "imported"
-    env = {**os.environ, "BULLDOZER_HOME": str(home), "BULLDOZER_ENDPOINT": "embedded", "PROBE_MARK": str(mark)}
 
-    def bulldozer(*args: str, **more: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-P", "-m", "bulldozer.cli.main", *args],
-            capture_output=True, text=True, timeout=600, cwd=checkout, env={**env, **more},
-        )  # fmt: skip
+    def bulldozer(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return _bulldozer(list(args), home, checkout, PROBE_MARK=str(mark), **env)
 
     if how == "python-data-plane":
         done = bulldozer("run", str(spec), "-q", BULLDOZER_DATA_PLANE="python")
