@@ -13,6 +13,7 @@ from bulldozer.cli import process
 
 
 def main() -> None:
+    process.standard_streams()
     process.end_when_done()
     try:
         from bulldozer.cli.loader.client import hand_over

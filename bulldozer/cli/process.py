@@ -99,6 +99,7 @@ __all__ = [
     "owned",
     "run_ended",
     "run_modules",
+    "standard_streams",
     "started",
     "unbuilt_models",
     "use_load_memory_pool",
@@ -118,6 +119,24 @@ DEFERRED_MODELS = {"pyiceberg.typedef": ("IcebergBaseModel", "IcebergRootModel")
 #: the modules a one-shot run imports, one a line, in the order it starts importing them
 #: (``compile_ahead``); written by scripts/gen_run_modules.py from a real run
 RUN_MODULES = os.path.join(os.path.dirname(__file__), "run_modules.txt")
+
+
+def standard_streams() -> None:
+    """Open the null device on each of descriptors 0, 1 and 2 the process was started
+    without (called first by the ``bulldozer`` entry point). Python leaves ``sys.stderr``
+    None then, and a run started with ``2>&-`` failed before it read a row, saying nothing;
+    and the next file the process opened took the free descriptor, so whatever a library
+    writes to "standard error" would have gone into it (the DAL's log, the store)."""
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False, errors="backslashreplace"))  # noqa: SIM115
 
 
 def before_imports() -> None:
@@ -364,8 +383,9 @@ def _end() -> None:
     if "logging" in sys.modules:  # its own exit handler has flushed it, unless it came first
         sys.modules["logging"].shutdown()
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:  # None: the descriptor was closed when the process started
+                stream.flush()
     except (OSError, ValueError):
         return  # the interpreter's own exit says so (a closed pipe: exit code 120)
     os._exit(_status)

@@ -141,6 +141,25 @@ def test_a_run_succeeds_whatever_the_encoding_of_its_output(home: Path) -> None:
         assert missing.returncode == 2 and len(said) == 1 and "\\u2192.yaml" in said[0], missing.stderr
 
 
+@pytest.mark.parametrize("closed", [0, 1, 2])
+def test_a_run_started_without_a_standard_stream_runs(home: Path, closed: int) -> None:
+    """Started with ``2>&-`` (a scheduler or a shell script closing what it does not read),
+    Python left ``sys.stderr`` None and the run failed before it read a row, saying nothing;
+    the next file opened took the free descriptor. The entry point opens the null device
+    there first."""
+    spec = home / "job.yaml"
+    spec.write_text(TEMPLATE)
+    entry = "from bulldozer.cli.entry import main; main()"
+    done = subprocess.run(
+        [sys.executable, "-P", "-c", entry, "run", str(spec), "-q", "--json"],
+        capture_output=closed != 1, text=True, timeout=300, preexec_fn=lambda: os.close(closed),
+        env={**os.environ, "BULLDOZER_HOME": str(home)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    if closed != 1:
+        assert json.loads(done.stdout)["outcome"] == "succeeded"
+
+
 def test_other_commands_collect_from_the_start_and_a_failed_run_collects_again(home: Path, tmp_path: Path) -> None:
     spec = home / "job.yaml"
     spec.write_text(TEMPLATE)
