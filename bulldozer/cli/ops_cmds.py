@@ -61,8 +61,8 @@ def namespaces(
         Column("state", lambda r: r["state"]),
         Column("records", lambda r: r["record_count"], lambda v: f"{v:,}", "right"),
         Column("MiB", lambda r: r["bytes"] / 1024**2, lambda v: f"{v:,.1f}", "right"),
-        Column("created", lambda r: r["created_at"], fmt_time),
-        Column("state changed", lambda r: r["changed_at"], fmt_time, wide_only=True),
+        Column("created (UTC)", lambda r: r["created_at"], fmt_time),
+        Column("state changed (UTC)", lambda r: r["changed_at"], fmt_time, wide_only=True),
         Column("digest", lambda r: r["digest"], wide_only=True),
     ]
     title = f"versions of {alias}" if alias else "namespaces"

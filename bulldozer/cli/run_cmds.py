@@ -438,7 +438,7 @@ def runs(
         Column("outcome", lambda r: r.get("outcome", "?")),
         Column("rows", lambda r: r.get("rows", 0), lambda v: f"{v:,}", "right"),
         Column("seconds", lambda r: sum(r.get("timings", {}).values()), lambda v: f"{v:.1f}", "right"),
-        Column("started", lambda r: r.get("started", ""), fmt_time, wide_only=True),
+        Column("started (UTC)", lambda r: r.get("started", ""), fmt_time, wide_only=True),
         Column("snapshot", lambda r: r.get("snapshot_id", ""), wide_only=True),
         Column("mode", lambda r: r.get("mode", "full"), wide_only=True),
         Column("shadow read", _shadow_summary, wide_only=True),
