@@ -231,8 +231,23 @@ def rollback(
 
 @handle_errors
 def gc(
-    keep: Annotated[int, typer.Option(min=0, help="RETIRED versions kept per alias, for rollback.")] = 2,
-    grace: Annotated[str, typer.Option(help="Drop only what changed state longer ago than this.")] = "24h",
+    keep: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="RETIRED versions kept per alias, for rollback (default: what the alias's job asked for, its "
+            "retention.keep_versions, else 2).",
+            show_default=False,
+        ),
+    ] = None,
+    grace: Annotated[
+        str | None,
+        typer.Option(
+            help="Drop only what changed state longer ago than this (default: the alias's job's "
+            "retention.grace_period, else 24h).",
+            show_default=False,
+        ),
+    ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only show what would be dropped.")] = False,
     endpoint: Endpoint = None,
     home: Home = None,
@@ -242,16 +257,17 @@ def gc(
 
     Drops RETIRED versions beyond --keep, and versions left LOADING, FAILED or never flipped
     (SEALED), once they are older than --grace; never one whose run still beats (a run
-    writes a heartbeat on its version every 30 s). Finishes the drops a stopped DAL left
-    half done (their data still stored)."""
+    writes a heartbeat on its version every 30 s). Each alias keeps what its job's spec
+    asks for (retention, recorded by its live version's run) unless --keep / --grace say
+    otherwise. Finishes the drops a stopped DAL left half done (their data still stored)."""
     from pydantic_core import PydanticCustomError
 
     from bulldozer.kv.types import HELD
-    from bulldozer.spec.models import parse_duration
-    from bulldozer.versioning.retention import finish_drops, plan_retention
+    from bulldozer.spec.models import Retention, parse_duration
+    from bulldozer.versioning.retention import alias_retention, finish_drops, plan_retention
 
     try:
-        grace_period: timedelta = parse_duration(grace)
+        grace_period: timedelta | None = parse_duration(grace) if grace is not None else None
     except PydanticCustomError as exc:
         raise fail(f"--grace: {exc}", 2) from None
     dropped: dict[str, list[str]] = {}
@@ -260,7 +276,12 @@ def gc(
         for n in client.list_namespaces(states=HELD):  # as a run's retention: dropped ones have nothing left
             by_alias.setdefault(n.alias, []).append(n)
         for alias, records in sorted(by_alias.items()):
-            plan = plan_retention(records, keep, grace_period)
+            own = alias_retention(records) or Retention()  # the job's, else the spec's defaults
+            plan = plan_retention(
+                records,
+                own.keep_versions if keep is None else keep,
+                own.grace_period if grace_period is None else grace_period,
+            )
             if plan.drop:
                 dropped[alias] = plan.drop
                 if not dry_run:

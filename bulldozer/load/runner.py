@@ -51,7 +51,7 @@ from bulldozer.names import new_version_name, short_version
 from bulldozer.schema.job import JobSchema, build_job_schema
 from bulldozer.spec.loader import LoadedSpec
 from bulldozer.versioning.flip import flip, live_version
-from bulldozer.versioning.retention import apply_retention
+from bulldozer.versioning.retention import apply_retention, retention_of
 from bulldozer.versioning.run_state import (
     ALIVE_WITHIN,
     BASE_COPIED_LABEL,
@@ -153,6 +153,7 @@ class JobRun:
             engine=self.load_engine.name,
             spec_sha256=loaded.sha256,
             started=_now(),
+            retention=retention_of(self.spec.key_value_dal.retention),
         )
         self.stage = _Stages(self.record, on_stage)
         self.version_created = False

@@ -12,9 +12,10 @@ from datetime import datetime, timedelta
 
 from bulldozer.kv.client import KvClient
 from bulldozer.kv.types import DROPPING_LABEL, HELD, NamespaceRecord, State, utcnow
-from bulldozer.versioning.run_state import being_made, last_sign_of_life
+from bulldozer.spec.models import Retention
+from bulldozer.versioning.run_state import being_made, last_sign_of_life, run_record_of
 
-__all__ = ["RetentionPlan", "apply_retention", "finish_drops", "plan_retention"]
+__all__ = ["RetentionPlan", "alias_retention", "apply_retention", "finish_drops", "plan_retention", "retention_of"]
 
 
 @dataclass
@@ -23,6 +24,23 @@ class RetentionPlan:
     drop: list[str] = field(default_factory=list)
     #: retired versions beyond keep_versions, still inside their grace period
     waiting: list[str] = field(default_factory=list)
+
+
+def retention_of(retention: Retention) -> dict[str, int]:
+    """A spec's retention as its runs record it (``RunRecord.retention``)."""
+    return {"keep_versions": retention.keep_versions, "grace_seconds": int(retention.grace_period.total_seconds())}
+
+
+def alias_retention(records: list[NamespaceRecord]) -> Retention | None:
+    """The retention the job serving an alias asked for: its ACTIVE version's run recorded
+    it; None for an alias with no live version, or one loaded before runs recorded it."""
+    for r in records:
+        if r.state == State.ACTIVE and (run := run_record_of(r)) is not None and run.retention:
+            return Retention(
+                keep_versions=run.retention["keep_versions"],
+                grace_period=timedelta(seconds=run.retention["grace_seconds"]),
+            )
+    return None
 
 
 def plan_retention(

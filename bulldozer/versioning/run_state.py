@@ -124,6 +124,9 @@ class RunRecord:
     shadow_read: dict[str, Any] = field(default_factory=dict)
     #: the job the alias served before this run took it over (``bulldozer run --take-over``)
     taken_over_from: str = ""
+    #: the spec's ``key_value_dal.retention`` (``keep_versions``, ``grace_seconds``): ``bulldozer
+    #: gc`` applies the live version's to its alias, as the job's own runs do
+    retention: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return _compact(asdict(self))

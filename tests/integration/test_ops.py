@@ -116,6 +116,21 @@ def test_gc_drops_what_it_should_and_nothing_else(home: Path, dal: KvClient) -> 
     assert kept["dropped"] == {}
 
 
+def test_gc_keeps_what_each_alias_s_job_asked_for(home: Path, dal: KvClient) -> None:
+    """``bulldozer gc`` kept 2 retired versions of every alias, whatever its job's spec said:
+    an operator's nightly gc dropped the week of rollback a job had asked for
+    (``keep_versions: 4``). Each alias now keeps what its live version's run recorded;
+    ``--keep`` and ``--grace`` override it when given."""
+    keep_four = spec(**{"keep_versions: 2": "keep_versions: 4"})
+    versions = [run_job(keep_four, dal, home=str(home)).version for _ in range(6)]
+    assert run_job(keep_four, dal, home=str(home)).retention == {"keep_versions": 4, "grace_seconds": 86_400}
+    versions.append(dal.get_alias("user_item_scores").namespace)
+    swept = json.loads(_cli(dal, "gc", "--grace", "0s", "--json").stdout)
+    assert set(swept["dropped"]["user_item_scores"]) == set(versions[:2])  # 4 retired kept, as the job asked
+    overridden = json.loads(_cli(dal, "gc", "--keep", "1", "--grace", "0s", "--json").stdout)
+    assert sorted(overridden["dropped"]["user_item_scores"]) == sorted(versions[2:5])
+
+
 def test_a_drop_a_stopped_dal_left_half_done_is_finished_by_gc(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
