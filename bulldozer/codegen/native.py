@@ -48,7 +48,6 @@ GO_VERSION = "1.24"
 
 
 def _protoc_version() -> str:
-
     out = subprocess.run(
         python_command("-m", "grpc_tools.protoc", "--version"), capture_output=True, text=True, check=True
     )
@@ -176,7 +175,6 @@ def _descriptor_set(job: JobSchema, java_package: str | None, go_packages: dict[
 
 def _protoc(descriptors: bytes, files: list[str], args: list[str], protoc: Path | None = None) -> None:
     """protoc over descriptors (not .proto text): grpcio-tools' unless ``protoc`` is given."""
-
     command = [str(protoc)] if protoc else python_command("-m", "grpc_tools.protoc")
     with scratch.folder("protoc") as tmp:
         fds = tmp / "all.binpb"
