@@ -11,10 +11,9 @@ an Airflow worker) leave the interpreter as they found it.
   ``PYDANTIC_DISABLE_PLUGINS`` stands (``bulldozer validate``: 290 -> 277 ms, medians of 20
   alternating).
 - The cyclic collector (``claim``, ``started``, ``run_ended``, ``exiting``).
-- Standard output and error (``claim``) write a character their encoding lacks as an escape
-  (``\u2713``). Under a legacy locale or ``PYTHONIOENCODING=ascii``, a run that had flipped
-  its alias printed its ``✓`` line, raised ``UnicodeEncodeError`` and exited 1 with a
-  traceback: a scheduler marked the successful run failed and ran it again.
+- The standard streams (``standard_streams``, from the entry point and ``claim``): open
+  even when the process was started without one, and writing what their encoding lacks as
+  an escape.
 - SIGTERM (``claim``): a scheduler stops a task with it (Airflow on a timeout or a task
   marked failed). The command unwinds as from Ctrl-C, raising ``Terminated`` in the main
   thread: its run is recorded as failed, its DAL and data plane are stopped, its temporary
@@ -122,11 +121,17 @@ RUN_MODULES = os.path.join(os.path.dirname(__file__), "run_modules.txt")
 
 
 def standard_streams() -> None:
-    """Open the null device on each of descriptors 0, 1 and 2 the process was started
-    without (called first by the ``bulldozer`` entry point). Python leaves ``sys.stderr``
-    None then, and a run started with ``2>&-`` failed before it read a row, saying nothing;
-    and the next file the process opened took the free descriptor, so whatever a library
-    writes to "standard error" would have gone into it (the DAL's log, the store)."""
+    """Standard input, output and error as a command needs them (called first by the
+    ``bulldozer`` entry point, and by ``claim``):
+
+    - the null device on each of descriptors 0, 1 and 2 the process was started without.
+      Python leaves ``sys.stderr`` None then, and a run started with ``2>&-`` failed before
+      it read a row, saying nothing; and the next file the process opened took the free
+      descriptor, so whatever a library writes to "standard error" would have gone into it;
+    - a character the output's encoding lacks written as an escape (``\u2713``): under a
+      legacy locale or ``PYTHONIOENCODING=ascii``, a run that had flipped its alias printed
+      its ``✓`` line, raised ``UnicodeEncodeError`` and exited 1 with a traceback, so a
+      scheduler marked the successful run failed and ran it again."""
     for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
         try:
             os.fstat(fd)
@@ -135,8 +140,11 @@ def standard_streams() -> None:
             if null != fd:
                 os.dup2(null, fd)
                 os.close(null)
-        if getattr(sys, name) is None:
+        stream = getattr(sys, name)
+        if stream is None:
             setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False, errors="backslashreplace"))  # noqa: SIM115
+        elif fd and (reconfigure := getattr(stream, "reconfigure", None)) is not None:
+            reconfigure(errors="backslashreplace")
 
 
 def before_imports() -> None:
@@ -177,10 +185,7 @@ def claim() -> None:
     _owned = True
     gc.disable()
     signal.signal(signal.SIGTERM, _terminate)
-    for stream in (sys.stdout, sys.stderr):  # a character the stream's encoding lacks: written as an escape
-        reconfigure = getattr(stream, "reconfigure", None)
-        if reconfigure is not None:
-            reconfigure(errors="backslashreplace")
+    standard_streams()
     if not any(isinstance(f, _Deferred) for f in sys.meta_path):
         sys.meta_path.insert(0, _Deferred(DEFERRED, DEFERRED_MODELS))
 
