@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import sys
 import time
 from collections.abc import Iterator
 from enum import StrEnum
@@ -27,6 +29,7 @@ from bulldozer.cli.common import (
     ok,
     open_client,
     open_version,
+    os_error,
     print_json,
     report,
     say_store,
@@ -150,6 +153,25 @@ def run(
         raise
     if record is None:
         return
+    try:
+        _say_outcome(record, store, client, as_json, quiet)
+        sys.stdout.flush()
+    except OSError as exc:  # the run is done, and its exit code says how: only its output is lost
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # what stdout still holds goes nowhere, not to the exit
+        retention = f"; retention failed (older versions were kept): {record.retention_error}"
+        err_console.print(
+            line(
+                ("warning:", "yellow"),
+                f" {record.alias} → {record.version} is live, but this command could not write its output "
+                f"({os_error(exc)}){retention if record.retention_error else ''}",
+            )
+        )
+        raise typer.Exit(RetentionError.exit_code if record.retention_error else 0) from None
+
+
+def _say_outcome(record: RunRecord, store: str, client: Any, as_json: bool, quiet: bool) -> None:
+    """What a finished run prints: its record (``--json``) or its lines, and the exit code a
+    failed retention gives."""
     if as_json:
         print_json({**json.loads(record.to_json()), "store": store})
         if record.retention_error:

@@ -160,6 +160,25 @@ def test_a_run_started_without_a_standard_stream_runs(home: Path, closed: int) -
         assert json.loads(done.stdout)["outcome"] == "succeeded"
 
 
+def test_a_run_whose_output_cannot_be_written_exits_as_its_run_ended(home: Path) -> None:
+    """Its output to a full disk (a scheduler's log file, say), a run that had flipped its
+    alias exited 1, which the README promises only when the alias did not move: a scheduler
+    ran it again. It exits as the run ended and says, on stderr, what was lost."""
+    spec = home / "job.yaml"
+    spec.write_text(TEMPLATE)
+    for args in (["-q"], ["--json"]):
+        with open("/dev/full", "w") as full:
+            done = subprocess.run(
+                [sys.executable, "-P", "-m", "bulldozer.cli.main", "run", str(spec), *args],
+                stdout=full, stderr=subprocess.PIPE, text=True, timeout=300,
+                env={**os.environ, "BULLDOZER_HOME": str(home)},
+            )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        said = done.stderr.strip().splitlines()
+        assert len(said) == 1 and said[0].startswith("warning: user_item_scores → user_item_scores__v"), said
+        assert said[0].endswith("is live, but this command could not write its output (No space left on device)")
+
+
 def test_other_commands_collect_from_the_start_and_a_failed_run_collects_again(home: Path, tmp_path: Path) -> None:
     spec = home / "job.yaml"
     spec.write_text(TEMPLATE)
