@@ -338,8 +338,7 @@ class RowEncoder:
         ):
             if not limit or not len(array):
                 continue
-            offsets = np.frombuffer(array.buffers()[1], dtype=np.int64)[array.offset : array.offset + len(array) + 1]
-            sizes = np.diff(offsets)
+            sizes = np.diff(binary_view(array)[0])
             over = np.flatnonzero(sizes > limit)
             if not len(over):
                 continue
