@@ -44,6 +44,7 @@ __all__ = [
     "EmbeddedDal",
     "connect",
     "connect_for_spec",
+    "embedded_data_plane",
     "embedded_store_path",
     "endpoint_issues",
     "host_embedded_dal",
@@ -54,15 +55,27 @@ __all__ = [
 log = logging.getLogger("bulldozer.kv.connect")
 
 
-#: (store, address) of an embedded DAL already running over that store: set by the warm
-#: loader in the command it runs, so the command need not start one
-_warm: tuple[Path, str] | None = None
+#: (store, address, data plane) of an embedded DAL already running over that store: set by
+#: the warm loader in the command it runs, so the command need not start one
+_warm: tuple[Path, str, tuple[str, Path | None]] | None = None
 
 
-def use_warm_dal(store: Path, address: str) -> None:
-    """Connect this process's commands on ``store`` to the DAL at ``address``."""
+def use_warm_dal(store: Path, address: str, plane: tuple[str, Path | None]) -> None:
+    """Connect this process's commands on ``store`` to the DAL at ``address``, which serves
+    with ``plane`` (``embedded_data_plane`` where it was started): a command whose own
+    settings choose another data plane starts the DAL they choose instead."""
     global _warm
-    _warm = (store, address)
+    _warm = (store, address, plane)
+
+
+def embedded_data_plane() -> tuple[str, Path | None]:
+    """How an embedded DAL started now serves, as the settings choose it
+    (``BULLDOZER_DATA_PLANE``, ``BULLDOZER_KVD``): ``("native", the kvd binary)`` or
+    ``("python", None)``."""
+    from bulldozer.kv.server.native import DataPlane, kvd_binary
+
+    kvd = None if load_settings().data_plane == DataPlane.python else kvd_binary()
+    return ("native", kvd) if kvd is not None else ("python", None)
 
 
 def embedded_store_path(home: str | os.PathLike[str] | None = None) -> Path:
@@ -73,12 +86,14 @@ def embedded_store_path(home: str | os.PathLike[str] | None = None) -> Path:
 
 class EmbeddedDal:
     """A ``bulldozer serve`` child process over the embedded store, listening on a Unix
-    socket in a private folder, so its address is known before it is up."""
+    socket in a private folder, so its address is known before it is up; it serves with
+    ``plane`` (``embedded_data_plane`` in the settings it was started with)."""
 
     def __init__(
         self, proc: subprocess.Popen[bytes], folder: Path, log_path: Path, log_offset: int, startup_timeout: float
     ) -> None:
         self.proc = proc
+        self.plane = embedded_data_plane()  # the child reads the settings this process reads
         self.address = f"unix:{folder / 'dal.sock'}"
         self._ready_file = folder / "ready"
         self._log_path = log_path
@@ -236,9 +251,7 @@ def host_embedded_dal(home: str | os.PathLike[str] | None = None, startup_timeou
 
 def _hosts_embedded() -> bool:
     """Whether an embedded DAL is hosted in this process (the native data plane can run)."""
-    from bulldozer.kv.server.native import DataPlane, kvd_binary
-
-    return load_settings().data_plane != DataPlane.python and kvd_binary() is not None
+    return embedded_data_plane()[0] == "native"
 
 
 def endpoint_issues(loaded: LoadedSpec) -> list[SpecIssue]:
@@ -340,16 +353,17 @@ def connect(
     ``BULLDOZER_TLS_KEY``."""
     settings = load_settings()
     endpoint = checked_endpoint(settings.dal_endpoint(endpoint))
-    if endpoint == "embedded" and _warm is not None and _warm[0] == embedded_store_path(home):
+    warm = _warm if endpoint == "embedded" else None
+    if warm is not None and (warm[0], warm[2]) == (embedded_store_path(home), embedded_data_plane()):
         from bulldozer.kv.client import KvClient
 
-        client = KvClient(_warm[1], token=token, timeout=timeout)
-        client.store = f"embedded ({_warm[0]})"
+        client = KvClient(warm[1], token=token, timeout=timeout)
+        client.store = f"embedded ({warm[0]})"
         try:
             client.wait_ready(timeout=2.0)
         except BackendUnavailableError:
             client.close()  # the loader's DAL does not answer: start one as usual
-            log.warning("the warm loader's embedded DAL at %s does not answer; starting one", _warm[1])
+            log.warning("the warm loader's embedded DAL at %s does not answer; starting one", warm[1])
         else:
             try:
                 yield client

@@ -81,6 +81,23 @@ def test_the_same_command_runs_here_without_the_loader(home: Path) -> None:
     assert _dal_starts(home) == starts + 1  # it started its own DAL
 
 
+def test_a_caller_choosing_another_data_plane_gets_the_dal_it_chose(home: Path) -> None:
+    """``BULLDOZER_DATA_PLANE`` decides how an embedded DAL serves, and the loader's DAL was
+    started under the loader's settings: a caller that chose the Python plane (to work
+    around kvd, say) was served by the loader's native one. The run is still handed over,
+    and starts the DAL it chose."""
+    served = status(home)["served"]  # type: ignore[index]
+    starts = _dal_starts(home)
+    logged = {p: len(p.read_text()) for p in (home / "logs").glob("dal-*.log")}
+    done = _bulldozer(home, "run", str(home / "job.yaml"), "--json", "-q", env={"BULLDOZER_DATA_PLANE": "python"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["rows"] == 2_000
+    assert status(home)["served"] == served + 1  # type: ignore[index]
+    assert _dal_starts(home) == starts + 1
+    new = "".join(p.read_text()[logged.get(p, 0) :] for p in (home / "logs").glob("dal-*.log"))
+    assert "(data plane: python" in new and "(data plane: native" not in new, new
+
+
 def test_the_callers_environment_and_errors_are_the_commands(home: Path) -> None:
     """The child reads the caller's environment, not the loader's: a spec's ${VAR} is the
     caller's variable, and without it the run fails as it would here, with the same one
@@ -307,7 +324,7 @@ process.claim()  # as the loader's own command line does before it preloads
 preload()
 with start_embedded_dal(home) as dal:
     dal.wait()
-    use_warm_dal(embedded_store_path(home), dal.address)
+    use_warm_dal(embedded_store_path(home), dal.address, dal.plane)
     from bulldozer.cli.main import main
 
     for changed in (False, True):

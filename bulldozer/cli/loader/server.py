@@ -420,7 +420,7 @@ def _become(state: _State, conn: socket.socket, fds: list[int], request: dict[st
         if state.dal is not None:
             from bulldozer.kv.connect import embedded_store_path, use_warm_dal
 
-            use_warm_dal(embedded_store_path(state.home), state.dal.address)
+            use_warm_dal(embedded_store_path(state.home), state.dal.address, state.dal.plane)
         code = _run_cli()  # the preloaded objects stay frozen: collections leave the shared pages alone
     except SystemExit:
         pass  # the one line was said
