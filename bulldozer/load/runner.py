@@ -376,12 +376,8 @@ class JobRun:
         encoded for another schema (the table's changed since: a float promoted to double,
         a column added that the spec takes by default). Its seal would still pass: it
         measures what was written."""
-        began = existing.labels.get(SPEC_LABEL, "")
-        if began != self.record.spec_sha256:
-            return (
-                f"another text of the spec began it (sha256 {began[:12] or 'unknown'}, "
-                f"this one {self.record.spec_sha256[:12]})"
-            )
+        if (other := self.other_spec(existing)) is not None:
+            return other
         assert self.job is not None
         if existing.state == State.LOADING and (
             existing.value_descriptor_set != self.job.descriptor_set
@@ -389,6 +385,17 @@ class JobRun:
         ):
             return "its records are encoded for another schema (the table's schema changed since it was begun)"
         return None
+
+    def other_spec(self, existing: NamespaceRecord) -> str | None:
+        """Why ``existing`` was begun by another text of the spec than this run's (None: by
+        this one)."""
+        began = existing.labels.get(SPEC_LABEL, "")
+        if began == self.loaded.sha256:
+            return None
+        return (
+            f"another text of the spec began it (sha256 {began[:12] or 'unknown'}, "
+            f"this one {self.loaded.sha256[:12]})"
+        )
 
     def _made_by_this_run(self, version: str, labels: dict[str, str]) -> bool:
         """Whether the version a create was refused as existing is the one this run asked for:
@@ -711,8 +718,9 @@ class JobRun:
         if self.lineage is not None:
             self.lineage.fail(self.record)
 
-    def restore(self, version: str) -> None:
-        """Pick up a version an earlier stage (another process) created and loaded."""
+    def restore(self, version: str) -> NamespaceRecord:
+        """Pick up a version an earlier stage (another process) created and loaded; its
+        namespace record."""
         info = self.client.describe(version)
         if info.alias != self.spec.alias:
             raise NamespaceStateError(f"{version!r} is a version of {info.alias!r}, not {self.spec.alias!r}")
@@ -733,6 +741,7 @@ class JobRun:
         self.live = self.client.describe(previous) if previous else None
         if info.state in MADE_IN:  # not flipped yet: this run makes it
             self.beat()
+        return info
 
 
 def run_job(
@@ -930,12 +939,19 @@ def _run_one_stage(
         raise InvalidArgumentError(
             f"the {stage_name} stage needs the version the load stage made (--version or a run key)"
         )
-    run.restore(name)
+    made = run.restore(name)
     try:
         with stage(stage_name):
+            if stage_name != "retention" and made.state in MADE_IN and (other := run.other_spec(made)) is not None:
+                # the spec changed between a scheduler's stage tasks: its gates and shadow read
+                # would judge records another text of it chose
+                raise VerificationError(
+                    f"{name} is not verified or made live under a spec that did not load it: {other}; "
+                    "start a new run"
+                )
             {"verify": run.verify, "flip": run.flip, "retention": run.retention_after_flip}[stage_name]()
     except BaseException as exc:
-        final = stage_name == "verify" and not isinstance(exc, KvError)
+        final = not isinstance(exc, KvError) and (stage_name == "verify" or isinstance(exc, VerificationError))
         said = run.failed(exc, final=final)
         if final:
             run.lineage_fail()

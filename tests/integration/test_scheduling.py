@@ -108,6 +108,40 @@ def test_a_load_retried_after_the_spec_changed_makes_a_new_version(tmp_path: Pat
     assert json.loads(full.stdout)["digest"] == record["digest"]  # one text's records, as a full run has
 
 
+def test_a_version_is_verified_and_flipped_only_under_the_spec_that_loaded_it(home: Path, tmp_path: Path) -> None:
+    """The spec changes between a scheduler's load task and its verify or flip task (an edit
+    merged while the run was on its way): the verify judged the records with the new text's
+    gates, and the flip made live a version the new text would not have loaded (here its
+    filter was taken out, so the live version lacked a fifth of the table while the spec
+    asked for all of it). Each is refused in one line; the version is marked FAILED and the
+    alias stays. A retried flip of a version already live is still a no-op."""
+    first = _cli(["run", "templates/move_data_to_kv_dal.yaml", "--json"], home)
+    assert first.returncode == 0, first.stderr
+    v1 = json.loads(first.stdout)["version"]
+    filtered = {"  # filter: is_active = true": "  filter: is_active = true"}
+    for run_key, stage_name in (("run-5", "verify"), ("run-6", "flip")):
+        spec = write_spec(tmp_path / f"{run_key}.yaml", **filtered)
+        load = ["run", str(spec), "--stage", "load", "--run-key", run_key, "--json"]
+        loaded = _cli(load, home)
+        assert loaded.returncode == 0, loaded.stderr
+        version = json.loads(loaded.stdout)["version"]
+        write_spec(spec)  # the filter taken out
+        done = _cli([*load[:3], stage_name, *load[4:6], "-q"], home)
+        assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+        assert done.stderr.startswith(
+            f"error: {version} is not verified or made live under a spec that did not load it: "
+            "another text of the spec began it"
+        ), done.stderr
+        assert {r["version"]: r["state"] for r in runs(home)}[version] == "FAILED"
+        assert alias_now(home) == v1
+    spec = write_spec(tmp_path / "run-7.yaml")
+    stages = [["run", str(spec), "--stage", name, "--run-key", "run-7", "-q"] for name in ("load", "verify", "flip")]
+    for args in stages:
+        assert _cli(args, home).returncode == 0
+    write_spec(spec, **filtered)
+    assert _cli(stages[2], home).returncode == 0  # live already: nothing is judged or made live again
+
+
 def test_a_stage_option_outside_its_stage_is_refused(home: Path) -> None:
     """``--version`` and ``--run-key`` without ``--stage``, ``--resume`` with one, and
     ``--version`` for a stage that makes or reads no version were ignored: ``run --stage load
