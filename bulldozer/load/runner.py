@@ -393,8 +393,7 @@ class JobRun:
         if began == self.loaded.sha256:
             return None
         return (
-            f"another text of the spec began it (sha256 {began[:12] or 'unknown'}, "
-            f"this one {self.loaded.sha256[:12]})"
+            f"another text of the spec began it (sha256 {began[:12] or 'unknown'}, this one {self.loaded.sha256[:12]})"
         )
 
     def _made_by_this_run(self, version: str, labels: dict[str, str]) -> bool:
@@ -946,8 +945,7 @@ def _run_one_stage(
                 # the spec changed between a scheduler's stage tasks: its gates and shadow read
                 # would judge records another text of it chose
                 raise VerificationError(
-                    f"{name} is not verified or made live under a spec that did not load it: {other}; "
-                    "start a new run"
+                    f"{name} is not verified or made live under a spec that did not load it: {other}; start a new run"
                 )
             {"verify": run.verify, "flip": run.flip, "retention": run.retention_after_flip}[stage_name]()
     except BaseException as exc:
