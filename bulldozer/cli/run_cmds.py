@@ -389,7 +389,9 @@ def _run(
         except BulldozerError:
             raise
         except Exception as exc:  # an unexpected failure: one line, the version is already FAILED
-            said = " ".join(str(exc).split())  # a library's message may span lines (a YAML parser's does)
+            # a library's message may span lines (a YAML parser's does), and quote a traceback
+            # (DuckDB's of a Python stream it read): one line, up to the traceback
+            said = visible(" ".join(str(exc).partition("Traceback (most recent call last)")[0].split()))
             raise BulldozerError(f"run failed: {type(exc).__name__}: {said} (the alias was not moved)") from None
         finally:
             process.run_ended()

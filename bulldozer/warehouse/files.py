@@ -23,10 +23,10 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
-from bulldozer.errors import CatalogError
-from bulldozer.redaction import shown_url
+from bulldozer.errors import CatalogError, LoadError, SourceDataError
+from bulldozer.redaction import shown_url, visible
 
-__all__ = ["checked_tasks", "outside"]
+__all__ = ["checked_tasks", "outside", "unreadable", "unreadable_file"]
 
 _SCHEMES = {"s3a": "s3", "s3n": "s3", "": "file"}
 
@@ -74,3 +74,27 @@ def checked_tasks(scan: Any, tasks: Iterable[Any]) -> list[Any]:
             "machine can); the operator can allow another place in BULLDOZER_DATA_FILE_ROOTS"
         )
     return listed
+
+
+def unreadable_file(path: str, exc: BaseException) -> LoadError:
+    """The error of a data file that could not be read (``exc``, pyarrow's or the file
+    system's), naming the file: of a table's thousands of files, the one to look at."""
+    return unreadable(f"the data file {shown_url(path)}", exc)
+
+
+def unreadable(what: str, exc: BaseException) -> LoadError:
+    """The error of ``what`` (data files) that could not be read (``exc``, pyarrow's or the
+    file system's), in one line. Its content refused (pyarrow's ``ArrowInvalid``: a value a
+    cast cannot take, a schema the file cannot give) fails the same way on every retry, so
+    it is a SourceDataError; a file system's error (the file gone, the store unreachable,
+    and what pyarrow reports as I/O: a truncated or damaged file) a LoadError a scheduler
+    retries."""
+    import pyarrow as pa
+
+    said = visible(" ".join(str(exc).split()) or type(exc).__name__)
+    message = f"cannot read {what}: {said}"
+    if isinstance(exc, FileNotFoundError):
+        message += " (the file is gone: was the snapshot expired and its files deleted?)"
+    if isinstance(exc, pa.ArrowInvalid | pa.ArrowNotImplementedError | pa.ArrowTypeError):
+        return SourceDataError(message)
+    return LoadError(message)

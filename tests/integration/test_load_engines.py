@@ -8,6 +8,7 @@ cases (Spark starts in ≈ 7 s)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from bulldozer.spec.models import CatalogConfig
 from bulldozer.warehouse.catalog import load_table, open_catalog
 from bulldozer.warehouse.sample import create_sample_warehouse, generate_sample
 from tests.conftest import REPO
+from tests.integration.test_run import _cli
 
 pytestmark = pytest.mark.integration
 TEMPLATE = (REPO / "templates" / "move_data_to_kv_dal.yaml").read_text()
@@ -265,6 +267,44 @@ def test_every_engine_refuses_a_record_larger_than_the_store_takes(engine: str, 
     with pytest.raises(SourceDataError, match=error):
         run_job(_spec(text), dal, engine=engine, home=str(long_keys))
     assert [n.state for n in dal.list_namespaces("long_keys")] == [State.FAILED]
+
+
+@pytest.mark.parametrize(
+    ("engine", "source"),
+    [("local", "table"), pytest.param("spark", "table", marks=pytest.mark.spark), ("local", "query")],
+)
+@pytest.mark.parametrize("damage", ["truncated", "gone"])
+def test_every_engine_names_the_data_file_it_cannot_read(engine: str, source: str, damage: str, tmp_path: Path) -> None:
+    """A damaged data file failed the local engine's run with ``run failed: OSError:
+    Couldn't deserialize thrift: don't know what type: \\x0f``: which of a table's thousands
+    of files? Spark printed Iceberg's own log line before its error, and a query source
+    printed DuckDB's message with the Python traceback in it. Each one line names the file
+    now (a query's, the table and snapshot: pyiceberg reads its files on its own threads);
+    the version is FAILED and the alias does not exist."""
+    home = tmp_path / "h"
+    create_sample_warehouse(home, rows=2_000)
+    (data,) = (home / "warehouse").rglob("*.parquet")
+    if damage == "truncated":  # its footer kept, its middle gone
+        whole = data.read_bytes()
+        data.write_bytes(whole[: len(whole) // 2] + whole[-2_000:])
+    else:
+        data.unlink()
+    spec = tmp_path / "job.yaml"
+    text = (REPO / "templates" / "move_data_to_kv_dal.yaml").read_text()
+    if source == "query":
+        text = text.replace("table: sample.user_item_scores ", "query: SELECT * FROM sample.user_item_scores ")
+    spec.write_text(text)
+    done = _cli(["run", str(spec), "-q", "--engine", engine], home)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert "Traceback" not in done.stderr and "\x0f" not in done.stderr
+    if source == "query":
+        assert done.stderr.startswith("error: cannot read a data file of sample.user_item_scores at snapshot ")
+    elif engine == "local":
+        assert done.stderr.startswith(f"error: cannot read the data file file://{data}: "), done.stderr
+    else:
+        assert done.stderr.startswith("error: the Spark job failed") and str(data) in done.stderr, done.stderr
+    listed = _cli(["namespaces", "user_item_scores", "--json"], home)
+    assert [n["state"] for n in json.loads(listed.stdout)] == ["FAILED"]
 
 
 @pytest.mark.parametrize("engine", ENGINES)

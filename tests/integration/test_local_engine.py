@@ -14,7 +14,7 @@ from pyiceberg.io.pyarrow import ArrowScan
 
 from bulldozer.cli.process import use_load_memory_pool
 from bulldozer.codec.digest import digest_pairs
-from bulldozer.errors import AliasNotFoundError
+from bulldozer.errors import AliasNotFoundError, LoadError
 from bulldozer.kv import KvClient
 from bulldozer.load.engines import local
 from bulldozer.load.runner import run_job
@@ -180,7 +180,9 @@ def test_a_failing_read_fails_the_run_and_leaves_no_reader_behind(
         yield from original(self, *args, **kwargs)
 
     monkeypatch.setattr(owner, method, second_file_fails)
-    with pytest.raises(OSError, match="second file"):
+    with pytest.raises(
+        LoadError, match=r"^cannot read the data file file://\S+\.parquet: disk read error in the second file$"
+    ):
         run_job(load_spec_text(TEMPLATE, "job.yaml", env={}), dal, home=str(home))
     assert not any(t.name == "source-reader" for t in threading.enumerate())
     with pytest.raises(AliasNotFoundError):

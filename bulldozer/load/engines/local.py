@@ -31,7 +31,7 @@ from bulldozer.load.encoder.encode import RowEncoder
 from bulldozer.load.engines.base import LoadEngine, LoadPlan, LoadResult, Progress, SplitDone, SplitResult
 from bulldozer.load.prefetch import read_ahead
 from bulldozer.spec.models import JobSpec
-from bulldozer.warehouse.files import checked_tasks
+from bulldozer.warehouse.files import checked_tasks, unreadable_file
 from bulldozer.warehouse.pyiceberg_fast import parquet_batches, streaming_reader
 
 __all__ = ["LocalEngine", "SplitReader", "scan_tasks", "source_scan", "split_id", "task_batches", "with_next_file"]
@@ -112,13 +112,16 @@ class SplitReader:
 
         _will_need(next_location)
         arrow_scan = ArrowScan(self.metadata, self.io, self.projection, self.row_filter, self.case_sensitive)
-        batches = parquet_batches(arrow_scan, task, BATCH_ROWS)
-        if batches is None:
-            streaming = streaming_reader(arrow_scan)
-            batches = streaming(task) if streaming is not None else arrow_scan.to_record_batches([task])
-        for batch in batches:
-            for start in range(0, batch.num_rows, BATCH_ROWS):
-                yield batch.slice(start, BATCH_ROWS)
+        try:
+            batches = parquet_batches(arrow_scan, task, BATCH_ROWS)
+            if batches is None:
+                streaming = streaming_reader(arrow_scan)
+                batches = streaming(task) if streaming is not None else arrow_scan.to_record_batches([task])
+            for batch in batches:
+                for start in range(0, batch.num_rows, BATCH_ROWS):
+                    yield batch.slice(start, BATCH_ROWS)
+        except (OSError, pa.ArrowException) as exc:
+            raise unreadable_file(task.file.file_path, exc) from exc
 
 
 def with_next_file(tasks: list[Any]) -> list[tuple[Any, str | None]]:
