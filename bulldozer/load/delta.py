@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bulldozer.codec.digest import Digest, digest_arrays
-from bulldozer.errors import DuplicateKeyError
+from bulldozer.errors import CatalogError, DuplicateKeyError
 from bulldozer.kv.client import KvClient
 from bulldozer.kv.types import READABLE, BaseCopy, NamespaceRecord, StoreInfo
 from bulldozer.load.encoder.encode import RowEncoder
@@ -50,7 +50,7 @@ from bulldozer.names import short_version
 from bulldozer.schema.job import JobSchema
 from bulldozer.spec.models import JobSpec, WriteTuning
 from bulldozer.versioning.run_state import Loaded, loaded_of, run_record_of
-from bulldozer.warehouse.files import checked_tasks
+from bulldozer.warehouse.files import checked_tasks, reading_metadata
 
 __all__ = ["AUTO_MAX_CHANGE", "DeltaChanges", "DeltaPlan", "apply_delta", "plan_delta"]
 
@@ -119,7 +119,7 @@ def _tasks(scan: Any, manifests: list[Any]) -> dict[str, Any]:
     from pyiceberg.table import ManifestGroupPlanner
 
     planner = ManifestGroupPlanner(scan.table_metadata, scan.io, scan.row_filter, scan.case_sensitive, scan.options)
-    return {t.file.file_path: t for t in checked_tasks(scan, planner.plan_files(manifests))}
+    return {t.file.file_path: t for t in checked_tasks(scan, lambda: planner.plan_files(manifests))}
 
 
 def plan_delta(
@@ -172,14 +172,19 @@ def plan_delta(
     # append is one new manifest, where planning both snapshots opened all of them).
     from pyiceberg.manifest import ManifestContent
 
-    before, after = _manifests(table, old), _manifests(table, new)
-    for which, manifests in ((base_snapshot, before), (snapshot_id, after)):
-        if any(m.content != ManifestContent.DATA for m in manifests.values()):
-            return f"snapshot {which} has delete files (merge-on-read), which a file-level diff does not cover"
-    removed_scan = source_scan(table, spec, base_snapshot, columns)
-    added_scan = source_scan(table, spec, snapshot_id, columns)
-    gone = _tasks(removed_scan, [m for path, m in before.items() if path not in after])
-    came = _tasks(added_scan, [m for path, m in after.items() if path not in before])
+    try:
+        with reading_metadata(f"table {spec.data_movement.source.table}"):
+            before, after = _manifests(table, old), _manifests(table, new)
+            for which, manifests in ((base_snapshot, before), (snapshot_id, after)):
+                if any(m.content != ManifestContent.DATA for m in manifests.values()):
+                    return f"snapshot {which} has delete files (merge-on-read), which a file-level diff does not cover"
+            removed_scan = source_scan(table, spec, base_snapshot, columns)
+            added_scan = source_scan(table, spec, snapshot_id, columns)
+            gone = _tasks(removed_scan, [m for path, m in before.items() if path not in after])
+            came = _tasks(added_scan, [m for path, m in after.items() if path not in before])
+            total = _live_rows(table, before) + _live_rows(table, after) if spec.data_movement.mode == "auto" else 0
+    except CatalogError as exc:  # a full run needs none of the base snapshot's files
+        return f"the two snapshots cannot be compared: {exc}"
     plan = DeltaPlan(
         base=base,
         base_loaded=loaded,
@@ -190,13 +195,11 @@ def plan_delta(
         removed_scan=removed_scan,
         added_scan=added_scan,
     )
-    if spec.data_movement.mode == "auto":
-        total = _live_rows(table, before) + _live_rows(table, after)
-        if total and plan.rows_to_read > AUTO_MAX_CHANGE * total:
-            return (
-                f"the changed files hold {plan.rows_to_read:,} of the two snapshots' {total:,} rows; "
-                "a full run reads less (mode auto)"
-            )
+    if total and plan.rows_to_read > AUTO_MAX_CHANGE * total:  # mode auto only counts them
+        return (
+            f"the changed files hold {plan.rows_to_read:,} of the two snapshots' {total:,} rows; "
+            "a full run reads less (mode auto)"
+        )
     return plan
 
 

@@ -10,6 +10,7 @@ from bulldozer.schema.job import build_job_schema
 from bulldozer.spec.loader import LoadedSpec
 from bulldozer.versioning.retention import plan_retention
 from bulldozer.warehouse.catalog import load_table, open_catalog
+from bulldozer.warehouse.files import checked_tasks
 
 __all__ = ["RunPlan", "plan_run"]
 
@@ -75,7 +76,7 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engi
         job = build_job_schema(spec, sql.schema, source_label(spec), previous, python=False)
         snapshot_id = next(iter(sql.snapshots.values())) if len(sql.snapshots) == 1 else 0
         for table, snap in sql.tables.values():
-            for task in table.scan(snapshot_id=snap).plan_files():
+            for task in checked_tasks(table.scan(snapshot_id=snap)):
                 files, rows, nbytes = files + 1, rows + task.file.record_count, nbytes + task.file.file_size_in_bytes
         source_name = dm.source.table or "query over " + ", ".join(sorted(sql.tables))
     else:

@@ -21,9 +21,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bulldozer.errors import CatalogError, TableNotFoundError
+from bulldozer.errors import BulldozerError, CatalogError, TableNotFoundError
 from bulldozer.redaction import shown_url
 from bulldozer.spec.models import EMBEDDED_CATALOG, CatalogConfig
+from bulldozer.warehouse.files import reading_metadata, unreadable_metadata
 
 log = logging.getLogger(__name__)
 
@@ -292,6 +293,10 @@ def load_table(catalog: Any, identifier: str) -> Any:
             pass
         hint = f" (tables: {', '.join(sorted(known)[:10])})" if known else ""
         raise TableNotFoundError(f"table {identifier!r} does not exist in the catalog{hint}") from None
+    except BulldozerError:
+        raise
+    except Exception as exc:  # its metadata JSON damaged or gone: pyiceberg raises what its parser met
+        raise unreadable_metadata(f"table {identifier!r}", exc) from exc
     refused = table_io_refusal(identifier, table.metadata.properties)
     if refused:  # its FileIO was built with them, and has read nothing yet
         raise CatalogError(refused)
@@ -350,7 +355,8 @@ def _static_table(identifier: str, location: str, properties: dict[str, str]) ->
     from pyiceberg.table import StaticTable
 
     io = load_file_io(properties=properties, location=location)
-    metadata = FromInputFile.table_metadata(io.new_input(location))
+    with reading_metadata(f"table {identifier!r}"):
+        metadata = FromInputFile.table_metadata(io.new_input(location))
     refused = table_io_refusal(identifier, metadata.properties)
     if refused:
         raise CatalogError(refused)

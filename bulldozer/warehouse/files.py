@@ -19,14 +19,15 @@ Every engine's splits (``load.engines.local.scan_tasks``), a delta's changed fil
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
-from bulldozer.errors import CatalogError, LoadError, SourceDataError
+from bulldozer.errors import BulldozerError, CatalogError, LoadError, SourceDataError
 from bulldozer.redaction import shown_url, visible
 
-__all__ = ["checked_tasks", "outside", "unreadable", "unreadable_file"]
+__all__ = ["checked_tasks", "outside", "reading_metadata", "unreadable", "unreadable_file", "unreadable_metadata"]
 
 _SCHEMES = {"s3a": "s3", "s3n": "s3", "": "file"}
 
@@ -58,13 +59,36 @@ def outside(location: str, paths: Iterable[str], roots: list[str]) -> str | None
     return None
 
 
-def checked_tasks(scan: Any, tasks: Iterable[Any]) -> list[Any]:
-    """``tasks`` (pyiceberg file-scan tasks of ``scan``) as a list, or a CatalogError naming
-    the first data or delete file that lives outside the table and the operator's roots."""
+@contextmanager
+def reading_metadata(what: str) -> Iterator[None]:
+    """Metadata files of ``what`` (a table: its metadata JSON, manifest lists, manifests)
+    that cannot be read — damaged, truncated, gone — as one CatalogError naming it.
+    pyiceberg raises whatever its parsers met (UnicodeDecodeError, EOFError, SystemError
+    from its compiled Avro decoder, pydantic's ValidationError, OSError): a command printed
+    a traceback."""
+    try:
+        yield
+    except BulldozerError:
+        raise
+    except Exception as exc:  # pyiceberg raises many unrelated types here
+        raise unreadable_metadata(what, exc) from exc
+
+
+def unreadable_metadata(what: str, exc: BaseException) -> CatalogError:
+    """The one line of ``reading_metadata``."""
+    said = visible(" ".join(str(exc).split()))
+    return CatalogError(f"cannot read the metadata of {what}: {type(exc).__name__}: {said}")
+
+
+def checked_tasks(scan: Any, plan: Callable[[], Iterable[Any]] | None = None) -> list[Any]:
+    """The file-scan tasks ``plan`` makes (default: the scan's ``plan_files``, reading its
+    manifests: ``reading_metadata``) as a list, or a CatalogError naming the first data or
+    delete file that lives outside the table and the operator's roots."""
     from bulldozer.settings import load_settings
 
-    listed = list(tasks)
     location = scan.table_metadata.location
+    with reading_metadata(f"the table at {shown_url(location)}"):
+        listed = list(plan() if plan is not None else scan.plan_files())
     paths = (f.file_path for t in listed for f in (t.file, *t.delete_files))
     stray = outside(location, paths, load_settings().data_file_roots_listed())
     if stray is not None:

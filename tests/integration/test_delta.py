@@ -258,6 +258,13 @@ def test_a_delta_falls_back_to_full_saying_why(tmp_path: Path, dal: KvClient) ->
     table.append(rows([901], random.Random(5)))
     table.maintenance.expire_snapshots().by_id(live.snapshot_id).commit()
     assert "has expired" in _reason(run_job(job("items", "delta"), dal, home=str(home)))
+    # the live version's snapshot's manifest list damaged (a full run reads none of it)
+    live = dal.describe(dal.get_alias("items").namespace)
+    table.append(rows([903], random.Random(7)))
+    listing = Path(table.snapshot_by_id(live.snapshot_id).manifest_list.removeprefix("file://"))
+    listing.write_bytes(listing.read_bytes()[: listing.stat().st_size // 2])
+    said = "the two snapshots cannot be compared: cannot read the metadata of table deltas.items: "
+    assert said in _reason(run_job(job("items", "delta"), dal, home=str(home)))
     # a live version not loaded by this job's runs
     assert "no live version" in _reason(run_job(job("fresh", "delta"), dal, home=str(home)))
 

@@ -63,3 +63,28 @@ def test_the_lookup_skips_other_catalogs_and_views(home: Path) -> None:
     assert warehouse._embedded_metadata_location(CatalogConfig(name="elsewhere"), home, TABLE) is None
     assert warehouse._embedded_metadata_location(CatalogConfig(name="other"), home, TABLE) is not None
     assert warehouse._embedded_metadata_location(CatalogConfig(), home / "empty", TABLE) is None  # no catalog.db
+
+
+@pytest.mark.parametrize("damaged", ["manifest", "manifest list", "metadata JSON"])
+def test_damaged_table_metadata_is_one_line_naming_the_table(home: Path, damaged: str) -> None:
+    """pyiceberg raises whatever its parsers meet on a damaged metadata file
+    (UnicodeDecodeError, EOFError, a SystemError from its compiled Avro decoder, pydantic's
+    ValidationError): ``run`` said ``run failed: UnicodeDecodeError: 'utf-8' codec can't
+    decode byte 0xb7``, and ``plan`` printed a traceback. Each command says one line
+    naming the table now."""
+    from tests.integration.test_run import _cli
+
+    metadata = home / "warehouse" / "sample" / "user_item_scores" / "metadata"
+    files = {
+        "manifest": sorted(p for p in metadata.glob("*.avro") if not p.name.startswith("snap-")),
+        "manifest list": sorted(metadata.glob("snap-*.avro")),
+        "metadata JSON": sorted(metadata.glob("*.metadata.json"))[-1:],  # the current one
+    }[damaged]
+    for path in files:
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    for args in (["run", "templates/move_data_to_kv_dal.yaml", "-q"], ["plan", "templates/move_data_to_kv_dal.yaml"]):
+        done = _cli(args, home)
+        assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+        assert "Traceback" not in done.stderr
+        assert done.stderr.startswith("error: cannot read the metadata of "), done.stderr
+        assert "sample.user_item_scores" in done.stderr or "sample/user_item_scores" in done.stderr

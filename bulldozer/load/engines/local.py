@@ -63,7 +63,7 @@ def _scan(plan: LoadPlan, columns: list[str]) -> Any:
 def scan_tasks(scan: Any) -> list[Any]:
     """The scan's file-scan tasks (the splits), in file order; each file under the table's
     location or a root the operator allows (``warehouse.files``)."""
-    return sorted(checked_tasks(scan, scan.plan_files()), key=lambda t: t.file.file_path)
+    return sorted(checked_tasks(scan), key=lambda t: t.file.file_path)
 
 
 def _will_need(location: str | None) -> None:
