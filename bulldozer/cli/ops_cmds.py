@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from bulldozer.kv.types import NamespaceRecord
 
 
-namespace_app = typer.Typer(help="One version namespace: describe or drop it.", no_args_is_help=True)
+namespace_app = typer.Typer(help="One version namespace: describe, verify or drop it.", no_args_is_help=True)
 alias_app = typer.Typer(help="Aliases: where one points, and every change to it.", no_args_is_help=True)
 
 
@@ -141,6 +141,38 @@ def namespace_drop(
         print_json(with_store(client, _ns_json(dropped)))
         return
     ok(f"{dropped.name} is {dropped.state.value}")
+
+
+@namespace_app.command("verify")
+@handle_errors
+def namespace_verify(
+    name: Annotated[
+        str,
+        typer.Argument(
+            help="The version: its name, its short id, ALIAS@VERSION, or an alias for its live version.",
+            show_default=False,
+        ),
+    ],
+    endpoint: Endpoint = None,
+    home: Home = None,
+    as_json: Json = False,
+) -> None:
+    """Read every record of a sealed version back and measure it as its seal did: the store
+    lost, gained or altered none of them since (a failover, a damaged disk, another tool
+    writing there). Exit 1 when it did; changes nothing."""
+    from bulldozer.versioning.audit import audit_version
+
+    with open_client(endpoint, home, as_json) as client:
+        audit = audit_version(client, _named(client, name, alias_ok=True))
+        if as_json:
+            print_json(with_store(client, audit.to_json()))
+        if not audit.intact:  # the one line, without the store's
+            raise fail(audit.finding())
+    if not as_json:
+        ok(
+            f"{audit.version.name} ({audit.version.state.value}): {audit.records:,} records, digest "
+            f"{audit.digest:#018x}, as its seal measured ({audit.seconds:.1f} s)"
+        )
 
 
 @alias_app.command("show")

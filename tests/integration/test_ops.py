@@ -455,3 +455,68 @@ def test_a_failure_asked_for_json_is_json(home: Path, dal: KvClient) -> None:
         failure = json.loads(result.stdout)
         assert failure["exit_code"] == result.exit_code and failure["error_type"].endswith("Error")
         assert failure["error"] and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_namespace_verify_finds_what_the_store_lost_or_altered_since_the_seal(tmp_path: Path) -> None:
+    """A seal measures a version once; what the store holds afterwards is the store's to
+    keep (a Redis replica promoted without the last writes, a damaged disk, another tool
+    writing there), and nothing said the live version's records had changed. ``namespace
+    verify`` reads every record back and measures it as the seal did; it changes nothing."""
+    import lmdb
+
+    from bulldozer.kv.backends.embedded import _data_db
+    from tests.integration.test_run import _cli as command
+
+    home = tmp_path / "h"
+    create_sample_warehouse(home, rows=1_500)
+    job = tmp_path / "job.yaml"
+    job.write_text(TEMPLATE)
+    done = command(["run", str(job), "--json"], home)
+    assert done.returncode == 0, done.stderr
+    version = json.loads(done.stdout)["version"]
+    sealed = json.loads(command(["namespace", "describe", version], home).stdout)
+    intact = command(["namespace", "verify", "user_item_scores"], home)
+    assert intact.returncode == 0, intact.stderr
+    assert intact.stdout.startswith(f"✓ {version} (ACTIVE): 1,500 records, digest {sealed['digest']}, as its seal")
+
+    def damage(change: str) -> None:  # behind the DAL's back, as a damaged disk or another tool would
+        env = lmdb.open(str(home / "kv"), max_dbs=64, lock=True)
+        try:
+            with env.begin(write=True) as txn:
+                db = env.open_db(_data_db(version), txn=txn, create=False)
+                with txn.cursor(db) as cursor:
+                    assert cursor.first()
+                    if change == "altered":
+                        cursor.put(cursor.key(), cursor.value() + b"\x00")
+                    else:
+                        cursor.delete()
+        finally:
+            env.close()
+
+    damage("altered")
+    altered = command(["namespace", "verify", "user_item_scores", "--json"], home)
+    assert altered.returncode == 1
+    report = json.loads(altered.stdout)
+    assert (report["intact"], report["records"], report["sealed_records"]) == (False, 1_500, 1_500)
+    assert report["sealed_digest"] == sealed["digest"] != report["digest"]
+    assert altered.stderr == (
+        f"error: {version} has its 1,500 records, with digest {report['digest']} where the seal measured "
+        f"{sealed['digest']}: the store lost, gained or altered records since the seal\n"
+    )
+    damage("lost")
+    lost = command(["namespace", "verify", version], home)
+    assert lost.returncode == 1 and lost.stdout == ""
+    assert lost.stderr.startswith(f"error: {version} has 1,499 records where its seal measured 1,500, with digest ")
+    assert json.loads(command(["alias", "show", "user_item_scores", "--json"], home).stdout)["namespace"] == version
+    job.write_text(TEMPLATE.replace("min_rows: 1000", "min_rows: 100000"))
+    failed = command(["run", str(job), "-q"], home)
+    assert failed.returncode == 1
+    (refused,) = [
+        n["name"] for n in json.loads(command(["namespaces", "--json"], home).stdout) if n["state"] == "FAILED"
+    ]
+    said = command(["namespace", "verify", refused], home)
+    assert (said.returncode, said.stderr) == (
+        1,
+        f"error: {refused} is FAILED: only a sealed version (SEALED, ACTIVE or RETIRED) has a seal's measurement "
+        "to compare with\n",
+    )
