@@ -157,9 +157,11 @@ def namespace_verify(
     home: Home = None,
     as_json: Json = False,
 ) -> None:
-    """Read every record of a sealed version back and measure it as its seal did: the store
-    lost, gained or altered none of them since (a failover, a damaged disk, another tool
-    writing there). Exit 1 when it did; changes nothing."""
+    """Read a sealed version back and check it against what its seal measured.
+
+    Every record is read and measured as the seal did: a store that lost, gained or altered
+    any since (a failover, a damaged disk, another tool writing there) exits 1, saying
+    what differs. Nothing is changed."""
     from bulldozer.versioning.audit import audit_version
 
     with open_client(endpoint, home, as_json) as client:
