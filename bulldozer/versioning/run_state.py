@@ -7,6 +7,7 @@ labels (``bulldozer.*``) are its storage format, not an API: nothing else parses
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -17,11 +18,16 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from bulldozer.errors import NamespaceStateError
 from bulldozer.kv.types import NamespaceRecord, State, utcnow
 
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
+
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 __all__ = [
     "ALIVE_WITHIN",
@@ -133,8 +139,10 @@ class RunRecord:
 
     @classmethod
     def from_json(cls, text: str) -> RunRecord:
-        known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in json.loads(text).items() if k in known})
+        """The record ``text`` holds, each field of its type (a ValueError otherwise);
+        fields this release does not know are left out."""
+        record: RunRecord = _run_record_adapter().validate_json(text)
+        return record
 
     @property
     def load_seconds(self) -> float:
@@ -158,6 +166,35 @@ class Loaded:
         return cls(int(data["rows"]), int(data["digest"]), {k: int(v) for k, v in data["null_counts"].items()})
 
 
+@functools.cache
+def _run_record_adapter() -> TypeAdapter[RunRecord]:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(RunRecord)
+
+
+def _label(version: NamespaceRecord, label: str, parse: Callable[[str], T]) -> T | None:
+    """What ``version``'s ``label`` records, or None when it records nothing this release
+    reads — said in a warning. Any client the DAL lets write a version's labels (an older
+    or newer release, another tool) could leave one that does not parse; read as it was,
+    one such label on a live version failed ``gc`` of every alias with a traceback, and
+    every later run of its job with ``run failed: JSONDecodeError``."""
+    text = version.labels.get(label)
+    if not text:
+        return None
+    try:
+        return parse(text)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        errors = getattr(exc, "errors", None)  # pydantic's: where and what, without its boilerplate
+        said = (
+            "; ".join(f"{'.'.join(map(str, e['loc'])) or 'the record'}: {e['msg']}" for e in errors()[:3])
+            if callable(errors)
+            else " ".join(str(exc).split())[:200]
+        )
+        log.warning("%s: its label %s is not a record this release reads; left out: %s", version.name, label, said)
+        return None
+
+
 #: the error of a run whose version was dropped before the run could record its end
 DROPPED_UNFINISHED = "its version was dropped before the run finished (the run was killed, or the version dropped)"
 
@@ -169,11 +206,8 @@ def run_record_of(version: NamespaceRecord, now: datetime | None = None) -> RunR
     version keeps no labels changed), ``stopped`` once its run is no longer alive
     (``being_made``: killed, or its machine lost) — unless a scheduler runs it (a run key),
     whose run waits between its tasks and retries."""
-    text = version.labels.get(RUN_LABEL)
-    if not text:
-        return None
-    run = RunRecord.from_json(text)
-    if run.outcome != "running":
+    run = _label(version, RUN_LABEL, RunRecord.from_json)
+    if run is None or run.outcome != "running":
         return run
     if version.state == State.DROPPED:
         run.outcome, run.error = "failed", run.error or DROPPED_UNFINISHED
@@ -192,13 +226,23 @@ def run_record_of(version: NamespaceRecord, now: datetime | None = None) -> RunR
 
 def loaded_of(version: NamespaceRecord) -> Loaded | None:
     """What the version's load stage measured, or None before it finished."""
-    text = version.labels.get(LOADED_LABEL)
-    return Loaded.from_json(text) if text else None
+    return _label(version, LOADED_LABEL, Loaded.from_json)
 
 
 def ledger_of(version: NamespaceRecord) -> dict[str, Any]:
     """The splits the version holds already (see LEDGER_LABEL)."""
-    ledger: dict[str, Any] = json.loads(version.labels.get(LEDGER_LABEL, "{}"))
+    text = version.labels.get(LEDGER_LABEL)
+    if not text:
+        return {}
+    try:
+        ledger = json.loads(text)
+    except ValueError:
+        ledger = None
+    if not (isinstance(ledger, dict) and all(isinstance(v, list) for v in ledger.values())):
+        raise NamespaceStateError(
+            f"{version.name}'s record of the splits it holds ({LEDGER_LABEL}) does not parse: which of its records "
+            "are whole is not known, so it cannot be resumed; start a new run"
+        )
     return ledger
 
 

@@ -131,6 +131,35 @@ def test_gc_keeps_what_each_alias_s_job_asked_for(home: Path, dal: KvClient) -> 
     assert sorted(overridden["dropped"]["user_item_scores"]) == sorted(versions[2:5])
 
 
+def test_a_run_record_that_does_not_parse_stops_nothing(
+    home: Path, dal: KvClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Any client the DAL lets write a version's labels (an older or newer release, another
+    tool) can leave a run record that does not parse. One such label on a live version made
+    ``gc`` of every alias fail with a traceback, ``runs`` too, and every later run of its job
+    fail with ``run failed: JSONDecodeError``. The record is left out, with a warning."""
+    first = run_job(spec(), dal, home=str(home)).version
+    live = run_job(spec(), dal, home=str(home)).version
+    for damaged, text in ((live, "{not json"), (first, '{"run_id": "x", "job": "j", "alias": "a", "rows": "many"}')):
+        dal.set_labels(damaged, {"bulldozer.run": text})
+    swept = _cli(dal, "gc", "--json")
+    assert swept.exit_code == 0, swept.output
+    listed = _cli(dal, "runs", "user_item_scores", "--json")
+    assert listed.exit_code == 0, listed.output
+    # both versions are listed; neither says what its run did
+    assert [(r["version"], "outcome" in r) for r in json.loads(listed.stdout)] == [(live, False), (first, False)]
+    warned = caplog.text
+    assert (
+        f"{live}: its label bulldozer.run is not a record this release reads; left out: the record: Invalid JSON"
+        in warned
+    )
+    assert (
+        f"{first}: its label bulldozer.run is not a record this release reads; left out: rows: Input should" in warned
+    )
+    again = run_job(spec(), dal, home=str(home))
+    assert again.outcome == "succeeded" and dal.get_alias("user_item_scores").namespace == again.version
+
+
 def test_a_drop_a_stopped_dal_left_half_done_is_finished_by_gc(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

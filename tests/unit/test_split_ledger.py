@@ -42,3 +42,21 @@ def test_a_load_with_no_split_writes_nothing() -> None:
     ledger, writes = _ledger(every=0.0)
     ledger.flush()
     assert writes == []
+
+
+def test_a_ledger_that_does_not_parse_is_never_resumed() -> None:
+    """Which splits a LOADING version holds whole is what its ledger says; one that does not
+    parse (another tool wrote the label) says nothing, so the version is not resumed."""
+    import pytest
+
+    from bulldozer.errors import NamespaceStateError
+    from bulldozer.kv.types import NamespaceRecord, State
+    from bulldozer.versioning.run_state import ledger_of
+
+    def version(text: str) -> NamespaceRecord:
+        return NamespaceRecord(name="a__v1", alias="a", state=State.LOADING, labels={LEDGER_LABEL: text})
+
+    assert ledger_of(version('{"s1": [1, 2, 3, {}]}')) == {"s1": [1, 2, 3, {}]}
+    for text in ("{not json", "[1, 2]", '{"s1": 5}'):
+        with pytest.raises(NamespaceStateError, match=r"^a__v1's record of the splits it holds .* cannot be resumed"):
+            ledger_of(version(text))
