@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2, message_factory
 
 from bulldozer import scratch
 from bulldozer.errors import SchemaError
@@ -122,15 +122,10 @@ def _own_comments_only(descriptor_set: bytes, proto_name: str) -> bytes:
 def load_message_classes(descriptor_set: bytes, *full_names: str) -> list[Any]:
     """Message classes for ``full_names`` (``package.Message``) from a descriptor set,
     in a private descriptor pool (so versions with different schemas never clash)."""
-    fds = descriptor_pb2.FileDescriptorSet.FromString(descriptor_set)
-    pool = descriptor_pool.DescriptorPool()
-    for file_proto in fds.file:
-        pool.Add(file_proto)
-    classes = []
-    for name in full_names:
-        try:
-            desc = pool.FindMessageTypeByName(name)
-        except KeyError:
-            raise SchemaError(f"the descriptor set has no message {name!r}") from None
-        classes.append(message_factory.GetMessageClass(desc))
-    return classes
+    from bulldozer.kv.descriptors import message_descriptors
+
+    try:
+        descriptors = message_descriptors(descriptor_set, *full_names)
+    except ValueError as exc:  # a version another tool made, or an older DAL took
+        raise SchemaError(f"the version's stored schema cannot be read: {exc}") from None
+    return [message_factory.GetMessageClass(desc) for desc in descriptors]

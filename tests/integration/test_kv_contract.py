@@ -3,6 +3,7 @@ real gRPC server on a loopback port, for every engine (see kv_fixtures.CASES).""
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 
@@ -37,15 +38,55 @@ def test_create_describe_and_list(kv: Harness) -> None:
         alias,
         job_name="jobx",
         snapshot_id=42,
-        value_descriptor_set=b"\x01\x02",
+        value_descriptor_set=_descriptor_set(),
         labels={"run": "1"},
     )
     assert created.state == State.LOADING
     info = kv.client.describe(name)
     assert (info.name, info.alias, info.job_name, info.snapshot_id) == (name, alias, "jobx", 42)
-    assert info.value_descriptor_set == b"\x01\x02" and info.labels == {"run": "1"}
+    assert info.value_descriptor_set == _descriptor_set() and info.labels == {"run": "1"}
     assert [n.name for n in kv.client.list_namespaces(alias)] == [name]
     assert name in {n.name for n in kv.client.list_namespaces()}
+
+
+def _descriptor_set(comment_bytes: int = 0) -> bytes:
+    """A FileDescriptorSet with messages ``t.K`` and ``t.V`` (and a comment this long)."""
+    from google.protobuf import descriptor_pb2
+
+    file = descriptor_pb2.FileDescriptorProto(name="t.proto", package="t", syntax="proto3")
+    file.message_type.add(name="K")
+    file.message_type.add(name="V")
+    if comment_bytes:
+        file.source_code_info.location.add(leading_comments="c" * comment_bytes)
+    return descriptor_pb2.FileDescriptorSet(file=[file]).SerializeToString()
+
+
+def test_a_version_s_schema_is_one_its_readers_can_load(kv: Harness) -> None:
+    """A version whose descriptor set did not load (bytes that do not parse, a message it
+    does not hold) was created and could be flipped to; then ``get``, ``scan``, the console
+    and the next run's schema check each failed on it, with a traceback."""
+    alias = kv.alias()
+    refused = {
+        b"garbage\xff": "it does not parse as a protobuf FileDescriptorSet",
+        _descriptor_set(): "it has no message 't.Missing'",
+    }
+    for descriptor_set, said in refused.items():
+        with pytest.raises(
+            InvalidArgumentError, match=re.escape(f"the version's value descriptor set cannot be read: {said}")
+        ):
+            kv.client.create_namespace(
+                kv.version(alias),
+                alias,
+                value_descriptor_set=descriptor_set,
+                key_message="t.K",
+                value_message="t.Missing",
+            )
+    with pytest.raises(InvalidArgumentError, match=r"it has no message 't\.K'"):
+        kv.client.create_namespace(kv.version(alias), alias, key_message="t.K")  # no descriptor set at all
+    made = kv.client.create_namespace(
+        kv.version(alias), alias, value_descriptor_set=_descriptor_set(), key_message="t.K", value_message="t.V"
+    )
+    assert [n.name for n in kv.client.list_namespaces(alias)] == [made.name]
 
 
 def test_the_store_says_what_engine_it_is_and_how_it_copies_a_base(kv: Harness) -> None:
@@ -694,7 +735,9 @@ def test_listing_is_paged_and_survives_the_largest_records(kv: Harness) -> None:
     names = []
     for _ in range(6):  # 6 x (1 MiB of labels + 1 MiB of descriptor): three times a message
         name = kv.version(alias)
-        kv.client.create_namespace(name, alias, value_descriptor_set=b"d" * big, labels={"junk": "x" * big})
+        kv.client.create_namespace(
+            name, alias, value_descriptor_set=_descriptor_set(big - 64), labels={"junk": "x" * big}
+        )
         names.append(name)
     assert [n.name for n in kv.client.list_namespaces(alias)] == names
     pages, token = [], ""

@@ -323,3 +323,17 @@ def test_dropped_fields_are_reserved_and_reuse_is_refused() -> None:
     reused = Schema(*_replace(V1, 2, None).fields, NestedField(2, "other", LongType()))
     report = check_compatibility(dropped.descriptor_set, _descriptor(reused))
     assert ("reused reserved number", "refused") in [(d.change, d.verdict) for d in report.differences]
+
+
+def test_a_stored_schema_that_does_not_load_is_a_schema_error() -> None:
+    """A version another tool made, or an older DAL took, may hold a descriptor set its
+    readers cannot load: ``get`` and ``scan`` printed protobuf's DecodeError as a traceback."""
+    from bulldozer.errors import SchemaError
+    from bulldozer.schema.compile import load_message_classes
+
+    with pytest.raises(
+        SchemaError, match=r"^the version's stored schema cannot be read: it does not parse as a protobuf"
+    ):
+        load_message_classes(b"garbage\xff", "a.K")
+    with pytest.raises(SchemaError, match=r"^the version's stored schema cannot be read: it has no message 'a\.K'$"):
+        load_message_classes(b"", "a.K")

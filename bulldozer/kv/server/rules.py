@@ -29,6 +29,7 @@ from bulldozer.errors import (
     VerificationError,
 )
 from bulldozer.kv.backends.base import RecordChanged, StorageEngine
+from bulldozer.kv.descriptors import message_descriptors
 from bulldozer.kv.types import (
     DROPPING_LABEL,
     READABLE,
@@ -161,6 +162,13 @@ class KvDal:
         for what, message in (("key message", key_message), ("value message", value_message)):
             if message and (len(message) > _MAX_MESSAGE_NAME or not _MESSAGE_NAME.fullmatch(message)):
                 raise InvalidArgumentError(f"{what} {describe_value(message)} is not a protobuf message name")
+        if value_descriptor_set or key_message or value_message:
+            # what every reader of the version loads (``get``, ``scan``, the console, the next
+            # run's schema check): one that does not load made each of them fail
+            try:
+                message_descriptors(value_descriptor_set, *(m for m in (key_message, value_message) if m))
+            except ValueError as exc:
+                raise InvalidArgumentError(f"the version's value descriptor set cannot be read: {exc}") from None
         self._check_given_labels(labels or {})
         self._check_labels(labels or {})
         if base:
