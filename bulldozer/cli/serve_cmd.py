@@ -12,7 +12,7 @@ import typer
 from bulldozer.cli.common import handle_errors
 from bulldozer.errors import InvalidArgumentError
 from bulldozer.kv.server.native import DataPlane
-from bulldozer.sockets import SOCKET_PATH_MAX, fits, tcp_refusal
+from bulldozer.sockets import SOCKET_PATH_MAX, fits, is_loopback, tcp_refusal
 
 
 class EngineName(StrEnum):
@@ -114,8 +114,9 @@ def serve(
         bool,
         typer.Option(
             "--allow-unauthenticated",
-            help="Serve without --auth-config a store that was served with it (it remembers that, and refuses "
-            "otherwise, so a secured store is not opened to everyone by a forgotten flag).",
+            help="Serve without authentication on purpose: on a --host other than loopback (refused otherwise: "
+            "every machine that reaches it could read, drop and flip), or a store that was served with "
+            "--auth-config (it remembers that, so a secured store is not opened to everyone by a forgotten flag).",
         ),
     ] = False,
     data_plane: Annotated[
@@ -196,6 +197,12 @@ def serve(
         )
     if unix_socket is None and port and (refused := tcp_refusal(host, port)):
         raise InvalidArgumentError(refused)
+    if unix_socket is None and not is_loopback(host) and not (auth_config or tls_client_ca or allow_unauthenticated):
+        raise InvalidArgumentError(
+            f"--host {host} serves the store to every machine that reaches this one, and without --auth-config "
+            "(or --tls-client-ca) any of them could read it, drop its versions and move its aliases: give "
+            "--auth-config, or --allow-unauthenticated to serve it so on purpose (behind a firewall, say)"
+        )
     credentials = server_credentials(tls_cert, tls_key, tls_client_ca) if tls_cert and tls_key else None
     auth = load_auth_config(auth_config) if auth_config else None
     code = run(

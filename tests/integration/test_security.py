@@ -418,6 +418,29 @@ def test_a_store_served_with_auth_is_not_served_without_it_by_mistake(tmp_path: 
     _serves(store, tmp_path / "port", "--allow-unauthenticated")
 
 
+def test_a_dal_for_other_machines_is_not_served_without_authentication_by_mistake(tmp_path: Path) -> None:
+    """``serve --host 0.0.0.0`` without ``--auth-config`` served the store to every machine
+    that reached this one, each able to read it, drop its versions and flip its aliases,
+    without a word. It is refused in one line unless authentication (or mutual TLS) is
+    configured, or ``--allow-unauthenticated`` says it is on purpose; loopback is served as
+    before."""
+    store, config = tmp_path / "kv", tmp_path / "auth.json"
+    config.write_text(json.dumps(AUTH))
+    for host in ("0.0.0.0", "::"):
+        opened = _serve(store, "--host", host)
+        _, err = opened.communicate(timeout=60)
+        assert opened.returncode == 1, err
+        assert err.splitlines() == [
+            f"error: --host {host} serves the store to every machine that reaches this one, and without "
+            "--auth-config (or --tls-client-ca) any of them could read it, drop its versions and move its aliases: "
+            "give --auth-config, or --allow-unauthenticated to serve it so on purpose (behind a firewall, say)"
+        ], err
+    assert not store.exists()  # refused before the store was opened
+    _serves(store, tmp_path / "port", "--host", "0.0.0.0", "--allow-unauthenticated")
+    _serves(store, tmp_path / "port", "--host", "localhost")
+    _serves(tmp_path / "other", tmp_path / "port", "--host", "0.0.0.0", "--auth-config", str(config))
+
+
 def test_retention_failing_after_the_flip_reports_the_flip_and_exits_4(auth_server: int, tmp_path: Path) -> None:
     """The run's principal may write and flip `scores` but not drop (admin): retention fails
     after a successful flip. The version stays live and ACTIVE, the run says so, and the
