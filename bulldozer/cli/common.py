@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
@@ -54,13 +55,29 @@ Home = Annotated[str | None, typer.Option(help=HOME_HELP, show_default=False)]
 Token = Annotated[str | None, typer.Option(help="Bearer token (default: $BULLDOZER_TOKEN).", show_default=False)]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
+
 # soft_wrap: never break lines at the terminal width (output is read by scripts and tests too);
 # markup off: a string is printed as written (a path, a name, a pattern with brackets in it),
 # the styled parts of a line are made with ``line``
+class OutputConsole(Console):
+    """A console whose reader may go away (``| head``, a log pipe closed): what is left of
+    its output goes nowhere, and the command goes on to its end and its own exit code.
+    rich's own exits 1 at once, so ``bulldozer run SPEC 2>&1 | head -1`` stopped the run
+    at its second line, and a run whose ``✓`` line met a closed pipe after the flip said
+    it failed (exit 1 is promised only when the alias did not move)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self.file.fileno())  # Python's own buffer flushes there at exit
+            os.close(null)
+
+
 _CONSOLE: dict[str, Any] = {"highlight": False, "soft_wrap": True, "markup": False}
 _ERR_CONSOLE: dict[str, Any] = {"stderr": True, "highlight": False, "soft_wrap": True, "markup": False}
-console = Console(**_CONSOLE)
-err_console = Console(**_ERR_CONSOLE)
+console = OutputConsole(**_CONSOLE)
+err_console = OutputConsole(**_ERR_CONSOLE)
 
 
 def remake_consoles() -> None:

@@ -15,11 +15,10 @@ from typing import Annotated, Any, Literal
 
 import typer
 from rich import box
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from bulldozer.cli.common import console, print_json, visible
+from bulldozer.cli.common import OutputConsole, console, print_json, visible
 from bulldozer.names import short_version
 
 __all__ = ["Column", "Format", "Output", "emit", "fmt_time", "output_format"]
@@ -124,6 +123,6 @@ def emit(rows: Sequence[dict[str, Any]], columns: Sequence[Column], fmt: Format,
             cells.append(Text(visible(text)))  # user data: never read as markup, nor by the terminal
         table.add_row(*cells)
     if wide:  # as wide as its values: never cut, never wrapped by the terminal's width
-        Console(highlight=False, soft_wrap=True, width=100_000).print(table, crop=False)
+        OutputConsole(highlight=False, soft_wrap=True, width=100_000).print(table, crop=False)
     else:
         console.print(table)

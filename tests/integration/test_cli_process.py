@@ -179,6 +179,33 @@ def test_a_run_whose_output_cannot_be_written_exits_as_its_run_ended(home: Path)
         assert said[0].endswith("is live, but this command could not write its output (No space left on device)")
 
 
+@pytest.mark.parametrize("reader", ["none", "one line of both"])
+def test_a_run_whose_reader_goes_away_runs_to_its_end(home: Path, reader: str) -> None:
+    """``bulldozer run SPEC 2>&1 | head -1``: rich ended the process with exit 1 at the
+    first line written after the reader left, so the run stopped at its second stage (the
+    alias never moved), and one whose ``✓`` line met a closed pipe after the flip exited 1
+    as if it had failed. The run now goes to its end; its exit code is the run's."""
+    spec = home / "job.yaml"
+    spec.write_text(TEMPLATE)
+    from tests.integration.test_run import _cli as command
+
+    before = {n["name"] for n in json.loads(command(["namespaces", "--json"], home).stdout)}
+    read, write = os.pipe()
+    done = subprocess.Popen(
+        [sys.executable, "-P", "-m", "bulldozer.cli.main", "run", str(spec)],
+        stdout=write, stderr=write, env={**os.environ, "BULLDOZER_HOME": str(home)},
+    )  # fmt: skip
+    os.close(write)
+    if reader == "one line of both":
+        with os.fdopen(read, "rb") as pipe:
+            assert pipe.readline().startswith(b"\xc2\xb7 schema")  # "· schema", then the reader leaves
+    else:
+        os.close(read)
+    assert done.wait(timeout=300) == 0
+    (made,) = [n for n in json.loads(command(["namespaces", "--json"], home).stdout) if n["name"] not in before]
+    assert made["state"] == "ACTIVE"
+
+
 def test_other_commands_collect_from_the_start_and_a_failed_run_collects_again(home: Path, tmp_path: Path) -> None:
     spec = home / "job.yaml"
     spec.write_text(TEMPLATE)
