@@ -122,7 +122,7 @@ def _own_comments_only(descriptor_set: bytes, proto_name: str) -> bytes:
 def load_message_classes(descriptor_set: bytes, *full_names: str) -> list[Any]:
     """Message classes for ``full_names`` (``package.Message``) from a descriptor set,
     in a private descriptor pool (so versions with different schemas never clash)."""
-    from bulldozer.kv.descriptors import message_descriptors
+    from bulldozer.codec.descriptors import message_descriptors
 
     try:
         descriptors = message_descriptors(descriptor_set, *full_names)

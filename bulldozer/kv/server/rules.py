@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from bulldozer.codec.descriptors import message_descriptors
 from bulldozer.codec.digest import digest_columns, digest_lists
 from bulldozer.errors import (
     BulldozerError,
@@ -29,7 +30,6 @@ from bulldozer.errors import (
     VerificationError,
 )
 from bulldozer.kv.backends.base import RecordChanged, StorageEngine
-from bulldozer.kv.descriptors import message_descriptors
 from bulldozer.kv.types import (
     DROPPING_LABEL,
     READABLE,

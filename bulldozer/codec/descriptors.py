@@ -1,6 +1,6 @@
-"""The schema a version stores: the ``FileDescriptorSet`` of its key and value messages
-(with their imports), read into a private descriptor pool so that versions with different
-schemas never clash.
+"""The schema a version stores, as bytes: the ``FileDescriptorSet`` of its key and value
+messages (with their imports), read into a private descriptor pool so that versions with
+different schemas never clash.
 
 The DAL reads it as a version is created (``rules.Rules.create_namespace``), so that no
 version holds a schema its readers cannot load; every reader of a version's records
