@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from bulldozer.errors import InvalidArgumentError, InvalidNameError, NamespaceNotFoundError
@@ -18,7 +19,9 @@ __all__ = [
     "ALIAS_PATTERN",
     "NAMESPACE_PATTERN",
     "VERSION_REF_PATTERN",
+    "closest",
     "describe_value",
+    "did_you_mean",
     "is_identifier",
     "new_version_name",
     "parse_version_name",
@@ -112,3 +115,27 @@ def pick_version(ref: str, names: list[str], owner: str) -> str:
     if not found:
         raise NamespaceNotFoundError(f"{owner} has no version {ref!r}")
     raise InvalidArgumentError(f"version {ref!r} of {owner} is ambiguous: {', '.join(sorted(found)[:3])}")
+
+
+def closest(name: str, known: Iterable[str], *, cutoff: float = 0.6, fold_case: bool = False) -> str | None:
+    """The one of ``known`` that ``name`` was most likely meant as (difflib's similarity of
+    at least ``cutoff``), or None: what a refusal offers as "did you mean". With
+    ``fold_case``, case is not compared (a time zone, a column a filter names) and the
+    known spelling is returned."""
+    import difflib
+
+    candidates = list(known)
+    if not fold_case:
+        match = difflib.get_close_matches(name, candidates, n=1, cutoff=cutoff)
+        return match[0] if match else None
+    spelled: dict[str, str] = {}
+    for candidate in candidates:
+        spelled.setdefault(candidate.lower(), candidate)
+    match = difflib.get_close_matches(name.lower(), list(spelled), n=1, cutoff=cutoff)
+    return spelled[match[0]] if match else None
+
+
+def did_you_mean(name: str, known: Iterable[str], *, cutoff: float = 0.6, fold_case: bool = False) -> str:
+    """``did you mean 'x'?`` for the name ``closest`` finds, or "" when it finds none."""
+    match = closest(name, known, cutoff=cutoff, fold_case=fold_case)
+    return f"did you mean {match!r}?" if match is not None else ""

@@ -21,6 +21,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, Va
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from bulldozer.errors import InvalidArgumentError
+from bulldozer.names import closest, did_you_mean
 
 __all__ = [
     "DEFAULT_HOME",
@@ -261,8 +262,6 @@ def _read_profiles(path: Path) -> ProfilesFile:
 
 def _profiles_problem(err: Any) -> str:
     """One problem of a profiles file: where, and what, never the value (it may be a token)."""
-    import difflib
-
     loc = [str(p) for p in err["loc"]]
     if not loc:
         return "it must be a mapping of 'current' and 'profiles'"
@@ -273,8 +272,7 @@ def _profiles_problem(err: Any) -> str:
         return f"{where}: unknown field; a profile says where its token is: token_env (a variable) or token_file"
     model = Profile if loc[0] == "profiles" and len(loc) == 3 else ProfilesFile
     known = list(model.model_fields)
-    close = difflib.get_close_matches(loc[-1], known, n=1)
-    hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(known)}"
+    hint = did_you_mean(loc[-1], known) or f"known: {', '.join(known)}"
     return f"{where}: unknown field; {hint}"
 
 
@@ -347,10 +345,8 @@ def _unknown(variables: tuple[tuple[str, str], ...]) -> None:
     for name, value in variables:
         upper = name.upper()
         if value and upper not in known and not upper.startswith(_TESTS_OWN):
-            import difflib
-
-            close = difflib.get_close_matches(upper.removeprefix("BULLDOZER_"), fields, n=1, cutoff=0.75)
-            hint = f" (did you mean BULLDOZER_{close[0]}?)" if close else ""
+            close = closest(upper.removeprefix("BULLDOZER_"), fields, cutoff=0.75)
+            hint = f" (did you mean BULLDOZER_{close}?)" if close else ""
             raise InvalidArgumentError(f"{name} is not a setting Bulldozer reads{hint}; unset it")
 
 

@@ -192,10 +192,9 @@ class ReadableJson:
             raise InvalidArgumentError(f"a key is a JSON object of the key fields ({_names(desc)})")
         unknown = [name for name in data if name not in desc.fields_by_name]
         if unknown:
-            import difflib
+            from bulldozer.names import did_you_mean
 
-            close = difflib.get_close_matches(str(unknown[0]), desc.fields_by_name, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = f" ({hint})" if (hint := did_you_mean(str(unknown[0]), desc.fields_by_name)) else ""
             raise InvalidArgumentError(f"the key has no field {unknown[0]!r}{hint}; its fields are {_names(desc)}")
         missing = [f.name for f in desc.fields if f.name not in data]
         if missing:

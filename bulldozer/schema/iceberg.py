@@ -43,6 +43,7 @@ from pyiceberg.types import (
 )
 
 from bulldozer.errors import SchemaError
+from bulldozer.names import did_you_mean
 from bulldozer.schema.model import (
     MAP_KEY_OK,
     ProtoField,
@@ -412,8 +413,6 @@ def _check_nested_names(msg: ProtoMessage, column_prefix: str) -> None:
 def select_columns(spec: JobSpec, schema: Schema) -> tuple[list[NestedField], list[NestedField]]:
     """The key and value columns of ``schema`` the spec selects, in spec order. Raises
     SchemaError naming each column that does not exist (with a "did you mean")."""
-    import difflib
-
     names = [f.name for f in schema.fields]
     by_name = {f.name: f for f in schema.fields}
     dm = spec.data_movement
@@ -423,8 +422,8 @@ def select_columns(spec: JobSpec, schema: Schema) -> tuple[list[NestedField], li
     missing = []
     for col in [*dm.key_columns, *value_names]:
         if col not in by_name:
-            close = difflib.get_close_matches(col, names, n=1)
-            missing.append(f"{col!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            hint = did_you_mean(col, names)
+            missing.append(f"{col!r}" + (f" ({hint})" if hint else ""))
     if missing:
         raise SchemaError(f"no such column in the table: {', '.join(missing)}")
     return [by_name[c] for c in dm.key_columns], [by_name[c] for c in value_names]

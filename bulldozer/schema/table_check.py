@@ -4,10 +4,10 @@ Problems are reported as located spec issues, like the spec's own validation."""
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 from bulldozer.errors import BulldozerError, SchemaError, SpecError, SpecIssue
+from bulldozer.names import did_you_mean
 from bulldozer.schema.iceberg import generate_proto
 from bulldozer.spec.loader import LoadedSpec
 from bulldozer.spec.policy import policy_issues
@@ -19,8 +19,7 @@ __all__ = ["check_against_catalog", "column_issues", "order_by_issues", "require
 def _column_issue(
     loaded: LoadedSpec, path: tuple[str | int, ...], col: str, names: list[str], source: str = "table"
 ) -> SpecIssue:
-    close = difflib.get_close_matches(col, names, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    hint = f"; {hint}" if (hint := did_you_mean(col, names)) else ""
     return loaded.issue(path, f"the {source} has no column {col!r}{hint}")
 
 

@@ -8,7 +8,6 @@ names the file, line, column and dotted field path; all of them are reported at 
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import stat
@@ -23,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from bulldozer.errors import SpecError, SpecIssue
+from bulldozer.names import did_you_mean
 from bulldozer.settings import spec_environment
 from bulldozer.spec.models import JobSpec
 
@@ -378,9 +378,8 @@ def _message(err: Mapping[str, Any], path: PathT) -> str:
         known = _field_names(model) if model else []
         what = "section" if len(path) == 1 else "field"
         msg = f"unknown {what} {name!r}"
-        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-        if close:
-            return f"{msg}; did you mean {close[0]!r}?"
+        if hint := did_you_mean(name, known):
+            return f"{msg}; {hint}"
         return f"{msg}; expected one of: {', '.join(known)}" if known else msg
     msg = str(err["msg"])
     if kind in (

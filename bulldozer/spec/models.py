@@ -260,11 +260,10 @@ def _check_timezone(value: str) -> str:
             return value
         except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a folder ("Europe")
             pass
-    import difflib
+    from bulldozer.names import did_you_mean
 
-    names = {name.lower(): name for name in zoneinfo.available_timezones()}
-    close = difflib.get_close_matches(value.lower(), names, n=1)
-    hint = f"; did you mean {names[close[0]]!r}?" if close else " (an IANA name such as 'Europe/Berlin' or 'UTC')"
+    hint = did_you_mean(value, zoneinfo.available_timezones(), fold_case=True)
+    hint = f"; {hint}" if hint else " (an IANA name such as 'Europe/Berlin' or 'UTC')"
     raise _error("unknown time zone {value!r}{hint}", value=value, hint=hint)
 
 

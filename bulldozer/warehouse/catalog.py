@@ -14,7 +14,6 @@ catalog's configuration, never the table's own properties (``table_io_refusal``)
 
 from __future__ import annotations
 
-import difflib
 import logging
 import os
 from collections.abc import Mapping
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bulldozer.errors import BulldozerError, CatalogError, TableNotFoundError
+from bulldozer.names import did_you_mean
 from bulldozer.redaction import shown_url
 from bulldozer.spec.models import EMBEDDED_CATALOG, CatalogConfig
 from bulldozer.warehouse.files import reading_metadata, unreadable_metadata
@@ -99,8 +99,7 @@ def unknown_catalog(config: CatalogConfig) -> str | None:
     if config.defined_in_spec or config.name == EMBEDDED_CATALOG or config.name in settings.catalogs:
         return None
     known = sorted(settings.catalogs)
-    close = difflib.get_close_matches(config.name, [*known, EMBEDDED_CATALOG], n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    hint = f"; {hint}" if (hint := did_you_mean(config.name, [*known, EMBEDDED_CATALOG])) else ""
     operator = f"the operator's ({', '.join(known)})" if known else "one the operator configured (there is none)"
     return (
         f"no catalog is named {config.name!r}: name {operator} or the embedded one ({EMBEDDED_CATALOG!r}); the "

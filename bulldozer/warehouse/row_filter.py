@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from decimal import Decimal, localcontext
 from typing import Any
 
+from bulldozer.names import did_you_mean
+
 __all__ = ["GRAMMAR", "filter_issue", "parse_issue"]
 
 #: what a filter may say, for the one line that refuses one
@@ -99,8 +101,6 @@ def _unknown_columns(expr: Any, schema: Any) -> Iterator[str]:
     """A column the parsed (unbound) filter ``expr`` names that the table has not, with the
     closest it has (the binder said ``Could not find field with name ratng,
     case_sensitive=True``); a nested one by its dotted path (``profile.tier``)."""
-    import difflib
-
     from pyiceberg.expressions import Reference, UnboundPredicate
 
     for predicate in _predicates(expr):
@@ -110,9 +110,7 @@ def _unknown_columns(expr: Any, schema: Any) -> Iterator[str]:
         try:
             schema.find_field(name, case_sensitive=True)
         except ValueError:
-            names = schema.column_names
-            close = [n for n in names if n.lower() == name.lower()] or difflib.get_close_matches(name, names, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = f"; {hint}" if (hint := did_you_mean(name, schema.column_names, fold_case=True)) else ""
             yield f"the filter names {name!r}, which is no column of the table{hint}"
 
 
