@@ -15,6 +15,7 @@ from bulldozer.cli.common import (
     Json,
     confirm,
     console,
+    err_console,
     fail,
     handle_errors,
     line,
@@ -147,12 +148,13 @@ def namespace_drop(
 @handle_errors
 def namespace_verify(
     name: Annotated[
-        str,
+        str | None,
         typer.Argument(
             help="The version: its name, its short id, ALIAS@VERSION, or an alias for its live version.",
             show_default=False,
         ),
-    ],
+    ] = None,
+    every: Annotated[bool, typer.Option("--all", help="Every alias's live version, one after the other.")] = False,
     endpoint: Endpoint = None,
     home: Home = None,
     as_json: Json = False,
@@ -164,17 +166,31 @@ def namespace_verify(
     what differs. Nothing is changed."""
     from bulldozer.versioning.audit import audit_version
 
+    if (name is None) == (not every):
+        raise fail("give a version (or an alias), or --all for every alias's live version")
     with open_client(endpoint, home, as_json) as client:
-        audit = audit_version(client, _named(client, name, alias_ok=True))
+        if name is not None:
+            targets = [_named(client, name, alias_ok=True)]
+        else:
+            targets = [client.describe(a.namespace) for a in sorted(client.list_aliases(), key=lambda a: a.alias)]
+        audits = []
+        for target in targets:
+            audit = audit_version(client, target)
+            audits.append(audit)
+            if not as_json and audit.intact:
+                ok(
+                    f"{audit.version.name} ({audit.version.state.value}): {audit.records:,} "
+                    f"record{'' if audit.records == 1 else 's'}, digest "
+                    f"{audit.digest:#018x}, as its seal measured ({audit.seconds:.1f} s)"
+                )
         if as_json:
-            print_json(with_store(client, audit.to_json()))
-        if not audit.intact:  # the one line, without the store's
-            raise fail(audit.finding())
-    if not as_json:
-        ok(
-            f"{audit.version.name} ({audit.version.state.value}): {audit.records:,} records, digest "
-            f"{audit.digest:#018x}, as its seal measured ({audit.seconds:.1f} s)"
-        )
+            reports = [audit.to_json() for audit in audits]
+            print_json(with_store(client, reports if every else reports[0]))
+        damaged = [audit for audit in audits if not audit.intact]
+        for audit in damaged[:-1]:
+            err_console.print(line(("error:", "bold red"), " ", audit.finding()))
+        if damaged:  # the last one line, and the exit; without the store's line
+            raise fail(damaged[-1].finding())
 
 
 @alias_app.command("show")

@@ -532,6 +532,11 @@ def test_namespace_verify_finds_what_the_store_lost_or_altered_since_the_seal(tm
         f"error: {version} has its 1,500 records, with digest {report['digest']} where the seal measured "
         f"{sealed['digest']}: the store lost, gained or altered records since the seal\n"
     )
+    every = command(["namespace", "verify", "--all", "--json"], home)  # every alias's live version
+    assert every.returncode == 1 and [r["intact"] for r in json.loads(every.stdout)] == [False]
+    for args in (["--all", version], []):
+        said = command(["namespace", "verify", *args], home)
+        assert said.returncode == 1 and said.stderr.startswith("error: give a version (or an alias), or --all")
     damage("lost")
     lost = command(["namespace", "verify", version], home)
     assert lost.returncode == 1 and lost.stdout == ""
