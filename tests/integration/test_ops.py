@@ -554,3 +554,31 @@ def test_namespace_verify_finds_what_the_store_lost_or_altered_since_the_seal(tm
         f"error: {refused} is FAILED: only a sealed version (SEALED, ACTIVE or RETIRED) has a seal's measurement "
         "to compare with\n",
     )
+
+
+@pytest.mark.parametrize("transport", ["grpc", "native"])
+def test_namespace_verify_finds_the_records_a_redis_failover_lost(tmp_path: Path, transport: str) -> None:
+    """The case ``namespace verify`` is for: Redis acknowledged a version's writes, the seal
+    measured them, and a replica promoted without the last of them serves the live version
+    now (here: a record's field deleted behind the DAL's back, as the lost write would be)."""
+    import redis
+
+    from bulldozer.versioning.audit import audit_version
+    from tests.integration.kv_fixtures import Harness, pairs
+
+    kv = Harness("redis", transport, tmp_path)
+    try:
+        alias = kv.alias()
+        version = kv.loaded(alias, pairs(2_000))
+        kv.client.compare_and_set_alias(alias, "", version)
+        intact = audit_version(kv.client, kv.client.describe_target(alias))
+        assert (intact.intact, intact.records) == (True, 2_000)
+        raw = redis.Redis.from_url(kv.engine.config.url)
+        bucket = next(iter(raw.scan_iter(match=f"{kv.engine.config.prefix}:d:{version}:*", count=1000)))
+        field = next(f for f in raw.hkeys(bucket) if not f.startswith(b"\x00"))  # a record, not a marker
+        assert raw.hdel(bucket, field) == 1
+        lost = audit_version(kv.client, kv.client.describe_target(alias))
+        assert (lost.intact, lost.records, lost.version.record_count) == (False, 1_999, 2_000)
+        assert lost.finding().startswith(f"{version} has 1,999 records where its seal measured 2,000, with digest ")
+    finally:
+        kv.close()
