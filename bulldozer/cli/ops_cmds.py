@@ -263,20 +263,24 @@ def rollback(
     Refused when the target was dropped, failed or never sealed, or when the alias moved
     since you looked (--expect). Every rollback is kept in the alias history.
     """
-    from bulldozer.versioning.rollback import previous_version
+    from bulldozer.versioning.rollback import generation_change, previous_version
     from bulldozer.versioning.rollback import rollback as do_rollback
 
     with open_client(endpoint, home, as_json) as client:
-        current = client.describe_target(f"{alias}@{expect}").name if expect else client.get_alias(alias).namespace
-        target = client.describe_target(f"{alias}@{to}").name if to else previous_version(client, alias, current).name
+        live = client.describe_target(f"{alias}@{expect or client.get_alias(alias).namespace}")
+        current = live.name
+        target = client.describe_target(f"{alias}@{to}") if to else previous_version(client, alias, current)
+        crossing = generation_change(live, target)
         if not yes and not as_json:
-            confirm(f"point {alias} from {current} back to {target}?")
-        before, record = do_rollback(client, alias, target, reason, expected=current)
+            confirm(f"point {alias} from {current} back to {target.name}{f' ({crossing})' if crossing else ''}?")
+        before, record = do_rollback(client, alias, target.name, reason, expected=current)
     if as_json:
         data = {"alias": alias, "from": before, "to": record.namespace, "generation": record.generation}
-        print_json(with_store(client, data))
+        print_json(with_store(client, {**data, "schema_generation": target.schema_generation}))
     else:
         ok(f"{alias}: {before} → {record.namespace}")
+        if crossing:
+            err_console.print(line(("warning:", "yellow"), f" {crossing}"))
 
 
 @handle_errors

@@ -116,6 +116,7 @@ def create_app(client: KvClient, allowed_hosts: list[str] | None = None) -> Star
         return page(request, "version.html", v=data, lookup=lookup, key_fields=key_fields)
 
     async def rollback(request: Request) -> Response:
+        from bulldozer.versioning.rollback import generation_change
         from bulldozer.versioning.rollback import rollback as do_rollback
 
         name = request.path_params["alias"]
@@ -128,9 +129,10 @@ def create_app(client: KvClient, allowed_hosts: list[str] | None = None) -> Star
             before, record = do_rollback(
                 client, name, form.get("to") or None, form.get("reason", ""), expected=form.get("expect") or None
             )
+            crossing = generation_change(client.describe(before), client.describe(record.namespace))
         except BulldozerError as exc:
             return failure(request, exc, alias=name)
-        done = f"rolled back {name}: {before} → {record.namespace}"
+        done = f"rolled back {name}: {before} → {record.namespace}" + (f"; {crossing}" if crossing else "")
         return RedirectResponse(done_url(name, done), status_code=303)
 
     async def pin(request: Request) -> Response:

@@ -7,7 +7,7 @@ from bulldozer.errors import NamespaceNotFoundError, NamespaceStateError
 from bulldozer.kv.client import KvClient
 from bulldozer.kv.types import AliasRecord, NamespaceRecord, State
 
-__all__ = ["previous_version", "rollback"]
+__all__ = ["generation_change", "previous_version", "rollback"]
 
 
 def previous_version(client: KvClient, alias: str, current: str) -> NamespaceRecord:
@@ -37,3 +37,17 @@ def rollback(
         )
     record = client.compare_and_set_alias(alias, current, target.name, reason=reason or f"rollback to {target.name}")
     return current, record
+
+
+def generation_change(current: NamespaceRecord, target: NamespaceRecord) -> str:
+    """What a rollback from ``current`` to ``target`` does to the alias's readers when it
+    crosses a breaking schema change (the two have other schema generations), or "": the
+    generated clients built for ``current``'s generation refuse ``target``'s until they are
+    built for it again (or read a version pinned)."""
+    if current.schema_generation == target.schema_generation:
+        return ""
+    return (
+        f"schema generation {current.schema_generation} → {target.schema_generation}: the readers built for "
+        f"generation {current.schema_generation} refuse the alias's reads until they are generated again "
+        f"(bulldozer client --schema-generation {target.schema_generation})"
+    )

@@ -51,6 +51,7 @@ def test_v1_v2_rollback_reads_v1_and_history_shows_all_three(home: Path, dal: Kv
         "from": v2.version,
         "to": v1.version,
         "generation": 3,
+        "schema_generation": 1,
     }
     assert read(dal, "user_item_scores", KEY) == first
     history = json.loads(_cli(dal, "alias", "history", "user_item_scores", "--json").stdout)

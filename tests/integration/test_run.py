@@ -324,6 +324,19 @@ def test_a_deliberate_breaking_change_starts_a_new_schema_generation(home: Path,
     assert (service / "README.md").read_text() == "ours" and (service / "src" / "main" / "java" / "App.java").exists()
     other = CliRunner().invoke(app, [*told, "--lang", "go", "--out", str(out)])  # the Python client's folder
     assert other.exit_code != 0 and "holds the python client of 'user_item_scores', not the go client" in other.stderr
+    # a rollback across the breaking change says what it does to the readers built since
+    back = CliRunner().invoke(
+        app, ["rollback", "user_item_scores", "--to", first.version, "--endpoint", dal.target], input="n\n"
+    )
+    assert back.exit_code == 1 and "(schema generation 2 → 1: the readers built for generation 2 refuse" in back.stdout
+    assert dal.get_alias("user_item_scores").namespace != first.version  # not confirmed: nothing moved
+    said = CliRunner().invoke(
+        app, ["rollback", "user_item_scores", "--to", first.version, "--yes", "--endpoint", dal.target]
+    )
+    assert said.exit_code == 0 and dal.get_alias("user_item_scores").namespace == first.version
+    assert "warning: schema generation 2 → 1: the readers built for generation 2 refuse the alias's reads" in (
+        said.stderr
+    )
 
 
 def test_a_column_dropped_from_the_table_is_reported(home: Path, dal: KvClient) -> None:
