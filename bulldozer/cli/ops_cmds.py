@@ -267,7 +267,10 @@ def rollback(
     from bulldozer.versioning.rollback import rollback as do_rollback
 
     with open_client(endpoint, home, as_json) as client:
-        live = client.describe_target(f"{alias}@{expect or client.get_alias(alias).namespace}")
+        if expect:
+            live = client.describe_target(f"{alias}@{expect}")
+        else:
+            live = client.describe(client.get_alias(alias).namespace)
         current = live.name
         target = client.describe_target(f"{alias}@{to}") if to else previous_version(client, alias, current)
         crossing = generation_change(live, target)

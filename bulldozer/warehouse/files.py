@@ -14,6 +14,9 @@ Paths are compared by scheme, host and normalized path (``..`` taken out, a ``/`
 ``/t`` does not hold ``/t2``), ``s3a:``/``s3n:`` as ``s3:`` and ``file:`` as a plain path.
 Every engine's splits (``load.engines.local.scan_tasks``), a delta's changed files
 (``load.delta``) and a query's tables (``load.source``) pass through ``checked_tasks``.
+
+A file that cannot be read is one line naming it: a metadata file (``reading_metadata``:
+pyiceberg raises whatever its parsers meet), a data file (``unreadable_file``).
 """
 
 from __future__ import annotations
