@@ -13,13 +13,23 @@ from bulldozer.cli.common import console, fail, handle_errors, ok, print_json, v
 
 
 def _previous_descriptor(path: Path) -> bytes:
+    """The schema ``--against`` names, a ``.proto`` compiled or a descriptor set as it is;
+    one that does not compile or parse is refused naming the file."""
+    from bulldozer.errors import SchemaError
+    from bulldozer.schema.compat import check_compatibility
     from bulldozer.schema.compile import compile_proto
 
     if not path.exists():
         raise fail(f"{path}: no such file", 2)
-    if path.suffix == ".proto":
-        return compile_proto(path.read_text(encoding="utf-8"), path.name, python=False).descriptor_set
-    return path.read_bytes()
+    try:
+        if path.suffix == ".proto":
+            compiled = compile_proto(path.read_text(encoding="utf-8"), path.name, python=False).descriptor_set
+        else:
+            compiled = path.read_bytes()
+        check_compatibility(compiled, compiled)  # what --against compares with: it reads as one
+    except SchemaError as exc:
+        raise fail(f"--against {path}: {str(exc).replace('the generated schema', 'it')}", 2) from None
+    return compiled
 
 
 def _spec_output(spec: Path, directory: str) -> Path:

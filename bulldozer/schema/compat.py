@@ -19,6 +19,7 @@ from typing import Literal
 
 from google.protobuf import descriptor_pb2
 
+from bulldozer.errors import SchemaError
 from bulldozer.schema.model import ProtoFile, ProtoMessage
 
 __all__ = ["CompatReport", "Difference", "apply_reserved", "check_compatibility"]
@@ -55,15 +56,22 @@ class _Index:
     """Messages of a descriptor set by full name, and the generated file's two messages."""
 
     def __init__(self, fds_bytes: bytes) -> None:
-        fds = descriptor_pb2.FileDescriptorSet.FromString(fds_bytes)
+        from google.protobuf.message import DecodeError
+
+        try:
+            fds = descriptor_pb2.FileDescriptorSet.FromString(fds_bytes)
+        except DecodeError:  # a live version another tool made, a --against file that is not one
+            raise SchemaError("the previous schema does not parse as a protobuf FileDescriptorSet") from None
         self.messages: dict[str, descriptor_pb2.DescriptorProto] = {}
         for fd in fds.file:
             prefix = f".{fd.package}" if fd.package else ""
             for m in fd.message_type:
                 self._add(prefix, m)
+        if not fds.file or len(fds.file[-1].message_type) < 2:
+            raise SchemaError(
+                "the previous schema is not a Bulldozer schema: its last file holds no key and value messages"
+            )
         main = fds.file[-1]
-        if len(main.message_type) < 2:
-            raise ValueError("not a Bulldozer schema: expected a key and a value message")
         prefix = f".{main.package}" if main.package else ""
         self.key_name = f"{prefix}.{main.message_type[0].name}"
         self.value_name = f"{prefix}.{main.message_type[1].name}"

@@ -102,7 +102,8 @@ def compile_proto(text: str, proto_name: str, python: bool = True, stubs: bool =
         args.append(proto_name)
         code, err = _run_protoc(args)
         if code != 0:
-            raise SchemaError(f"protoc refused the generated schema: {err.strip() or f'exit {code}'}")
+            said = err.replace(f"{src}/", "").strip()  # the file's own name, not the scratch folder's
+            raise SchemaError(f"protoc refused the generated schema: {said or f'exit {code}'}")
         files = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
         files[proto_name] = text.encode("utf-8")
         return CompiledSchema(proto_name, _own_comments_only(descriptor.read_bytes(), proto_name), files)

@@ -95,3 +95,22 @@ def test_against_previous_schema_allows_added_column_and_refuses_breaking_change
     )
     assert result.exit_code == 3, result.output
     assert "refused" in result.stdout and "score" in result.stdout and "float → double" in result.stdout
+
+
+def test_an_against_file_that_is_no_schema_is_one_line_naming_it(home: Path, tmp_path: Path) -> None:
+    """``--against`` a file that does not parse printed protobuf's DecodeError as a traceback;
+    one that does not compile was "protoc refused the generated schema", naming a file in a
+    scratch folder; one that is no Bulldozer schema raised a ValueError."""
+    garbage, broken, foreign = tmp_path / "old.binpb", tmp_path / "old.proto", tmp_path / "other.proto"
+    garbage.write_bytes(b"garbage\xff\x01")
+    broken.write_text('syntax = "proto3"; message {')
+    foreign.write_text('syntax = "proto3";\nmessage A {}\n')
+    said = {
+        garbage: f"error: --against {garbage}: the previous schema does not parse as a protobuf FileDescriptorSet",
+        broken: f"error: --against {broken}: protoc refused it: old.proto:1:28: Expected message name.",
+        foreign: f"error: --against {foreign}: the previous schema is not a Bulldozer schema: its last file holds "
+        "no key and value messages",
+    }
+    for path, line in said.items():
+        result = runner.invoke(app, ["proto", TEMPLATE, "--home", str(home), "--against", str(path)])
+        assert result.exit_code == 2 and result.stderr == line + "\n", result.output
