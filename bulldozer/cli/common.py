@@ -194,6 +194,11 @@ def open_client(endpoint: str | None, home: str | None, as_json: bool = False, *
     from bulldozer.settings import load_settings
 
     target = checked_endpoint(load_settings().dal_endpoint(endpoint))
+    if options.get("token") and target == "embedded":  # it would be sent, and taken by nothing
+        raise InvalidArgumentError(
+            "--token is for a DAL elsewhere: the embedded store is its owner's alone and takes no token; "
+            "give --endpoint HOST:PORT (or BULLDOZER_ENDPOINT), or leave --token out"
+        )
     if home is not None and target != "embedded":  # --home names the embedded store alone
         named = f"--endpoint {endpoint}" if endpoint else "BULLDOZER_ENDPOINT or the profile"
         raise InvalidArgumentError(

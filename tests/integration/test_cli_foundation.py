@@ -366,3 +366,17 @@ def test_home_for_a_dal_elsewhere_is_refused(tmp_path: Path, monkeypatch: pytest
     assert named.exit_code == 1 and "(--endpoint 127.0.0.1:9 names it)" in named.stderr
     embedded = runner.invoke(app, ["namespaces", "--home", home, "--endpoint", "embedded", "--json"])
     assert embedded.exit_code == 0 and json.loads(embedded.stdout) == [], embedded.output
+
+
+def test_a_token_for_the_embedded_store_is_refused(tmp_path: Path) -> None:
+    """``get`` and ``ui`` take ``--token`` for a DAL elsewhere; given for the embedded store,
+    which takes none, it was sent and taken by nothing, without a word."""
+    home = str(tmp_path / "h")
+    for command in (["get", "scores", "--key", "{}"], ["ui", "--port", "0"]):
+        result = runner.invoke(app, [*command, "--token", "t0k", "--home", home])
+        assert result.exit_code == 1, (command, result.output)
+        assert result.stderr.strip().splitlines() == [
+            "error: --token is for a DAL elsewhere: the embedded store is its owner's alone and takes no token; "
+            "give --endpoint HOST:PORT (or BULLDOZER_ENDPOINT), or leave --token out"
+        ], command
+        assert "t0k" not in result.output

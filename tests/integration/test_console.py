@@ -4,11 +4,13 @@ what the DAL holds. Cross-site and token-less actions are refused; user data is 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,8 +31,8 @@ ARTIFACTS = REPO / "build" / "test-artifacts"
 SECRET = "tok-3f9a-never-shown"
 
 
-def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_cli(list(args), home)
+def _cli(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return run_cli(list(args), home, env)
 
 
 @pytest.fixture(scope="module")
@@ -52,13 +54,27 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
         result = _cli(home, "run", str(spec), "--json")
         assert result.returncode == 0, result.stderr
         runs.append(json.loads(result.stdout)["version"])
-    server = subprocess.Popen(
-        [sys.executable, "-m", "bulldozer.cli.main", "ui", "--port", "0", "--token", SECRET],
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "BULLDOZER_HOME": str(home)},
-        cwd=REPO,
+    # the store served with authentication: the console acts with the operator's token
+    auth, port_file = home / "auth.json", home / "dal.port"
+    token_sha256 = hashlib.sha256(SECRET.encode()).hexdigest()
+    auth.write_text(
+        json.dumps({"principals": {"ops": {"token_sha256": token_sha256, "permissions": {"*": ["admin"]}}}})
     )
+    dal = subprocess.Popen(
+        [sys.executable, "-m", "bulldozer.cli.main", "serve", "--path", str(home / "kv"), "--port", "0",
+         "--port-file", str(port_file), "--auth-config", str(auth)],
+        stderr=subprocess.DEVNULL, env={**os.environ, "BULLDOZER_HOME": str(home)}, cwd=REPO,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not port_file.exists():
+        assert dal.poll() is None and time.monotonic() < deadline, "the DAL did not start"
+        time.sleep(0.05)
+    env = {"BULLDOZER_ENDPOINT": f"127.0.0.1:{port_file.read_text().strip()}", "BULLDOZER_TOKEN": SECRET}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "bulldozer.cli.main", "ui", "--port", "0", "--token", SECRET,
+         "--endpoint", env["BULLDOZER_ENDPOINT"]],
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "BULLDOZER_HOME": str(home)}, cwd=REPO,
+    )  # fmt: skip
     assert server.stderr is not None
     url = ""
     for line in server.stderr:
@@ -68,8 +84,10 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
             break
     assert url, "bulldozer ui did not say where it listens"
     try:
-        yield {"home": home, "url": url, "v1": runs[0], "v2": runs[1]}
+        yield {"home": home, "url": url, "v1": runs[0], "v2": runs[1], "env": env}
     finally:
+        dal.terminate()
+        dal.wait(timeout=30)
         server.terminate()
         server.wait(timeout=30)
 
@@ -160,7 +178,9 @@ def test_list_open_look_up_and_roll_back_in_a_browser(console: dict[str, Any], b
     browser.find_element(By.ID, "lookup-key").send_keys(json.dumps(KEY))
     _then_loaded(browser, browser.find_element(By.ID, "lookup-submit").click)
     value = json.loads(browser.find_element(By.ID, "lookup-value").text)
-    cli = _cli(console["home"], "get", f"user_item_scores@{short_version(v2)}", "--key", json.dumps(KEY))
+    cli = _cli(
+        console["home"], "get", f"user_item_scores@{short_version(v2)}", "--key", json.dumps(KEY), env=console["env"]
+    )
     assert value == json.loads(cli.stdout)  # the page shows what `get` prints: readable values
     assert re.fullmatch(r"\d{4}-\d\d-\d\d", value["signup_date"])
 
@@ -191,7 +211,7 @@ def test_list_open_look_up_and_roll_back_in_a_browser(console: dict[str, Any], b
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     assert browser.save_screenshot(str(ARTIFACTS / "console-after-rollback.png"))
 
-    shown = json.loads(_cli(console["home"], "alias", "show", "user_item_scores", "--json").stdout)
+    shown = json.loads(_cli(console["home"], "alias", "show", "user_item_scores", "--json", env=console["env"]).stdout)
     assert shown["namespace"] == v1  # the DAL agrees with the page
     assert SECRET not in browser.page_source
 
@@ -220,11 +240,15 @@ def test_cross_site_and_token_less_actions_are_refused(console: dict[str, Any]) 
         assert http.get("a/user_item_scores", headers={"Host": rebound["Host"]}).status_code == 400
         assert http.post("a/user_item_scores/pin", data=form, headers=rebound).status_code == 400
         assert http.get("a/user_item_scores", headers={"Host": f"localhost:{port}"}).status_code == 200
-        shown = json.loads(_cli(console["home"], "alias", "show", "user_item_scores", "--json").stdout)
+        shown = json.loads(
+            _cli(console["home"], "alias", "show", "user_item_scores", "--json", env=console["env"]).stdout
+        )
         assert shown["pinned"] is False  # none of them pinned it
         ok = http.post("a/user_item_scores/pin", data=form, headers={"Origin": url.rstrip("/")})
         assert ok.status_code == 303
-        shown = json.loads(_cli(console["home"], "alias", "show", "user_item_scores", "--json").stdout)
+        shown = json.loads(
+            _cli(console["home"], "alias", "show", "user_item_scores", "--json", env=console["env"]).stdout
+        )
         assert shown["pinned"] is True
         spoofed = http.get("a/user_item_scores", params={"done": "call +1 555 to restore service", "sig": "0" * 32})
         assert "call +1 555" not in spoofed.text  # only the console's own signed notices are shown
