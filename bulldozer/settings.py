@@ -107,6 +107,9 @@ class Settings(BaseSettings):
     data_plane: Literal["auto", "native", "python"] = "auto"
     #: Where downloaded tools (protoc plugins, Maven) are cached (default ``~/.cache/bulldozer``).
     cache: Path | None = None
+    #: Seconds a catalog may take to answer one call (opening it, loading a table) before the
+    #: command fails instead of waiting for ever: pyiceberg's REST catalog asks with no timeout.
+    catalog_timeout: Annotated[float, Field(gt=0)] = 60.0
     #: The operator's Iceberg catalogs, by the name specs give as ``data_movement.catalog.name``:
     #: each a mapping of pyiceberg catalog properties (``BULLDOZER_CATALOGS`` as JSON, e.g.
     #: ``{"warehouse": {"type": "rest", "uri": "https://iceberg.example.com"}}``); a profile's

@@ -14,11 +14,14 @@ catalog's configuration, never the table's own properties (``table_io_refusal``)
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from bulldozer.errors import BulldozerError, CatalogError, TableNotFoundError
 from bulldozer.names import did_you_mean
@@ -27,6 +30,7 @@ from bulldozer.spec.models import EMBEDDED_CATALOG, CatalogConfig
 from bulldozer.warehouse.files import reading_metadata, unreadable_metadata
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from bulldozer.errors import SpecIssue
@@ -152,12 +156,12 @@ def open_catalog(config: CatalogConfig | None = None, home: str | os.PathLike[st
         root = bulldozer_home(home)
         (root / "warehouse").mkdir(parents=True, exist_ok=True)
         props = embedded_catalog_properties(root)
+    where = shown_url(props["uri"]) if "uri" in props else props.get("type", "?")
     try:
-        catalog = _catalog(config.name, props)
+        catalog = answered(lambda: _catalog(config.name, props), f"catalog {config.name!r} at {where}")
     except CatalogError:
         raise
     except Exception as exc:  # pyiceberg raises many unrelated types here
-        where = shown_url(props["uri"]) if "uri" in props else props.get("type", "?")
         raise CatalogError(f"cannot open catalog {config.name!r} at {where}: {exc}") from exc
     _no_table_file_io_code(catalog)
     return catalog
@@ -222,6 +226,40 @@ def _catalog(name: str, props: dict[str, str]) -> Any:
     return AVAILABLE_CATALOGS[kind](name, props)
 
 
+def answered(call: Callable[[], T], who: str) -> T:
+    """``call()`` (a call to a catalog), made on a thread of its own, or a CatalogError saying
+    ``who`` did not answer once ``BULLDOZER_CATALOG_TIMEOUT`` seconds have passed: pyiceberg's
+    REST catalog asks with no timeout, so a catalog that took the connection and never
+    answered held ``validate --catalog``, a run and a scheduler's task for ever. What it
+    raises is raised here."""
+    from bulldozer.settings import load_settings
+
+    timeout = load_settings().catalog_timeout
+    outcome: list[Any] = []
+    done = threading.Event()
+
+    def ask() -> None:
+        try:
+            outcome.append((True, call()))
+        except BaseException as exc:
+            outcome.append((False, exc))
+        finally:
+            done.set()
+
+    threading.Thread(target=ask, name="catalog-call", daemon=True).start()
+    deadline = time.monotonic() + timeout
+    while not done.wait(min(0.5, max(0.0, deadline - time.monotonic()))):  # a signal is heard within 0.5 s
+        if time.monotonic() >= deadline:
+            raise CatalogError(
+                f"{who} did not answer within {timeout:g} s (BULLDOZER_CATALOG_TIMEOUT): is it up and reachable?"
+            )
+    succeeded, value = outcome[0]
+    if not succeeded:
+        raise value
+    result: T = value
+    return result
+
+
 def table_io_refusal(identifier: str, properties: Mapping[str, str]) -> str | None:
     """Why Bulldozer does not read a table whose own properties configure how its files are
     read (``FILE_IO_PREFIXES``), or None. That is its catalog's configuration, the operator's:
@@ -280,16 +318,18 @@ def load_table(catalog: Any, identifier: str) -> Any:
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
     try:
-        table = catalog.load_table(identifier)
+        table = answered(lambda: catalog.load_table(identifier), f"the catalog, asked for table {identifier!r},")
     except _TableNamesFileIOCode as exc:
         raise CatalogError(table_io_refusal(identifier, exc.properties)) from None
     except (NoSuchTableError, NoSuchNamespaceError):
         known: list[str] = []
-        try:
+
+        def listed() -> None:
             for ns in catalog.list_namespaces():
                 known.extend(".".join(t) for t in catalog.list_tables(ns))
-        except Exception:  # listing is only a hint
-            pass
+
+        with contextlib.suppress(Exception):  # listing is only a hint
+            answered(listed, "the catalog, asked for its tables,")
         hint = f" (tables: {', '.join(sorted(known)[:10])})" if known else ""
         raise TableNotFoundError(f"table {identifier!r} does not exist in the catalog{hint}") from None
     except BulldozerError:

@@ -88,3 +88,36 @@ def test_damaged_table_metadata_is_one_line_naming_the_table(home: Path, damaged
         assert "Traceback" not in done.stderr
         assert done.stderr.startswith("error: cannot read the metadata of "), done.stderr
         assert "sample.user_item_scores" in done.stderr or "sample/user_item_scores" in done.stderr
+
+
+def test_a_catalog_that_never_answers_fails_the_command_in_time(home: Path, tmp_path: Path) -> None:
+    """pyiceberg's REST catalog asks with no timeout: a catalog that took the connection and
+    never answered held ``validate --catalog`` and ``run`` (and a scheduler's task) for ever.
+    They fail after ``BULLDOZER_CATALOG_TIMEOUT`` seconds, in one line."""
+    import json
+    import socket
+    import time
+
+    from tests.integration.test_run import TEMPLATE, _cli
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        spec = tmp_path / "job.yaml"
+        spec.write_text(TEMPLATE.replace("    name: lake  ", "    name: remote  "))
+        env = {
+            "BULLDOZER_CATALOGS": json.dumps({"remote": {"type": "rest", "uri": uri}}),
+            "BULLDOZER_CATALOG_TIMEOUT": "2",
+        }
+        said = (
+            f"catalog 'remote' at {uri} did not answer within 2 s (BULLDOZER_CATALOG_TIMEOUT): is it up and reachable?"
+        )
+        for args, code, line in (
+            (["validate", str(spec), "--catalog"], 2, f"{spec}:32:5: data_movement.source.table: {said}"),
+            (["run", str(spec), "-q"], 1, f"error: {said}"),
+        ):
+            started = time.monotonic()
+            done = _cli(args, home, env)
+            assert time.monotonic() - started < 30
+            assert (done.returncode, done.stderr.splitlines()) == (code, [line]), done.stderr
