@@ -173,6 +173,8 @@ def namespace_verify(
             targets = [_named(client, name, alias_ok=True)]
         else:
             targets = [client.describe(a.namespace) for a in sorted(client.list_aliases(), key=lambda a: a.alias)]
+        if not targets and not as_json:
+            ok("no alias points at a version: nothing to verify")
         audits = []
         for target in targets:
             audit = audit_version(client, target)
