@@ -45,7 +45,8 @@ def evaluate_gates(
                 )
             )
         else:
-            results.append(GateResult("max_row_count_change", True, "no live version to compare with"))
+            said = "no live version to compare with" if previous_rows is None else "the live version holds no rows"
+            results.append(GateResult("max_row_count_change", True, said))
     for column, limit in sorted(gates.max_null_fraction.items()):
         fraction = null_counts.get(column, 0) / rows if rows else 0.0
         results.append(
