@@ -19,6 +19,7 @@ their keys and, for changed values, the fields that differ, decoded to readable 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -73,7 +74,7 @@ class ShadowReadReport:
         )
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ShadowReadReport:
+    def from_dict(cls, data: Mapping[str, Any]) -> ShadowReadReport:
         """Back from ``as_dict`` (the derived fractions are dropped: they are properties)."""
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in known})

@@ -18,7 +18,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+from pydantic import ConfigDict, Field, with_config
+from typing_extensions import TypedDict  # pydantic reads typing's only from Python 3.12
 
 from bulldozer.errors import NamespaceStateError
 from bulldozer.kv.types import NamespaceRecord, State, utcnow
@@ -41,9 +44,11 @@ __all__ = [
     "SPEC_LABEL",
     "STAGE_LABEL",
     "Beat",
+    "DeltaSummary",
     "Heartbeat",
     "Loaded",
     "RunRecord",
+    "ShadowReadSummary",
     "SplitLedger",
     "base_copied",
     "beat_of",
@@ -80,6 +85,35 @@ HEARTBEAT_LABEL = "bulldozer.heartbeat"
 
 def _compact(data: Any) -> str:
     return json.dumps(data, separators=(",", ":"))
+
+
+@with_config(ConfigDict(extra="allow"))
+class ShadowReadSummary(TypedDict):
+    """What a run record keeps of its shadow read (``load.shadow_read.ShadowReadReport.as_dict``,
+    which holds more): the fields its readers use, checked as a record is read."""
+
+    sampled: int
+    missing_fraction: float
+    added_fraction: float
+    changed_fraction: float
+
+
+@with_config(ConfigDict(extra="allow"))
+class DeltaSummary(TypedDict):
+    """What a run record keeps of a delta run (``load.delta.DeltaChanges.summary``, which
+    holds more): the fields its readers use, checked as a record is read."""
+
+    base: str
+    files_removed: int
+    files_added: int
+    rows_read: int
+    added: int
+    changed: int
+    deleted: int
+
+
+#: a nested part of a run record that a run did not fill (``{}``)
+_Nothing = Annotated[dict[str, Any], Field(max_length=0)]
 
 
 @dataclass
@@ -123,11 +157,11 @@ class RunRecord:
     #: why a run the spec asked to be a delta (mode delta or auto) wrote the whole table
     full_reason: str = ""
     #: a delta run: its base version and snapshot, the files and rows it read, the puts and deletes
-    delta: dict[str, Any] = field(default_factory=dict)
+    delta: DeltaSummary | _Nothing = field(default_factory=dict)
     #: the source table's UUID (a table replaced under the same name gets a new one)
     table_uuid: str = ""
     #: the shadow read before the flip (``load.shadow_read.ShadowReadReport.as_dict``), if one ran
-    shadow_read: dict[str, Any] = field(default_factory=dict)
+    shadow_read: ShadowReadSummary | _Nothing = field(default_factory=dict)
     #: the job the alias served before this run took it over (``bulldozer run --take-over``)
     taken_over_from: str = ""
     #: the spec's ``key_value_dal.retention`` (``keep_versions``, ``grace_seconds``): ``bulldozer

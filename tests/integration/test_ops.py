@@ -139,17 +139,32 @@ def test_a_run_record_that_does_not_parse_stops_nothing(
     tool) can leave a run record that does not parse. One such label on a live version made
     ``gc`` of every alias fail with a traceback, ``runs`` too, and every later run of its job
     fail with ``run failed: JSONDecodeError``. The record is left out, with a warning."""
+    oldest = run_job(spec(), dal, home=str(home)).version
     first = run_job(spec(), dal, home=str(home)).version
     live = run_job(spec(), dal, home=str(home)).version
-    for damaged, text in ((live, "{not json"), (first, '{"run_id": "x", "job": "j", "alias": "a", "rows": "many"}')):
-        dal.set_labels(damaged, {"bulldozer.run": text})
+    shadow = '{"run_id": "x", "job": "j", "alias": "a", "shadow_read": {"sampled": 3}}'  # -o tsv's KeyError
+    damaged = (
+        (live, "{not json"),
+        (first, '{"run_id": "x", "job": "j", "alias": "a", "rows": "many"}'),
+        (oldest, shadow),
+    )
+    for version, text in damaged:
+        dal.set_labels(version, {"bulldozer.run": text})
     swept = _cli(dal, "gc", "--json")
     assert swept.exit_code == 0, swept.output
+    for output in ("table", "tsv"):
+        shown = _cli(dal, "runs", "user_item_scores", "-o", output)
+        assert shown.exit_code == 0, shown.output
     listed = _cli(dal, "runs", "user_item_scores", "--json")
     assert listed.exit_code == 0, listed.output
-    # both versions are listed; neither says what its run did
-    assert [(r["version"], "outcome" in r) for r in json.loads(listed.stdout)] == [(live, False), (first, False)]
+    # the versions are listed; none says what its run did
+    assert [(r["version"], "outcome" in r) for r in json.loads(listed.stdout)] == [
+        (live, False),
+        (first, False),
+        (oldest, False),
+    ]
     warned = caplog.text
+    assert f"{oldest}: its label bulldozer.run is not a record this release reads; left out: shadow_read" in warned
     assert (
         f"{live}: its label bulldozer.run is not a record this release reads; left out: the record: Invalid JSON"
         in warned
