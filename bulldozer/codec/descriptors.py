@@ -12,7 +12,19 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["message_descriptors"]
+__all__ = ["descriptor_files", "message_descriptors"]
+
+
+def descriptor_files(descriptor_set: bytes) -> list[Any]:
+    """The ``FileDescriptorProto`` s ``descriptor_set`` holds; a ValueError when the bytes do
+    not parse as a ``FileDescriptorSet``."""
+    from google.protobuf import descriptor_pb2
+    from google.protobuf.message import DecodeError
+
+    try:
+        return list(descriptor_pb2.FileDescriptorSet.FromString(descriptor_set).file)
+    except DecodeError:
+        raise ValueError("it does not parse as a protobuf FileDescriptorSet") from None
 
 
 def message_descriptors(descriptor_set: bytes, *full_names: str) -> list[Any]:
@@ -20,15 +32,10 @@ def message_descriptors(descriptor_set: bytes, *full_names: str) -> list[Any]:
     ``descriptor_set``; a ValueError saying what keeps them from loading: the bytes do not
     parse, a file in them does not build (an import missing, a type it names nowhere), or
     a message is not there."""
-    from google.protobuf import descriptor_pb2, descriptor_pool
-    from google.protobuf.message import DecodeError
+    from google.protobuf import descriptor_pool
 
-    try:
-        files = descriptor_pb2.FileDescriptorSet.FromString(descriptor_set)
-    except DecodeError:
-        raise ValueError("it does not parse as a protobuf FileDescriptorSet") from None
     pool = descriptor_pool.DescriptorPool()
-    for file_proto in files.file:
+    for file_proto in descriptor_files(descriptor_set):
         try:
             pool.Add(file_proto)
         except Exception as exc:  # protobuf's backends raise TypeError or ValueError here

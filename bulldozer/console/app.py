@@ -107,9 +107,12 @@ def create_app(client: KvClient, allowed_hosts: list[str] | None = None) -> Star
         lookup: dict[str, Any] = {"key": request.query_params.get("key", ""), "value": None, "error": ""}
         key_fields: list[str] = []
         if record.value_descriptor_set:
-            key_cls, value_cls = load_message_classes(
-                record.value_descriptor_set, record.key_message, record.value_message
-            )
+            try:
+                key_cls, value_cls = load_message_classes(
+                    record.value_descriptor_set, record.key_message, record.value_message
+                )
+            except BulldozerError as exc:  # a version another tool made, or an older DAL took
+                return failure(request, exc, alias=name)
             key_fields = [f.name for f in key_cls.DESCRIPTOR.fields]
             if lookup["key"]:
                 lookup.update(_lookup(client, record.alias, record.name, record, key_cls, value_cls, lookup["key"]))

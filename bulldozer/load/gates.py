@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bulldozer.spec.models import QualityGates
+from bulldozer.versioning.run_state import GateSummary
 
 if TYPE_CHECKING:
     from bulldozer.load.shadow_read import ShadowReadReport
@@ -19,8 +20,9 @@ class GateResult:
     passed: bool
     detail: str
 
-    def as_dict(self) -> dict[str, object]:
-        return asdict(self)
+    def as_dict(self) -> GateSummary:
+        """As the run record keeps it."""
+        return GateSummary(gate=self.gate, passed=self.passed, detail=self.detail)
 
 
 def evaluate_gates(

@@ -56,22 +56,22 @@ class _Index:
     """Messages of a descriptor set by full name, and the generated file's two messages."""
 
     def __init__(self, fds_bytes: bytes) -> None:
-        from google.protobuf.message import DecodeError
+        from bulldozer.codec.descriptors import descriptor_files
 
         try:
-            fds = descriptor_pb2.FileDescriptorSet.FromString(fds_bytes)
-        except DecodeError:  # a live version another tool made, a --against file that is not one
-            raise SchemaError("the previous schema does not parse as a protobuf FileDescriptorSet") from None
+            files = descriptor_files(fds_bytes)
+        except ValueError as exc:  # a live version another tool made, a --against file that is not one
+            raise SchemaError(f"the previous schema cannot be read: {exc}") from None
         self.messages: dict[str, descriptor_pb2.DescriptorProto] = {}
-        for fd in fds.file:
+        for fd in files:
             prefix = f".{fd.package}" if fd.package else ""
             for m in fd.message_type:
                 self._add(prefix, m)
-        if not fds.file or len(fds.file[-1].message_type) < 2:
+        if not files or len(files[-1].message_type) < 2:
             raise SchemaError(
                 "the previous schema is not a Bulldozer schema: its last file holds no key and value messages"
             )
-        main = fds.file[-1]
+        main = files[-1]
         prefix = f".{main.package}" if main.package else ""
         self.key_name = f"{prefix}.{main.message_type[0].name}"
         self.value_name = f"{prefix}.{main.message_type[1].name}"

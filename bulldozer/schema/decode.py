@@ -24,6 +24,7 @@ from google.protobuf import descriptor_pb2, json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
+from bulldozer.errors import SchemaError
 from bulldozer.schema.model import DAY_MICROS, ProtoField, ProtoMessage
 
 __all__ = ["ReadableJson", "decode_row", "iceberg_types", "message_to_json", "parse_key", "timestamp_text"]
@@ -104,9 +105,14 @@ def iceberg_types(descriptor_set: bytes) -> dict[str, str]:
     """Each generated field's Iceberg type by the field's full proto name, read from the
     comments the descriptor set keeps (:func:`bulldozer.schema.compile.compile_proto`);
     empty for a version stored without them."""
-    fds = descriptor_pb2.FileDescriptorSet.FromString(descriptor_set)
+    from bulldozer.codec.descriptors import descriptor_files
+
+    try:
+        files = descriptor_files(descriptor_set)
+    except ValueError as exc:  # a version another tool made, or an older DAL took
+        raise SchemaError(f"the version's stored schema cannot be read: {exc}") from None
     types: dict[str, str] = {}
-    for file_proto in fds.file:
+    for file_proto in files:
         comments = {tuple(loc.path): loc.trailing_comments for loc in file_proto.source_code_info.location}
         todo: list[tuple[descriptor_pb2.DescriptorProto, str, tuple[int, ...]]] = [
             (msg, file_proto.package, (4, i)) for i, msg in enumerate(file_proto.message_type)

@@ -45,6 +45,7 @@ __all__ = [
     "STAGE_LABEL",
     "Beat",
     "DeltaSummary",
+    "GateSummary",
     "Heartbeat",
     "Loaded",
     "RunRecord",
@@ -112,6 +113,15 @@ class DeltaSummary(TypedDict):
     deleted: int
 
 
+class GateSummary(TypedDict):
+    """One quality gate a run record keeps (``load.gates.GateResult.as_dict``), checked as a
+    record is read: the console shows each field."""
+
+    gate: str
+    passed: bool
+    detail: str
+
+
 #: a nested part of a run record that a run did not fill (``{}``)
 _Nothing = Annotated[dict[str, Any], Field(max_length=0)]
 
@@ -133,7 +143,7 @@ class RunRecord:
     rows: int = 0
     bytes: int = 0
     digest: str = ""
-    gates: list[dict[str, object]] = field(default_factory=list)
+    gates: list[GateSummary] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     #: seconds of the load stage spent waiting for the engine to be ready (Spark: its driver
     #: and its executors' Python workers, started ahead while the run read the schema; 0 for local)

@@ -106,7 +106,8 @@ def test_an_against_file_that_is_no_schema_is_one_line_naming_it(home: Path, tmp
     broken.write_text('syntax = "proto3"; message {')
     foreign.write_text('syntax = "proto3";\nmessage A {}\n')
     said = {
-        garbage: f"error: --against {garbage}: the previous schema does not parse as a protobuf FileDescriptorSet",
+        garbage: f"error: --against {garbage}: the previous schema cannot be read: it does not parse as a protobuf "
+        "FileDescriptorSet",
         broken: f"error: --against {broken}: protoc refused it: old.proto:1:28: Expected message name.",
         foreign: f"error: --against {foreign}: the previous schema is not a Bulldozer schema: its last file holds "
         "no key and value messages",

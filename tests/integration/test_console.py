@@ -258,3 +258,34 @@ def test_cross_site_and_token_less_actions_are_refused(console: dict[str, Any]) 
         assert bad.status_code == 404 and "4 characters or more" in bad.text
         deep = http.get(f"a/user_item_scores/v/{shown['namespace']}", params={"key": "[" * 5_000})
         assert deep.status_code == 200 and "the key is nested too deeply to be a key" in deep.text
+
+
+def test_a_version_whose_stored_parts_do_not_read_is_a_page_saying_so() -> None:
+    """A version another tool made (or an older DAL took) whose stored schema does not load
+    made its page fail with a 500; a run record whose gate lacks a field made the alias's
+    page fail too (the templates are strict). The version's page says what is wrong, and the
+    alias's shows the version without the record."""
+    from starlette.testclient import TestClient
+
+    from bulldozer.console.app import create_app
+    from bulldozer.kv import KvClient, KvDal, create_engine
+    from bulldozer.kv.types import NamespaceRecord
+
+    engine = create_engine({"type": "memory"})
+    client = KvClient.in_process(KvDal(engine))
+    # past the DAL's rules, as a store another tool wrote holds it
+    engine.create_namespace(
+        NamespaceRecord(
+            name="x__v1", alias="x", value_descriptor_set=b"garbage", key_message="a.K", value_message="a.V"
+        )
+    )
+    client.seal("x__v1", 0, 0)
+    client.compare_and_set_alias("x", "", "x__v1")
+    run = {"run_id": "r", "job": "x", "alias": "x", "outcome": "succeeded", "gates": [{"gate": "min_rows"}]}
+    client.set_labels("x__v1", {"bulldozer.run": json.dumps(run)})
+    pages = TestClient(create_app(client), base_url="http://127.0.0.1")
+    version = pages.get("/a/x/v/x__v1")
+    assert version.status_code == 400, version.text
+    assert "the version&#39;s stored schema cannot be read: it does not parse as a protobuf" in version.text
+    alias = pages.get("/a/x")
+    assert alias.status_code == 200 and "x__v1" in alias.text
