@@ -19,6 +19,7 @@ from typing import Literal
 
 from google.protobuf import descriptor_pb2
 
+from bulldozer.codec.descriptors import descriptor_files
 from bulldozer.errors import SchemaError
 from bulldozer.schema.model import ProtoFile, ProtoMessage
 
@@ -56,8 +57,6 @@ class _Index:
     """Messages of a descriptor set by full name, and the generated file's two messages."""
 
     def __init__(self, fds_bytes: bytes) -> None:
-        from bulldozer.codec.descriptors import descriptor_files
-
         try:
             files = descriptor_files(fds_bytes)
         except ValueError as exc:  # a live version another tool made, a --against file that is not one

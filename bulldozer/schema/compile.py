@@ -19,9 +19,10 @@ from typing import Any
 from google.protobuf import descriptor_pb2, message_factory
 
 from bulldozer import scratch
+from bulldozer.codec.descriptors import descriptor_files, message_descriptors
 from bulldozer.errors import SchemaError
 
-__all__ = ["CompiledSchema", "compile_proto", "load_message_classes", "protoc_include_dir"]
+__all__ = ["CompiledSchema", "compile_proto", "load_message_classes", "protoc_include_dir", "stored_files"]
 
 _PROTOC_LOCK = threading.Lock()
 
@@ -123,10 +124,22 @@ def _own_comments_only(descriptor_set: bytes, proto_name: str) -> bytes:
 def load_message_classes(descriptor_set: bytes, *full_names: str) -> list[Any]:
     """Message classes for ``full_names`` (``package.Message``) from a descriptor set,
     in a private descriptor pool (so versions with different schemas never clash)."""
-    from bulldozer.codec.descriptors import message_descriptors
-
     try:
         descriptors = message_descriptors(descriptor_set, *full_names)
-    except ValueError as exc:  # a version another tool made, or an older DAL took
-        raise SchemaError(f"the version's stored schema cannot be read: {exc}") from None
+    except ValueError as exc:
+        raise _unreadable(exc) from None
     return [message_factory.GetMessageClass(desc) for desc in descriptors]
+
+
+def stored_files(descriptor_set: bytes) -> list[Any]:
+    """The ``FileDescriptorProto`` s of a version's stored descriptor set; a SchemaError in
+    one line when it does not parse."""
+    try:
+        return descriptor_files(descriptor_set)
+    except ValueError as exc:
+        raise _unreadable(exc) from None
+
+
+def _unreadable(exc: ValueError) -> SchemaError:
+    """A stored schema that does not load: a version another tool made, or an older DAL took."""
+    return SchemaError(f"the version's stored schema cannot be read: {exc}")

@@ -24,7 +24,6 @@ from google.protobuf import descriptor_pb2, json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
-from bulldozer.errors import SchemaError
 from bulldozer.schema.model import DAY_MICROS, ProtoField, ProtoMessage
 
 __all__ = ["ReadableJson", "decode_row", "iceberg_types", "message_to_json", "parse_key", "timestamp_text"]
@@ -105,12 +104,9 @@ def iceberg_types(descriptor_set: bytes) -> dict[str, str]:
     """Each generated field's Iceberg type by the field's full proto name, read from the
     comments the descriptor set keeps (:func:`bulldozer.schema.compile.compile_proto`);
     empty for a version stored without them."""
-    from bulldozer.codec.descriptors import descriptor_files
+    from bulldozer.schema.compile import stored_files
 
-    try:
-        files = descriptor_files(descriptor_set)
-    except ValueError as exc:  # a version another tool made, or an older DAL took
-        raise SchemaError(f"the version's stored schema cannot be read: {exc}") from None
+    files = stored_files(descriptor_set)
     types: dict[str, str] = {}
     for file_proto in files:
         comments = {tuple(loc.path): loc.trailing_comments for loc in file_proto.source_code_info.location}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-from bulldozer.errors import SchemaError
 from bulldozer.schema.model import ProtoField, ProtoFile, ProtoMessage
 
 __all__ = ["render_proto"]
@@ -85,12 +84,9 @@ def render_descriptor(descriptor_set: bytes, message: str) -> str:
     """The ``.proto`` text of the file in ``descriptor_set`` that defines ``message`` (a full
     name): what a stored version was written with, its field comments included when the
     descriptor kept them. Not byte-identical to the generated file, equivalent to it."""
-    from bulldozer.codec.descriptors import descriptor_files
+    from bulldozer.schema.compile import stored_files
 
-    try:
-        files = descriptor_files(descriptor_set)
-    except ValueError as exc:  # a version another tool made, or an older DAL took
-        raise SchemaError(f"the version's stored schema cannot be read: {exc}") from None
+    files = stored_files(descriptor_set)
     for fd in files:
         if any(f"{fd.package}.{m.name}" == message for m in fd.message_type):
             return _render_file(fd)
