@@ -16,19 +16,20 @@ def _previous_descriptor(path: Path) -> bytes:
     """The schema ``--against`` names, a ``.proto`` compiled or a descriptor set as it is;
     one that does not compile or parse is refused naming the file."""
     from bulldozer.errors import SchemaError
-    from bulldozer.schema.compat import check_compatibility
+    from bulldozer.schema.compat import check_previous
     from bulldozer.schema.compile import compile_proto
 
     if not path.exists():
         raise fail(f"{path}: no such file", 2)
     try:
         if path.suffix == ".proto":
-            compiled = compile_proto(path.read_text(encoding="utf-8"), path.name, python=False).descriptor_set
+            text = path.read_text(encoding="utf-8")
+            compiled = compile_proto(text, path.name, python=False, named="it").descriptor_set
         else:
             compiled = path.read_bytes()
-        check_compatibility(compiled, compiled)  # what --against compares with: it reads as one
+        check_previous(compiled)
     except SchemaError as exc:
-        raise fail(f"--against {path}: {str(exc).replace('the generated schema', 'it')}", 2) from None
+        raise fail(f"--against {path}: {exc}", 2) from None
     return compiled
 
 

@@ -23,7 +23,7 @@ from bulldozer.codec.descriptors import descriptor_files
 from bulldozer.errors import SchemaError
 from bulldozer.schema.model import ProtoFile, ProtoMessage
 
-__all__ = ["CompatReport", "Difference", "apply_reserved", "check_compatibility"]
+__all__ = ["CompatReport", "Difference", "apply_reserved", "check_compatibility", "check_previous"]
 
 Verdict = Literal["allowed", "refused"]
 _FDP = descriptor_pb2.FieldDescriptorProto
@@ -177,6 +177,12 @@ class _Comparer:
                     self.add(where, "type changed", "refused", f"{o.type_name} → {n.type_name}")
                 return
             self.message(o.type_name, n.type_name, where, key, seen)
+
+
+def check_previous(descriptor_set: bytes) -> None:
+    """The SchemaError a comparison with ``descriptor_set`` as the previous schema would
+    raise (it does not parse, or is no Bulldozer schema), raised now."""
+    _Index(descriptor_set)
 
 
 def check_compatibility(old_descriptor_set: bytes, new_descriptor_set: bytes) -> CompatReport:

@@ -78,9 +78,12 @@ def _run_protoc(args: list[str]) -> tuple[int, str]:
         return int(code), err.read().decode("utf-8", "replace")
 
 
-def compile_proto(text: str, proto_name: str, python: bool = True, stubs: bool = True) -> CompiledSchema:
+def compile_proto(
+    text: str, proto_name: str, python: bool = True, stubs: bool = True, named: str = "the generated schema"
+) -> CompiledSchema:
     """Compile ``text`` (saved as ``proto_name``) to a descriptor set and, optionally, to
-    Python modules with ``.pyi`` stubs. Raises SchemaError with protoc's message."""
+    Python modules with ``.pyi`` stubs. Raises SchemaError with protoc's message, which
+    calls the text ``named``."""
     with scratch.folder("protoc") as tmp:
         src = tmp / "src"
         out = tmp / "out"
@@ -104,7 +107,7 @@ def compile_proto(text: str, proto_name: str, python: bool = True, stubs: bool =
         code, err = _run_protoc(args)
         if code != 0:
             said = err.replace(f"{src}/", "").strip()  # the file's own name, not the scratch folder's
-            raise SchemaError(f"protoc refused the generated schema: {said or f'exit {code}'}")
+            raise SchemaError(f"protoc refused {named}: {said or f'exit {code}'}")
         files = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
         files[proto_name] = text.encode("utf-8")
         return CompiledSchema(proto_name, _own_comments_only(descriptor.read_bytes(), proto_name), files)
