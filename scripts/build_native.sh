@@ -11,6 +11,9 @@
 # The Go code for the API is generated from proto/ at every build (not checked in), with the
 # protoc that grpcio-tools ships, so it can never be stale.
 set -euo pipefail
+# With standard input closed (a runner may start a script so), the next file opened takes
+# descriptor 0: protoc then fed its Go plugins the wrong pipe, and the build found no API code.
+[ -e /dev/fd/0 ] || exec </dev/null
 root=$(cd "$(dirname "$0")/.." && pwd)
 py=${PYTHON:-$root/.venv/bin/python}
 kvd=$root/native/kvd

@@ -384,14 +384,19 @@ def _serves(store: Path, port_file: Path, *args: str) -> None:
     """``bulldozer serve`` over ``store`` starts and listens (then is stopped), or the test fails."""
     port_file.unlink(missing_ok=True)
     server = _serve(store, *args, "--port-file", str(port_file))
+    started = False
     try:
         deadline = time.monotonic() + 60
-        while not port_file.exists():
-            assert server.poll() is None and time.monotonic() < deadline, server.communicate()[1]
+        while not (started := port_file.exists()) and server.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
-    finally:
+    finally:  # never a wait without a limit: a server that did not start may still be running
         server.terminate()
-        server.communicate(timeout=30)
+        try:
+            _, err = server.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            raise
+    assert started, err
 
 
 def _serve(store: Path, *args: str) -> subprocess.Popen[str]:
