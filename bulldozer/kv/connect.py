@@ -213,7 +213,12 @@ class HostedDal:
 
     def stop(self, grace: float = 30.0) -> None:
         """Let in-flight calls finish, stop kvd, flush and close the store."""
-        self._thread.join()
+        self._thread.join(self._timeout)
+        if self._thread.is_alive():  # still starting (``wait`` said so): it ends with the process
+            logging.getLogger("bulldozer.kv.server").warning(
+                "the embedded DAL was still starting after %.0f s; not stopped", self._timeout
+            )
+            return
         if self.running is not None:
             self.running.stop(grace)
             logging.getLogger("bulldozer.kv.server").info("KV DAL stopped")

@@ -31,18 +31,18 @@ def test_other_failures_are_not() -> None:
 
 def test_the_limit_halves_on_pushback_and_grows_back_on_success() -> None:
     throttle = _Throttle(128)
-    throttle.acquire()
+    assert throttle.acquire(1.0)
     throttle.release(True)
     assert throttle.limit == 64 and throttle.pushed_back == 1
-    throttle.acquire()
+    assert throttle.acquire(1.0)
     throttle.release(True)  # the same burst: one cut
     assert throttle.limit == 64
     for _ in range(64 * 10):
-        throttle.acquire()
+        assert throttle.acquire(1.0)
         throttle.release(False)
     assert 64 < throttle.limit <= 128
     for _ in range(100_000):
-        throttle.acquire()
+        assert throttle.acquire(1.0)
         throttle.release(False)
     assert throttle.limit == 128 and throttle.inflight == 0
 
@@ -106,3 +106,43 @@ def test_writes_to_a_node_that_pushes_back_all_land_once_and_the_limit_comes_dow
     assert sorted(node.stored) == sorted(batches)  # every batch landed exactly once
     assert node.busy > 0 and engine._throttle.pushed_back == node.busy
     assert engine._throttle.limit < 256 and engine._throttle.inflight == 0
+
+
+class _SilentNode(_BusyNode):
+    """A node whose driver never answers a write past its first ``answered`` (a callback the
+    driver lost as a connection died, as cassandra-python-driver's PYTHON-1044 did)."""
+
+    def __init__(self, answered: int) -> None:
+        super().__init__(capacity=10**6)
+        self.answered = answered
+
+    def execute_async(self, batch: object) -> _Answer:
+        answer = super().execute_async(batch)
+        if self.answered <= 0:
+            answer.add_callbacks = lambda *args, **kwargs: None  # type: ignore[method-assign]
+        self.answered -= 1
+        return answer
+
+
+@pytest.mark.parametrize("concurrency", [1, 64])
+def test_a_write_the_driver_never_answers_fails_the_put_in_time(concurrency: int) -> None:
+    """The put waited on its round's answers without a limit: one lost callback held the run
+    (and a DAL's worker) for ever. It fails once no write answered for 3 x timeout_seconds;
+    with one write in flight, it is the wait for a free slot that gives up."""
+    import time
+
+    from bulldozer.errors import BackendUnavailableError
+    from bulldozer.kv.backends.cassandra import CassandraEngine
+    from bulldozer.kv.backends.config import CassandraConfig
+
+    engine = object.__new__(CassandraEngine)
+    engine.config = CassandraConfig(concurrency=concurrency, timeout_seconds=0.5)
+    engine.where = "fake"
+    engine._throttle = _Throttle(concurrency)
+    engine.session = _SilentNode(answered=3)  # type: ignore[assignment]
+    started = time.monotonic()
+    with pytest.raises(
+        BackendUnavailableError, match=r"^Cassandra at fake answered none of the \d+ writes in flight for 2 s"
+    ):
+        engine._write([f"batch-{i}" for i in range(10)])
+    assert time.monotonic() - started < 10

@@ -142,11 +142,13 @@ class _Throttle:
         self._cond = threading.Condition()
         self._cut_at = 0.0
 
-    def acquire(self) -> None:
+    def acquire(self, patience: float) -> bool:
+        """A slot for one more write; False when none came free for ``patience`` seconds."""
         with self._cond:
-            while self.inflight >= max(1, int(self.limit)):
-                self._cond.wait()
+            if not self._cond.wait_for(lambda: self.inflight < max(1, int(self.limit)), timeout=patience):
+                return False
             self.inflight += 1
+            return True
 
     def release(self, pushed_back: bool) -> None:
         with self._cond:
@@ -171,6 +173,8 @@ class _Round:
         self.retry: list[Any] = []
         self.failures: list[BaseException] = []
         self.done = threading.Event()
+        #: when a write of the round last answered (or the round began)
+        self.answered_at = time.monotonic()
         self._left = count
         self._lock = threading.Lock()
         if count == 0:
@@ -194,6 +198,7 @@ class _Round:
 
     def skip(self, count: int) -> None:
         with self._lock:
+            self.answered_at = time.monotonic()
             self._left -= count
             if self._left == 0:
                 self.done.set()
@@ -322,12 +327,17 @@ class CassandraEngine(StorageEngine):
                 if outcome.failures:
                     outcome.skip(1)
                     continue
-                self._throttle.acquire()
+                if not self._throttle.acquire(self._patience()):
+                    raise self._unanswered()
                 future = self.session.execute_async(batch)
                 future.add_callbacks(
                     callback=outcome.succeeded, callback_args=(batch,), errback=outcome.failed, errback_args=(batch,)
                 )
-            outcome.done.wait()
+            # The driver answers every write, if only with its request timeout; a write it never
+            # answered (a callback lost as a connection died) fails the put, not hangs it.
+            while not outcome.done.wait(1.0):
+                if time.monotonic() - outcome.answered_at > self._patience():
+                    raise self._unanswered()
             if outcome.failures:
                 raise outcome.failures[0]
             if len(outcome.retry) < len(pending):
@@ -338,6 +348,12 @@ class CassandraEngine(StorageEngine):
                     f"with {self._throttle.limit:.0f} in flight"
                 )
             pending = outcome.retry
+
+    def _unanswered(self) -> BackendUnavailableError:
+        return BackendUnavailableError(
+            f"Cassandra at {self.where} answered none of the {self._throttle.inflight} writes in flight for "
+            f"{self._patience():.0f} s (3 x timeout_seconds)"
+        )
 
     def _claim_keyspace(self) -> None:
         tables = {
