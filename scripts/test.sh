@@ -21,7 +21,8 @@ echo "== mypy"
 mypy
 echo "== pytest"
 # Two workers (pytest-xdist): most tests wait on processes they start (DALs, Spark, servers),
-# so on this 2-core machine the suite ran in 19 min against 28 min in one process. Groups keep
-# a module's tests, and all of Cassandra's, on one worker (tests/conftest.py). `-n 0` after
+# so on this 2-core machine the suite ran in 19 min against 28 min in one process. A module's
+# tests go to one worker, so its module fixtures (a Spark session, a DAL, a loader) start once:
+# --dist loadfile (loadgroup's groups are lost on pytest 9.2, pytest-xdist#1386). `-n 0` after
 # this runs them in one process.
-pytest -n 2 --dist loadgroup "$@"
+pytest -n 2 --dist loadfile "$@"

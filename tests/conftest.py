@@ -47,21 +47,6 @@ def sample_table(sample_home: Path):  # type: ignore[no-untyped-def]
     return open_catalog(CatalogConfig(), sample_home).load_table("sample.user_item_scores")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups into the test ids
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """How pytest-xdist shares the tests out (scripts/test.sh: two workers, ``--dist
-    loadgroup``): a module's tests go to one worker, so its module fixtures (a Spark session,
-    a DAL, a loader) start once, and every test of Cassandra goes to one worker, so the
-    session's Cassandra (a JVM, ≈ 20 s to start) starts once. Run after xdist's hook (as it
-    was), the groups came too late and each test went wherever: both workers started
-    Cassandra and most modules' fixtures."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        group = "cassandra" if "cassandra" in item.nodeid.lower() else item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
 def update_goldens() -> bool:
     return os.environ.get("BULLDOZER_UPDATE_GOLDENS") == "1"
 
