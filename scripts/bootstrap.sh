@@ -3,9 +3,6 @@
 # run with an unchanged pyproject.toml takes a fraction of a second.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# With standard input closed (a runner may start a script so), the next file opened takes
-# descriptor 0: protoc then fed its Go plugins the wrong pipe, and the build found no API code.
-[ -e /dev/fd/0 ] || exec </dev/null
 
 EXTRAS=${BULLDOZER_EXTRAS:-dev,sql,spark,cassandra,redis,airflow,lineage,ui}
 
