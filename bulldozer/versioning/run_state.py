@@ -185,7 +185,7 @@ class RunRecord:
     def from_json(cls, text: str) -> RunRecord:
         """The record ``text`` holds, each field of its type (a ValueError otherwise);
         fields this release does not know are left out."""
-        record: RunRecord = _run_record_adapter().validate_json(text)
+        record: RunRecord = run_record_adapter().validate_json(text)
         return record
 
     @property
@@ -211,7 +211,9 @@ class Loaded:
 
 
 @functools.cache
-def _run_record_adapter() -> TypeAdapter[RunRecord]:
+def run_record_adapter() -> TypeAdapter[RunRecord]:
+    """What reads a run record, built on first use (about 20 ms: a command that reads none
+    does not pay it; a warm loader builds it before it forks its children)."""
     from pydantic import TypeAdapter
 
     return TypeAdapter(RunRecord)
