@@ -22,6 +22,7 @@ import functools
 import logging
 import os
 import re
+from collections.abc import Container
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -202,11 +203,18 @@ def bulldozer_task_group(spec_file: str | os.PathLike[str], group_id: str | None
     return group
 
 
-def _invalid_dag(path: Path, message: str) -> Any:
+def _invalid_dag(path: Path, message: str, taken: Container[str]) -> Any:
+    """The DAG reporting ``path``'s failure: ``bulldozer_invalid__<file stem>``, with ``_2``,
+    ``_3``... when another file's report took that id (``a-b.yaml`` and ``a_b.yml`` both
+    become ``a_b``: one report hid the other's)."""
     from airflow.providers.standard.operators.python import PythonOperator
     from airflow.sdk import DAG
 
-    dag_id = INVALID_PREFIX + re.sub(r"[^A-Za-z0-9_]", "_", path.stem)
+    base = INVALID_PREFIX + re.sub(r"[^A-Za-z0-9_]", "_", path.stem)
+    dag_id, n = base, 1
+    while dag_id in taken:
+        n += 1
+        dag_id = f"{base}_{n}"
     dag = DAG(
         dag_id=dag_id,
         description=f"INVALID spec {path.name}: fix it and submit again",
@@ -240,7 +248,7 @@ def build_dags(folder: Path | None = None, strict: bool | None = None) -> dict[s
                 raise
             message = _describe_failure(path, exc)
             log.error("bulldozer: skipping invalid spec %s:\n%s", path, message)
-            dag = _invalid_dag(path, message)
+            dag = _invalid_dag(path, message, dags)
             dags[dag.dag_id] = dag
             continue
         owners[name] = path

@@ -397,6 +397,21 @@ def test_a_dag_run_moves_the_alias_and_a_failing_gate_fails_without_retries(
     assert states == ["ACTIVE", "FAILED"]
 
 
+def test_invalid_specs_whose_file_names_differ_only_in_punctuation_each_keep_their_report(tmp_path: Path) -> None:
+    """``a-b.yaml``, ``a b.yml`` and ``a_b.yaml`` all make ``bulldozer_invalid__a_b``: each
+    file's failure gets a DAG of its own (one report hid the others')."""
+    from bulldozer.schedule import airflow_dags
+
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    for name, text in (("a-b.yaml", "kind: [unclosed"), ("a b.yml", "- a list"), ("a_b.yaml", "just text")):
+        (specs / name).write_text(text)
+    dags = airflow_dags.build_dags(specs, strict=False)
+    assert sorted(dags) == ["bulldozer_invalid__a_b", "bulldozer_invalid__a_b_2", "bulldozer_invalid__a_b_3"]
+    reported = sorted(next(n for n in ("a-b.yaml", "a b.yml", "a_b.yaml") if n in d.doc_md) for d in dags.values())
+    assert reported == sorted(["a-b.yaml", "a b.yml", "a_b.yaml"])
+
+
 @pytest.mark.parametrize("failure", [RecursionError("deep"), MemoryError(), OSError(5, "I/O error"), KeyError("x")])
 def test_any_failure_of_one_spec_stays_in_its_own_invalid_dag(
     failure: Exception, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
