@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
-__all__ = ["shown_url", "visible"]
+__all__ = ["first_line", "shown_url", "visible"]
 
 _QUERY_PASSWORD = re.compile(r"(^|&)(password|passwd|pwd)=[^&]*", re.IGNORECASE)
 
@@ -44,3 +44,12 @@ def visible(text: str) -> str:
     names and values, a reason someone gave, a message quoting them) is shown, on its one
     line, and never recolours, moves or retitles the operator's terminal."""
     return text.translate(_SHOWN)
+
+
+def first_line(exc: BaseException) -> str:
+    """What a library's exception says, on its first line (its type's name when it says
+    nothing): the rest is context for a traceback (SQLAlchemy's "(Background on this error
+    at: ...)" link and ``[SQL: ...]``, DuckDB's and YAML's pointers under the line), not for
+    the one line a command prints."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -22,6 +22,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from bulldozer.errors import InvalidArgumentError
 from bulldozer.names import closest, did_you_mean
+from bulldozer.redaction import first_line
 
 __all__ = [
     "DEFAULT_HOME",
@@ -259,8 +260,7 @@ def _read_profiles(path: Path) -> ProfilesFile:
         problems = "; ".join(_profiles_problem(err) for err in exc.errors())
         raise InvalidArgumentError(f"{path}: not a valid profiles file: {problems}") from None
     except (OSError, yaml.YAMLError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise InvalidArgumentError(f"{path}: not a valid profiles file: {first}") from None
+        raise InvalidArgumentError(f"{path}: not a valid profiles file: {first_line(exc)}") from None
 
 
 def _profiles_problem(err: Any) -> str:

@@ -68,6 +68,7 @@ import gc
 import os
 import signal
 import sys
+import warnings
 
 # typing.TYPE_CHECKING without importing typing: the entry point imports this module before
 # it hands a run over to a warm loader, and that caller imports as little as it can
@@ -77,6 +78,7 @@ if TYPE_CHECKING:
     import importlib.machinery
     from collections.abc import Mapping, Sequence
     from types import ModuleType
+    from typing import Any
 
 __all__ = [
     "DEFERRED",
@@ -186,8 +188,31 @@ def claim() -> None:
     gc.disable()
     signal.signal(signal.SIGTERM, _terminate)
     standard_streams()
+    warnings.showwarning = _one_line_warning
     if not any(isinstance(f, _Deferred) for f in sys.meta_path):
         sys.meta_path.insert(0, _Deferred(DEFERRED, DEFERRED_MODELS))
+
+
+def _one_line_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """A library's warning (``warnings.warn``) as a command shows it: ``warning: MESSAGE`` on
+    one line, its control characters escaped (``redaction.visible``). Python's own display
+    is two lines, the library's file and line and then its source line (SQLAlchemy's about
+    an operator's catalog URI, under the one line a failed command prints)."""
+    import contextlib
+
+    from bulldozer.redaction import visible
+
+    out = sys.stderr if file is None else file
+    if out is not None:
+        with contextlib.suppress(OSError, ValueError):  # as Python's own: a closed or broken stream loses it
+            out.write(f"warning: {visible(str(message).strip())}\n")
 
 
 def unbuilt_models() -> list[type]:

@@ -38,6 +38,7 @@ from bulldozer.errors import (
     SpecError,
     SpecIssue,
 )
+from bulldozer.redaction import first_line
 from bulldozer.settings import load_settings
 from bulldozer.spec.models import JobSpec
 from bulldozer.spec.query import SANDBOX, check_query, duckdb_module
@@ -212,10 +213,10 @@ def _bounded(failures: list[LoadError]) -> Iterator[None]:
         if failures:
             raise failures[0] from None
         if isinstance(exc, duckdb.DataError):
-            raise SourceDataError(f"the query failed on the source rows: {str(exc).splitlines()[0]}") from None
+            raise SourceDataError(f"the query failed on the source rows: {first_line(exc)}") from None
         if isinstance(exc, duckdb.OutOfMemoryException):
             settings = load_settings()
-            first = str(exc).splitlines()[0]
+            first = first_line(exc)
             raise LoadError(
                 f"the query needs more than the memory and disk the operator allows a spec's query "
                 f"(BULLDOZER_QUERY_MEMORY {settings.query_memory or 'unset: 80 % of RAM'}, BULLDOZER_QUERY_SPILL "
@@ -465,7 +466,7 @@ def _sql_source(loaded: LoadedSpec, catalog: Any, schema_of: Any) -> SqlSource:
                 arrow_schema = relation.to_arrow_table().schema
             except Exception as exc:  # DuckDB's binder / catalog errors
                 raise SpecError(
-                    [SpecIssue("spec", "data_movement.source.query", f"the query cannot run: {exc}".splitlines()[0])]
+                    [SpecIssue("spec", "data_movement.source.query", f"the query cannot run: {first_line(exc)}")]
                 ) from None
             _refuse_lossy(relation)
         finally:

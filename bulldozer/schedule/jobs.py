@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bulldozer.errors import BulldozerError, SpecError, SpecIssue
+from bulldozer.redaction import first_line
 from bulldozer.spec.loader import LoadedSpec, load_spec
 
 __all__ = ["JobInfo", "find_specs", "list_jobs", "specs_folder", "submit"]
@@ -133,7 +134,7 @@ def list_jobs(folder: Path, home: str | None = None, with_state: bool = True) ->
         try:
             loaded = load_spec(path)
         except BulldozerError as exc:
-            jobs.append(JobInfo(name=path.stem, file=str(path), error=str(exc).splitlines()[0][:300]))
+            jobs.append(JobInfo(name=path.stem, file=str(path), error=first_line(exc)[:300]))
             continue
         spec = loaded.spec
         info = JobInfo(
@@ -148,7 +149,7 @@ def list_jobs(folder: Path, home: str | None = None, with_state: bool = True) ->
             try:
                 _fill_state(info, loaded, home)
             except BulldozerError as exc:
-                info.error = str(exc).splitlines()[0][:300]
+                info.error = first_line(exc)[:300]
         jobs.append(info)
     return jobs
 

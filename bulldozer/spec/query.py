@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from bulldozer.errors import CatalogError, SpecError, SpecIssue
+from bulldozer.redaction import first_line
 
 __all__ = ["ALLOWED_TABLE_FUNCTIONS", "REFUSED_FUNCTIONS", "SANDBOX", "check_query", "duckdb_module"]
 
@@ -69,7 +70,7 @@ def check_query(query: str) -> list[str]:
     try:
         statements = duckdb.extract_statements(query)
     except duckdb.Error as exc:
-        raise _refuse(f"the query does not parse: {str(exc).splitlines()[0]}") from None
+        raise _refuse(f"the query does not parse: {first_line(exc)}") from None
     if len(statements) != 1:
         raise _refuse(f"the query must be one SELECT statement, not {len(statements)} statements")
     kind = statements[0].type

@@ -19,6 +19,7 @@ from decimal import Decimal, localcontext
 from typing import Any
 
 from bulldozer.names import did_you_mean
+from bulldozer.redaction import first_line
 
 __all__ = ["GRAMMAR", "filter_issue", "parse_issue"]
 
@@ -53,7 +54,7 @@ def _parsed(text: str) -> tuple[Any, str | None]:
             "leave the constant out"
         )
     except ValueError as exc:
-        return None, f"the filter does not parse: {str(exc).splitlines()[0]}"
+        return None, f"the filter does not parse: {first_line(exc)}"
 
 
 def parse_issue(text: str) -> str | None:
@@ -76,8 +77,7 @@ def filter_issue(text: str, schema: Any) -> str | None:
     try:
         bound = bind(schema, parsed, case_sensitive=True)
     except Exception as exc:  # the binder: no such column, a literal the column's type cannot hold
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return f"the filter cannot apply to the table: {first}"
+        return f"the filter cannot apply to the table: {first_line(exc)}"
     return next(_unevaluable(bound), None)
 
 

@@ -523,6 +523,29 @@ def test_a_catalog_uri_password_is_never_said(tmp_path: Path, monkeypatch: pytes
     assert "s3cret" not in str(refused.value) and "bob:***@" in str(refused.value)
 
 
+def test_a_catalog_that_does_not_open_is_one_line_and_its_library_s_warnings_one_each(tmp_path: Path) -> None:
+    """An operator's SQL catalog whose SQLite file cannot be opened, its URI carrying a
+    password query parameter: ``run``, ``validate --catalog`` and ``plan`` each say why in
+    one line, without SQLAlchemy's "(Background on this error at: ...)" link (it was kept,
+    its line break escaped), and SQLAlchemy's warning about that parameter comes as one
+    ``warning:`` line, not as Python's two (the library's file and line, then its source
+    line). The password is in neither."""
+    uri = "sqlite:////nonexistent-dir/lake.db?password=s3cret"
+    spec = _spec_with_catalog(tmp_path / "job.yaml", "    name: remote\n")
+    env = {"BULLDOZER_CATALOGS": json.dumps({"remote": {"type": "sql", "uri": uri}})}
+    for args in (["run", str(spec), "-q"], ["validate", str(spec), "--catalog"], ["plan", str(spec)]):
+        done = _bulldozer(args, tmp_path / "home", **env)
+        said = done.stderr.strip().splitlines()
+        assert done.returncode in (1, 2) and len(said) == 2, (args, done.stderr)
+        warned, failed = said
+        assert warned.startswith("warning: Query string argument(s) 'password' are not accepted"), (args, warned)
+        assert failed.endswith(
+            "cannot open catalog 'remote' at sqlite:////nonexistent-dir/lake.db?password=***: "
+            "(sqlite3.OperationalError) unable to open database file"
+        ), (args, failed)
+        assert "s3cret" not in done.stderr + done.stdout
+
+
 #: a module a hostile spec names as its catalog's or FileIO's class: importing it leaves a mark
 _PROBE = """
 import os

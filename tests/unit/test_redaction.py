@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bulldozer.redaction import shown_url, visible
+from bulldozer.redaction import first_line, shown_url, visible
 
 
 @pytest.mark.parametrize(
@@ -44,3 +44,17 @@ def test_a_password_in_a_url_is_not_shown(url: str, shown: str) -> None:
 def test_a_control_character_is_shown_not_acted_on(text: str, shown: str) -> None:
     assert visible(text) == shown
     assert visible(text).isprintable()
+
+
+@pytest.mark.parametrize(
+    ("exc", "said"),
+    [
+        (ValueError("unable to open database file\n(Background on this error at: https://sqlalche.me/e/21/e3q8)"),
+         "unable to open database file"),
+        (ValueError("\n  the query does not parse\nLINE 1: SELECT"), "the query does not parse"),
+        (RecursionError(), "RecursionError"),  # says nothing: its kind (splitting its text raised IndexError)
+        (OSError("  \n "), "OSError"),
+    ],
+)  # fmt: skip
+def test_a_library_s_message_is_its_first_line(exc: BaseException, said: str) -> None:
+    assert first_line(exc) == said
