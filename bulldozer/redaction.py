@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
-__all__ = ["first_line", "shown_url", "visible"]
+__all__ = ["first_line", "shown_url", "visible", "yaml_problem", "yaml_where"]
 
 _QUERY_PASSWORD = re.compile(r"(^|&)(password|passwd|pwd)=[^&]*", re.IGNORECASE)
 
@@ -53,3 +53,21 @@ def first_line(exc: BaseException) -> str:
     the one line a command prints."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def yaml_problem(exc: BaseException) -> str:
+    """A YAML parser's error (PyYAML's ``YAMLError``) as its one line, ``PROBLEM (CONTEXT)``,
+    e.g. ``expected the node content, but found '<stream end>' (while parsing a flow node)``:
+    its text is several lines, the last ones pointing at the line of a ``"<unicode string>"``."""
+    problem = getattr(exc, "problem", None)
+    context = getattr(exc, "context", None)
+    if not problem:
+        return context or first_line(exc)
+    return f"{problem} ({context})" if context else str(problem)
+
+
+def yaml_where(path: object, exc: BaseException) -> str:
+    """``PATH:LINE:COLUMN`` where the YAML parser's error ``exc`` points in ``path`` (``PATH``
+    when it points nowhere)."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    return f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)

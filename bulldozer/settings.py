@@ -22,7 +22,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from bulldozer.errors import InvalidArgumentError
 from bulldozer.names import closest, did_you_mean
-from bulldozer.redaction import first_line
+from bulldozer.redaction import first_line, yaml_problem, yaml_where
 
 __all__ = [
     "DEFAULT_HOME",
@@ -253,9 +253,7 @@ def _read_profiles(path: Path) -> ProfilesFile:
         _parsed[path] = (stat.st_mtime_ns, stat.st_size, parsed)
         return parsed
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
-        raise InvalidArgumentError(f"{where}: not a valid profiles file: {exc.problem or exc.context}") from None
+        raise InvalidArgumentError(f"{yaml_where(path, exc)}: not a valid profiles file: {yaml_problem(exc)}") from None
     except ValidationError as exc:
         problems = "; ".join(_profiles_problem(err) for err in exc.errors())
         raise InvalidArgumentError(f"{path}: not a valid profiles file: {problems}") from None

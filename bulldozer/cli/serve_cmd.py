@@ -12,6 +12,7 @@ import typer
 from bulldozer.cli.common import handle_errors
 from bulldozer.errors import InvalidArgumentError
 from bulldozer.kv.server.native import DataPlane
+from bulldozer.redaction import yaml_problem, yaml_where
 from bulldozer.sockets import SOCKET_PATH_MAX, fits, is_loopback, tcp_refusal
 
 
@@ -234,7 +235,11 @@ def _read_engine_config(path: Path) -> dict[str, object]:
 
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+    except yaml.YAMLError as exc:
+        raise InvalidArgumentError(
+            f"{yaml_where(path, exc)}: cannot read the engine configuration: {yaml_problem(exc)}"
+        ) from None
+    except OSError as exc:
         raise InvalidArgumentError(f"{path}: cannot read the engine configuration: {exc}") from exc
     if not isinstance(data, dict) or "type" not in data:
         raise InvalidArgumentError(f"{path}: the engine configuration must be a mapping with a 'type'")

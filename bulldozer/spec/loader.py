@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from bulldozer.errors import SpecError, SpecIssue
 from bulldozer.names import did_you_mean
+from bulldozer.redaction import yaml_problem
 from bulldozer.settings import spec_environment
 from bulldozer.spec.models import JobSpec
 
@@ -306,13 +307,10 @@ def _parse(text: str, source: str, env: Mapping[str, str]) -> tuple[Any, _Builde
     try:
         node = loader.get_single_node()
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        problem = exc.problem or "invalid YAML"
-        context = f" ({exc.context})" if exc.context else ""
-        builder.add(mark, (), f"YAML syntax error: {problem}{context}")
+        builder.add(exc.problem_mark or exc.context_mark, (), f"YAML syntax error: {yaml_problem(exc)}")
         return None, builder
     except yaml.YAMLError as exc:
-        builder.add(None, (), f"YAML error: {exc}")
+        builder.add(None, (), f"YAML error: {yaml_problem(exc)}")
         return None, builder
     finally:
         loader.dispose()

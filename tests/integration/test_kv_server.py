@@ -313,6 +313,24 @@ def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "kv").exists()
 
 
+def test_a_serve_configuration_file_that_does_not_parse_is_one_located_line(tmp_path: Path) -> None:
+    """``--engine-config`` and ``--auth-config`` files that are not YAML: one line each,
+    ``FILE:LINE:COLUMN: ... PROBLEM (CONTEXT)`` as a spec's, where the parser's own text was
+    printed with its line breaks escaped (and a ``"<unicode string>"`` for the file)."""
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("type: memory\nprefix: [\n")
+    for flag, what in (("--engine-config", "engine"), ("--auth-config", "auth")):
+        done = subprocess.run(
+            [sys.executable, "-m", "bulldozer.cli.main", "serve", flag, str(broken), "--port", "0"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 1, done.stderr
+        assert done.stderr == (
+            f"error: {broken}:3:1: cannot read the {what} configuration: "
+            "expected the node content, but found '<stream end>' (while parsing a flow node)\n"
+        )
+
+
 def test_a_serve_flag_is_applied_or_refused(tmp_path: Path) -> None:
     """The embedded engine's flags given for another engine were ignored without a word
     (``--engine memory --map-size-gib 2``), ``--engine`` lost to ``--engine-config``'s type,

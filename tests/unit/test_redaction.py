@@ -58,3 +58,20 @@ def test_a_control_character_is_shown_not_acted_on(text: str, shown: str) -> Non
 )  # fmt: skip
 def test_a_library_s_message_is_its_first_line(exc: BaseException, said: str) -> None:
     assert first_line(exc) == said
+
+
+def test_a_yaml_error_is_where_and_what_on_one_line() -> None:
+    import yaml
+
+    from bulldozer.redaction import yaml_problem, yaml_where
+
+    with pytest.raises(yaml.YAMLError) as marked:
+        yaml.safe_load("a: [1,\n")
+    assert yaml_where("f.yaml", marked.value) == "f.yaml:2:1"
+    assert (
+        yaml_problem(marked.value) == "expected the node content, but found '<stream end>' (while parsing a flow node)"
+    )
+    with pytest.raises(yaml.YAMLError) as unmarked:
+        yaml.safe_load("a\x00")
+    assert yaml_where("f.yaml", unmarked.value) == "f.yaml"
+    assert yaml_problem(unmarked.value) == "unacceptable character #x0000: special characters are not allowed"

@@ -44,6 +44,7 @@ from bulldozer.errors import (
     PermissionDeniedError,
     UnauthenticatedError,
 )
+from bulldozer.redaction import yaml_problem, yaml_where
 from bulldozer.settings import environment
 
 __all__ = [
@@ -84,7 +85,11 @@ def load_auth_config(path: str | os.PathLike[str]) -> AuthConfig:
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
         return AuthConfig.model_validate(data)
-    except (OSError, yaml.YAMLError) as exc:
+    except yaml.YAMLError as exc:
+        raise InvalidArgumentError(
+            f"{yaml_where(path, exc)}: cannot read the auth configuration: {yaml_problem(exc)}"
+        ) from None
+    except OSError as exc:
         raise InvalidArgumentError(f"{path}: cannot read the auth configuration: {exc}") from None
     except ValidationError as exc:
         problems = "; ".join(
