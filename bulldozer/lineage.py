@@ -67,6 +67,33 @@ def _foreign_config() -> Path | None:
     return found if found.is_file() else None
 
 
+def _operator_file_problem() -> str | None:
+    """Why the operator's OpenLineage file (``OPENLINEAGE_CONFIG``, else
+    ``~/.openlineage/openlineage.yml``) configures nothing, in one line; None when it reads
+    as a mapping, or there is none. The client reads it itself, but one that does not parse
+    it logs with its traceback, then sends the events nowhere but its console logger, and
+    a file ``OPENLINEAGE_CONFIG`` names that is missing it passes over in a debug line."""
+    import yaml
+
+    from bulldozer.redaction import yaml_problem, yaml_where
+
+    named = environment().get("OPENLINEAGE_CONFIG")
+    path = Path(named) if named else Path.home() / ".openlineage" / "openlineage.yml"
+    if not named and not path.is_file():
+        return None
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        return f"its configuration {path} cannot be read: {exc.strerror or exc}"
+    except UnicodeDecodeError:
+        return f"its configuration {path} is not UTF-8 text"
+    except yaml.YAMLError as exc:
+        return f"its configuration {yaml_where(path, exc)} does not parse: {yaml_problem(exc)}"
+    if not isinstance(data, dict):
+        return f"its configuration {path} holds no mapping (transport, facets, ...)"
+    return None
+
+
 class Lineage:
     """The events of one run."""
 
@@ -235,6 +262,9 @@ def lineage_for(loaded: LoadedSpec, store: str) -> Lineage | None:
             "file is named by OPENLINEAGE_CONFIG, or lives in ~/.openlineage",
             foreign,
         )
+        return None
+    if (problem := _operator_file_problem()) is not None:
+        log.warning("OpenLineage: this run emits no lineage: %s", problem)
         return None
     try:
         from openlineage.client import OpenLineageClient

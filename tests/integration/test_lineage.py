@@ -81,6 +81,31 @@ def test_a_transport_that_is_down_is_one_line_and_the_run_succeeds(home: Path) -
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
 
 
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("transport:\n  type: [\n", ":3:1 does not parse: expected the node content, but found '<stream end>'"),
+        ("", " holds no mapping"),
+        (None, " cannot be read: No such file or directory"),
+    ],
+    ids=["does-not-parse", "empty", "missing"],
+)
+def test_an_operator_s_openlineage_file_that_configures_nothing_is_one_line(
+    text: str | None, said: str, home: Path, tmp_path: Path
+) -> None:
+    """The file OPENLINEAGE_CONFIG names does not parse, is empty, or is not there: the run
+    succeeds and says so in one line. The client logged a traceback for the first, sent the
+    events to its console logger (nowhere a command shows), and passed over a missing file
+    in a debug line."""
+    config = tmp_path / "operator.yml"
+    if text is not None:
+        config.write_text(text)
+    done = _cli(["run", "templates/move_data_to_kv_dal.yaml", "-q"], home, {"OPENLINEAGE_CONFIG": str(config)})
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith(f"OpenLineage: this run emits no lineage: its configuration {config}{said}")
+    assert done.stderr.count("\n") == 1, done.stderr
+
+
 def test_nothing_is_emitted_or_imported_without_configuration(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import os
     import sys
