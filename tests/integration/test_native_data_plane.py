@@ -9,7 +9,9 @@ chosen, and that `bulldozer serve` stops when the front dies.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -279,7 +281,9 @@ def test_reads_and_writes_through_filtered_layers_match_the_python_engine(tmp_pa
         python.stop(5)
 
 
-def test_choosing_the_data_plane(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_choosing_the_data_plane(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     embedded = _embedded(tmp_path)
     memory = create_engine({"type": "memory"})
     assert kvd_binary() is not None, "scripts/build_native.sh builds it; bootstrap.sh runs that"
@@ -291,9 +295,13 @@ def test_choosing_the_data_plane(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         choose_data_plane("native", memory, secured=False)
     with pytest.raises(InvalidArgumentError, match="TLS or authentication"):
         choose_data_plane("native", embedded, secured=True)
+    # the operator's binary is not one: auto falls back saying so (a warning), native refuses
     monkeypatch.setenv("BULLDOZER_KVD", str(tmp_path / "missing"))
-    assert choose_data_plane("auto", embedded, secured=False) == DataPlane.python
-    with pytest.raises(InvalidArgumentError, match="not built"):
+    with caplog.at_level(logging.INFO, logger="bulldozer.kv.server"):
+        assert choose_data_plane("auto", embedded, secured=False) == DataPlane.python
+    said = f"BULLDOZER_KVD names {tmp_path / 'missing'}, which is not an executable file"
+    assert [(r.levelname, said in r.getMessage()) for r in caplog.records] == [("WARNING", True)]
+    with pytest.raises(InvalidArgumentError, match=f"not available: {re.escape(said)}"):
         choose_data_plane("native", embedded, secured=False)
     embedded.close()
 

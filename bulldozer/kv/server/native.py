@@ -74,13 +74,25 @@ def choose_data_plane(requested: DataPlane | str, engine: StorageEngine, secured
     elif secured:
         reason = "it does not do TLS or authentication yet"
     elif kvd_binary() is None:
-        reason = "bulldozer-kvd is not built (run scripts/build_native.sh; it needs Go)"
+        reason = _no_binary()
     if reason is None:
         return DataPlane.native
     if requested == DataPlane.native:
         raise InvalidArgumentError(f"--data-plane native is not available: {reason}")
-    log.info("data plane: python (the native one is not available: %s)", reason)
+    # the operator named a binary that is not one: said as a warning, not as the usual fallback
+    said = log.warning if reason.startswith("BULLDOZER_KVD") else log.info
+    said("data plane: python (the native one is not available: %s)", reason)
     return DataPlane.python
+
+
+def _no_binary() -> str:
+    """Why there is no ``bulldozer-kvd`` to start (``kvd_binary`` found none)."""
+    from bulldozer.settings import load_settings
+
+    configured = load_settings().kvd
+    if configured:
+        return f"BULLDOZER_KVD names {configured}, which is not an executable file"
+    return "bulldozer-kvd is not built (run scripts/build_native.sh; it needs Go)"
 
 
 class NativeFront:
@@ -109,7 +121,7 @@ class NativeFront:
         ``metrics_socket``, it serves the metrics of the calls it serves there."""
         binary = kvd_binary()
         if binary is None:
-            raise BackendUnavailableError("bulldozer-kvd is not built (run scripts/build_native.sh)")
+            raise BackendUnavailableError(_no_binary())
         from bulldozer.kv.backends.config import EmbeddedConfig, RedisConfig
 
         config = getattr(engine, "config", None)
