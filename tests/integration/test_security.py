@@ -270,6 +270,47 @@ def test_cli_serves_tls_with_tokens(pki: Path, tmp_path: Path) -> None:
     assert LOADER_TOKEN.encode() not in err and READER_TOKEN.encode() not in err
 
 
+def test_tls_files_that_are_not_what_they_are_given_as_are_one_line(pki: Path, tmp_path: Path) -> None:
+    """A CA file without a certificate, a certificate without its key, a key of another
+    certificate, text that is not PEM: each is refused in one line, by ``serve`` and by a
+    client. gRPC took any bytes: the server then printed gRPC's own lines and "cannot
+    listen on 127.0.0.1:0: Failed to bind", and a client gRPC's lines and, after 15 s, that
+    the DAL did not answer."""
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    server_key, loader_key, server_pem = pki / "server.key", pki / "loader.key", pki / "server.pem"
+    home = tmp_path / "h"
+    served = {
+        ("--tls-cert", str(garbage), "--tls-key", str(garbage)): (
+            f"error: the TLS certificate {garbage} and key {garbage}: they are not a PEM certificate and its "
+            "unencrypted private key"
+        ),
+        ("--tls-cert", str(server_pem), "--tls-key", str(loader_key)): (
+            f"error: the TLS certificate {server_pem} and key {loader_key}: the key is not the certificate's"
+        ),
+        ("--tls-cert", str(server_pem), "--tls-key", str(server_key), "--tls-client-ca", str(server_key)): (
+            f"error: the TLS CA file {server_key} holds no PEM certificate"
+        ),
+    }
+    for args, said in served.items():
+        done = _bulldozer(["serve", "--port", "0", "--allow-unauthenticated", *args], home)
+        assert done.returncode != 0 and done.stderr.strip().splitlines()[-1] == said, (args, done.stderr)
+        assert "E1" not in done.stderr and "bind" not in done.stderr, done.stderr  # no gRPC lines
+    client = {
+        (("BULLDOZER_TLS_CA", garbage),): f"error: the TLS CA file {garbage} holds no PEM certificate",
+        (("BULLDOZER_TLS_CA", pki / "ca.pem"), ("BULLDOZER_TLS_CERT", pki / "loader.pem")): (
+            f"error: a TLS certificate ({pki / 'loader.pem'}) needs its private key too"
+        ),
+    }
+    for settings, said in client.items():
+        started = time.monotonic()
+        done = _bulldozer(
+            ["runs", "scores"], home, BULLDOZER_ENDPOINT=f"127.0.0.1:{_free_port()}", **{k: str(v) for k, v in settings}
+        )
+        assert done.returncode != 0 and done.stderr == said + "\n", (settings, done.stderr)
+        assert time.monotonic() - started < 10  # refused at once, not after the DAL's 15 s
+
+
 def test_a_request_with_two_authorization_headers_is_refused(auth_server: int) -> None:
     import grpc
 

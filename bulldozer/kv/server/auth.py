@@ -273,6 +273,9 @@ class AuthInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
 
 def server_credentials(cert: Path, key: Path, client_ca: Path | None = None) -> grpc.ServerCredentials:
     """TLS for the server; with ``client_ca``, mutual TLS (a client certificate is required)."""
+    from bulldozer.kv.tls import check_tls_files
+
+    check_tls_files(client_ca, cert, key)
     try:
         pair = (key.read_bytes(), cert.read_bytes())
         ca = client_ca.read_bytes() if client_ca else None
