@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bulldozer.errors import BulldozerError, SpecError, SpecIssue
+from bulldozer.errors import BulldozerError, InvalidArgumentError, SpecError, SpecIssue
 from bulldozer.redaction import first_line
 from bulldozer.spec.loader import LoadedSpec, load_spec
 
@@ -29,10 +29,20 @@ def specs_folder(home: str | os.PathLike[str] | None = None) -> Path:
 
 
 def find_specs(folder: Path) -> list[Path]:
-    """Spec files in the folder, by name (hidden and temporary files are skipped)."""
-    if not folder.is_dir():
+    """Spec files in the folder, by name (hidden and temporary files are skipped); none when
+    it does not exist yet (nothing was submitted). Something else by its name is refused:
+    ``jobs`` said no job was submitted, and the DAG loader made no DAG, without a word."""
+    if not folder.exists():
         return []
+    _check_folder(folder)
     return sorted(p for p in folder.iterdir() if p.suffix in SUFFIXES and not p.name.startswith("."))
+
+
+def _check_folder(folder: Path) -> None:
+    if not folder.is_dir():
+        raise InvalidArgumentError(
+            f"the specs folder {folder} is not a folder (BULLDOZER_SPECS_DIR, else the home's specs/)"
+        )
 
 
 def submit(
@@ -53,6 +63,8 @@ def submit(
     if issues:
         raise SpecError(issues)
     folder = folder or specs_folder(home)
+    if folder.exists():
+        _check_folder(folder)  # mkdir said "File exists"
     folder.mkdir(parents=True, exist_ok=True)
     name = loaded.spec.metadata.name
     target = folder / f"{name}.yaml"

@@ -180,6 +180,25 @@ def test_a_failing_verify_stage_marks_the_version_failed_and_keeps_the_alias(hom
 # -- submit / jobs ------------------------------------------------------------------
 
 
+def test_a_specs_folder_that_is_a_file_is_refused_in_one_line(home: Path, tmp_path: Path) -> None:
+    """BULLDOZER_SPECS_DIR naming a file: ``jobs`` said no job was submitted, the DAG loader
+    made no DAG without a word, and ``submit`` said "File exists"; each says what is wrong."""
+    from bulldozer.errors import InvalidArgumentError
+    from bulldozer.schedule import airflow_dags
+
+    specs = tmp_path / "specs.yaml"
+    specs.write_text("not a folder\n")
+    said = f"error: the specs folder {specs} is not a folder (BULLDOZER_SPECS_DIR, else the home's specs/)\n"
+    env = {"BULLDOZER_SPECS_DIR": str(specs)}
+    for args in (["jobs"], ["submit", "templates/move_data_to_kv_dal.yaml"]):
+        done = _cli(args, home, env)
+        assert done.returncode == 1 and done.stderr == said, (args, done.stderr)
+    with pytest.raises(InvalidArgumentError, match="is not a folder"):
+        airflow_dags.build_dags(specs, strict=False)
+    assert specs.read_text() == "not a folder\n"
+    assert _cli(["jobs"], home, {"BULLDOZER_SPECS_DIR": str(tmp_path / "none-yet")}).returncode == 0
+
+
 def test_submit_places_the_spec_atomically_and_jobs_lists_it(home: Path, tmp_path: Path) -> None:
     specs = tmp_path / "specs"
     env = {"BULLDOZER_SPECS_DIR": str(specs)}
