@@ -118,6 +118,25 @@ def test_unreachable_engine_is_one_clear_line(engine: str, tmp_path: Path) -> No
             create_engine({"type": "cassandra", "port": _free_port(), "connect_timeout_seconds": 2})
 
 
+def test_a_redis_url_redis_py_cannot_take_is_one_line(tmp_path: Path) -> None:
+    """A Redis URL of another scheme or an impossible port ended ``serve`` with redis-py's
+    traceback, and a database named by anything but a number was taken as database 0
+    without a word: each is refused in one line, which never quotes the URL (a password
+    may be in it)."""
+    refused = {
+        "http://alice:s3cret@127.0.0.1:1/0": "Redis URL must specify one of the following schemes",
+        "redis://alice:s3cret@127.0.0.1:99999/0": "Port out of range 0-65535",
+        "redis://alice:s3cret@127.0.0.1:1/users": "its path names the database by number (/0, /1, ...), not 'users'",
+    }
+    for url, said in refused.items():
+        result = _cli(["serve", "--engine", "redis", "--url", url, "--port", "0"], tmp_path)
+        assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith("error: invalid redis engine configuration: url: not a Redis URL: "), line
+        assert said in line, line
+        assert "s3cret" not in result.stderr + result.stdout
+
+
 def test_a_redis_prefix_holding_foreign_keys_is_refused() -> None:
     import redis
 

@@ -42,7 +42,8 @@ def engine_config(data: dict[str, Any]) -> Any:
         return _ADAPTER.validate_python(data)
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'][1:]) or 'config'}: {e['msg']}" for e in exc.errors(include_url=False)
+            f"{'.'.join(str(p) for p in e['loc'][1:]) or 'config'}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors(include_url=False)
         )
         raise InvalidArgumentError(f"invalid {data.get('type')} engine configuration: {problems}") from None
 

@@ -92,6 +92,31 @@ class RedisConfig(BaseModel):
     max_connections: int = Field(default=64, ge=1, description="Connection pool size (standalone).")
     write_lease_seconds: float = _WRITE_LEASE
 
+    @field_validator("url")
+    @classmethod
+    def _url(cls, url: str) -> str:
+        """A URL redis-py takes (its scheme, port and options), checked without connecting:
+        one it does not took the serve command down with a traceback. Its message never
+        quotes the URL (a password may be in it)."""
+        try:
+            from redis import ConnectionPool
+        except ImportError:
+            return url  # the engine says what to install
+        try:
+            ConnectionPool.from_url(url)
+        except ValueError as exc:
+            from bulldozer.redaction import first_line
+
+            raise ValueError(f"not a Redis URL: {first_line(exc)}") from None
+        from urllib.parse import unquote, urlsplit
+
+        parts = urlsplit(url)
+        db = unquote(parts.path).strip("/")
+        if parts.scheme in ("redis", "rediss") and db and not db.isdigit():
+            # redis-py takes such a path as database 0, without a word
+            raise ValueError(f"not a Redis URL: its path names the database by number (/0, /1, ...), not {db!r}")
+        return url
+
 
 class CassandraConfig(BaseModel):
     """Apache Cassandra: one table per version in one keyspace; metadata changes are LWTs."""
