@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import AfterValidator, BaseModel, ByteSize, ConfigDict, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from bulldozer.errors import InvalidArgumentError
@@ -132,6 +132,11 @@ class Settings(BaseSettings):
     #: it does only in a private scratch folder of the run (``bulldozer.load.source``).
     query_memory: Annotated[str, Field(pattern=_SIZE)] | None = None
     query_spill: Annotated[str, Field(pattern=_SIZE)] = "10GiB"
+    #: What a spec's query may write into its version: keys and values, in bytes (``50GiB``);
+    #: unset, no bound. A query can make rows from nothing (``range``, ``generate_series``, a
+    #: cross join), so without it one spec's version can grow until the shared store is full;
+    #: a query past it fails its run in one line (``bulldozer.load.engines.local``).
+    query_output: ByteSize | None = None
     #: Where a table's data and delete files may live besides under the table's location:
     #: comma-separated URI prefixes (``s3://lake/legacy/``, ``/mnt/hive``), or ``*`` for
     #: anywhere; none by default (``bulldozer.warehouse.files``).

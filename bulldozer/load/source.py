@@ -109,6 +109,9 @@ class SqlSource:
     tables: dict[str, tuple[Any, int]]  # "ns.table" -> (pyiceberg table, snapshot id)
     schema: Any = None
     filters: dict[str, str | None] = field(default_factory=dict)  # pushed into a table's scan
+    #: the most a spec's query may write into its version, in key and value bytes
+    #: (``BULLDOZER_QUERY_OUTPUT``); None: no bound (and for keep_latest over a table)
+    max_output_bytes: int | None = None
 
     @property
     def snapshots(self) -> dict[str, int]:
@@ -459,6 +462,7 @@ def _sql_source(loaded: LoadedSpec, catalog: Any, schema_of: Any) -> SqlSource:
         filters = {table_name: dm.filter}
     source = SqlSource(base, tables, filters=filters)
     if dm.source.query:
+        source.max_output_bytes = load_settings().query_output
         con = _connect(source, empty=True)
         try:
             try:

@@ -10,7 +10,14 @@ import pytest
 from typer.testing import CliRunner
 
 from bulldozer.cli.main import app
-from bulldozer.errors import CatalogError, DuplicateKeyError, SourceDataError, SpecError, TableNotFoundError
+from bulldozer.errors import (
+    AliasNotFoundError,
+    CatalogError,
+    DuplicateKeyError,
+    SourceDataError,
+    SpecError,
+    TableNotFoundError,
+)
 from bulldozer.kv import KvClient
 from bulldozer.load.runner import run_job
 from bulldozer.schema.compat import check_compatibility
@@ -306,6 +313,37 @@ def test_a_query_spills_only_where_the_operator_allows(home: Path, tmp_path: Pat
     assert done.returncode == 0, done.stderr
     assert list(cwd.iterdir()) == []  # no .tmp where the command ran
     assert [p.name for p in scratch.iterdir() if p.name.startswith("bulldozer-query-")] == []  # removed
+
+
+def test_a_query_writes_no_more_than_the_operator_allows(home: Path, tmp_path: Path) -> None:
+    """A query can make rows from nothing (``range``): without a bound, one spec's version
+    grew until the shared store was full. BULLDOZER_QUERY_OUTPUT bounds what a query writes
+    into its version: past it the run fails in one line, its version FAILED, the alias where
+    it was (here: nowhere yet); under it the run goes through."""
+    from bulldozer.kv.connect import connect
+
+    spec = tmp_path / "made.yaml"
+    spec.write_text(
+        job(
+            "{query: 'SELECT user_id + r.range * 10000000 AS user_id, item_id, locale, rating, price, profile, "
+            "recent_orders FROM sample.user_item_scores, range(150) r'}"
+        ).text
+    )
+    refused = _cli(["run", str(spec), "-q"], home, {"BULLDOZER_QUERY_OUTPUT": "2MiB"})
+    said = refused.stderr.strip().splitlines()
+    assert refused.returncode == 1 and len(said) == 1, refused.stderr
+    assert said[0].startswith(
+        "error: the query wrote more than the 2.0 MiB of records a spec's query may write into its version "
+        "(BULLDOZER_QUERY_OUTPUT): "
+    ), said
+    with connect("embedded", home=str(home)) as client:
+        (version,) = client.list_namespaces(alias="scores")
+        assert version.state.value == "FAILED" and "BULLDOZER_QUERY_OUTPUT" in version.failure_reason
+        with pytest.raises(AliasNotFoundError):
+            client.get_alias("scores")
+    done = _cli(["run", str(spec), "-q", "--json"], home, {"BULLDOZER_QUERY_OUTPUT": "1GiB"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["rows"] == 300_000
 
 
 @pytest.mark.parametrize(

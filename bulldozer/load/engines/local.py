@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from bulldozer.codec.digest import Digest, digest_and_key_hashes, key_hashes
+from bulldozer.errors import LoadError
 from bulldozer.kv.client import KvClient
 from bulldozer.load.encoder.encode import RowEncoder
 from bulldozer.load.engines.base import LoadEngine, LoadPlan, LoadResult, Progress, SplitDone, SplitResult
@@ -151,6 +152,16 @@ def _record_split(acknowledged: Callable[[], None], on_split: SplitDone, split: 
     on_split(split)
 
 
+def _past_output_bound(bound: int, written: int) -> LoadError:
+    from pydantic import ByteSize
+
+    return LoadError(
+        f"the query wrote more than the {ByteSize(bound).human_readable(separator=' ')} of records a spec's query "
+        f"may write into its version (BULLDOZER_QUERY_OUTPUT): {ByteSize(written).human_readable(separator=' ')} "
+        "so far; the version is not kept"
+    )
+
+
 class LocalEngine(LoadEngine):
     name = "local"
     runs_sql = True
@@ -176,6 +187,8 @@ class LocalEngine(LoadEngine):
         write = plan.spec.key_value_dal.write
         done_rows = sum(s.rows for s in plan.done.values())
         progress(done_rows, expected)
+        # a query's one split: what it wrote so far is that split's (a query run is never resumed by split)
+        bound = plan.sql.max_output_bytes if plan.sql is not None else None
         with client.writer(
             plan.version,
             batch_records=write.batch_size,
@@ -205,6 +218,8 @@ class LocalEngine(LoadEngine):
                     split.rows += batch.num_rows
                     digest, hashes = digest_and_key_hashes(encoded.keys, encoded.values)
                     split.digest.add(digest)
+                    if bound is not None and split.digest.bytes > bound:
+                        raise _past_output_bound(bound, split.digest.bytes)
                     for name in batch.schema.names:
                         nulls = batch.column(name).null_count
                         if nulls:
