@@ -12,6 +12,7 @@ pass the result down as arguments.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -62,6 +63,36 @@ def _roots(value: str) -> str:
     return value
 
 
+_ENDPOINT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[^\s:\[\],]+):[0-9]{1,5}")
+_ENDPOINT_PATTERN = re.compile(r"\*|(\[[0-9A-Fa-f:.*?]+\]|[^\s:\[\],]+):([0-9]{1,5}|\*)")
+_VARIABLE_PATTERN = re.compile(r"[A-Za-z_*?][A-Za-z0-9_*?]*")
+
+
+def _endpoints(value: str) -> str:
+    """``token_endpoints``: each ``host:port``, as a spec writes it. Another entry (no port,
+    a stray bracket) matched no endpoint, so the operator's intent was lost without a word."""
+    for entry in _listed(value):
+        if not _ENDPOINT.fullmatch(entry):
+            raise ValueError(f"{entry!r} is not host:port (e.g. dal.example.com:7110)")
+    return value
+
+
+def _endpoint_patterns(value: str) -> str:
+    """``spec_endpoints``: each ``*``, or ``host:port`` with ``*`` / ``?`` wildcards."""
+    for entry in _listed(value):
+        if not _ENDPOINT_PATTERN.fullmatch(entry):
+            raise ValueError(f"{entry!r} is not host:port or a pattern of them (e.g. *.dal.example.com:7110, or *)")
+    return value
+
+
+def _variable_patterns(value: str) -> str:
+    """``spec_variables``: each a variable's name or a pattern of names (``DAL_*``)."""
+    for entry in _listed(value):
+        if not _VARIABLE_PATTERN.fullmatch(entry):
+            raise ValueError(f"{entry!r} is not a variable name or a pattern of names (e.g. DAL_HOST, DAL_*)")
+    return value
+
+
 class Settings(BaseSettings):
     """``BULLDOZER_<FIELD>`` for each field (``BULLDOZER_ENDPOINT``, ``BULLDOZER_TOKEN``, …)."""
 
@@ -75,7 +106,7 @@ class Settings(BaseSettings):
     token: SecretStr | None = None
     #: Endpoints besides ``endpoint`` that the operator's token may be sent to when a spec
     #: names them: comma-separated ``host:port``, as written in specs.
-    token_endpoints: str = ""
+    token_endpoints: Annotated[str, AfterValidator(_endpoints)] = ""
     #: Client TLS: the CA of the DAL's certificate, and for mutual TLS the client's own.
     tls_ca: Path | None = None
     tls_cert: Path | None = None
@@ -122,11 +153,11 @@ class Settings(BaseSettings):
     spec_catalogs: Literal["refuse", "allow"] = "refuse"
     #: The environment variables a spec's ``${VAR}`` may read: comma-separated names or
     #: patterns (``DAL_*``); none by default (``spec_environment``).
-    spec_variables: str = ""
+    spec_variables: Annotated[str, AfterValidator(_variable_patterns)] = ""
     #: The DALs a spec may name as ``key_value_dal.endpoint`` besides ``embedded``, ``endpoint``
     #: and ``token_endpoints``: comma-separated ``host:port`` or patterns
     #: (``*.dal.example.com:7110``); ``*`` lets a spec name any (``spec_may_name``).
-    spec_endpoints: str = ""
+    spec_endpoints: Annotated[str, AfterValidator(_endpoint_patterns)] = ""
     #: What a spec's query (DuckDB) may use: memory (DuckDB's ``memory_limit``; default
     #: DuckDB's own, 80 % of RAM) and disk to spill to (``max_temp_directory_size``), which
     #: it does only in a private scratch folder of the run (``bulldozer.load.source``).

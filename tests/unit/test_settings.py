@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,36 @@ def test_the_dals_a_spec_may_name(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not load_settings().token_allowed_for("evil:1")  # a DAL specs may name gets no operator token
     monkeypatch.setenv("BULLDOZER_SPEC_ENDPOINTS", "*")
     assert all(load_settings().spec_may_name(e) for e in names)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "said"),
+    [
+        ("BULLDOZER_TOKEN_ENDPOINTS", "dal.example.com", "'dal.example.com' is not host:port"),
+        ("BULLDOZER_TOKEN_ENDPOINTS", "a:1, :::", "':::' is not host:port"),
+        ("BULLDOZER_SPEC_ENDPOINTS", "dal.example.com", "'dal.example.com' is not host:port or a pattern of them"),
+        ("BULLDOZER_SPEC_ENDPOINTS", "[bad", "'[bad' is not host:port or a pattern of them"),
+        ("BULLDOZER_SPEC_VARIABLES", "DAL_HOST DAL_PORT", "'DAL_HOST DAL_PORT' is not a variable name or a pattern"),
+        ("BULLDOZER_SPEC_VARIABLES", "DAL-HOST", "'DAL-HOST' is not a variable name or a pattern"),
+    ],
+)
+def test_an_allow_list_entry_that_can_match_nothing_is_refused(
+    variable: str, value: str, said: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry of the operator's allow-lists that could never match (no port, a stray
+    bracket, a space where a comma was meant) allowed nothing without a word: the operator
+    learned of it only when a spec was refused as if nothing had been listed."""
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(InvalidArgumentError, match=f"{variable}: {re.escape(said)}"):
+        load_settings()
+
+
+def test_allow_list_entries_in_every_form_they_take(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BULLDOZER_TOKEN_ENDPOINTS", "a.b:7110, [::1]:80, 10.0.0.1:1")
+    monkeypatch.setenv("BULLDOZER_SPEC_ENDPOINTS", "*.dal.internal:7110, dal-?.x:*, [::1]:7110, *")
+    monkeypatch.setenv("BULLDOZER_SPEC_VARIABLES", "DAL_*, ICEBERG_URI, _X?")
+    settings = load_settings()
+    assert settings.token_allowed_for("[::1]:80") and settings.spec_may_name("dal-3.x:9")
 
 
 def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
