@@ -67,31 +67,42 @@ def _foreign_config() -> Path | None:
     return found if found.is_file() else None
 
 
-def _operator_file_problem() -> str | None:
-    """Why the operator's OpenLineage file (``OPENLINEAGE_CONFIG``, else
-    ``~/.openlineage/openlineage.yml``) configures nothing, in one line; None when it reads
-    as a mapping, or there is none. The client reads it itself, but one that does not parse
-    it logs with its traceback, then sends the events nowhere but its console logger, and
-    a file ``OPENLINEAGE_CONFIG`` names that is missing it passes over in a debug line."""
+def _configuration_problem() -> str | None:
+    """Why the operator's OpenLineage configuration sends no event anywhere, in one line;
+    None when it names a transport. The client reads its file itself (``OPENLINEAGE_CONFIG``,
+    else ``~/.openlineage/openlineage.yml``), but one that does not parse it logs with its
+    traceback, a file ``OPENLINEAGE_CONFIG`` names that is missing it passes over in a debug
+    line, and without a transport it sends the events to its console logger, where no
+    command shows them ("will print events to console")."""
     import yaml
 
     from bulldozer.redaction import yaml_problem, yaml_where
 
-    named = environment().get("OPENLINEAGE_CONFIG")
+    env = environment()
+    named = env.get("OPENLINEAGE_CONFIG")
     path = Path(named) if named else Path.home() / ".openlineage" / "openlineage.yml"
-    if not named and not path.is_file():
+    data: object = {}
+    if named or path.is_file():
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            return f"its configuration {path} cannot be read: {exc.strerror or exc}"
+        except UnicodeDecodeError:
+            return f"its configuration {path} is not UTF-8 text"
+        except yaml.YAMLError as exc:
+            return f"its configuration {yaml_where(path, exc)} does not parse: {yaml_problem(exc)}"
+        if not isinstance(data, dict):
+            return f"its configuration {path} holds no mapping (transport, facets, ...)"
+    transport = data.get("transport") if isinstance(data, dict) else None
+    if isinstance(transport, dict) and transport.get("type"):
         return None
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        return f"its configuration {path} cannot be read: {exc.strerror or exc}"
-    except UnicodeDecodeError:
-        return f"its configuration {path} is not UTF-8 text"
-    except yaml.YAMLError as exc:
-        return f"its configuration {yaml_where(path, exc)} does not parse: {yaml_problem(exc)}"
-    if not isinstance(data, dict):
-        return f"its configuration {path} holds no mapping (transport, facets, ...)"
-    return None
+    if env.get("OPENLINEAGE_URL") or any(k.startswith("OPENLINEAGE__TRANSPORT") for k in env):
+        return None
+    which = path if named or path.is_file() else "(its OPENLINEAGE__ variables)"
+    return (
+        f"its configuration {which} names no transport "
+        "(transport.type in the file, OPENLINEAGE__TRANSPORT__TYPE or OPENLINEAGE_URL)"
+    )
 
 
 class Lineage:
@@ -263,7 +274,7 @@ def lineage_for(loaded: LoadedSpec, store: str) -> Lineage | None:
             foreign,
         )
         return None
-    if (problem := _operator_file_problem()) is not None:
+    if (problem := _configuration_problem()) is not None:
         log.warning("OpenLineage: this run emits no lineage: %s", problem)
         return None
     try:

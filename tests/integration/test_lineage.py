@@ -86,17 +86,18 @@ def test_a_transport_that_is_down_is_one_line_and_the_run_succeeds(home: Path) -
     [
         ("transport:\n  type: [\n", ":3:1 does not parse: expected the node content, but found '<stream end>'"),
         ("", " holds no mapping"),
+        ("facets:\n  environment_variables: [HOME]\n", " names no transport (transport.type in the file"),
         (None, " cannot be read: No such file or directory"),
     ],
-    ids=["does-not-parse", "empty", "missing"],
+    ids=["does-not-parse", "empty", "no-transport", "missing"],
 )
 def test_an_operator_s_openlineage_file_that_configures_nothing_is_one_line(
     text: str | None, said: str, home: Path, tmp_path: Path
 ) -> None:
-    """The file OPENLINEAGE_CONFIG names does not parse, is empty, or is not there: the run
-    succeeds and says so in one line. The client logged a traceback for the first, sent the
-    events to its console logger (nowhere a command shows), and passed over a missing file
-    in a debug line."""
+    """The file OPENLINEAGE_CONFIG names does not parse, is empty, names no transport, or is
+    not there: the run succeeds and says so in one line. The client logged a traceback for
+    the first, sent the events to its console logger (nowhere a command shows) saying it
+    "will print events to console", and passed over a missing file in a debug line."""
     config = tmp_path / "operator.yml"
     if text is not None:
         config.write_text(text)
