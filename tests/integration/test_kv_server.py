@@ -331,6 +331,22 @@ def test_a_serve_configuration_file_that_does_not_parse_is_one_located_line(tmp_
         )
 
 
+def test_an_auth_configuration_of_no_principal_is_refused(tmp_path: Path) -> None:
+    """``principals: {}`` served a DAL that authenticated no one: every request was refused
+    as unauthenticated, and nothing said why at its start."""
+    empty = tmp_path / "auth.yaml"
+    empty.write_text("principals: {}\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "bulldozer.cli.main", "serve", "--auth-config", str(empty), "--port", "0"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        f"error: {empty}: invalid auth configuration: principals: Dictionary should have at least 1 item after "
+        "validation, not 0\n"
+    )
+
+
 def test_a_serve_flag_is_applied_or_refused(tmp_path: Path) -> None:
     """The embedded engine's flags given for another engine were ignored without a word
     (``--engine memory --map-size-gib 2``), ``--engine`` lost to ``--engine-config``'s type,

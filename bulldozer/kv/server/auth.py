@@ -76,7 +76,8 @@ class Principal(BaseModel):
 
 class AuthConfig(BaseModel):
     model_config = _MODEL
-    principals: dict[str, Principal]
+    #: at least one: a DAL that authenticates no one served every request "unauthenticated"
+    principals: Annotated[dict[str, Principal], Field(min_length=1)]
 
 
 def load_auth_config(path: str | os.PathLike[str]) -> AuthConfig:
