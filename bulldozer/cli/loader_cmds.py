@@ -50,7 +50,7 @@ def serve(
 @handle_errors
 def start(
     home: Annotated[str | None, typer.Option(help=HOME_HELP, show_default=False)] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait until it answers.")] = 60.0,
+    timeout: Annotated[float, typer.Option(min=0, help="Seconds to wait until it answers.")] = 60.0,
 ) -> None:
     """Start the loader in the background and wait until it answers.
 
@@ -109,7 +109,7 @@ def status_cmd(
 @handle_errors
 def stop(
     home: Annotated[str | None, typer.Option(help=HOME_HELP, show_default=False)] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for running commands to finish.")] = 600.0,
+    timeout: Annotated[float, typer.Option(min=0, help="Seconds to wait for running commands to finish.")] = 600.0,
 ) -> None:
     """Stop the loader: it takes no new command, lets the running ones finish, then exits."""
     from bulldozer.cli.loader.client import status

@@ -44,7 +44,9 @@ def serve(
         float | None,
         typer.Option("--map-size-gib", min=0.001, help="Largest size of the embedded store (default 64)."),
     ] = None,
-    metrics_port: Annotated[int | None, typer.Option(help="Serve Prometheus metrics on this port.")] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option(min=0, max=65535, help="Serve Prometheus metrics on this port.")
+    ] = None,
     metrics_host: Annotated[
         str,
         typer.Option(
@@ -53,7 +55,7 @@ def serve(
         ),
     ] = "127.0.0.1",
     log_format: Annotated[LogFormat, typer.Option(help="Log lines as text or JSON.")] = LogFormat.text,
-    grace: Annotated[float, typer.Option(help="Seconds in-flight requests get to finish on SIGTERM.")] = 30.0,
+    grace: Annotated[float, typer.Option(min=0, help="Seconds in-flight requests get to finish on SIGTERM.")] = 30.0,
     writemap: Annotated[
         bool,
         typer.Option(

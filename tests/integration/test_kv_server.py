@@ -347,6 +347,19 @@ def test_an_auth_configuration_of_no_principal_is_refused(tmp_path: Path) -> Non
     )
 
 
+def test_serve_s_numbers_out_of_range_are_usage_errors(tmp_path: Path) -> None:
+    """``--metrics-port 99999`` ended with an OverflowError's traceback from http.server, and
+    ``--grace -5`` was taken; both are refused as --port 70000 is (exit 2, no traceback)."""
+    for args in (("--metrics-port", "99999"), ("--grace", "-5")):
+        done = subprocess.run(
+            [sys.executable, "-m", "bulldozer.cli.main", "serve", "--path", str(tmp_path / "kv"), "--port", "0", *args],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (args, done.stderr)
+        assert f"Invalid value for '{args[0]}'" in done.stderr, done.stderr
+        assert not (tmp_path / "kv").exists()
+
+
 def test_a_serve_flag_is_applied_or_refused(tmp_path: Path) -> None:
     """The embedded engine's flags given for another engine were ignored without a word
     (``--engine memory --map-size-gib 2``), ``--engine`` lost to ``--engine-config``'s type,
