@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bulldozer.errors import QualityGateError
+from bulldozer.errors import AliasNotFoundError, QualityGateError
 from bulldozer.kv import KvClient
 from bulldozer.load.runner import run_job
 from bulldozer.spec import load_spec_text
@@ -201,6 +201,51 @@ def test_a_driver_spark_refuses_to_start_fails_the_run_in_one_line(dal: KvClient
     assert "Traceback" not in done.stderr and "JAVA_GATEWAY" not in done.stderr
     newest = max(dal.list_namespaces("user_item_scores"), key=lambda ns: ns.created)
     assert newest.state == State.FAILED and dal.get_alias("user_item_scores").namespace == live
+
+
+def test_a_standalone_master_no_one_answers_at_fails_the_run_at_once_in_one_line(dal: KvClient, tmp_path: Path) -> None:
+    """``--master spark://host:port`` where nothing listens: Spark tried it three times, 20 s
+    apart, stopped the application, and the run failed a minute later with a Java stack
+    trace of several KB on its "one" line. It fails at once now, saying which master, and
+    the alias stays."""
+    import socket
+    import time
+
+    from tests.integration.test_run import _cli
+
+    home = tmp_path / "home"
+    create_sample_warehouse(home, rows=1_000)
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    master = f"spark://127.0.0.1:{port}"
+
+    def live() -> str | None:
+        try:
+            return dal.get_alias("user_item_scores").namespace
+        except AliasNotFoundError:
+            return None
+
+    before = live()
+    args = [
+        "run",
+        "templates/move_data_to_kv_dal.yaml",
+        "--engine",
+        "spark",
+        "--master",
+        master,
+        "--endpoint",
+        dal.target,
+    ]
+    started = time.monotonic()
+    done = _cli(args, home)
+    assert done.returncode == 1 and time.monotonic() - started < 30, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"error: the Spark master {master} cannot be reached (127.0.0.1:{port}: Connection refused): "
+        "is it up, and its URL right?"
+    ), done.stderr
+    assert "Py4J" not in done.stderr and "Traceback" not in done.stderr
+    assert live() == before
 
 
 def test_bad_data_in_a_spark_run_is_one_line_on_stderr(dal: KvClient, tmp_path: Path) -> None:

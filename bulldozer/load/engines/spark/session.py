@@ -94,11 +94,35 @@ def spark_context(
         pyspark_python()
         settings = load_settings()
         master = master or settings.spark_master
+        _check_master(master)
         level = spark_log_level()
         with _resolving((conf or {}).get("spark.jars.ivy")) as packages:
             context = _start_context(catalog_name, properties, home, master, conf, settings, level, packages)
         _CONTEXT, _CONTEXT_KEY = context, key
         return context
+
+
+def _check_master(master: str, timeout: float = 5.0) -> None:
+    """Refuse a standalone master (``spark://host:port[,host:port...]``) none of whose
+    hosts takes a connection, in one line: Spark tried it three times, 20 s apart, then
+    stopped the application, and the run failed a minute later with a Java stack trace
+    (a job of a stopped SparkContext)."""
+    import socket
+
+    if not master.startswith("spark://"):
+        return
+    reasons = []
+    for node in master.removeprefix("spark://").split(","):
+        host, _, port = node.rpartition(":")
+        if not (host and port.isdigit()):
+            reasons.append(f"{node}: not host:port")
+            continue
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+                return
+        except OSError as exc:
+            reasons.append(f"{node}: {exc.strerror or exc}")
+    raise LoadError(f"the Spark master {master} cannot be reached ({'; '.join(reasons)}): is it up, and its URL right?")
 
 
 def _start_context(
