@@ -119,7 +119,9 @@ class Settings(BaseSettings):
     dags_strict: bool = False
     #: Spark: the master (``local[*]``, ``spark://host:7077``) and the driver's memory.
     spark_master: str = "local[*]"
-    spark_driver_memory: str = "2g"
+    #: a JVM heap size (``2g``, ``512m``, ``1024k``; spark-submit hands it to ``-Xmx``): another made the
+    #: driver's JVM exit at start, which said only "A fatal exception has occurred"
+    spark_driver_memory: Annotated[str, Field(pattern=r"^[0-9]+[kKmMgGtT]?$")] = "2g"
     #: The address the Spark driver binds and tells executors (loopback: local mode and a
     #: cluster on this machine; a cluster elsewhere needs an address it can reach).
     spark_driver_host: str = "127.0.0.1"

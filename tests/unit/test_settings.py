@@ -69,6 +69,18 @@ def test_an_allow_list_entry_that_can_match_nothing_is_refused(
         load_settings()
 
 
+@pytest.mark.parametrize("memory", ["lots", "2 g", "-1g", "2gi", "2gb"])
+def test_a_spark_driver_memory_spark_cannot_read_is_refused(memory: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark's driver JVM exited at start on such a size, saying only "A fatal exception has
+    occurred" (the run: "it exited without saying why", after starting it twice)."""
+    monkeypatch.setenv("BULLDOZER_SPARK_DRIVER_MEMORY", memory)
+    with pytest.raises(InvalidArgumentError, match="BULLDOZER_SPARK_DRIVER_MEMORY: String should match pattern"):
+        load_settings()
+    for good in ("2g", "512m", "1024", "4G"):
+        monkeypatch.setenv("BULLDOZER_SPARK_DRIVER_MEMORY", good)
+        assert load_settings().spark_driver_memory == good
+
+
 def test_allow_list_entries_in_every_form_they_take(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BULLDOZER_TOKEN_ENDPOINTS", "a.b:7110, [::1]:80, 10.0.0.1:1")
     monkeypatch.setenv("BULLDOZER_SPEC_ENDPOINTS", "*.dal.internal:7110, dal-?.x:*, [::1]:7110, *")
