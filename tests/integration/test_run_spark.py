@@ -248,6 +248,29 @@ def test_a_standalone_master_no_one_answers_at_fails_the_run_at_once_in_one_line
     assert live() == before
 
 
+@pytest.mark.parametrize(("host", "said"), [("nohost.invalid", "Name or service not known"),
+                                            ("192.0.2.1", "Cannot assign requested address")])  # fmt: skip
+def test_a_driver_host_this_machine_cannot_listen_on_is_one_line(
+    host: str, said: str, dal: KvClient, tmp_path: Path
+) -> None:
+    """BULLDOZER_SPARK_DRIVER_HOST naming no address of this machine: the driver failed to
+    start with netty's Java stack trace (UnresolvedAddressException, BindException) as the
+    run's one line. It says which setting and why now."""
+    from tests.integration.test_run import _cli
+
+    home = tmp_path / "home"
+    create_sample_warehouse(home, rows=1_000)
+    args = ["run", "templates/move_data_to_kv_dal.yaml", "--engine", "spark", "--master", "local[1]",
+            "--endpoint", dal.target]  # fmt: skip
+    done = _cli(args, home, {"BULLDOZER_SPARK_DRIVER_HOST": host})
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"error: the Spark driver cannot listen on {host} (BULLDOZER_SPARK_DRIVER_HOST): {said}; "
+        "name an address of this machine"
+    ), done.stderr
+    assert "Py4J" not in done.stderr and "Traceback" not in done.stderr
+
+
 def test_bad_data_in_a_spark_run_is_one_line_on_stderr(dal: KvClient, tmp_path: Path) -> None:
     """A task that meets bad data (keys repeated across the table's files, spread by key so
     one task finds them) fails the run with the engine's one line: Spark's own lines about

@@ -95,6 +95,7 @@ def spark_context(
         settings = load_settings()
         master = master or settings.spark_master
         _check_master(master)
+        _check_driver_host(settings.spark_driver_host)
         level = spark_log_level()
         with _resolving((conf or {}).get("spark.jars.ivy")) as packages:
             context = _start_context(catalog_name, properties, home, master, conf, settings, level, packages)
@@ -123,6 +124,24 @@ def _check_master(master: str, timeout: float = 5.0) -> None:
         except OSError as exc:
             reasons.append(f"{node}: {exc.strerror or exc}")
     raise LoadError(f"the Spark master {master} cannot be reached ({'; '.join(reasons)}): is it up, and its URL right?")
+
+
+def _check_driver_host(host: str) -> None:
+    """Refuse, in one line, a driver host (``BULLDOZER_SPARK_DRIVER_HOST``) this machine
+    cannot listen on: Spark's driver failed to start with a Java stack trace of netty's
+    (``UnresolvedAddressException``, ``BindException``) as the run's one line."""
+    import socket
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.bind(address)
+    except (OSError, UnicodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise LoadError(
+            f"the Spark driver cannot listen on {host} (BULLDOZER_SPARK_DRIVER_HOST): {reason}; "
+            "name an address of this machine"
+        ) from None
 
 
 def _start_context(
