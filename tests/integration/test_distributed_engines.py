@@ -137,6 +137,18 @@ def test_a_redis_url_redis_py_cannot_take_is_one_line(tmp_path: Path) -> None:
         assert "s3cret" not in result.stderr + result.stdout
 
 
+def test_a_cassandra_password_without_its_user_is_refused() -> None:
+    """The driver sends credentials as a pair: a password without a username was left unused
+    without a word (the DAL connected without credentials)."""
+    from bulldozer.errors import InvalidArgumentError
+    from bulldozer.kv.backends import engine_config
+
+    with pytest.raises(InvalidArgumentError, match="password without username") as refused:
+        engine_config({"type": "cassandra", "password": "s3cret"})
+    assert "s3cret" not in str(refused.value)
+    assert engine_config({"type": "cassandra", "username": "bulldozer", "password": "s3cret"}).username == "bulldozer"
+
+
 def test_a_redis_prefix_holding_foreign_keys_is_refused() -> None:
     import redis
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 __all__ = ["CassandraConfig", "EmbeddedConfig", "EngineConfig", "MemoryConfig", "RedisConfig"]
 
@@ -159,6 +159,14 @@ class CassandraConfig(BaseModel):
         for point in points:
             split_host_port(point)
         return points
+
+    @model_validator(mode="after")
+    def _credentials(self) -> CassandraConfig:
+        """A password is sent with its user name: one without was left unused without a word
+        (the driver then connected without credentials)."""
+        if self.password is not None and not self.username:
+            raise ValueError("password without username: the driver sends credentials as a pair")
+        return self
 
     def endpoints(self) -> list[str | tuple[str, int]]:
         """The contact points as the driver takes them: a host (on ``port``), or (host, port)."""
