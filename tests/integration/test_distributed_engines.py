@@ -149,6 +149,18 @@ def test_a_cassandra_password_without_its_user_is_refused() -> None:
     assert engine_config({"type": "cassandra", "username": "bulldozer", "password": "s3cret"}).username == "bulldozer"
 
 
+def test_a_redis_pool_size_given_for_a_cluster_is_refused() -> None:
+    """``max_connections`` sizes a standalone client's pool: given with ``cluster: true`` it
+    was left unused without a word."""
+    from bulldozer.errors import InvalidArgumentError
+    from bulldozer.kv.backends import engine_config
+
+    with pytest.raises(InvalidArgumentError, match="max_connections sizes a standalone Redis client's pool"):
+        engine_config({"type": "redis", "cluster": True, "max_connections": 8})
+    assert engine_config({"type": "redis", "cluster": True}).cluster
+    assert engine_config({"type": "redis", "max_connections": 8}).max_connections == 8
+
+
 def test_a_redis_prefix_holding_foreign_keys_is_refused() -> None:
     import redis
 

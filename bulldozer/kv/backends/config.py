@@ -92,6 +92,14 @@ class RedisConfig(BaseModel):
     max_connections: int = Field(default=64, ge=1, description="Connection pool size (standalone).")
     write_lease_seconds: float = _WRITE_LEASE
 
+    @model_validator(mode="after")
+    def _standalone_only(self) -> RedisConfig:
+        """``max_connections`` sizes a standalone client's pool; given with ``cluster`` it was
+        left unused without a word."""
+        if self.cluster and "max_connections" in self.model_fields_set:
+            raise ValueError("max_connections sizes a standalone Redis client's pool; a cluster client has none")
+        return self
+
     @field_validator("url")
     @classmethod
     def _url(cls, url: str) -> str:
