@@ -313,6 +313,14 @@ def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "kv").exists()
 
 
+def _serve_refused(*args: str) -> subprocess.CompletedProcess[str]:
+    """``bulldozer serve ARGS --port 0``, expected to refuse its arguments and exit."""
+    return subprocess.run(
+        [sys.executable, "-m", "bulldozer.cli.main", "serve", *args, "--port", "0"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
 def test_a_serve_configuration_file_that_does_not_parse_is_one_located_line(tmp_path: Path) -> None:
     """``--engine-config`` and ``--auth-config`` files that are not YAML: one line each,
     ``FILE:LINE:COLUMN: ... PROBLEM (CONTEXT)`` as a spec's, where the parser's own text was
@@ -320,10 +328,7 @@ def test_a_serve_configuration_file_that_does_not_parse_is_one_located_line(tmp_
     broken = tmp_path / "broken.yaml"
     broken.write_text("type: memory\nprefix: [\n")
     for flag, what in (("--engine-config", "engine"), ("--auth-config", "auth")):
-        done = subprocess.run(
-            [sys.executable, "-m", "bulldozer.cli.main", "serve", flag, str(broken), "--port", "0"],
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+        done = _serve_refused(flag, str(broken))
         assert done.returncode == 1, done.stderr
         assert done.stderr == (
             f"error: {broken}:3:1: cannot read the {what} configuration: "
@@ -336,10 +341,7 @@ def test_an_auth_configuration_of_no_principal_is_refused(tmp_path: Path) -> Non
     as unauthenticated, and nothing said why at its start."""
     empty = tmp_path / "auth.yaml"
     empty.write_text("principals: {}\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "bulldozer.cli.main", "serve", "--auth-config", str(empty), "--port", "0"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    done = _serve_refused("--auth-config", str(empty))
     assert done.returncode == 1, done.stderr
     assert done.stderr == (
         f"error: {empty}: invalid auth configuration: principals: Dictionary should have at least 1 item after "
@@ -351,10 +353,7 @@ def test_serve_s_numbers_out_of_range_are_usage_errors(tmp_path: Path) -> None:
     """``--metrics-port 99999`` ended with an OverflowError's traceback from http.server, and
     ``--grace -5`` was taken; both are refused as --port 70000 is (exit 2, no traceback)."""
     for args in (("--metrics-port", "99999"), ("--grace", "-5")):
-        done = subprocess.run(
-            [sys.executable, "-m", "bulldozer.cli.main", "serve", "--path", str(tmp_path / "kv"), "--port", "0", *args],
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+        done = _serve_refused("--path", str(tmp_path / "kv"), *args)
         assert done.returncode == 2 and "Traceback" not in done.stderr, (args, done.stderr)
         assert f"Invalid value for '{args[0]}'" in done.stderr, done.stderr
         assert not (tmp_path / "kv").exists()
