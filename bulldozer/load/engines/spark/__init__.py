@@ -212,13 +212,6 @@ class SparkEngine(LocalEngine):
                         "has no free cores, or its executors cannot reach this driver (BULLDOZER_SPARK_DRIVER_HOST); "
                         "the version is not flipped"
                     ) from None
-                if any(said in str(exc) for said in _STOPPED):
-                    # a standalone master that never answered: Spark gives up on it after three
-                    # tries of 20 s and stops the application, then fails the job with both stacks
-                    raise LoadError(
-                        f"Spark stopped the application before its job ran: its master {context.master} did not "
-                        "take it (is the master up and reachable?), or killed it; the version is not flipped"
-                    ) from None
                 raise worker_error(exc) from None
         result = LoadResult(engine_start=round(startup, 3))
         prefix = f"spark-{write_id}-"
@@ -233,14 +226,6 @@ class SparkEngine(LocalEngine):
         if not result.splits:
             raise LoadError(f"the Spark write of {plan.version} committed but recorded no results")
         return result
-
-
-#: what a job of a SparkContext that stopped under it fails with (Spark says it in several ways)
-_STOPPED = (
-    "Cannot call methods on a stopped SparkContext",
-    "SparkContext has been shutdown",
-    "SparkContext was shut down",
-)
 
 
 def _no_rows(rows: Any) -> list[Any]:
