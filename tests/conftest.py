@@ -2,14 +2,40 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 SPECS = REPO / "tests" / "specs"
+
+#: seconds after which a test still running ends its whole process, every thread's stack
+#: printed first: the last resort behind pytest-timeout (``timeout`` in pyproject.toml), whose
+#: SIGALRM is handled only once the main thread gets the GIL back, so a test whose threads
+#: deadlocked on the GIL itself ran until CI's limit and said nothing (one did: an LMDB handle
+#: opened holding the GIL, tests/unit/test_embedded_handles.py). faulthandler's watchdog is a
+#: C thread that needs no GIL.
+LAST_RESORT_SECONDS = 900
+_original_stderr: list[Any] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # the stream this process started with: a test's own stderr is captured to a file,
+    # which a process that ends this way never shows
+    _original_stderr.append(os.fdopen(os.dup(2), "w"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    faulthandler.dump_traceback_later(LAST_RESORT_SECONDS, exit=True, file=_original_stderr[0])
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture(autouse=True)

@@ -266,7 +266,7 @@ class EmbeddedEngine(StorageEngine):
                 db = self._dbs.get(name)
                 if db is None:
                     try:
-                        db = self._dbs[name] = self.env.open_db(_data_db(name), create=False)
+                        db = self._dbs[name] = self._open_handle(_data_db(name))
                     except lmdb.NotFoundError:
                         raise NamespaceNotFoundError(f"namespace {name!r} does not exist") from None
         return db
@@ -278,8 +278,17 @@ class EmbeddedEngine(StorageEngine):
             with self._lock:
                 db = self._tombs.get(name)
                 if db is None:
-                    db = self._tombs[name] = self.env.open_db(_tomb_db(name), create=False)
+                    db = self._tombs[name] = self._open_handle(_tomb_db(name))
         return db
+
+    def _open_handle(self, key: bytes) -> Any:
+        """An existing sub-database's handle, opened in a write transaction of ours. Not in
+        the one ``open_db`` begins when given none: py-lmdb waits for LMDB's writer lock there
+        holding the GIL, so a thread inside a write transaction (a put, a delete) that needed
+        the GIL back, and this one, waited on each other for ever; ``begin`` waits without it.
+        (A handle opened in a read-only transaction is gone when that transaction ends.)"""
+        with self._write() as txn:
+            return self.env.open_db(key, txn=txn, create=False)
 
     def _chain(self, name: str) -> list[str]:
         """The namespace and the bases it reads through to, newest first (fixed once set)."""
