@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bulldozer.errors import AliasNotFoundError, QualityGateError
+from bulldozer.errors import QualityGateError
 from bulldozer.kv import KvClient
 from bulldozer.load.runner import run_job
 from bulldozer.spec import load_spec_text
@@ -208,25 +208,17 @@ def test_a_standalone_master_no_one_answers_at_fails_the_run_at_once_in_one_line
     apart, stopped the application, and the run failed a minute later with a Java stack
     trace of several KB on its "one" line. It fails at once now, saying which master, and
     the alias stays."""
-    import socket
     import time
 
+    from tests.integration.test_kv_server import _free_port
     from tests.integration.test_run import _cli
+    from tests.integration.test_spark_datasource import _live
 
     home = tmp_path / "home"
     create_sample_warehouse(home, rows=1_000)
-    with socket.socket() as closed:
-        closed.bind(("127.0.0.1", 0))
-        port = closed.getsockname()[1]
+    port = _free_port()  # nothing listens there
     master = f"spark://127.0.0.1:{port}"
-
-    def live() -> str | None:
-        try:
-            return dal.get_alias("user_item_scores").namespace
-        except AliasNotFoundError:
-            return None
-
-    before = live()
+    before = _live(dal, "user_item_scores")
     args = [
         "run",
         "templates/move_data_to_kv_dal.yaml",
@@ -245,7 +237,7 @@ def test_a_standalone_master_no_one_answers_at_fails_the_run_at_once_in_one_line
         "is it up, and its URL right?"
     ), done.stderr
     assert "Py4J" not in done.stderr and "Traceback" not in done.stderr
-    assert live() == before
+    assert _live(dal, "user_item_scores") == before
 
 
 @pytest.mark.parametrize(("host", "said"), [("nohost.invalid", "Name or service not known"),

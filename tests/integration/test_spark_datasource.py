@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from bulldozer.errors import DuplicateKeyError, LoadError, SchemaError, SourceDataError, SpecError
+from bulldozer.errors import AliasNotFoundError, DuplicateKeyError, LoadError, SchemaError, SourceDataError, SpecError
 from bulldozer.kv import KvClient
 from bulldozer.kv.types import State
 from bulldozer.load.runner import run_job
@@ -84,9 +84,10 @@ def _write(frame: Any, **options: str) -> None:
 
 
 def _live(dal: KvClient, alias: str) -> str | None:
+    """The version ``alias`` points at; None when it points nowhere yet."""
     try:
         return dal.get_alias(alias).namespace
-    except Exception:
+    except AliasNotFoundError:
         return None
 
 
