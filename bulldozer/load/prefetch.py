@@ -5,14 +5,16 @@ sending instead of alternating with them.
 The consumer gets the items in order; an error raised while reading is raised in the
 consumer when it reaches that point; a consumer that stops early (an error of its own)
 makes the reader stop and close its source on the reader's thread (a generator's
-``finally``, e.g. closing a DuckDB connection, runs where the generator ran).
+``finally``, e.g. closing a DuckDB connection, runs where the generator ran). A reader
+waiting inside its source for the next item (a query computing for hours before its first
+batch) is stopped by the ``interrupt`` the caller gives, else waited for.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any, TypeVar
 
@@ -29,9 +31,13 @@ class _Failed:
 
 
 @contextmanager
-def read_ahead(source: Iterable[T], depth: int, name: str = "read-ahead") -> Iterator[Iterator[T]]:
+def read_ahead(
+    source: Iterable[T], depth: int, name: str = "read-ahead", interrupt: Callable[[], None] | None = None
+) -> Iterator[Iterator[T]]:
     """``source``'s items, read on a daemon thread at most ``depth`` ahead of the consumer.
-    ``depth <= 0`` iterates ``source`` in the caller's thread (no thread, no buffering)."""
+    ``depth <= 0`` iterates ``source`` in the caller's thread (no thread, no buffering).
+    ``interrupt`` makes ``source`` stop waiting for its next item, from another thread: it is
+    called until the reader has ended, once the consumer has gone."""
     if depth <= 0:
         yield iter(source)
         return
@@ -79,6 +85,8 @@ def read_ahead(source: Iterable[T], depth: int, name: str = "read-ahead") -> Ite
         stop.set()
         # unblock a reader waiting on a full queue, then let it close its source
         while thread.is_alive():
+            if interrupt is not None:
+                interrupt()
             with suppress(queue.Empty):
                 slots.get(timeout=0.05)
             thread.join(timeout=0.05)

@@ -47,7 +47,7 @@ from bulldozer.warehouse.files import checked_tasks, unreadable
 if TYPE_CHECKING:
     from bulldozer.spec.loader import LoadedSpec
 
-__all__ = ["SqlSource", "build_sql_source", "open_reader", "quote", "sandboxed_connection"]
+__all__ = ["QueryReader", "SqlSource", "build_sql_source", "quote", "sandboxed_connection"]
 
 BATCH_ROWS = 65_536
 
@@ -184,21 +184,57 @@ def _connect(source: SqlSource, empty: bool = False, failures: list[LoadError] |
     return con
 
 
-def open_reader(
-    source: SqlSource, columns: list[str] | None = None, batch_rows: int = BATCH_ROWS
-) -> Iterator[pa.RecordBatch]:
-    """Stream the source's rows (optionally only ``columns``) as record batches."""
-    failures: list[LoadError] = []
-    con = _connect(source, failures=failures)
-    sql = source.sql
-    if columns is not None:
-        sql = f"SELECT {', '.join(quote(c) for c in columns)} FROM ({_nested(sql)})"
-    try:
-        with _bounded(failures):
-            reader = con.sql(sql).to_arrow_reader(batch_rows)
-            yield from reader
-    finally:
-        con.close()
+class QueryReader:
+    """A query's rows as record batches: the source's query (optionally only ``columns``),
+    or ``sql`` over the source's tables, run when first iterated.
+
+    DuckDB runs it on a thread of its own (``read_ahead``), whoever iterates, and
+    ``interrupt`` stops it from any thread. In the main thread DuckDB turned a signal into
+    its own ``RuntimeError: Query interrupted`` (a SIGTERM the scheduler sent failed the run
+    as a query error, the termination lost); on another thread, one waiting for the next
+    batch (an aggregate over a huge input may compute for hours before its first) never saw
+    its consumer go, so a run told to stop waited for it."""
+
+    def __init__(
+        self,
+        source: SqlSource,
+        columns: list[str] | None = None,
+        batch_rows: int = BATCH_ROWS,
+        sql: str | None = None,
+    ) -> None:
+        if sql is None:
+            sql = source.sql
+            if columns is not None:
+                sql = f"SELECT {', '.join(quote(c) for c in columns)} FROM ({_nested(sql)})"
+        self._source, self._sql, self._batch_rows = source, sql, batch_rows
+        self._con: Any = None
+        self._interrupted = False
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        from bulldozer.load.prefetch import read_ahead
+
+        with read_ahead(self._batches(), 1, "query", self.interrupt) as batches:
+            yield from batches
+
+    def _batches(self) -> Iterator[pa.RecordBatch]:
+        failures: list[LoadError] = []
+        con = self._con = _connect(self._source, failures=failures)
+        try:
+            if self._interrupted:  # told to stop before the query began
+                return
+            with _bounded(failures):
+                yield from con.sql(self._sql).to_arrow_reader(self._batch_rows)
+        finally:
+            self._con = None
+            con.close()
+
+    def interrupt(self) -> None:
+        """Stop the query, now or as soon as it runs (an error where it is iterated)."""
+        self._interrupted = True
+        con = self._con
+        if con is not None:
+            with contextlib.suppress(duckdb_module().Error):  # closed meanwhile: nothing runs
+                con.interrupt()
 
 
 @contextlib.contextmanager
@@ -245,15 +281,9 @@ def check_ties(source: SqlSource, base_sql: str, keys: list[str], order_by: str)
         f"SELECT {k} FROM (SELECT {k}, {o}, max({o}) OVER (PARTITION BY {k}) AS __m FROM ({_nested(base_sql)})) "
         f"WHERE {o} IS NOT DISTINCT FROM __m GROUP BY {k} HAVING count(*) > 1 LIMIT 3"
     )
-    failures: list[LoadError] = []
-    con = _connect(source, failures=failures)
-    try:
-        with _bounded(failures):
-            ties = con.sql(sql).fetchall()
-    finally:
-        con.close()
+    ties = [row for batch in QueryReader(source, sql=sql) for row in batch.to_pylist()]
     if ties:
-        shown = ", ".join(str(dict(zip(keys, row, strict=True))) for row in ties)
+        shown = ", ".join(str(row) for row in ties)
         raise DuplicateKeyError(
             f"duplicate_keys keep_latest: rows with the same key tie on {order_by!r} (the latest is ambiguous), "
             f"e.g. {shown}"

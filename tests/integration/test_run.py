@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -683,6 +684,63 @@ def test_a_terminated_run_stops_cleanly_and_the_next_run_succeeds(tmp_path: Path
     again = _cli([*job[:-1], "--json"], home)
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["rows"] == 30_000
+
+
+#: a query that computes for hours before its first row: every row of the table with every
+#: number up to 10^11, counted per user
+_ENDLESS_QUERY = (
+    "SELECT s.user_id, count(*) AS n FROM sample.user_item_scores s, range(100000000000) r GROUP BY s.user_id"
+)
+
+
+@pytest.mark.parametrize(
+    ("duplicate_keys", "stage"),
+    [("fail", "load"), ("{policy: keep_latest, order_by: n}", "schema")],
+    ids=["reading-its-rows", "checking-keep-latest-ties"],
+)
+def test_a_run_whose_query_computes_for_hours_stops_when_terminated(
+    tmp_path: Path, duplicate_keys: str, stage: str
+) -> None:
+    """SIGTERM while DuckDB computes a query's first rows: on the load's reader thread the
+    run waited for the query (hours), and in the main thread (keep_latest's tie check before
+    the load) DuckDB made the signal its own "RuntimeError: Query interrupted", a failed run
+    and exit 1. Both now stop as any terminated run does, at once."""
+    home = tmp_path / "h"
+    create_sample_warehouse(home, rows=1_000)
+    job = tmp_path / "endless.yaml"
+    job.write_text(
+        "apiVersion: bulldozer/v1\nkind: MoveDataToKvDal\nmetadata: {name: endless, owner: a@example.com}\n"
+        f"data_movement:\n  catalog: {{name: lake}}\n  source: {{query: '{_ENDLESS_QUERY}'}}\n"
+        f"  key_columns: [user_id]\n  duplicate_keys: {duplicate_keys}\n"
+        "key_value_dal: {alias: endless}\nbulldozer_protobuf: {package: endless, key_message: K, value_message: V}\n"
+    )
+    run = subprocess.Popen(
+        [sys.executable, "-m", "bulldozer.cli.main", "run", str(job)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "BULLDOZER_HOME": str(home)},
+        cwd=REPO,
+    )
+    try:
+        assert run.stderr is not None
+        lines = []
+        while not lines or lines[-1] != f"· {stage}":
+            line = run.stderr.readline()
+            assert line, lines
+            lines.append(line.strip())
+        time.sleep(2)  # the query is computing
+        run.send_signal(signal.SIGTERM)
+        _, rest = run.communicate(timeout=30)
+    finally:
+        run.kill()
+    assert run.returncode == 143, rest
+    assert rest.strip().splitlines() == ["error: terminated"]
+    records = json.loads(_cli(["runs", "endless", "--json"], home).stdout)
+    if stage == "load":  # stopped before it made a version, keep_latest's run recorded nothing
+        (record,) = records
+        assert record["state"] == "FAILED" and "SIGTERM" in record["error"], record
+    else:
+        assert records == []
 
 
 def test_resume_refuses_a_version_that_is_not_loading(tmp_path: Path) -> None:

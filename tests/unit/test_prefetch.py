@@ -89,3 +89,25 @@ def test_depth_zero_reads_in_the_callers_thread() -> None:
     with read_ahead(source(), 0) as items:
         assert list(items) == [1]
     assert where == [threading.current_thread().name]
+
+
+def test_a_reader_waiting_inside_its_source_is_interrupted_when_the_consumer_stops() -> None:
+    """A source blocked on its next item (a query computing its first rows) ends only when
+    told to: the consumer's exit calls ``interrupt`` until the reader has ended."""
+    told = threading.Event()
+    closed = threading.Event()
+
+    def source() -> Iterator[int]:
+        try:
+            yield 1
+            if not told.wait(timeout=60):  # the next item takes "hours"
+                raise AssertionError("never interrupted")
+            raise RuntimeError("interrupted")
+        finally:
+            closed.set()
+
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="the consumer's own"), read_ahead(source(), 2, interrupt=told.set) as items:
+        assert next(items) == 1
+        raise ValueError("the consumer's own error")
+    assert closed.is_set() and time.monotonic() - started < 10

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -137,7 +137,7 @@ def task_batches(table: Any, scan: Any, task: Any, next_location: str | None = N
     return SplitReader.of(table, scan).batches(task, next_location)
 
 
-def _split_stream(splits: list[tuple[str, Iterator[pa.RecordBatch]]]) -> Iterator[tuple[str, pa.RecordBatch | None]]:
+def _split_stream(splits: list[tuple[str, Iterable[pa.RecordBatch]]]) -> Iterator[tuple[str, pa.RecordBatch | None]]:
     """(split id, batch) for every batch of every split, then (split id, None) once the
     split's last batch has been read."""
     for sid, batches in splits:
@@ -145,6 +145,17 @@ def _split_stream(splits: list[tuple[str, Iterator[pa.RecordBatch]]]) -> Iterato
             if batch.num_rows:
                 yield sid, batch
         yield sid, None
+
+
+def _interrupter(splits: list[tuple[str, Iterable[pa.RecordBatch]]]) -> Callable[[], None]:
+    """What stops the splits' queries (a QueryReader's ``interrupt``) when the load ends early."""
+    stops = [stop for _sid, batches in splits if (stop := getattr(batches, "interrupt", None)) is not None]
+
+    def interrupt() -> None:
+        for stop in stops:
+            stop()
+
+    return interrupt
 
 
 def _record_split(acknowledged: Callable[[], None], on_split: SplitDone, split: SplitResult) -> None:
@@ -166,13 +177,13 @@ class LocalEngine(LoadEngine):
     name = "local"
     runs_sql = True
 
-    def _splits(self, plan: LoadPlan, columns: list[str]) -> list[tuple[str, int, Iterator[pa.RecordBatch]]]:
+    def _splits(self, plan: LoadPlan, columns: list[str]) -> list[tuple[str, int, Iterable[pa.RecordBatch]]]:
         """(split id, rows expected, lazy batches) for each split of the source; the scan is
         planned once, and a split's file is only read when its batches are iterated."""
         if plan.sql is not None:
-            from bulldozer.load.source import open_reader
+            from bulldozer.load.source import QueryReader
 
-            return [("sql", 0, open_reader(plan.sql, columns))]
+            return [("sql", 0, QueryReader(plan.sql, columns))]
         scan = _scan(plan, columns)
         return [
             (split_id(task), task.file.record_count, task_batches(plan.table, scan, task, then))
@@ -200,7 +211,7 @@ class LocalEngine(LoadEngine):
             split: SplitResult | None = None
             recorded: list[Future[None]] = []
             with (
-                read_ahead(_split_stream(todo), READ_AHEAD, "source-reader") as stream,
+                read_ahead(_split_stream(todo), READ_AHEAD, "source-reader", _interrupter(todo)) as stream,
                 ThreadPoolExecutor(1, thread_name_prefix="split-ledger") as ledger,
             ):
                 for sid, batch in stream:
