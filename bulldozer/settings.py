@@ -15,10 +15,11 @@ import os
 import re
 import sys
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ByteSize, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ByteSize, ConfigDict, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from bulldozer.errors import InvalidArgumentError
@@ -91,6 +92,18 @@ def _variable_patterns(value: str) -> str:
         if not _VARIABLE_PATTERN.fullmatch(entry):
             raise ValueError(f"{entry!r} is not a variable name or a pattern of names (e.g. DAL_HOST, DAL_*)")
     return value
+
+
+def _time_limit(value: object) -> timedelta | None:
+    """``run_timeout``: a duration as a spec writes one (``2h``, ``45m``, seconds), above 0 s."""
+    from bulldozer.spec.models import parse_duration
+
+    if value is None:
+        return None
+    limit = parse_duration(value)
+    if not limit:
+        raise ValueError("a time limit must be longer than 0 s")
+    return limit
 
 
 class Settings(BaseSettings):
@@ -170,6 +183,11 @@ class Settings(BaseSettings):
     #: cross join), so without it one spec's version can grow until the shared store is full;
     #: a query past it fails its run in one line (``bulldozer.load.engines.local``).
     query_output: ByteSize | None = None
+    #: The longest a run may take (``2h``, ``45m``, seconds): past it the run is stopped and its
+    #: version marked FAILED; under the scheduler, the longest each stage may take. A spec may
+    #: ask for less (``metadata.timeout``), never more; unset, no limit but the spec's
+    #: (``bulldozer.spec.policy.time_limit``).
+    run_timeout: Annotated[timedelta | None, BeforeValidator(_time_limit)] = None
     #: Where a table's data and delete files may live besides under the table's location:
     #: comma-separated URI prefixes (``s3://lake/legacy/``, ``/mnt/hive``), or ``*`` for
     #: anywhere; none by default (``bulldozer.warehouse.files``).

@@ -18,6 +18,11 @@ an Airflow worker) leave the interpreter as they found it.
   marked failed). The command unwinds as from Ctrl-C, raising ``Terminated`` in the main
   thread: its run is recorded as failed, its DAL and data plane are stopped, its temporary
   files removed, and it exits 143 with one line. A second SIGTERM ends it at once.
+- The time limit (``TimeLimit``): a run whose spec or operator sets one (``metadata.timeout``,
+  ``BULLDOZER_RUN_TIMEOUT``) gets SIGALRM when it passes, which raises ``TimeLimitExceeded``
+  in the main thread: the run unwinds as from SIGTERM (recorded as failed, its DAL stopped,
+  its files removed) and exits 1 with one line saying which limit it passed. Airflow applies
+  the same limit to each stage task (its ``execution_timeout``), in the same way.
 - Lazy imports: pandas is kept out of a local run (``without_pandas``), and modules that
   build large tables when imported but that most commands never use are executed only when
   first used (``DEFERRED``, applied by ``claim``): pyiceberg's table module imports its
@@ -85,6 +90,8 @@ __all__ = [
     "DEFERRED_MODELS",
     "RUN_MODULES",
     "Terminated",
+    "TimeLimit",
+    "TimeLimitExceeded",
     "before_imports",
     "build_deferred_models",
     "claim",
@@ -347,9 +354,48 @@ class Terminated(KeyboardInterrupt):
     command unwinds as from Ctrl-C."""
 
 
+class TimeLimitExceeded(KeyboardInterrupt):
+    """The command's time limit passed (``TimeLimit``): raised in its main thread, so the
+    command unwinds as from Ctrl-C, then fails."""
+
+
 def interruption(exc: KeyboardInterrupt) -> tuple[str, int]:
-    """The one line and the exit code of a command stopped by ``exc`` (SIGINT or SIGTERM)."""
+    """The one line and the exit code of a command stopped by ``exc`` (SIGINT, SIGTERM or its
+    time limit)."""
+    if isinstance(exc, TimeLimitExceeded):
+        return str(exc), 1
     return ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
+
+
+class TimeLimit:
+    """``with TimeLimit(seconds, message)``: raise ``TimeLimitExceeded(message)`` in the main
+    thread once ``seconds`` have passed in the block (SIGALRM), in a command-line process
+    (``claim``); a command invoked in-process (an Airflow task: its ``execution_timeout``)
+    leaves the process's alarm to its host. (A class: this module imports no contextlib.)"""
+
+    def __init__(self, seconds: float | None, message: str) -> None:
+        self.seconds, self.message = seconds, message
+        self.previous: Any = None
+        self.armed = False
+
+    def __enter__(self) -> None:
+        if self.seconds is None or not _owned:
+            return
+        try:
+            self.previous = signal.signal(signal.SIGALRM, self._expired)
+        except ValueError:  # not the main thread: no signal reaches this block
+            return
+        self.armed = True
+        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)
+            self.armed = False
+
+    def _expired(self, signum: int, frame: object) -> None:
+        raise TimeLimitExceeded(self.message)
 
 
 def _terminate(signum: int, frame: object) -> None:

@@ -125,7 +125,7 @@ def run(
         loaded = load_spec(spec)
         if engine is EngineChoice.local:
             process.without_pandas()
-        with connect_for_spec(loaded, home, endpoint) as client:
+        with _time_limit(loaded, stage), connect_for_spec(loaded, home, endpoint) as client:
             store = client.store
             # An embedded DAL starts now, on the other core, while this process imports the
             # load engine and reads the catalog; the first call to it waits until it is up.
@@ -167,6 +167,21 @@ def run(
             )
         )
         raise typer.Exit(RetentionError.exit_code if record.retention_error else 0) from None
+
+
+def _time_limit(loaded: LoadedSpec, stage: str | None) -> process.TimeLimit:
+    """The run's (or with ``--stage``, the stage's) time limit, which stops it once passed."""
+    from bulldozer.spec.models import format_duration
+    from bulldozer.spec.policy import time_limit
+
+    limit = time_limit(loaded)
+    if limit is None:
+        return process.TimeLimit(None, "")
+    duration, where = limit
+    what = f"the {stage} stage" if stage else "the run"
+    return process.TimeLimit(
+        duration.total_seconds(), f"{what} took longer than its time limit, {format_duration(duration)} ({where})"
+    )
 
 
 def _say_outcome(record: RunRecord, store: str, client: Any, as_json: bool, quiet: bool) -> None:

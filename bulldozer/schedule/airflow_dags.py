@@ -1,14 +1,15 @@
 """One Airflow DAG per spec in the specs folder, one task per stage of the run.
 
 ``build_dags()`` is what the thin loader in ``dags/`` calls. Each DAG has the spec's
-schedule, owner, tags and retries, and the tasks validate → schema → load → verify →
-flip → retention, each a Python task calling :func:`bulldozer.load.runner.run_stage`
-with the DAG run's id as the run key: a retried load resumes the version its first
-attempt created, later stages find that version by the key, and a retried flip is a
-no-op. Only transient failures are retried: one that trying again cannot change (an
-invalid spec, a breaking schema change, duplicate keys, a refused gate: errors whose
-``retryable`` is False) fails the task at once (``AirflowFailException``). Spark loads run
-from the Python task through the load engine (no Spark provider).
+schedule, owner, tags, retries and time limit (each stage task's ``execution_timeout``),
+and the tasks validate → schema → load → verify → flip → retention, each a Python task
+calling :func:`bulldozer.load.runner.run_stage` with the DAG run's id as the run key: a
+retried load resumes the version its first attempt created, later stages find that
+version by the key, and a retried flip is a no-op. Only transient failures are retried:
+one that trying again cannot change (an invalid spec, a breaking schema change, duplicate
+keys, a refused gate: errors whose ``retryable`` is False) fails the task at once
+(``AirflowFailException``). Spark loads run from the Python task through the load engine
+(no Spark provider).
 
 A spec that does not validate never breaks the others: it is logged, and shows up as a
 DAG ``bulldozer_invalid__<file>`` whose one task fails with the validation errors (so it
@@ -23,7 +24,7 @@ import logging
 import os
 import re
 from collections.abc import Container
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -33,6 +34,7 @@ from bulldozer.load.runner import STAGES
 from bulldozer.schedule.jobs import find_specs, specs_folder
 from bulldozer.settings import load_settings
 from bulldozer.spec.loader import LoadedSpec, load_spec
+from bulldozer.spec.policy import time_limit
 
 __all__ = ["INVALID_PREFIX", "alias_asset_uri", "build_dags", "bulldozer_task_group", "run_stage_task"]
 
@@ -118,6 +120,7 @@ def _dag_for(path: Path, loaded: LoadedSpec) -> Any:
     from airflow.sdk import DAG
 
     meta = loaded.spec.metadata
+    limit = time_limit(loaded)  # a spec asking for more than the operator allows: an invalid DAG, made instead
     dag = DAG(
         dag_id=meta.name,
         description=meta.description or f"Bulldozer: {path.name} → alias {loaded.spec.alias}",
@@ -132,19 +135,22 @@ def _dag_for(path: Path, loaded: LoadedSpec) -> Any:
         doc_md=f"Loads `{path}` into alias `{loaded.spec.alias}` (stages: {' → '.join(STAGES)}).",
     )
     with dag:
-        _stage_tasks(path, loaded)
+        _stage_tasks(path, loaded, limit)
     return dag
 
 
-def _stage_tasks(path: Path, loaded: LoadedSpec) -> tuple[Any, Any]:
+def _stage_tasks(path: Path, loaded: LoadedSpec, limit: tuple[timedelta, str] | None) -> tuple[Any, Any]:
     """The job's stage tasks, chained, in the DAG (or task group) being defined: the load
-    reads the table's Asset, the flip updates the alias's. The first and the last task."""
+    reads the table's Asset, the flip updates the alias's; each is stopped past ``limit``
+    (``time_limit``). The first and the last task."""
     from airflow.sdk import Asset
 
     table = table_asset_uri(loaded)
     tasks: list[Any] = []
     for stage in STAGES:
         extra: dict[str, Any] = {}
+        if limit is not None:  # Airflow stops a task past it (SIGALRM), as the CLI stops a run
+            extra["execution_timeout"] = limit[0]
         if stage == "load" and table is not None:
             extra["inlets"] = [Asset(table)]
         if stage == "flip":
@@ -198,8 +204,9 @@ def bulldozer_task_group(spec_file: str | os.PathLike[str], group_id: str | None
 
     path = Path(spec_file).absolute()
     loaded = load_spec(path)
+    limit = time_limit(loaded)
     with TaskGroup(group_id=group_id or loaded.spec.metadata.name) as group:
-        _stage_tasks(path, loaded)
+        _stage_tasks(path, loaded, limit)
     return group
 
 

@@ -50,6 +50,7 @@ __all__ = [
     "ShadowRead",
     "Source",
     "WriteTuning",
+    "format_duration",
     "parse_duration",
 ]
 
@@ -181,6 +182,9 @@ _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 MAX_DURATION = timedelta(days=366)
 
 
+_SECONDS_RE = re.compile(r"[0-9]+(\.[0-9]+)?")
+
+
 def parse_duration(value: object) -> timedelta:
     """``90s``, ``15m``, ``24h``, ``7d``, ``1w``, combinations like ``1h30m``, or seconds;
     at most ``MAX_DURATION``."""
@@ -194,6 +198,8 @@ def parse_duration(value: object) -> timedelta:
         return _bounded(value)
     if isinstance(value, str):
         text = value.strip()
+        if _SECONDS_RE.fullmatch(text):  # a number of seconds, as an environment variable writes one
+            return _bounded(float(text))
         pos, total = 0, 0.0
         for m in _DURATION_RE.finditer(text):
             if m.start() != pos:
@@ -215,6 +221,28 @@ def _bounded(seconds: float) -> timedelta:
 
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+
+def format_duration(value: timedelta) -> str:
+    """``value`` as a spec writes it (``parse_duration`` reads it back): ``2h``, ``1h30m``,
+    ``45s``, ``250ms`` (to the millisecond)."""
+    rest = round(value.total_seconds() * 1000)
+    parts = []
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)):
+        if rest >= size:
+            parts.append(f"{rest // size}{unit}")
+            rest %= size
+    return "".join(parts) or "0s"
+
+
+def _positive(value: timedelta) -> timedelta:
+    if not value:
+        raise _error("a time limit must be longer than 0 s")
+    return value
+
+
+#: a time limit: a duration longer than 0 s
+TimeLimit = Annotated[timedelta, BeforeValidator(parse_duration), AfterValidator(_positive)]
 
 
 def _check_schedule(value: str | None) -> str | None:
@@ -338,6 +366,12 @@ class Metadata(BaseModel):
     tags: Annotated[tuple[Annotated[str, Field(min_length=1, max_length=64)], ...], ListOf] = ()
     retries: int = Field(default=2, ge=0, le=20, description="Times the scheduler retries a failed stage.")
     retry_delay: Duration = Field(default=timedelta(minutes=5), description="Wait before a retry, e.g. 5m.")
+    timeout: TimeLimit | None = Field(
+        default=None,
+        description="The longest a run may take, e.g. 2h: past it the run is stopped and its version marked "
+        "FAILED (the alias stays where it was); under the scheduler, the longest each stage may take. At most "
+        "the operator's BULLDOZER_RUN_TIMEOUT, which applies when this is unset.",
+    )
 
 
 # ------------------------------------------------------------------ data_movement

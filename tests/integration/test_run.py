@@ -693,6 +693,19 @@ _ENDLESS_QUERY = (
 )
 
 
+def _endless_job(tmp_path: Path, home: Path, duplicate_keys: str = "fail", metadata: str = "") -> Path:
+    """A spec whose query computes for hours before its first row, over a sample warehouse."""
+    create_sample_warehouse(home, rows=1_000)
+    job = tmp_path / "endless.yaml"
+    job.write_text(
+        f"apiVersion: bulldozer/v1\nkind: MoveDataToKvDal\nmetadata: {{name: endless, owner: a@example.com{metadata}}}\n"
+        f"data_movement:\n  catalog: {{name: lake}}\n  source: {{query: '{_ENDLESS_QUERY}'}}\n"
+        f"  key_columns: [user_id]\n  duplicate_keys: {duplicate_keys}\n"
+        "key_value_dal: {alias: endless}\nbulldozer_protobuf: {package: endless, key_message: K, value_message: V}\n"
+    )
+    return job
+
+
 @pytest.mark.parametrize(
     ("duplicate_keys", "stage"),
     [("fail", "load"), ("{policy: keep_latest, order_by: n}", "schema")],
@@ -706,14 +719,7 @@ def test_a_run_whose_query_computes_for_hours_stops_when_terminated(
     the load) DuckDB made the signal its own "RuntimeError: Query interrupted", a failed run
     and exit 1. Both now stop as any terminated run does, at once."""
     home = tmp_path / "h"
-    create_sample_warehouse(home, rows=1_000)
-    job = tmp_path / "endless.yaml"
-    job.write_text(
-        "apiVersion: bulldozer/v1\nkind: MoveDataToKvDal\nmetadata: {name: endless, owner: a@example.com}\n"
-        f"data_movement:\n  catalog: {{name: lake}}\n  source: {{query: '{_ENDLESS_QUERY}'}}\n"
-        f"  key_columns: [user_id]\n  duplicate_keys: {duplicate_keys}\n"
-        "key_value_dal: {alias: endless}\nbulldozer_protobuf: {package: endless, key_message: K, value_message: V}\n"
-    )
+    job = _endless_job(tmp_path, home, duplicate_keys)
     run = subprocess.Popen(
         [sys.executable, "-m", "bulldozer.cli.main", "run", str(job)],
         stderr=subprocess.PIPE,
@@ -741,6 +747,50 @@ def test_a_run_whose_query_computes_for_hours_stops_when_terminated(
         assert record["state"] == "FAILED" and "SIGTERM" in record["error"], record
     else:
         assert records == []
+
+
+@pytest.mark.parametrize(
+    ("metadata", "env", "limit"),
+    [
+        (", timeout: 4s", {}, "4s (metadata.timeout)"),
+        ("", {"BULLDOZER_RUN_TIMEOUT": "4"}, "4s (BULLDOZER_RUN_TIMEOUT)"),
+        (", timeout: 4s", {"BULLDOZER_RUN_TIMEOUT": "1h"}, "4s (metadata.timeout)"),
+    ],
+    ids=["the-spec-s", "the-operator-s", "the-spec-s-shorter-than-the-operator-s"],
+)
+def test_a_run_past_its_time_limit_is_stopped_and_failed(
+    tmp_path: Path, metadata: str, env: dict[str, str], limit: str
+) -> None:
+    """A spec's query that computes for hours held a scheduler's worker as long: the run
+    stops once its time limit has passed, fails its version in one line, and leaves the
+    alias where it was (and the next run runs)."""
+    home = tmp_path / "h"
+    job = _endless_job(tmp_path, home, metadata=metadata)
+    started = time.monotonic()
+    stopped = _cli(["run", str(job), "-q"], home, env=env)
+    assert stopped.returncode == 1, stopped.stderr
+    assert stopped.stderr.strip().splitlines() == [f"error: the run took longer than its time limit, {limit}"]
+    assert time.monotonic() - started < 60
+    assert _dal_processes(home / "kv") == []
+    (record,) = json.loads(_cli(["runs", "endless", "--json"], home).stdout)
+    assert record["state"] == "FAILED" and record["error"] == (
+        f"load: TimeLimitExceeded: the run took longer than its time limit, {limit}"
+    ), record
+    shown = _cli(["alias", "show", "endless"], home)
+    assert shown.returncode == 1 and "does not point at any version yet" in shown.stderr, shown.stderr
+
+
+def test_a_spec_may_not_ask_for_more_time_than_the_operator_allows(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    job = _endless_job(tmp_path, home, metadata=", timeout: 2h")
+    for command in (["validate", str(job)], ["run", str(job)]):
+        refused = _cli(command, home, env={"BULLDOZER_RUN_TIMEOUT": "1h30m"})
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stderr.strip().splitlines() == [
+            f"{job}:3:49: metadata.timeout: 2h is longer than a run may take here: at most 1h30m "
+            "(the operator's BULLDOZER_RUN_TIMEOUT)"
+        ]
+    assert json.loads(_cli(["runs", "endless", "--json"], home).stdout) == []
 
 
 def test_resume_refuses_a_version_that_is_not_loading(tmp_path: Path) -> None:

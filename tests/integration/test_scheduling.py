@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -284,6 +285,9 @@ for dag in bag.dags.values():
         "tasks": tasks, "tags": sorted(dag.tags), "owner": dag.owner,
         "retries": dag.default_args.get("retries"), "doc": dag.doc_md or "",
         "schedule": str(getattr(dag, "schedule", "")), "timezone": str(dag.timezone),
+        "timeouts": {
+            t.task_id: t.execution_timeout.total_seconds() if t.execution_timeout else None for t in dag.tasks
+        },
     }
     if dag.dag_id == "c_berlin":  # when the scheduler (serialized DAG) runs it, winter and summer
         import pendulum
@@ -372,14 +376,59 @@ def test_dag_folder_loads_good_specs_and_reports_bad_ones(airflow_home: Path, ho
     assert "not a cron expression" in next(iter(errors.values()))
 
 
-def dags_test(airflow: Path, home: Path, specs: Path) -> subprocess.CompletedProcess[str]:
+def test_each_stage_task_is_stopped_past_the_run_s_time_limit(airflow_home: Path, home: Path, tmp_path: Path) -> None:
+    """The spec's ``metadata.timeout``, else the operator's ``BULLDOZER_RUN_TIMEOUT``, is each
+    stage task's ``execution_timeout``; a spec asking for more than the operator allows is an
+    invalid DAG saying so."""
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    write_spec(specs / "user_item_scores.yaml")
+    limited = {"name: user_item_scores": "name: i_limited", "  retry_delay: 5m": "  retry_delay: 5m\n  timeout: 90m"}
+    write_spec(specs / "i_limited.yaml", **limited)
+    write_spec(specs / "j_greedy.yaml", **{**limited, "i_limited": "j_greedy", "timeout: 90m": "timeout: 4h"})
+    dags = dagbag(airflow_env(airflow_home, home, specs, BULLDOZER_RUN_TIMEOUT="3h"))["dags"]
+    assert isinstance(dags, dict)
+    assert sorted(dags) == ["bulldozer_invalid__j_greedy", "i_limited", "user_item_scores"]
+    assert set(dags["user_item_scores"]["timeouts"].values()) == {3 * 3600}
+    assert set(dags["i_limited"]["timeouts"].values()) == {90 * 60}
+    assert len(dags["i_limited"]["timeouts"]) == 6
+    assert (
+        "metadata.timeout: 4h is longer than a run may take here: at most 3h"
+        in (dags["bulldozer_invalid__j_greedy"]["doc"])
+    )
+    unlimited = dagbag(airflow_env(airflow_home, home, specs))["dags"]
+    assert isinstance(unlimited, dict)
+    assert set(unlimited["user_item_scores"]["timeouts"].values()) == {None}
+    assert set(unlimited["j_greedy"]["timeouts"].values()) == {4 * 3600}
+
+
+def dags_test(
+    airflow: Path, home: Path, specs: Path, dag_id: str = "user_item_scores"
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "airflow", "dags", "test", "user_item_scores"],
+        [sys.executable, "-m", "airflow", "dags", "test", dag_id],
         env=airflow_env(airflow, home, specs),
         capture_output=True,
         text=True,
         timeout=600,
     )
+
+
+def test_a_stage_past_the_time_limit_is_stopped_by_airflow(airflow_home: Path, tmp_path: Path) -> None:
+    """A load whose query computes for hours: Airflow's timeout (SIGALRM in the task's main
+    thread) reaches the query DuckDB runs on another thread, and the task fails at its limit."""
+    from tests.integration.test_run import _endless_job
+
+    home, specs = tmp_path / "h", tmp_path / "specs"
+    specs.mkdir()
+    job = _endless_job(tmp_path, home, metadata=", timeout: 6s, retries: 0")
+    job.rename(specs / job.name)
+    started = time.monotonic()
+    result = dags_test(airflow_home, home, specs, "endless")
+    assert "Process timed out" in result.stdout + result.stderr, result.stderr[-3000:]
+    assert time.monotonic() - started < 120
+    (record,) = json.loads(_cli(["runs", "endless", "--json"], home).stdout)
+    assert record["error"].startswith("load: AirflowTaskTimeout"), record
 
 
 def test_a_dag_run_moves_the_alias_and_a_failing_gate_fails_without_retries(

@@ -81,6 +81,30 @@ def test_a_spark_driver_memory_spark_cannot_read_is_refused(memory: str, monkeyp
         assert load_settings().spark_driver_memory == good
 
 
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("soon", "'soon' is not a duration"),
+        ("0", "a time limit must be longer than 0 s"),
+        ("0s", "a time limit must be longer than 0 s"),
+        ("400d", "a duration is at most 366 days"),
+        ("-1h", "'-1h' is not a duration"),
+    ],
+)
+def test_a_run_time_limit_is_a_duration_longer_than_nothing(
+    value: str, said: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BULLDOZER_RUN_TIMEOUT", value)
+    with pytest.raises(InvalidArgumentError, match=f"BULLDOZER_RUN_TIMEOUT: {re.escape(said)}"):
+        load_settings()
+    for good, seconds in (("2h", 7200), ("90", 90), ("1h30m", 5400), ("2.5", 2.5)):
+        monkeypatch.setenv("BULLDOZER_RUN_TIMEOUT", good)
+        limit = load_settings().run_timeout
+        assert limit is not None and limit.total_seconds() == seconds
+    monkeypatch.delenv("BULLDOZER_RUN_TIMEOUT")
+    assert load_settings().run_timeout is None
+
+
 def test_allow_list_entries_in_every_form_they_take(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BULLDOZER_TOKEN_ENDPOINTS", "a.b:7110, [::1]:80, 10.0.0.1:1")
     monkeypatch.setenv("BULLDOZER_SPEC_ENDPOINTS", "*.dal.internal:7110, dal-?.x:*, [::1]:7110, *")

@@ -125,9 +125,24 @@ def test_yaml_merge_keys_and_anchors_are_supported() -> None:
         ("1h30m", 5400),
         (30, 30),
         ("250ms", 0.25),
+        ("45", 45),  # a number of seconds, as an environment variable writes it
+        ("2.5", 2.5),
     ],
 )
 def test_durations(text: object, seconds: float) -> None:
+    assert parse_duration(text).total_seconds() == seconds
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(7200, "2h"), (5400, "1h30m"), (90, "1m30s"), (0.25, "250ms"), (90061.5, "1d1h1m1s500ms"), (0, "0s"), (45, "45s")],
+)
+def test_a_duration_is_said_as_a_spec_writes_it(seconds: float, text: str) -> None:
+    from datetime import timedelta
+
+    from bulldozer.spec.models import format_duration
+
+    assert format_duration(timedelta(seconds=seconds)) == text
     assert parse_duration(text).total_seconds() == seconds
 
 
