@@ -60,6 +60,11 @@ def start(
 
     root = _home(home)
     running = status(root)
+    if running is not None and running.get("upgraded"):
+        raise fail(
+            f"a loader already runs for {root} (pid {running['pid']}) with code older than this installation: "
+            "`bulldozer loader stop`, then start it again"
+        )
     if running is not None:
         console.print(f"a loader already runs for {root} (pid {running['pid']})")
         return
@@ -100,7 +105,9 @@ def status_cmd(
         console.print(
             f"loader pid {answer['pid']} for {root}: {answer['served']} command(s) run, {answer['running']} running; "
             f"embedded DAL {answer['dal'] or 'none (runs start their own)'}"
-        )
+            + ("; it runs code older than this installation (commands run on their own): restart it"
+               if answer.get("upgraded") else "")
+        )  # fmt: skip
     if answer is None:
         raise typer.Exit(3)
 

@@ -265,6 +265,58 @@ def test_a_run_of_another_home_is_refused_and_runs_here(home: Path, tmp_path: Pa
     assert status(home)["served"] == served  # type: ignore[index]
 
 
+def test_a_loader_older_than_the_installation_runs_nothing_more(tmp_path: Path) -> None:
+    """An upgrade while a loader runs (here: its data plane's binary rebuilt; likewise any
+    file of the package, or an installed distribution): the loader kept forking its old
+    code, imports and DAL, and a spec using what the upgrade added was refused by the run
+    that ``validate`` passed. It now refuses the command, which runs on its own, says so
+    once, and stops; ``loader status`` and ``loader start`` say it is older."""
+    import shutil
+
+    from bulldozer.kv.server.native import kvd_binary
+
+    home = tmp_path / "h"
+    create_sample_warehouse(home, rows=1_500)
+    (home / "job.yaml").write_text(TEMPLATE)
+    built = kvd_binary()
+    assert built is not None
+    kvd = tmp_path / "bulldozer-kvd"
+    shutil.copy2(built, kvd)
+    env = {"BULLDOZER_KVD": str(kvd)}
+    started = _bulldozer(home, "loader", "start", env=env)
+    assert started.returncode == 0, started.stdout + started.stderr
+    try:
+        first = _bulldozer(home, "run", str(home / "job.yaml"), "-q", env=env)
+        assert first.returncode == 0 and first.stderr == "", first.stderr
+        assert status(home)["served"] == 1  # type: ignore[index]
+        shutil.copy(built, tmp_path / "rebuilt")
+        (tmp_path / "rebuilt").replace(kvd)  # as a build replaces it
+
+        said = _bulldozer(home, "loader", "status", env=env)
+        assert said.returncode == 0 and "runs code older than this installation" in said.stdout, said.stdout
+        again = _bulldozer(home, "loader", "start", env=env)
+        assert again.returncode == 1 and "with code older than this installation" in again.stderr, again.stderr
+
+        second = _bulldozer(home, "run", str(home / "job.yaml"), "--json", "-q", env=env)
+        assert second.returncode == 0, second.stderr
+        assert json.loads(second.stdout)["rows"] == 1_500
+        assert second.stderr.strip().splitlines() == [
+            f"warning: the loader at {registry_link(home)} ran code older than this installation; it is stopping, "
+            "and this command runs on its own (bulldozer loader start starts a loader with the new code)"
+        ]
+        deadline = time.monotonic() + 15
+        while status(home) is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert status(home) is None
+        renewed = _bulldozer(home, "loader", "start", env=env)
+        assert renewed.returncode == 0, renewed.stdout + renewed.stderr
+        third = _bulldozer(home, "run", str(home / "job.yaml"), "-q", env=env)
+        assert third.returncode == 0 and third.stderr == "", third.stderr
+        assert status(home)["served"] == 1  # type: ignore[index]
+    finally:
+        _bulldozer(home, "loader", "stop", env=env)
+
+
 def test_a_registry_others_may_enter_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A registry folder someone else could have made or written into is ignored: the
     caller's environment (its secrets) goes to no socket found there."""

@@ -146,8 +146,14 @@ def _follow(sock: socket.socket, path: str) -> int | None:
         first = None
     if first is not None and "exit" in first:
         return int(first["exit"])  # the command died before it could say its pid
+    if first is not None and first.get("refused") == "upgraded":
+        print(
+            f"warning: the loader at {path} ran code older than this installation; it is stopping, and this "
+            "command runs on its own (bulldozer loader start starts a loader with the new code)",
+            file=sys.stderr,
+        )
     if first is None or "pid" not in first:
-        return None  # refused (not its home, or stopping), or gone before it forked: nothing ran
+        return None  # refused (not its home, stopping, upgraded), or gone before it forked: nothing ran
     sock.settimeout(None)
     child = int(first["pid"])
 

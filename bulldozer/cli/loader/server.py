@@ -98,6 +98,7 @@ class _State:
     wake: socket.socket
     dal: Any = None  # the warm embedded DAL (bulldozer.kv.connect.EmbeddedDal) or None
     children: dict[int, _Child] = field(default_factory=dict)
+    code: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # ``code_stamp`` when it started
     served: int = 0
     started: float = field(default_factory=time.time)
     stopping: bool = False
@@ -119,6 +120,44 @@ def preload() -> float:
 
     run_record_adapter()  # a run reads its live version's record: 20 ms of a warm delta's 0.22 s
     return time.perf_counter() - began
+
+
+def code_stamp() -> dict[str, tuple[int, int, int]]:
+    """What a command would run: every file of the bulldozer package (bytecode caches aside)
+    and the native data plane's binary, by (inode, modification time, size), and the
+    installed distributions (their ``.dist-info`` names hold their versions). A loader runs
+    the code it imported when it started; once an upgrade (``pip install``, ``git pull``
+    and the bootstrap, a rebuilt data plane) has changed any of it, a command it forked
+    would run the old code, and import the rest from the new (≈ 1 ms a command here: 334
+    entries, 0.4 % of a warm delta run)."""
+    import sysconfig
+
+    import bulldozer
+    from bulldozer.kv.server.native import kvd_binary
+
+    stamp: dict[str, tuple[int, int, int]] = {}
+    folders = [os.path.dirname(bulldozer.__file__)]
+    while folders:
+        with os.scandir(folders.pop()) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    if entry.name != "__pycache__":
+                        folders.append(entry.path)
+                    continue
+                with contextlib.suppress(OSError):  # gone meanwhile: missing from the stamp
+                    st = entry.stat()
+                    stamp[entry.path] = (st.st_ino, st.st_mtime_ns, st.st_size)
+    kvd = kvd_binary()
+    if kvd is not None:
+        with contextlib.suppress(OSError):
+            st = kvd.stat()
+            stamp[str(kvd)] = (st.st_ino, st.st_mtime_ns, st.st_size)
+    for library in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}:
+        with contextlib.suppress(OSError):
+            for name in os.listdir(library):
+                if name.endswith(".dist-info"):
+                    stamp[os.path.join(library, name)] = (0, 0, 0)
+    return stamp
 
 
 def _listen(path: Path) -> socket.socket:
@@ -156,7 +195,7 @@ def serve(home: Path, warm_dal: bool = True) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)  # handled in the loop, through the wakeup fd
     selector = selectors.DefaultSelector()
-    state = _State(home, listener, selector, wake_r)
+    state = _State(home, listener, selector, wake_r, code=code_stamp())
     selector.register(listener, selectors.EVENT_READ, "accept")
     selector.register(wake_r, selectors.EVENT_READ, "signal")
     (folder / "loader.pid").write_text(str(os.getpid()))
@@ -267,12 +306,17 @@ def _loop(state: _State, stack: contextlib.ExitStack) -> None:
             elif key.data == "signal":
                 with contextlib.suppress(BlockingIOError):
                     state.wake.recv(64)
-                if not state.stopping:
-                    log.info("loader stopping: no new commands; waiting for %d running", len(state.children))
-                    state.stopping = True
-                    state.selector.unregister(state.listener)
+                _stop(state)
             else:
                 _reap(state, key.data)
+
+
+def _stop(state: _State) -> None:
+    """Take no new commands, and end once the running ones have."""
+    if not state.stopping:
+        log.info("loader stopping: no new commands; waiting for %d running", len(state.children))
+        state.stopping = True
+        state.selector.unregister(state.listener)
 
 
 def _reply(conn: socket.socket, message: dict[str, Any]) -> None:
@@ -316,7 +360,7 @@ def _handle(state: _State, conn: socket.socket, stack: contextlib.ExitStack) -> 
         return
     if request.get("op") == "status":
         _reply(conn, {"pid": os.getpid(), "home": str(state.home), "running": len(state.children),
-                      "served": state.served, "since": state.started,
+                      "served": state.served, "since": state.started, "upgraded": code_stamp() != state.code,
                       "dal": state.dal.address if state.dal is not None else None})  # fmt: skip
         conn.close()
         return
@@ -325,6 +369,14 @@ def _handle(state: _State, conn: socket.socket, stack: contextlib.ExitStack) -> 
             os.close(fd)
         _reply(conn, {"refused": "stopping" if state.stopping else "not this loader's home"})
         conn.close()
+        return
+    if code_stamp() != state.code:  # an upgrade since it started: its children would run old code
+        for fd in fds:
+            os.close(fd)
+        log.warning("the installed code changed since the loader started: it stops, and commands run on their own")
+        _reply(conn, {"refused": "upgraded"})
+        conn.close()
+        _stop(state)
         return
     if state.dal is not None and state.dal.proc.poll() is not None:
         log.warning("the warm embedded DAL exited (code %s); starting another", state.dal.proc.returncode)
