@@ -180,18 +180,17 @@ class JobRun:
 
     def prepare_engine(self) -> None:
         """Have the engine start what its load needs while the schema and create stages run
-        (``LoadEngine.prepare``): for full runs only (a delta run does not use the engine)."""
+        (``LoadEngine.prepare``): for full runs only (a delta run does not use the engine),
+        and not for a run refused outright (``refuse_outright``: Spark's driver started for
+        nothing, and its folder was removed under it as the command ended)."""
+        self.refuse_outright()
         if self.spec.data_movement.mode == "full":
             self.load_engine.prepare(self.spec, self.home)
 
-    # -- the stages -------------------------------------------------------------
-
-    def schema(self) -> JobSchema:
-        """Read the source's schema at one snapshot and check the new one against the live version's."""
-        from bulldozer.schema.table_check import require_columns, require_filter
-
-        spec, record = self.spec, self.record
-        dm = spec.data_movement
+    def refuse_outright(self) -> None:
+        """What the spec and the engine alone refuse, before anything is read: a catalog the
+        operator does not allow, a setting the engine does not use, a source it cannot run."""
+        spec, dm = self.spec, self.spec.data_movement
         refused = catalog_issues(self.loaded)
         if refused:
             raise SpecError(refused)
@@ -205,11 +204,21 @@ class JobRun:
                     )
                 ]
             )
+        if (dm.source.query is not None or dm.duplicate_keys.policy == "keep_latest") and not self.load_engine.runs_sql:
+            raise CatalogError(
+                f"query sources and duplicate_keys keep_latest need --engine local (not {self.load_engine.name})"
+            )
+
+    # -- the stages -------------------------------------------------------------
+
+    def schema(self) -> JobSchema:
+        """Read the source's schema at one snapshot and check the new one against the live version's."""
+        from bulldozer.schema.table_check import require_columns, require_filter
+
+        spec, record = self.spec, self.record
+        dm = spec.data_movement
+        self.refuse_outright()
         if dm.source.query is not None or dm.duplicate_keys.policy == "keep_latest":
-            if not self.load_engine.runs_sql:
-                raise CatalogError(
-                    f"query sources and duplicate_keys keep_latest need --engine local (not {self.load_engine.name})"
-                )
             from bulldozer.load.source import build_sql_source
 
             self.sql_source = build_sql_source(self.loaded, open_catalog(dm.catalog, self.home), schema_at)
@@ -773,8 +782,8 @@ def run_job(
     )
     stage = run.stage
     try:
-        run.prepare_engine()
         with stage("schema"):
+            run.prepare_engine()  # in the background, once the spec is not refused outright
             run.schema()
         run.lineage_start()
         with stage("create"):
@@ -890,9 +899,9 @@ def _run_one_stage(
         return run.record
     if stage_name in ("schema", "load"):
         try:
-            if stage_name == "load":
-                run.prepare_engine()
             with stage("schema"):
+                if stage_name == "load":
+                    run.prepare_engine()
                 run.schema()
             if stage_name == "schema":
                 run.record.outcome = "succeeded"

@@ -253,6 +253,9 @@ def test_spark_refuses_sql_sources_clearly(home: Path, dal: KvClient) -> None:
     class NoSql(LoadEngine):  # stands for any engine without SQL support (e.g. spark)
         name = "nosql"
 
+        def prepare(self, *a: Any) -> None:  # Spark's driver was started for a run refused outright
+            raise AssertionError("must not be started")
+
         def load(self, *a: Any) -> Any:
             raise AssertionError("must not be called")
 

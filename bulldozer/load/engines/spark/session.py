@@ -306,7 +306,10 @@ def _launch(conf: Any) -> Any:
     relay = threading.Thread(target=_relay, args=(os.fdopen(read_end, "rb"), failures, said), name="spark-stderr")
     relay.daemon = True
     relay.start()
-    popen = gateway_popen_kwargs(cwd=str(_driver_folder()), stderr=write_end)
+    # its stdout too: nothing of the JVM's reaches the command's own output (a run's --json;
+    # the JVM said "Error occurred during initialization of VM" there when a run refused
+    # before the load ended while it started, its folder removed under it)
+    popen = gateway_popen_kwargs(cwd=str(_driver_folder()), stdout=write_end, stderr=write_end)
     try:
         return launch_gateway(conf, popen_kwargs=popen)  # type: ignore[no-untyped-call]
     except Exception as exc:
@@ -462,10 +465,11 @@ _PYTHON_LEVELS = {
 
 
 def _relay(stream: Any, failures: list[str], said: list[str]) -> None:
-    """Spark's stderr into the ``bulldozer.spark`` logger: a log line at its level (the
-    lines of a stack trace after it too), anything else (ivy's resolution report, the
-    JVM's notices) at DEBUG. The message of each uncaught exception's line (spark-submit
-    refusing its arguments) goes to ``failures``; the last line read is ``said[-1]``."""
+    """Spark's output (the driver JVM's stderr and stdout) into the ``bulldozer.spark``
+    logger: a log line at its level (the lines of a stack trace after it too), anything
+    else (ivy's resolution report, the JVM's notices) at DEBUG. The message of each
+    uncaught exception's line (spark-submit refusing its arguments) goes to ``failures``;
+    the last line read is ``said[-1]``."""
     spark_log = logging.getLogger("bulldozer.spark")
     level = logging.DEBUG
     for raw in iter(stream.readline, b""):
