@@ -284,3 +284,29 @@ def test_bad_data_in_a_spark_run_is_one_line_on_stderr(dal: KvClient, tmp_path: 
     marks = ("Exception in task", "Lost task", "Aborting", "Traceback", "PythonException")
     spark = [line for line in lines if any(mark in line for mark in marks) or line.startswith(("\tat ", "Caused by:"))]
     assert not spark, done.stderr
+
+
+def test_a_spark_run_past_its_time_limit_is_one_line(dal: KvClient, tmp_path: Path) -> None:
+    """The time limit (as SIGTERM or Ctrl-C would) reaches the run while it waits on the JVM
+    for its Spark job: py4j logged "KeyboardInterrupt while sending command." through the
+    root logger, then "Exception occurred while shutting down connection", each with a
+    traceback, before the run's one line. Now only that line; the version is FAILED."""
+    from bulldozer.kv.types import State
+    from tests.integration.test_run import _cli
+
+    home = tmp_path / "home"
+    create_sample_warehouse(home, rows=3_000)
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        TEMPLATE.replace(
+            "    # records_per_second: 50000     # optional throttle", "    records_per_second: 10"
+        ).replace("  retry_delay: 5m\n", "  retry_delay: 5m\n  timeout: 20s\n")
+    )
+    args = ["run", str(spec), "--engine", "spark", "--master", "local[2]", "--endpoint", dal.target, "-q"]
+    done = _cli(args, home)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: the run took longer than its time limit, 20s (metadata.timeout)"
+    ]
+    (version,) = dal.list_namespaces("user_item_scores")
+    assert version.state == State.FAILED

@@ -237,9 +237,7 @@ def _start_driver(conf: Any) -> Any:
     global _GATEWAY
     if _GATEWAY is not None:
         return _GATEWAY
-    # py4j narrates its connections at INFO (down to "Closing down clientserver
-    # connection" from a finalizer at exit, after logging's streams closed)
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    _py4j_to_the_spark_log()
     try:
         try:
             gateway = _launch(conf)
@@ -260,6 +258,48 @@ def _start_driver(conf: Any) -> Any:
     if _ARCHIVE_BUILD is not None:
         atexit.register(_finish_class_archive, gateway, *_ARCHIVE_BUILD)
     return gateway
+
+
+def _py4j_to_the_spark_log() -> None:
+    """py4j's log records (its WARNING and above) to the ``bulldozer.spark`` logger at DEBUG.
+
+    py4j narrates its connections at INFO (down to "Closing down clientserver connection"
+    from a finalizer at exit, after logging's streams closed). When Ctrl-C, SIGTERM or the
+    run's time limit reaches the thread waiting on the JVM, it logs "KeyboardInterrupt while
+    sending command." through the root logger (configuring it with ``basicConfig`` when it
+    has no handler), then "Exception occurred while shutting down connection" through its
+    own, each with a traceback: a run stopped during a Spark load printed both before its
+    one line. What py4j reports is raised to Bulldozer as well, which says it in that line.
+    A root logger without a handler gets ``logging.lastResort``, which prints what it printed
+    before (WARNING and above, their message), so that ``basicConfig`` changes nothing; a
+    host that configured logging (Airflow) keeps its own."""
+    py4j = logging.getLogger("py4j")
+    py4j.setLevel(logging.WARNING)
+    py4j.propagate = False
+    if not any(isinstance(h, _ToSparkDebug) for h in py4j.handlers):
+        py4j.addHandler(_ToSparkDebug())
+    root = logging.getLogger()
+    if not any(isinstance(f, _Py4jRootRecords) for f in root.filters):
+        root.addFilter(_Py4jRootRecords())
+    if not root.handlers and logging.lastResort is not None:
+        root.addHandler(logging.lastResort)
+
+
+class _ToSparkDebug(logging.Handler):
+    """A record to the ``bulldozer.spark`` logger at DEBUG, its traceback with it."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        logging.getLogger("bulldozer.spark").debug("py4j: %s", record.getMessage(), exc_info=record.exc_info)
+
+
+class _Py4jRootRecords(logging.Filter):
+    """The root logger's records py4j made, to ``_ToSparkDebug`` instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name != "root" or f"{os.sep}py4j{os.sep}" not in record.pathname:
+            return True
+        _ToSparkDebug().emit(record)
+        return False
 
 
 class _Exited(Exception):
