@@ -114,7 +114,7 @@ def test_a_catalog_that_never_answers_fails_the_command_in_time(home: Path, tmp_
             f"catalog 'remote' at {uri} did not answer within 2 s (BULLDOZER_CATALOG_TIMEOUT): is it up and reachable?"
         )
         for args, code, line in (
-            (["validate", str(spec), "--catalog"], 2, f"{spec}:32:5: data_movement.source.table: {said}"),
+            (["validate", str(spec), "--catalog"], 2, f"{spec}:33:5: data_movement.source.table: {said}"),
             (["run", str(spec), "-q"], 1, f"error: {said}"),
         ):
             started = time.monotonic()
