@@ -125,7 +125,8 @@ def run(
         loaded = load_spec(spec)
         if engine is EngineChoice.local:
             process.without_pandas()
-        with _time_limit(loaded, stage), connect_for_spec(loaded, home, endpoint) as client:
+        limit = _time_limit(loaded, stage)
+        with connect_for_spec(loaded, home, endpoint) as client, limit:  # the run's end disarms it
             store = client.store
             # An embedded DAL starts now, on the other core, while this process imports the
             # load engine and reads the catalog; the first call to it waits until it is up.
