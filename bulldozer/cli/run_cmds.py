@@ -152,6 +152,11 @@ def run(
             print_json({**failure, "store": store} if store else failure)
             raise report(exc) from None
         raise
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, the time limit: --json still prints the record
+        if as_json:
+            failure = _failure_json(failures[-1] if failures else None, exc, stage, version or resume or "")
+            print_json({**failure, "store": store} if store else failure)
+        raise
     if record is None:
         return
     try:
@@ -246,18 +251,22 @@ def _say_outcome(record: RunRecord, store: str, client: Any, as_json: bool, quie
         )
 
 
-def _failure_json(record: RunRecord | None, exc: BulldozerError, stage: str | None, version: str) -> dict[str, Any]:
-    """What ``run --json`` prints when the run fails: the run record as far as it got (or
-    what is known before one existed), with the failed stage, the version and the reason."""
+def _failure_json(
+    record: RunRecord | None, exc: BulldozerError | KeyboardInterrupt, stage: str | None, version: str
+) -> dict[str, Any]:
+    """What ``run --json`` prints when the run fails or is stopped: the run record as far as
+    it got (or what is known before one existed), with the failed stage, the version, the
+    reason and the exit code."""
     from bulldozer.errors import SpecError
 
     data: dict[str, Any] = json.loads(record.to_json()) if record is not None else {"outcome": "failed"}
     before = "validate" if isinstance(exc, SpecError) else "connect"
     data["stage"] = (record.failed_stage if record is not None else "") or stage or before
     data["version"] = (record.version if record is not None else "") or version
-    data["reason"] = str(exc)
+    reason, code = (str(exc), exc.exit_code) if isinstance(exc, BulldozerError) else process.interruption(exc)
+    data["reason"] = reason
     data["error_type"] = type(exc).__name__
-    data["exit_code"] = exc.exit_code
+    data["exit_code"] = code
     return data
 
 

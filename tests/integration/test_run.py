@@ -767,9 +767,17 @@ def test_a_run_past_its_time_limit_is_stopped_and_failed(
     home = tmp_path / "h"
     job = _endless_job(tmp_path, home, metadata=metadata)
     started = time.monotonic()
-    stopped = _cli(["run", str(job), "-q"], home, env=env)
+    stopped = _cli(["run", str(job), "-q", "--json"], home, env=env)
     assert stopped.returncode == 1, stopped.stderr
     assert stopped.stderr.strip().splitlines() == [f"error: the run took longer than its time limit, {limit}"]
+    said = json.loads(stopped.stdout)  # the run record, as for any failed run
+    assert (said["outcome"], said["stage"], said["error_type"], said["exit_code"]) == (
+        "failed",
+        "load",
+        "TimeLimitExceeded",
+        1,
+    ), said
+    assert said["reason"] == f"the run took longer than its time limit, {limit}"
     assert time.monotonic() - started < 60
     assert _dal_processes(home / "kv") == []
     (record,) = json.loads(_cli(["runs", "endless", "--json"], home).stdout)
