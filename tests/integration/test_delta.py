@@ -204,8 +204,9 @@ def test_a_delta_keeps_the_specs_write_rate(tmp_path: Path, dal: KvClient) -> No
 
 def test_the_engine_is_started_ahead_for_full_runs_only(tmp_path: Path, dal: KvClient) -> None:
     """``LoadEngine.prepare`` (Spark: start the driver and the executors' Python workers
-    in the background) runs before the schema stage of a full run; a ``delta`` or ``auto``
-    run, which often does not use the engine, does not start it ahead."""
+    in the background) runs as the schema stage of a full run begins (once the spec is not
+    refused outright), before its work; a ``delta`` or ``auto`` run, which often does not
+    use the engine, does not start it ahead."""
     from bulldozer.load.engines.local import LocalEngine
     from bulldozer.spec.models import JobSpec
 
@@ -221,7 +222,7 @@ def test_the_engine_is_started_ahead_for_full_runs_only(tmp_path: Path, dal: KvC
         return run_job(job("items", mode), dal, engine=Recording(), home=str(home), on_stage=stages.append)
 
     assert run("full").mode == "full"
-    assert stages[:2] == ["prepare full", "schema"] and stages.count("prepare full") == 1
+    assert stages[:2] == ["schema", "prepare full"] and stages.count("prepare full") == 1
     stages.clear()
     # delta and auto runs: the first writes a full version (the spec changed), the next a delta
     assert [run("delta").mode, run("delta").mode, run("auto").mode, run("auto").mode] == ["full", "delta"] * 2
