@@ -95,15 +95,10 @@ def _variable_patterns(value: str) -> str:
 
 
 def _time_limit(value: object) -> timedelta | None:
-    """``run_timeout``: a duration as a spec writes one (``2h``, ``45m``, seconds), above 0 s."""
-    from bulldozer.spec.models import parse_duration
+    """``run_timeout``: a time limit as a spec writes one (``2h``, ``45m``, seconds)."""
+    from bulldozer.spec.models import parse_time_limit  # when set: the spec models are not a light import
 
-    if value is None:
-        return None
-    limit = parse_duration(value)
-    if not limit:
-        raise ValueError("a time limit must be longer than 0 s")
-    return limit
+    return None if value is None else parse_time_limit(value)
 
 
 class Settings(BaseSettings):

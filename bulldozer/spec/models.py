@@ -52,6 +52,7 @@ __all__ = [
     "WriteTuning",
     "format_duration",
     "parse_duration",
+    "parse_time_limit",
 ]
 
 API_VERSION = "bulldozer/v1"
@@ -235,14 +236,16 @@ def format_duration(value: timedelta) -> str:
     return "".join(parts) or "0s"
 
 
-def _positive(value: timedelta) -> timedelta:
-    if not value:
+def parse_time_limit(value: object) -> timedelta:
+    """A time limit (``metadata.timeout``, ``BULLDOZER_RUN_TIMEOUT``): a duration
+    (``parse_duration``) longer than 0 s."""
+    limit = parse_duration(value)
+    if not limit:
         raise _error("a time limit must be longer than 0 s")
-    return value
+    return limit
 
 
-#: a time limit: a duration longer than 0 s
-TimeLimit = Annotated[timedelta, BeforeValidator(parse_duration), AfterValidator(_positive)]
+TimeLimit = Annotated[timedelta, BeforeValidator(parse_time_limit)]
 
 
 def _check_schedule(value: str | None) -> str | None:
