@@ -180,10 +180,7 @@ class JobRun:
 
     def prepare_engine(self) -> None:
         """Have the engine start what its load needs while the schema and create stages run
-        (``LoadEngine.prepare``): for full runs only (a delta run does not use the engine),
-        and not for a run refused outright (``refuse_outright``: Spark's driver started for
-        nothing, and its folder was removed under it as the command ended)."""
-        self.refuse_outright()
+        (``LoadEngine.prepare``): for full runs only (a delta run does not use the engine)."""
         if self.spec.data_movement.mode == "full":
             self.load_engine.prepare(self.spec, self.home)
 
@@ -211,13 +208,18 @@ class JobRun:
 
     # -- the stages -------------------------------------------------------------
 
-    def schema(self) -> JobSchema:
-        """Read the source's schema at one snapshot and check the new one against the live version's."""
+    def schema(self, start_engine: bool = False) -> JobSchema:
+        """Read the source's schema at one snapshot and check the new one against the live
+        version's; with ``start_engine``, once the spec is not refused outright, have the
+        engine start meanwhile (``prepare_engine``: started before the refusal, Spark's driver
+        ran for nothing, and its folder was removed under it as the command ended)."""
         from bulldozer.schema.table_check import require_columns, require_filter
 
         spec, record = self.spec, self.record
         dm = spec.data_movement
         self.refuse_outright()
+        if start_engine:
+            self.prepare_engine()
         if dm.source.query is not None or dm.duplicate_keys.policy == "keep_latest":
             from bulldozer.load.source import build_sql_source
 
@@ -783,8 +785,7 @@ def run_job(
     stage = run.stage
     try:
         with stage("schema"):
-            run.prepare_engine()  # in the background, once the spec is not refused outright
-            run.schema()
+            run.schema(start_engine=True)
         run.lineage_start()
         with stage("create"):
             run.create(resume)
@@ -900,9 +901,7 @@ def _run_one_stage(
     if stage_name in ("schema", "load"):
         try:
             with stage("schema"):
-                if stage_name == "load":
-                    run.prepare_engine()
-                run.schema()
+                run.schema(start_engine=stage_name == "load")
             if stage_name == "schema":
                 run.record.outcome = "succeeded"
                 return run.record
