@@ -92,6 +92,8 @@ def proto(
     job = build_job_schema(s, schema, source_name, previous)
     written: list[str] = []
     if out is not None:
+        if out.exists() and not out.is_dir():  # mkdir said only "File exists"
+            raise fail(f"{out} is a file, not a folder to write the schema into", 2)
         out.mkdir(parents=True, exist_ok=True)
         written = [str(p) for p in job.compiled.write(out)]
         binpb = out / proto_file_name(s).replace(".proto", ".binpb")

@@ -263,6 +263,7 @@ def test_embedded_dals_share_the_days_log_and_a_failed_start_says_its_own_reason
         failed = _cli(home, "run", str(spec), "-q")
         assert failed.returncode == 1
         assert failed.stderr.count("cannot open the embedded store") == 1, failed.stderr
+        assert f"{home / 'kv'}: it is a file, not a folder" in failed.stderr  # mkdir said "File exists"
         assert "the embedded DAL did not start" in failed.stderr and "Traceback" not in failed.stderr
     (log,) = (home / "logs").glob("dal-*.log")
     assert log.read_text().count("cannot open the embedded store") == 2

@@ -54,6 +54,10 @@ def test_write_puts_the_files_in_the_specs_output_directory(home: Path, tmp_path
     assert (jobs / "build" / "proto" / "user_item_scores.proto").is_file()
     both = runner.invoke(app, ["proto", str(spec), "--home", str(home), "--write", "--out", str(tmp_path / "o")])
     assert both.exit_code == 2 and "not both" in both.output
+    (tmp_path / "a-file").write_text("")
+    into_a_file = runner.invoke(app, ["proto", str(spec), "--home", str(home), "--out", str(tmp_path / "a-file")])
+    assert into_a_file.exit_code == 2, into_a_file.output  # mkdir said only "File exists"
+    assert f"{tmp_path / 'a-file'} is a file, not a folder to write the schema into" in into_a_file.output
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (jobs / "build").rename(jobs / "old")

@@ -174,6 +174,8 @@ class EmbeddedEngine(StorageEngine):
     def __init__(self, config: EmbeddedConfig) -> None:
         self.config = config
         self.path = Path(config.path)
+        if self.path.exists() and not self.path.is_dir():  # mkdir said only "File exists"
+            raise BackendUnavailableError(f"cannot open the embedded store at {self.path}: it is a file, not a folder")
         try:
             self._make_private()
             self._room_to_create()
