@@ -41,7 +41,7 @@ from bulldozer.errors import (
 from bulldozer.redaction import first_line
 from bulldozer.settings import load_settings
 from bulldozer.spec.models import JobSpec
-from bulldozer.spec.query import SANDBOX, check_query, duckdb_module
+from bulldozer.spec.query import SANDBOX, duckdb_module, table_references
 from bulldozer.warehouse.files import checked_tasks, unreadable
 
 if TYPE_CHECKING:
@@ -112,6 +112,9 @@ class SqlSource:
     #: the most a spec's query may write into its version, in key and value bytes
     #: (``BULLDOZER_QUERY_OUTPUT``); None: no bound (and for keep_latest over a table)
     max_output_bytes: int | None = None
+    #: the tables the query reads from more than one place (a self-join): each is copied into
+    #: DuckDB first (``_connect``), a table's stream being readable once
+    read_more_than_once: frozenset[str] = frozenset()
 
     @property
     def snapshots(self) -> dict[str, int]:
@@ -163,10 +166,22 @@ def _reader(
     return pa.RecordBatchReader.from_batches(schema, stream())
 
 
-def _connect(source: SqlSource, empty: bool = False, failures: list[LoadError] | None = None) -> Any:
-    """A sandboxed connection with a view of each of the source's tables; a data file its
-    query cannot read is added to ``failures``."""
-    con = sandboxed_connection()
+def _connect(
+    source: SqlSource, empty: bool = False, failures: list[LoadError] | None = None, connection: Any = None
+) -> Any:
+    """A sandboxed connection (``connection``, else a new one) with a view of each of the
+    source's tables, or a copy of one the query reads twice; a data file its query cannot
+    read is added to ``failures``."""
+    con = connection if connection is not None else sandboxed_connection()
+    try:
+        _add_tables(con, source, empty, failures if failures is not None else [])
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _add_tables(con: Any, source: SqlSource, empty: bool, said: list[LoadError]) -> None:
     schemas = set()
     for i, (name, (table, snap)) in enumerate(sorted(source.tables.items())):
         namespace, table_name = name.split(".")
@@ -174,14 +189,17 @@ def _connect(source: SqlSource, empty: bool = False, failures: list[LoadError] |
             arrow_schema = _storage_schema(table.scan(snapshot_id=snap).projection().as_arrow())
             con.register(f"__src_{i}", pa.Table.from_batches([], schema=arrow_schema))
         else:
-            said = failures if failures is not None else []
             con.register(f"__src_{i}", _reader(name, table, snap, source.filters.get(name), said))
         if namespace not in schemas:
             con.execute(f"CREATE SCHEMA {quote(namespace)}")
             schemas.add(namespace)
-        con.execute(f"CREATE VIEW {quote(namespace)}.{quote(table_name)} AS SELECT * FROM __src_{i}")
+        # a stream is read once: a table the query reads from two places (a self-join) is
+        # copied into DuckDB first (in the memory and spill space the operator allows a query),
+        # where its second scan failed "This RecordBatchReader has already been consumed"
+        kind = "TABLE" if name in source.read_more_than_once and not empty else "VIEW"
+        with _bounded(said):
+            con.execute(f"CREATE {kind} {quote(namespace)}.{quote(table_name)} AS SELECT * FROM __src_{i}")
     con.execute("SET lock_configuration = true")
-    return con
 
 
 class QueryReader:
@@ -218,10 +236,11 @@ class QueryReader:
 
     def _batches(self) -> Iterator[pa.RecordBatch]:
         failures: list[LoadError] = []
-        con = self._con = _connect(self._source, failures=failures)
+        con = self._con = sandboxed_connection()  # interruptible from here on: a table's copy too
         try:
             if self._interrupted:  # told to stop before the query began
                 return
+            _connect(self._source, failures=failures, connection=con)
             with _bounded(failures):
                 yield from con.sql(self._sql).to_arrow_reader(self._batch_rows)
         finally:
@@ -264,22 +283,35 @@ def _bounded(failures: list[LoadError]) -> Iterator[None]:
         raise
 
 
-def _keep_latest(sql: str, keys: list[str], order_by: str) -> str:
+def _order_value(schema: Any, order_by: str) -> str:
+    """keep_latest's ordering value: the ``order_by`` column, a NaN in a float column taken
+    as no value (NULL: never the latest, as a null is not). DuckDB orders NaN above every
+    number, so a row whose order_by was NaN was kept as the newest of its key."""
+    from pyiceberg.types import DoubleType, FloatType
+
+    o = quote(order_by)
+    if isinstance(schema.find_field(order_by).field_type, FloatType | DoubleType):
+        return f"(CASE WHEN isnan({o}) THEN NULL ELSE {o} END)"
+    return o
+
+
+def _keep_latest(sql: str, keys: list[str], order: str) -> str:
+    """``sql``'s rows, one per key: the one with the greatest ``order`` (``_order_value``)."""
     k = ", ".join(quote(c) for c in keys)
     return (
         f"SELECT * EXCLUDE (__bulldozer_rank) FROM (SELECT *, row_number() OVER "
-        f"(PARTITION BY {k} ORDER BY {quote(order_by)} DESC NULLS LAST) AS __bulldozer_rank FROM ({_nested(sql)})) "
+        f"(PARTITION BY {k} ORDER BY {order} DESC NULLS LAST) AS __bulldozer_rank FROM ({_nested(sql)})) "
         f"WHERE __bulldozer_rank = 1"
     )
 
 
-def check_ties(source: SqlSource, base_sql: str, keys: list[str], order_by: str) -> None:
-    """keep_latest needs one latest row per key: refuse keys whose rows tie on order_by."""
+def check_ties(source: SqlSource, base_sql: str, keys: list[str], order_by: str, order: str) -> None:
+    """keep_latest needs one latest row per key: refuse keys whose rows tie on ``order_by``
+    (their greatest ``order``, ``_order_value``, shared by several rows)."""
     k = ", ".join(quote(c) for c in keys)
-    o = quote(order_by)
     sql = (
-        f"SELECT {k} FROM (SELECT {k}, {o}, max({o}) OVER (PARTITION BY {k}) AS __m FROM ({_nested(base_sql)})) "
-        f"WHERE {o} IS NOT DISTINCT FROM __m GROUP BY {k} HAVING count(*) > 1 LIMIT 3"
+        f"SELECT {k} FROM (SELECT {k}, {order} AS __o, max({order}) OVER (PARTITION BY {k}) AS __m "
+        f"FROM ({_nested(base_sql)})) WHERE __o IS NOT DISTINCT FROM __m GROUP BY {k} HAVING count(*) > 1 LIMIT 3"
     )
     ties = [row for batch in QueryReader(source, sql=sql) for row in batch.to_pylist()]
     if ties:
@@ -477,7 +509,8 @@ def _sql_source(loaded: LoadedSpec, catalog: Any, schema_of: Any) -> SqlSource:
 
     spec = loaded.spec
     dm = spec.data_movement
-    names = check_query(dm.source.query) if dm.source.query else [dm.source.table or ""]
+    references = table_references(dm.source.query) if dm.source.query else {dm.source.table or "": 1}
+    names = sorted(references)
     tables = {}
     for name in names:
         table = load_table(catalog, name)
@@ -490,7 +523,8 @@ def _sql_source(loaded: LoadedSpec, catalog: Any, schema_of: Any) -> SqlSource:
         namespace, name = table_name.split(".")
         base = f"SELECT * FROM {quote(namespace)}.{quote(name)}"
         filters = {table_name: dm.filter}
-    source = SqlSource(base, tables, filters=filters)
+    twice = frozenset(name for name, count in references.items() if count > 1)
+    source = SqlSource(base, tables, filters=filters, read_more_than_once=twice)
     if dm.source.query:
         source.max_output_bytes = load_settings().query_output
         con = _connect(source, empty=True)
@@ -513,8 +547,9 @@ def _sql_source(loaded: LoadedSpec, catalog: Any, schema_of: Any) -> SqlSource:
     require_columns(loaded, source.schema, "query" if dm.source.query else "table")
     if dm.duplicate_keys.policy == "keep_latest":
         assert dm.duplicate_keys.order_by is not None
-        check_ties(source, base, list(dm.key_columns), dm.duplicate_keys.order_by)
-        source.sql = _keep_latest(base, list(dm.key_columns), dm.duplicate_keys.order_by)
+        order = _order_value(source.schema, dm.duplicate_keys.order_by)
+        check_ties(source, base, list(dm.key_columns), dm.duplicate_keys.order_by, order)
+        source.sql = _keep_latest(base, list(dm.key_columns), order)
     return source
 
 

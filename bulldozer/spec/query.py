@@ -19,7 +19,14 @@ from typing import Any
 from bulldozer.errors import CatalogError, SpecError, SpecIssue
 from bulldozer.redaction import first_line
 
-__all__ = ["ALLOWED_TABLE_FUNCTIONS", "REFUSED_FUNCTIONS", "SANDBOX", "check_query", "duckdb_module"]
+__all__ = [
+    "ALLOWED_TABLE_FUNCTIONS",
+    "REFUSED_FUNCTIONS",
+    "SANDBOX",
+    "check_query",
+    "duckdb_module",
+    "table_references",
+]
 
 #: DuckDB settings of every connection that runs a spec's SQL: no file system, no network,
 #: no extensions, no Python objects but the registered sources; locked once they are set up.
@@ -66,6 +73,13 @@ def check_query(query: str) -> list[str]:
     that read files or run SQL, paths in FROM, functions that read the configuration — is
     refused with a SpecError naming the construct. The connections that then run it are
     sandboxed by DuckDB's own settings as well (``SANDBOX``)."""
+    return sorted(table_references(query))
+
+
+def table_references(query: str) -> dict[str, int]:
+    """``check_query``'s tables, each with the number of places the query reads it from (a
+    self-join, or a table in a subquery of its own query, reads it twice; a CTE read twice,
+    which DuckDB materializes, once)."""
     duckdb = duckdb_module()
     try:
         statements = duckdb.extract_statements(query)
@@ -87,7 +101,7 @@ def check_query(query: str) -> list[str]:
         raise _refuse(f"the query must be a plain SELECT: {tree.get('error_message', 'it cannot be analysed')}")
     nodes = list(_walk(tree))
     ctes = {entry["key"] for node in nodes for entry in (node.get("cte_map") or {}).get("map", [])}
-    tables: set[str] = set()
+    tables: dict[str, int] = {}
     for node in nodes:
         kind = node.get("type")
         if "sample" in node and "alias" in node and isinstance(kind, str):  # a FROM item
@@ -105,7 +119,7 @@ def check_query(query: str) -> list[str]:
                     raise _refuse(f"the query reads {schema}.{name!r}; name tables as namespace.table")
                 if schema.lower() in RESERVED_SCHEMAS:
                     raise _refuse(f"the query reads {schema}.{name}; {schema} is DuckDB's schema, not the catalog's")
-                tables.add(f"{schema}.{name}")
+                tables[f"{schema}.{name}"] = tables.get(f"{schema}.{name}", 0) + 1
             elif kind == "TABLE_FUNCTION":
                 function = (node.get("function") or {}).get("function_name", "")
                 if function.lower() not in ALLOWED_TABLE_FUNCTIONS:
@@ -115,7 +129,7 @@ def check_query(query: str) -> list[str]:
                     )
         elif node.get("class") == "FUNCTION" and str(node.get("function_name", "")).lower() in REFUSED_FUNCTIONS:
             raise _refuse(f"the query calls {node['function_name']}(), which reads the process's configuration")
-    return sorted(tables)
+    return tables
 
 
 def duckdb_module() -> Any:

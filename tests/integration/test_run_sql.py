@@ -199,6 +199,42 @@ def test_keep_latest_refuses_ties(home: Path, dal: KvClient) -> None:
         )
 
 
+def test_a_query_may_read_a_table_from_two_places(home: Path, dal: KvClient) -> None:
+    """A self-join, or a table read again in a subquery: a table's scan is a stream, read
+    once, and the second read failed the run with DuckDB's "This RecordBatchReader has
+    already been consumed" (which ``validate --catalog`` had passed). Such a table is copied
+    into DuckDB first."""
+    query = (
+        "SELECT a.user_id, a.item_id, a.locale, b.rating FROM sample.user_item_scores a "
+        "JOIN sample.user_item_scores b ON a.user_id = b.user_id AND a.item_id = b.item_id AND a.locale = b.locale "
+        "WHERE a.item_id IN (SELECT item_id FROM sample.user_item_scores WHERE item_id < 50)"
+    )
+    record = run_job(job(f'{{query: "{query}"}}', "[rating]"), dal, home=str(home))
+    table = open_catalog(CatalogConfig(), home).load_table("sample.user_item_scores").scan().to_arrow()
+    assert record.rows == sum(1 for item in table.column("item_id").to_pylist() if item < 50) > 0
+
+
+@pytest.mark.parametrize("float_type", ["DOUBLE", "FLOAT"])
+def test_keep_latest_takes_a_nan_for_no_value(home: Path, dal: KvClient, float_type: str) -> None:
+    """DuckDB orders NaN above every number: the row whose ``order_by`` was NaN was kept as
+    the newest of its key. A NaN is no value now, as a null is: never the latest while a row
+    of its key has a number, and two of them tie as two nulls do."""
+    rows = "SELECT user_id, item_id, locale, {label} AS v, {value}::{t} AS o FROM sample.user_item_scores"
+    query = " UNION ALL ".join(
+        rows.format(label=label, value=value, t=float_type)
+        for label, value in (("'number'", "1.5"), ("'nan'", "'NaN'"))
+    )
+    values, keep = "[v]", "  duplicate_keys: {policy: keep_latest, order_by: o}"
+    record = run_job(job(f'{{query: "{query}"}}', values, keep), dal, home=str(home))
+    assert record.rows == 2_000
+    first_key = {"user_id": 1_000_000, "item_id": 1, "locale": "en_US"}
+    assert read(dal, "scores", first_key)["v"] == "number"
+    twice = f"{query} UNION ALL " + rows.format(label="'nan again'", value="'NaN'", t=float_type)
+    only_nans = twice.replace("'number' AS v, 1.5", "'number' AS v, 'NaN'")
+    with pytest.raises(DuplicateKeyError, match="tie on 'o'"):
+        run_job(job(f'{{query: "{only_nans}"}}', values, keep), dal, home=str(home))
+
+
 def test_keep_latest_names_a_column_the_table_has_not(home: Path, dal: KvClient) -> None:
     """A table read with keep_latest goes through DuckDB: a key column it lacks was a raw
     ``BinderException`` from the ties query, and a value column "the query has no column";

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bulldozer.errors import SpecError
-from bulldozer.spec.query import check_query
+from bulldozer.spec.query import check_query, table_references
 
 duckdb = pytest.importorskip("duckdb", reason="the sql extra is part of the test install")
 
@@ -102,6 +102,21 @@ def test_the_corpus_is_large_enough() -> None:
 )
 def test_plain_selects_over_catalog_tables_pass(query: str) -> None:
     assert check_query(query) == [T] or check_query(query) == []
+
+
+@pytest.mark.parametrize(
+    ("query", "reads"),
+    [
+        (f"SELECT * FROM {T}", 1),
+        (f"SELECT a.user_id FROM {T} a JOIN {T} b USING (user_id)", 2),
+        (f"SELECT * FROM {T} WHERE user_id IN (SELECT user_id FROM {T})", 2),
+        (f"WITH x AS (SELECT * FROM {T}) SELECT * FROM x a JOIN x b USING (user_id)", 1),  # DuckDB materializes x
+    ],
+)
+def test_the_places_a_query_reads_a_table_from_are_counted(query: str, reads: int) -> None:
+    """A table read from two places is copied into DuckDB before the query runs
+    (``load.source``): its scan is a stream, read once."""
+    assert table_references(query) == {T: reads}
 
 
 @pytest.mark.parametrize(
