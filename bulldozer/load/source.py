@@ -166,13 +166,9 @@ def _reader(
     return pa.RecordBatchReader.from_batches(schema, stream())
 
 
-def _connect(
-    source: SqlSource, empty: bool = False, failures: list[LoadError] | None = None, connection: Any = None
-) -> Any:
-    """A sandboxed connection (``connection``, else a new one) with a view of each of the
-    source's tables, or a copy of one the query reads twice; a data file its query cannot
-    read is added to ``failures``."""
-    con = connection if connection is not None else sandboxed_connection()
+def _connect(source: SqlSource, empty: bool = False, failures: list[LoadError] | None = None) -> Any:
+    """A sandboxed connection with the source's tables (``_add_tables``)."""
+    con = sandboxed_connection()
     try:
         _add_tables(con, source, empty, failures if failures is not None else [])
     except BaseException:
@@ -182,6 +178,9 @@ def _connect(
 
 
 def _add_tables(con: Any, source: SqlSource, empty: bool, said: list[LoadError]) -> None:
+    """A view in ``con`` of each of the source's tables (empty ones with ``empty``), or a copy
+    of one the query reads from more than one place; a data file its query cannot read is
+    added to ``said``. The configuration is locked after."""
     schemas = set()
     for i, (name, (table, snap)) in enumerate(sorted(source.tables.items())):
         namespace, table_name = name.split(".")
@@ -240,7 +239,7 @@ class QueryReader:
         try:
             if self._interrupted:  # told to stop before the query began
                 return
-            _connect(self._source, failures=failures, connection=con)
+            _add_tables(con, self._source, False, failures)
             with _bounded(failures):
                 yield from con.sql(self._sql).to_arrow_reader(self._batch_rows)
         finally:
