@@ -146,16 +146,12 @@ def run(
                 allow_breaking,
                 take_over,
             )
-    except BulldozerError as exc:
+    except (BulldozerError, KeyboardInterrupt) as exc:  # KeyboardInterrupt: Ctrl-C, SIGTERM, the time limit
         if as_json:  # the run record as far as it got, instead of the generic failure object
             failure = _failure_json(failures[-1] if failures else None, exc, stage, version or resume or "")
             print_json({**failure, "store": store} if store else failure)
-            raise report(exc) from None
-        raise
-    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, the time limit: --json still prints the record
-        if as_json:
-            failure = _failure_json(failures[-1] if failures else None, exc, stage, version or resume or "")
-            print_json({**failure, "store": store} if store else failure)
+            if isinstance(exc, BulldozerError):
+                raise report(exc) from None
         raise
     if record is None:
         return
