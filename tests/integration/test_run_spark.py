@@ -240,6 +240,41 @@ def test_a_standalone_master_no_one_answers_at_fails_the_run_at_once_in_one_line
     assert _live(dal, "user_item_scores") == before
 
 
+@pytest.mark.slow  # Spark's own minute of registration attempts
+def test_a_standalone_master_url_where_another_service_listens_is_one_line(dal: KvClient, tmp_path: Path) -> None:
+    """``--master spark://host:port`` naming a web server (the master's web UI, say): the
+    connection is taken, so Spark tries to register for a minute, then stops the context,
+    and the run failed with the Java stack trace of the first job of a stopped context as
+    its one line. It says now that no Spark master answered there, and the alias stays."""
+    import http.server
+    import threading
+
+    from tests.integration.test_run import _cli
+    from tests.integration.test_spark_datasource import _live
+
+    home = tmp_path / "home"
+    create_sample_warehouse(home, rows=1_000)
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    master = f"spark://127.0.0.1:{web.server_address[1]}"
+    before = _live(dal, "user_item_scores")
+    try:
+        args = ["run", "templates/move_data_to_kv_dal.yaml", "--engine", "spark", "--master", master,
+                "--endpoint", dal.target]  # fmt: skip
+        done = _cli(args, home)
+    finally:
+        web.shutdown()
+        web.server_close()
+    assert done.returncode == 1, done.stderr
+    said = done.stderr.strip().splitlines()[-1]
+    assert said.startswith(
+        f"error: the Spark master {master} did not take the application: what listens there did not answer as a "
+        "Spark master in a minute (is it the master's port, 7077 by default"
+    ), done.stderr
+    assert "Py4J" not in done.stderr and "Traceback" not in done.stderr and "\tat " not in done.stderr
+    assert _live(dal, "user_item_scores") == before
+
+
 @pytest.mark.parametrize(("host", "said"), [("nohost.invalid", "Name or service not known"),
                                             ("192.0.2.1", "Cannot assign requested address")])  # fmt: skip
 def test_a_driver_host_this_machine_cannot_listen_on_is_one_line(

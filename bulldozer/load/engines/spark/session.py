@@ -45,6 +45,9 @@ _SESSION: Any = None
 _CONTEXT: Any = None
 _CONTEXT_KEY: tuple[object, ...] = ()
 _CONTEXT_LOCK = threading.Lock()
+#: The application id Spark gives a context its cluster manager gave none (TaskScheduler's
+#: default): a standalone master's are ``app-<time>-<n>``, given as it registers the driver.
+_UNREGISTERED_APPLICATION = "spark-application-"
 
 
 def spark_session(
@@ -209,6 +212,16 @@ def _start_context(
     archives = options.pop("spark.archives", "") if not master.startswith("local") else ""
     spark_conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
     context = SparkContext(conf=spark_conf, gateway=_start_driver(spark_conf))
+    if master.startswith("spark://") and context.applicationId.startswith(_UNREGISTERED_APPLICATION):
+        # Something took the connection but never answered as a master: Spark tried three
+        # times, 20 s apart (its constants), and is stopping the context. The run failed
+        # with a Java stack trace as its one line, from the first job of a stopped context.
+        context.stop()
+        raise LoadError(
+            f"the Spark master {master} did not take the application: what listens there did not answer as a "
+            "Spark master in a minute (is it the master's port, 7077 by default, and not its web UI's? does the "
+            "master require authentication, or run another Spark version?)"
+        )
     if "spark.jars.packages" in options:
         _remember_jars(context.getConf().get("spark.jars", ""))
     context.setLogLevel(level)
