@@ -139,13 +139,21 @@ def _type_args(text: str) -> list[str]:
 
 def parse_key(text: str) -> Any:
     """A key written as JSON (``get --key``, the console's lookup), parsed; raises
-    InvalidArgumentError saying why it is not one (also for nesting too deep to parse)."""
+    InvalidArgumentError saying why it is not one (also for nesting too deep to parse, and
+    for a field named twice: which of its values was meant is not known)."""
     import json
 
     from bulldozer.errors import InvalidArgumentError
 
+    def fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        named = dict(pairs)
+        if len(named) < len(pairs):
+            twice = next(name for name in named if sum(1 for n, _ in pairs if n == name) > 1)
+            raise InvalidArgumentError(f"the key names {twice!r} more than once")
+        return named
+
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=fields)
     except json.JSONDecodeError as exc:
         raise InvalidArgumentError(f"the key is not JSON: {exc}") from None
     except RecursionError:

@@ -461,6 +461,10 @@ def test_cli_run_get_runs_on_the_embedded_default(tmp_path: Path) -> None:
     assert null.returncode == 2 and null.stderr.strip().splitlines()[-1] == (  # it said "no value for that key"
         "error: --key: the key's 'locale' is null; no key field is (a key with a null is not loaded)"
     )
+    twice = _cli(["get", "user_item_scores", "--key", json.dumps(KEY)[:-1] + ', "user_id": 5}'], home)
+    assert twice.returncode == 2 and twice.stderr.strip() == (  # it read the last, silently
+        "error: --key: the key names 'user_id' more than once"
+    )
     deep = _cli(["get", "user_item_scores", "--key", "[" * 5_000], home)  # the parser's recursion, not a traceback
     assert deep.returncode == 2 and deep.stderr.strip() == "error: --key: the key is nested too deeply to be a key"
     runs = _cli(["runs", "user_item_scores", "--json"], home)
