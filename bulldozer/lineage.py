@@ -76,6 +76,7 @@ def _configuration_problem() -> str | None:
     command shows them ("will print events to console")."""
     import yaml
 
+    from bulldozer.config_files import load_yaml
     from bulldozer.redaction import yaml_problem, yaml_where
 
     env = environment()
@@ -84,7 +85,7 @@ def _configuration_problem() -> str | None:
     data: object = {}
     if named or path.is_file():
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            data = load_yaml(path.read_text(encoding="utf-8"))
         except OSError as exc:
             return f"its configuration {path} cannot be read: {exc.strerror or exc}"
         except UnicodeDecodeError:

@@ -293,6 +293,8 @@ _parsed: dict[Path, tuple[int, int, ProfilesFile]] = {}
 def _read_profiles(path: Path) -> ProfilesFile:
     import yaml
 
+    from bulldozer.config_files import load_yaml
+
     try:
         if not path.is_file():
             return ProfilesFile()
@@ -300,7 +302,7 @@ def _read_profiles(path: Path) -> ProfilesFile:
         cached = _parsed.get(path)
         if cached is not None and cached[:2] == (stat.st_mtime_ns, stat.st_size):
             return cached[2]
-        parsed = ProfilesFile.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+        parsed = ProfilesFile.model_validate(load_yaml(path.read_text(encoding="utf-8")) or {})
         _parsed[path] = (stat.st_mtime_ns, stat.st_size, parsed)
         return parsed
     except yaml.MarkedYAMLError as exc:

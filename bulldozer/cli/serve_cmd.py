@@ -235,8 +235,10 @@ def serve(
 def _read_engine_config(path: Path) -> dict[str, object]:
     import yaml
 
+    from bulldozer.config_files import load_yaml
+
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise InvalidArgumentError(
             f"{yaml_where(path, exc)}: cannot read the engine configuration: {yaml_problem(exc)}"

@@ -336,6 +336,30 @@ def test_a_serve_configuration_file_that_does_not_parse_is_one_located_line(tmp_
         )
 
 
+def test_a_key_given_twice_in_a_serve_configuration_file_is_refused(tmp_path: Path) -> None:
+    """A principal listed twice in ``--auth-config`` lost its first permissions, and an
+    engine configuration's repeated key its first value, without a word: YAML keeps the
+    last. Each is refused at its second place now."""
+    auth = tmp_path / "auth.yaml"
+    auth.write_text(
+        "principals:\n"
+        "  loader: {token_sha256: " + "a" * 64 + ", permissions: {'*': [read, write]}}\n"
+        "  loader: {token_sha256: " + "b" * 64 + ", permissions: {'*': [read]}}\n"
+    )
+    engine = tmp_path / "engine.yaml"
+    engine.write_text("type: memory\ntype: redis\n")
+    for flag, path, what, where, key in (
+        ("--auth-config", auth, "auth", "3:3", "loader"),
+        ("--engine-config", engine, "engine", "2:1", "type"),
+    ):
+        done = _serve_refused(flag, str(path))
+        assert done.returncode == 1, done.stderr
+        assert done.stderr == (
+            f"error: {path}:{where}: cannot read the {what} configuration: the key {key!r} is given twice "
+            "(while reading a mapping)\n"
+        )
+
+
 def test_an_auth_configuration_of_no_principal_is_refused(tmp_path: Path) -> None:
     """``principals: {}`` served a DAL that authenticated no one: every request was refused
     as unauthenticated, and nothing said why at its start."""

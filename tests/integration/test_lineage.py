@@ -86,10 +86,11 @@ def test_a_transport_that_is_down_is_one_line_and_the_run_succeeds(home: Path) -
     [
         ("transport:\n  type: [\n", ":3:1 does not parse: expected the node content, but found '<stream end>'"),
         ("", " holds no mapping"),
+        ("transport: {type: console}\ntransport: {type: http}\n", ":2:1 does not parse: the key 'transport' is given"),
         ("facets:\n  environment_variables: [HOME]\n", " names no transport (transport.type in the file"),
         (None, " cannot be read: No such file or directory"),
     ],
-    ids=["does-not-parse", "empty", "no-transport", "missing"],
+    ids=["does-not-parse", "empty", "a-key-twice", "no-transport", "missing"],
 )
 def test_an_operator_s_openlineage_file_that_configures_nothing_is_one_line(
     text: str | None, said: str, home: Path, tmp_path: Path

@@ -181,6 +181,11 @@ def test_a_profile_completes_what_no_variable_set(monkeypatch: pytest.MonkeyPatc
         ("profiles:\n  p: {endpoint: 5}\n", "profiles.p.endpoint: Input should be a valid string"),
         ("- p\n", "it must be a mapping of 'current' and 'profiles'"),
         ("profiles: {p: [1\n", ":2:1: not a valid profiles file: "),  # YAML: the line and column
+        # a profile given twice: YAML kept the second, silently
+        (
+            "profiles:\n  p: {endpoint: 'a:1'}\n  p: {endpoint: 'b:1'}\n",
+            ":3:3: not a valid profiles file: the key 'p' is given twice (while reading a mapping)",
+        ),
     ],
 )
 def test_a_profiles_file_mistake_is_named(

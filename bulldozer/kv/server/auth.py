@@ -83,8 +83,10 @@ class AuthConfig(BaseModel):
 def load_auth_config(path: str | os.PathLike[str]) -> AuthConfig:
     import yaml
 
+    from bulldozer.config_files import load_yaml
+
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        data = load_yaml(Path(path).read_text(encoding="utf-8"))
         return AuthConfig.model_validate(data)
     except yaml.YAMLError as exc:
         raise InvalidArgumentError(
