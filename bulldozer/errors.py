@@ -50,6 +50,7 @@ __all__ = [
     "BackendUnavailableError",
     "BulldozerError",
     "CatalogError",
+    "DalBusyError",
     "DuplicateKeyError",
     "ForeignDataError",
     "IncompatibleSchemaError",
@@ -255,6 +256,12 @@ class ResourceExhaustedError(KvError):
     """A size limit was hit: key, value or batch too large, or the engine's storage is full."""
 
     grpc_code = "RESOURCE_EXHAUSTED"
+
+
+class DalBusyError(ResourceExhaustedError):
+    """The DAL is taking as many writes at once as it takes (``serve --max-writes-in-flight``):
+    this one was refused before it was stored, and can be sent again after a pause (the
+    client's batch writer does)."""
 
 
 class BackendUnavailableError(KvError):

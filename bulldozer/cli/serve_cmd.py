@@ -12,6 +12,7 @@ import typer
 from bulldozer.cli.common import handle_errors
 from bulldozer.errors import InvalidArgumentError
 from bulldozer.kv.server.native import DataPlane
+from bulldozer.kv.v1 import shared
 from bulldozer.redaction import yaml_problem, yaml_where
 from bulldozer.sockets import SOCKET_PATH_MAX, fits, is_loopback, tcp_refusal
 
@@ -56,6 +57,14 @@ def serve(
     ] = "127.0.0.1",
     log_format: Annotated[LogFormat, typer.Option(help="Log lines as text or JSON.")] = LogFormat.text,
     grace: Annotated[float, typer.Option(min=0, help="Seconds in-flight requests get to finish on SIGTERM.")] = 30.0,
+    max_writes_in_flight: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Write calls taken at once; one more is refused as busy (before its batch is read, on the native "
+            "data plane) and the loader sends it again after a pause: a DAL's memory for writes stays bounded.",
+        ),
+    ] = shared.LIMITS_MAX_WRITES_IN_FLIGHT,
     writemap: Annotated[
         bool,
         typer.Option(
@@ -208,6 +217,8 @@ def serve(
         )
     credentials = server_credentials(tls_cert, tls_key, tls_client_ca) if tls_cert and tls_key else None
     auth = load_auth_config(auth_config) if auth_config else None
+    from bulldozer.kv.server.rules import Limits
+
     code = run(
         f"unix:{unix_socket}" if unix_socket is not None else f"{host}:{port}",
         create_engine(config),
@@ -220,6 +231,7 @@ def serve(
         auth=auth,
         data_plane=(data_plane or DataPlane(load_settings().data_plane)).value,
         allow_unauthenticated=allow_unauthenticated,
+        limits=Limits(max_writes_in_flight=max_writes_in_flight),
     )
     # Exit now: request threads that outlived the grace period must not hold the process
     # (everything is flushed; the store is consistent at every committed transaction).

@@ -3,6 +3,7 @@ of batches in flight, over any transport (``KvClient.writer`` makes one)."""
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from bulldozer.errors import DalBusyError
 from bulldozer.kv._transports import translate
 
 if TYPE_CHECKING:
@@ -39,7 +41,7 @@ class BatchWriter:
         self.batch_bytes = batch_bytes
         self.in_flight = max(1, in_flight)
         self.stats = WriteStats()
-        self._pending: deque[Any] = deque()
+        self._pending: deque[_Sent] = deque()
         self._keys: list[bytes] = []
         self._values: list[bytes] = []
         self._size = 0
@@ -111,7 +113,8 @@ class BatchWriter:
         """Send one serialized PutBatchRequest, once fewer than ``in_flight`` are unanswered."""
         while len(self._pending) >= self.in_flight:
             self._wait_one()
-        self._pending.append(self.client.transport.put_batch_future(payload, self.client.timeout))
+        transport, timeout = self.client.transport, self.client.timeout
+        self._pending.append(_Sent(lambda: transport.put_batch_future(payload, timeout)))
 
     def sent_so_far(self) -> Callable[[], None]:
         """Send what is buffered; return a function that blocks (in any thread) until every
@@ -121,13 +124,13 @@ class BatchWriter:
         futures = list(self._pending)
 
         def wait() -> None:
-            for future in futures:
-                _acknowledgement(future)
+            for sent in futures:
+                sent.acknowledgement()
 
         return wait
 
     def _wait_one(self) -> None:
-        response = _acknowledgement(self._pending.popleft())
+        response = self._pending.popleft().acknowledgement()
         self.stats.batches += 1
         self.stats.records += response.records
         self.stats.bytes += response.bytes
@@ -150,6 +153,52 @@ class BatchWriter:
 
     def close(self) -> WriteStats:
         return self.sync()
+
+
+#: How long a batch is sent again while the DAL answers that it is busy (``DalBusyError``:
+#: it takes as many writes at once as it takes) before the write fails; each pause doubles,
+#: from 50 ms up to 2 s, with jitter, so the writers of many loads do not come back at once.
+BUSY_PATIENCE_SECONDS = 600.0
+
+
+def busy_retrying() -> Any:
+    """tenacity's ``Retrying`` of a write the DAL refused as busy (``BUSY_PATIENCE_SECONDS``)."""
+    import tenacity
+
+    return tenacity.Retrying(
+        retry=tenacity.retry_if_exception_type(DalBusyError),
+        wait=tenacity.wait_exponential(multiplier=0.05, max=2.0) + tenacity.wait_random(0, 0.05),
+        stop=tenacity.stop_after_delay(BUSY_PATIENCE_SECONDS),
+        reraise=True,
+    )
+
+
+class _Sent:
+    """One batch sent: its acknowledgement, for which it is sent again while the DAL is
+    busy. Waited for by the writer, or by ``sent_so_far``'s function in another thread."""
+
+    def __init__(self, send: Callable[[], Any]) -> None:
+        self._send: Callable[[], Any] | None = send
+        self._future: Any = send()
+        self._response: Any = None
+        self._lock = threading.Lock()
+
+    def acknowledgement(self) -> Any:
+        """The batch's response, or its failure as the exception tree's error."""
+        with self._lock:
+            if self._send is None:  # acknowledged: the batch is let go
+                return self._response
+            for attempt in busy_retrying():
+                with attempt:
+                    if self._future is None:
+                        self._future = self._send()
+                    try:
+                        self._response = _acknowledgement(self._future)
+                    except DalBusyError:
+                        self._future = None  # refused before it was stored: send it again
+                        raise
+            self._send = self._future = None
+            return self._response
 
 
 def _acknowledgement(future: Any) -> Any:

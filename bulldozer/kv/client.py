@@ -22,7 +22,7 @@ import grpc
 
 from bulldozer.kv import convert
 from bulldozer.kv._transports import GrpcTransport, InProcessTransport, Transport, translate
-from bulldozer.kv._writer import BatchWriter, WriteStats
+from bulldozer.kv._writer import BatchWriter, WriteStats, busy_retrying
 from bulldozer.kv.convert import PRINCIPAL_KEY
 from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord, State, StoreInfo
 from bulldozer.kv.v1 import kv_pb2
@@ -229,11 +229,13 @@ class KvClient:
     # -- data -------------------------------------------------------------------
 
     def put(self, namespace: str, pairs: Sequence[tuple[bytes, bytes]]) -> tuple[int, int]:
-        """One batch (idempotent)."""
+        """One batch (idempotent); sent again while the DAL is busy (``BatchWriter``'s rule)."""
         request = kv_pb2.PutBatchRequest(
             namespace=namespace, records=[kv_pb2.KeyValue(key=k, value=v) for k, v in pairs]
         )
-        response = self._t.call(self._t.data, "PutBatch", request, self.timeout)
+        for attempt in busy_retrying():
+            with attempt:
+                response = self._t.call(self._t.data, "PutBatch", request, self.timeout)
         return response.records, response.bytes
 
     def put_stream(

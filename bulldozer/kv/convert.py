@@ -9,7 +9,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from bulldozer.errors import InvalidArgumentError
 from bulldozer.kv.types import AliasChange, AliasRecord, BaseCopy, NamespaceRecord, State, StoreInfo
-from bulldozer.kv.v1 import kv_pb2
+from bulldozer.kv.v1 import kv_pb2, shared
 
 __all__ = [
     "ERROR_DOMAIN",
@@ -23,11 +23,10 @@ __all__ = [
     "timestamp",
 ]
 
-#: Trailer that names the exception class of a failed call (the client raises the same one).
 #: The domain of the ``google.rpc.ErrorInfo`` a failed call carries in its standard status
 #: details (``grpc-status-details-bin``); its ``reason`` names the exception class the
-#: server raised, so the client raises the very same one.
-ERROR_DOMAIN = "bulldozer.kv.v1"
+#: server raised, so the client raises the very same one (a rule the Go data plane shares).
+ERROR_DOMAIN = shared.ERRORS_DOMAIN
 #: Metadata a client may send to name who acts (kept in the alias history when no
 #: authentication overrides it).
 PRINCIPAL_KEY = "bulldozer-principal"

@@ -260,7 +260,7 @@ func (s *dataServer) PutBatch(ctx context.Context, req *kvpb.PutBatchRequest) (*
 // the reference DAL then counts); the stream itself is counted here.
 func (s *dataServer) PutStream(stream kvpb.KvData_PutStreamServer) (err error) {
 	started := time.Now()
-	defer func() { s.metrics.request("PutStream", status.Code(err).String(), started) }()
+	defer func() { s.metrics.request("PutStream", codeName(status.Code(err)), started) }()
 	total := &kvpb.PutStreamResponse{}
 	ctx := stream.Context()
 	for {

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
 
@@ -46,6 +47,7 @@ func main() {
 	maxBatch := flag.Int("max-batch-records", shared.LimitsMaxBatchRecords, "most records in one put batch")
 	maxGet := flag.Int("max-batch-get-keys", shared.LimitsMaxBatchGetKeys, "most keys in one batch get")
 	maxMsg := flag.Int("max-message-bytes", shared.LimitsMaxMessageBytes, "largest request or response")
+	maxWrites := flag.Int("max-writes-in-flight", shared.LimitsMaxWritesInFlight, "most write calls (PutBatch, PutStream) taken at once; one more is refused as busy before its message is read (admission.go)")
 	readyFile := flag.String("ready-file", "", "write the bound port here once listening")
 	metricsListen := flag.String("metrics-listen", "", "serve Prometheus metrics of the calls served here (unix:PATH or HOST:PORT)")
 	grace := flag.Duration("grace", 30*time.Second, "how long in-flight calls may finish after SIGTERM")
@@ -87,7 +89,7 @@ func main() {
 	}
 	if err := run(*listen, *backend, *engine, *store, lmdb.Options{MapSize: *mapSize, MaxDBs: *maxDBs, MaxReaders: 512, WriteMap: *writeMap},
 		Limits{MaxKeyBytes: *maxKey, MaxValueBytes: *maxValue, MaxBatchRecords: *maxBatch, MaxBatchGetKeys: *maxGet},
-		*maxMsg, *readyFile, *metricsListen, *grace, *parent); err != nil {
+		*maxMsg, *maxWrites, *readyFile, *metricsListen, *grace, *parent); err != nil {
 		slog.Error("stopped", "error", err.Error())
 		fmt.Fprintln(os.Stderr, "bulldozer-kvd:", err)
 		os.Exit(1)
@@ -251,7 +253,10 @@ func openStore(engine, dir string, opts lmdb.Options) (s store, close func() err
 	return nil, nil, fmt.Errorf("--engine %q: embedded or redis", engine)
 }
 
-func run(listen, backend, engine, dir string, opts lmdb.Options, limits Limits, maxMsg int, readyFile, metricsListen string, grace time.Duration, parent int) error {
+func run(listen, backend, engine, dir string, opts lmdb.Options, limits Limits, maxMsg, maxWrites int, readyFile, metricsListen string, grace time.Duration, parent int) error {
+	if maxWrites < 1 {
+		return fmt.Errorf("--max-writes-in-flight must be at least 1, not %d", maxWrites)
+	}
 	if backend == "" {
 		return fmt.Errorf("--backend is required")
 	}
@@ -286,7 +291,12 @@ func run(listen, backend, engine, dir string, opts lmdb.Options, limits Limits, 
 		}
 	}
 	r := &relay{conn: conn}
+	admitted := newAdmission(maxWrites)
+	if m != nil {
+		admitted.onRefused = func(method string) { m.request(method, codeName(codes.ResourceExhausted), time.Now()) }
+	}
 	server := grpc.NewServer(
+		grpc.InTapHandle(admitted.tap),
 		grpc.ForceServerCodecV2(codec{}),
 		experimental.BufferPool(&batchBuffers),
 		grpc.UnknownServiceHandler(r.handle),

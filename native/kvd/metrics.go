@@ -11,10 +11,13 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/codes"
 
 	"bulldozer/kvd/internal/shared"
 )
@@ -52,6 +55,24 @@ func newMetrics() *metrics {
 	}
 	m.registry.MustRegister(m.requests, m.latency, m.records, m.bytes)
 	return m
+}
+
+// codeName is a status code's name as gRPC's specification (and the Python DAL's metrics)
+// spell it: RESOURCE_EXHAUSTED, CANCELLED; Go's String() says ResourceExhausted, Canceled.
+func codeName(c codes.Code) string {
+	if c == codes.Canceled {
+		return "CANCELLED"
+	}
+	var b strings.Builder
+	previous := ' '
+	for _, r := range c.String() {
+		if unicode.IsUpper(r) && unicode.IsLower(previous) {
+			b.WriteByte('_')
+		}
+		b.WriteRune(unicode.ToUpper(r))
+		previous = r
+	}
+	return b.String()
 }
 
 // request counts one call this process answered, with its status code's name.

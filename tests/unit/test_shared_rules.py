@@ -9,7 +9,9 @@ import subprocess
 import sys
 
 from bulldozer.codec import digest
+from bulldozer.errors import error_class_by_name
 from bulldozer.kv.backends import embedded
+from bulldozer.kv.convert import ERROR_DOMAIN
 from bulldozer.kv.server.rules import Limits
 from bulldozer.kv.types import READABLE, WRITABLE
 from bulldozer.kv.v1 import shared
@@ -59,6 +61,11 @@ def test_python_takes_the_shared_values() -> None:
     assert shared.STORE_META_STATES.encode() == embedded._META_STATES
     assert embedded._DIGEST.size == struct.calcsize(shared.STORE_DIGEST_RECORD) == 25
     assert digest._VALUE_SEED == shared.DIGEST_VALUE_SEED
+    assert limits.max_writes_in_flight == shared.LIMITS_MAX_WRITES_IN_FLIGHT
+    # the Go plane names the busy refusal's class itself: one of the tree, of its status code
+    busy = error_class_by_name(shared.ERRORS_BUSY)
+    assert busy is not None and busy.grpc_code == "RESOURCE_EXHAUSTED" and busy.retryable
+    assert ERROR_DOMAIN == shared.ERRORS_DOMAIN
 
 
 def test_the_go_plane_is_built_from_the_current_rules() -> None:
@@ -73,5 +80,6 @@ def test_the_go_plane_is_built_from_the_current_rules() -> None:
         ("max-batch-records", shared.LIMITS_MAX_BATCH_RECORDS),
         ("max-batch-get-keys", shared.LIMITS_MAX_BATCH_GET_KEYS),
         ("max-message-bytes", shared.LIMITS_MAX_MESSAGE_BYTES),
+        ("max-writes-in-flight", shared.LIMITS_MAX_WRITES_IN_FLIGHT),
     ):
         assert f"-{flag} int" in usage and f"(default {value})" in usage.split(f"-{flag} int", 1)[1].split("\n  -")[0]

@@ -23,6 +23,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from bulldozer import scratch
 from bulldozer.errors import BackendUnavailableError, InvalidArgumentError
 from bulldozer.kv.backends import StorageEngine
+from bulldozer.kv.server.admission import AdmissionInterceptor, WriteAdmission
 from bulldozer.kv.server.auth import AuthConfig, AuthInterceptor, Authorizer
 from bulldozer.kv.server.interceptors import ErrorInterceptor
 from bulldozer.kv.server.native import NativeFront
@@ -121,16 +122,23 @@ def create_server(
     limits = limits or Limits()
     dal = KvDal(engine, limits)
     inner = [AuthInterceptor(Authorizer(auth, lambda name: dal.describe(name).alias))] if auth else []
+    admission = WriteAdmission(limits.max_writes_in_flight)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="kv-dal"),
-        interceptors=[*(interceptors or []), ErrorInterceptor(metrics), *inner],
+        # admission first: it refuses a write before gRPC reads its batch (bulldozer.kv.server.admission)
+        interceptors=[
+            AdmissionInterceptor(admission, metrics),
+            *(interceptors or []),
+            ErrorInterceptor(metrics),
+            *inner,
+        ],
         options=[
             ("grpc.max_receive_message_length", limits.max_message_bytes),
             ("grpc.max_send_message_length", limits.max_message_bytes),
             ("grpc.so_reuseport", 0),
         ],
     )
-    kv_pb2_grpc.add_KvDataServicer_to_server(DataServicer(dal, metrics), server)
+    kv_pb2_grpc.add_KvDataServicer_to_server(DataServicer(dal, metrics, admission), server)
     kv_pb2_grpc.add_KvNamespacesServicer_to_server(NamespacesServicer(dal), server)
     kv_pb2_grpc.add_KvAliasesServicer_to_server(AliasesServicer(dal), server)
     health_servicer = health.HealthServicer()

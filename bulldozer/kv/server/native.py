@@ -146,6 +146,7 @@ class NativeFront:
             f"--max-batch-records={limits.max_batch_records}",
             f"--max-batch-get-keys={limits.max_batch_get_keys}",
             f"--max-message-bytes={limits.max_message_bytes}",
+            f"--max-writes-in-flight={limits.max_writes_in_flight}",
             f"--ready-file={ready_file}",
             *([f"--metrics-listen=unix:{metrics_socket}"] if metrics_socket else []),
             f"--grace={grace}s",

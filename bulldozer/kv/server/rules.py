@@ -76,6 +76,9 @@ class Limits:
     max_batch_records: int = shared.LIMITS_MAX_BATCH_RECORDS
     max_message_bytes: int = shared.LIMITS_MAX_MESSAGE_BYTES
     max_batch_get_keys: int = shared.LIMITS_MAX_BATCH_GET_KEYS
+    #: write calls (PutBatch, PutStream) taken at once; one more is refused as busy
+    #: (``DalBusyError``) and the client's batch writer sends it again after a pause
+    max_writes_in_flight: int = shared.LIMITS_MAX_WRITES_IN_FLIGHT
     max_scan_page: int = 10_000
     #: Stored metadata of one namespace, each bounded so that any record fits a response and
     #: a page of ListNamespaces always holds at least one (both are at most a quarter of

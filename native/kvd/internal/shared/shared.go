@@ -19,6 +19,14 @@ const LimitsMaxMessageBytes = 0x4000000
 
 const LimitsEmbeddedMaxKeyBytes = 511
 
+const LimitsMaxWritesInFlight = 32
+
+const ErrorsDomain = "bulldozer.kv.v1"
+
+const ErrorsBusy = "DalBusyError"
+
+const ErrorsBusyMessage = "the DAL is busy: it takes %d writes at once (serve --max-writes-in-flight); send this one again after a pause"
+
 var StatesReadable = []string{"SEALED", "ACTIVE", "RETIRED"}
 
 const StatesWritable = "LOADING"
