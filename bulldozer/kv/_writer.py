@@ -7,7 +7,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
@@ -17,7 +17,9 @@ from bulldozer.kv._transports import translate
 if TYPE_CHECKING:
     from bulldozer.kv.client import KvClient
 
-__all__ = ["BatchWriter", "WriteStats"]
+__all__ = ["BUSY_PATIENCE_SECONDS", "BatchWriter", "WriteStats", "sent_again_while_busy"]
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -161,16 +163,19 @@ class BatchWriter:
 BUSY_PATIENCE_SECONDS = 600.0
 
 
-def busy_retrying() -> Any:
-    """tenacity's ``Retrying`` of a write the DAL refused as busy (``BUSY_PATIENCE_SECONDS``)."""
+def sent_again_while_busy(send: Callable[[], T]) -> T:
+    """``send()`` (a write the DAL refused as busy: ``DalBusyError``) again after pauses
+    until the DAL takes it, for ``BUSY_PATIENCE_SECONDS``; tenacity is imported only for
+    a refusal (5 ms of a run's start otherwise)."""
     import tenacity
 
-    return tenacity.Retrying(
+    retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception_type(DalBusyError),
         wait=tenacity.wait_exponential(multiplier=0.05, max=2.0) + tenacity.wait_random(0, 0.05),
         stop=tenacity.stop_after_delay(BUSY_PATIENCE_SECONDS),
         reraise=True,
     )
+    return retrying(send)
 
 
 class _Sent:
@@ -183,20 +188,20 @@ class _Sent:
         self._response: Any = None
         self._lock = threading.Lock()
 
+    def done(self) -> bool:
+        """Acknowledged (and the batch let go)."""
+        return self._send is None
+
     def acknowledgement(self) -> Any:
         """The batch's response, or its failure as the exception tree's error."""
         with self._lock:
-            if self._send is None:  # acknowledged: the batch is let go
+            send = self._send
+            if send is None:  # acknowledged: the batch is let go
                 return self._response
-            for attempt in busy_retrying():
-                with attempt:
-                    if self._future is None:
-                        self._future = self._send()
-                    try:
-                        self._response = _acknowledgement(self._future)
-                    except DalBusyError:
-                        self._future = None  # refused before it was stored: send it again
-                        raise
+            try:
+                self._response = _acknowledgement(self._future)
+            except DalBusyError:  # refused before it was stored
+                self._response = sent_again_while_busy(lambda: _acknowledgement(send()))
             self._send = self._future = None
             return self._response
 

@@ -20,9 +20,10 @@ from typing import Any
 
 import grpc
 
+from bulldozer.errors import DalBusyError
 from bulldozer.kv import convert
 from bulldozer.kv._transports import GrpcTransport, InProcessTransport, Transport, translate
-from bulldozer.kv._writer import BatchWriter, WriteStats, busy_retrying
+from bulldozer.kv._writer import BatchWriter, WriteStats, sent_again_while_busy
 from bulldozer.kv.convert import PRINCIPAL_KEY
 from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord, State, StoreInfo
 from bulldozer.kv.v1 import kv_pb2
@@ -233,9 +234,10 @@ class KvClient:
         request = kv_pb2.PutBatchRequest(
             namespace=namespace, records=[kv_pb2.KeyValue(key=k, value=v) for k, v in pairs]
         )
-        for attempt in busy_retrying():
-            with attempt:
-                response = self._t.call(self._t.data, "PutBatch", request, self.timeout)
+        try:
+            response = self._t.call(self._t.data, "PutBatch", request, self.timeout)
+        except DalBusyError:
+            response = sent_again_while_busy(lambda: self._t.call(self._t.data, "PutBatch", request, self.timeout))
         return response.records, response.bytes
 
     def put_stream(
