@@ -11,7 +11,10 @@ the writes are all taken with a handler that never reads its message (a client-s
 one: gRPC dispatches on the handler's kind, and a unary call is a stream of one message).
 The servicer takes the slot (``WriteAdmission.slot``) as it handles the write, and gives it
 back however the call ends, so a call the interceptor let through in a race is refused
-there, once read. The Go plane does the same in native/kvd/admission.go.
+there, once read. A slot is taken only once a worker handles the call (a call cancelled
+while queued never reaches a handler that could give one back), so calls queued for the
+server's workers are read by gRPC: the bound is looser than the Go plane's, which does the
+same in native/kvd/admission.go as a call's headers arrive (README: the KV DAL).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ const LimitsMaxMessageBytes = 0x4000000
 
 const LimitsEmbeddedMaxKeyBytes = 511
 
-const LimitsMaxWritesInFlight = 32
+const LimitsMaxWritesInFlight = 8
 
 const ErrorsDomain = "bulldozer.kv.v1"
 
