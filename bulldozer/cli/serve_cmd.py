@@ -61,8 +61,8 @@ def serve(
         int,
         typer.Option(
             min=1,
-            help="Write calls taken at once; one more is refused as busy (before its batch is read, on the native "
-            "data plane) and the loader sends it again after a pause: a DAL's memory for writes stays bounded.",
+            help="Write calls taken at once; one more is refused as busy before its batch is read, and the loader "
+            "sends it again after a pause: a DAL's memory for writes stays bounded (README: the KV DAL).",
         ),
     ] = shared.LIMITS_MAX_WRITES_IN_FLIGHT,
     writemap: Annotated[
