@@ -116,6 +116,20 @@ def _fail_invalid(message: str, **context: Any) -> None:
     raise AirflowFailException(message)  # an invalid spec stays invalid: no retry
 
 
+def _markdown_code(text: str, block: bool = False) -> str:
+    """``text`` as Markdown code (a fenced block, or inline) that nothing in it can end
+    early: a DAG's documentation is Markdown the Airflow UI renders, and what it quotes (a
+    spec's file name, the spec's own text in an error) is a team's. Fenced by one backtick
+    more than its longest run of them (CommonMark); inline, on one line."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    if block:
+        fence = "`" * max(3, longest + 1)
+        return f"{fence}\n{text}\n{fence}"
+    flat = " ".join(text.splitlines())
+    ticks, pad = "`" * (longest + 1), " " if flat.startswith("`") or flat.endswith("`") else ""
+    return f"{ticks}{pad}{flat}{pad}{ticks}"
+
+
 def _dag_for(path: Path, loaded: LoadedSpec) -> Any:
     from airflow.sdk import DAG
 
@@ -132,7 +146,7 @@ def _dag_for(path: Path, loaded: LoadedSpec) -> Any:
         max_active_runs=1,
         tags=sorted({"bulldozer", *meta.tags}),
         default_args={"owner": meta.owner, "retries": meta.retries, "retry_delay": meta.retry_delay},
-        doc_md=f"Loads `{path}` into alias `{loaded.spec.alias}` (stages: {' → '.join(STAGES)}).",
+        doc_md=f"Loads {_markdown_code(str(path))} into alias `{loaded.spec.alias}` (stages: {' → '.join(STAGES)}).",
     )
     with dag:
         _stage_tasks(path, loaded, limit)
@@ -229,7 +243,7 @@ def _invalid_dag(path: Path, message: str, taken: Container[str]) -> Any:
         start_date=START,
         catchup=False,
         tags=["bulldozer", "bulldozer-invalid"],
-        doc_md=f"`{path}` does not validate:\n\n```\n{message}\n```",
+        doc_md=f"{_markdown_code(str(path))} does not validate:\n\n{_markdown_code(message, block=True)}",
     )
     PythonOperator(task_id="invalid_spec", python_callable=_fail_invalid, op_kwargs={"message": message}, dag=dag)
     return dag
@@ -265,7 +279,11 @@ def build_dags(folder: Path | None = None, strict: bool | None = None) -> dict[s
 
 def _describe_failure(path: Path, exc: Exception) -> str:
     """One spec's failure as its invalid DAG shows it: the spec's issues, a Bulldozer error's
-    message, or only the kind of an unexpected failure (its text may quote the file)."""
+    message, or only the kind of an unexpected failure (its text may quote the file). Each
+    issue on one line, as ``validate`` prints it (``visible``: a key the spec spells with a
+    line break or a terminal's escape is written out)."""
+    from bulldozer.redaction import visible
+
     if isinstance(exc, BulldozerError):
-        return "\n".join(str(i) for i in getattr(exc, "issues", [])) or str(exc)
+        return "\n".join(visible(str(i)) for i in getattr(exc, "issues", [])) or visible(str(exc))
     return f"{path}: the spec could not be loaded ({type(exc).__name__})"

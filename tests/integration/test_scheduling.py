@@ -480,6 +480,27 @@ def test_invalid_specs_whose_file_names_differ_only_in_punctuation_each_keep_the
     assert reported == sorted(["a-b.yaml", "a b.yml", "a_b.yaml"])
 
 
+def test_an_invalid_spec_s_report_cannot_write_the_airflow_page_it_is_shown_on(tmp_path: Path) -> None:
+    """A DAG's documentation is Markdown the Airflow UI renders, and an invalid spec's report
+    quotes the spec: a key spelt with backticks and line breaks ended the report's code block
+    and put a link of the spec's on the operator's page ("sign in again"). The report is code
+    now, fenced past any run of backticks in it, one line per issue as ``validate`` prints."""
+    from bulldozer.schedule import airflow_dags
+
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "a`b.yaml").write_text(
+        'apiVersion: bulldozer/v1\nkind: MoveDataToKvDal\n"x```\\n\\n[sign in again](http://evil.example/)\\n```": 1\n'
+    )
+    (doc,) = (dag.doc_md for dag in airflow_dags.build_dags(specs, strict=False).values())
+    lines = doc.splitlines()
+    assert lines[0] == f"``{specs / 'a`b.yaml'}`` does not validate:" and lines[1] == ""
+    fence = lines[2]
+    assert fence == "````" and lines[-1] == fence and fence not in "\n".join(lines[3:-1])
+    (quoted,) = [line for line in lines[3:-1] if "sign in again" in line]  # one line, inside the block
+    assert quoted.startswith(f"{specs / 'a`b.yaml'}:3:1: x```\\n\\n[sign in again](http://evil.example/)")
+
+
 @pytest.mark.parametrize("failure", [RecursionError("deep"), MemoryError(), OSError(5, "I/O error"), KeyError("x")])
 def test_any_failure_of_one_spec_stays_in_its_own_invalid_dag(
     failure: Exception, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
