@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -65,6 +66,28 @@ def _busy(put: grpc.Future) -> DalBusyError:  # type: ignore[type-arg]
     return error
 
 
+def _all_taken(channel: grpc.Channel, version: str) -> tuple[list[_HeldStream], list[tuple[bytes, bytes]], Any]:
+    """``LIMIT`` streams holding the DAL's slots, the records stored meanwhile, and the first
+    write refused once they do (a probe; until they reach the DAL, probes are taken)."""
+    held = [_HeldStream(channel, version, b"held%d" % i) for i in range(LIMIT)]
+    stored = [(b"held%d" % i, b"held") for i in range(LIMIT)]
+    deadline = time.monotonic() + 30
+    while True:
+        for i, stream in enumerate(held):
+            if stream.call.done():  # it arrived while a probe held a slot: refused, so again
+                _busy(stream.call)
+                held[i] = _HeldStream(channel, version, b"held%d" % i)
+        key = b"probe%d" % len(stored)
+        put = kv_pb2_grpc.KvDataStub(channel).PutBatch.future(_request(version, [key], b"v"), timeout=30)
+        try:
+            put.result()
+        except grpc.RpcError:
+            return held, stored, put
+        stored.append((key, b"v"))
+        assert time.monotonic() < deadline, "the DAL took a write past its limit"
+        time.sleep(0.05)
+
+
 def test_a_write_past_the_limit_is_refused_as_busy_and_the_writer_sends_it_again(
     dal: tuple[str, subprocess.Popen[bytes]],
 ) -> None:
@@ -72,20 +95,7 @@ def test_a_write_past_the_limit_is_refused_as_busy_and_the_writer_sends_it_again
     with KvClient(endpoint) as client, grpc.insecure_channel(endpoint) as channel:
         version = new_version_name("admitted")
         client.create_namespace(version, "admitted")
-        held = [_HeldStream(channel, version, b"held%d" % i) for i in range(LIMIT)]
-        stored = [(b"held%d" % i, b"held") for i in range(LIMIT)]
-        # a write past the limit: refused, with the limit in its one line
-        deadline = time.monotonic() + 30
-        while True:  # the held streams are taken as they reach the DAL: until then, a probe is taken
-            key = b"probe%d" % len(stored)
-            put = kv_pb2_grpc.KvDataStub(channel).PutBatch.future(_request(version, [key], b"v"), timeout=30)
-            try:
-                put.result()
-            except grpc.RpcError:
-                break
-            stored.append((key, b"v"))
-            assert time.monotonic() < deadline, "the DAL took a write past its limit"
-            time.sleep(0.05)
+        held, stored, put = _all_taken(channel, version)
         error = _busy(put)
         assert str(error) == (
             f"the DAL is busy: it takes {LIMIT} writes at once (serve --max-writes-in-flight); "
@@ -131,8 +141,7 @@ def test_a_batch_past_the_limit_is_refused_before_it_is_read(plane: str, tmp_pat
         big = _request(version, [b"%02d" % j for j in range(48)], b"x" * (1024 * 1024))
         options = [("grpc.max_send_message_length", 1 << 30)]
         with grpc.insecure_channel(endpoint) as channel, grpc.insecure_channel(endpoint, options=options) as other:
-            held = [_HeldStream(channel, version, b"held%d" % i) for i in range(LIMIT)]
-            time.sleep(0.5)  # the held streams reach the DAL
+            held, _, _ = _all_taken(channel, version)
             anon = _Peak(kvd)
             for _ in range(4):
                 _busy(kv_pb2_grpc.KvDataStub(other).PutBatch.future(big, timeout=60))

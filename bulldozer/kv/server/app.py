@@ -122,12 +122,11 @@ def create_server(
     limits = limits or Limits()
     dal = KvDal(engine, limits)
     inner = [AuthInterceptor(Authorizer(auth, lambda name: dal.describe(name).alias))] if auth else []
-    admission = WriteAdmission(limits.max_writes_in_flight)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="kv-dal"),
         # admission first: it refuses a write before gRPC reads its batch (bulldozer.kv.server.admission)
         interceptors=[
-            AdmissionInterceptor(admission, metrics),
+            AdmissionInterceptor(WriteAdmission(limits.max_writes_in_flight), metrics),
             *(interceptors or []),
             ErrorInterceptor(metrics),
             *inner,
@@ -138,7 +137,7 @@ def create_server(
             ("grpc.so_reuseport", 0),
         ],
     )
-    kv_pb2_grpc.add_KvDataServicer_to_server(DataServicer(dal, metrics, admission), server)
+    kv_pb2_grpc.add_KvDataServicer_to_server(DataServicer(dal, metrics), server)
     kv_pb2_grpc.add_KvNamespacesServicer_to_server(NamespacesServicer(dal), server)
     kv_pb2_grpc.add_KvAliasesServicer_to_server(AliasesServicer(dal), server)
     health_servicer = health.HealthServicer()

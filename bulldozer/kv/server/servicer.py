@@ -11,7 +11,6 @@ import grpc
 
 from bulldozer.kv import convert
 from bulldozer.kv.convert import PRINCIPAL_KEY
-from bulldozer.kv.server.admission import WriteAdmission
 from bulldozer.kv.server.rules import KvDal
 from bulldozer.kv.v1 import kv_pb2, kv_pb2_grpc
 
@@ -41,12 +40,9 @@ def _target(target: kv_pb2.Target) -> dict[str, Any]:
 
 
 class DataServicer(kv_pb2_grpc.KvDataServicer):
-    def __init__(self, dal: KvDal, metrics: Any = None, admission: WriteAdmission | None = None) -> None:
+    def __init__(self, dal: KvDal, metrics: Any = None) -> None:
         self.dal = dal
         self.metrics = metrics
-        #: each write holds a slot while handled (the server's AdmissionInterceptor refuses one
-        #: before it is read while all are taken)
-        self._admission = admission or WriteAdmission(dal.limits.max_writes_in_flight)
 
     def _put(self, request: kv_pb2.PutBatchRequest) -> tuple[int, int]:
         count = nbytes = 0
@@ -61,18 +57,16 @@ class DataServicer(kv_pb2_grpc.KvDataServicer):
         return count, nbytes
 
     def PutBatch(self, request: kv_pb2.PutBatchRequest, context: grpc.ServicerContext) -> kv_pb2.PutBatchResponse:
-        with self._admission.slot():
-            count, nbytes = self._put(request)
+        count, nbytes = self._put(request)
         return kv_pb2.PutBatchResponse(records=count, bytes=nbytes)
 
     def PutStream(
         self, request_iterator: Iterator[kv_pb2.PutBatchRequest], context: grpc.ServicerContext
     ) -> kv_pb2.PutStreamResponse:
         batches = records = nbytes = 0
-        with self._admission.slot():
-            for request in request_iterator:
-                count, size = self._put(request)
-                batches, records, nbytes = batches + 1, records + count, nbytes + size
+        for request in request_iterator:
+            count, size = self._put(request)
+            batches, records, nbytes = batches + 1, records + count, nbytes + size
         return kv_pb2.PutStreamResponse(batches=batches, records=records, bytes=nbytes)
 
     def Ingest(self, request: kv_pb2.IngestRequest, context: grpc.ServicerContext) -> kv_pb2.IngestResponse:
