@@ -3,9 +3,7 @@ of batches in flight, over any transport (``KvClient.writer`` makes one)."""
 
 from __future__ import annotations
 
-import random
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -163,23 +161,20 @@ class BatchWriter:
 #: it takes as many writes at once as it takes) before the write fails; each pause doubles,
 #: from 50 ms up to 2 s, with jitter, so the writers of many loads do not come back at once.
 BUSY_PATIENCE_SECONDS = 600.0
-_FIRST_PAUSE, _JITTER = 0.05, 0.05
 
 
 def sent_again_while_busy(send: Callable[[], T]) -> T:
     """``send()`` (a write the DAL refused as busy: ``DalBusyError``) again after pauses
     until the DAL takes it, for ``BUSY_PATIENCE_SECONDS``; tenacity is imported only for
-    a refusal (5 ms of a run's start otherwise). The first pause comes before the first
-    send: sent again at once, a write is refused again."""
+    a refusal (5 ms of a run's start otherwise)."""
     import tenacity
 
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception_type(DalBusyError),
-        wait=tenacity.wait_exponential(multiplier=_FIRST_PAUSE, max=2.0) + tenacity.wait_random(0, _JITTER),
+        wait=tenacity.wait_exponential(multiplier=0.05, max=2.0) + tenacity.wait_random(0, 0.05),
         stop=tenacity.stop_after_delay(BUSY_PATIENCE_SECONDS),
         reraise=True,
     )
-    time.sleep(_FIRST_PAUSE + random.uniform(0, _JITTER))
     return retrying(send)
 
 
