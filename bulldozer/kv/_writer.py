@@ -158,8 +158,11 @@ class BatchWriter:
 
 
 #: How long a batch is sent again while the DAL answers that it is busy (``DalBusyError``:
-#: it takes as many writes at once as it takes) before the write fails; each pause doubles,
-#: from 50 ms up to 2 s, with jitter, so the writers of many loads do not come back at once.
+#: it takes as many writes at once as it takes) before the write fails. It is sent again at
+#: once (the writer waits for its batches in order: by a refused batch's turn, the ones
+#: before it are acknowledged and their slots free; a first pause made one writer with 64
+#: batches in flight 5x slower), then after pauses doubling from 50 ms to 2 s, with jitter,
+#: so the writers of many loads do not come back at once.
 BUSY_PATIENCE_SECONDS = 600.0
 
 
