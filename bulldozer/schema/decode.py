@@ -146,10 +146,11 @@ def parse_key(text: str) -> Any:
     from bulldozer.errors import InvalidArgumentError
 
     def fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        named = dict(pairs)
-        if len(named) < len(pairs):
-            twice = next(name for name in named if sum(1 for n, _ in pairs if n == name) > 1)
-            raise InvalidArgumentError(f"the key names {twice!r} more than once")
+        named: dict[str, Any] = {}
+        for name, value in pairs:
+            if name in named:
+                raise InvalidArgumentError(f"the key names {name!r} more than once")
+            named[name] = value
         return named
 
     try:
