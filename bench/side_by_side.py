@@ -40,6 +40,7 @@ import json
 import os
 import platform
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -57,7 +58,7 @@ from bench.common import REPO, CliRun, encoded_batches, percentile_ms, raw_lmdb_
 from bench.feast_env import WORKER, feast_python, feast_version
 from bench.services import Dal, dal_server, engine_server, fresh_store_name, serve_args
 
-SECTIONS = ("feast", "reads", "limits", "engines", "flip", "delta")
+SECTIONS = ("feast", "reads", "limits", "engines", "flip", "delta", "admission")
 SAMPLE_SPEC = REPO / "templates" / "move_data_to_kv_dal.yaml"
 
 
@@ -92,6 +93,10 @@ class Sizes:
     delta_cycle: int = 80
     #: the engines section's standalone-cluster rounds (a full run's; --quick skips them)
     spark_cluster: bool = True
+    #: the admission section: writers at once, batches in flight each, the batches' size
+    admission_writers: int = 8
+    admission_in_flight: int = 8
+    admission_batch_mib: int = 16
 
 
 @dataclass
@@ -910,6 +915,9 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
             delta_steady=2,
             delta_cycle=2,
             spark_cluster=False,
+            admission_writers=2,
+            admission_in_flight=4,
+            admission_batch_mib=1,
         )
     return Sizes(
         args.feast_rows,
@@ -924,6 +932,98 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
         args.delta_steady,
         args.delta_cycle,
     )
+
+
+# ---------------------------------------------------------------- 7: writes in flight
+
+
+ADMISSION_BATCHES = 12  # per writer
+
+
+def admission_section(ctx: Context) -> None:
+    """The DAL's memory while many writers load at once, with and without its bound on
+    writes in flight (``serve --max-writes-in-flight``), on each data plane."""
+    import threading
+
+    from bench.measured_cli import descendants, status_kib
+    from bulldozer.kv import KvClient
+    from bulldozer.kv.v1 import shared
+    from bulldozer.names import new_version_name
+
+    s = ctx.sizes
+    unbounded = s.admission_writers * s.admission_in_flight  # as many as are ever sent at once
+    per_batch = s.admission_batch_mib * 1024 * 1024 // 4096
+    value = b"v" * 4096
+    results: dict[str, dict[str, dict[str, list[float]]]] = {}
+
+    def write(endpoint: str, w: int) -> None:
+        with KvClient(endpoint, timeout=300) as client:
+            version = new_version_name(f"w{w}")
+            client.create_namespace(version, f"w{w}")
+            with client.writer(
+                version, batch_records=per_batch, batch_bytes=1 << 30, in_flight=s.admission_in_flight
+            ) as writer:
+                for i in range(per_batch * ADMISSION_BATCHES):
+                    writer.add(b"%08d" % i, value)
+
+    for rep in range(s.repeat):
+        for plane in ("native", "python"):
+            for limit in (unbounded, shared.LIMITS_MAX_WRITES_IN_FLIGHT):
+                store = ctx.root / f"admission-{plane}-{limit}-{rep}"
+                serve = [*serve_args("embedded", 0, str(store)), "--data-plane", plane]
+                with dal_server([*serve, "--max-writes-in-flight", str(limit)]) as dal:
+                    kvd = [k for k in descendants(dal.process.pid) if b"bulldozer-kvd" in _cmdline(k)]
+                    pid = kvd[0] if plane == "native" and kvd else dal.process.pid
+                    peak, done = [0], threading.Event()
+
+                    def poll(pid: int = pid, peak: list[int] = peak, done: threading.Event = done) -> None:
+                        while not done.is_set():
+                            peak[0] = max(peak[0], status_kib(pid, "RssAnon"))
+                            time.sleep(0.005)
+
+                    poller = threading.Thread(target=poll, daemon=True)
+                    poller.start()
+                    started = time.perf_counter()
+                    writers = [
+                        threading.Thread(target=write, args=(dal.endpoint, w)) for w in range(s.admission_writers)
+                    ]
+                    for thread in writers:
+                        thread.start()
+                    for thread in writers:
+                        thread.join()
+                    seconds = time.perf_counter() - started
+                    done.set()
+                    poller.join()
+                entry = results.setdefault(plane, {}).setdefault(str(limit), {"peak_kib": [], "seconds": []})
+                entry["peak_kib"].append(peak[0])
+                entry["seconds"].append(seconds)
+                shutil.rmtree(store, ignore_errors=True)
+                ctx.say(f"admission: {plane} plane, {limit} writes in flight: {mib(peak[0])} at most, {seconds:.1f} s")
+    ctx.raw["admission"] = results
+    load = (
+        f"{s.admission_writers} writers × {s.admission_in_flight} batches of {s.admission_batch_mib} MiB in flight, "
+        f"{s.admission_writers * ADMISSION_BATCHES * s.admission_batch_mib} MiB"
+    )
+    for plane in ("native", "python"):
+        bounded, free = results[plane][str(shared.LIMITS_MAX_WRITES_IN_FLIGHT)], results[plane][str(unbounded)]
+        ctx.rows.append(
+            Row(
+                "7 admission",
+                f"DAL's peak anonymous memory, {plane} plane, {load} (its default "
+                f"{shared.LIMITS_MAX_WRITES_IN_FLIGHT} writes in flight; s {med(bounded['seconds']):.1f} vs "
+                f"{med(free['seconds']):.1f})",
+                mib(med(bounded["peak_kib"])),
+                f"all {unbounded} taken: {mib(med(free['peak_kib']))}",
+                f"{med(bounded['peak_kib']) / max(1.0, med(free['peak_kib'])):.2f}",
+            )
+        )
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -977,6 +1077,8 @@ def main(argv: list[str] | None = None) -> int:
             steps.append(("flip", lambda: flip_section(ctx)))
         if "delta" in only:
             steps.append(("delta", lambda: delta_section(ctx)))
+        if "admission" in only:
+            steps.append(("admission", lambda: admission_section(ctx)))
         for _, step in steps:
             step()
     seconds = (datetime.now(UTC) - started).total_seconds()

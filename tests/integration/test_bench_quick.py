@@ -31,7 +31,7 @@ def test_bench_run_quick_runs_every_section(tmp_path: Path) -> None:
     assert result["quick"] is True
     assert result["versions"]["feast"].startswith("0.67")
     sections = {row["section"] for row in result["rows"]}
-    assert sections == {"1 vs Feast", "2 reads", "3 limits", "4 engines", "5 flip", "6 delta"}
+    assert sections == {"1 vs Feast", "2 reads", "3 limits", "4 engines", "5 flip", "6 delta", "7 admission"}
     samples = result["samples"]
     rows = result["sizes"]["feast_rows"]
     for who in ("feast-sqlite", "feast-redis", "bulldozer-embedded", "bulldozer-redis"):
@@ -47,6 +47,8 @@ def test_bench_run_quick_runs_every_section(tmp_path: Path) -> None:
         delta = samples["delta"][engine]
         assert delta["digests_equal"] and all(delta["digests_equal"]), engine
         assert all(c["updated"] and c["deleted"] and c["appended"] for c in delta["changed"]), engine
+    for plane in ("native", "python"):  # each plane's DAL took the writers' load, and its memory was seen
+        assert all(kib > 0 for entry in samples["admission"][plane].values() for kib in entry["peak_kib"]), plane
     # the printed table is the one in the results file
     assert result["table"] in proc.stdout
     assert rows == 2_000
