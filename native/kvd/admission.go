@@ -22,11 +22,14 @@ import (
 	"bulldozer/kvd/internal/shared"
 )
 
-// writeMethods are the calls admission counts.
-var writeMethods = map[string]bool{
-	"/bulldozer.kv.v1.KvData/PutBatch":  true,
-	"/bulldozer.kv.v1.KvData/PutStream": true,
-}
+// writeMethods are the calls admission counts (shared.yaml: limits.write_methods).
+var writeMethods = func() map[string]bool {
+	methods := map[string]bool{}
+	for _, m := range shared.LimitsWriteMethods {
+		methods[m] = true
+	}
+	return methods
+}()
 
 type admission struct {
 	limit    int64

@@ -66,6 +66,19 @@ def test_python_takes_the_shared_values() -> None:
     busy = error_class_by_name(shared.ERRORS_BUSY)
     assert busy is not None and busy.grpc_code == "RESOURCE_EXHAUSTED" and busy.retryable
     assert ERROR_DOMAIN == shared.ERRORS_DOMAIN
+    # the calls admission counts are the API's write calls
+    from bulldozer.kv.v1 import kv_pb2
+
+    data = kv_pb2.DESCRIPTOR.services_by_name["KvData"]
+    writes = {f"/{data.full_name}/{m.name}" for m in data.methods if m.input_type.name == "PutBatchRequest"}
+    assert (
+        set(shared.LIMITS_WRITE_METHODS)
+        == writes
+        == {
+            "/bulldozer.kv.v1.KvData/PutBatch",
+            "/bulldozer.kv.v1.KvData/PutStream",
+        }
+    )
 
 
 def test_the_go_plane_is_built_from_the_current_rules() -> None:

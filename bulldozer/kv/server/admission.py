@@ -28,8 +28,8 @@ from bulldozer.kv.v1 import shared
 
 __all__ = ["WRITE_METHODS", "AdmissionInterceptor", "WriteAdmission"]
 
-#: The calls admission counts.
-WRITE_METHODS = frozenset({"/bulldozer.kv.v1.KvData/PutBatch", "/bulldozer.kv.v1.KvData/PutStream"})
+#: The calls admission counts (shared with the Go plane).
+WRITE_METHODS = frozenset(shared.LIMITS_WRITE_METHODS)
 
 
 class WriteAdmission:

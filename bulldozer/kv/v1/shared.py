@@ -11,6 +11,7 @@ LIMITS_MAX_BATCH_GET_KEYS = 10000
 LIMITS_MAX_MESSAGE_BYTES = 0x4000000
 LIMITS_EMBEDDED_MAX_KEY_BYTES = 511
 LIMITS_MAX_WRITES_IN_FLIGHT = 8
+LIMITS_WRITE_METHODS: tuple[str, ...] = ("/bulldozer.kv.v1.KvData/PutBatch", "/bulldozer.kv.v1.KvData/PutStream")
 ERRORS_DOMAIN = "bulldozer.kv.v1"
 ERRORS_BUSY = "DalBusyError"
 ERRORS_BUSY_MESSAGE = "the DAL is busy: it takes %d writes at once (serve --max-writes-in-flight); send this one again after a pause"

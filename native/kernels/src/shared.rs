@@ -10,6 +10,7 @@ pub const LIMITS_MAX_BATCH_GET_KEYS: u64 = 10000;
 pub const LIMITS_MAX_MESSAGE_BYTES: u64 = 0x4000000;
 pub const LIMITS_EMBEDDED_MAX_KEY_BYTES: u64 = 511;
 pub const LIMITS_MAX_WRITES_IN_FLIGHT: u64 = 8;
+pub const LIMITS_WRITE_METHODS: &[&str] = &["/bulldozer.kv.v1.KvData/PutBatch", "/bulldozer.kv.v1.KvData/PutStream"];
 pub const ERRORS_DOMAIN: &str = "bulldozer.kv.v1";
 pub const ERRORS_BUSY: &str = "DalBusyError";
 pub const ERRORS_BUSY_MESSAGE: &str = "the DAL is busy: it takes %d writes at once (serve --max-writes-in-flight); send this one again after a pause";

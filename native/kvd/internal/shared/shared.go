@@ -21,6 +21,8 @@ const LimitsEmbeddedMaxKeyBytes = 511
 
 const LimitsMaxWritesInFlight = 8
 
+var LimitsWriteMethods = []string{"/bulldozer.kv.v1.KvData/PutBatch", "/bulldozer.kv.v1.KvData/PutStream"}
+
 const ErrorsDomain = "bulldozer.kv.v1"
 
 const ErrorsBusy = "DalBusyError"
