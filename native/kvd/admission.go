@@ -34,7 +34,6 @@ var writeMethods = func() map[string]bool {
 type admission struct {
 	limit    int64
 	inFlight atomic.Int64
-	refused  atomic.Uint64
 	// onRefused, when set, counts a refusal of a call to method (the metrics)
 	onRefused func(method string)
 }
@@ -51,7 +50,6 @@ func (a *admission) tap(ctx context.Context, info *tap.Info) (context.Context, e
 	}
 	if a.inFlight.Add(1) > a.limit {
 		a.inFlight.Add(-1)
-		a.refused.Add(1)
 		if a.onRefused != nil {
 			a.onRefused(info.FullMethodName[strings.LastIndex(info.FullMethodName, "/")+1:])
 		}
