@@ -18,6 +18,13 @@ an Airflow worker) leave the interpreter as they found it.
   marked failed). The command unwinds as from Ctrl-C, raising ``Terminated`` in the main
   thread: its run is recorded as failed, its DAL and data plane are stopped, its temporary
   files removed, and it exits 143 with one line. A second SIGTERM ends it at once.
+- Open files (``claim``, ``raise_open_files_limit``): the soft limit on open file
+  descriptors is raised to the hard one, as Go's runtime does for the native data plane and
+  the JVM for Spark and Cassandra. Linux starts most sessions and services at a soft 1,024
+  (systemd's default, its hard 524,288), and a Python data plane with as many clients then
+  stopped accepting connections, gRPC saying "File descriptor limit reached" every second,
+  while the hard limit allowed hundreds of times more. The DAL a run starts, the warm
+  loader's children and Spark's workers inherit it.
 - The time limit (``TimeLimit``): a run whose spec or operator sets one (``metadata.timeout``,
   ``BULLDOZER_RUN_TIMEOUT``) gets SIGALRM when it passes, which raises ``TimeLimitExceeded``
   in the main thread: the run unwinds as from SIGTERM (recorded as failed, its DAL stopped,
@@ -105,6 +112,7 @@ __all__ = [
     "interruption",
     "module_source",
     "owned",
+    "raise_open_files_limit",
     "run_ended",
     "run_modules",
     "standard_streams",
@@ -195,9 +203,26 @@ def claim() -> None:
     gc.disable()
     signal.signal(signal.SIGTERM, _terminate)
     standard_streams()
+    raise_open_files_limit()
     warnings.showwarning = _one_line_warning
     if not any(isinstance(f, _Deferred) for f in sys.meta_path):
         sys.meta_path.insert(0, _Deferred(DEFERRED, DEFERRED_MODELS))
+
+
+def raise_open_files_limit() -> int:
+    """Raise this process's soft limit on open files to its hard limit (what it may raise
+    it to without privilege); the soft limit now. A hard limit the kernel does not take as
+    a soft one (unlimited, above ``fs.nr_open``) leaves the soft limit as it was."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            return soft
+        return hard
+    return soft
 
 
 def _one_line_warning(

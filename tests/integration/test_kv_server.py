@@ -22,6 +22,7 @@ from bulldozer.errors import AliasConflictError, BackendUnavailableError, Resour
 from bulldozer.kv import KvClient, Limits, create_engine
 from bulldozer.kv.server import SERVICE_NAMES, create_server
 from bulldozer.kv.server.metrics import Metrics
+from bulldozer.kv.v1 import kv_pb2, kv_pb2_grpc
 from bulldozer.names import new_version_name
 from tests.integration.kv_fixtures import seal_as_loaded
 
@@ -409,6 +410,37 @@ def test_a_serve_flag_is_applied_or_refused(tmp_path: Path) -> None:
     server.terminate()
     server.wait(timeout=30)
     assert (tmp_path / "from_the_flag").is_dir() and not (tmp_path / "from_the_file").exists()
+
+
+
+@pytest.mark.parametrize("plane", ["python", "native"])
+def test_a_dal_takes_as_many_connections_as_its_hard_open_files_limit_allows(plane: str, tmp_path: Path) -> None:
+    """Started with a soft limit of 64 open files and a higher hard one (systemd starts
+    services at a soft 1,024), the Python data plane stopped accepting connections at the
+    soft limit, gRPC saying "File descriptor limit reached. Retrying." every second, and
+    its clients waited. A ``bulldozer`` process now raises its soft limit to its hard one,
+    as Go's runtime does for the native plane."""
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert hard == resource.RLIM_INFINITY or hard >= 1024, "the test needs a hard limit of 1,024 at least"
+    port = _free_port()
+    low = ["bash", "-c", 'ulimit -Sn 64 && exec "$@"', "low"]
+    proc = _start(tmp_path / "store", port, "--data-plane", plane, within=low)
+    channels: list[grpc.Channel] = []
+    try:
+        for _ in range(200):  # each its own connection: channels to one address share one otherwise
+            channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.use_local_subchannel_pool", 1)])
+            channels.append(channel)
+            stub = kv_pb2_grpc.KvNamespacesStub(channel)
+            stub.DescribeStore(kv_pb2.DescribeStoreRequest(), timeout=10)
+        limits = Path(f"/proc/{proc.pid}/limits").read_text()
+        line = next(li for li in limits.splitlines() if li.startswith("Max open files")).split()
+        assert line[3] == line[4], line  # serve's own process: soft raised to hard
+    finally:
+        for channel in channels:
+            channel.close()
+        stop_servers([proc])
 
 
 #: ``serve`` over a memory store in a process of its own; ``{engine}`` is a class body's
