@@ -412,7 +412,6 @@ def test_a_serve_flag_is_applied_or_refused(tmp_path: Path) -> None:
     assert (tmp_path / "from_the_flag").is_dir() and not (tmp_path / "from_the_file").exists()
 
 
-
 @pytest.mark.parametrize("plane", ["python", "native"])
 def test_a_dal_takes_as_many_connections_as_its_hard_open_files_limit_allows(plane: str, tmp_path: Path) -> None:
     """Started with a soft limit of 64 open files and a higher hard one (systemd starts
