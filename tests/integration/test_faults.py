@@ -27,6 +27,7 @@ from bulldozer.errors import BulldozerError
 from bulldozer.kv import KvClient
 from bulldozer.kv.types import State
 from bulldozer.load.runner import run_job
+from bulldozer.names import new_version_name
 from bulldozer.warehouse.sample import create_sample_warehouse
 from tests.integration import services
 from tests.integration.test_kv_server import _free_port, _start, stop_servers
@@ -36,6 +37,14 @@ pytestmark = pytest.mark.integration
 REPEATS = int(os.environ.get("BULLDOZER_FAULT_REPEATS", "2"))
 ROWS = 30_000
 ALIAS = "user_item_scores"
+#: a process of the embedded store at ``argv[1]`` inside a read transaction until it is killed
+READER = """
+import sys, time, lmdb
+env = lmdb.open(sys.argv[1], readonly=True, max_dbs=64)
+txn = env.begin()
+print("reading", flush=True)
+time.sleep(600)
+"""
 
 
 def audit(client: KvClient, allowed: set[str]) -> tuple[bool, int]:
@@ -138,6 +147,53 @@ def test_dal_killed_mid_stream(home: Path, tmp_path: Path) -> None:
     finally:
         stop_servers([server])
     tally.report("DAL server SIGKILLed mid-stream", REPEATS)
+
+
+def test_a_reader_killed_mid_read_does_not_keep_the_store_from_reusing_pages(tmp_path: Path) -> None:
+    """Another process of the embedded store (a ``bulldozer-kvd`` measuring a version when its
+    time ran out, a second DAL on the store) is SIGKILLed inside a read transaction. Its slot
+    stayed in LMDB's reader table while the DAL kept the store open, so no page freed since
+    was reused: each load after it grew the file by the version's size, though every older
+    version was dropped (here 6 loads of 8 MB grew it 89 MB), until the map was full. The
+    engine now clears such slots (LMDB's reader check) when it creates a version."""
+    from tests.integration.kv_fixtures import seal_as_loaded
+
+    store, port = tmp_path / "store", _free_port()
+    server = _start(store, port)
+    data_file = store / "data.mdb"
+    pairs = [(b"k%07d" % i, os.urandom(400)) for i in range(20_000)]  # 8 MB a version
+
+    def load_and_flip(client: KvClient, live: str | None) -> str:
+        name = new_version_name("reuse")
+        client.create_namespace(name, "reuse")
+        for i in range(0, len(pairs), 5_000):
+            client.put(name, pairs[i : i + 5_000])
+        seal_as_loaded(client, name, pairs)
+        client.compare_and_set_alias("reuse", live, name)
+        if live is not None:
+            client.drop(live)
+        return name
+
+    try:
+        with KvClient(f"127.0.0.1:{port}", timeout=60) as client:
+            live = load_and_flip(client, load_and_flip(client, None))
+            before = data_file.stat().st_size
+            reader = subprocess.Popen(
+                [sys.executable, "-c", READER, str(store)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            assert reader.stdout is not None and reader.stdout.readline() == "reading\n", reader.stderr
+            reader.kill()
+            reader.wait()
+            for _ in range(6):
+                live = load_and_flip(client, live)
+            grown = data_file.stat().st_size - before
+            assert grown < 2 * 8_000_000, f"the store grew {grown / 1e6:.0f} MB for versions that were all dropped"
+            assert client.get(pairs[7][0], alias="reuse") == pairs[7][1]
+    finally:
+        server.terminate()
+        said = server.communicate(timeout=30)[1].decode()
+    assert server.returncode == 0 and "Traceback" not in said, said
+    assert "cleared 1 reader slot(s) of processes that ended while reading it" in said, said
 
 
 def test_embedded_store_full(home: Path, tmp_path: Path) -> None:

@@ -41,6 +41,14 @@ no room for aborts its transaction (the store stays as it was) and fails with on
 naming the disk's free space (``_disk_full``; the Go data plane hands such a write to this
 engine, which says it); a new store is not created on a disk without room for its first
 files (``_room_to_create``).
+
+A process killed inside a read transaction (a ``bulldozer-kvd`` measuring a version when its
+time ran out, a second DAL on the store) leaves its slot in LMDB's reader table, and LMDB
+reuses no page freed after that reader's snapshot while the slot stands, which is until the
+store's last process closes it. Every version dropped since then stayed in the file, and the
+store grew by each load until the map was full. The engine clears such slots when it opens
+the store and when it creates a version (``_clear_stale_readers``, LMDB's
+``mdb_reader_check``).
 """
 
 from __future__ import annotations
@@ -205,6 +213,7 @@ class EmbeddedEngine(StorageEngine):
         self._filters = self.env.open_db(_META_FILTERS)
         self._tombs: dict[str, Any] = {}
         self._kvd_binary: Path | None = None
+        self._clear_stale_readers()
 
     def use_kvd(self, kvd: Path) -> None:
         """Let ``bulldozer-kvd`` (the native data plane fronting this engine) do the engine's
@@ -216,6 +225,21 @@ class EmbeddedEngine(StorageEngine):
         self._kvd_binary = kvd
 
     # -- plumbing ---------------------------------------------------------------
+
+    def _clear_stale_readers(self) -> int:
+        """Free the reader slots of processes that ended inside a read transaction (see the
+        module's docstring); how many there were."""
+        cleared = int(self.env.reader_check())
+        if cleared:
+            import logging
+
+            logging.getLogger("bulldozer.kv.server").warning(
+                "the embedded store at %s: cleared %d reader slot(s) of processes that ended while reading it "
+                "(the pages freed since they began were not reused)",
+                self.path,
+                cleared,
+            )
+        return cleared
 
     def _room_to_create(self) -> None:
         """Refuse to create a store on a disk without room for its first files: LMDB maps
@@ -418,6 +442,7 @@ class EmbeddedEngine(StorageEngine):
     # -- namespaces -------------------------------------------------------------
 
     def create_namespace(self, record: NamespaceRecord) -> None:
+        self._clear_stale_readers()  # before this version's load: the pages of the dropped ones are reused
         try:
             with self._write() as txn:
                 if txn.get(record.name.encode(), db=self._meta) is not None:
