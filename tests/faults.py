@@ -1,14 +1,14 @@
 """Failures on demand, for the tests of failure handling (none of this is in the package).
 
-* ``FaultyEngine`` wraps a load engine: after N rows it raises, or SIGKILLs or SIGTERMs its
-  process.
+* ``FaultyEngine`` wraps a load engine: after N rows it raises, or SIGKILLs, SIGTERMs or
+  SIGHUPs its process.
 * ``FlakyTransport`` wraps a KV client's transport: the DAL becomes unreachable after N
   batches (``KvClient.over(FlakyTransport(...), ...)``).
 * ``python -m tests.faults FAULT ARGS...`` runs ``bulldozer ARGS...`` with ``FAULT``
   injected into every run the command makes:
 
-  - ``raise-after-rows:N`` / ``kill-after-rows:N`` / ``term-after-rows:N``: during the load,
-    through ``FaultyEngine``;
+  - ``raise-after-rows:N`` / ``kill-after-rows:N`` / ``term-after-rows:N`` /
+    ``hup-after-rows:N``: during the load, through ``FaultyEngine``;
   - ``kill-at:STAGE``: SIGKILL as the stage starts (e.g. ``verify``, ``flip``), through the
     runner's public ``on_stage`` hook.
 """
@@ -40,16 +40,17 @@ def parse(text: str) -> tuple[str, int | str]:
             raise ValueError(f"kill-at: takes one of {', '.join(STAGES)}, not {stage!r}")
         return "kill-at", stage
     kind, _, rows = text.partition("-after-rows:")
-    if kind not in ("raise", "kill", "term") or not rows.isdigit():
+    if kind not in ("raise", "kill", "term", "hup") or not rows.isdigit():
         raise ValueError(
-            f"{text!r}: expected raise-after-rows:N, kill-after-rows:N, term-after-rows:N or kill-at:STAGE"
+            f"{text!r}: expected raise-after-rows:N, kill-after-rows:N, term-after-rows:N, hup-after-rows:N "
+            "or kill-at:STAGE"
         )
     return kind, int(rows)
 
 
 class FaultyEngine(LoadEngine):
     """``engine``, except that once ``rows`` rows are loaded it raises (``raise``) or its
-    process is SIGKILLed (``kill``) or SIGTERMed (``term``, once)."""
+    process is SIGKILLed (``kill``), or SIGTERMed (``term``) or SIGHUPed (``hup``) once."""
 
     def __init__(self, engine: LoadEngine, kind: str, rows: int) -> None:
         self.engine, self.kind, self.rows = engine, kind, rows
@@ -66,10 +67,10 @@ class FaultyEngine(LoadEngine):
             if rows >= self.rows:
                 if self.kind == "kill":
                     os.kill(os.getpid(), signal.SIGKILL)
-                if self.kind == "term":
+                if self.kind in ("term", "hup"):
                     if not self.termed:
                         self.termed = True
-                        os.kill(os.getpid(), signal.SIGTERM)
+                        os.kill(os.getpid(), signal.SIGTERM if self.kind == "term" else signal.SIGHUP)
                     return
                 raise RuntimeError(f"injected failure after {rows} rows")
 

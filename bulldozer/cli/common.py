@@ -41,6 +41,7 @@ __all__ = [
     "print_json",
     "remake_consoles",
     "report",
+    "say_error",
     "say_store",
     "visible",
     "with_store",
@@ -109,9 +110,19 @@ def ok(message: str) -> None:
     console.print(line(("✓", "green"), " ", message))
 
 
+def say_error(text: Text | str) -> None:
+    """Print a command's error line on stderr, or nothing when stderr cannot take it (the
+    terminal hung up: a write fails with EIO), so the command still ends with its own exit
+    code (it ended with the write's traceback and 1)."""
+    try:
+        err_console.print(text)
+    except OSError:
+        err_console.on_broken_pipe()
+
+
 def fail(message: str, code: int = 1) -> typer.Exit:
     """Print ``error: MESSAGE`` on stderr; the exit to raise."""
-    err_console.print(line(("error:", "bold red"), " ", message))
+    say_error(line(("error:", "bold red"), " ", message))
     return typer.Exit(code)
 
 
@@ -131,7 +142,7 @@ def report(exc: BulldozerError) -> typer.Exit:
     """Print ``exc`` as its one line (a spec error: a line per issue) on stderr; the exit to raise."""
     if isinstance(exc, SpecError):
         for said in [str(issue) for issue in exc.issues] or [str(exc)]:
-            err_console.print(visible(said))
+            say_error(visible(said))
         return typer.Exit(exc.exit_code)
     return fail(str(exc), exc.exit_code)
 
@@ -157,7 +168,7 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
             if kwargs.get("as_json") is True or str(kwargs.get("output") or "") == "json":
                 print_json(error_json(exc))
             raise report(exc) from None
-        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (process.Terminated)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM or SIGHUP (process.Terminated)
             raise fail(*interruption(exc)) from None
         except BrokenPipeError:
             raise  # the reader went away (``| head``): the process ends quietly (bulldozer.cli.process)

@@ -18,6 +18,11 @@ an Airflow worker) leave the interpreter as they found it.
   marked failed). The command unwinds as from Ctrl-C, raising ``Terminated`` in the main
   thread: its run is recorded as failed, its DAL and data plane are stopped, its temporary
   files removed, and it exits 143 with one line. A second SIGTERM ends it at once.
+- SIGHUP (``claim``): the terminal a command runs in closed (an SSH session dropped). It
+  ended the process on the spot, saying nothing (exit 129): a run's version was left
+  LOADING, "not heard from", its temporary files for the next process to sweep. It now stops
+  the command as SIGTERM does (the run recorded as failed: "the process got SIGHUP"), exit
+  129; the line goes nowhere when the terminal is gone.
 - Open files (``claim``, ``raise_open_files_limit``): the soft limit on open file
   descriptors is raised to the hard one, as Go's runtime does for the native data plane and
   the JVM for Spark and Cassandra. Linux starts most sessions and services at a soft 1,024
@@ -25,6 +30,10 @@ an Airflow worker) leave the interpreter as they found it.
   stopped accepting connections, gRPC saying "File descriptor limit reached" every second,
   while the hard limit allowed hundreds of times more. The DAL a run starts, the warm
   loader's children and Spark's workers inherit it.
+- Where an interruption may not land (``bulldozer.interrupts``): Ctrl-C, SIGTERM, SIGHUP
+  and the time limit are raised in the main thread wherever it is, except inside a section
+  that ``interrupts.shielded`` marks (a gRPC call being created), where they are raised as
+  the section ends.
 - The time limit (``TimeLimit``): a run whose spec or operator sets one (``metadata.timeout``,
   ``BULLDOZER_RUN_TIMEOUT``) gets SIGALRM when it passes, which raises ``TimeLimitExceeded``
   in the main thread: the run unwinds as from SIGTERM (recorded as failed, its DAL stopped,
@@ -81,6 +90,8 @@ import os
 import signal
 import sys
 import warnings
+
+from bulldozer import interrupts
 
 # typing.TYPE_CHECKING without importing typing: the entry point imports this module before
 # it hands a run over to a warm loader, and that caller imports as little as it can
@@ -202,6 +213,9 @@ def claim() -> None:
     _owned = True
     gc.disable()
     signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGHUP, _terminate)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # an ignored SIGINT stays ignored
+        signal.signal(signal.SIGINT, _interrupt)
     standard_streams()
     raise_open_files_limit()
     warnings.showwarning = _one_line_warning
@@ -375,8 +389,12 @@ def _uncompiled(source: str) -> bool:
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM reached a command-line process (``claim``): raised in its main thread, so the
-    command unwinds as from Ctrl-C."""
+    """SIGTERM or SIGHUP reached a command-line process (``claim``): raised in its main
+    thread, so the command unwinds as from Ctrl-C."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__(f"the process got {signal.Signals(signum).name}")
+        self.signum = signum
 
 
 class TimeLimitExceeded(KeyboardInterrupt):
@@ -385,11 +403,14 @@ class TimeLimitExceeded(KeyboardInterrupt):
 
 
 def interruption(exc: KeyboardInterrupt) -> tuple[str, int]:
-    """The one line and the exit code of a command stopped by ``exc`` (SIGINT, SIGTERM or its
-    time limit)."""
+    """The one line and the exit code of a command stopped by ``exc`` (SIGINT, SIGTERM,
+    SIGHUP or its time limit)."""
     if isinstance(exc, TimeLimitExceeded):
         return str(exc), 1
-    return ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
+    if isinstance(exc, Terminated):
+        said = "terminated" if exc.signum == signal.SIGTERM else "terminated (SIGHUP: the terminal it ran in hung up)"
+        return said, 128 + exc.signum
+    return "interrupted", 130
 
 
 class TimeLimit:
@@ -420,12 +441,42 @@ class TimeLimit:
             self.armed = False
 
     def _expired(self, signum: int, frame: object) -> None:
-        raise TimeLimitExceeded(self.message)
+        interrupts.interrupt(TimeLimitExceeded(self.message))
 
 
 def _terminate(signum: int, frame: object) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
-    raise Terminated("the process got SIGTERM")
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM or SIGHUP ends the process at once
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    if signum == signal.SIGHUP:
+        _off_a_hung_up_terminal()
+    interrupts.interrupt(Terminated(signum))
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """Ctrl-C: ``KeyboardInterrupt``, as Python's own handler raises it, but not inside a
+    section that may not be interrupted (``bulldozer.interrupts``)."""
+    interrupts.interrupt(KeyboardInterrupt())
+
+
+def _off_a_hung_up_terminal() -> None:
+    """Point each standard stream whose terminal has hung up at the null device: every write
+    to it fails (EIO), and the command's last lines and the libraries' (a progress bar's
+    last refresh, logging) then raised in the middle of its clean-up. A stream that is no
+    terminal, or one still there (``kill -HUP``), is left alone."""
+    import errno
+
+    null = -1
+    for fd in (0, 1, 2):
+        try:
+            os.tcgetpgrp(fd)
+        except OSError as exc:
+            if exc.errno != errno.EIO:
+                continue  # not a terminal
+            if null < 0:
+                null = os.open(os.devnull, os.O_RDWR)
+            os.dup2(null, fd)
+    if null > 2:
+        os.close(null)
 
 
 def collect_again() -> None:

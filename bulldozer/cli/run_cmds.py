@@ -32,6 +32,7 @@ from bulldozer.cli.common import (
     os_error,
     print_json,
     report,
+    say_error,
     say_store,
     visible,
     with_store,
@@ -146,7 +147,7 @@ def run(
                 allow_breaking,
                 take_over,
             )
-    except (BulldozerError, KeyboardInterrupt) as exc:  # KeyboardInterrupt: Ctrl-C, SIGTERM, the time limit
+    except (BulldozerError, KeyboardInterrupt) as exc:  # KeyboardInterrupt: Ctrl-C, SIGTERM or SIGHUP, the time limit
         if as_json:  # the run record as far as it got, instead of the generic failure object
             failure = _failure_json(failures[-1] if failures else None, exc, stage, version or resume or "")
             print_json({**failure, "store": store} if store else failure)
@@ -161,7 +162,7 @@ def run(
     except OSError as exc:  # the run is done, and its exit code says how: only its output is lost
         os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # what stdout still holds goes nowhere, not to the exit
         retention = f"; retention failed (older versions were kept): {record.retention_error}"
-        err_console.print(
+        say_error(
             line(
                 ("warning:", "yellow"),
                 f" {record.alias} → {record.version} is live, but this command could not write its output "

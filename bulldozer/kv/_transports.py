@@ -28,6 +28,7 @@ from bulldozer.errors import (
     error_class_by_name,
     error_class_for_code,
 )
+from bulldozer.interrupts import shielded
 from bulldozer.kv.convert import ERROR_DOMAIN, PRINCIPAL_KEY
 from bulldozer.kv.v1 import kv_pb2, kv_pb2_grpc
 
@@ -229,12 +230,14 @@ class GrpcTransport(Transport):
 
     def future(self, stub: Any, method: str, request: Any, timeout: float) -> Any:
         self.pass_gate()
-        return getattr(stub, method).future(request, timeout=timeout, metadata=self.metadata)
+        with shielded():  # gRPC counts the call for its polling thread as it creates it
+            return getattr(stub, method).future(request, timeout=timeout, metadata=self.metadata)
 
     def put_batch_future(self, payload: bytes, timeout: float) -> Any:
         """PutBatch of a request serialized by the caller."""
         self.pass_gate()
-        return self._put_batch_bytes.future(payload, timeout=timeout, metadata=self.metadata)
+        with shielded():
+            return self._put_batch_bytes.future(payload, timeout=timeout, metadata=self.metadata)
 
     def stream(self, stub: Any, method: str, request: Any, timeout: float) -> Iterator[Any]:
         self.pass_gate()
@@ -269,7 +272,25 @@ class GrpcTransport(Transport):
                 ) from None
 
     def close(self) -> None:
-        self.channel.close()
+        """Close the channel, waiting ``CLOSE_SECONDS`` at most: gRPC's close waits for every
+        call in flight to end, and a call an interruption left half made (Ctrl-C, SIGTERM in
+        the middle of gRPC's code) never does. A run stopped so waited for ever; the channel
+        is then left to the process's exit, which follows."""
+        closing = threading.Thread(target=self.channel.close, name="grpc-close", daemon=True)
+        closing.start()
+        closing.join(CLOSE_SECONDS)
+        if closing.is_alive():
+            import logging
+
+            logging.getLogger(__name__).warning(
+                "the channel to the KV DAL at %s did not close within %.0f s (a call in it never ended); left open",
+                self.target,
+                CLOSE_SECONDS,
+            )
+
+
+#: how long closing a channel may wait for its calls in flight to end (``GrpcTransport.close``)
+CLOSE_SECONDS = 10.0
 
 
 class _LocalContext:

@@ -54,8 +54,16 @@ class BatchWriter:
     def __exit__(self, exc_type: object, *exc: object) -> None:
         if exc_type is None:
             self.close()
+        elif isinstance(exc_type, type) and issubclass(exc_type, KeyboardInterrupt):
+            self.cancel()  # stopped (Ctrl-C, SIGTERM, its time limit): nothing waits for acknowledgements
         else:
             self._drain(raise_errors=False)
+
+    def cancel(self) -> None:
+        """Cancel the batches in flight instead of waiting for them (those the DAL took
+        stay taken): whoever waits for one (``sent_so_far``'s function) gets its failure."""
+        while self._pending:
+            self._pending.popleft().cancel()
 
     def add(self, key: bytes, value: bytes) -> None:
         self._keys.append(key)
@@ -190,6 +198,11 @@ class _Sent:
         self._future: Any = send()
         self._response: Any = None
         self._lock = threading.Lock()
+
+    def cancel(self) -> None:
+        future = self._future
+        if future is not None:
+            future.cancel()
 
     def done(self) -> bool:
         """Acknowledged (and the batch let go)."""

@@ -320,7 +320,7 @@ func run(listen, backend, engine, dir string, opts lmdb.Options, limits Limits, 
 	}
 	slog.Info("serving", "listen", listen, "port", port, "backend", backend, "engine", engine, "store", dir, "lmdb", lmdb.Version())
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP) // SIGHUP: the terminal it ran in closed
 	defer stop()
 	if parent > 0 {
 		go func() {

@@ -350,3 +350,65 @@ def test_the_run_modules_list_still_covers_a_run() -> None:
     finally:
         sys.path.remove(str(REPO / "scripts"))
     assert gen_run_modules.drift(gen_run_modules.record(), process.run_modules()) is None
+
+
+#: a command-line process (``claim``) whose first write batch is SIGTERMed as gRPC makes its
+#: call: after gRPC counted the call for its polling thread and before it started that
+#: thread; it prints what its stop and its channel's close took
+_STOPPED_AS_GRPC_MAKES_A_CALL = """
+import os, signal, sys, time
+import grpc._channel
+from bulldozer.cli import process
+from bulldozer.kv import KvClient
+from bulldozer.names import new_version_name
+
+process.claim()
+start_polling = grpc._channel._run_channel_spin_thread
+
+def interrupted_here(state):
+    os.kill(os.getpid(), signal.SIGTERM)  # its handler runs at the next line, inside gRPC's making of the call
+    time.sleep(0)
+    start_polling(state)
+
+grpc._channel._run_channel_spin_thread = interrupted_here
+client = KvClient(sys.argv[1], timeout=30)
+name = new_version_name("stopped")
+client.create_namespace(name, "stopped")
+try:
+    with client.writer(name, batch_records=10, batch_bytes=1 << 20, in_flight=4) as writer:
+        writer.add(b"k", b"v")
+        writer.flush()
+        time.sleep(30)
+except KeyboardInterrupt as exc:
+    print("stopped:", exc, flush=True)
+began = time.monotonic()
+client.close()
+print(f"closed in {time.monotonic() - began:.1f} s", flush=True)
+"""
+
+
+def test_a_stop_as_grpc_makes_a_call_is_raised_once_it_is_made_and_the_client_closes(tmp_path: Path) -> None:
+    """SIGTERM (or Ctrl-C, SIGHUP, the time limit) is raised in the main thread wherever it
+    is. Landing inside gRPC's making of a call, between its counting the call for its
+    polling thread and its starting that thread, it left a call no thread would complete:
+    the run then hung for ever in its clean-up, waiting for that batch's acknowledgement or
+    for the channel to close (3 runs of 30 SIGTERMed mid-load hung so). The making of a call
+    is now shielded (``bulldozer.interrupts``): the stop is raised once the call is made, the
+    writer cancels its batches in flight, and the channel closes at once."""
+    from tests.integration.test_kv_server import _free_port, _start
+
+    port = _free_port()
+    server = _start(tmp_path / "store", port, "--data-plane", "python")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _STOPPED_AS_GRPC_MAKES_A_CALL, f"127.0.0.1:{port}"],
+            capture_output=True, text=True, timeout=60, cwd=REPO,
+        )  # fmt: skip
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    said = done.stdout.splitlines()
+    assert said[0] == "stopped: the process got SIGTERM", done.stdout + done.stderr
+    closed = re.fullmatch(r"closed in (\d+\.\d) s", said[1])
+    assert closed is not None and float(closed.group(1)) < 2, done.stdout + done.stderr
+    assert "did not close" not in done.stderr, done.stderr

@@ -670,21 +670,34 @@ def test_a_version_its_run_is_making_is_not_resumed_beside_it(tmp_path: Path) ->
     assert (record["version"], record["state"], record["resumed"]) == (loading, "ACTIVE", False)
 
 
-def test_a_terminated_run_stops_cleanly_and_the_next_run_succeeds(tmp_path: Path) -> None:
-    """SIGTERM (a scheduler stopping its task) mid-load: one line, exit 143, the alias where
-    it was, the data plane stopped and the temporary files removed before the command exits."""
+@pytest.mark.parametrize(
+    ("signal_", "code", "said"),
+    [
+        ("SIGTERM", 143, "error: terminated"),
+        ("SIGHUP", 129, "error: terminated (SIGHUP: the terminal it ran in hung up)"),
+    ],
+)
+def test_a_terminated_run_stops_cleanly_and_the_next_run_succeeds(
+    tmp_path: Path, signal_: str, code: int, said: str
+) -> None:
+    """SIGTERM (a scheduler stopping its task) or SIGHUP (the terminal the run was started
+    in closed) mid-load: one line, exit 128 + the signal, the alias where it was, the run
+    recorded as failed, the data plane stopped and the temporary files removed before the
+    command exits. SIGHUP used to end the process on the spot, saying nothing: its version
+    was left LOADING, "not heard from"."""
     home = tmp_path / "h"
     create_sample_warehouse(home, rows=30_000, chunk_rows=10_000)
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     job = ["run", "templates/move_data_to_kv_dal.yaml", "-q"]
-    stopped = _cli(job, home, env={"TMPDIR": str(scratch)}, fault="term-after-rows:15000")
-    assert stopped.returncode == 143, stopped.stderr
-    assert stopped.stderr.strip().splitlines() == ["error: terminated"]
+    fault = f"{signal_.removeprefix('SIG').lower()}-after-rows:15000"
+    stopped = _cli(job, home, env={"TMPDIR": str(scratch)}, fault=fault)
+    assert stopped.returncode == code, stopped.stderr
+    assert stopped.stderr.strip().splitlines() == [said]
     assert _dal_processes(home / "kv") == []  # stopped, not left to notice its parent is gone
     assert list(scratch.iterdir()) == []
     (run,) = json.loads(_cli(["runs", "user_item_scores", "--json"], home).stdout)
-    assert run["state"] == "FAILED" and "SIGTERM" in run["error"], run
+    assert run["state"] == "FAILED" and signal_ in run["error"], run
     again = _cli([*job[:-1], "--json"], home)
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["rows"] == 30_000

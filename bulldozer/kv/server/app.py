@@ -3,7 +3,7 @@
 ``create_server(address, engine) -> (server, port)`` binds (port 0 picks a free one, for
 tests) with health checking and reflection on (reflection off for a DAL a command hosts for
 itself on a private socket), the error interceptor installed and request-size limits set.
-``serve`` runs one until SIGTERM / SIGINT, then stops gracefully: new requests are refused
+``serve`` runs one until SIGTERM / SIGINT / SIGHUP, then stops gracefully: new requests are refused
 and in-flight batches finish.
 """
 
@@ -235,7 +235,7 @@ def serve(
     stop_within: float = STOP_WITHIN,
     **kwargs: Any,
 ) -> int:
-    """Run until SIGTERM or SIGINT (or, with ``parent_pid``, until that parent process is
+    """Run until SIGTERM, SIGINT or SIGHUP (or, with ``parent_pid``, until that parent process is
     gone, so a DAL started for a run that was killed does not outlive it); returns the exit
     code. A signal is a graceful stop from the moment this is called, also while the server
     starts. Stopping takes ``grace`` seconds at most for in-flight requests, then up to
@@ -249,8 +249,8 @@ def serve(
         log.info("signal %d: finishing in-flight requests (up to %.0f s)", signum, grace)
         stopping.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # SIGHUP: the terminal it ran in closed
+        signal.signal(signum, on_signal)
     metrics = Metrics()
     metrics.watch_jobs(engine)  # per-alias freshness and last-run gauges, read at each scrape
     running, port = create_server(address, engine, metrics=metrics, **kwargs)

@@ -1,0 +1,52 @@
+"""``bulldozer.interrupts``: an interruption is raised at once, or, in a shielded section of
+its thread, as that section ends; a section of another thread shields nothing."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from bulldozer.interrupts import interrupt, shielded
+
+
+class Stop(KeyboardInterrupt):
+    pass
+
+
+def test_an_interruption_outside_a_section_is_raised_at_once() -> None:
+    with pytest.raises(Stop):
+        interrupt(Stop())
+
+
+def test_an_interruption_in_a_section_is_raised_as_the_outermost_ends() -> None:
+    ran = []
+    with pytest.raises(Stop, match="first"), shielded():
+        with shielded():
+            interrupt(Stop("first"))
+            ran.append("inner")
+        interrupt(Stop("second"))  # the first one wins
+        ran.append("outer")
+    assert ran == ["inner", "outer"]
+    interrupt_again = Stop("later")
+    with pytest.raises(Stop, match="later"):  # nothing is left pending
+        interrupt(interrupt_again)
+
+
+def test_a_section_of_another_thread_shields_nothing() -> None:
+    entered, leave = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with shielded():
+            entered.set()
+            leave.wait(10)
+
+    worker = threading.Thread(target=other)
+    worker.start()
+    entered.wait(10)
+    try:
+        with pytest.raises(Stop):
+            interrupt(Stop())
+    finally:
+        leave.set()
+        worker.join()
