@@ -442,6 +442,23 @@ def test_a_dal_takes_as_many_connections_as_its_hard_open_files_limit_allows(pla
         stop_servers([proc])
 
 
+@pytest.mark.parametrize("plane", ["python", "native"])
+def test_a_dal_whose_terminal_hangs_up_stops_gracefully(plane: str, tmp_path: Path) -> None:
+    """SIGHUP (the terminal ``serve`` was started in closed) ended the Python DAL on the spot
+    and its native data plane with it, without finishing the requests in flight or flushing
+    the store; both now stop as on SIGTERM."""
+    proc = _start(tmp_path / "store", _free_port(), "--data-plane", plane)
+    kvd = [
+        int(p) for p in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    ]
+    proc.send_signal(signal.SIGHUP)
+    assert proc.wait(timeout=30) == 0
+    said = (proc.stderr.read() if proc.stderr else b"").decode()
+    assert "Traceback" not in said and "KV DAL stopped" in said, said
+    if plane == "native":
+        assert kvd and '"msg":"stopped"' in said, said  # the data plane stopped, not killed
+
+
 #: ``serve`` over a memory store in a process of its own; ``{engine}`` is a class body's
 #: extra lines, ``{port_file}`` where the port is written
 _SERVE = """
