@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -701,6 +702,48 @@ def test_a_terminated_run_stops_cleanly_and_the_next_run_succeeds(
     again = _cli([*job[:-1], "--json"], home)
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["rows"] == 30_000
+
+
+def test_a_run_whose_terminal_hangs_up_is_recorded_as_failed_and_cleans_up(tmp_path: Path) -> None:
+    """The terminal a run was started in closes (an SSH session dropped) mid-load: the kernel
+    sends it SIGHUP, and every write to its terminal fails (EIO). It ended on the spot,
+    its version left LOADING; then, once it unwound, its last lines' EIO turned its exit into
+    1. Now it unwinds as on SIGTERM, its streams pointed at the null device: exit 129, the
+    run recorded as failed, the DAL it started stopped."""
+    import pty
+
+    home = tmp_path / "h"
+    create_sample_warehouse(home, rows=30_000, chunk_rows=10_000)
+    job = tmp_path / "slow.yaml"
+    job.write_text(TEMPLATE.replace("# records_per_second: 50000", "records_per_second: 3000"))
+    env = {**os.environ, "BULLDOZER_HOME": str(home), "BULLDOZER_LOADER": "off"}
+    pid, terminal = pty.fork()  # the child leads a session whose terminal is the pty
+    if pid == 0:
+        os.chdir(REPO)
+        os.execve(sys.executable, [sys.executable, "-m", "bulldozer.cli.main", "run", str(job)], env)
+    try:
+        loading: list[str] = []
+        deadline = time.monotonic() + 60
+        while not loading and time.monotonic() < deadline:
+            while select.select([terminal], [], [], 0.2)[0]:  # what the run shows: its progress bar
+                os.read(terminal, 65536)
+            listed = _cli(["namespaces", "--json"], home)
+            loading = [n["name"] for n in json.loads(listed.stdout or "[]") if n["state"] == "LOADING"]
+        assert loading, "the run never made its version"
+    finally:
+        os.close(terminal)  # the terminal hangs up
+    deadline = time.monotonic() + 60
+    while (ended := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if ended[0] == 0:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise AssertionError("the run did not end after its terminal hung up")
+    assert os.waitstatus_to_exitcode(ended[1]) == 129
+    assert _dal_processes(home / "kv") == []
+    listed = _cli(["runs", "user_item_scores", "--json"], home)
+    (run,) = json.loads(listed.stdout)
+    assert run["version"] == loading[0] and run["state"] == "FAILED" and "SIGHUP" in run["error"], run
 
 
 #: a query that computes for hours before its first row: every row of the table with every
