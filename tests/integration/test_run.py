@@ -725,8 +725,8 @@ def test_a_run_whose_terminal_hangs_up_is_recorded_as_failed_and_cleans_up(tmp_p
         loading: list[str] = []
         deadline = time.monotonic() + 60
         while not loading and time.monotonic() < deadline:
-            while select.select([terminal], [], [], 0.2)[0]:  # what the run shows: its progress bar
-                os.read(terminal, 65536)
+            if select.select([terminal], [], [], 0.2)[0]:  # what the run shows: its progress bar
+                os.read(terminal, 1 << 20)
             listed = _cli(["namespaces", "--json"], home)
             loading = [n["name"] for n in json.loads(listed.stdout or "[]") if n["state"] == "LOADING"]
         assert loading, "the run never made its version"
