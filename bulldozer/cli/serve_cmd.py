@@ -43,7 +43,11 @@ def serve(
     port: Annotated[int, typer.Option(min=0, max=65535, help="gRPC port (0 picks a free one).")] = 7110,
     map_size_gib: Annotated[
         float | None,
-        typer.Option("--map-size-gib", min=0.001, help="Largest size of the embedded store (default 64)."),
+        typer.Option(
+            "--map-size-gib",
+            min=0.001,
+            help="Largest size of the embedded store (default 64, or a quarter of the address-space limit: ulimit -v).",
+        ),
     ] = None,
     metrics_port: Annotated[
         int | None, typer.Option(min=0, max=65535, help="Serve Prometheus metrics on this port.")

@@ -9,6 +9,7 @@ or resume finishes the job. Each scenario prints a ``RESULT`` line for the resul
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import socket
@@ -29,6 +30,7 @@ from bulldozer.kv.types import State
 from bulldozer.load.runner import run_job
 from bulldozer.names import new_version_name
 from bulldozer.warehouse.sample import create_sample_warehouse
+from tests.conftest import REPO
 from tests.integration import services
 from tests.integration.test_kv_server import _free_port, _start, stop_servers
 from tests.integration.test_run import _cli, spec
@@ -194,6 +196,35 @@ def test_a_reader_killed_mid_read_does_not_keep_the_store_from_reusing_pages(tmp
         said = server.communicate(timeout=30)[1].decode()
     assert server.returncode == 0 and "Traceback" not in said, said
     assert "cleared 1 reader slot(s) of processes that ended while reading it" in said, said
+
+
+def test_the_embedded_default_runs_under_an_address_space_limit(tmp_path: Path) -> None:
+    """A process whose address space is limited (``ulimit -v``, as batch schedulers and
+    shared hosts set it) could not open the embedded store at all: LMDB maps the store's
+    whole map size, 64 GiB, when it opens it, and every run failed with "Cannot allocate
+    memory". The default map is now fitted to a quarter of the limit, and a map given too
+    large for it is refused in one line naming the limit."""
+    home = tmp_path / "h"
+    create_sample_warehouse(home, rows=2_000)
+    limited = ["bash", "-c", 'ulimit -v 4194304 && exec "$@"', "limited"]  # 4 GiB
+    env = {**os.environ, "BULLDOZER_HOME": str(home)}
+    bulldozer = [sys.executable, "-m", "bulldozer.cli.main"]
+    done = subprocess.run(
+        [*limited, *bulldozer, "run", "templates/move_data_to_kv_dal.yaml", "--json"],
+        capture_output=True, text=True, timeout=300, env=env, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["rows"] == 2_000
+    refused = subprocess.run(
+        [*limited, *bulldozer, "serve", "--path", str(home / "kv"), "--port", "0", "--map-size-gib", "64"],
+        capture_output=True, text=True, timeout=120, env=env, cwd=REPO,
+    )  # fmt: skip
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines() == [
+        f"error: cannot open the embedded store at {home / 'kv'}: its map (64.0 GiB, or the size its data already "
+        "takes if larger) does not fit in this process's address-space limit (4.0 GiB: ulimit -v); raise the limit, "
+        "or serve the store with a smaller --map-size-gib"
+    ], refused.stderr
 
 
 def test_embedded_store_full(home: Path, tmp_path: Path) -> None:

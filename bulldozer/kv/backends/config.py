@@ -8,7 +8,16 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-__all__ = ["CassandraConfig", "EmbeddedConfig", "EngineConfig", "MemoryConfig", "RedisConfig"]
+__all__ = [
+    "DEFAULT_MAP_SIZE",
+    "CassandraConfig",
+    "EmbeddedConfig",
+    "EngineConfig",
+    "MemoryConfig",
+    "RedisConfig",
+    "address_space_limit",
+    "default_map_size",
+]
 
 _MODEL = ConfigDict(frozen=True, extra="forbid")
 _HOST_PORT = re.compile(
@@ -23,6 +32,30 @@ class MemoryConfig(BaseModel):
     type: Literal["memory"] = "memory"
 
 
+#: the most an embedded store may grow to, unless configured or fitted (``default_map_size``)
+DEFAULT_MAP_SIZE = 64 * 1024**3
+
+
+def address_space_limit() -> int | None:
+    """This process's limit on its address space (``ulimit -v``), in bytes; None when unlimited."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
+def default_map_size() -> int:
+    """``DEFAULT_MAP_SIZE``, or a quarter of this process's address-space limit when one is
+    set (``ulimit -v``, as batch schedulers and shared hosts set it): LMDB maps the whole size
+    when it opens the store, and a map that did not fit failed every run on the embedded
+    default with "Cannot allocate memory". The rest is left to the process (Arrow, gRPC,
+    the native data plane)."""
+    limit = address_space_limit()
+    if limit is None:
+        return DEFAULT_MAP_SIZE
+    return max(1024**2, min(DEFAULT_MAP_SIZE, limit // 4 // 1024**2 * 1024**2))
+
+
 class EmbeddedConfig(BaseModel):
     """LMDB on local disk: one sub-database per namespace."""
 
@@ -30,9 +63,10 @@ class EmbeddedConfig(BaseModel):
     type: Literal["embedded"] = "embedded"
     path: str = Field(description="Directory of the store (created if missing).")
     map_size: int = Field(
-        default=64 * 1024**3,
+        default_factory=default_map_size,
         ge=1024**2,
-        description="Largest size the store may grow to (a sparse file; raise it when full).",
+        description="Largest size the store may grow to (a sparse file; raise it when full). Default 64 GiB, "
+        "or a quarter of the process's address-space limit (ulimit -v) when one is set.",
     )
     max_namespaces: int = Field(default=8192, ge=16, description="Namespaces one process may open.")
     writemap: bool = Field(

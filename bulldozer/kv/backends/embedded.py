@@ -82,7 +82,7 @@ from bulldozer.kv.backends._lifecycle import (
     plan_pin,
 )
 from bulldozer.kv.backends.base import StorageEngine, chunked, select_namespaces
-from bulldozer.kv.backends.config import EmbeddedConfig
+from bulldozer.kv.backends.config import EmbeddedConfig, address_space_limit, default_map_size
 from bulldozer.kv.types import AliasChange, AliasRecord, BaseCopy, NamespaceRecord, State
 from bulldozer.kv.v1 import shared
 
@@ -174,6 +174,10 @@ def run_records(run: Any) -> Iterator[tuple[bytes, Any]]:
         pos += vlen
 
 
+def _gib(size: int) -> str:
+    return f"{size / 1024**3:,.1f} GiB"
+
+
 class EmbeddedEngine(StorageEngine):
     name = "embedded"
     base_copy = BaseCopy.LAYERED
@@ -200,6 +204,12 @@ class EmbeddedEngine(StorageEngine):
                 max_readers=512,
             )
         except (lmdb.Error, OSError) as exc:
+            if (limit := address_space_limit()) is not None and os.strerror(errno.ENOMEM) in str(exc):
+                raise ResourceExhaustedError(
+                    f"cannot open the embedded store at {self.path}: its map ({_gib(config.map_size)}, or the size "
+                    f"its data already takes if larger) does not fit in this process's address-space limit "
+                    f"({_gib(limit)}: ulimit -v); raise the limit, or serve the store with a smaller --map-size-gib"
+                ) from exc
             raise BackendUnavailableError(f"cannot open the embedded store at {self.path}: {exc}") from exc
         self._lock = threading.Lock()
         self._dbs: dict[str, Any] = {}
@@ -434,9 +444,16 @@ class EmbeddedEngine(StorageEngine):
         return NamespaceRecord(name=name, alias="", state=State(bytes(raw).decode())) if raw is not None else None
 
     def _map_full(self, exc: Exception) -> ResourceExhaustedError:
+        limit = address_space_limit()
+        fitted = (
+            f" (its map, {_gib(self.config.map_size)}, is a quarter of this process's address-space limit, "
+            f"{_gib(limit)}: ulimit -v)"
+            if limit is not None and self.config.map_size == default_map_size()
+            else ""
+        )
         return ResourceExhaustedError(
-            f"the embedded store at {self.path} is full ({exc}); restart the DAL with a larger "
-            "--map-size or drop old versions"
+            f"the embedded store at {self.path} is full ({exc}){fitted}; restart the DAL with a larger "
+            "--map-size-gib or drop old versions"
         )
 
     # -- namespaces -------------------------------------------------------------
