@@ -242,7 +242,9 @@ class GrpcTransport(Transport):
     def stream(self, stub: Any, method: str, request: Any, timeout: float) -> Iterator[Any]:
         self.pass_gate()
         try:
-            yield from getattr(stub, method)(request, timeout=timeout, metadata=self.metadata)
+            with shielded():  # a response stream is a call gRPC's polling thread completes, as a future's is
+                responses = getattr(stub, method)(request, timeout=timeout, metadata=self.metadata)
+            yield from responses
         except grpc.RpcError as err:
             raise translate(err) from None
 
@@ -277,7 +279,11 @@ class GrpcTransport(Transport):
         the middle of gRPC's code) never does. A run stopped so waited for ever; the channel
         is then left to the process's exit, which follows."""
         closing = threading.Thread(target=self.channel.close, name="grpc-close", daemon=True)
-        closing.start()
+        try:
+            closing.start()
+        except RuntimeError:  # no new threads (the interpreter is exiting): closed here
+            self.channel.close()
+            return
         closing.join(CLOSE_SECONDS)
         if closing.is_alive():
             import logging
