@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from typing import Annotated
 
 import typer
@@ -61,4 +62,16 @@ def ui(
         err_console.print(f"console: http://{shown}:{bound}/  (Ctrl-C stops it)")
         app = create_app(client, [h.lower() for h in dict.fromkeys(hosts)])
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
-        server.run(sockets=[sock])
+        hung_up: list[int] = []
+
+        def on_hangup(signum: int, _frame: object) -> None:  # uvicorn stops gracefully on SIGTERM / SIGINT only
+            hung_up.append(signum)
+            server.should_exit = True
+
+        previous = signal.signal(signal.SIGHUP, on_hangup)
+        try:
+            server.run(sockets=[sock])
+        finally:
+            signal.signal(signal.SIGHUP, previous)
+        if hung_up:  # stopped gracefully; now ended as any command whose terminal hung up
+            signal.raise_signal(signal.SIGHUP)

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -412,3 +413,38 @@ def test_a_stop_as_grpc_makes_a_call_is_raised_once_it_is_made_and_the_client_cl
     closed = re.fullmatch(r"closed in (\d+\.\d) s", said[1])
     assert closed is not None and float(closed.group(1)) < 2, done.stdout + done.stderr
     assert "did not close" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "ready", "code", "said"),
+    [
+        (["ui", "--port", "0"], "console: http://", 129, "error: terminated (SIGHUP: the terminal it ran in hung up)"),
+        (["loader", "serve"], "loader ready for", 0, "loader stopped after 0 command(s)"),
+    ],
+    ids=["ui", "loader-serve"],
+)
+def test_a_long_running_command_whose_terminal_hangs_up_stops_gracefully(
+    tmp_path: Path, command: list[str], ready: str, code: int, said: str
+) -> None:
+    """SIGHUP (the terminal closed) reached ``bulldozer ui`` inside uvicorn's event loop,
+    which logged a traceback; a foreground ``loader serve`` died without taking its socket
+    and registry entry away. Each now stops as on SIGTERM."""
+    import select
+    import signal
+
+    env = {**os.environ, "BULLDOZER_HOME": str(tmp_path / "h"), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bulldozer.cli.main", *command],
+        stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    shown = ""
+    deadline = time.monotonic() + 60
+    while ready not in shown and time.monotonic() < deadline and select.select([proc.stderr], [], [], 1)[0]:
+        shown += proc.stderr.readline()
+    assert ready in shown, shown
+    proc.send_signal(signal.SIGHUP)
+    rest = proc.communicate(timeout=60)[1]
+    assert proc.returncode == code, shown + rest
+    assert said in rest and "Traceback" not in rest, rest
+    assert not (tmp_path / "h" / "loader" / "loader.sock").exists()

@@ -183,7 +183,7 @@ def _listen(path: Path) -> socket.socket:
 
 
 def serve(home: Path, warm_dal: bool = True) -> int:
-    """Run the loader for ``home`` until SIGTERM or SIGINT; the exit code."""
+    """Run the loader for ``home`` until SIGTERM, SIGINT or SIGHUP; the exit code."""
     seconds = preload()
     folder = loader_folder(home)
     path = socket_path(home)
@@ -192,7 +192,7 @@ def serve(home: Path, warm_dal: bool = True) -> int:
     wake_r.setblocking(False)
     wake_w.setblocking(False)
     signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # SIGHUP: the terminal it ran in closed
         signal.signal(sig, lambda *_: None)  # handled in the loop, through the wakeup fd
     selector = selectors.DefaultSelector()
     state = _State(home, listener, selector, wake_r, code=code_stamp())
@@ -440,6 +440,7 @@ def _become(state: _State, conn: socket.socket, fds: list[int], request: dict[st
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         state.selector.close()
         state.listener.close()
