@@ -443,6 +443,15 @@ def test_a_long_running_command_whose_terminal_hangs_up_stops_gracefully(
     while ready not in shown and time.monotonic() < deadline and select.select([proc.stderr], [], [], 1)[0]:
         shown += proc.stderr.readline()
     assert ready in shown, shown
+    if (console := re.search(r"http://[^ ]+/", shown)) is not None:  # the page answers: uvicorn's loop runs
+        import urllib.request
+
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(console.group(0), timeout=5):
+                    break
+            except OSError:
+                time.sleep(0.1)
     proc.send_signal(signal.SIGHUP)
     rest = proc.communicate(timeout=60)[1]
     assert proc.returncode == code, shown + rest
