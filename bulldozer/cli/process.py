@@ -223,20 +223,18 @@ def claim() -> None:
         sys.meta_path.insert(0, _Deferred(DEFERRED, DEFERRED_MODELS))
 
 
-def raise_open_files_limit() -> int:
+def raise_open_files_limit() -> None:
     """Raise this process's soft limit on open files to its hard limit (what it may raise
-    it to without privilege); the soft limit now. A hard limit the kernel does not take as
-    a soft one (unlimited, above ``fs.nr_open``) leaves the soft limit as it was."""
+    it to without privilege). A hard limit the kernel does not take as a soft one
+    (unlimited, above ``fs.nr_open``) leaves the soft limit as it was."""
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and soft != resource.RLIM_INFINITY and soft < hard:
-        try:
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:  # noqa: SIM105 (this module imports no contextlib: see its docstring)
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
         except (ValueError, OSError):
-            return soft
-        return hard
-    return soft
+            pass
 
 
 def _one_line_warning(

@@ -174,8 +174,10 @@ def run_records(run: Any) -> Iterator[tuple[bytes, Any]]:
         pos += vlen
 
 
-def _gib(size: int) -> str:
-    return f"{size / 1024**3:,.1f} GiB"
+def _size(size: int) -> str:
+    from pydantic import ByteSize
+
+    return ByteSize(size).human_readable(separator=" ")
 
 
 class EmbeddedEngine(StorageEngine):
@@ -206,9 +208,9 @@ class EmbeddedEngine(StorageEngine):
         except (lmdb.Error, OSError) as exc:
             if (limit := address_space_limit()) is not None and os.strerror(errno.ENOMEM) in str(exc):
                 raise ResourceExhaustedError(
-                    f"cannot open the embedded store at {self.path}: its map ({_gib(config.map_size)}, or the size "
+                    f"cannot open the embedded store at {self.path}: its map ({_size(config.map_size)}, or the size "
                     f"its data already takes if larger) does not fit in this process's address-space limit "
-                    f"({_gib(limit)}: ulimit -v); raise the limit, or serve the store with a smaller --map-size-gib"
+                    f"({_size(limit)}: ulimit -v); raise the limit, or serve the store with a smaller --map-size-gib"
                 ) from exc
             raise BackendUnavailableError(f"cannot open the embedded store at {self.path}: {exc}") from exc
         self._lock = threading.Lock()
@@ -446,8 +448,8 @@ class EmbeddedEngine(StorageEngine):
     def _map_full(self, exc: Exception) -> ResourceExhaustedError:
         limit = address_space_limit()
         fitted = (
-            f" (its map, {_gib(self.config.map_size)}, is a quarter of this process's address-space limit, "
-            f"{_gib(limit)}: ulimit -v)"
+            f" (its map, {_size(self.config.map_size)}, is a quarter of this process's address-space limit, "
+            f"{_size(limit)}: ulimit -v)"
             if limit is not None and self.config.map_size == default_map_size()
             else ""
         )
