@@ -36,7 +36,7 @@ def serve(
         bool, typer.Option("--warm-dal/--no-warm-dal", help="Keep an embedded DAL over the home's store running.")
     ] = True,
 ) -> None:
-    """Run the loader in the foreground until SIGTERM, SIGHUP or Ctrl-C (for a process supervisor)."""
+    """Run the loader in the foreground until SIGTERM, SIGHUP or Ctrl-C (for a supervisor)."""
     from bulldozer.cli import process
     from bulldozer.cli.loader.server import serve as run_loader
     from bulldozer.logs import configure_logging

@@ -440,8 +440,9 @@ def test_a_long_running_command_whose_terminal_hangs_up_stops_gracefully(
     assert proc.stderr is not None
     shown = ""
     deadline = time.monotonic() + 60
-    while ready not in shown and time.monotonic() < deadline and select.select([proc.stderr], [], [], 1)[0]:
-        shown += proc.stderr.readline()
+    while ready not in shown and time.monotonic() < deadline and proc.poll() is None:
+        if select.select([proc.stderr], [], [], 1)[0]:
+            shown += proc.stderr.readline()
     assert ready in shown, shown
     if (console := re.search(r"http://[^ ]+/", shown)) is not None:  # the page answers: uvicorn's loop runs
         import urllib.request
