@@ -347,6 +347,15 @@ def _run(
         raise InvalidArgumentError("--resume applies to a whole run; a retried --stage load resumes by its --run-key")
     if stage in ("validate", "schema") and version:
         raise InvalidArgumentError(f"--version applies to the load, verify, flip and retention stages, not {stage}")
+    for stages, options in (
+        (("load",), (("--engine spark", engine is EngineChoice.spark), ("--master", master))),
+        (("schema", "load"), (("--allow-breaking", allow_breaking), ("--take-over", take_over))),
+    ):
+        if stage is not None and stage not in stages and (given := [f for f, v in options if v]):
+            raise InvalidArgumentError(
+                f"{' and '.join(given)} appl{'y' if len(given) > 1 else 'ies'} to the {' and '.join(stages)} "
+                f"stage{'s' if len(stages) > 1 else ''} (or a whole run), not {stage}"
+            )
     load_engine = create_load_engine(engine.value, **({"master": master} if master else {}))
     if process.owned():
         process.use_load_memory_pool()

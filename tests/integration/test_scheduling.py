@@ -146,14 +146,26 @@ def test_a_version_is_verified_and_flipped_only_under_the_spec_that_loaded_it(ho
 def test_a_stage_option_outside_its_stage_is_refused(home: Path) -> None:
     """``--version`` and ``--run-key`` without ``--stage``, ``--resume`` with one, and
     ``--version`` for a stage that makes or reads no version were ignored: ``run --stage load
-    --resume V`` made a new version, ``run --version V`` a whole run of its own. Each is one
-    line now, before anything is made."""
+    --resume V`` made a new version, ``run --version V`` a whole run of its own. So were
+    ``--engine spark`` / ``--master`` on a stage other than the load, and ``--allow-breaking`` /
+    ``--take-over`` on one that checks no schema. Each is one line now, before anything is made."""
     spec = "templates/move_data_to_kv_dal.yaml"
     refused = {
         ("--version", "user_item_scores__v1"): "error: --version applies to --stage only",
         ("--run-key", "k", "--version", "v"): "error: --version and --run-key apply to --stage only",
         ("--stage", "load", "--resume", "v"): "error: --resume applies to a whole run; a retried --stage load",
         ("--stage", "schema", "--version", "v"): "error: --version applies to the load, verify, flip and retention",
+        ("--stage", "flip", "--engine", "spark"): "error: --engine spark applies to the load stage (or a whole run), "
+        "not flip",
+        ("--stage", "validate", "--engine", "spark", "--master", "local[1]"): (
+            "error: --engine spark and --master apply to the load stage (or a whole run), not validate"
+        ),
+        ("--stage", "verify", "--allow-breaking"): (
+            "error: --allow-breaking applies to the schema and load stages (or a whole run), not verify"
+        ),
+        ("--stage", "flip", "--allow-breaking", "--take-over"): (
+            "error: --allow-breaking and --take-over apply to the schema and load stages (or a whole run), not flip"
+        ),
     }
     for args, said in refused.items():
         done = _cli(["run", spec, "-q", *args], home)
