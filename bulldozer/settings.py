@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ByteSize, ConfigDict, Field, SecretStr, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from bulldozer.errors import InvalidArgumentError
 from bulldozer.names import closest, did_you_mean
@@ -94,6 +94,30 @@ def _variable_patterns(value: str) -> str:
     return value
 
 
+def _json_object(value: object) -> object:
+    """``catalogs`` from ``BULLDOZER_CATALOGS``: its JSON, a key given twice in one object
+    refused at the second (JSON keeps the last, so a catalog named twice lost its first
+    properties, and a property given twice its first value, without a word). A value that
+    is not text (a profile's, the default) is validated as it is. The message names keys,
+    never values: a catalog's properties may hold a credential."""
+    if not isinstance(value, str):
+        return value
+    import json
+
+    def unique(pairs: list[tuple[str, object]]) -> dict[str, object]:
+        found: dict[str, object] = {}
+        for key, item in pairs:
+            if key in found:
+                raise ValueError(f"the key {key!r} is given twice")
+            found[key] = item
+        return found
+
+    try:
+        return json.loads(value, object_pairs_hook=unique)
+    except json.JSONDecodeError:
+        raise ValueError("not valid JSON") from None
+
+
 def _time_limit(value: object) -> timedelta | None:
     """``run_timeout``: a time limit as a spec writes one (``2h``, ``45m``, seconds)."""
     from bulldozer.spec.models import parse_time_limit  # when set: the spec models are not a light import
@@ -156,7 +180,9 @@ class Settings(BaseSettings):
     #: each a mapping of pyiceberg catalog properties (``BULLDOZER_CATALOGS`` as JSON, e.g.
     #: ``{"warehouse": {"type": "rest", "uri": "https://iceberg.example.com"}}``); a profile's
     #: ``catalogs`` add the names this one lacks. A name no one configured is the embedded catalog.
-    catalogs: dict[str, dict[str, str]] = Field(default_factory=dict)
+    catalogs: Annotated[dict[str, dict[str, str]], NoDecode, BeforeValidator(_json_object)] = Field(
+        default_factory=dict
+    )
     #: Whether a spec may define a catalog itself (``data_movement.catalog.properties``):
     #: ``refuse`` (default) or ``allow``, for a deployment whose every spec author is trusted
     #: with what pyiceberg can reach (see ``bulldozer.warehouse.catalog.catalog_properties``).
@@ -434,9 +460,6 @@ def load_settings() -> Settings:
             for err in exc.errors()
         )
         raise InvalidArgumentError(f"invalid environment: {problems}") from None
-    except SettingsError as exc:  # a JSON value that does not parse (its value is not repeated)
-        field = str(exc).split('"')[1] if str(exc).count('"') >= 2 else "?"
-        raise InvalidArgumentError(f"invalid environment: BULLDOZER_{field.upper()}: not valid JSON") from None
 
 
 def environment() -> Mapping[str, str]:

@@ -314,3 +314,12 @@ def test_the_operators_catalogs_from_the_variable_and_the_profile(
     with pytest.raises(InvalidArgumentError, match=r"^invalid environment: BULLDOZER_CATALOGS: ") as refused:
         load_settings()
     assert "s3cret" not in str(refused.value)
+    # a key given twice: JSON keeps the last, so the first catalog (or property) was lost without a word
+    for twice, key in (
+        ('{"lake": {"type": "sql", "uri": "sqlite:////s3cret.db"}, "lake": {"type": "sql"}}', "lake"),
+        ('{"lake": {"type": "sql", "uri": "sqlite:////s3cret.db", "uri": "sqlite:////b.db"}}', "uri"),
+    ):
+        monkeypatch.setenv("BULLDOZER_CATALOGS", twice)
+        with pytest.raises(InvalidArgumentError) as refused:
+            load_settings()
+        assert str(refused.value) == f"invalid environment: BULLDOZER_CATALOGS: the key '{key}' is given twice"
