@@ -104,16 +104,10 @@ def _json_object(value: object) -> object:
         return value
     import json
 
-    def unique(pairs: list[tuple[str, object]]) -> dict[str, object]:
-        found: dict[str, object] = {}
-        for key, item in pairs:
-            if key in found:
-                raise ValueError(f"the key {key!r} is given twice")
-            found[key] = item
-        return found
+    from bulldozer.config_files import load_json
 
     try:
-        return json.loads(value, object_pairs_hook=unique)
+        return load_json(value)  # a key given twice: RepeatedKey, a ValueError naming the key
     except json.JSONDecodeError:
         raise ValueError("not valid JSON") from None
 

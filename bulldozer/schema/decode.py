@@ -143,18 +143,13 @@ def parse_key(text: str) -> Any:
     for a field named twice: which of its values was meant is not known)."""
     import json
 
+    from bulldozer.config_files import RepeatedKey, load_json
     from bulldozer.errors import InvalidArgumentError
 
-    def fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        named: dict[str, Any] = {}
-        for name, value in pairs:
-            if name in named:
-                raise InvalidArgumentError(f"the key names {name!r} more than once")
-            named[name] = value
-        return named
-
     try:
-        return json.loads(text, object_pairs_hook=fields)
+        return load_json(text)
+    except RepeatedKey as exc:
+        raise InvalidArgumentError(f"the key names {exc.key!r} more than once") from None
     except json.JSONDecodeError as exc:
         raise InvalidArgumentError(f"the key is not JSON: {exc}") from None
     except RecursionError:

@@ -438,23 +438,28 @@ def test_a_long_running_command_whose_terminal_hangs_up_stops_gracefully(
         stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
     )  # fmt: skip
     assert proc.stderr is not None
-    shown = ""
-    deadline = time.monotonic() + 60
-    while ready not in shown and time.monotonic() < deadline and proc.poll() is None:
-        if select.select([proc.stderr], [], [], 1)[0]:
-            shown += proc.stderr.readline()
-    assert ready in shown, shown
-    if (console := re.search(r"http://[^ ]+/", shown)) is not None:  # the page answers: uvicorn's loop runs
-        import urllib.request
+    try:
+        shown = ""
+        deadline = time.monotonic() + 60
+        while ready not in shown and time.monotonic() < deadline and proc.poll() is None:
+            if select.select([proc.stderr], [], [], 1)[0]:
+                shown += proc.stderr.readline()
+        assert ready in shown, shown
+        if (console := re.search(r"http://[^ ]+/", shown)) is not None:  # the page answers: uvicorn's loop runs
+            import urllib.request
 
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(console.group(0), timeout=5):
-                    break
-            except OSError:
-                time.sleep(0.1)
-    proc.send_signal(signal.SIGHUP)
-    rest = proc.communicate(timeout=60)[1]
+            while time.monotonic() < deadline:
+                try:
+                    with urllib.request.urlopen(console.group(0), timeout=5):
+                        break
+                except OSError:
+                    time.sleep(0.1)
+        proc.send_signal(signal.SIGHUP)
+        rest = proc.communicate(timeout=60)[1]
+    finally:
+        if proc.poll() is None:  # the test failed before it stopped: nothing outlives it
+            proc.kill()
+            proc.wait()
     assert proc.returncode == code, shown + rest
     assert said in rest and "Traceback" not in rest, rest
     assert not (tmp_path / "h" / "loader" / "loader.sock").exists()
