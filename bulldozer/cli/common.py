@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import os
 import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
@@ -15,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from bulldozer.cli.process import interruption
+from bulldozer.cli.process import interruption, to_null
 from bulldozer.errors import BulldozerError, InvalidArgumentError, SpecError
 from bulldozer.redaction import visible
 
@@ -70,9 +69,7 @@ class OutputConsole(Console):
     def on_broken_pipe(self) -> None:
         self.quiet = True
         with contextlib.suppress(OSError, ValueError, AttributeError):
-            null = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(null, self.file.fileno())  # Python's own buffer flushes there at exit
-            os.close(null)
+            to_null(self.file.fileno())  # Python's own buffer flushes there at exit
 
 
 _CONSOLE: dict[str, Any] = {"highlight": False, "soft_wrap": True, "markup": False}

@@ -128,6 +128,7 @@ __all__ = [
     "run_modules",
     "standard_streams",
     "started",
+    "to_null",
     "unbuilt_models",
     "use_load_memory_pool",
     "without_pandas",
@@ -164,15 +165,20 @@ def standard_streams() -> None:
         try:
             os.fstat(fd)
         except OSError:
-            null = os.open(os.devnull, os.O_RDWR)
-            if null != fd:
-                os.dup2(null, fd)
-                os.close(null)
+            to_null(fd)
         stream = getattr(sys, name)
         if stream is None:
             setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False, errors="backslashreplace"))  # noqa: SIM115
         elif fd and (reconfigure := getattr(stream, "reconfigure", None)) is not None:
             reconfigure(errors="backslashreplace")
+
+
+def to_null(fd: int) -> None:
+    """Point descriptor ``fd`` at the null device (what is written to it goes nowhere)."""
+    null = os.open(os.devnull, os.O_RDWR)
+    if null != fd:
+        os.dup2(null, fd)
+        os.close(null)
 
 
 def before_imports() -> None:
@@ -463,18 +469,12 @@ def _off_a_hung_up_terminal() -> None:
     terminal, or one still there (``kill -HUP``), is left alone."""
     import errno
 
-    null = -1
     for fd in (0, 1, 2):
         try:
             os.tcgetpgrp(fd)
         except OSError as exc:
-            if exc.errno != errno.EIO:
-                continue  # not a terminal
-            if null < 0:
-                null = os.open(os.devnull, os.O_RDWR)
-            os.dup2(null, fd)
-    if null > 2:
-        os.close(null)
+            if exc.errno == errno.EIO:  # else no terminal
+                to_null(fd)
 
 
 def collect_again() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -160,7 +159,7 @@ def run(
         _say_outcome(record, store, client, as_json, quiet)
         sys.stdout.flush()
     except OSError as exc:  # the run is done, and its exit code says how: only its output is lost
-        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # what stdout still holds goes nowhere, not to the exit
+        process.to_null(1)  # what stdout still holds goes nowhere, not to the exit
         retention = f"; retention failed (older versions were kept): {record.retention_error}"
         say_error(
             line(
