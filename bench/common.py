@@ -125,7 +125,7 @@ def _fresh_lmdb() -> Iterator[tuple[Any, Any]]:
     import lmdb
 
     folder = tempfile.mkdtemp(prefix="bulldozer-bench-raw-")
-    env = lmdb.open(folder, map_size=64 * 1024**3, max_dbs=4, subdir=True, sync=False, metasync=False, readahead=False)
+    env = lmdb.open(folder, map_size=64 * 1024**3, max_dbs=4, subdir=True, sync=True, metasync=False, readahead=False)
     try:
         yield env, env.open_db(b"raw")
     finally:

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import socket
 import subprocess
 import sys
@@ -225,6 +226,97 @@ def test_the_embedded_default_runs_under_an_address_space_limit(tmp_path: Path) 
         "takes if larger) does not fit in this process's address-space limit (4.0 GiB: ulimit -v); raise the limit, "
         "or serve the store with a smaller --map-size-gib"
     ], refused.stderr
+
+
+#: a process that opens each crash image (a store's directory) given on stdin, one per line,
+#: and prints what it finds there as a line of JSON: a damaged store can crash LMDB itself
+CHECK_IMAGES = """
+import json, sys
+from bulldozer.kv.backends.config import EmbeddedConfig
+from bulldozer.kv.backends.embedded import EmbeddedEngine
+for line in sys.stdin:
+    try:
+        engine = EmbeddedEngine(EmbeddedConfig(path=line.strip(), map_size=1 << 30))
+        found = {}
+        for alias in engine.list_aliases():
+            record = engine.get_namespace(alias.namespace)
+            measured = engine.measure(alias.namespace)
+            found[alias.alias] = [record.state.value, record.digest, measured.count, measured.value]
+        engine.close()
+        print(json.dumps({"aliases": found}), flush=True)
+    except Exception as exc:
+        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
+"""
+
+
+@pytest.mark.parametrize("plane", ["python", "native"])
+def test_a_machine_crash_at_any_instant_leaves_the_live_version_whole(plane: str, tmp_path: Path) -> None:
+    """A machine that crashes (power lost, a kernel panic, a VM reset) loses what the page
+    cache held, and the kernel writes cached pages back in any order. Every write a DAL makes
+    to the embedded store is recorded (tests/write_recorder.c) while versions are loaded,
+    flipped and dropped; stores a crash could leave at random instants are rebuilt from the
+    record (tests/crash_images.py) and opened: each must open, and its alias point at an
+    ACTIVE version whose records measure as its seal did, one of the versions loaded."""
+    from tests.crash_images import build_recorder, image, read_log, recorded
+    from tests.integration.kv_fixtures import seal_as_loaded
+
+    store, port, log = tmp_path / "store", _free_port(), tmp_path / "writes.log"
+    env = recorded(build_recorder(tmp_path), log, store / "data.mdb")
+    within = ["env", *(f"{k}={v}" for k, v in env.items())]
+    server = _start(store, port, "--data-plane", plane, within=within)
+    rng = random.Random(2026)
+    digests: set[int] = set()
+
+    def load_and_flip(client: KvClient, live: str | None) -> str:
+        name = new_version_name("crash")
+        pairs = [(b"k%06d" % rng.randrange(1_000_000), rng.randbytes(60)) for _ in range(6_000)]
+        pairs = list(dict(pairs).items())
+        client.create_namespace(name, "crash")
+        for i in range(0, len(pairs), 500):
+            client.put(name, pairs[i : i + 500])
+        digests.add(seal_as_loaded(client, name, pairs).digest)
+        client.compare_and_set_alias("crash", live, name)
+        if live is not None:
+            client.drop(live)
+        return name
+
+    try:
+        with KvClient(f"127.0.0.1:{port}", timeout=60) as client:
+            live = None
+            for _ in range(4):
+                live = load_and_flip(client, live)
+    finally:
+        stop_servers([server])
+    writes = read_log(log)
+    first_flip = next(i for i, w in enumerate(writes) if w.data is None)  # the store is made, then its first flush
+    images = []
+    for n in range(120):
+        crash_at = rng.randrange(first_flip, len(writes) + 1)
+        folder = tmp_path / "images" / f"{n}-at-{crash_at}"
+        folder.mkdir(parents=True)
+        (folder / "data.mdb").write_bytes(image(b"", writes, crash_at, rng))
+        images.append(folder)
+    bad: list[str] = []
+    left = list(images)
+    while left:  # a store damaged enough crashes the process opening it: the rest in another
+        checker = subprocess.run(
+            [sys.executable, "-c", CHECK_IMAGES], input="\n".join(map(str, left)), capture_output=True, text=True,
+            cwd=REPO, timeout=600,
+        )  # fmt: skip
+        said = checker.stdout.splitlines()
+        for folder, line in zip(left, said, strict=False):
+            found = json.loads(line)
+            if "error" in found:
+                bad.append(f"{folder.name}: {found['error']}")
+                continue
+            for alias, (state, digest, _, measured) in found["aliases"].items():
+                if state != "ACTIVE" or digest not in digests or measured != digest:
+                    bad.append(f"{folder.name}: {alias} -> {state}, sealed {digest}, measured {measured}")
+        if len(said) < len(left):
+            bad.append(f"{left[len(said)].name}: the process opening it died ({checker.returncode})")
+        left = left[len(said) + 1 :]
+    shutil.rmtree(tmp_path / "images")
+    assert not bad, f"{len(bad)} of {len(images)} crash images: " + "; ".join(bad[:8])
 
 
 def test_embedded_store_full(home: Path, tmp_path: Path) -> None:
