@@ -6,10 +6,13 @@ Until a flush (fsync, fdatasync) returns, a write is in the page cache only, and
 writes cached pages back in whatever order it likes, one page at a time. So a crash at any
 instant leaves: every write made before the last flush, each write made through an O_DSYNC
 descriptor, and of the other writes since the flush any subset of their pages (``image``).
+A test marks in the log what it was told was done (``mark``): a crash after the mark must
+keep it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import random
 import shutil
 import struct
@@ -17,7 +20,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["PAGE", "Write", "build_recorder", "image", "read_log", "recorded"]
+__all__ = ["PAGE", "Write", "build_recorder", "image", "mark", "read_log", "recorded"]
 
 PAGE = 4096
 _SOURCE = Path(__file__).with_name("write_recorder.c")
@@ -39,12 +42,26 @@ def recorded(library: Path, log: Path, file: Path) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Write:
-    """One record of the log: a write (``durable``: through an O_DSYNC descriptor), or a flush
-    (``data`` None)."""
+    """One record of the log: a write (``durable``: through an O_DSYNC descriptor), a flush
+    (``data`` None), or a test's mark (``mark``)."""
 
     offset: int
     data: bytes | None
     durable: bool = False
+    mark: str = ""
+
+    @property
+    def flush(self) -> bool:
+        return self.data is None and not self.mark
+
+
+def mark(log: Path, text: str) -> None:
+    """Note ``text`` in the log, after every write and flush recorded so far (the recorder's
+    lock: an exclusive flock on the log)."""
+    data = text.encode()
+    with log.open("ab") as out:
+        fcntl.flock(out, fcntl.LOCK_EX)
+        out.write(b"M" + struct.pack("<qq", 0, len(data)) + data)
 
 
 def read_log(log: Path) -> list[Write]:
@@ -55,6 +72,10 @@ def read_log(log: Path) -> list[Write]:
         at += 17
         if kind == b"S":
             out.append(Write(offset, None))
+            continue
+        if kind == b"M":
+            out.append(Write(offset, None, mark=raw[at : at + length].decode()))
+            at += length
             continue
         assert kind in (b"W", b"D"), f"a damaged log at byte {at - 17}"
         out.append(Write(offset, raw[at : at + length], kind == b"D"))
@@ -67,7 +88,7 @@ def image(base: bytes, log: list[Write], crash_at: int, rng: random.Random, keep
     ``base`` (on the disk when the log began): what the last flush made durable, and each
     page of every later write with the chance ``keep`` (default: a chance drawn per image,
     so images with almost none and almost all of them are made as well)."""
-    last_flush = max((i for i in range(crash_at) if log[i].data is None), default=-1)
+    last_flush = max((i for i in range(crash_at) if log[i].flush), default=-1)
     keep = rng.random() if keep is None else keep
     out = bytearray(base)
     for i, write in enumerate(log[:crash_at]):
