@@ -287,6 +287,15 @@ class UnreadableRecordError(KvError):
     retryable = False
 
 
+class StoreDamagedError(KvError):
+    """The store's own files are not what its engine wrote (a page of the wrong type or
+    missing: a failing disk, a copy taken while it was written, another program's write):
+    what it holds cannot be trusted, and nothing more is written to it."""
+
+    grpc_code = "DATA_LOSS"
+    retryable = False
+
+
 class StoreSettingsError(KvError):
     """The storage engine is set up in a way that breaks a promise of versions (e.g. a Redis
     that evicts keys when full would lose a live version's records); the DAL refuses to use

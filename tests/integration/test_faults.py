@@ -332,6 +332,52 @@ def test_a_machine_crash_at_any_instant_leaves_the_live_version_whole(plane: str
     assert not bad, f"{len(bad)} of {len(images)} crash images: " + "; ".join(bad[:8])
 
 
+def test_a_damaged_embedded_store_is_one_line_and_nothing_is_written_to_it(tmp_path: Path) -> None:
+    """A store whose file is not what LMDB wrote (a failing disk, a copy taken while it was
+    written, a crash of a machine under a store an older release opened without syncs): a
+    damaged catalogue of databases made the DAL create its metadata databases anew inside
+    the damaged tree and a run write into it, then fail with "internal error (BadDbiError)";
+    a damaged version's page was an internal error too. Both are now one line naming the
+    store as damaged (StoreDamagedError, DATA_LOSS), and the file is left as it was."""
+    import struct
+
+    import lmdb
+
+    from bulldozer.kv.backends.embedded import _data_db
+
+    home = tmp_path / "h"
+    create_sample_warehouse(home, rows=2_000)
+    done = _cli(["run", "templates/move_data_to_kv_dal.yaml", "--json"], home)
+    assert done.returncode == 0, done.stderr
+    version = json.loads(done.stdout)["version"]
+    data = home / "kv" / "data.mdb"
+
+    def damage(page: int) -> bytes:
+        with data.open("r+b") as out:
+            out.seek(page * 4096)
+            out.write(random.Random(page).randbytes(4096))
+        return data.read_bytes()
+
+    env = lmdb.open(str(home / "kv"), readonly=True, lock=False, max_dbs=64)
+    with env.begin() as txn:
+        version_root = struct.unpack_from("<Q", txn.get(_data_db(version)), 40)[0]  # its MDB_db's md_root
+    env.close()
+    # the newer of the two meta pages (txnid after the page header, 4 fields and 2 MDB_dbs) and its
+    # main database's root: the catalogue of databases
+    metas = [struct.unpack_from("<QQQ", data.read_bytes(), page * 4096 + 16 + 24 + 48 + 40) for page in (0, 1)]
+    catalogue_root = max(metas, key=lambda meta: meta[2])[0]
+    damaged = f"the embedded store at {home / 'kv'} is damaged ("
+    damage(version_root)
+    said = _cli(["namespace", "verify", "--all"], home)
+    assert said.returncode == 1 and len(said.stderr.strip().splitlines()) == 1, said.stderr
+    assert damaged in said.stderr and "restore it from a backup" in said.stderr, said.stderr
+    before = damage(catalogue_root)
+    said = _cli(["run", "templates/move_data_to_kv_dal.yaml", "-q"], home)
+    assert said.returncode == 1 and len(said.stderr.strip().splitlines()) == 1, said.stderr
+    assert damaged in said.stderr and "did not start" in said.stderr, said.stderr
+    assert data.read_bytes() == before  # nothing written into it
+
+
 def test_embedded_store_full(home: Path, tmp_path: Path) -> None:
     """The embedded engine's map fills up mid-load: a clear failure, the alias stays, and a
     DAL restarted with a larger map finishes the job."""

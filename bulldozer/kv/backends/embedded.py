@@ -80,6 +80,7 @@ from bulldozer.errors import (
     NamespaceExistsError,
     NamespaceNotFoundError,
     ResourceExhaustedError,
+    StoreDamagedError,
 )
 from bulldozer.kv.backends._lifecycle import (
     check_readable,
@@ -92,11 +93,25 @@ from bulldozer.kv.backends.base import StorageEngine, chunked, select_namespaces
 from bulldozer.kv.backends.config import EmbeddedConfig, address_space_limit, default_map_size
 from bulldozer.kv.types import AliasChange, AliasRecord, BaseCopy, NamespaceRecord, State
 from bulldozer.kv.v1 import shared
+from bulldozer.redaction import first_line
 
 #: a write cut short (EIO) with less free space than this on the store's disk failed for
 #: want of it (``EmbeddedEngine._disk_full``): more than a commit writes at once (an
 #: ingest commits every 64 MiB, a batch is at most 16 MiB by default)
 DISK_FULL_BELOW = 256 << 20
+#: LMDB's errors for a store file that is not what LMDB wrote: a page of the wrong type or
+#: missing (MDB_CORRUPTED, MDB_PAGE_NOTFOUND), not an LMDB file or not one of its format
+#: (MDB_INVALID, MDB_VERSION_MISMATCH), a fatal error met before (MDB_PANIC); and a spoiled
+#: transaction (MDB_BAD_TXN): this engine lets no error pass inside one, so only a failure
+#: LMDB met without reporting it spoils it (a cursor opened on a damaged root page)
+_DAMAGED = (
+    lmdb.CorruptedError,
+    lmdb.PageNotFoundError,
+    lmdb.InvalidError,
+    lmdb.VersionMismatchError,
+    lmdb.PanicError,
+    lmdb.BadTxnError,
+)
 #: the free space a new store needs on its disk to be created (``_room_to_create``): its lock
 #: file (512 readers' slots) and first pages, with room to spare
 NEW_STORE_NEEDS = 1 << 20
@@ -213,6 +228,8 @@ class EmbeddedEngine(StorageEngine):
                 max_readers=512,
             )
         except (lmdb.Error, OSError) as exc:
+            if isinstance(exc, lmdb.Error) and (damaged := self._damaged(exc)) is not None:
+                raise damaged from exc
             if (limit := address_space_limit()) is not None and os.strerror(errno.ENOMEM) in str(exc):
                 raise ResourceExhaustedError(
                     f"cannot open the embedded store at {self.path}: its map ({_size(config.map_size)}, or the size "
@@ -220,6 +237,11 @@ class EmbeddedEngine(StorageEngine):
                     f"({_size(limit)}: ulimit -v); raise the limit, or serve the store with a smaller --map-size-gib"
                 ) from exc
             raise BackendUnavailableError(f"cannot open the embedded store at {self.path}: {exc}") from exc
+        try:
+            self._check_catalogue()
+        except StoreDamagedError:
+            self.env.close()
+            raise
         self._lock = threading.Lock()
         self._dbs: dict[str, Any] = {}
         self._meta = self.env.open_db(_META_NS)
@@ -233,6 +255,15 @@ class EmbeddedEngine(StorageEngine):
         self._tombs: dict[str, Any] = {}
         self._kvd_binary: Path | None = None
         self._clear_stale_readers()
+
+    def _check_catalogue(self) -> None:
+        """Read the store's catalogue of databases (LMDB's main database: a line for each
+        version and metadata database) before anything is written: in a damaged store,
+        opening the metadata databases created them anew in the damaged tree, and a run then
+        wrote into it (StoreDamagedError instead)."""
+        with self._read() as txn:
+            for _ in txn.cursor():
+                pass
 
     def use_kvd(self, kvd: Path) -> None:
         """Let ``bulldozer-kvd`` (the native data plane fronting this engine) do the engine's
@@ -338,7 +369,7 @@ class EmbeddedEngine(StorageEngine):
     def _chain(self, name: str) -> list[str]:
         """The namespace and the bases it reads through to, newest first (fixed once set)."""
         chain = [name]
-        with self.env.begin() as txn:
+        with self._read() as txn:
             while (base := txn.get(chain[-1].encode(), db=self._layers)) is not None:
                 chain.append(bytes(base).decode())
         return chain
@@ -396,25 +427,43 @@ class EmbeddedEngine(StorageEngine):
     @contextlib.contextmanager
     def _write(self, buffers: bool = False) -> Iterator[Any]:
         """A write transaction (``buffers``: its reads return memoryviews into the map); a
-        commit the disk has no room for says so (``_disk_full``)."""
-        begun = self.env.begin(write=True, buffers=True) if buffers else self.env.begin(write=True)
-        with self._said_if_disk_full(), begun as txn:
+        commit the disk has no room for, or a damaged store, says so (``_explained``)."""
+        with self._explained():
+            begun = self.env.begin(write=True, buffers=True) if buffers else self.env.begin(write=True)
+            with begun as txn:
+                yield txn
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[Any]:
+        """A read transaction; a damaged store says so (``_explained``)."""
+        with self._explained(), self.env.begin() as txn:
             yield txn
 
     def _durable(self) -> None:
-        with self._said_if_disk_full():
+        with self._explained():
             self.env.sync(True)
 
     @contextlib.contextmanager
-    def _said_if_disk_full(self) -> Iterator[None]:
-        """An LMDB error the store's disk caused, raised as what ``_disk_full`` makes of it."""
+    def _explained(self) -> Iterator[None]:
+        """An LMDB error the store's disk or a damaged file caused, raised as what it means
+        (``_disk_full``, ``_damaged``); any other as it is."""
         try:
             yield
         except lmdb.Error as exc:
-            disk = self._disk_full(exc)
-            if disk is None:
+            said = self._disk_full(exc) or self._damaged(exc)
+            if said is None:
                 raise
-            raise disk from exc
+            raise said from exc
+
+    def _damaged(self, exc: lmdb.Error) -> StoreDamagedError | None:
+        """The error of a store whose file LMDB finds is not what it wrote (``_DAMAGED``)."""
+        if not isinstance(exc, _DAMAGED):
+            return None
+        return StoreDamagedError(
+            f"the embedded store at {self.path} is damaged ({first_line(exc)}): its file is not what LMDB wrote "
+            "(a failing disk, a copy taken while it was written, another program's write), and nothing more is "
+            "written to it; restore it from a backup, or move it aside and run the jobs again"
+        )
 
     def _disk_full(self, exc: lmdb.Error) -> KvError | None:
         """What a failed write to the store's file means, when the disk holding it is the
@@ -486,7 +535,7 @@ class EmbeddedEngine(StorageEngine):
         self._durable()
 
     def get_namespace(self, name: str) -> NamespaceRecord | None:
-        with self.env.begin() as txn:
+        with self._read() as txn:
             return self._ns(txn, name)
 
     def list_namespaces(
@@ -497,7 +546,7 @@ class EmbeddedEngine(StorageEngine):
         with every run, the live versions do not. Measured on a store of 255 records, 4 of
         them held (warm 10 M-row deltas, in process): retention's listing 33–37 → 2–3 ms,
         its stage 36–41 → 4–5 ms, where it had read every record on each of three pages."""
-        with self.env.begin() as txn:
+        with self._read() as txn:
             if states is None:
                 raws = [v for _, v in txn.cursor(db=self._meta)]
             else:
@@ -666,7 +715,7 @@ class EmbeddedEngine(StorageEngine):
 
     def _has_staged(self, name: str) -> bool:
         prefix = _stage_prefix(name)
-        with self.env.begin() as txn:
+        with self._read() as txn:
             cursor = txn.cursor(db=self._stage)
             return bool(cursor.set_range(prefix) and cursor.key().startswith(prefix))
 
@@ -865,7 +914,7 @@ class EmbeddedEngine(StorageEngine):
         """The running digest, once nothing is staged (a key repeated across staged runs is
         only found when they are ingested)."""
         prefix = _stage_prefix(name)
-        with self.env.begin() as txn:
+        with self._read() as txn:
             cursor = txn.cursor(db=self._stage)
             if cursor.set_range(prefix) and cursor.key().startswith(prefix):
                 return None
@@ -878,7 +927,7 @@ class EmbeddedEngine(StorageEngine):
     def get_many(self, name: str, keys: Sequence[bytes]) -> list[bytes | None]:
         chain = self._chain(name)
         data, tombs = self._layer_dbs(chain)
-        with self.env.begin() as txn:
+        with self._read() as txn:
             check_readable(name, self._state(txn, name))
             if len(data) == 1:
                 return [txn.get(k, db=data[0]) for k in keys]
@@ -888,7 +937,7 @@ class EmbeddedEngine(StorageEngine):
     def scan(self, name: str, after: bytes | None, limit: int) -> list[tuple[bytes, bytes]]:
         chain = self._chain(name)
         data, tombs = self._layer_dbs(chain)
-        with self.env.begin() as txn:
+        with self._read() as txn:
             record = self._state(txn, name)
             if record is None or record.state == State.DROPPED:
                 check_readable(name, record)
@@ -901,18 +950,18 @@ class EmbeddedEngine(StorageEngine):
 
     def iterate(self, name: str, chunk: int = 50_000) -> Iterator[list[tuple[bytes, bytes]]]:
         data, tombs = self._layer_dbs(self._chain(name))
-        with self.env.begin() as txn:
+        with self._read() as txn:
             yield from chunked(self._merged(txn, data, tombs, None), chunk)
 
     # -- aliases ----------------------------------------------------------------
 
     def get_alias(self, alias: str) -> AliasRecord | None:
-        with self.env.begin() as txn:
+        with self._read() as txn:
             raw = txn.get(alias.encode(), db=self._aliases)
         return AliasRecord.from_json(json.loads(raw)) if raw is not None else None
 
     def list_aliases(self) -> list[AliasRecord]:
-        with self.env.begin() as txn:
+        with self._read() as txn:
             return [AliasRecord.from_json(json.loads(v)) for _, v in txn.cursor(db=self._aliases)]
 
     def flip_alias(
@@ -951,7 +1000,7 @@ class EmbeddedEngine(StorageEngine):
     def alias_history(self, alias: str, limit: int = 100) -> list[AliasChange]:
         prefix = alias.encode() + b"\x00"
         out = []
-        with self.env.begin() as txn:
+        with self._read() as txn:
             cursor = txn.cursor(db=self._history)
             found = cursor.set_range(prefix)
             while found and cursor.key().startswith(prefix):
