@@ -369,6 +369,16 @@ def _pid_namespace() -> str:
         return ""
 
 
+def _boot_id() -> str:
+    """This boot of the machine (Linux's random boot id): a pid written before the machine
+    restarted names no process of this boot, though the host and the PID namespace's name
+    are the same again."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
 @dataclass(frozen=True)
 class Beat:
     """One heartbeat of a run: when, and which process wrote it."""
@@ -379,13 +389,16 @@ class Beat:
     pid: int = 0
     #: the run's last beat, written as it ended (its process may live on: a scheduler's worker)
     ended: bool = False
+    #: the machine's boot it was written in (``_boot_id``; empty: not known)
+    boot: str = ""
 
     @classmethod
     def now(cls, ended: bool = False) -> Beat:
-        return cls(utcnow(), socket.gethostname(), _pid_namespace(), os.getpid(), ended)
+        return cls(utcnow(), socket.gethostname(), _pid_namespace(), os.getpid(), ended, _boot_id())
 
     def to_json(self) -> str:
-        data = {"at": self.at.isoformat(), "host": self.host, "pid_ns": self.pid_namespace, "pid": self.pid}
+        data: dict[str, object] = {"at": self.at.isoformat(), "host": self.host, "pid_ns": self.pid_namespace}
+        data |= {"pid": self.pid, "boot": self.boot} if self.boot else {"pid": self.pid}
         return _compact({**data, "ended": True} if self.ended else data)
 
     @classmethod
@@ -397,7 +410,7 @@ class Beat:
             if at.tzinfo is None:
                 return None
             host, namespace, pid = str(data.get("host", "")), str(data.get("pid_ns", "")), int(data.get("pid", 0))
-            return cls(at, host, namespace, pid, data.get("ended") is True)
+            return cls(at, host, namespace, pid, data.get("ended") is True, str(data.get("boot", "")))
         except (ValueError, TypeError, KeyError, AttributeError):
             return None
 
@@ -407,10 +420,14 @@ class Beat:
         return bool(self.pid and namespace) and self.host == socket.gethostname() and self.pid_namespace == namespace
 
     def process_gone(self) -> bool:
-        """Whether the process that wrote it is known to have ended: it ran ``here`` and its
-        pid is free or a zombie's. Unknown elsewhere (False)."""
+        """Whether the process that wrote it is known to have ended: it ran ``here`` and the
+        machine has restarted since (a run resumed right after a crash found its own pid
+        taken by a process of the new boot, and was refused as "being made" for minutes), or
+        its pid is free or a zombie's. Unknown elsewhere (False)."""
         if not self.here():
             return False
+        if self.boot and self.boot != _boot_id():
+            return True
         try:
             os.kill(self.pid, 0)
         except ProcessLookupError:

@@ -175,6 +175,24 @@ def test_a_run_killed_on_this_machine_is_known_to_have_ended_at_once() -> None:
     zombie.wait()
 
 
+def test_a_run_of_this_machine_before_it_restarted_is_known_to_have_ended() -> None:
+    """A machine that crashed and came back: the host and the PID namespace's name are the
+    same again, and the run's pid may belong to a process of the new boot (here: the test's
+    parent, alive), which made a retry refuse to resume the version ("a run is making it
+    now") until the beat was minutes old. The beat names the boot it was written in."""
+    from bulldozer.versioning.run_state import being_made
+
+    here = Beat.now()
+    assert here.boot and Beat.from_json(here.to_json()) == here
+    version = _version(State.LOADING, changed_ago=timedelta(seconds=1))
+    now = here.at + timedelta(seconds=1)
+    for boot, made in ((here.boot, True), ("0b0e7e5e-before-the-crash", False), ("", True)):  # "": an older release's
+        version.labels[HEARTBEAT_LABEL] = Beat(
+            here.at, here.host, here.pid_namespace, os.getppid(), boot=boot
+        ).to_json()
+        assert being_made(version, now) is made, boot
+
+
 def test_a_run_that_ended_is_not_alive_though_its_process_is() -> None:
     """A scheduler's worker runs a load stage in-process; the load fails and leaves its
     version LOADING for the retry, which the same process may run at once."""
