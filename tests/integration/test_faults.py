@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import random
-import shutil
 import socket
 import subprocess
 import sys
@@ -228,27 +227,6 @@ def test_the_embedded_default_runs_under_an_address_space_limit(tmp_path: Path) 
     ], refused.stderr
 
 
-#: a process that opens each crash image (a store's directory) given on stdin, one per line,
-#: and prints what it finds there as a line of JSON: a damaged store can crash LMDB itself
-CHECK_IMAGES = """
-import json, sys
-from bulldozer.kv.backends.config import EmbeddedConfig
-from bulldozer.kv.backends.embedded import EmbeddedEngine
-for line in sys.stdin:
-    try:
-        engine = EmbeddedEngine(EmbeddedConfig(path=line.strip(), map_size=1 << 30))
-        found = {}
-        for alias in engine.list_aliases():
-            record = engine.get_namespace(alias.namespace)
-            measured = engine.measure(alias.namespace)
-            found[alias.alias] = [alias.namespace, record.state.value, record.digest, measured.value]
-        engine.close()
-        print(json.dumps({"aliases": found}), flush=True)
-    except Exception as exc:
-        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
-"""
-
-
 @pytest.mark.parametrize("plane", ["python", "native"])
 def test_a_machine_crash_at_any_instant_leaves_the_live_version_whole(plane: str, tmp_path: Path) -> None:
     """A machine that crashes (power lost, a kernel panic, a VM reset) loses what the page
@@ -258,78 +236,76 @@ def test_a_machine_crash_at_any_instant_leaves_the_live_version_whole(plane: str
     record (tests/crash_images.py) and opened: each must open, and its alias point at an
     ACTIVE version whose records measure as its seal did, the version of the last flip the
     DAL had answered or a later one. With MDB_NOSYNC, 18 of 120 such stores did not open."""
-    from tests.crash_images import build_recorder, image, mark, read_log, recorded
+    from tests.crash_images import crash_problems, mark
     from tests.integration.kv_fixtures import seal_as_loaded
 
-    store, port, log = tmp_path / "store", _free_port(), tmp_path / "writes.log"
-    env = recorded(build_recorder(tmp_path), log, store / "data.mdb")
-    within = ["env", *(f"{k}={v}" for k, v in env.items())]
-    server = _start(store, port, "--data-plane", plane, within=within)
     rng = random.Random(2026)
     digests: set[int] = set()
     flipped: list[str] = []
+    with _recorded_dal(tmp_path, plane) as (client, log):
 
-    def load_and_flip(client: KvClient, live: str | None) -> str:
-        name = new_version_name("crash")
-        pairs = [(b"k%06d" % rng.randrange(1_000_000), rng.randbytes(60)) for _ in range(6_000)]
-        pairs = list(dict(pairs).items())
-        client.create_namespace(name, "crash")
-        for i in range(0, len(pairs), 500):
-            client.put(name, pairs[i : i + 500])
-        digests.add(seal_as_loaded(client, name, pairs).digest)
-        client.compare_and_set_alias("crash", live, name)
-        mark(log, name)  # answered: a crash from here on keeps it (or a later flip)
-        flipped.append(name)
-        if live is not None:
-            client.drop(live)
-        return name
+        def load_and_flip(live: str | None) -> str:
+            name = new_version_name("crash")
+            pairs = [(b"k%06d" % rng.randrange(1_000_000), rng.randbytes(60)) for _ in range(6_000)]
+            pairs = list(dict(pairs).items())
+            client.create_namespace(name, "crash")
+            for i in range(0, len(pairs), 500):
+                client.put(name, pairs[i : i + 500])
+            digests.add(seal_as_loaded(client, name, pairs).digest)
+            client.compare_and_set_alias("crash", live, name)
+            mark(log, name)  # answered: a crash from here on keeps it (or a later flip)
+            flipped.append(name)
+            if live is not None:
+                client.drop(live)
+            return name
 
+        live = None
+        for _ in range(4):
+            live = load_and_flip(live)
+    bad, images = crash_problems(tmp_path, log, flipped, digests, rng)
+    assert not bad, f"{len(bad)} of {images} crash images: " + "; ".join(bad[:8])
+
+
+@pytest.mark.parametrize("plane", ["python", "native"])
+def test_a_machine_crash_during_full_and_delta_runs_leaves_the_live_version_whole(plane: str, tmp_path: Path) -> None:
+    """The same, through real runs: a full run, then delta runs after appends, updates,
+    deletes, a compaction and an overwrite of the table, past the chain's depth limit (so
+    layers are merged, by ``bulldozer-kvd`` processes of their own on the native plane)."""
+    from tests.crash_images import crash_problems, mark
+    from tests.integration.test_delta import change, job, make_table
+
+    home, rng = tmp_path / "home", random.Random(29)
+    table = make_table(home, per_file=500)
+    digests: set[int] = set()
+    flipped: list[str] = []
+    next_id = [10_000]
+    with _recorded_dal(tmp_path, plane) as (client, log):
+        for n in range(12):
+            if n:
+                change(table, rng, ("update", "delete", "append", "compact", "overwrite")[n % 5], next_id)
+            done = run_job(job("items", "delta"), client, home=str(home))  # the first: full, there is no base
+            assert done.outcome == "succeeded" and done.mode == ("delta" if n else "full"), (n, done.full_reason)
+            mark(log, done.version)
+            flipped.append(done.version)
+            digests.add(client.describe(done.version).digest)
+    bad, images = crash_problems(tmp_path, log, flipped, digests, rng, alias="items")
+    assert not bad, f"{len(bad)} of {images} crash images: " + "; ".join(bad[:8])
+
+
+@contextlib.contextmanager
+def _recorded_dal(tmp_path: Path, plane: str) -> Iterator[tuple[KvClient, Path]]:
+    """A client of a DAL serving a new embedded store on ``plane``, every write to whose file
+    is recorded (tests/crash_images.py), and the record's path; the DAL is stopped after."""
+    from tests.crash_images import build_recorder, recorded
+
+    store, port, log = tmp_path / "store", _free_port(), tmp_path / "writes.log"
+    env = recorded(build_recorder(tmp_path), log, store / "data.mdb")
+    server = _start(store, port, "--data-plane", plane, within=["env", *(f"{k}={v}" for k, v in env.items())])
     try:
         with KvClient(f"127.0.0.1:{port}", timeout=60) as client:
-            live = None
-            for _ in range(4):
-                live = load_and_flip(client, live)
+            yield client, log
     finally:
         stop_servers([server])
-    writes = read_log(log)
-    made = next(i for i, w in enumerate(writes) if w.flush)  # the store is made, then its first flush
-    images: list[tuple[Path, int]] = []  # where, and the earliest flip it must keep (-1: none)
-    answered = [i for i, w in enumerate(writes) if w.mark]
-    for n in range(120):  # at random, and a third just after a flip was answered
-        crash_at = rng.randrange(made, len(writes) + 1) if n % 3 else rng.choice(answered) + rng.randrange(1, 4)
-        crash_at = min(crash_at, len(writes))
-        folder = tmp_path / "images" / f"{n}-at-{crash_at}"
-        folder.mkdir(parents=True)
-        (folder / "data.mdb").write_bytes(image(b"", writes, crash_at, rng))
-        kept = [flipped.index(w.mark) for w in writes[:crash_at] if w.mark]
-        images.append((folder, kept[-1] if kept else -1))
-    bad: list[str] = []
-    left = list(images)
-    while left:  # a store damaged enough crashes the process opening it: the rest in another
-        checker = subprocess.run(
-            [sys.executable, "-c", CHECK_IMAGES], input="\n".join(str(f) for f, _ in left), capture_output=True,
-            text=True, cwd=REPO, timeout=600,
-        )  # fmt: skip
-        said = checker.stdout.splitlines()
-        for (folder, must_keep), line in zip(left, said, strict=False):
-            found = json.loads(line)
-            if "error" in found:
-                bad.append(f"{folder.name}: {found['error']}")
-                continue
-            if must_keep >= 0 and "crash" not in found["aliases"]:
-                bad.append(f"{folder.name}: the alias is gone, though its flip to {flipped[must_keep]} was answered")
-            for alias, (target, state, digest, measured) in found["aliases"].items():
-                if state != "ACTIVE" or digest not in digests or measured != digest:
-                    bad.append(f"{folder.name}: {alias} -> {target} {state}, sealed {digest}, measured {measured}")
-                elif target not in flipped[max(must_keep, 0) :]:
-                    bad.append(
-                        f"{folder.name}: {alias} -> {target}, though its flip to {flipped[must_keep]} was answered"
-                    )
-        if len(said) < len(left):
-            bad.append(f"{left[len(said)][0].name}: the process opening it died ({checker.returncode})")
-        left = left[len(said) + 1 :]
-    shutil.rmtree(tmp_path / "images")
-    assert not bad, f"{len(bad)} of {len(images)} crash images: " + "; ".join(bad[:8])
 
 
 def test_a_damaged_embedded_store_is_one_line_and_nothing_is_written_to_it(tmp_path: Path) -> None:
@@ -360,7 +336,9 @@ def test_a_damaged_embedded_store_is_one_line_and_nothing_is_written_to_it(tmp_p
 
     env = lmdb.open(str(home / "kv"), readonly=True, lock=False, max_dbs=64)
     with env.begin() as txn:
-        version_root = struct.unpack_from("<Q", txn.get(_data_db(version)), 40)[0]  # its MDB_db's md_root
+        entry = txn.get(_data_db(version))
+        assert entry is not None
+        version_root = struct.unpack_from("<Q", entry, 40)[0]  # its MDB_db's md_root
     env.close()
     # the newer of the two meta pages (txnid after the page header, 4 fields and 2 MDB_dbs) and its
     # main database's root: the catalogue of databases
