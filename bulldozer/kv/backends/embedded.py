@@ -330,8 +330,16 @@ class EmbeddedEngine(StorageEngine):
             fd = os.open(marker, os.O_WRONLY | os.O_CREAT, 0o600)
             try:
                 os.write(fd, b"this store is served with --auth-config; see bulldozer serve --help\n")
+                os.fsync(fd)
             finally:
                 os.close(fd)
+            # on the disk before anything is written under authentication: a machine crash
+            # that lost it would let the next serve without --auth-config serve what follows
+            folder = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(folder)
+            finally:
+                os.close(folder)
 
     def _db(self, name: str) -> Any:
         """The namespace's sub-database handle. Must be called outside any transaction:
