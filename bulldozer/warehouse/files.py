@@ -78,8 +78,24 @@ def reading_metadata(what: str) -> Iterator[None]:
 
 
 def unreadable_metadata(what: str, exc: BaseException) -> CatalogError:
-    """The one line of ``reading_metadata``."""
-    said = visible(" ".join(str(exc).split()))
+    """The one line of ``reading_metadata``. Of pydantic's errors (a metadata file that is not
+    a table's JSON), what is wrong and where, not the ``input_value`` pydantic quotes: that
+    is the file's own text, its first and last 25 characters, and the file a catalog names
+    may be any file this machine can read (a registered table's metadata location)."""
+    from pydantic import ValidationError
+
+    found: BaseException | None = exc
+    while found is not None and not isinstance(found, ValidationError):
+        found = found.__cause__  # pyiceberg raises its own ValidationError from pydantic's
+    if isinstance(found, ValidationError):
+        problems = found.errors(include_url=False, include_input=False, include_context=False)
+        said = "; ".join(
+            f"{'.'.join(str(part) for part in problem['loc'])}: {problem['msg']}" if problem["loc"] else problem["msg"]
+            for problem in problems[:3]
+        )
+        said = visible(" ".join(said.split()))
+    else:
+        said = visible(" ".join(str(exc).split()))
     return CatalogError(f"cannot read the metadata of {what}: {type(exc).__name__}: {said}")
 
 

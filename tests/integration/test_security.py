@@ -951,6 +951,34 @@ def _set_table_properties(home: Path, identifier: str, properties: dict[str, str
     assert changed == 1
 
 
+def test_a_metadata_file_that_is_not_a_tables_is_said_without_its_text(tmp_path: Path) -> None:
+    """A catalog names a table's metadata file, and a table registered with any file as its
+    metadata (``register_table``) made a run read that file: pydantic's error quoted its first
+    and last 25 characters in the run's error line (a credentials file's key, say), which the
+    spec's author reads. The line says what is wrong, not the file's text."""
+    import sqlite3
+
+    from bulldozer.warehouse.sample import create_sample_warehouse
+    from tests.integration.test_run import TEMPLATE
+
+    home = tmp_path / "home"
+    create_sample_warehouse(home, rows=100)
+    secret = tmp_path / "credentials"
+    secret.write_text(
+        "aws_access_key_id = AKIAIOSFODNN7EXAMPLE\naws_secret_access_key = wJalrXUtnFEMIK7MDENGbPxRfiCY\n"
+    )
+    with sqlite3.connect(home / "catalog.db") as connection:
+        connection.execute("UPDATE iceberg_tables SET metadata_location = ?", (secret.as_uri(),))
+    connection.close()
+    spec = tmp_path / "job.yaml"
+    spec.write_text(TEMPLATE)
+    said = _bulldozer(["run", str(spec), "-q"], home)
+    assert said.returncode == 1 and len(said.stderr.strip().splitlines()) == 1, said.stderr
+    assert said.stderr.startswith("error: cannot read the metadata of table 'sample.user_item_scores': "), said.stderr
+    assert "ValidationError: Invalid JSON" in said.stderr, said.stderr
+    assert "AKIA" not in said.stderr and "aws_" not in said.stderr and "wJal" not in said.stderr, said.stderr
+
+
 @pytest.mark.parametrize(
     "properties",
     [{"py-io-impl": "bd_probe_io.ProbeIO"}, {"s3.endpoint": "http://127.0.0.1:9", "s3.signer.uri": "http://x"}],
