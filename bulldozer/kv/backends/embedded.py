@@ -43,11 +43,14 @@ order, so a machine crash during a load could leave a meta page on the disk poin
 pages that were not, or pages of the last durable tree overwritten by later commits, and
 the whole store — every alias's live version — did not open (18 of 120 images a crash can
 leave, rebuilt from a record of the DAL's writes: test_faults.py's machine-crash test).
-Syncing each commit cost nothing measurable: a 5 M-row run 3.31 s before, 3.29 s after. A write the store's disk has
-no room for aborts its transaction (the store stays as it was) and fails with one line
-naming the disk's free space (``_disk_full``; the Go data plane hands such a write to this
-engine, which says it); a new store is not created on a disk without room for its first
-files (``_room_to_create``).
+Syncing each commit cost nothing measurable: a 5 M-row run 3.31 s before, 3.29 s after.
+
+A write the store's disk has no room for aborts its transaction (the store stays as it
+was) and fails with one line naming the disk's free space (``_disk_full``; the Go data
+plane hands such a write to this engine, which says it); a new store is not created on a
+disk without room for its first files (``_room_to_create``). A store whose file is not what
+LMDB wrote is refused in one line (``_damaged``: StoreDamagedError), before anything is
+written to it (``_check_catalogue``).
 
 A process killed inside a read transaction (a ``bulldozer-kvd`` measuring a version when its
 time ran out, a second DAL on the store) leaves its slot in LMDB's reader table, and LMDB
