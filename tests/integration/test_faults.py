@@ -312,7 +312,8 @@ def test_a_damaged_embedded_store_is_one_line_and_nothing_is_written_to_it(tmp_p
     """A store whose file is not what LMDB wrote (a failing disk, a copy taken while it was
     written, a crash of a machine under a store an older release opened without syncs): a
     damaged catalogue of databases made the DAL create its metadata databases anew inside
-    the damaged tree and a run write into it, then fail with "internal error (BadDbiError)";
+    the damaged tree and a run write into it, then fail with "internal error (BadDbiError)"
+    or "(BadTxnError)";
     a damaged version's page was an internal error too. Both are now one line naming the
     store as damaged (StoreDamagedError, DATA_LOSS), and the file is left as it was."""
     import struct
@@ -340,8 +341,9 @@ def test_a_damaged_embedded_store_is_one_line_and_nothing_is_written_to_it(tmp_p
         assert entry is not None
         version_root = struct.unpack_from("<Q", entry, 40)[0]  # its MDB_db's md_root
     env.close()
-    # the newer of the two meta pages (txnid after the page header, 4 fields and 2 MDB_dbs) and its
-    # main database's root: the catalogue of databases
+    # of each meta page (pages 0 and 1: a 16-byte header, 24 bytes of fields, the free-page
+    # database's MDB_db) the main database's root (its MDB_db's md_root), last page and txnid;
+    # the newer one's root is the catalogue of databases
     metas = [struct.unpack_from("<QQQ", data.read_bytes(), page * 4096 + 16 + 24 + 48 + 40) for page in (0, 1)]
     catalogue_root = max(metas, key=lambda meta: meta[2])[0]
     damaged = f"the embedded store at {home / 'kv'} is damaged ("
