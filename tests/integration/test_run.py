@@ -710,6 +710,13 @@ def test_a_run_whose_terminal_hangs_up_is_recorded_as_failed_and_cleans_up(tmp_p
     its version left LOADING; then, once it unwound, its last lines' EIO turned its exit into
     1. Now it unwinds as on SIGTERM, its streams pointed at the null device: exit 129, the
     run recorded as failed, the DAL it started stopped."""
+    hang_up_mid_load(tmp_path)
+
+
+def hang_up_mid_load(tmp_path: Path, *run_args: str) -> None:
+    """``bulldozer run RUN_ARGS`` in a pseudo-terminal of its own, which hangs up once the
+    run's version is LOADING: the run exits 129, recorded as FAILED for SIGHUP, and leaves
+    no DAL running. The terminal is read all along (a run blocks on a terminal nobody reads)."""
     import pty
 
     home = tmp_path / "h"
@@ -720,17 +727,31 @@ def test_a_run_whose_terminal_hangs_up_is_recorded_as_failed_and_cleans_up(tmp_p
     pid, terminal = pty.fork()  # the child leads a session whose terminal is the pty
     if pid == 0:
         os.chdir(REPO)
-        os.execve(sys.executable, [sys.executable, "-m", "bulldozer.cli.main", "run", str(job)], env)
+        os.execve(sys.executable, [sys.executable, "-m", "bulldozer.cli.main", "run", str(job), *run_args], env)
+    reading = threading.Event()
+    reading.set()
+
+    def read() -> None:  # what the run shows: its progress bar
+        while reading.is_set():
+            if select.select([terminal], [], [], 0.1)[0]:
+                try:
+                    os.read(terminal, 1 << 20)
+                except OSError:
+                    return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
         loading: list[str] = []
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while not loading and time.monotonic() < deadline:
-            if select.select([terminal], [], [], 0.2)[0]:  # what the run shows: its progress bar
-                os.read(terminal, 1 << 20)
             listed = _cli(["namespaces", "--json"], home)
             loading = [n["name"] for n in json.loads(listed.stdout or "[]") if n["state"] == "LOADING"]
         assert loading, "the run never made its version"
+        assert os.waitpid(pid, os.WNOHANG)[0] == 0, "the run ended before its terminal hung up"
     finally:
+        reading.clear()
+        reader.join()
         os.close(terminal)  # the terminal hangs up
     deadline = time.monotonic() + 60
     while (ended := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:

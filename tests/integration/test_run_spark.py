@@ -321,6 +321,25 @@ def test_bad_data_in_a_spark_run_is_one_line_on_stderr(dal: KvClient, tmp_path: 
     assert not spark, done.stderr
 
 
+def test_a_spark_run_whose_terminal_hangs_up_is_recorded_as_failed_and_cleans_up(tmp_path: Path) -> None:
+    """As a local run (test_run.py): the terminal closes mid-load. The JVM runs in a process
+    group of its own, so the hang-up reaches the driver's Python side alone, which records
+    the run as failed and exits 129; the JVM ends with it."""
+    import subprocess
+    import time
+
+    from tests.integration.test_run import hang_up_mid_load
+
+    hang_up_mid_load(tmp_path, "--engine", "spark", "--master", "local[2]")
+    this_run = f"spark.sql.catalog.lake.warehouse=file://{tmp_path}"  # in the command line of its JVM
+    deadline = time.monotonic() + 10  # it ends once its driver has (0.8 s here)
+    while (left := subprocess.run(["pgrep", "-f", this_run], capture_output=True, text=True).stdout) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.2)
+    assert left == "", f"the run's JVM outlived it: {left}"
+
+
 def test_a_spark_run_past_its_time_limit_is_one_line(dal: KvClient, tmp_path: Path) -> None:
     """The time limit (as SIGTERM or Ctrl-C would) reaches the run while it waits on the JVM
     for its Spark job: py4j logged "KeyboardInterrupt while sending command." through the
