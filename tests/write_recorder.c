@@ -103,19 +103,19 @@ static void note(int fd, char kind, int64_t offset, const struct iovec *iov, int
 	}
 }
 
+/* The write itself, as the caller asked for it. */
+static ssize_t real_written(int fd, const struct iovec *iov, int count, off_t offset, int positioned) {
+	if (positioned)
+		return count == 1 ? real_pwrite(fd, iov[0].iov_base, iov[0].iov_len, offset) : real_pwritev(fd, iov, count, offset);
+	return count == 1 ? real_write(fd, iov[0].iov_base, iov[0].iov_len) : real_writev(fd, iov, count);
+}
+
 static ssize_t written(int fd, const struct iovec *iov, int count, off_t offset, int positioned) {
-	ssize_t done;
-	if (!recorded(fd)) {
-		if (positioned)
-			return count == 1 ? real_pwrite(fd, iov[0].iov_base, iov[0].iov_len, offset) : real_pwritev(fd, iov, count, offset);
-		return count == 1 ? real_write(fd, iov[0].iov_base, iov[0].iov_len) : real_writev(fd, iov, count);
-	}
+	if (!recorded(fd))
+		return real_written(fd, iov, count, offset, positioned);
 	hold();
 	off_t at = positioned ? offset : lseek(fd, 0, SEEK_CUR);
-	if (positioned)
-		done = count == 1 ? real_pwrite(fd, iov[0].iov_base, iov[0].iov_len, offset) : real_pwritev(fd, iov, count, offset);
-	else
-		done = count == 1 ? real_write(fd, iov[0].iov_base, iov[0].iov_len) : real_writev(fd, iov, count);
+	ssize_t done = real_written(fd, iov, count, offset, positioned);
 	if (done > 0)
 		note(fd, 'W', at, iov, count, done);
 	release();

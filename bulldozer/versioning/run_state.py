@@ -398,8 +398,12 @@ class Beat:
 
     def to_json(self) -> str:
         data: dict[str, object] = {"at": self.at.isoformat(), "host": self.host, "pid_ns": self.pid_namespace}
-        data |= {"pid": self.pid, "boot": self.boot} if self.boot else {"pid": self.pid}
-        return _compact({**data, "ended": True} if self.ended else data)
+        data["pid"] = self.pid
+        if self.boot:
+            data["boot"] = self.boot
+        if self.ended:
+            data["ended"] = True
+        return _compact(data)
 
     @classmethod
     def from_json(cls, text: str) -> Beat | None:
