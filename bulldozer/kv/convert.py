@@ -56,6 +56,7 @@ def namespace_info(r: NamespaceRecord) -> kv_pb2.NamespaceInfo:
         verified=r.verified,
         schema_generation=r.schema_generation,
         base=r.base,
+        alias_generation=r.alias_generation,
     )
     info.created.CopyFrom(timestamp(r.created))
     info.state_changed.CopyFrom(timestamp(r.state_changed))
@@ -129,6 +130,7 @@ def record_from_info(info: kv_pb2.NamespaceInfo) -> NamespaceRecord:
         verified=info.verified,
         schema_generation=info.schema_generation or 1,
         base=info.base,
+        alias_generation=info.alias_generation,
     )
 
 

@@ -100,6 +100,18 @@ class NamespaceRecord:
     schema_generation: int = 1
     #: the version this one started as a copy of (a delta version's base), if any
     base: str = ""
+    #: the alias's generation at the flip that last made this version ACTIVE or RETIRED (0:
+    #: never flipped, or flipped by a release that did not record it): the flips' order,
+    #: which no clock moves (``retired_order``)
+    alias_generation: int = 0
+
+    @property
+    def retired_order(self) -> tuple[int, datetime]:
+        """Sorts an alias's RETIRED versions by when they were retired: by the generation of
+        the flip that retired them, not by ``state_changed``, which comes from the clock of
+        the DAL that flipped (stepped back by NTP or a restored VM, or another host's); by
+        time among versions retired before records held the generation."""
+        return (self.alias_generation, self.state_changed)
 
     def with_state(self, state: State, **changes: Any) -> NamespaceRecord:
         return replace(self, state=state, state_changed=utcnow(), **changes)
@@ -127,6 +139,7 @@ class NamespaceRecord:
             "verified": self.verified,
             "schema_generation": self.schema_generation,
             "base": self.base,
+            "alias_generation": self.alias_generation,
         }
 
     @classmethod
@@ -153,6 +166,7 @@ class NamespaceRecord:
             verified=bool(data.get("verified", False)),
             schema_generation=int(data.get("schema_generation", 1)) or 1,
             base=data.get("base", ""),
+            alias_generation=int(data.get("alias_generation", 0)),
         )
 
 

@@ -115,12 +115,19 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engi
             source = f"measured by {engine} run {record.run_id}"
             break
     retention = spec.key_value_dal.retention
-    # after this run the live version would be retired too
+    # after this run the live version would be retired too, by the next flip (the one that
+    # made it live retired the version before it, at the same generation and time)
     from dataclasses import replace
 
-    from bulldozer.kv.types import State
+    from bulldozer.kv.types import State, utcnow
 
-    after = [replace(v, state=State.RETIRED) if live and v.name == live.name else v for v in versions]
+    now = utcnow()
+    after = [
+        replace(v, state=State.RETIRED, state_changed=now, alias_generation=v.alias_generation + 1)
+        if live and v.name == live.name
+        else v
+        for v in versions
+    ]
     keep = plan_retention(after, retention.keep_versions, retention.grace_period)
     differences = [asdict(d) for d in job.compat.differences] if job.compat else []
     return RunPlan(

@@ -54,7 +54,7 @@ def plan_retention(
     e.g. the version a run is loading right now)."""
     now = now or utcnow()
     plan = RetentionPlan()
-    retired = sorted((r for r in records if r.state == State.RETIRED), key=lambda r: r.state_changed, reverse=True)
+    retired = sorted((r for r in records if r.state == State.RETIRED), key=lambda r: r.retired_order, reverse=True)
     for r in records:
         if r.state == State.ACTIVE or r.name in protect or being_made(r, now):
             plan.keep.append(r.name)

@@ -11,13 +11,14 @@ __all__ = ["generation_change", "previous_version", "rollback"]
 
 
 def previous_version(client: KvClient, alias: str, current: str) -> NamespaceRecord:
-    """The version that was live before ``current``: the most recently retired one."""
+    """The version that was live before ``current``: the one retired last (by the flips'
+    order, not the clock: ``NamespaceRecord.retired_order``)."""
     retired = [n for n in client.list_namespaces(alias, states=[State.RETIRED]) if n.name != current]
     if not retired:
         raise NamespaceNotFoundError(
             f"alias {alias!r} has no previous version to roll back to (no RETIRED version is left)"
         )
-    return max(retired, key=lambda n: n.state_changed)
+    return max(retired, key=lambda n: n.retired_order)
 
 
 def rollback(

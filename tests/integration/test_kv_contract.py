@@ -505,6 +505,38 @@ def test_retried_flip_is_a_no_op(kv: Harness) -> None:
     assert len(kv.client.alias_history(alias)) == 2
 
 
+def test_the_previous_version_is_the_one_retired_last_whatever_the_clock_says(
+    kv: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rollback's default target and retention's newest retired versions were chosen by
+    the time a version was retired, read from the clock of the DAL that flipped. A clock
+    stepped back between two flips (NTP correcting a VM's clock, a restored snapshot, or
+    two DAL hosts whose clocks disagree) made ``rollback`` go back two versions, to older
+    data than the one live before, and retention drop the version live before. The flips'
+    order is the alias's generation, which no clock moves."""
+    from datetime import timedelta
+
+    from bulldozer.kv.backends import _lifecycle
+    from bulldozer.kv.types import utcnow
+    from bulldozer.versioning.retention import plan_retention
+    from bulldozer.versioning.rollback import previous_version
+
+    alias = kv.alias()
+    v1, v2, v3 = (kv.loaded(alias, pairs(2, value=bytes([i]))) for i in range(3))
+    early = utcnow()
+    monkeypatch.setattr(_lifecycle, "utcnow", lambda: early + timedelta(hours=2))  # a clock ahead...
+    kv.client.compare_and_set_alias(alias, None, v1)
+    kv.client.compare_and_set_alias(alias, v1, v2)  # v1 retired "two hours from now"
+    monkeypatch.setattr(_lifecycle, "utcnow", lambda: early)  # ...set right
+    kv.client.compare_and_set_alias(alias, v2, v3)  # v2 retired now, by that clock before v1
+    assert previous_version(kv.client, alias, v3).name == v2
+    records = kv.client.list_namespaces(alias)
+    plan = plan_retention(records, 1, timedelta(0), now=early + timedelta(hours=3))
+    assert (sorted(plan.keep), plan.drop) == (sorted([v2, v3]), [v1])
+    kv.client.compare_and_set_alias(alias, v3, v2, reason="rollback")  # and back: v3 is the previous now
+    assert previous_version(kv.client, alias, v2).name == v3
+
+
 def test_compare_and_set_with_a_stale_expectation(kv: Harness) -> None:
     alias = kv.alias()
     v1, v2, v3 = (kv.loaded(alias, pairs(2)) for _ in range(3))

@@ -416,6 +416,19 @@ def test_retention_keeps_n_versions_and_drops_the_rest(home: Path, dal: KvClient
     assert states[versions[0]] == states[versions[1]] == State.DROPPED
 
 
+def test_a_plan_says_which_versions_the_run_s_retention_keeps(home: Path, dal: KvClient) -> None:
+    """The dry run retires the live version in its head before applying retention. It did so
+    keeping the time and generation of the flip that made it live, which are the same as the
+    version retired by that flip: the two tied, and the plan said the run would drop the live
+    version (about to be the rollback target) and keep the older one."""
+    from bulldozer.load.plan import plan_run
+
+    loaded = spec(**{"keep_versions: 2": "keep_versions: 1", "grace_period: 24h": "grace_period: 0s"})
+    older, live = (run_job(loaded, dal, home=str(home)).version for _ in range(2))
+    plan = plan_run(loaded, dal, str(home))
+    assert (plan.live_version, plan.retention_drops_now, plan.retention_keeps) == (live, [older], [live])
+
+
 # ------------------------------------------------------------ the command line
 
 

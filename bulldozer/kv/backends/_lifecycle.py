@@ -59,9 +59,9 @@ def plan_flip(
         )
     now = utcnow()
     generation = (current.generation if current else 0) + 1
-    changed = [replace(target, state=State.ACTIVE, state_changed=now)]
+    changed = [replace(target, state=State.ACTIVE, state_changed=now, alias_generation=generation)]
     if previous is not None and previous.name != target_name and previous.state == State.ACTIVE:
-        changed.append(replace(previous, state=State.RETIRED, state_changed=now))
+        changed.append(replace(previous, state=State.RETIRED, state_changed=now, alias_generation=generation))
     record = AliasRecord(alias, target_name, now, generation, current.pinned if current else False)
     change = AliasChange(alias, now, principal, reason, actual or "", target_name, generation)
     return record, changed, change

@@ -628,6 +628,7 @@ class NamespaceInfo(_message.Message):
     VERIFIED_FIELD_NUMBER: _builtins.int
     SCHEMA_GENERATION_FIELD_NUMBER: _builtins.int
     BASE_FIELD_NUMBER: _builtins.int
+    ALIAS_GENERATION_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     state: Global___NamespaceState.ValueType
     alias: _builtins.str
@@ -653,6 +654,11 @@ class NamespaceInfo(_message.Message):
     """
     base: _builtins.str
     """The version this one was created from (CreateNamespaceRequest.base), if any."""
+    alias_generation: _builtins.int
+    """The alias's generation (AliasInfo.generation) at the flip that last made this version
+    ACTIVE or RETIRED; 0: never flipped. An alias's RETIRED versions are ordered by it, not
+    by state_changed, which the clock of the DAL that flipped wrote.
+    """
     @_builtins.property
     def created(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -683,10 +689,11 @@ class NamespaceInfo(_message.Message):
         verified: _builtins.bool = ...,
         schema_generation: _builtins.int = ...,
         base: _builtins.str = ...,
+        alias_generation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "sealed", b"sealed", "state_changed", b"state_changed"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "base", b"base", "bytes", b"bytes", "created", b"created", "digest", b"digest", "failure_reason", b"failure_reason", "job_name", b"job_name", "key_message", b"key_message", "labels", b"labels", "name", b"name", "record_count", b"record_count", "schema_generation", b"schema_generation", "sealed", b"sealed", "snapshot_id", b"snapshot_id", "state", b"state", "state_changed", b"state_changed", "value_descriptor_set", b"value_descriptor_set", "value_message", b"value_message", "verified", b"verified"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alias", b"alias", "alias_generation", b"alias_generation", "base", b"base", "bytes", b"bytes", "created", b"created", "digest", b"digest", "failure_reason", b"failure_reason", "job_name", b"job_name", "key_message", b"key_message", "labels", b"labels", "name", b"name", "record_count", b"record_count", "schema_generation", b"schema_generation", "sealed", b"sealed", "snapshot_id", b"snapshot_id", "state", b"state", "state_changed", b"state_changed", "value_descriptor_set", b"value_descriptor_set", "value_message", b"value_message", "verified", b"verified"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
