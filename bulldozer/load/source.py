@@ -42,7 +42,7 @@ from bulldozer.redaction import first_line
 from bulldozer.settings import load_settings
 from bulldozer.spec.models import JobSpec
 from bulldozer.spec.query import SANDBOX, duckdb_module, table_references
-from bulldozer.warehouse.files import checked_tasks, unreadable
+from bulldozer.warehouse.files import checked_tasks, unreadable, verify_data_files
 
 if TYPE_CHECKING:
     from bulldozer.spec.loader import LoadedSpec
@@ -156,8 +156,12 @@ def _reader(
 
     def stream() -> Iterator[pa.RecordBatch]:
         try:
+            verify_data_files(scan.io, tasks)  # pyiceberg's reader reads them as they are
             for batch in batches:
                 yield _storage(batch)
+        except LoadError as exc:
+            failures.append(exc)
+            raise
         except (OSError, pa.ArrowException) as exc:
             failures.append(unreadable(f"a data file of {name} at snapshot {snapshot_id}", exc))
             raise failures[-1] from exc

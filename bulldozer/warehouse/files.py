@@ -17,6 +17,13 @@ Every engine's splits (``load.engines.local.scan_tasks``), a delta's changed fil
 
 A file that cannot be read is one line naming it: a metadata file (``reading_metadata``:
 pyiceberg raises whatever its parsers meet), a data file (``unreadable_file``).
+
+A data file is read only if it is the one the snapshot committed (``committed_file``): its
+manifest entry records its rows and its bytes, and a Parquet file's footer says its rows.
+Iceberg's files are immutable, so a file that says otherwise was written again in place
+(a writer's retry reusing a name, a hand-made "fix", a restore of another copy): read as it
+is, a version would lose or gain rows and still verify, since the store's count and digest
+would match what was read, and engines answer ``count(*)`` from the manifests' counts.
 """
 
 from __future__ import annotations
@@ -30,7 +37,18 @@ from urllib.parse import urlsplit
 from bulldozer.errors import BulldozerError, CatalogError, LoadError, SourceDataError
 from bulldozer.redaction import shown_url, visible
 
-__all__ = ["checked_tasks", "outside", "reading_metadata", "unreadable", "unreadable_file", "unreadable_metadata"]
+__all__ = [
+    "checked_tasks",
+    "committed_file",
+    "opened_size",
+    "outside",
+    "reading_metadata",
+    "unreadable",
+    "unreadable_file",
+    "unreadable_metadata",
+    "verify_data_file",
+    "verify_data_files",
+]
 
 _SCHEMES = {"s3a": "s3", "s3n": "s3", "": "file"}
 
@@ -123,6 +141,67 @@ def unreadable_file(path: str, exc: BaseException) -> LoadError:
     """The error of a data file that could not be read (``exc``, pyarrow's or the file
     system's), naming the file: of a table's thousands of files, the one to look at."""
     return unreadable(f"the data file {shown_url(path)}", exc)
+
+
+def committed_file(task: Any, rows: int, size: int | None) -> None:
+    """Refuse ``task``'s data file (a SourceDataError naming it) when its ``rows`` (its
+    footer's count) or its ``size`` in bytes (None: not known without asking the file
+    system again) are not what the snapshot's manifest recorded for it."""
+    data = task.file
+    said = ""
+    if rows != data.record_count:
+        said = f"holds {rows:,} rows where the table's snapshot committed {data.record_count:,}"
+    elif size is not None and data.file_size_in_bytes and size != data.file_size_in_bytes:
+        said = f"is {size:,} bytes where the table's snapshot committed {data.file_size_in_bytes:,}"
+    if said:
+        raise SourceDataError(
+            f"the data file {shown_url(data.file_path)} {said}: it is not the file the snapshot wrote (written "
+            "again in place?), and a version read from it would not be the table's; nothing is loaded from it"
+        )
+
+
+def opened_size(stream: Any) -> int | None:
+    """The size of an open file of a FileIO, when the stream knows it (pyarrow's files do)."""
+    size = getattr(stream, "size", None)
+    try:
+        found = size() if callable(size) else size
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, int) else None
+
+
+def verify_data_file(io: Any, task: Any) -> None:
+    """``committed_file`` for a data file read by another reader (pyiceberg's own, DuckDB's
+    or Spark's): its footer is read here (a Parquet file's; another format's size alone)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyiceberg.manifest import FileFormat
+
+    data = task.file
+    try:
+        source = io.new_input(data.file_path)
+        if data.file_format != FileFormat.PARQUET:
+            committed_file(task, data.record_count, len(source))
+            return
+        with source.open() as stream:
+            committed_file(task, pq.ParquetFile(stream).metadata.num_rows, opened_size(stream))
+    except (OSError, pa.ArrowException) as exc:
+        raise unreadable_file(data.file_path, exc) from exc
+
+
+def verify_data_files(io: Any, tasks: list[Any]) -> None:
+    """``verify_data_file`` for each of ``tasks``, before another reader reads them all at
+    once: local files one after the other (100 footers of a 10 M-row table: 8 ms; 22 ms on
+    threads), others up to 8 at a time (an object store answers each after a round trip)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if len(tasks) < 2 or all(_parts(t.file.file_path)[0] == "file" for t in tasks):
+        for task in tasks:
+            verify_data_file(io, task)
+        return
+    with ThreadPoolExecutor(min(8, len(tasks)), thread_name_prefix="data-file-check") as pool:
+        for _ in pool.map(lambda task: verify_data_file(io, task), tasks):
+            pass
 
 
 def unreadable(what: str, exc: BaseException) -> LoadError:

@@ -30,6 +30,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from bulldozer.warehouse.files import committed_file, opened_size
+
 __all__ = [
     "PRIVATE_ARROW_SCAN_ATTRIBUTES",
     "PRIVATE_MODULE_FUNCTIONS",
@@ -105,6 +107,7 @@ def parquet_batches(arrow_scan: Any, task: Any, batch_rows: int) -> Iterator[pa.
 
         with io.new_input(task.file.file_path).open() as fin:
             parquet = pq.ParquetFile(fin, pre_buffer=True)
+            committed_file(task, parquet.metadata.num_rows, opened_size(fin))  # the snapshot's file
             file_schema = file_to_schema(
                 parquet.schema_arrow,
                 metadata.name_mapping(),

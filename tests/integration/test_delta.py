@@ -9,6 +9,7 @@ equal, on every engine. The other tests cover each reason a delta falls back to 
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from bulldozer.errors import DuplicateKeyError, NamespaceStateError, VerificationError
+from bulldozer.errors import DuplicateKeyError, NamespaceStateError, SourceDataError, VerificationError
 from bulldozer.kv import KvClient
 from bulldozer.kv.types import State
 from bulldozer.load.runner import run_job
@@ -342,6 +343,28 @@ def test_a_delta_refuses_a_key_its_changed_files_hold_twice(tmp_path: Path, dal:
     table.append(rows([9001, 9002], random.Random(6)))
     table.append(rows([9001], random.Random(7)))  # a new key, in two of the new files
     with pytest.raises(DuplicateKeyError, match='"id": 9001'):
+        run_job(job("items", "delta"), dal, home=str(home))
+    assert dal.get_alias("items").namespace == base.version
+
+
+def test_a_delta_refuses_a_changed_file_that_is_not_the_one_its_snapshot_committed(
+    tmp_path: Path, dal: KvClient
+) -> None:
+    """A delta reads its changed files with the full run's reader, so a file written again
+    in place after its snapshot committed it is refused there too (naming it), and the
+    alias stays on the base."""
+    import pyarrow.parquet as pq
+
+    home = tmp_path / "home"
+    table = make_table(home)
+    base = run_job(job("items", "delta"), dal, home=str(home))
+    before = set((home / "warehouse").rglob("*.parquet"))
+    table.append(rows([9001, 9002, 9003], random.Random(6)))
+    (added,) = set((home / "warehouse").rglob("*.parquet")) - before
+    pq.write_table(pq.read_table(added).slice(0, 2), added)  # 9003 gone from the file
+    with pytest.raises(
+        SourceDataError, match=f"{re.escape(added.as_uri())} holds 2 rows where the table's snapshot committed 3"
+    ):
         run_job(job("items", "delta"), dal, home=str(home))
     assert dal.get_alias("items").namespace == base.version
 

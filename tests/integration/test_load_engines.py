@@ -9,9 +9,13 @@ cases (Spark starts in ≈ 7 s)."""
 from __future__ import annotations
 
 import json
+import re
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from bulldozer.codec.digest import Digest, digest_arrays
@@ -305,6 +309,62 @@ def test_every_engine_names_the_data_file_it_cannot_read(engine: str, source: st
         assert done.stderr.startswith("error: the Spark job failed") and str(data) in done.stderr, done.stderr
     listed = _cli(["namespaces", "user_item_scores", "--json"], home)
     assert [n["state"] for n in json.loads(listed.stdout)] == ["FAILED"]
+
+
+@pytest.fixture(scope="module", params=["fewer rows", "other values"])
+def rewritten(request: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A sample of three files, the second written again in place after its snapshot
+    committed it: without its last row, or with the same rows holding other values."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    home = tmp_path_factory.mktemp("rewritten")
+    create_sample_warehouse(home, rows=3_000, chunk_rows=1_000)
+    data = sorted((home / "warehouse").rglob("*.parquet"))[1]
+    rows = pq.read_table(data)
+    if request.param == "fewer rows":
+        pq.write_table(rows.slice(0, 999), data)
+        return home, rf"{re.escape(data.as_uri())} holds 999 rows where the table's snapshot committed 1,000: "
+    size = data.stat().st_size
+    scores = pc.add(rows.column("score"), pa.scalar(0.5, rows.schema.field("score").type))
+    pq.write_table(rows.set_column(rows.schema.get_field_index("score"), "score", scores), data)
+    assert data.stat().st_size != size  # what the check can see
+    return home, rf"{re.escape(data.as_uri())} is [\d,]+ bytes where the table's snapshot committed [\d,]+: "
+
+
+@pytest.mark.parametrize(
+    ("engine", "source"),
+    [
+        ("local", "table"),
+        ("local", "filtered table"),  # read by pyiceberg's reader, not the file's own batch reader
+        ("local", "query"),
+        pytest.param("spark", "table", marks=pytest.mark.spark),  # three splits for three tasks: split reads
+        pytest.param("spark", "filtered table", marks=pytest.mark.spark),  # four tasks: Iceberg's Spark reader
+    ],
+)
+def test_every_engine_refuses_a_data_file_that_is_not_the_one_its_snapshot_committed(
+    engine: str, source: str, rewritten: tuple[Path, str], dal: KvClient
+) -> None:
+    """A data file written again in place with a row less was read as it was: the run
+    loaded the table's rows but one, the store's count and digest matched what was read,
+    and the alias moved to a version without that row. Its manifest entry says how many
+    rows and bytes the snapshot committed; a file that says otherwise is refused, naming it,
+    before a row of it is sent."""
+    home, said = rewritten
+    text = TEMPLATE.replace("alias: user_item_scores", f"alias: rewritten_{uuid.uuid4().hex[:8]}")
+    if source == "filtered table":
+        filtered = "  filter: \"locale != 'xx'\"\n  key_columns: [user_id, item_id, locale]"
+        text = text.replace("  key_columns: [user_id, item_id, locale]", filtered)
+    elif source == "query":
+        text = text.replace("table: sample.user_item_scores ", "query: SELECT * FROM sample.user_item_scores ")
+    if engine == "spark":  # three tasks read the three files; four read the table by key
+        tasks = 4 if source == "filtered table" else 3
+        text = text.replace("    in_flight_batches: 4 ", f"    partitions: {tasks}\n    in_flight_batches: 4 ")
+    loaded = _spec(text)
+    with pytest.raises(SourceDataError, match=rf"^the data file {said}it is not the file the snapshot wrote"):
+        run_job(loaded, dal, engine=engine, home=str(home))
+    versions = dal.list_namespaces(loaded.spec.alias)
+    assert [(v.state, v.record_count) for v in versions] == [(State.FAILED, 0)]
 
 
 @pytest.mark.parametrize("engine", ENGINES)

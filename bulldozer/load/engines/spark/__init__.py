@@ -63,6 +63,7 @@ from bulldozer.load.engines.spark.session import (
     stop_spark_session,
 )
 from bulldozer.spec.models import JobSpec
+from bulldozer.warehouse.files import verify_data_files
 
 log = logging.getLogger(__name__)
 
@@ -188,6 +189,9 @@ class SparkEngine(LocalEngine):
                     tasks = context.parallelize(groups, max(1, len(groups)))  # an empty snapshot: one empty task
                     writer.commit(tasks.mapPartitions(writer.write_splits).collect())
                 else:
+                    # Iceberg's Spark reader reads the files as they are: each is checked
+                    # here first (few: this path is taken for fewer files than tasks)
+                    verify_data_files(plan.table.io, splits)
                     spark = self.session(plan)
                     identifier = f"{spec.data_movement.catalog.name}.{spec.data_movement.source.table}"
                     frame = spark.read.option("versionAsOf", str(plan.snapshot_id)).table(identifier)
