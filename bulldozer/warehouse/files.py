@@ -28,6 +28,7 @@ would match what was read, and engines answer ``count(*)`` from the manifests' c
 
 from __future__ import annotations
 
+import os
 import posixpath
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -67,14 +68,37 @@ def _under(path: tuple[str, str, str], root: tuple[str, str, str]) -> bool:
     return path[:2] == root[:2] and (path[2] == root[2] or path[2].startswith(root[2].rstrip("/") + "/"))
 
 
+class _RealPaths:
+    """Local paths with their symbolic links resolved, as the file system opens them: a
+    link under a table's location may point anywhere. A file's folder is resolved once per
+    check (a table's files share a few), the file itself only when it is a link."""
+
+    def __init__(self) -> None:
+        self._folders: dict[str, str] = {}
+
+    def __call__(self, parsed: tuple[str, str, str]) -> tuple[str, str, str]:
+        scheme, host, path = parsed
+        if scheme != "file" or host:
+            return parsed
+        folder, name = posixpath.split(path)
+        real_folder = self._folders.get(folder)
+        if real_folder is None:
+            real_folder = self._folders[folder] = os.path.realpath(folder)
+        real = posixpath.join(real_folder, name)
+        return scheme, host, os.path.realpath(real) if os.path.islink(real) else real
+
+
 def outside(location: str, paths: Iterable[str], roots: list[str]) -> str | None:
     """The first of ``paths`` under neither the table's ``location`` nor one of ``roots``
-    (None: all are; ``*`` in ``roots``: anywhere)."""
+    (None: all are; ``*`` in ``roots``: anywhere). Local paths are compared as the file
+    system resolves them (``_RealPaths``): a table's owner can place a symbolic link in its
+    folder to a file the operator's access reaches and theirs does not."""
     if "*" in roots:
         return None
-    allowed = [_parts(root) for root in (location, *roots)]  # parsed once, not once per path
+    real = _RealPaths()
+    allowed = [real(_parts(root)) for root in (location, *roots)]  # parsed once, not once per path
     for path in paths:
-        parsed = _parts(path)
+        parsed = real(_parts(path))
         if not any(_under(parsed, root) for root in allowed):
             return path
     return None
@@ -129,6 +153,9 @@ def checked_tasks(scan: Any, plan: Callable[[], Iterable[Any]] | None = None) ->
     paths = (f.file_path for t in listed for f in (t.file, *t.delete_files))
     stray = outside(location, paths, load_settings().data_file_roots_listed())
     if stray is not None:
+        listed_as, real = _parts(stray), _RealPaths()(_parts(stray))
+        if real != listed_as:
+            stray = f"{stray} (a symbolic link to {real[2]})"
         raise CatalogError(
             f"the table at {shown_url(location)} lists a file outside it, {shown_url(stray)}: a run reads only "
             "the files under a table's location (a table's metadata could otherwise have it read any file this "

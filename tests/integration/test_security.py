@@ -918,6 +918,50 @@ def test_a_table_is_read_only_from_where_it_lives(
     assert dal.describe_target("scores").name == done.version  # the live version stays
 
 
+@pytest.mark.parametrize("link", ["file", "folder"])
+def test_a_symbolic_link_in_a_tables_folder_does_not_take_a_run_outside_it(
+    link: str, tmp_path: Path, dal: KvClient
+) -> None:
+    """Files were held to the table's location by their listed path alone: a table's owner
+    could place a symbolic link in the table's folder (a file, or a folder of files) to a
+    file only the operator's access reaches — another team's table — add it to the table,
+    and a run moved that file's rows into the owner's alias. A local path is now checked
+    as the file system resolves it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bulldozer.errors import AliasNotFoundError, CatalogError
+    from bulldozer.load.runner import run_job
+    from bulldozer.spec.models import CatalogConfig
+    from bulldozer.warehouse.catalog import open_catalog
+    from bulldozer.warehouse.sample import create_sample_warehouse
+    from tests.integration.test_run_sql import job
+
+    home, other_team = tmp_path / "home", tmp_path / "other-team"
+    create_sample_warehouse(home, rows=1_000)
+    table = open_catalog(CatalogConfig(), home).load_table("sample.user_item_scores")
+    (data,) = (home / "warehouse").rglob("*.parquet")
+    secret = other_team / "data" / "theirs.parquet"
+    secret.parent.mkdir(parents=True)
+    rows = pq.read_table(data).slice(0, 5)
+    pq.write_table(rows.set_column(0, rows.schema.field(0), pa.array(range(9_000_000, 9_000_005))), secret)
+    if link == "file":
+        placed = data.parent / "innocent.parquet"
+        placed.symlink_to(secret)
+    else:
+        (data.parent / "more").symlink_to(secret.parent, target_is_directory=True)
+        placed = data.parent / "more" / "theirs.parquet"
+    table.add_files([str(placed)])
+    flat, query = "{table: sample.user_item_scores}", "{query: 'SELECT * FROM sample.user_item_scores'}"
+    for source in (flat, query):
+        with pytest.raises(
+            CatalogError, match=f"lists a file outside it, .*{placed.name} \\(a symbolic link to {secret}\\)"
+        ):
+            run_job(job(source), dal, home=str(home))
+    with pytest.raises(AliasNotFoundError):
+        dal.describe_target("scores")  # nothing flipped
+
+
 _PROBE_IO = """
 import os
 open(os.environ["PROBE_MARK"], "a").write(__name__ + " imported\\n")
