@@ -42,7 +42,7 @@ from bulldozer.redaction import first_line
 from bulldozer.settings import load_settings
 from bulldozer.spec.models import JobSpec
 from bulldozer.spec.query import SANDBOX, duckdb_module, table_references
-from bulldozer.warehouse.files import checked_tasks, unreadable, verify_data_files
+from bulldozer.warehouse.files import checked_tasks, unreadable, verify_task_files
 
 if TYPE_CHECKING:
     from bulldozer.spec.loader import LoadedSpec
@@ -156,7 +156,7 @@ def _reader(
 
     def stream() -> Iterator[pa.RecordBatch]:
         try:
-            verify_data_files(scan.io, tasks)  # pyiceberg's reader reads them as they are
+            verify_task_files(scan.io, tasks)  # pyiceberg's reader reads them as they are
             for batch in batches:
                 yield _storage(batch)
         except LoadError as exc:

@@ -107,7 +107,7 @@ def parquet_batches(arrow_scan: Any, task: Any, batch_rows: int) -> Iterator[pa.
 
         with io.new_input(task.file.file_path).open() as fin:
             parquet = pq.ParquetFile(fin, pre_buffer=True)
-            committed_file(task, parquet.metadata.num_rows, opened_size(fin))  # the snapshot's file
+            committed_file(task.file, parquet.metadata.num_rows, opened_size(fin))  # the snapshot's file
             file_schema = file_to_schema(
                 parquet.schema_arrow,
                 metadata.name_mapping(),

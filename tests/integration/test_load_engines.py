@@ -363,6 +363,55 @@ def test_every_engine_refuses_a_data_file_that_is_not_the_one_its_snapshot_commi
     assert [(v.state, v.record_count) for v in versions] == [(State.FAILED, 0)]
 
 
+@pytest.fixture(scope="module")
+def merge_on_read(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
+    """A sample of three files whose rows of five users Spark deleted merge-on-read: a
+    positional delete file beside the data files, which stay as they were. The rows left."""
+    from bulldozer.load.engines.spark.session import spark_session, stop_spark_session
+
+    home = tmp_path_factory.mktemp("merge-on-read")
+    create_sample_warehouse(home, rows=3_000, chunk_rows=1_000)
+    spark = spark_session("lake", None, str(home), "local[2]")
+    try:
+        table = f"lake.{TABLE}"
+        spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('write.delete.mode' = 'merge-on-read')")
+        spark.sql(f"DELETE FROM {table} WHERE user_id < 1000005")
+        left = spark.sql(f"SELECT count(*) FROM {table}").collect()[0][0]
+    finally:
+        stop_spark_session()
+    return home, int(left)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("engine", ENGINES)
+def test_every_engine_loads_a_table_with_delete_files_and_refuses_one_written_again(
+    engine: str, merge_on_read: tuple[Path, int], dal: KvClient
+) -> None:
+    """Delete files had been read only by a stand-in in the tests. A table Spark deleted rows
+    of merge-on-read loads without them, with the digest of the rows left; and a delete file
+    written again in place (a row less: a deleted row back) is refused like a data file."""
+    import pyarrow.parquet as pq
+
+    home, left = merge_on_read
+    table = open_catalog(CatalogConfig(), home).load_table(TABLE)
+    (deletes,) = {f.file_path for t in table.scan().plan_files() for f in t.delete_files}
+    alias = f"merge_on_read_{uuid.uuid4().hex[:8]}"
+    loaded = _spec(TEMPLATE.replace("alias: user_item_scores", f"alias: {alias}"))
+    done = run_job(loaded, dal, engine=engine, home=str(home))
+    expected, info = _expected_digest(home, loaded), dal.describe(done.version)  # pyiceberg's reading of the deletes
+    assert (done.rows, info.record_count, info.digest) == (left, expected.count, expected.value) and left < 3_000
+    path = Path(deletes.removeprefix("file:"))
+    whole = path.read_bytes()
+    try:
+        pq.write_table(pq.read_table(path).slice(1), path)
+        said = rf"^the delete file {re.escape(deletes)} holds [\d,]+ rows where the table's snapshot committed [\d,]+: "
+        with pytest.raises(SourceDataError, match=said):
+            run_job(loaded, dal, engine=engine, home=str(home))
+    finally:
+        path.write_bytes(whole)
+    assert dal.describe_target(alias).name == done.version  # the live version stays
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_stage_by_stage_every_engine_builds_the_same_version_a_whole_run_does(
     engine: str, sample: Path, dal: KvClient

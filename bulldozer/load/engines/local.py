@@ -32,7 +32,7 @@ from bulldozer.load.encoder.encode import RowEncoder
 from bulldozer.load.engines.base import LoadEngine, LoadPlan, LoadResult, Progress, SplitDone, SplitResult
 from bulldozer.load.prefetch import read_ahead
 from bulldozer.spec.models import JobSpec
-from bulldozer.warehouse.files import checked_tasks, unreadable_file, verify_data_file
+from bulldozer.warehouse.files import checked_tasks, unreadable_file, verify_task_files
 from bulldozer.warehouse.pyiceberg_fast import parquet_batches, streaming_reader
 
 __all__ = ["LocalEngine", "SplitReader", "scan_tasks", "source_scan", "split_id", "task_batches", "with_next_file"]
@@ -116,7 +116,7 @@ class SplitReader:
         try:
             batches = parquet_batches(arrow_scan, task, BATCH_ROWS)
             if batches is None:
-                verify_data_file(self.io, task)  # pyiceberg's reader reads it as it is
+                verify_task_files(self.io, [task])  # pyiceberg's reader reads them as they are
                 streaming = streaming_reader(arrow_scan)
                 batches = streaming(task) if streaming is not None else arrow_scan.to_record_batches([task])
             for batch in batches:

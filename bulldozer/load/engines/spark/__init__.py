@@ -63,7 +63,7 @@ from bulldozer.load.engines.spark.session import (
     stop_spark_session,
 )
 from bulldozer.spec.models import JobSpec
-from bulldozer.warehouse.files import verify_data_files
+from bulldozer.warehouse.files import verify_task_files
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +191,7 @@ class SparkEngine(LocalEngine):
                 else:
                     # Iceberg's Spark reader reads the files as they are: each is checked
                     # here first (few: this path is taken for fewer files than tasks)
-                    verify_data_files(plan.table.io, splits)
+                    verify_task_files(plan.table.io, splits)
                     spark = self.session(plan)
                     identifier = f"{spec.data_movement.catalog.name}.{spec.data_movement.source.table}"
                     frame = spark.read.option("versionAsOf", str(plan.snapshot_id)).table(identifier)
