@@ -10,8 +10,9 @@ version's digest is a sum of per-record hashes:
    the base (the live version) was loaded by a run of the same spec text, from an earlier
    snapshot of the same table (same table UUID), with the same table schema and the same
    generated schema; that snapshot has not expired; neither snapshot reads delete files
-   (merge-on-read). A table's rows are unique by key (a full run refuses duplicates), so
-   a key is in exactly one live data file of a snapshot.
+   (merge-on-read); its files the delta reads are there as it committed them. A table's
+   rows are unique by key (a full run refuses duplicates), so a key is in exactly one live
+   data file of a snapshot.
 2. **Diff the snapshots at the file level** from Iceberg's metadata: the data files of the
    new snapshot that the base snapshot lacks (*added*) and the reverse (*removed*), found
    in the manifests one snapshot lists and the other does not (a manifest both list keeps
@@ -40,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bulldozer.codec.digest import Digest, digest_arrays
-from bulldozer.errors import CatalogError, DuplicateKeyError
+from bulldozer.errors import CatalogError, DuplicateKeyError, LoadError
 from bulldozer.kv.client import KvClient
 from bulldozer.kv.types import READABLE, BaseCopy, NamespaceRecord, StoreInfo
 from bulldozer.load.encoder.encode import RowEncoder
@@ -50,7 +51,7 @@ from bulldozer.names import short_version
 from bulldozer.schema.job import JobSchema
 from bulldozer.spec.models import JobSpec, WriteTuning
 from bulldozer.versioning.run_state import Loaded, loaded_of, run_record_of
-from bulldozer.warehouse.files import checked_tasks, reading_metadata
+from bulldozer.warehouse.files import checked_tasks, reading_metadata, verify_task_files
 
 __all__ = ["AUTO_MAX_CHANGE", "DeltaChanges", "DeltaPlan", "apply_delta", "plan_delta"]
 
@@ -200,6 +201,14 @@ def plan_delta(
             f"the changed files hold {plan.rows_to_read:,} of the two snapshots' {total:,} rows; "
             "a full run reads less (mode auto)"
         )
+    # The base snapshot's files the delta reads are what the base version holds: one gone
+    # (deleted as an orphan while its snapshot was kept) or written again in place leaves
+    # the delta unprovable, where a full run reads none of them. (The new snapshot's files
+    # a full run reads too: their errors are the run's.)
+    try:
+        verify_task_files(table.io, plan.removed)
+    except LoadError as exc:
+        return f"a file of the base snapshot {base_snapshot} is not as it was committed ({exc})"
     return plan
 
 

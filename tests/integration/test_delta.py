@@ -236,6 +236,8 @@ def _reason(record: RunRecord) -> str:
 
 
 def test_a_delta_falls_back_to_full_saying_why(tmp_path: Path, dal: KvClient) -> None:
+    import pyarrow.parquet as pq
+    from pyiceberg.expressions import In
     from pyiceberg.types import StringType
 
     home = tmp_path / "home"
@@ -267,6 +269,27 @@ def test_a_delta_falls_back_to_full_saying_why(tmp_path: Path, dal: KvClient) ->
     listing.write_bytes(listing.read_bytes()[: listing.stat().st_size // 2])
     said = "the two snapshots cannot be compared: cannot read the metadata of table deltas.items: "
     assert said in _reason(run_job(job("items", "delta"), dal, home=str(home)))
+    # a file of the live version's snapshot that the delta would read is gone (deleted as an
+    # orphan while its snapshot was kept), or written again in place: a full run reads none
+    for damage in ("gone", "written again"):
+        live = dal.describe(dal.get_alias("items").namespace)
+        before = {str(p) for p in (home / "warehouse").rglob("*.parquet")}
+        ids = table.scan(selected_fields=("id",)).to_arrow().column("id").to_pylist()[:3]
+        table.overwrite(rows(ids, random.Random(8), "u"), overwrite_filter=In("id", ids))  # rewrites a file
+        now = {t.file.file_path for t in table.scan().plan_files()}
+        then = {t.file.file_path for t in table.scan(snapshot_id=live.snapshot_id).plan_files()}
+        old = Path(sorted(then - now)[0].removeprefix("file://"))  # a file the delta reads
+        assert str(old) in before
+        if damage == "gone":
+            old.unlink()
+        else:
+            pq.write_table(pq.read_table(old).slice(1), old)
+        said = f"a file of the base snapshot {live.snapshot_id} is not as it was committed (cannot read the data file"
+        if damage == "written again":
+            said = f"a file of the base snapshot {live.snapshot_id} is not as it was committed (the data file"
+        fallback = run_job(job("items", "delta"), dal, home=str(home))
+        assert said in _reason(fallback) and str(old) in fallback.full_reason, fallback.full_reason
+        assert run_job(job("items", "delta"), dal, home=str(home)).mode == "delta"  # and from it, deltas again
     # a live version not loaded by this job's runs
     assert "no live version" in _reason(run_job(job("fresh", "delta"), dal, home=str(home)))
 
