@@ -38,6 +38,7 @@ __all__ = [
     "PYICEBERG",
     "embedded_metadata_location",
     "parquet_batches",
+    "rows_per_batch",
     "streaming_reader",
 ]
 
@@ -68,9 +69,10 @@ def streaming_reader(arrow_scan: Any) -> Callable[[Any], Iterator[pa.RecordBatch
     return lambda task: stream([task], read_deletes(arrow_scan._io, [task]))
 
 
-def parquet_batches(arrow_scan: Any, task: Any, batch_rows: int) -> Iterator[pa.RecordBatch] | None:
-    """A plain task's batches from the Parquet file's own batch reader, ``batch_rows`` rows
-    at a time, or None when pyiceberg's reader must read the task: a row filter (pushed down
+def parquet_batches(arrow_scan: Any, task: Any, batch_rows: int, batch_bytes: int) -> Iterator[pa.RecordBatch] | None:
+    """A plain task's batches from the Parquet file's own batch reader, at most ``batch_rows``
+    rows and, by the file's own sizes, about ``batch_bytes`` at a time (``rows_per_batch``),
+    or None when pyiceberg's reader must read the task: a row filter (pushed down
     to row-group statistics there), delete files, a format other than Parquet, or a
     pyiceberg without the (private) helpers this is made of. The Iceberg side is
     pyiceberg's own: file columns are matched to the table's by field id (or the table's
@@ -120,7 +122,8 @@ def parquet_batches(arrow_scan: Any, task: Any, batch_rows: int) -> Iterator[pa.
             )
             read = prune_columns(file_schema, arrow_scan._projected_field_ids, select_full_types=False)
             columns = [column.name for column in read.columns]
-            for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False):
+            rows = rows_per_batch(parquet.metadata, columns, batch_rows, batch_bytes)
+            for batch in parquet.iter_batches(batch_size=rows, columns=columns, use_threads=False):
                 if batch.num_rows:
                     yield to_requested_schema(
                         projected,
@@ -132,6 +135,24 @@ def parquet_batches(arrow_scan: Any, task: Any, batch_rows: int) -> Iterator[pa.
                     )
 
     return batches()
+
+
+def rows_per_batch(metadata: Any, columns: list[str], most: int, batch_bytes: int) -> int:
+    """Rows per batch of a Parquet file (its ``FileMetaData``) read for ``columns``: ``most``,
+    or fewer where its widest row group holds more than ``batch_bytes`` (uncompressed, those
+    columns) in that many rows. Batches were ``most`` rows whatever a row held: a table of
+    200 KB values took 8 GiB to load 20 k rows a file (the batch, then its records), and
+    one of 1 MB values (a store takes 32 MiB) would take 130 GiB a batch."""
+    wanted = set(columns)
+    every = any("." in name for name in wanted)  # a leaf's path would not say its column: count all
+    widest = 0.0
+    for i in range(metadata.num_row_groups):
+        group = metadata.row_group(i)
+        if group.num_rows:
+            leaves = (group.column(j) for j in range(group.num_columns))
+            size = sum(c.total_uncompressed_size for c in leaves if every or c.path_in_schema.split(".")[0] in wanted)
+            widest = max(widest, size / group.num_rows)
+    return max(1, min(most, int(batch_bytes // widest))) if widest else most
 
 
 def embedded_metadata_location(catalog_name: str, home: Path, identifier: str) -> str | None:

@@ -47,8 +47,8 @@ def test_files_are_streamed_not_decoded_whole(home: Path, dal: KvClient, monkeyp
     read_by_parquet: list[str] = []
     original = local.parquet_batches
 
-    def spy(arrow_scan: ArrowScan, task: Any, batch_rows: int) -> Any:
-        batches = original(arrow_scan, task, batch_rows)
+    def spy(arrow_scan: ArrowScan, task: Any, batch_rows: int, batch_bytes: int) -> Any:
+        batches = original(arrow_scan, task, batch_rows, batch_bytes)
         if batches is not None:
             read_by_parquet.append(task.file.file_path)
         return batches
@@ -91,7 +91,11 @@ def _both_readers(table: Any, scan: Any) -> tuple[pa.Table, pa.Table]:
 
     tasks = local.scan_tasks(scan)
     arrow_scan = ArrowScan(table.metadata, table.io, scan.projection(), scan.row_filter, scan.case_sensitive)
-    ours = [batch for task in tasks for batch in local.parquet_batches(arrow_scan, task, local.BATCH_ROWS) or []]
+    ours = [
+        batch
+        for task in tasks
+        for batch in local.parquet_batches(arrow_scan, task, local.BATCH_ROWS, local.BATCH_BYTES) or []
+    ]
     theirs = list(
         arrow_scan._record_batches_from_scan_tasks_and_deletes(tasks, _read_all_delete_files(table.io, tasks))
     )
@@ -118,14 +122,48 @@ def test_a_row_filter_or_delete_files_go_through_pyicebergs_reader(tmp_path: Pat
     task = local.scan_tasks(filtered)[0]
     arrow_scan = ArrowScan(table.metadata, table.io, filtered.projection(), filtered.row_filter)
     assert (
-        local.parquet_batches(arrow_scan, task, local.BATCH_ROWS) is None
+        local.parquet_batches(arrow_scan, task, local.BATCH_ROWS, local.BATCH_BYTES) is None
     )  # the filter is pushed into row groups there
     plain = table.scan()
     arrow_scan = ArrowScan(table.metadata, table.io, plain.projection(), plain.row_filter)
     task = local.scan_tasks(plain)[0]
-    assert local.parquet_batches(arrow_scan, task, local.BATCH_ROWS) is not None
+    assert local.parquet_batches(arrow_scan, task, local.BATCH_ROWS, local.BATCH_BYTES) is not None
     with_deletes = types.SimpleNamespace(file=task.file, delete_files={object()})
-    assert local.parquet_batches(arrow_scan, with_deletes, local.BATCH_ROWS) is None
+    assert local.parquet_batches(arrow_scan, with_deletes, local.BATCH_ROWS, local.BATCH_BYTES) is None
+
+
+def test_a_batch_of_large_rows_is_bounded_by_its_bytes_not_only_its_rows(tmp_path: Path) -> None:
+    """A file's own reader decoded ``BATCH_ROWS`` rows a batch whatever they held: 20 k rows
+    of 200 KB values took 9.2 GiB of anonymous memory to load (one 4 GiB batch, then its
+    records), and 65 k rows of 1 MB values (a store takes values of up to 32 MiB) would
+    not have fitted this machine. A batch is now about ``BATCH_BYTES`` by the file's sizes
+    (that load: 1.3 GiB, the rest the allocator's cache), and rows of a few dozen bytes keep
+    their ``BATCH_ROWS``."""
+    import pyarrow.parquet as pq
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import BinaryType, LongType, NestedField
+
+    from bulldozer.spec.models import CatalogConfig
+    from bulldozer.warehouse.catalog import open_catalog
+
+    catalog = open_catalog(CatalogConfig(), tmp_path)
+    catalog.create_namespace("w")
+    schema = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "blob", BinaryType()))
+    table = catalog.create_table("w.blobs", schema=schema)
+    rows, size = 1_000, 100_000  # 100 MB in one row group, 1 MB compressed
+    fields = [pa.field("id", pa.int64(), nullable=False), pa.field("blob", pa.binary())]
+    data = pa.table(
+        [pa.array(range(rows)), pa.array([b"%07d " % i * (size // 8) for i in range(rows)])], pa.schema(fields)
+    )
+    table.append(data)
+    (task,) = local.scan_tasks(table.scan())
+    assert pq.ParquetFile(task.file.file_path.removeprefix("file://")).metadata.num_row_groups == 1
+    batches = list(local.task_batches(table, table.scan(), task))
+    assert sum(b.num_rows for b in batches) == rows and len(batches) > 1
+    assert max(b.nbytes for b in batches) <= local.BATCH_BYTES * 1.1
+    ids = table.scan(selected_fields=("id",))  # the narrow column alone: one batch, as before
+    (task,) = local.scan_tasks(ids)
+    assert [b.num_rows for b in local.task_batches(table, ids, task)] == [rows]
 
 
 def test_a_spec_filter_loads_exactly_the_matching_rows(home: Path, dal: KvClient) -> None:
@@ -169,7 +207,7 @@ def test_a_failing_read_fails_the_run_and_leaves_no_reader_behind(
     owner: Any = pq.ParquetFile if reader == "parquet" else ArrowScan
     method = "iter_batches" if reader == "parquet" else "_record_batches_from_scan_tasks_and_deletes"
     if reader == "pyiceberg":
-        monkeypatch.setattr(local, "parquet_batches", lambda arrow_scan, task, batch_rows: None)
+        monkeypatch.setattr(local, "parquet_batches", lambda arrow_scan, task, batch_rows, batch_bytes: None)
     original = getattr(owner, method)
     calls = {"n": 0}
 
