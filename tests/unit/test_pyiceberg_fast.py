@@ -68,7 +68,7 @@ def test_both_readers_give_what_the_public_reader_gives(home: Path) -> None:
     for task in tasks:
         arrow_scan = ArrowScan(table.metadata, table.io, scan.projection(), scan.row_filter, scan.case_sensitive)
         public = pa.Table.from_batches(list(arrow_scan.to_record_batches([task])))
-        fast = pyiceberg_fast.parquet_batches(arrow_scan, task, 700)
+        fast = pyiceberg_fast.parquet_batches(arrow_scan, task, 700, 16 << 20)
         streaming = pyiceberg_fast.streaming_reader(arrow_scan)
         assert fast is not None and streaming is not None, "a shortcut fell back: pyiceberg changed"
         assert pa.Table.from_batches(list(fast)).equals(public)
