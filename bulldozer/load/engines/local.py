@@ -42,7 +42,7 @@ BATCH_ROWS = 65_536
 #: About the most bytes of a batch a file's own reader decodes (``rows_per_batch``, by the
 #: file's uncompressed sizes): above what ``BATCH_ROWS`` rows of the benchmark's tables hold
 #: (2.2 MiB flat, 8.5 MiB nested: their batches are as before), the writer's batch bytes.
-#: 20 k rows of 200 KB values: 9.2 GiB anonymous memory, 48 s → 1.3 GiB, 33 s (64 MiB: 1.7 GiB)
+#: 20 k rows of 200 KB values: 9.2 GiB peak anonymous memory → 1.3 GiB (64 MiB: 1.7 GiB)
 BATCH_BYTES = 16 * 1024 * 1024
 #: Batches the reader thread decodes ahead of the encoder.
 READ_AHEAD = 4
