@@ -135,6 +135,17 @@ def _storage_schema(schema: pa.Schema) -> pa.Schema:
     )
 
 
+def _as_declared(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` in the types ``schema`` declares for the stream DuckDB reads. pyiceberg keeps
+    a file's own Arrow types where they mean the same (``string`` from a file Spark, Trino or
+    pyarrow wrote; ``large_string`` from one pyiceberg wrote), while the stream's schema says
+    ``large_string``; DuckDB reads a batch's buffers as the schema says, not as the batch
+    does: a list's 32-bit offsets read as 64-bit failed the query on a table Spark wrote to
+    ("offsets 4294967296 to 8392366098336 do not fit its child"), and could read other
+    bytes than the rows'."""
+    return batch if batch.schema.equals(schema) else batch.cast(schema)
+
+
 def _reader(
     name: str, table: Any, snapshot_id: int, row_filter: str | None, failures: list[LoadError]
 ) -> pa.RecordBatchReader:
@@ -158,7 +169,7 @@ def _reader(
         try:
             verify_task_files(scan.io, tasks)  # pyiceberg's reader reads them as they are
             for batch in batches:
-                yield _storage(batch)
+                yield _as_declared(_storage(batch), schema)
         except LoadError as exc:
             failures.append(exc)
             raise

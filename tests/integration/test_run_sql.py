@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -212,6 +213,66 @@ def test_a_query_may_read_a_table_from_two_places(home: Path, dal: KvClient) -> 
     record = run_job(job(f'{{query: "{query}"}}', "[rating]"), dal, home=str(home))
     table = open_catalog(CatalogConfig(), home).load_table("sample.user_item_scores").scan().to_arrow()
     assert record.rows == sum(1 for item in table.column("item_id").to_pylist() if item < 50) > 0
+
+
+def test_a_query_reads_the_files_other_writers_wrote_as_the_table_source_does(tmp_path: Path, dal: KvClient) -> None:
+    """pyiceberg keeps each file's own Arrow types: ``large_string`` and ``large_list`` from
+    a file pyiceberg wrote, ``string`` and ``list`` from one Spark, Trino or pyarrow wrote,
+    while the stream a query reads declares the large ones. DuckDB read a batch as the
+    stream declared it: a query over a table Spark had written to failed ("an Arrow batch
+    carried column 'tags' with a list whose offsets 4294967296 to 8392366098336 do not fit
+    its child"), and what it read of such a batch was not the file's rows. A table with a
+    file of each kind loads the same records from a query as from the table itself."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import BinaryType, ListType, LongType, NestedField, StringType
+
+    catalog = open_catalog(CatalogConfig(), tmp_path)
+    catalog.create_namespace("other")
+    table = catalog.create_table(
+        "other.mixed",
+        Schema(
+            NestedField(1, "id", LongType(), required=True),
+            NestedField(2, "v", StringType(), required=False),
+            NestedField(3, "tags", ListType(4, StringType(), element_required=False), required=False),
+            NestedField(5, "b", BinaryType(), required=False),
+        ),
+    )
+
+    def rows(ids: range) -> dict[str, list[Any]]:
+        return {
+            "id": list(ids),
+            "v": [f"v{i}" * 3 for i in ids],
+            "tags": [[f"t{i}", "x"] for i in ids],
+            "b": [bytes([i % 256]) * 5 for i in ids],
+        }
+
+    table.append(pa.table(rows(range(300)), schema=table.schema().as_arrow()))  # large types
+    small = pa.schema(
+        [("id", pa.int64(), False), ("v", pa.string()), ("tags", pa.list_(pa.string())), ("b", pa.binary())]
+    )
+    other = Path(table.location().removeprefix("file://")) / "data" / "other-writer.parquet"
+    pq.write_table(pa.table(rows(range(300, 600)), schema=small), other)
+    table.add_files([f"file://{other}"])
+    assert pq.read_schema(other).field("tags").type == pa.list_(pa.string())  # not what pyiceberg writes
+
+    def spec(source: str) -> LoadedSpec:
+        text = f"""apiVersion: bulldozer/v1
+kind: MoveDataToKvDal
+metadata: {{name: mixed, owner: tests}}
+data_movement: {{source: {source}, key_columns: [id], value_columns: [v, tags, b]}}
+key_value_dal: {{alias: mixed}}
+bulldozer_protobuf: {{package: tests.mixed}}
+"""
+        return load_spec_text(text, "job.yaml", env={})
+
+    from_table = run_job(spec("{table: other.mixed}"), dal, home=str(tmp_path))
+    from_query = run_job(spec("{query: 'SELECT id, v, tags, b FROM other.mixed'}"), dal, home=str(tmp_path))
+    made = [dal.describe(r.version) for r in (from_table, from_query)]
+    assert [(m.record_count, m.digest) for m in made] == [(600, made[0].digest)] * 2
+    value = {"v": "v450" * 3, "tags": {"values": ["t450", "x"]}, "b": base64.b64encode(bytes([450 % 256]) * 5).decode()}
+    assert read(dal, "mixed", {"id": 450}) == value  # a row of the other writer's file
 
 
 @pytest.mark.parametrize("float_type", ["DOUBLE", "FLOAT"])
