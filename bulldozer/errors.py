@@ -33,7 +33,8 @@ Tree::
     │   └── PermissionDeniedError
     └── LoadError                  a run failed while loading or verifying
         ├── SourceDataError            the source rows break a rule (null / duplicate key)
-        │   └── DuplicateKeyError
+        │   ├── DuplicateKeyError
+        │   └── EqualityDeletesError   equality deletes the engine's reader cannot apply
         ├── VerificationError          counts / digests differ from what the DAL acknowledged
         └── QualityGateError           a quality gate of the spec refused the version
 """
@@ -52,6 +53,7 @@ __all__ = [
     "CatalogError",
     "DalBusyError",
     "DuplicateKeyError",
+    "EqualityDeletesError",
     "ForeignDataError",
     "IncompatibleSchemaError",
     "InvalidArgumentError",
@@ -339,6 +341,11 @@ class SourceDataError(LoadError):
     """The source rows break a rule of the spec (e.g. a null in a key column)."""
 
     retryable = False
+
+
+class EqualityDeletesError(SourceDataError):
+    """The table's snapshot has equality delete files, which the engine's reader (pyiceberg)
+    cannot apply: read without them, rows the table deleted would be loaded."""
 
 
 class DuplicateKeyError(SourceDataError):

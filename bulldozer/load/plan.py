@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from bulldozer.errors import EqualityDeletesError
 from bulldozer.kv.client import KvClient
 from bulldozer.schema.job import build_job_schema
 from bulldozer.spec.loader import LoadedSpec
 from bulldozer.versioning.retention import plan_retention
 from bulldozer.warehouse.catalog import load_table, open_catalog
-from bulldozer.warehouse.files import checked_tasks
+from bulldozer.warehouse.files import checked_tasks, snapshot_files
 
 __all__ = ["RunPlan", "plan_run"]
 
@@ -76,7 +77,7 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engi
         job = build_job_schema(spec, sql.schema, source_label(spec), previous, python=False)
         snapshot_id = next(iter(sql.snapshots.values())) if len(sql.snapshots) == 1 else 0
         for table, snap in sql.tables.values():
-            for task in checked_tasks(table.scan(snapshot_id=snap)):
+            for task in checked_tasks(table.scan(snapshot_id=snap), spark_reads=False):
                 files, rows, nbytes = files + 1, rows + task.file.record_count, nbytes + task.file.file_size_in_bytes
         source_name = dm.source.table or "query over " + ", ".join(sorted(sql.tables))
     else:
@@ -92,8 +93,18 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engi
             from bulldozer.load.engines.base import LoadPlan
 
             lp = LoadPlan(spec, table, snapshot_id, job.proto, "")
-            for task in scan_tasks(_scan(lp, lp.columns)):
-                files, rows, nbytes = files + 1, rows + task.file.record_count, nbytes + task.file.file_size_in_bytes
+            scan = _scan(lp, lp.columns)
+            try:
+                data_files = [task.file for task in scan_tasks(scan)]
+            except EqualityDeletesError:
+                if engine != "spark":
+                    raise
+                from pyiceberg.manifest import DataFileContent
+
+                # Spark's reader applies them (SparkEngine): the snapshot's data files, before deletes
+                data_files = [f for f in snapshot_files(scan) if f.content == DataFileContent.DATA]
+            for file in data_files:
+                files, rows, nbytes = files + 1, rows + file.record_count, nbytes + file.file_size_in_bytes
             if dm.mode != "full":
                 from bulldozer.load.delta import plan_delta
 

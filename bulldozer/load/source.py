@@ -157,7 +157,7 @@ def _reader(
 
     scan = table.scan(snapshot_id=snapshot_id, row_filter=row_filter or AlwaysTrue())
     # the files the query may read: under the table's location (warehouse.files)
-    tasks = checked_tasks(scan)
+    tasks = checked_tasks(scan, spark_reads=False)
     projected = scan.projection()
     # pyiceberg reads the files on its threads, which a reader of each file (SplitReader,
     # that names the one it cannot read) would give up: 1.2-1.6x slower, measured

@@ -35,19 +35,23 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
-from bulldozer.errors import BulldozerError, CatalogError, LoadError, SourceDataError
+from bulldozer.errors import BulldozerError, CatalogError, EqualityDeletesError, LoadError, SourceDataError
 from bulldozer.redaction import shown_url, visible
 
 __all__ = [
+    "REWRITE_EQUALITY_DELETES",
     "checked_tasks",
     "committed_file",
     "opened_size",
     "outside",
     "reading_metadata",
+    "snapshot_files",
+    "task_files",
     "unreadable",
     "unreadable_file",
     "unreadable_metadata",
     "verify_file",
+    "verify_files",
     "verify_task_files",
 ]
 
@@ -141,16 +145,80 @@ def unreadable_metadata(what: str, exc: BaseException) -> CatalogError:
     return CatalogError(f"cannot read the metadata of {what}: {type(exc).__name__}: {said}")
 
 
-def checked_tasks(scan: Any, plan: Callable[[], Iterable[Any]] | None = None) -> list[Any]:
+def checked_tasks(scan: Any, plan: Callable[[], Iterable[Any]] | None = None, spark_reads: bool = True) -> list[Any]:
     """The file-scan tasks ``plan`` makes (default: the scan's ``plan_files``, reading its
     manifests: ``reading_metadata``) as a list, or a CatalogError naming the first data or
-    delete file that lives outside the table and the operator's roots."""
-    from bulldozer.settings import load_settings
-
+    delete file that lives outside the table and the operator's roots; an
+    EqualityDeletesError for a snapshot with equality delete files (pyiceberg plans none),
+    which says to run the Spark engine if it can read the table (``spark_reads``: not for a
+    query, which it does not run)."""
     location = scan.table_metadata.location
     with reading_metadata(f"the table at {shown_url(location)}"):
-        listed = list(plan() if plan is not None else scan.plan_files())
-    paths = (f.file_path for t in listed for f in (t.file, *t.delete_files))
+        try:
+            listed = list(plan() if plan is not None else scan.plan_files())
+        except ValueError:  # pyiceberg refuses equality deletes so; said here if that is why
+            if _equality_deletes(scan):
+                raise _equality_deletes_error(scan, spark_reads) from None
+            raise
+    _inside(location, (f.file_path for t in listed for f in (t.file, *t.delete_files)))
+    return listed
+
+
+def snapshot_files(scan: Any) -> list[Any]:
+    """Every live data and delete file of the scan's snapshot, from its manifests (no task
+    planned, no delete applied, no filter: all of them), or a CatalogError naming the first
+    one outside the table and the operator's roots: the files a reader of the engine's own
+    (Iceberg's Spark reader) reads for a snapshot pyiceberg cannot plan (equality deletes)."""
+    snapshot = scan.snapshot()
+    location = scan.table_metadata.location
+    files: list[Any] = []
+    with reading_metadata(f"the table at {shown_url(location)}"):
+        for manifest in snapshot.manifests(scan.io) if snapshot is not None else []:
+            files += [entry.data_file for entry in manifest.fetch_manifest_entry(scan.io, discard_deleted=True)]
+    _inside(location, (f.file_path for f in files))
+    return files
+
+
+def _equality_deletes(scan: Any) -> bool:
+    """Whether the scan's snapshot lists an equality delete file (its delete manifests read)."""
+    from pyiceberg.manifest import DataFileContent, ManifestContent
+
+    snapshot = scan.snapshot()
+    for manifest in snapshot.manifests(scan.io) if snapshot is not None else []:
+        if manifest.content == ManifestContent.DELETES and any(
+            entry.data_file.content == DataFileContent.EQUALITY_DELETES
+            for entry in manifest.fetch_manifest_entry(scan.io, discard_deleted=True)
+        ):
+            return True
+    return False
+
+
+#: how a table's equality deletes are rewritten away (applied to its data files, then dropped)
+REWRITE_EQUALITY_DELETES = (
+    "CALL <catalog>.system.rewrite_data_files(table => '<table>', options => "
+    "map('delete-file-threshold', '1', 'remove-dangling-deletes', 'true'))"
+)
+
+
+def _equality_deletes_error(scan: Any, spark_reads: bool) -> EqualityDeletesError:
+    snapshot = scan.snapshot()
+    if spark_reads:
+        what = "run it with --engine spark (Iceberg's own reader applies them), or have them rewritten away first"
+    else:
+        what = "a query's tables are read with it on every engine: have them rewritten away first"
+    return EqualityDeletesError(
+        f"the table at {shown_url(scan.table_metadata.location)} has equality delete files at snapshot "
+        f"{snapshot.snapshot_id if snapshot is not None else '?'} (as Flink's upserts write): the local engine's "
+        f"reader (pyiceberg) cannot apply them, and rows the table deleted would be loaded; {what} "
+        f"(Spark: {REWRITE_EQUALITY_DELETES})"
+    )
+
+
+def _inside(location: str, paths: Iterable[str]) -> None:
+    """A CatalogError naming the first of ``paths`` outside the table's ``location`` and the
+    operator's roots (``BULLDOZER_DATA_FILE_ROOTS``)."""
+    from bulldozer.settings import load_settings
+
     stray = outside(location, paths, load_settings().data_file_roots_listed())
     if stray is not None:
         listed_as, real = _parts(stray), _RealPaths()(_parts(stray))
@@ -161,7 +229,6 @@ def checked_tasks(scan: Any, plan: Callable[[], Iterable[Any]] | None = None) ->
             "the files under a table's location (a table's metadata could otherwise have it read any file this "
             "machine can); the operator can allow another place in BULLDOZER_DATA_FILE_ROOTS"
         )
-    return listed
 
 
 def unreadable_file(path: str, exc: BaseException) -> LoadError:
@@ -223,9 +290,20 @@ def verify_task_files(io: Any, tasks: list[Any]) -> None:
     may apply to many data files), before another reader reads them: local files one after
     the other (the 100 footers of a 10 M-row table: 8 ms; 22 ms on threads), others up to 8
     at a time (an object store answers each after a round trip)."""
+    verify_files(io, task_files(tasks))
+
+
+def task_files(tasks: list[Any]) -> list[Any]:
+    """The data files of ``tasks`` and their delete files."""
+    return [f for t in tasks for f in (t.file, *t.delete_files)]
+
+
+def verify_files(io: Any, listed: list[Any]) -> None:
+    """``verify_file`` for each of the data and delete files ``listed`` (each once), as
+    ``verify_task_files`` says."""
     from concurrent.futures import ThreadPoolExecutor
 
-    files = {f.file_path: f for t in tasks for f in (t.file, *t.delete_files)}
+    files = {f.file_path: f for f in listed}
     if len(files) < 2 or all(_parts(path)[0] == "file" for path in files):
         for file in files.values():
             verify_file(io, file)

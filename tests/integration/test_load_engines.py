@@ -412,6 +412,93 @@ def test_every_engine_loads_a_table_with_delete_files_and_refuses_one_written_ag
     assert dal.describe_target(alias).name == done.version  # the live version stays
 
 
+@pytest.fixture(scope="module")
+def equality_deletes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, Path]:
+    """A sample of three files and an equality delete file of five users' ids (what Flink's
+    upserts write; Spark SQL writes none), committed with Iceberg's Java API through Spark.
+    The rows left, and the delete file."""
+    from urllib.parse import urlsplit
+
+    import pyarrow.parquet as pq
+
+    from bulldozer.load.engines.spark.session import spark_session, stop_spark_session
+
+    home = tmp_path_factory.mktemp("equality-deletes")
+    create_sample_warehouse(home, rows=3_000, chunk_rows=1_000)
+    spark = spark_session("lake", None, str(home), "local[2]")
+    try:
+        jvm = spark._jvm
+        table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, f"lake.{TABLE}")
+        path = Path(urlsplit(table.location()).path) / "data" / "user-deletes.parquet"
+        user_id = pa.field("user_id", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": b"1"})
+        pq.write_table(pa.table({"user_id": list(range(1_000_000, 1_000_005))}, schema=pa.schema([user_id])), path)
+        field_ids = spark.sparkContext._gateway.new_array(jvm.int, 1)
+        field_ids[0] = 1
+        deletes = (
+            jvm.org.apache.iceberg.FileMetadata.deleteFileBuilder(table.spec())
+            .ofEqualityDeletes(field_ids)
+            .withPath(path.as_uri())
+            .withFormat("parquet")
+            .withFileSizeInBytes(path.stat().st_size)
+            .withRecordCount(5)
+            .build()
+        )
+        table.newRowDelta().addDeletes(deletes).commit()
+        spark.sql(f"REFRESH TABLE lake.{TABLE}")
+        left = spark.sql(f"SELECT count(*) FROM lake.{TABLE}").collect()[0][0]
+    finally:
+        stop_spark_session()
+    return home, int(left), path
+
+
+@pytest.mark.spark
+def test_a_table_with_equality_deletes_loads_with_spark_and_is_refused_by_pyicebergs_reader(
+    equality_deletes: tuple[Path, int, Path], dal: KvClient
+) -> None:
+    """pyiceberg plans no snapshot with equality deletes: every engine failed with "cannot
+    read the metadata of the table: ValueError: PyIceberg does not yet support equality
+    deletes", the Spark engine too, whose Iceberg reader applies them. The local engine now
+    says why in one line and what to do; the Spark engine reads such a table by key through
+    Iceberg's reader, each file of the snapshot checked first (a delete file written again is
+    refused); and the rewrite the line advises lets the local engine load the same version."""
+    import pyarrow.parquet as pq
+
+    from bulldozer.errors import EqualityDeletesError
+    from bulldozer.load.engines.spark.session import spark_session, stop_spark_session
+    from bulldozer.load.plan import plan_run
+    from bulldozer.warehouse.files import REWRITE_EQUALITY_DELETES
+
+    home, left, deletes = equality_deletes
+    alias = f"equality_deletes_{uuid.uuid4().hex[:8]}"
+    loaded = _spec(TEMPLATE.replace("alias: user_item_scores", f"alias: {alias}"))
+    said = r"^the table at \S+ has equality delete files at snapshot \d+ \(as Flink's upserts write\): .*--engine spark"
+    with pytest.raises(EqualityDeletesError, match=said):
+        run_job(loaded, dal, engine="local", home=str(home))
+    query = _spec(loaded.text.replace("table: sample.user_item_scores", f"query: SELECT * FROM {TABLE}"))
+    with pytest.raises(EqualityDeletesError, match=r"; a query's tables are read with it on every engine: have them"):
+        run_job(query, dal, engine="local", home=str(home))  # the Spark engine runs no query
+    done = run_job(loaded, dal, engine="spark", home=str(home))
+    info = dal.describe(done.version)
+    assert done.rows == info.record_count == left == 2_950
+    whole = deletes.read_bytes()
+    try:
+        pq.write_table(pq.read_table(deletes).slice(1), deletes)  # a deleted user back
+        with pytest.raises(SourceDataError, match=r"^the delete file \S+/user-deletes\.parquet holds 4 rows where "):
+            run_job(loaded, dal, engine="spark", home=str(home))
+    finally:
+        deletes.write_bytes(whole)
+    assert dal.describe_target(alias).name == done.version  # the live version stays
+    planned = plan_run(loaded, dal, str(home), engine="spark")  # a dry run says what Spark reads
+    assert (planned.files, planned.rows) == (3, 3_000)
+    spark = spark_session("lake", None, str(home), "local[2]")
+    try:
+        spark.sql(REWRITE_EQUALITY_DELETES.replace("<catalog>", "lake").replace("<table>", TABLE)).collect()
+    finally:
+        stop_spark_session()
+    rewritten = dal.describe(run_job(loaded, dal, engine="local", home=str(home)).version)
+    assert (rewritten.record_count, rewritten.digest) == (info.record_count, info.digest)
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_stage_by_stage_every_engine_builds_the_same_version_a_whole_run_does(
     engine: str, sample: Path, dal: KvClient

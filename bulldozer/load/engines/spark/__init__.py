@@ -49,7 +49,7 @@ import uuid
 from types import TracebackType
 from typing import Any, ClassVar
 
-from bulldozer.errors import LoadError, SchemaError
+from bulldozer.errors import EqualityDeletesError, LoadError, SchemaError
 from bulldozer.kv.client import KvClient
 from bulldozer.load.engines.base import LoadPlan, LoadResult, Progress, SplitDone, SplitResult
 from bulldozer.load.engines.local import LocalEngine, SplitReader, scan_tasks, source_scan
@@ -63,7 +63,7 @@ from bulldozer.load.engines.spark.session import (
     stop_spark_session,
 )
 from bulldozer.spec.models import JobSpec
-from bulldozer.warehouse.files import verify_task_files
+from bulldozer.warehouse.files import REWRITE_EQUALITY_DELETES, snapshot_files, task_files, verify_files
 
 log = logging.getLogger(__name__)
 
@@ -160,8 +160,18 @@ class SparkEngine(LocalEngine):
         context, starting = self.context(plan)
         startup = time.perf_counter() - started
         scan = source_scan(plan.table, spec, plan.snapshot_id, plan.columns)
-        splits = scan_tasks(scan)
         unreadable = self.unreadable(scan.projection().fields)
+        try:
+            splits, files = scan_tasks(scan), None
+        except EqualityDeletesError as exc:
+            # pyiceberg plans no snapshot with equality deletes: Iceberg's Spark reader
+            # reads it by key, applying them, from the files its manifests list
+            if unreadable:
+                raise SchemaError(
+                    f"{unreadable}, and the table has equality delete files at snapshot {plan.snapshot_id}, which "
+                    f"only Spark's reader applies here: have them rewritten away first ({REWRITE_EQUALITY_DELETES})"
+                ) from exc
+            splits, files = [], snapshot_files(scan)
         partitions, in_place = write_tasks(plan, context.defaultParallelism, len(splits), unreadable)
         tls = settings_tls_material(load_settings()) if client.credentials is not None else None
         layout = Layout(
@@ -190,8 +200,9 @@ class SparkEngine(LocalEngine):
                     writer.commit(tasks.mapPartitions(writer.write_splits).collect())
                 else:
                     # Iceberg's Spark reader reads the files as they are: each is checked
-                    # here first (few: this path is taken for fewer files than tasks)
-                    verify_task_files(plan.table.io, splits)
+                    # here first (few: this path is taken for fewer files than tasks, or
+                    # for a snapshot with equality deletes: then all of them)
+                    verify_files(plan.table.io, files if files is not None else task_files(splits))
                     spark = self.session(plan)
                     identifier = f"{spec.data_movement.catalog.name}.{spec.data_movement.source.table}"
                     frame = spark.read.option("versionAsOf", str(plan.snapshot_id)).table(identifier)
