@@ -34,7 +34,7 @@ Tree::
     └── LoadError                  a run failed while loading or verifying
         ├── SourceDataError            the source rows break a rule (null / duplicate key)
         │   ├── DuplicateKeyError
-        │   └── EqualityDeletesError   equality deletes the engine's reader cannot apply
+        │   └── UnreadableFilesError   files the local reader cannot read (Avro) or apply (equality deletes)
         ├── VerificationError          counts / digests differ from what the DAL acknowledged
         └── QualityGateError           a quality gate of the spec refused the version
 """
@@ -53,7 +53,6 @@ __all__ = [
     "CatalogError",
     "DalBusyError",
     "DuplicateKeyError",
-    "EqualityDeletesError",
     "ForeignDataError",
     "IncompatibleSchemaError",
     "InvalidArgumentError",
@@ -75,6 +74,7 @@ __all__ = [
     "ToolchainError",
     "UnauthenticatedError",
     "UnimplementedError",
+    "UnreadableFilesError",
     "UnreadableRecordError",
     "VerificationError",
     "error_class_by_name",
@@ -343,9 +343,10 @@ class SourceDataError(LoadError):
     retryable = False
 
 
-class EqualityDeletesError(SourceDataError):
-    """The table's snapshot has equality delete files, which the engine's reader (pyiceberg)
-    cannot apply: read without them, rows the table deleted would be loaded."""
+class UnreadableFilesError(SourceDataError):
+    """The table's snapshot has files pyiceberg's reader cannot read (Avro data files) or
+    apply (equality deletes: read without them, rows the table deleted would be loaded);
+    Iceberg's own reader, the Spark engine's, can."""
 
 
 class DuplicateKeyError(SourceDataError):

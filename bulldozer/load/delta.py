@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bulldozer.codec.digest import Digest, digest_arrays
-from bulldozer.errors import CatalogError, DuplicateKeyError, LoadError
+from bulldozer.errors import CatalogError, DuplicateKeyError, LoadError, UnreadableFilesError
 from bulldozer.kv.client import KvClient
 from bulldozer.kv.types import READABLE, BaseCopy, NamespaceRecord, StoreInfo
 from bulldozer.load.encoder.encode import RowEncoder
@@ -184,8 +184,8 @@ def plan_delta(
             gone = _tasks(removed_scan, [m for path, m in before.items() if path not in after])
             came = _tasks(added_scan, [m for path, m in after.items() if path not in before])
             total = _live_rows(table, before) + _live_rows(table, after) if spec.data_movement.mode == "auto" else 0
-    except CatalogError as exc:  # a full run needs none of the base snapshot's files
-        return f"the two snapshots cannot be compared: {exc}"
+    except (CatalogError, UnreadableFilesError) as exc:  # a full run needs none of the base snapshot's files
+        return f"the two snapshots cannot be compared: {exc}"  # (or reads them with another reader)
     plan = DeltaPlan(
         base=base,
         base_loaded=loaded,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from bulldozer.errors import EqualityDeletesError
+from bulldozer.errors import UnreadableFilesError
 from bulldozer.kv.client import KvClient
 from bulldozer.schema.job import build_job_schema
 from bulldozer.spec.loader import LoadedSpec
@@ -96,7 +96,7 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engi
             scan = _scan(lp, lp.columns)
             try:
                 data_files = [task.file for task in scan_tasks(scan)]
-            except EqualityDeletesError:
+            except UnreadableFilesError:
                 if engine != "spark":
                     raise
                 from pyiceberg.manifest import DataFileContent

@@ -35,10 +35,12 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
-from bulldozer.errors import BulldozerError, CatalogError, EqualityDeletesError, LoadError, SourceDataError
+from bulldozer.errors import BulldozerError, CatalogError, LoadError, SourceDataError, UnreadableFilesError
 from bulldozer.redaction import shown_url, visible
 
 __all__ = [
+    "READ_FORMATS",
+    "REWRITE_AS_PARQUET",
     "REWRITE_EQUALITY_DELETES",
     "checked_tasks",
     "committed_file",
@@ -149,9 +151,10 @@ def checked_tasks(scan: Any, plan: Callable[[], Iterable[Any]] | None = None, sp
     """The file-scan tasks ``plan`` makes (default: the scan's ``plan_files``, reading its
     manifests: ``reading_metadata``) as a list, or a CatalogError naming the first data or
     delete file that lives outside the table and the operator's roots; an
-    EqualityDeletesError for a snapshot with equality delete files (pyiceberg plans none),
-    which says to run the Spark engine if it can read the table (``spark_reads``: not for a
-    query, which it does not run)."""
+    UnreadableFilesError for a snapshot with equality delete files (pyiceberg plans none) or
+    data files of a format its reader does not read (Avro), which says to run the Spark
+    engine if it can read the table (``spark_reads``: not for a query, which it does not
+    run)."""
     location = scan.table_metadata.location
     with reading_metadata(f"the table at {shown_url(location)}"):
         try:
@@ -161,6 +164,9 @@ def checked_tasks(scan: Any, plan: Callable[[], Iterable[Any]] | None = None, sp
                 raise _equality_deletes_error(scan, spark_reads) from None
             raise
     _inside(location, (f.file_path for t in listed for f in (t.file, *t.delete_files)))
+    avro = next((t.file for t in listed if t.file.file_format.name not in READ_FORMATS), None)
+    if avro is not None:
+        raise _format_error(scan, avro, spark_reads)
     return listed
 
 
@@ -200,17 +206,40 @@ REWRITE_EQUALITY_DELETES = (
 )
 
 
-def _equality_deletes_error(scan: Any, spark_reads: bool) -> EqualityDeletesError:
+def _equality_deletes_error(scan: Any, spark_reads: bool) -> UnreadableFilesError:
     snapshot = scan.snapshot()
     if spark_reads:
         what = "run it with --engine spark (Iceberg's own reader applies them), or have them rewritten away first"
     else:
         what = "a query's tables are read with it on every engine: have them rewritten away first"
-    return EqualityDeletesError(
+    return UnreadableFilesError(
         f"the table at {shown_url(scan.table_metadata.location)} has equality delete files at snapshot "
         f"{snapshot.snapshot_id if snapshot is not None else '?'} (as Flink's upserts write): the local engine's "
         f"reader (pyiceberg) cannot apply them, and rows the table deleted would be loaded; {what} "
         f"(Spark: {REWRITE_EQUALITY_DELETES})"
+    )
+
+
+#: the data file formats pyiceberg's reader reads (``FileFormat`` names)
+READ_FORMATS = frozenset({"PARQUET", "ORC"})
+#: how a table's data files are rewritten as Parquet
+REWRITE_AS_PARQUET = (
+    "ALTER TABLE <catalog>.<table> SET TBLPROPERTIES ('write.format.default' = 'parquet'), then CALL "
+    "<catalog>.system.rewrite_data_files(table => '<table>', options => map('rewrite-all', 'true'))"
+)
+
+
+def _format_error(scan: Any, file: Any, spark_reads: bool) -> UnreadableFilesError:
+    snapshot = scan.snapshot()
+    if spark_reads:
+        what = "run it with --engine spark (Iceberg's own reader reads them), or have them rewritten first"
+    else:
+        what = "a query's tables are read with it on every engine: have them rewritten first"
+    kind = file.file_format.name.title()  # Avro
+    return UnreadableFilesError(
+        f"the table at {shown_url(scan.table_metadata.location)} has {kind} data files at snapshot "
+        f"{snapshot.snapshot_id if snapshot is not None else '?'} ({shown_url(file.file_path)}): the local "
+        f"engine's reader (pyiceberg) reads Parquet and ORC files only; {what} (Spark: {REWRITE_AS_PARQUET})"
     )
 
 

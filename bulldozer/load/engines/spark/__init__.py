@@ -49,7 +49,7 @@ import uuid
 from types import TracebackType
 from typing import Any, ClassVar
 
-from bulldozer.errors import EqualityDeletesError, LoadError, SchemaError
+from bulldozer.errors import LoadError, SchemaError, UnreadableFilesError
 from bulldozer.kv.client import KvClient
 from bulldozer.load.engines.base import LoadPlan, LoadResult, Progress, SplitDone, SplitResult
 from bulldozer.load.engines.local import LocalEngine, SplitReader, scan_tasks, source_scan
@@ -163,7 +163,7 @@ class SparkEngine(LocalEngine):
         unreadable = self.unreadable(scan.projection().fields)
         try:
             splits, files = scan_tasks(scan), None
-        except EqualityDeletesError as exc:
+        except UnreadableFilesError as exc:
             # pyiceberg plans no snapshot with equality deletes: Iceberg's Spark reader
             # reads it by key, applying them, from the files its manifests list
             if unreadable:
