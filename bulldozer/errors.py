@@ -346,7 +346,11 @@ class SourceDataError(LoadError):
 class UnreadableFilesError(SourceDataError):
     """The table's snapshot has files pyiceberg's reader cannot read (Avro data files) or
     apply (equality deletes: read without them, rows the table deleted would be loaded);
-    Iceberg's own reader, the Spark engine's, can."""
+    Iceberg's own reader, the Spark engine's, can. ``why``: what the snapshot has;
+    ``remedy``: the Spark SQL that rewrites them away."""
+
+    why: str = ""
+    remedy: str = ""
 
 
 class DuplicateKeyError(SourceDataError):

@@ -164,9 +164,9 @@ def checked_tasks(scan: Any, plan: Callable[[], Iterable[Any]] | None = None, sp
                 raise _equality_deletes_error(scan, spark_reads) from None
             raise
     _inside(location, (f.file_path for t in listed for f in (t.file, *t.delete_files)))
-    avro = next((t.file for t in listed if t.file.file_format.name not in READ_FORMATS), None)
-    if avro is not None:
-        raise _format_error(scan, avro, spark_reads)
+    other = next((t.file for t in listed if t.file.file_format.name not in READ_FORMATS), None)
+    if other is not None:
+        raise _format_error(scan, other, spark_reads)
     return listed
 
 
@@ -207,17 +207,37 @@ REWRITE_EQUALITY_DELETES = (
 
 
 def _equality_deletes_error(scan: Any, spark_reads: bool) -> UnreadableFilesError:
-    snapshot = scan.snapshot()
-    if spark_reads:
-        what = "run it with --engine spark (Iceberg's own reader applies them), or have them rewritten away first"
-    else:
-        what = "a query's tables are read with it on every engine: have them rewritten away first"
-    return UnreadableFilesError(
-        f"the table at {shown_url(scan.table_metadata.location)} has equality delete files at snapshot "
-        f"{snapshot.snapshot_id if snapshot is not None else '?'} (as Flink's upserts write): the local engine's "
-        f"reader (pyiceberg) cannot apply them, and rows the table deleted would be loaded; {what} "
-        f"(Spark: {REWRITE_EQUALITY_DELETES})"
+    why = f"has equality delete files at snapshot {_snapshot_id(scan)} (as Flink's upserts write)"
+    return _unreadable_files(
+        scan,
+        why,
+        "cannot apply them, and rows the table deleted would be loaded",
+        "applies them",
+        REWRITE_EQUALITY_DELETES,
+        spark_reads,
     )
+
+
+def _unreadable_files(
+    scan: Any, why: str, cannot: str, spark_does: str, remedy: str, spark_reads: bool
+) -> UnreadableFilesError:
+    """The one line of a table whose files pyiceberg's reader ``cannot`` (read or apply):
+    run the Spark engine (``spark_reads``: not for a query) or rewrite them (``remedy``)."""
+    if spark_reads:
+        what = f"run it with --engine spark (Iceberg's own reader {spark_does}), or have them rewritten first"
+    else:
+        what = "a query's tables are read with it on every engine: have them rewritten first"
+    error = UnreadableFilesError(
+        f"the table at {shown_url(scan.table_metadata.location)} {why}: the local engine's reader (pyiceberg) "
+        f"{cannot}; {what} (Spark: {remedy})"
+    )
+    error.why, error.remedy = why, remedy
+    return error
+
+
+def _snapshot_id(scan: Any) -> str:
+    snapshot = scan.snapshot()
+    return str(snapshot.snapshot_id) if snapshot is not None else "?"
 
 
 #: the data file formats pyiceberg's reader reads (``FileFormat`` names)
@@ -230,16 +250,10 @@ REWRITE_AS_PARQUET = (
 
 
 def _format_error(scan: Any, file: Any, spark_reads: bool) -> UnreadableFilesError:
-    snapshot = scan.snapshot()
-    if spark_reads:
-        what = "run it with --engine spark (Iceberg's own reader reads them), or have them rewritten first"
-    else:
-        what = "a query's tables are read with it on every engine: have them rewritten first"
     kind = file.file_format.name.title()  # Avro
-    return UnreadableFilesError(
-        f"the table at {shown_url(scan.table_metadata.location)} has {kind} data files at snapshot "
-        f"{snapshot.snapshot_id if snapshot is not None else '?'} ({shown_url(file.file_path)}): the local "
-        f"engine's reader (pyiceberg) reads Parquet and ORC files only; {what} (Spark: {REWRITE_AS_PARQUET})"
+    why = f"has {kind} data files at snapshot {_snapshot_id(scan)} ({shown_url(file.file_path)})"
+    return _unreadable_files(
+        scan, why, "reads Parquet and ORC files only", "reads them", REWRITE_AS_PARQUET, spark_reads
     )
 
 

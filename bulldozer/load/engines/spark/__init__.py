@@ -63,7 +63,7 @@ from bulldozer.load.engines.spark.session import (
     stop_spark_session,
 )
 from bulldozer.spec.models import JobSpec
-from bulldozer.warehouse.files import REWRITE_EQUALITY_DELETES, snapshot_files, task_files, verify_files
+from bulldozer.warehouse.files import snapshot_files, task_files, verify_files
 
 log = logging.getLogger(__name__)
 
@@ -164,12 +164,12 @@ class SparkEngine(LocalEngine):
         try:
             splits, files = scan_tasks(scan), None
         except UnreadableFilesError as exc:
-            # pyiceberg plans no snapshot with equality deletes: Iceberg's Spark reader
-            # reads it by key, applying them, from the files its manifests list
+            # pyiceberg plans no snapshot with equality deletes, and reads no Avro data
+            # file: Iceberg's Spark reader reads it by key, from the files its manifests list
             if unreadable:
                 raise SchemaError(
-                    f"{unreadable}, and the table has equality delete files at snapshot {plan.snapshot_id}, which "
-                    f"only Spark's reader applies here: have them rewritten away first ({REWRITE_EQUALITY_DELETES})"
+                    f"{unreadable}, and the table {exc.why}, which only Spark's reader reads here: have them "
+                    f"rewritten first ({exc.remedy})"
                 ) from exc
             splits, files = [], snapshot_files(scan)
         partitions, in_place = write_tasks(plan, context.defaultParallelism, len(splits), unreadable)
