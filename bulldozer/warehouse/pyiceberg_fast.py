@@ -7,13 +7,14 @@ falls back to the public API at run time when the pieces it needs are missing, a
 installed pyiceberg no longer has them, so a pyiceberg upgrade is a decision, not a
 silent slowdown. They are written against ``PYICEBERG`` (pyproject.toml pins the same range).
 
-1. ``parquet_batches``: a plain Parquet task (no row filter, no delete files) read by the
-   Parquet file's own batch reader, a batch at a time, with pyiceberg's private helpers
-   for the Iceberg side (field-id projection, name mapping, partition values of missing
-   columns, the cast to the requested schema). pyiceberg's reader goes through Arrow's
-   dataset scanner, which decodes a whole row group before the first batch: a 1 M-row
-   group kept the encoder and the DAL idle for 0.3-0.45 s at a load's start.
-2. ``streaming_reader``: any other task through pyiceberg's own (private) per-task
+1. ``parquet_batches``: a Parquet task read by the Parquet file's own batch reader, a
+   batch of bounded bytes at a time, with pyiceberg's private helpers for the Iceberg side
+   (field-id projection, name mapping, partition values of missing columns, positional
+   deletes, the row filter, the cast to the requested schema). pyiceberg's reader goes
+   through Arrow's dataset scanner, which decodes a whole row group before the first
+   batch (a 1 M-row group kept the encoder and the DAL idle for 0.3-0.45 s at a load's
+   start) and takes no batch size (131,072 rows whatever a row holds).
+2. ``streaming_reader``: any other task (ORC) through pyiceberg's own (private) per-task
    streaming reader, batches as they are decoded; the public ``to_record_batches`` collects
    a whole file's batches into a list first (memory of a whole file).
 3. ``embedded_metadata_location``: the embedded catalog's current metadata file of a
@@ -45,10 +46,16 @@ __all__ = [
 #: The pyiceberg releases these shortcuts are written against (as pinned in pyproject.toml).
 PYICEBERG = ">=0.9,<0.13"
 #: Private functions of ``pyiceberg.io.pyarrow`` used here.
-PRIVATE_MODULE_FUNCTIONS = ("_get_column_projection_values", "_to_requested_schema", "_read_all_delete_files")
+PRIVATE_MODULE_FUNCTIONS = (
+    "_get_column_projection_values",
+    "_to_requested_schema",
+    "_read_all_delete_files",
+    "_combine_positional_deletes",
+)
 #: Private members of ``pyiceberg.io.pyarrow.ArrowScan`` used here.
 PRIVATE_ARROW_SCAN_ATTRIBUTES = (
     "_bound_row_filter",
+    "_case_sensitive",
     "_table_metadata",
     "_projected_schema",
     "_io",
@@ -70,36 +77,50 @@ def streaming_reader(arrow_scan: Any) -> Callable[[Any], Iterator[pa.RecordBatch
 
 
 def parquet_batches(arrow_scan: Any, task: Any, batch_rows: int, batch_bytes: int) -> Iterator[pa.RecordBatch] | None:
-    """A plain task's batches from the Parquet file's own batch reader, at most ``batch_rows``
+    """A Parquet task's batches from the file's own batch reader, at most ``batch_rows``
     rows and, by the file's own sizes, about ``batch_bytes`` at a time (``rows_per_batch``),
-    or None when pyiceberg's reader must read the task: a row filter (pushed down
-    to row-group statistics there), delete files, a format other than Parquet, or a
-    pyiceberg without the (private) helpers this is made of. The Iceberg side is
-    pyiceberg's own: file columns are matched to the table's by field id (or the table's
-    name mapping), columns a file lacks come from its partition or as nulls, and every
-    batch is cast to the requested schema, as its reader does."""
+    or None when pyiceberg's reader must read the task: a format other than Parquet, a
+    scan's row limit, or a pyiceberg without the (private) helpers this is made of. The
+    Iceberg side is pyiceberg's own, as its reader does it: file columns are matched to the
+    table's by field id (or the table's name mapping), columns a file lacks come from its
+    partition or as nulls, positional deletes (delete files, deletion vectors) drop their
+    rows, the row filter is translated to the file's columns and applied to each batch, and
+    every batch is cast to the requested schema. pyiceberg's reader takes no batch size: a
+    filtered or merge-on-read table of wide rows was read 131,072 rows a batch, with Arrow's
+    read-ahead of 16 batches (a batch of 1,000 rows of 100 KB: 100 MB, where this reads 16 MiB
+    batches); it also skips row groups by their statistics, which this does not (the
+    manifests' statistics have skipped files already)."""
     from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.expressions.visitors import bind, translate_column_names
     from pyiceberg.io import pyarrow as iceberg_arrow
     from pyiceberg.manifest import FileFormat
     from pyiceberg.schema import prune_columns
 
-    names = ("pyarrow_to_schema", "_get_column_projection_values", "_to_requested_schema")
+    from bulldozer.warehouse.files import verify_files
+
+    names = (
+        "pyarrow_to_schema",
+        "_get_column_projection_values",
+        "_to_requested_schema",
+        "expression_to_pyarrow",
+        "_read_all_delete_files",
+        "_combine_positional_deletes",
+    )
     helpers: list[Any] = [getattr(iceberg_arrow, name, None) for name in names]
     scan_state: list[Any] = [
-        getattr(arrow_scan, a, None) for a in ("_bound_row_filter", "_table_metadata", "_projected_schema", "_io")
+        getattr(arrow_scan, a, None)
+        for a in ("_bound_row_filter", "_table_metadata", "_projected_schema", "_io", "_case_sensitive")
     ]
     if (
         None in helpers
         or None in scan_state
         or not hasattr(type(arrow_scan), "_projected_field_ids")
         or getattr(arrow_scan, "_limit", None) is not None
-        or task.delete_files
         or task.file.file_format != FileFormat.PARQUET
-        or scan_state[0] != AlwaysTrue()
     ):
         return None
-    file_to_schema, missing_field_values, to_requested_schema = helpers
-    _row_filter, metadata, projected, io = scan_state
+    file_to_schema, missing_field_values, to_requested_schema, to_arrow_filter, read_deletes, kept_rows = helpers
+    row_filter, metadata, projected, io, case_sensitive = scan_state
     downcast = getattr(arrow_scan, "_downcast_ns_timestamp_to_us", None)
     if downcast is None:
         downcast = metadata.format_version <= 2  # pyiceberg's own default
@@ -107,6 +128,10 @@ def parquet_batches(arrow_scan: Any, task: Any, batch_rows: int, batch_bytes: in
     def batches() -> Iterator[pa.RecordBatch]:
         import pyarrow.parquet as pq
 
+        deleted = None
+        if task.delete_files:
+            verify_files(io, list(task.delete_files))  # the snapshot's delete files, as committed
+            deleted = read_deletes(io, [task]).get(task.file.file_path)
         with io.new_input(task.file.file_path).open() as fin:
             parquet = pq.ParquetFile(fin, pre_buffer=True)
             committed_file(task.file, parquet.metadata.num_rows, opened_size(fin))  # the snapshot's file
@@ -120,10 +145,21 @@ def parquet_batches(arrow_scan: Any, task: Any, batch_rows: int, batch_bytes: in
             missing = missing_field_values(
                 task.file, projected, metadata.schema(), partition_spec, file_schema.field_ids
             )
+            keep = None
+            if row_filter != AlwaysTrue():
+                translated = translate_column_names(row_filter, file_schema, case_sensitive, missing)
+                keep = to_arrow_filter(bind(file_schema, translated, case_sensitive=case_sensitive), file_schema)
             read = prune_columns(file_schema, arrow_scan._projected_field_ids, select_full_types=False)
             columns = [column.name for column in read.columns]
             rows = rows_per_batch(parquet.metadata, columns, batch_rows, batch_bytes)
+            first = 0  # the batch's first row in the file (positional deletes count the file's rows)
             for batch in parquet.iter_batches(batch_size=rows, columns=columns, use_threads=False):
+                end = first + batch.num_rows
+                if deleted:
+                    batch = batch.take(kept_rows(deleted, first, end))
+                first = end
+                if keep is not None and batch.num_rows:
+                    batch = batch.filter(keep)
                 if batch.num_rows:
                     yield to_requested_schema(
                         projected,

@@ -114,22 +114,23 @@ def test_the_parquet_batch_reader_reads_evolved_files_as_pyiceberg_does(tmp_path
     assert by_id[4] == {"id": 4, "renamed": "u", "b": 40}
 
 
-def test_a_row_filter_or_delete_files_go_through_pyicebergs_reader(tmp_path: Path) -> None:
-    import types
-
+def test_a_row_filter_is_applied_by_the_files_own_reader_as_pyicebergs_reader_applies_it(tmp_path: Path) -> None:
+    """A filtered task went through pyiceberg's reader, which takes no batch size (131,072
+    rows a batch, whatever they held). The file's own reader now applies the filter as
+    pyiceberg's reader does: translated to each file's columns (a renamed column, one an old
+    file lacks, one a filter reads but the scan does not select), on the same rows."""
     table = _evolved_table(tmp_path)
-    filtered = table.scan(row_filter="id > 2")
-    task = local.scan_tasks(filtered)[0]
-    arrow_scan = ArrowScan(table.metadata, table.io, filtered.projection(), filtered.row_filter)
-    assert (
-        local.parquet_batches(arrow_scan, task, local.BATCH_ROWS, local.BATCH_BYTES) is None
-    )  # the filter is pushed into row groups there
-    plain = table.scan()
-    arrow_scan = ArrowScan(table.metadata, table.io, plain.projection(), plain.row_filter)
-    task = local.scan_tasks(plain)[0]
-    assert local.parquet_batches(arrow_scan, task, local.BATCH_ROWS, local.BATCH_BYTES) is not None
-    with_deletes = types.SimpleNamespace(file=task.file, delete_files={object()})
-    assert local.parquet_batches(arrow_scan, with_deletes, local.BATCH_ROWS, local.BATCH_BYTES) is None
+    for row_filter, selected in (
+        ("id > 2", ("*",)),
+        ("renamed = 'u' or renamed is null", ("id", "b")),  # renamed: a in the files
+        ("b is null", ("*",)),  # b: missing from the first file, null there
+        ("b > 10", ("id",)),  # a filter column the scan does not select
+    ):
+        ours, theirs = _both_readers(table, table.scan(row_filter=row_filter, selected_fields=selected))
+        assert ours.schema.equals(theirs.schema), row_filter
+        assert ours.sort_by("id").to_pylist() == theirs.sort_by("id").to_pylist(), row_filter
+    b_null, _ = _both_readers(table, table.scan(row_filter="b is null"))
+    assert sorted(b_null.column("id").to_pylist()) == [1, 2, 3, 5]
 
 
 def test_a_batch_of_large_rows_is_bounded_by_its_bytes_not_only_its_rows(tmp_path: Path) -> None:
@@ -138,7 +139,8 @@ def test_a_batch_of_large_rows_is_bounded_by_its_bytes_not_only_its_rows(tmp_pat
     records), and 65 k rows of 1 MB values (a store takes values of up to 32 MiB) would
     not have fitted this machine. A batch is now about ``BATCH_BYTES`` by the file's sizes
     (that load: 1.3 GiB, the rest the allocator's cache), and rows of a few dozen bytes keep
-    their ``BATCH_ROWS``."""
+    their ``BATCH_ROWS``. A row filter too (it was read by pyiceberg's reader, 131,072 rows
+    a batch whatever they held)."""
     import pyarrow.parquet as pq
     from pyiceberg.schema import Schema
     from pyiceberg.types import BinaryType, LongType, NestedField
@@ -164,6 +166,12 @@ def test_a_batch_of_large_rows_is_bounded_by_its_bytes_not_only_its_rows(tmp_pat
     ids = table.scan(selected_fields=("id",))  # the narrow column alone: one batch, as before
     (task,) = local.scan_tasks(ids)
     assert [b.num_rows for b in local.task_batches(table, ids, task)] == [rows]
+    # a row filter went through pyiceberg's reader, which takes no batch size: one 100 MB batch
+    filtered = table.scan(row_filter="id >= 10 and id < 990")
+    (task,) = local.scan_tasks(filtered)
+    batches = list(local.task_batches(table, filtered, task))
+    assert [i for b in batches for i in b.column("id").to_pylist()] == list(range(10, 990))
+    assert len(batches) > 1 and max(b.nbytes for b in batches) <= local.BATCH_BYTES * 1.1
 
 
 def test_a_spec_filter_loads_exactly_the_matching_rows(home: Path, dal: KvClient) -> None:
