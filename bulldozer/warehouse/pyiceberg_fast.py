@@ -88,8 +88,7 @@ def parquet_batches(arrow_scan: Any, task: Any, batch_rows: int, batch_bytes: in
     every batch is cast to the requested schema. pyiceberg's reader takes no batch size: a
     filtered or merge-on-read table of wide rows was read 131,072 rows a batch, with Arrow's
     read-ahead of 16 batches (a batch of 1,000 rows of 100 KB: 100 MB, where this reads 16 MiB
-    batches); it also skips row groups by their statistics, which this does not (the
-    manifests' statistics have skipped files already)."""
+    batches). Row groups the filter rules out by their statistics are skipped, as there."""
     from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.expressions.visitors import bind, translate_column_names
     from pyiceberg.io import pyarrow as iceberg_arrow
@@ -152,12 +151,9 @@ def parquet_batches(arrow_scan: Any, task: Any, batch_rows: int, batch_bytes: in
             read = prune_columns(file_schema, arrow_scan._projected_field_ids, select_full_types=False)
             columns = [column.name for column in read.columns]
             rows = rows_per_batch(parquet.metadata, columns, batch_rows, batch_bytes)
-            first = 0  # the batch's first row in the file (positional deletes count the file's rows)
-            for batch in parquet.iter_batches(batch_size=rows, columns=columns, use_threads=False):
-                end = first + batch.num_rows
+            for first, batch in _row_group_batches(parquet, fin, keep, rows, columns):
                 if deleted:
-                    batch = batch.take(kept_rows(deleted, first, end))
-                first = end
+                    batch = batch.take(kept_rows(deleted, first, first + batch.num_rows))
                 if keep is not None and batch.num_rows:
                     batch = batch.filter(keep)
                 if batch.num_rows:
@@ -171,6 +167,34 @@ def parquet_batches(arrow_scan: Any, task: Any, batch_rows: int, batch_bytes: in
                     )
 
     return batches()
+
+
+def _row_group_batches(
+    parquet: Any, fin: Any, keep: Any, rows: int, columns: list[str]
+) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """(the batch's first row in the file, the batch) of the row groups whose statistics
+    may hold rows ``keep`` (a filter on the file's columns) keeps, as Arrow's dataset
+    scanner chooses them for pyiceberg's reader (``ParquetFileFragment.subset``); all of
+    them without a filter, or a file of one row group."""
+    groups = parquet.metadata.num_row_groups
+    if keep is None or groups < 2:
+        first = 0
+        for batch in parquet.iter_batches(batch_size=rows, columns=columns, use_threads=False):
+            yield first, batch
+            first += batch.num_rows
+        return
+    import pyarrow.dataset as ds
+
+    fragment = ds.ParquetFileFormat().make_fragment(fin)
+    wanted = [group.id for group in fragment.subset(filter=keep, schema=fragment.physical_schema).row_groups]
+    starts = [0]
+    for i in range(groups):
+        starts.append(starts[-1] + parquet.metadata.row_group(i).num_rows)
+    for group in wanted:
+        first = starts[group]
+        for batch in parquet.iter_batches(batch_size=rows, row_groups=[group], columns=columns, use_threads=False):
+            yield first, batch
+            first += batch.num_rows
 
 
 def rows_per_batch(metadata: Any, columns: list[str], most: int, batch_bytes: int) -> int:
