@@ -508,8 +508,9 @@ def test_a_table_of_avro_data_files_loads_with_spark_and_is_refused_by_pyiceberg
     file format: FileFormat.AVRO" and the Spark engine, whose tasks read the splits with it,
     with the same. The local engine now says why and what to do in one line; the Spark engine
     reads such a snapshot by key through Iceberg's reader; after the advised rewrite the
-    local engine loads a version of the same count and digest."""
-    from bulldozer.errors import UnreadableFilesError
+    local engine loads a version of the same count and digest. A table with a time column
+    too (Spark has no time type) is refused in one line by the Spark engine."""
+    from bulldozer.errors import SchemaError, UnreadableFilesError
     from bulldozer.load.engines.spark.session import spark_session, stop_spark_session
     from bulldozer.warehouse.files import REWRITE_AS_PARQUET
 
@@ -524,6 +525,15 @@ def test_a_table_of_avro_data_files_loads_with_spark_and_is_refused_by_pyiceberg
             "INSERT INTO lake.db.events SELECT id, concat('v', cast(id AS STRING)), array('a', cast(id AS STRING)) "
             "FROM range(0, 1000)"
         )
+        # another with a time column (added through Iceberg's API: Spark has no time type)
+        spark.sql(
+            "CREATE TABLE lake.db.timed USING iceberg TBLPROPERTIES ('write.format.default' = 'avro') "
+            "AS SELECT * FROM lake.db.events"
+        )
+        jvm = spark._jvm
+        timed = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, "lake.db.timed")
+        timed.updateSchema().addColumn("at", jvm.org.apache.iceberg.types.Types.TimeType.get()).commit()
+        timed.newAppend().commit()  # a snapshot of that schema (its files as they were)
     finally:
         stop_spark_session()
     text = """apiVersion: bulldozer/v1
@@ -540,6 +550,13 @@ bulldozer_protobuf: {package: tests.events}
     done = run_job(loaded, dal, engine="spark", home=str(tmp_path))
     info = dal.describe(done.version)
     assert done.rows == info.record_count == 1_000
+    timed = load_spec_text(text.replace("db.events", "db.timed").replace("[v, tags]", "[v, at]"), "t.yaml", env={})
+    said = (
+        r"^column 'at' holds a time, and Spark has no time type, so Spark's reader cannot read the table, and it has "
+        r"Avro data files at snapshot \d+ \(\S+\), which pyiceberg's reader cannot: no engine here reads it until"
+    )
+    with pytest.raises(SchemaError, match=said):  # neither reader reads it: one line
+        run_job(timed, dal, engine="spark", home=str(tmp_path))
     spark = spark_session("lake", None, str(tmp_path), "local[2]")
     try:
         for statement in REWRITE_AS_PARQUET.split(", then "):

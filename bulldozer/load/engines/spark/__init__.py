@@ -168,8 +168,8 @@ class SparkEngine(LocalEngine):
             # file: Iceberg's Spark reader reads it by key, from the files its manifests list
             if unreadable:
                 raise SchemaError(
-                    f"{unreadable}, and the table {exc.why}, which only Spark's reader reads here: have them "
-                    f"rewritten first ({exc.remedy})"
+                    f"{unreadable}, so Spark's reader cannot read the table, and it {exc.why}, which pyiceberg's "
+                    f"reader cannot: no engine here reads it until they are rewritten ({exc.remedy})"
                 ) from exc
             splits, files = [], snapshot_files(scan)
         partitions, in_place = write_tasks(plan, context.defaultParallelism, len(splits), unreadable)
