@@ -163,7 +163,7 @@ def checked_tasks(scan: Any, plan: Callable[[], Iterable[Any]] | None = None, sp
             if _equality_deletes(scan):
                 raise _equality_deletes_error(scan, spark_reads) from None
             raise
-    _inside(location, (f.file_path for t in listed for f in (t.file, *t.delete_files)))
+    _inside(location, (f.file_path for f in task_files(listed)))
     other = next((t.file for t in listed if t.file.file_format.name not in READ_FORMATS), None)
     if other is not None:
         raise _format_error(scan, other, spark_reads)
@@ -175,28 +175,29 @@ def snapshot_files(scan: Any) -> list[Any]:
     planned, no delete applied, no filter: all of them), or a CatalogError naming the first
     one outside the table and the operator's roots: the files a reader of the engine's own
     (Iceberg's Spark reader) reads for a snapshot pyiceberg cannot plan (equality deletes)."""
-    snapshot = scan.snapshot()
     location = scan.table_metadata.location
-    files: list[Any] = []
     with reading_metadata(f"the table at {shown_url(location)}"):
-        for manifest in snapshot.manifests(scan.io) if snapshot is not None else []:
-            files += [entry.data_file for entry in manifest.fetch_manifest_entry(scan.io, discard_deleted=True)]
+        files = list(_live_files(scan))
     _inside(location, (f.file_path for f in files))
     return files
 
 
-def _equality_deletes(scan: Any) -> bool:
-    """Whether the scan's snapshot lists an equality delete file (its delete manifests read)."""
-    from pyiceberg.manifest import DataFileContent, ManifestContent
+def _live_files(scan: Any, deletes_only: bool = False) -> Iterator[Any]:
+    """The live files the scan's snapshot's manifests list (of its delete manifests alone:
+    ``deletes_only``)."""
+    from pyiceberg.manifest import ManifestContent
 
     snapshot = scan.snapshot()
     for manifest in snapshot.manifests(scan.io) if snapshot is not None else []:
-        if manifest.content == ManifestContent.DELETES and any(
-            entry.data_file.content == DataFileContent.EQUALITY_DELETES
-            for entry in manifest.fetch_manifest_entry(scan.io, discard_deleted=True)
-        ):
-            return True
-    return False
+        if not deletes_only or manifest.content == ManifestContent.DELETES:
+            yield from (entry.data_file for entry in manifest.fetch_manifest_entry(scan.io, discard_deleted=True))
+
+
+def _equality_deletes(scan: Any) -> bool:
+    """Whether the scan's snapshot lists an equality delete file (its delete manifests read)."""
+    from pyiceberg.manifest import DataFileContent
+
+    return any(f.content == DataFileContent.EQUALITY_DELETES for f in _live_files(scan, deletes_only=True))
 
 
 #: how a table's equality deletes are rewritten away (applied to its data files, then dropped)
