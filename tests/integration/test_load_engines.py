@@ -452,6 +452,29 @@ def equality_deletes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, in
 
 
 @pytest.mark.spark
+def test_the_spark_engine_reads_the_operators_sql_catalog_as_the_local_engine_does(
+    sample: Path, tmp_path: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operator's pyiceberg SQL catalog (``BULLDOZER_CATALOGS``; its type left for
+    pyiceberg to infer from the uri) is Iceberg's JDBC catalog on the same SQLite file in
+    Spark's JVM. Its properties went to Spark as they were, and the Spark engine failed:
+    ``Unknown catalog type: sql``, or without a type (Iceberg's Spark catalog then takes
+    Hive) ``Failed to connect to Hive Metastore``, both as Java exceptions. The table here
+    lives only in the operator's catalog (the run's home has none), and Spark's reader reads
+    it by key (more write tasks than files)."""
+    catalog = {"uri": f"sqlite:///{sample / 'catalog.db'}", "warehouse": (sample / "warehouse").as_uri()}
+    monkeypatch.setenv("BULLDOZER_CATALOGS", json.dumps({"lake": catalog}))
+    home = tmp_path / "home"
+    by_key = _spec(TEMPLATE.replace("    in_flight_batches: 4 ", "    partitions: 4\n    in_flight_batches: 4 "))
+    expected = _expected_digest(sample, _spec())
+    for engine, loaded in (("local", _spec()), ("spark", by_key)):
+        record = run_job(loaded, dal, engine=engine, home=str(home))
+        info = dal.describe(record.version)
+        assert (record.engine, info.record_count, info.digest) == (engine, 3_000, expected.value)
+    assert not (home / "catalog.db").exists()
+
+
+@pytest.mark.spark
 def test_a_table_with_equality_deletes_loads_with_spark_and_is_refused_by_pyicebergs_reader(
     equality_deletes: tuple[Path, int, Path], dal: KvClient
 ) -> None:

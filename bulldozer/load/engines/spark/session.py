@@ -1,8 +1,10 @@
 """The SparkSession Bulldozer runs on: Iceberg's Spark runtime and the catalog of the job.
 
-For the embedded warehouse the catalog is a JDBC catalog on the very SQLite file pyiceberg
-writes (the catalog names match: ``lake``). One session is kept while the catalog, home and
-master stay the same (Spark catalogs load once). Spark's own log level follows Bulldozer's
+The job's pyiceberg catalog is opened as Iceberg's Java runtime spells it
+(``bulldozer.load.engines.spark.catalog``): for the embedded warehouse, a JDBC catalog on
+the very SQLite file pyiceberg writes (the catalog names match: ``lake``). One session is
+kept while the catalog, home and master stay the same (Spark catalogs load once). Spark's
+own log level follows Bulldozer's
 (``bulldozer`` logger), and its console progress bar is off unless asked for (``-q`` and
 non-terminal runs never show it).
 """
@@ -23,9 +25,10 @@ from typing import Any
 
 from bulldozer import locks, scratch
 from bulldozer.errors import LoadError
+from bulldozer.load.engines.spark.catalog import spark_catalog_properties
 from bulldozer.settings import java_executable, load_settings, pyspark_python
 from bulldozer.spec.models import EMBEDDED_CATALOG
-from bulldozer.warehouse.catalog import bulldozer_home
+from bulldozer.warehouse.catalog import bulldozer_home, embedded_catalog_properties
 
 log = logging.getLogger(__name__)
 
@@ -196,13 +199,8 @@ def _start_context(
         "spark.driver.memory": settings.spark_driver_memory,
         **(conf or {}),
     }
-    if properties:
-        options.update({f"{prefix}.{prop}": value for prop, value in properties.items()})
-    else:
-        root = bulldozer_home(home)
-        options[f"{prefix}.type"] = "jdbc"
-        options[f"{prefix}.uri"] = f"jdbc:sqlite:{root / 'catalog.db'}"
-        options[f"{prefix}.warehouse"] = (root / "warehouse").as_uri()
+    catalog = properties or embedded_catalog_properties(home)
+    options.update({f"{prefix}.{k}": v for k, v in spark_catalog_properties(catalog_name, catalog).items()})
     if "spark.jars" in (conf or {}) and "spark.jars" in packages:
         options["spark.jars"] = f"{packages['spark.jars']},{options['spark.jars']}"  # ours and theirs
     # A cluster's executors are asked for as the context starts, and Spark copies and

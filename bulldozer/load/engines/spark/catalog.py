@@ -1,0 +1,96 @@
+"""The job's catalog as Iceberg's Spark runtime opens it.
+
+Bulldozer's catalogs are pyiceberg catalogs (the operator's ``BULLDOZER_CATALOGS``, or the
+embedded SQL catalog in a SQLite file); the Spark engine opens the same catalog in Spark's
+JVM (``spark.sql.catalog.<name>.*``) for the tables it reads by key through Iceberg's Spark
+reader. Where the two spell a catalog differently, this module translates:
+
+- pyiceberg's SQL catalog (``type: sql``, a SQLAlchemy URL) is Iceberg's JDBC catalog on
+  the same database (``type=jdbc``, a JDBC URL): both keep their tables in the same
+  ``iceberg_tables`` rows, keyed by the catalog's name. The Spark engine ships SQLite's
+  JDBC driver only, so a SQL catalog on another database is refused here, in one line.
+- pyiceberg infers a catalog's type from its ``uri`` when ``type`` is absent (``http…`` is
+  REST, ``thrift…`` Hive); Iceberg's Spark catalog takes Hive then. The type is written out.
+- A catalog type Iceberg's Spark runtime here cannot open (Glue and DynamoDB need the AWS
+  SDK's jars, BigQuery its own; in-memory and ``py-catalog-impl`` catalogs exist in this
+  Python process only) is refused in one line, before the run writes anything, instead of
+  failing the load with a Java exception.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from bulldozer.errors import CatalogError
+
+__all__ = ["SPARK_CATALOG_TYPES", "spark_catalog_properties"]
+
+#: pyiceberg's catalog types the Spark engine opens, and Iceberg's Java name for each
+SPARK_CATALOG_TYPES = {"rest": "rest", "hive": "hive", "sql": "jdbc"}
+
+
+def spark_catalog_properties(name: str, properties: Mapping[str, str]) -> dict[str, str]:
+    """Iceberg's Java catalog properties (``spark.sql.catalog.<name>.*`` without the
+    prefix) for the pyiceberg catalog ``name`` with ``properties``; a CatalogError, in one
+    line, for a catalog the Spark engine cannot open."""
+    if "py-catalog-impl" in properties:
+        raise CatalogError(
+            f"catalog {name!r} is a Python catalog (py-catalog-impl), which Spark's JVM cannot open: "
+            "run the job with the local engine (--engine local)"
+        )
+    kind = _catalog_type(name, properties)
+    java = SPARK_CATALOG_TYPES.get(kind)
+    if java is None:
+        opens = ", ".join(sorted(SPARK_CATALOG_TYPES))
+        raise CatalogError(
+            f"catalog {name!r} is of type {kind}, which the Spark engine does not open (it opens {opens}: "
+            "Iceberg's Spark runtime here has no other catalog's client): run the job with the local engine "
+            "(--engine local), or serve the catalog over REST"
+        )
+    options = {k: v for k, v in properties.items() if k != "type"}
+    options["type"] = java
+    if kind == "sql":
+        options["uri"] = _jdbc_uri(name, properties.get("uri", ""))
+    return options
+
+
+def _catalog_type(name: str, properties: Mapping[str, str]) -> str:
+    """The catalog's type as pyiceberg reads it: ``type``, else inferred from ``uri``."""
+    given = properties.get("type")
+    if given:
+        return given.lower()
+    from pyiceberg.catalog import infer_catalog_type
+
+    try:
+        inferred = infer_catalog_type(name, dict(properties))
+    except ValueError as exc:
+        raise CatalogError(f"catalog {name!r} has no type, and its uri does not tell it: {exc}") from None
+    if inferred is None:
+        raise CatalogError(f"catalog {name!r} has no type, and its uri does not tell it")
+    return str(inferred.value)
+
+
+def _jdbc_uri(name: str, uri: str) -> str:
+    """The JDBC URL of the SQLite file the SQLAlchemy URL ``uri`` names (absolute, as
+    pyiceberg resolves a relative one against this process's folder when it opens it)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(uri)
+    except ArgumentError:
+        raise CatalogError(f"catalog {name!r} has a uri that is not a database URL") from None
+    backend = url.get_backend_name()
+    if backend != "sqlite":
+        raise CatalogError(
+            f"catalog {name!r} is a SQL catalog on {backend}: the Spark engine opens a SQL catalog in a SQLite "
+            "file only (Iceberg's JDBC catalog on the same file; it ships no other database's driver): run the "
+            "job with the local engine (--engine local), or serve the catalog over REST"
+        )
+    if not url.database or url.database == ":memory:" or url.database.startswith("file:") or url.query:
+        raise CatalogError(
+            f"catalog {name!r} is a SQL catalog in an in-memory or URI-form SQLite database: the Spark engine opens "
+            "a SQL catalog in a SQLite file named by its path only (sqlite:////path/to/catalog.db)"
+        )
+    return f"jdbc:sqlite:{Path(url.database).absolute()}"

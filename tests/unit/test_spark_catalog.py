@@ -1,0 +1,68 @@
+"""The job's pyiceberg catalog as Iceberg's Spark runtime opens it
+(bulldozer.load.engines.spark.catalog)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bulldozer.errors import CatalogError
+from bulldozer.load.engines.spark.catalog import spark_catalog_properties
+
+
+def test_a_sql_catalog_in_a_sqlite_file_is_icebergs_jdbc_catalog_on_that_file(tmp_path: Path) -> None:
+    given = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": "file:///w", "s3.region": "x"}
+    assert spark_catalog_properties("lake", given) == {
+        "type": "jdbc",
+        "uri": f"jdbc:sqlite:{tmp_path}/catalog.db",
+        "warehouse": "file:///w",
+        "s3.region": "x",
+    }
+
+
+def test_a_relative_sqlite_path_is_the_file_pyiceberg_opens_from_this_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert spark_catalog_properties("lake", {"uri": "sqlite:///cat.db"})["uri"] == f"jdbc:sqlite:{tmp_path}/cat.db"
+
+
+@pytest.mark.parametrize(
+    ("given", "kind"),
+    [
+        ({"uri": "https://iceberg.example.com/api"}, "rest"),
+        ({"uri": "thrift://metastore:9083"}, "hive"),
+        ({"uri": "sqlite:////c.db"}, "jdbc"),
+        ({"type": "REST", "uri": "http://x"}, "rest"),
+    ],
+)
+def test_a_catalogs_type_is_written_out_as_pyiceberg_infers_it(given: dict[str, str], kind: str) -> None:
+    """Iceberg's Spark catalog takes a catalog without a type for Hive; pyiceberg infers it from the uri."""
+    assert spark_catalog_properties("lake", given)["type"] == kind
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (
+            {"type": "sql", "uri": "postgresql+psycopg2://bob:s3cret@db:5432/cat"},
+            "catalog 'lake' is a SQL catalog on postgresql: the Spark engine opens a SQL catalog in a SQLite file only",
+        ),
+        ({"type": "sql", "uri": "sqlite://"}, "catalog 'lake' is a SQL catalog in an in-memory or URI-form SQLite"),
+        (
+            {"type": "sql", "uri": "sqlite:///file:c.db?mode=ro&uri=true"},
+            "catalog 'lake' is a SQL catalog in an in-memory or URI-form",
+        ),
+        ({"type": "glue"}, "catalog 'lake' is of type glue, which the Spark engine does not open (it opens hive, rest"),
+        ({"type": "in-memory"}, "catalog 'lake' is of type in-memory, which the Spark engine does not open"),
+        ({"py-catalog-impl": "mine.Catalog"}, "catalog 'lake' is a Python catalog (py-catalog-impl)"),
+        ({"uri": "ftp://x"}, "catalog 'lake' has no type, and its uri does not tell it"),
+        ({"type": "sql", "uri": "::"}, "catalog 'lake' has a uri that is not a database URL"),
+    ],
+)
+def test_a_catalog_the_spark_engine_cannot_open_is_one_line_saying_what_to_do(given: dict[str, str], said: str) -> None:
+    with pytest.raises(CatalogError) as refused:
+        spark_catalog_properties("lake", given)
+    line = str(refused.value)
+    assert line.startswith(said) and "\n" not in line and "s3cret" not in line, line
