@@ -1,11 +1,12 @@
-"""Real Redis and Cassandra servers and a Spark standalone cluster for the tests, started by the project's own scripts
+"""Real Redis and Cassandra servers, a Spark standalone cluster and a lakehouse (an S3 store
+and Iceberg's REST catalog) for the tests, started by the project's own scripts
 (``scripts/services/*.sh``) on free loopback ports the first time a test needs one, and
 stopped (their data folders removed) when the session ends.
 
 To reuse a server that is already running (quicker while iterating), set
 ``BULLDOZER_TEST_REDIS_URL``, ``BULLDOZER_TEST_REDIS_CLUSTER_URL`` or
-``BULLDOZER_TEST_CASSANDRA`` (``host:port``) or ``BULLDOZER_TEST_SPARK_MASTER``
-(``spark://host:port``)."""
+``BULLDOZER_TEST_CASSANDRA`` (``host:port``), ``BULLDOZER_TEST_SPARK_MASTER``
+(``spark://host:port``) or ``BULLDOZER_TEST_LAKEHOUSE`` (the S3 port)."""
 
 from __future__ import annotations
 
@@ -110,6 +111,13 @@ def spark_master() -> str:
     """A standalone master with one 2-core worker (``scripts/services/spark.sh``)."""
     start = _started_at("spark", "spark.sh", "start", 3, "spark://127.0.0.1:{port}")
     return _shared("spark", "BULLDOZER_TEST_SPARK_MASTER", start)
+
+
+def lakehouse() -> int:
+    """The port of the session's S3-compatible store; Iceberg's REST catalog server, keeping
+    its tables in it, listens on the next (``scripts/services/lakehouse.sh``)."""
+    start = _started_at("lakehouse", "lakehouse.sh", "start", 2, "{port}")
+    return int(_shared("lakehouse", "BULLDOZER_TEST_LAKEHOUSE", start))
 
 
 def stop_all() -> None:

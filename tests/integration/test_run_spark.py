@@ -86,11 +86,11 @@ def test_the_first_spark_run_leaves_the_driver_s_class_archive_and_the_next_star
     kept = sorted(path.name for path in (cache / "spark").iterdir())
     archives = [name for name in kept if name.endswith(".jsa")]
     assert len(archives) == 1 and archives[0].startswith("driver-"), kept
-    # and the local files Spark resolved the Iceberg and JDBC packages to (``session._packages``)
+    # and the local files Spark resolved the packages to (``session._packages``)
     jars = [name for name in kept if name.startswith("jars-")]
     assert len(jars) == 1 and len(kept) == 2, kept
     files = (cache / "spark" / jars[0]).read_text().split()
-    assert len(files) == 2 and all(Path(file).is_file() and file.endswith(".jar") for file in files), files
+    assert len(files) == len(session.PACKAGES) and all(Path(f).is_file() and f.endswith(".jar") for f in files), files
     second = _cli(args, home, env={"BULLDOZER_CACHE": str(cache)})
     assert second.returncode == 0, second.stderr
     records = [json.loads(done.stdout) for done in (first, second)]
@@ -104,7 +104,7 @@ def test_the_first_spark_run_leaves_the_driver_s_class_archive_and_the_next_star
         assert session._packages() == {"spark.jars": ",".join(files)}
         monkeypatch.setenv("BULLDOZER_CACHE", str(tmp_path / "empty"))
         assert session._class_archive_options()[0].startswith("-XX:ArchiveClassesAtExit=")
-        assert session._packages() == {"spark.jars.packages": f"{session.ICEBERG_RUNTIME},{session.SQLITE_JDBC}"}
+        assert session._packages() == {"spark.jars.packages": ",".join(session.PACKAGES)}
     finally:
         session._ARCHIVE_BUILD = None
 

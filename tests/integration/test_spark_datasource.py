@@ -258,6 +258,26 @@ def test_a_task_s_own_python_error_is_one_line_naming_it() -> None:
     assert worker_error(other) is other
 
 
+def test_a_java_exception_of_the_driver_is_one_line_with_its_root_cause(spark: Any) -> None:
+    """Spark's driver raised it (here: Hadoop has no file system for ``s3:``, as the by-key
+    path met on an S3 table without Iceberg's S3 client): the run said ``run failed:
+    Py4JJavaError: An error occurred …`` with both Java stack traces on one 20 KB line."""
+    from py4j.protocol import Py4JJavaError
+
+    from bulldozer.load.engines.spark.datasource import worker_error
+
+    jvm = spark.sparkContext._jvm
+    with pytest.raises(Py4JJavaError) as raised:
+        jvm.org.apache.iceberg.hadoop.Util.getFs(
+            jvm.org.apache.hadoop.fs.Path("s3://lake/t"), spark._jsc.hadoopConfiguration()
+        )
+    error = worker_error(raised.value)
+    assert isinstance(error, LoadError) and str(error) == (
+        "the Spark job failed: RuntimeIOException: Failed to get file system for path: s3://lake/t "
+        '(its cause: UnsupportedFileSystemException: No FileSystem for scheme "s3")'
+    )
+
+
 @pytest.mark.parametrize(
     ("mode", "options", "message"),
     [

@@ -17,8 +17,24 @@ def test_a_sql_catalog_in_a_sqlite_file_is_icebergs_jdbc_catalog_on_that_file(tm
         "type": "jdbc",
         "uri": f"jdbc:sqlite:{tmp_path}/catalog.db",
         "warehouse": "file:///w",
+        "io-impl": "org.apache.iceberg.io.ResolvingFileIO",  # Hadoop's file systems have no s3:
         "s3.region": "x",
+        "client.region": "x",
     }
+
+
+@pytest.mark.parametrize(
+    ("given", "path_style"),
+    [({}, "true"), ({"s3.force-virtual-addressing": "True"}, "false"), ({"s3.path-style-access": "false"}, "false")],
+)
+def test_an_s3_endpoint_is_addressed_as_pyiceberg_addresses_it(given: dict[str, str], path_style: str) -> None:
+    """pyiceberg (pyarrow's S3 client) puts the bucket in the path on an endpoint of the
+    operator's unless told otherwise; Iceberg's S3FileIO puts it in the host name."""
+    rest = {"type": "rest", "uri": "http://cat", "s3.endpoint": "http://127.0.0.1:9000", **given}
+    options = spark_catalog_properties("lake", rest)
+    assert options["s3.path-style-access"] == path_style
+    assert "io-impl" not in options  # a REST catalog's Java client resolves the FileIO by path already
+    assert "s3.path-style-access" not in spark_catalog_properties("lake", {"type": "rest", "uri": "http://cat"})
 
 
 def test_a_relative_sqlite_path_is_the_file_pyiceberg_opens_from_this_folder(

@@ -11,6 +11,12 @@ reader. Where the two spell a catalog differently, this module translates:
   JDBC driver only, so a SQL catalog on another database is refused here, in one line.
 - pyiceberg infers a catalog's type from its ``uri`` when ``type`` is absent (``http…`` is
   REST, ``thrift…`` Hive); Iceberg's Spark catalog takes Hive then. The type is written out.
+- pyiceberg's FileIO reads S3 paths with its own client, Iceberg's Java catalogs of the JDBC
+  and Hive types with Hadoop's file systems (which have no ``s3:``): those get Iceberg's
+  ``ResolvingFileIO`` (``S3FileIO`` for S3 paths, from the AWS bundle the driver is given;
+  Hadoop's for the others), as a REST catalog has by default. pyiceberg's ``s3.region`` is
+  Java's ``client.region``, and pyiceberg addresses a bucket by path on an ``s3.endpoint``
+  of the operator's (Java by host, unless ``s3.path-style-access``).
 - A catalog type Iceberg's Spark runtime here cannot open (Glue and DynamoDB need the AWS
   SDK's jars, BigQuery its own; in-memory and ``py-catalog-impl`` catalogs exist in this
   Python process only) is refused in one line, before the run writes anything, instead of
@@ -28,6 +34,8 @@ __all__ = ["SPARK_CATALOG_TYPES", "spark_catalog_properties"]
 
 #: pyiceberg's catalog types the Spark engine opens, and Iceberg's Java name for each
 SPARK_CATALOG_TYPES = {"rest": "rest", "hive": "hive", "sql": "jdbc"}
+#: Iceberg's FileIO that picks a file system by a path's scheme (S3FileIO for ``s3:``)
+RESOLVING_FILE_IO = "org.apache.iceberg.io.ResolvingFileIO"
 
 
 def spark_catalog_properties(name: str, properties: Mapping[str, str]) -> dict[str, str]:
@@ -52,6 +60,13 @@ def spark_catalog_properties(name: str, properties: Mapping[str, str]) -> dict[s
     options["type"] = java
     if kind == "sql":
         options["uri"] = _jdbc_uri(name, properties.get("uri", ""))
+    if kind in ("sql", "hive"):
+        options.setdefault("io-impl", RESOLVING_FILE_IO)
+    if "s3.region" in properties:
+        options.setdefault("client.region", properties["s3.region"])
+    if "s3.endpoint" in properties:
+        virtual = properties.get("s3.force-virtual-addressing", "false").strip().lower() == "true"
+        options.setdefault("s3.path-style-access", str(not virtual).lower())
     return options
 
 

@@ -551,7 +551,7 @@ def _job_failure(exc: Exception, lines: list[str]) -> Exception:
     ``exc`` itself."""
     stage = next((m for m in map(_STAGE_FAILURE.search, lines) if m is not None), None)
     if stage is None:
-        return exc
+        return _driver_failure(exc)
     log.debug("the Spark job failed: %s", exc)
     cause = stage.group(2) or ""
     traceback = next((i for i, line in enumerate(lines) if "PythonException: Traceback" in line), None)
@@ -560,6 +560,28 @@ def _job_failure(exc: Exception, lines: list[str]) -> Exception:
     cause = cause.strip()
     cause = cause if len(cause) <= 300 else cause[:297] + "..."
     return LoadError(f"the Spark job failed ({stage.group(1)}): {cause or 'Spark gave no cause'}")
+
+
+def _driver_failure(exc: Exception) -> Exception:
+    """A Java exception Spark's driver raised (planning the read, opening a table's files)
+    as one line: the exception and its root cause, each as ``Class: first line of its
+    message`` (Py4J's text is both with every stack frame, run together: 20 KB for a file
+    system Hadoop does not have); the full text is logged at debug level. Else ``exc``."""
+    java = getattr(exc, "java_exception", None)  # py4j.protocol.Py4JJavaError's
+    if java is None:
+        return exc
+    try:
+        chain: list[str] = []
+        while java is not None and len(chain) < 32:
+            message = str(java.getMessage() or "").strip().splitlines()
+            chain.append(f"{java.getClass().getSimpleName()}: {message[0] if message else ''}".rstrip(": "))
+            java = java.getCause()
+    except Exception:  # the JVM went away: nothing more to ask it
+        return exc
+    log.debug("the Spark job failed: %s", exc)
+    shown = [line if len(line) <= 300 else line[:297] + "..." for line in (chain[0], chain[-1])]
+    cause = f" (its cause: {shown[1]})" if len(chain) > 1 else ""
+    return LoadError(f"the Spark job failed: {shown[0]}{cause}")
 
 
 #: ``bulldozer.errors.SourceDataError: message`` (the module path is optional)

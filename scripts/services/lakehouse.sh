@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# A lakehouse as production runs one, on loopback, for tests: an S3-compatible object store
+# (S3Proxy, keeping its objects in a local folder) and Apache Iceberg's REST catalog server
+# (the server of Iceberg's apache/iceberg-rest-fixture image) keeping its tables in that
+# store, both from Maven Central's jars on Java 17. Data lives in the folder given; stop
+# removes it.
+#
+#   lakehouse.sh fetch                   # resolve the jars once (cached)
+#   lakehouse.sh start DIR PORT          # S3 on 127.0.0.1:PORT (bucket "lake"), REST catalog on PORT+1
+#   lakehouse.sh stop DIR
+#
+# The catalog's warehouse is s3://lake/warehouse; the store's access key is "bulldozer" and
+# its secret key "bulldozer-secret" (a test store's). BULLDOZER_CACHE (default
+# ~/.cache/bulldozer) holds the jars.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+s3proxy_version=4.1.0
+iceberg_version=1.10.0 # the newest release whose REST server jar Maven Central serves
+
+log() { echo "lakehouse.sh: $*" >&2; }
+# shellcheck source=common.sh
+. "$here/common.sh"
+lib=$services_cache/lakehouse-$s3proxy_version-$iceberg_version
+
+fetch() {
+  [ -f "$lib/.complete" ] || with_lock "lakehouse" fetch_once
+}
+
+fetch_once() {
+  if [ -f "$lib/.complete" ]; then return 0; fi # fetched by the process this one waited for
+  command -v java >/dev/null || { log "Java 17 is required (apt-get install openjdk-17-jre-headless)"; exit 1; }
+  command -v mvn >/dev/null || { log "Maven is required to resolve the jars (apt-get install maven)"; exit 1; }
+  log "resolving S3Proxy $s3proxy_version and Iceberg's REST catalog server $iceberg_version into $lib"
+  rm -rf "$lib"
+  mkdir -p "$lib"
+  mvn -q -B -f "$here/lakehouse/s3proxy.pom.xml" dependency:copy-dependencies \
+    -DoutputDirectory="$lib/s3proxy" -DincludeScope=runtime
+  mvn -q -B -f "$here/lakehouse/iceberg-rest.pom.xml" dependency:copy-dependencies \
+    -DoutputDirectory="$lib/iceberg-rest" -DincludeScope=runtime
+  touch "$lib/.complete"
+}
+
+# wait_for NAME PID PORT LOG: until PORT takes a connection (1 if the process exits first)
+wait_for() {
+  local name=$1 pid=$2 port=$3 output=$4
+  for _ in $(seq 1 600); do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      log "$name exited during start; the end of its log:"
+      tail -n 30 "$output" >&2 || true
+      return 1
+    fi
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      return 0
+    fi
+    sleep 0.1
+  done
+  log "$name did not open 127.0.0.1:$port within 60 s (see $output)"
+  return 1
+}
+
+start() { # DIR PORT
+  local dir=$1 port=$2
+  local rest_port=$((port + 1))
+  fetch
+  mkdir -p "$dir/objects/lake"
+  cat >"$dir/s3proxy.conf" <<CONF
+s3proxy.endpoint=http://127.0.0.1:$port
+s3proxy.authorization=aws-v2-or-v4
+s3proxy.identity=bulldozer
+s3proxy.credential=bulldozer-secret
+jclouds.provider=filesystem
+jclouds.filesystem.basedir=$dir/objects
+CONF
+  nohup java -Xmx256m -cp "$lib/s3proxy/*" org.gaul.s3proxy.Main --properties "$dir/s3proxy.conf" \
+    >"$dir/s3proxy.log" 2>&1 &
+  echo $! >"$dir/s3proxy.pid"
+  wait_for S3Proxy "$!" "$port" "$dir/s3proxy.log"
+  # the REST server's catalog properties: CATALOG_<KEY> (_ for ".", __ for "-")
+  nohup env AWS_REGION=us-east-1 CATALOG_REST_PORT="$rest_port" \
+    CATALOG_URI="jdbc:sqlite:$dir/catalog.db" CATALOG_WAREHOUSE=s3://lake/warehouse \
+    CATALOG_IO__IMPL=org.apache.iceberg.aws.s3.S3FileIO CATALOG_S3_ENDPOINT="http://127.0.0.1:$port" \
+    CATALOG_S3_ACCESS__KEY__ID=bulldozer CATALOG_S3_SECRET__ACCESS__KEY=bulldozer-secret \
+    CATALOG_S3_PATH__STYLE__ACCESS=true CATALOG_CLIENT_REGION=us-east-1 \
+    java -Xmx512m -jar "$lib/iceberg-rest/iceberg-open-api-$iceberg_version.jar" \
+    >"$dir/iceberg-rest.log" 2>&1 &
+  echo $! >"$dir/iceberg-rest.pid"
+  wait_for "Iceberg's REST catalog server" "$!" "$rest_port" "$dir/iceberg-rest.log"
+  log "S3 on 127.0.0.1:$port, Iceberg REST catalog on 127.0.0.1:$rest_port (data in $dir)"
+}
+
+stop() { # DIR
+  local dir=$1 pid
+  for name in iceberg-rest s3proxy; do
+    [ -f "$dir/$name.pid" ] || continue
+    pid=$(cat "$dir/$name.pid")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+  done
+  rm -rf "$dir"
+}
+
+case "${1:-}" in
+  fetch) fetch ;;
+  start) start "$2" "$3" ;;
+  stop) stop "$2" ;;
+  *)
+    sed -n '2,14p' "$0" >&2
+    exit 2
+    ;;
+esac
