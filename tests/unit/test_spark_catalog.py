@@ -82,3 +82,27 @@ def test_a_catalog_the_spark_engine_cannot_open_is_one_line_saying_what_to_do(gi
         spark_catalog_properties("lake", given)
     line = str(refused.value)
     assert line.startswith(said) and "\n" not in line and "s3cret" not in line, line
+
+
+def test_aws_credentials_and_region_are_given_as_icebergs_s3fileio_reads_them() -> None:
+    """pyiceberg reads ``s3.*`` keys first, then its ``client.*`` keys for every AWS client;
+    Iceberg's S3FileIO reads ``s3.*`` credentials and ``client.region``."""
+    given = {
+        "type": "rest",
+        "uri": "http://cat",
+        "client.access-key-id": "AK",
+        "client.secret-access-key": "SK",
+        "s3.session-token": "ST",
+        "client.session-token": "other",
+        "s3.region": "eu-west-1",
+        "client.region": "us-east-1",
+    }
+    options = spark_catalog_properties("lake", given)
+    assert {
+        k: options[k] for k in ("s3.access-key-id", "s3.secret-access-key", "s3.session-token", "client.region")
+    } == {
+        "s3.access-key-id": "AK",
+        "s3.secret-access-key": "SK",
+        "s3.session-token": "ST",
+        "client.region": "eu-west-1",
+    }

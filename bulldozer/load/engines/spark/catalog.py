@@ -15,8 +15,9 @@ reader. Where the two spell a catalog differently, this module translates:
   and Hive types with Hadoop's file systems (which have no ``s3:``): those get Iceberg's
   ``ResolvingFileIO`` (``S3FileIO`` for S3 paths, from the AWS bundle the driver is given;
   Hadoop's for the others), as a REST catalog has by default. pyiceberg's ``s3.region`` is
-  Java's ``client.region``, and pyiceberg addresses a bucket by path on an ``s3.endpoint``
-  of the operator's (Java by host, unless ``s3.path-style-access``).
+  Java's ``client.region``, its ``client.*`` credentials (for every AWS client) Java's
+  ``s3.*`` ones, and pyiceberg addresses a bucket by path on an ``s3.endpoint`` of the
+  operator's (Java by host, unless ``s3.path-style-access``).
 - A catalog type Iceberg's Spark runtime here cannot open (Glue and DynamoDB need the AWS
   SDK's jars, BigQuery its own; in-memory and ``py-catalog-impl`` catalogs exist in this
   Python process only) is refused in one line, before the run writes anything, instead of
@@ -34,6 +35,12 @@ __all__ = ["SPARK_CATALOG_TYPES", "spark_catalog_properties"]
 
 #: pyiceberg's catalog types the Spark engine opens, and Iceberg's Java name for each
 SPARK_CATALOG_TYPES = {"rest": "rest", "hive": "hive", "sql": "jdbc"}
+#: pyiceberg's keys of every AWS client's credentials, and the S3FileIO keys Iceberg's Java reads them from
+_S3_CREDENTIALS = {
+    "client.access-key-id": "s3.access-key-id",
+    "client.secret-access-key": "s3.secret-access-key",
+    "client.session-token": "s3.session-token",
+}
 #: Iceberg's FileIO that picks a file system by a path's scheme (S3FileIO for ``s3:``)
 RESOLVING_FILE_IO = "org.apache.iceberg.io.ResolvingFileIO"
 
@@ -62,8 +69,12 @@ def spark_catalog_properties(name: str, properties: Mapping[str, str]) -> dict[s
         options["uri"] = _jdbc_uri(name, properties.get("uri", ""))
     if kind in ("sql", "hive"):
         options.setdefault("io-impl", RESOLVING_FILE_IO)
-    if "s3.region" in properties:
-        options.setdefault("client.region", properties["s3.region"])
+    region = properties.get("s3.region") or properties.get("client.region")
+    if region:  # pyiceberg takes s3.region first
+        options["client.region"] = region
+    for unified, java_key in _S3_CREDENTIALS.items():
+        if unified in properties:  # pyiceberg takes the s3.* key first, as setdefault keeps it
+            options.setdefault(java_key, properties[unified])
     if "s3.endpoint" in properties:
         virtual = properties.get("s3.force-virtual-addressing", "false").strip().lower() == "true"
         options.setdefault("s3.path-style-access", str(not virtual).lower())
