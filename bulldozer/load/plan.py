@@ -64,6 +64,10 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engi
 
     spec = loaded.spec
     dm = spec.data_movement
+    if engine == "spark":
+        from bulldozer.load.engines.spark.catalog import refuse_unopenable
+
+        refuse_unopenable(dm.catalog)
     catalog = open_catalog(dm.catalog, home)
     live = live_version(client, spec.alias)
     previous = live.value_descriptor_set if live and live.value_descriptor_set else None

@@ -205,6 +205,7 @@ class JobRun:
             raise CatalogError(
                 f"query sources and duplicate_keys keep_latest need --engine local (not {self.load_engine.name})"
             )
+        self.load_engine.refuse(spec)
 
     # -- the stages -------------------------------------------------------------
 

@@ -474,6 +474,26 @@ def test_the_spark_engine_reads_the_operators_sql_catalog_as_the_local_engine_do
     assert not (home / "catalog.db").exists()
 
 
+def test_a_catalog_sparks_jvm_cannot_open_is_refused_before_spark_starts(sample: Path, tmp_path: Path) -> None:
+    """A pyiceberg SQL catalog on PostgreSQL (the Spark engine ships SQLite's JDBC driver
+    only): ``run`` and ``plan`` with ``--engine spark`` say so in one line, before Spark
+    starts or the run reads the table (``run`` failed with a Java exception once its
+    version was loading); the local engine is not concerned."""
+    catalogs = {"lake": {"uri": "postgresql+psycopg2://bob:s3cret@127.0.0.1:1/cat"}}
+    said = (
+        "catalog 'lake' is a SQL catalog on postgresql: the Spark engine opens a SQL catalog in a SQLite file only "
+        "(Iceberg's JDBC catalog on the same file; it ships no other database's driver): run the job with the local "
+        "engine (--engine local), or serve the catalog over REST"
+    )
+    env = {"BULLDOZER_CATALOGS": json.dumps(catalogs)}
+    for command in (["run", "-q"], ["plan"]):
+        done = _cli([*command, "templates/move_data_to_kv_dal.yaml", "--engine", "spark"], tmp_path, env)
+        assert (done.returncode, done.stderr.splitlines()) == (1, [f"error: {said}"]), done.stderr
+    done = _cli(["plan", "templates/move_data_to_kv_dal.yaml"], tmp_path, env)  # pyiceberg's own word on it
+    assert done.returncode == 1 and "cannot open catalog 'lake'" in done.stderr and said not in done.stderr
+    assert "s3cret" not in done.stderr
+
+
 @pytest.mark.spark
 def test_a_table_with_equality_deletes_loads_with_spark_and_is_refused_by_pyicebergs_reader(
     equality_deletes: tuple[Path, int, Path], dal: KvClient

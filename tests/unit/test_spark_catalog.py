@@ -106,3 +106,13 @@ def test_aws_credentials_and_region_are_given_as_icebergs_s3fileio_reads_them() 
         "s3.session-token": "ST",
         "client.region": "eu-west-1",
     }
+
+
+def test_a_rest_catalogs_java_client_waits_as_long_as_pyicebergs() -> None:
+    """BULLDOZER_CATALOG_TIMEOUT bounds pyiceberg's calls; Iceberg's Java REST client, which
+    Spark's reader opens the table with, gets the same bound unless the catalog sets its own."""
+    options = spark_catalog_properties("lake", {"type": "rest", "uri": "http://cat"}, 2.5)
+    assert options["rest.client.connection-timeout-ms"] == options["rest.client.socket-timeout-ms"] == "2500"
+    own = {"type": "rest", "uri": "http://cat", "rest.client.socket-timeout-ms": "90000"}
+    assert spark_catalog_properties("lake", own, 2.5)["rest.client.socket-timeout-ms"] == "90000"
+    assert "rest.client.socket-timeout-ms" not in spark_catalog_properties("lake", {"uri": "sqlite:////c.db"}, 2.5)

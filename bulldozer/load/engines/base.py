@@ -122,6 +122,12 @@ class LoadEngine(ABC):
                     return f"column {column.name!r} holds a {t}, and {self.unreadable_types[str(t)]}"
         return None
 
+    def refuse(self, spec: JobSpec) -> None:
+        """Raise, in one line, what of ``spec`` this engine cannot run at all (Spark: a
+        catalog its JVM cannot open), before the run reads or writes anything. Default:
+        nothing."""
+        return None
+
     def prepare(self, spec: JobSpec, home: str | None) -> None:
         """Start, in the background, what a load of ``spec`` will need (Spark: its driver and
         its executors' Python workers), while the run reads the source's schema and creates

@@ -121,16 +121,18 @@ class SparkEngine(LocalEngine):
         self._starting: _Start | None = None
 
     def _context_args(self, spec: JobSpec, home: str | None) -> tuple[Any, ...]:
-        from bulldozer.load.engines.spark.catalog import spark_catalog_properties
         from bulldozer.load.engines.spark.package import archive_conf
         from bulldozer.warehouse.catalog import catalog_properties
 
         catalog = spec.data_movement.catalog
-        properties = catalog_properties(catalog)
-        if properties is not None:  # one Spark cannot open is refused before the run writes anything
-            spark_catalog_properties(catalog.name, properties)
         conf = self.conf if self.conf is not None else archive_conf()
-        return (catalog.name, properties, home, self.master, conf)
+        return (catalog.name, catalog_properties(catalog), home, self.master, conf)
+
+    def refuse(self, spec: JobSpec) -> None:
+        """A catalog Spark's JVM cannot open (``catalog.refuse_unopenable``)."""
+        from bulldozer.load.engines.spark.catalog import refuse_unopenable
+
+        refuse_unopenable(spec.data_movement.catalog)
 
     def session(self, plan: LoadPlan) -> Any:
         """The SparkSession (Spark SQL, Iceberg's catalog) for ``plan``: the by-key path's."""

@@ -30,8 +30,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from bulldozer.errors import CatalogError
+from bulldozer.spec.models import CatalogConfig
 
-__all__ = ["SPARK_CATALOG_TYPES", "spark_catalog_properties"]
+__all__ = ["SPARK_CATALOG_TYPES", "refuse_unopenable", "spark_catalog_properties"]
 
 #: pyiceberg's catalog types the Spark engine opens, and Iceberg's Java name for each
 SPARK_CATALOG_TYPES = {"rest": "rest", "hive": "hive", "sql": "jdbc"}
@@ -45,10 +46,12 @@ _S3_CREDENTIALS = {
 RESOLVING_FILE_IO = "org.apache.iceberg.io.ResolvingFileIO"
 
 
-def spark_catalog_properties(name: str, properties: Mapping[str, str]) -> dict[str, str]:
+def spark_catalog_properties(name: str, properties: Mapping[str, str], timeout: float | None = None) -> dict[str, str]:
     """Iceberg's Java catalog properties (``spark.sql.catalog.<name>.*`` without the
     prefix) for the pyiceberg catalog ``name`` with ``properties``; a CatalogError, in one
-    line, for a catalog the Spark engine cannot open."""
+    line, for a catalog the Spark engine cannot open. ``timeout`` (seconds: the operator's
+    ``BULLDOZER_CATALOG_TIMEOUT``) bounds each call of a REST catalog's Java client as it
+    bounds pyiceberg's, unless the catalog sets Java's own timeouts."""
     if "py-catalog-impl" in properties:
         raise CatalogError(
             f"catalog {name!r} is a Python catalog (py-catalog-impl), which Spark's JVM cannot open: "
@@ -69,6 +72,9 @@ def spark_catalog_properties(name: str, properties: Mapping[str, str]) -> dict[s
         options["uri"] = _jdbc_uri(name, properties.get("uri", ""))
     if kind in ("sql", "hive"):
         options.setdefault("io-impl", RESOLVING_FILE_IO)
+    if kind == "rest" and timeout is not None:
+        for key in ("rest.client.connection-timeout-ms", "rest.client.socket-timeout-ms"):
+            options.setdefault(key, str(max(1, round(timeout * 1000))))
     region = properties.get("s3.region") or properties.get("client.region")
     if region:  # pyiceberg takes s3.region first
         options["client.region"] = region
@@ -79,6 +85,17 @@ def spark_catalog_properties(name: str, properties: Mapping[str, str]) -> dict[s
         virtual = properties.get("s3.force-virtual-addressing", "false").strip().lower() == "true"
         options.setdefault("s3.path-style-access", str(not virtual).lower())
     return options
+
+
+def refuse_unopenable(config: CatalogConfig) -> None:
+    """A CatalogError, in one line, if the Spark engine cannot open the job's catalog
+    ``config`` (``spark_catalog_properties``): checked by a run before it writes anything,
+    and by ``plan --engine spark``."""
+    from bulldozer.warehouse.catalog import catalog_properties
+
+    properties = catalog_properties(config)
+    if properties is not None:  # the embedded catalog: a SQL catalog in a SQLite file
+        spark_catalog_properties(config.name, properties)
 
 
 def _catalog_type(name: str, properties: Mapping[str, str]) -> str:

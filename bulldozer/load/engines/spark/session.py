@@ -207,7 +207,8 @@ def _start_context(
         **(conf or {}),
     }
     catalog = properties or embedded_catalog_properties(home)
-    options.update({f"{prefix}.{k}": v for k, v in spark_catalog_properties(catalog_name, catalog).items()})
+    java = spark_catalog_properties(catalog_name, catalog, settings.catalog_timeout)
+    options.update({f"{prefix}.{k}": v for k, v in java.items()})
     if "spark.jars" in (conf or {}) and "spark.jars" in packages:
         options["spark.jars"] = f"{packages['spark.jars']},{options['spark.jars']}"  # ours and theirs
     # A cluster's executors are asked for as the context starts, and Spark copies and
