@@ -177,3 +177,34 @@ def test_the_spark_engine_reads_a_sql_catalogs_table_in_s3(
     record = run_job(_spec(partitions=4), dal, engine="spark", home=str(tmp_path / "home"))
     info = dal.describe(record.version)
     assert (record.rows, info.record_count, info.digest) == (1_000, 1_000, expected.value)
+
+
+@pytest.mark.spark
+def test_sparks_rest_client_waits_no_longer_than_the_catalog_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Iceberg's Java REST client (Spark's reader opens the table with it) asked a catalog
+    that took the connection and never answered, and waited: still waiting after 90 s here.
+    It gets ``BULLDOZER_CATALOG_TIMEOUT`` as pyiceberg does."""
+    import socket
+    import threading
+    import time
+
+    from bulldozer.load.engines.spark.datasource import worker_error
+    from bulldozer.load.engines.spark.session import spark_session
+
+    monkeypatch.setenv("BULLDOZER_CATALOG_TIMEOUT", "2")
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        catalog = {"type": "rest", "uri": f"http://127.0.0.1:{silent.getsockname()[1]}"}
+        spark = spark_session("lake", catalog, str(tmp_path), "local[2]")
+        hang_up = threading.Timer(40, silent.close)  # a client that waits for ever fails then
+        hang_up.start()
+        started = time.monotonic()
+        with pytest.raises(Exception) as raised:
+            spark.read.table("lake.sample.t").count()
+        hang_up.cancel()
+        assert time.monotonic() - started < 30
+    said = str(worker_error(raised.value))
+    assert said.startswith("the Spark job failed: RESTException: ") and "Read timed out" in said, said
