@@ -72,8 +72,17 @@ s3proxy.credential=bulldozer-secret
 jclouds.provider=filesystem
 jclouds.filesystem.basedir=$dir/objects
 CONF
-  nohup java -Xmx256m -cp "$lib/s3proxy/*" org.gaul.s3proxy.Main --properties "$dir/s3proxy.conf" \
-    >"$dir/s3proxy.log" 2>&1 &
+  # logback's default (no configuration in S3Proxy's jars) logs every request at DEBUG
+  cat >"$dir/s3proxy-logback.xml" <<'XML'
+<configuration>
+  <appender name="STDOUT" class="ch.qos.logback.core.ConsoleAppender">
+    <encoder><pattern>%d{HH:mm:ss.SSS} %-5level %logger{36} - %msg%n</pattern></encoder>
+  </appender>
+  <root level="WARN"><appender-ref ref="STDOUT"/></root>
+</configuration>
+XML
+  nohup java -Xmx256m -Dlogback.configurationFile="$dir/s3proxy-logback.xml" -cp "$lib/s3proxy/*" \
+    org.gaul.s3proxy.Main --properties "$dir/s3proxy.conf" >"$dir/s3proxy.log" 2>&1 &
   echo $! >"$dir/s3proxy.pid"
   wait_for S3Proxy "$!" "$port" "$dir/s3proxy.log"
   # the REST server's catalog properties: CATALOG_<KEY> (_ for ".", __ for "-")

@@ -208,3 +208,69 @@ def test_sparks_rest_client_waits_no_longer_than_the_catalog_timeout(
         assert time.monotonic() - started < 30
     said = str(worker_error(raised.value))
     assert said.startswith("the Spark job failed: RESTException: ") and "Read timed out" in said, said
+
+
+class _CountingProxy:
+    """An HTTP proxy on loopback (requests in absolute form, hop-by-hop headers dropped, as
+    a proxy does) forwarding to the store, keeping each request's user agent."""
+
+    def __init__(self) -> None:
+        import http.client
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from urllib.parse import urlsplit
+
+        self.agents: list[str] = []
+        agents = self.agents
+        hop = {"connection", "proxy-connection", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade"}
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def forward(self) -> None:
+                url = urlsplit(self.path)
+                agents.append(self.headers.get("User-Agent", ""))
+                dropped = hop | {h.strip().lower() for h in (self.headers.get("Connection") or "").split(",")}
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in dropped}
+                length = int(self.headers.get("Content-Length") or 0)
+                upstream = http.client.HTTPConnection(url.hostname or "", url.port, timeout=30)
+                path = url.path + (f"?{url.query}" if url.query else "")
+                upstream.request(self.command, path, self.rfile.read(length) if length else None, headers)
+                answer = upstream.getresponse()
+                data = answer.read()
+                self.send_response(answer.status, answer.reason)
+                for key, value in answer.getheaders():
+                    if key.lower() not in hop | {"content-length"}:
+                        self.send_header(key, value)
+                head = answer.getheader("Content-Length") if self.command == "HEAD" else None
+                self.send_header("Content-Length", head or str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                upstream.close()
+
+            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = forward
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.uri = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.mark.spark
+def test_both_engines_reach_the_store_through_the_operators_proxy(
+    rest: dict[str, str], tmp_path: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``s3.proxy-uri``: pyiceberg's S3 client took it, Iceberg's Java S3 client (Spark's
+    reader) did not and went to the store directly, round the operator's proxy."""
+    proxy = _CountingProxy()
+    try:
+        monkeypatch.setenv("BULLDOZER_CATALOGS", json.dumps({"lake": {**rest, "s3.proxy-uri": proxy.uri}}))
+        record = run_job(_spec(partitions=4), dal, engine="spark", home=str(tmp_path))
+    finally:
+        proxy.server.shutdown()
+    assert dal.describe(record.version).digest == _expected(rest).value
+    java = [agent for agent in proxy.agents if "aws-sdk-java" in agent]  # Spark's reader's requests
+    assert java and len(java) < len(proxy.agents), proxy.agents  # and pyiceberg's (planning, checks)

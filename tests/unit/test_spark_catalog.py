@@ -116,3 +116,24 @@ def test_a_rest_catalogs_java_client_waits_as_long_as_pyicebergs() -> None:
     own = {"type": "rest", "uri": "http://cat", "rest.client.socket-timeout-ms": "90000"}
     assert spark_catalog_properties("lake", own, 2.5)["rest.client.socket-timeout-ms"] == "90000"
     assert "rest.client.socket-timeout-ms" not in spark_catalog_properties("lake", {"uri": "sqlite:////c.db"}, 2.5)
+
+
+def test_an_s3_proxy_and_timeouts_are_given_to_icebergs_http_client() -> None:
+    """Java ignored pyiceberg's ``s3.proxy-uri`` (Spark's reader went round the operator's
+    proxy) and its timeouts."""
+    given = {"uri": "http://cat", "s3.proxy-uri": "http://proxy:3128", "s3.connect-timeout": "2.5"}
+    options = spark_catalog_properties("lake", {**given, "s3.request-timeout": "30"})
+    assert options["http-client.proxy-endpoint"] == "http://proxy:3128"
+    assert options["http-client.apache.connection-timeout-ms"] == "2500"
+    assert options["http-client.apache.socket-timeout-ms"] == "30000"
+    with pytest.raises(CatalogError, match=r"sets s3\.request-timeout to a value that is not seconds"):
+        spark_catalog_properties("lake", {**given, "s3.request-timeout": "30s"})
+
+
+@pytest.mark.parametrize("key", ["s3.role-arn", "client.profile-name", "s3.anonymous", "s3.signer.uri"])
+def test_an_s3_setting_java_has_no_key_for_is_refused_not_ignored(key: str) -> None:
+    with pytest.raises(CatalogError) as refused:
+        spark_catalog_properties("lake", {"uri": "http://cat", key: "true"})
+    assert str(refused.value).startswith(f"catalog 'lake' sets {key}: pyiceberg's S3 client ")
+    assert str(refused.value).endswith("run the job with the local engine (--engine local)")
+    assert spark_catalog_properties("lake", {"uri": "http://cat", "s3.anonymous": "false"})  # off: nothing to do

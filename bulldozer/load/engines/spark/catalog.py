@@ -16,8 +16,11 @@ reader. Where the two spell a catalog differently, this module translates:
   ``ResolvingFileIO`` (``S3FileIO`` for S3 paths, from the AWS bundle the driver is given;
   Hadoop's for the others), as a REST catalog has by default. pyiceberg's ``s3.region`` is
   Java's ``client.region``, its ``client.*`` credentials (for every AWS client) Java's
-  ``s3.*`` ones, and pyiceberg addresses a bucket by path on an ``s3.endpoint`` of the
-  operator's (Java by host, unless ``s3.path-style-access``).
+  ``s3.*`` ones, its proxy and timeouts (seconds) Java's HTTP client's (milliseconds), and
+  pyiceberg addresses a bucket by path on an ``s3.endpoint`` of the operator's (Java by
+  host, unless ``s3.path-style-access``). An S3 setting Java has no key of the same
+  meaning for here (an assumed role, a profile, anonymous reads, a remote signer) is
+  refused on the Spark engine: ignored, Spark's reader would read otherwise than pyiceberg.
 - A catalog type Iceberg's Spark runtime here cannot open (Glue and DynamoDB need the AWS
   SDK's jars, BigQuery its own; in-memory and ``py-catalog-impl`` catalogs exist in this
   Python process only) is refused in one line, before the run writes anything, instead of
@@ -41,6 +44,24 @@ _S3_CREDENTIALS = {
     "client.access-key-id": "s3.access-key-id",
     "client.secret-access-key": "s3.secret-access-key",
     "client.session-token": "s3.session-token",
+}
+#: pyiceberg's S3 client timeouts (seconds), and Iceberg's Java HTTP client's (milliseconds)
+_S3_TIMEOUTS = {
+    "s3.connect-timeout": "http-client.apache.connection-timeout-ms",
+    "s3.request-timeout": "http-client.apache.socket-timeout-ms",
+}
+#: pyiceberg's S3 settings Iceberg's Java S3 client has no key of the same meaning for here
+#: (each needs a client factory or a signer of its own): refused on the Spark engine rather
+#: than read otherwise than the local engine would (what pyiceberg's client then does)
+_S3_UNTRANSLATED = {
+    "s3.role-arn": "assumes a role",
+    "client.role-arn": "assumes a role",
+    "s3.profile-name": "reads its credentials from a profile",
+    "client.profile-name": "reads its credentials from a profile",
+    "s3.anonymous": "reads anonymously",
+    "s3.signer": "has its requests signed remotely",
+    "s3.signer.uri": "has its requests signed remotely",
+    "s3.signer.endpoint": "has its requests signed remotely",
 }
 #: Iceberg's FileIO that picks a file system by a path's scheme (S3FileIO for ``s3:``)
 RESOLVING_FILE_IO = "org.apache.iceberg.io.ResolvingFileIO"
@@ -75,15 +96,38 @@ def spark_catalog_properties(name: str, properties: Mapping[str, str], timeout: 
     if kind == "rest" and timeout is not None:
         for key in ("rest.client.connection-timeout-ms", "rest.client.socket-timeout-ms"):
             options.setdefault(key, str(max(1, round(timeout * 1000))))
+    options.update(_java_s3(name, properties))
+    return options
+
+
+def _java_s3(name: str, properties: Mapping[str, str]) -> dict[str, str]:
+    """Iceberg's S3FileIO keys for the pyiceberg S3 settings in ``properties`` that Java
+    spells otherwise; a CatalogError for one it has no key of the same meaning for."""
+    untranslated = sorted(k for k in properties if k in _S3_UNTRANSLATED and properties[k].strip().lower() != "false")
+    if untranslated:
+        raise CatalogError(
+            f"catalog {name!r} sets {', '.join(untranslated)}: pyiceberg's S3 client "
+            f"{_S3_UNTRANSLATED[untranslated[0]]}, which the Spark engine's Iceberg S3 client is not set up to do "
+            "alike: run the job with the local engine (--engine local)"
+        )
+    options: dict[str, str] = {}
     region = properties.get("s3.region") or properties.get("client.region")
     if region:  # pyiceberg takes s3.region first
         options["client.region"] = region
     for unified, java_key in _S3_CREDENTIALS.items():
-        if unified in properties:  # pyiceberg takes the s3.* key first, as setdefault keeps it
-            options.setdefault(java_key, properties[unified])
-    if "s3.endpoint" in properties:
+        if unified in properties and java_key not in properties:  # pyiceberg takes the s3.* key first
+            options[java_key] = properties[unified]
+    if "s3.endpoint" in properties and "s3.path-style-access" not in properties:
         virtual = properties.get("s3.force-virtual-addressing", "false").strip().lower() == "true"
-        options.setdefault("s3.path-style-access", str(not virtual).lower())
+        options["s3.path-style-access"] = str(not virtual).lower()
+    if "s3.proxy-uri" in properties:
+        options.setdefault("http-client.proxy-endpoint", properties["s3.proxy-uri"])
+    for seconds_key, java_key in _S3_TIMEOUTS.items():
+        if seconds_key in properties and java_key not in properties:
+            try:
+                options[java_key] = str(max(1, round(float(properties[seconds_key]) * 1000)))
+            except ValueError:
+                raise CatalogError(f"catalog {name!r} sets {seconds_key} to a value that is not seconds") from None
     return options
 
 
