@@ -20,18 +20,8 @@ log() { echo "cassandra.sh: $*" >&2; }
 lib=$services_cache/cassandra-$version/lib
 
 fetch() {
-  [ -f "$lib/.complete" ] || with_lock "cassandra-$version" fetch_once
-}
-
-fetch_once() {
-  if [ -f "$lib/.complete" ]; then return 0; fi # fetched by the process this one waited for
-  command -v java >/dev/null || { log "Java 17 is required (apt-get install openjdk-17-jre-headless)"; exit 1; }
-  command -v mvn >/dev/null || { log "Maven is required to resolve the jars (apt-get install maven)"; exit 1; }
-  log "resolving cassandra-all $version and its dependencies from Maven Central into $lib"
-  mkdir -p "$lib"
-  mvn -q -B -f "$here/cassandra/pom.xml" dependency:copy-dependencies \
-    -Dcassandra.version="$version" -DoutputDirectory="$lib" -DincludeScope=runtime
-  touch "$lib/.complete"
+  fetch_jars "$lib" "cassandra-$version" "cassandra-all $version and its dependencies" \
+    "$here/cassandra/pom.xml" -Dcassandra.version="$version"
 }
 
 write_conf() { # DIR PORT
@@ -146,13 +136,7 @@ start() { # DIR PORT
 
 stop() { # DIR
   local dir=$1
-  if [ -f "$dir/cassandra.pid" ]; then
-    local pid
-    pid=$(cat "$dir/cassandra.pid")
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null || true
-  fi
+  stop_pid "$dir/cassandra.pid" 200
   rm -rf "$dir"
 }
 

@@ -34,3 +34,39 @@ apt_install() {
     apt-get install "${wait[@]}" -y -q "$@" >/dev/null
   }
 }
+
+# require_jvm_tools: Java 17 and Maven, which resolve and run the servers' jars
+require_jvm_tools() {
+  command -v java >/dev/null || { echo "$(basename "$0"): Java 17 is required (apt-get install openjdk-17-jre-headless)" >&2; exit 1; }
+  command -v mvn >/dev/null || { echo "$(basename "$0"): Maven is required to resolve the jars (apt-get install maven)" >&2; exit 1; }
+}
+
+# stop_pid FILE [TENTHS]: end the process FILE names (TERM, then KILL after TENTHS tenths of
+# a second, default 100) if FILE exists
+stop_pid() {
+  local file=$1 tenths=${2:-100} pid
+  [ -f "$file" ] || return 0
+  pid=$(cat "$file")
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 1 "$tenths"); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$pid" 2>/dev/null || true
+}
+
+# fetch_jars LIB NAME WHAT POM [MVN_ARGS...]: POM's runtime dependencies (WHAT, for the log)
+# from Maven Central into LIB, once per machine (LIB/.complete marks it done), one process
+# at a time (the lock NAME)
+fetch_jars() {
+  [ -f "$1/.complete" ] || with_lock "$2" _fetch_jars_once "$@"
+}
+
+_fetch_jars_once() {
+  local lib=$1 what=$3 pom=$4
+  shift 4
+  if [ -f "$lib/.complete" ]; then return 0; fi # fetched by the process this one waited for
+  require_jvm_tools
+  echo "$(basename "$0"): resolving $what from Maven Central into $lib" >&2
+  rm -rf "$lib"
+  mkdir -p "$lib"
+  mvn -q -B -f "$pom" dependency:copy-dependencies -DoutputDirectory="$lib" -DincludeScope=runtime "$@"
+  touch "$lib/.complete"
+}

@@ -21,24 +21,13 @@ iceberg_version=1.10.0 # the newest release whose REST server jar Maven Central 
 log() { echo "lakehouse.sh: $*" >&2; }
 # shellcheck source=common.sh
 . "$here/common.sh"
-lib=$services_cache/lakehouse-$s3proxy_version-$iceberg_version
+s3proxy_lib=$services_cache/s3proxy-$s3proxy_version
+rest_lib=$services_cache/iceberg-rest-$iceberg_version
 
 fetch() {
-  [ -f "$lib/.complete" ] || with_lock "lakehouse" fetch_once
-}
-
-fetch_once() {
-  if [ -f "$lib/.complete" ]; then return 0; fi # fetched by the process this one waited for
-  command -v java >/dev/null || { log "Java 17 is required (apt-get install openjdk-17-jre-headless)"; exit 1; }
-  command -v mvn >/dev/null || { log "Maven is required to resolve the jars (apt-get install maven)"; exit 1; }
-  log "resolving S3Proxy $s3proxy_version and Iceberg's REST catalog server $iceberg_version into $lib"
-  rm -rf "$lib"
-  mkdir -p "$lib"
-  mvn -q -B -f "$here/lakehouse/s3proxy.pom.xml" dependency:copy-dependencies \
-    -DoutputDirectory="$lib/s3proxy" -DincludeScope=runtime
-  mvn -q -B -f "$here/lakehouse/iceberg-rest.pom.xml" dependency:copy-dependencies \
-    -DoutputDirectory="$lib/iceberg-rest" -DincludeScope=runtime
-  touch "$lib/.complete"
+  fetch_jars "$s3proxy_lib" "s3proxy-$s3proxy_version" "S3Proxy $s3proxy_version" "$here/lakehouse/s3proxy.pom.xml"
+  fetch_jars "$rest_lib" "iceberg-rest-$iceberg_version" "Iceberg's REST catalog server $iceberg_version" \
+    "$here/lakehouse/iceberg-rest.pom.xml"
 }
 
 # wait_for NAME PID PORT LOG: until PORT takes a connection (1 if the process exits first)
@@ -81,7 +70,7 @@ CONF
   <root level="WARN"><appender-ref ref="STDOUT"/></root>
 </configuration>
 XML
-  nohup java -Xmx256m -Dlogback.configurationFile="$dir/s3proxy-logback.xml" -cp "$lib/s3proxy/*" \
+  nohup java -Xmx256m -Dlogback.configurationFile="$dir/s3proxy-logback.xml" -cp "$s3proxy_lib/*" \
     org.gaul.s3proxy.Main --properties "$dir/s3proxy.conf" >"$dir/s3proxy.log" 2>&1 &
   echo $! >"$dir/s3proxy.pid"
   wait_for S3Proxy "$!" "$port" "$dir/s3proxy.log"
@@ -91,7 +80,7 @@ XML
     CATALOG_IO__IMPL=org.apache.iceberg.aws.s3.S3FileIO CATALOG_S3_ENDPOINT="http://127.0.0.1:$port" \
     CATALOG_S3_ACCESS__KEY__ID=bulldozer CATALOG_S3_SECRET__ACCESS__KEY=bulldozer-secret \
     CATALOG_S3_PATH__STYLE__ACCESS=true CATALOG_CLIENT_REGION=us-east-1 \
-    java -Xmx512m -jar "$lib/iceberg-rest/iceberg-open-api-$iceberg_version.jar" \
+    java -Xmx512m -jar "$rest_lib/iceberg-open-api-$iceberg_version.jar" \
     >"$dir/iceberg-rest.log" 2>&1 &
   echo $! >"$dir/iceberg-rest.pid"
   wait_for "Iceberg's REST catalog server" "$!" "$rest_port" "$dir/iceberg-rest.log"
@@ -99,14 +88,9 @@ XML
 }
 
 stop() { # DIR
-  local dir=$1 pid
-  for name in iceberg-rest s3proxy; do
-    [ -f "$dir/$name.pid" ] || continue
-    pid=$(cat "$dir/$name.pid")
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null || true
-  done
+  local dir=$1
+  stop_pid "$dir/iceberg-rest.pid"
+  stop_pid "$dir/s3proxy.pid"
   rm -rf "$dir"
 }
 

@@ -13,6 +13,9 @@
 set -euo pipefail
 
 log() { echo "spark.sh: $*" >&2; }
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=common.sh
+. "$here/common.sh"
 
 # The worker deletes a finished application's folder (its executors' logs and the unpacked
 # environment the job shipped, ~410 MB for `bulldozer spark package`'s) seconds after it
@@ -73,13 +76,8 @@ case "${1:-}" in
     ;;
   stop)
     dir=$2
-    for name in worker master; do
-      [ -f "$dir/$name.pid" ] || continue
-      pid=$(cat "$dir/$name.pid")
-      kill "$pid" 2>/dev/null || true
-      for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-      kill -9 "$pid" 2>/dev/null || true
-    done
+    stop_pid "$dir/worker.pid"
+    stop_pid "$dir/master.pid"
     # executors the worker started (their JVMs run in DIR/work)
     pkill -9 -f -- "$dir/work" 2>/dev/null || true
     rm -rf "$dir"
