@@ -9,9 +9,10 @@ line and the operator's terminal is never driven by somebody else's text (``visi
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-__all__ = ["first_line", "shown_url", "visible", "yaml_problem", "yaml_where"]
+__all__ = ["first_line", "shown_url", "visible", "without_secrets", "yaml_problem", "yaml_where"]
 
 _QUERY_PASSWORD = re.compile(r"(^|&)(password|passwd|pwd)=[^&]*", re.IGNORECASE)
 
@@ -28,6 +29,25 @@ def shown_url(url: str) -> str:
         url = url.replace(f"//{parts.netloc}", f"//{parts.username or ''}:***@{host}", 1)
     head, sep, query = url.partition("?")
     return head + sep + _QUERY_PASSWORD.sub(r"\1\2=***", query)
+
+
+#: names of settings whose values are secrets: a catalog's ``credential`` and ``token``,
+#: ``s3.secret-access-key``, ``s3.session-token``, a ``…password``
+_SECRET_NAME = re.compile(r"credential|token|secret|passw|private", re.IGNORECASE)
+
+
+def without_secrets(text: str, settings: Mapping[str, str]) -> str:
+    """``text`` (what a library said of a client it built from ``settings``, a catalog's
+    properties) with the secrets of ``settings`` in it hidden: the value of each setting
+    named like a secret as ``***``, and each URL's password as ``shown_url`` shows it."""
+    for name, value in settings.items():
+        if not isinstance(value, str) or len(value) < 3:
+            continue
+        if _SECRET_NAME.search(name):
+            text = text.replace(value, "***")
+        elif "://" in value:
+            text = text.replace(value, shown_url(value))
+    return text
 
 
 #: characters a terminal acts on instead of showing: C0 and C1 controls (ESC starts the

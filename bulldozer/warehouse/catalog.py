@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from bulldozer.errors import BulldozerError, CatalogError, TableNotFoundError
 from bulldozer.names import did_you_mean
-from bulldozer.redaction import first_line, shown_url
+from bulldozer.redaction import first_line, shown_url, without_secrets
 from bulldozer.spec.models import EMBEDDED_CATALOG, CatalogConfig
 from bulldozer.warehouse.files import reading_metadata, unreadable_metadata
 
@@ -162,7 +162,8 @@ def open_catalog(config: CatalogConfig | None = None, home: str | os.PathLike[st
     except CatalogError:
         raise
     except Exception as exc:  # pyiceberg raises many unrelated types here
-        raise CatalogError(f"cannot open catalog {config.name!r} at {where}: {first_line(exc)}") from exc
+        said = without_secrets(first_line(exc), props)  # pyiceberg's may repeat the uri, password and all
+        raise CatalogError(f"cannot open catalog {config.name!r} at {where}: {said}") from exc
     _no_table_file_io_code(catalog)
     return catalog
 

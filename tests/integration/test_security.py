@@ -551,14 +551,19 @@ def test_a_redis_password_is_never_said(tmp_path: Path) -> None:
     assert "s3cret" not in served.stderr + served.stdout
 
 
-def test_a_catalog_uri_password_is_never_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A catalog that does not open is named by its URI, without the password in it."""
+@pytest.mark.parametrize("typed", [True, False], ids=["sql", "no-type"])
+def test_a_catalog_uri_password_is_never_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, typed: bool) -> None:
+    """A catalog that does not open is named by its URI, without the password in it.
+    no-type: pyiceberg's own message repeats the URI (``Could not infer the catalog type
+    from the uri: mysql://bob:s3cret@…``), and the line said it, password and all."""
     from bulldozer.errors import CatalogError
     from bulldozer.spec.models import CatalogConfig
     from bulldozer.warehouse.catalog import open_catalog
 
-    uri = f"postgresql+psycopg2://bob:s3cret@127.0.0.1:{_free_port()}/lake"
-    monkeypatch.setenv("BULLDOZER_CATALOGS", json.dumps({"remote": {"type": "sql", "uri": uri}}))
+    scheme = "postgresql+psycopg2" if typed else "mysql"
+    uri = f"{scheme}://bob:s3cret@127.0.0.1:{_free_port()}/lake"
+    catalog = {"type": "sql", "uri": uri} if typed else {"uri": uri}
+    monkeypatch.setenv("BULLDOZER_CATALOGS", json.dumps({"remote": catalog}))
     with pytest.raises(CatalogError) as refused:
         open_catalog(CatalogConfig(name="remote"), tmp_path)
     assert "s3cret" not in str(refused.value) and "bob:***@" in str(refused.value)

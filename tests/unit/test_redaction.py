@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bulldozer.redaction import first_line, shown_url, visible
+from bulldozer.redaction import first_line, shown_url, visible, without_secrets
 
 
 @pytest.mark.parametrize(
@@ -75,3 +75,15 @@ def test_a_yaml_error_is_where_and_what_on_one_line() -> None:
         yaml.safe_load("a\x00")
     assert yaml_where("f.yaml", unmarked.value) == "f.yaml"
     assert yaml_problem(unmarked.value) == "unacceptable character #x0000: special characters are not allowed"
+
+
+def test_a_librarys_message_about_a_client_keeps_none_of_its_secrets() -> None:
+    settings = {
+        "uri": "mysql://bob:s3cret@db/cat",
+        "credential": "client:cl1ent-secret",
+        "s3.secret-access-key": "SK-XYZ",
+        "s3.access-key-id": "AKID",
+        "warehouse": "lake",
+    }
+    said = "no type in mysql://bob:s3cret@db/cat; sent client:cl1ent-secret and SK-XYZ as AKID for lake"
+    assert without_secrets(said, settings) == "no type in mysql://bob:***@db/cat; sent *** and *** as AKID for lake"

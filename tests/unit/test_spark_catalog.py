@@ -73,7 +73,7 @@ def test_a_catalogs_type_is_written_out_as_pyiceberg_infers_it(given: dict[str, 
         ({"type": "glue"}, "catalog 'lake' is of type glue, which the Spark engine does not open (it opens hive, rest"),
         ({"type": "in-memory"}, "catalog 'lake' is of type in-memory, which the Spark engine does not open"),
         ({"py-catalog-impl": "mine.Catalog"}, "catalog 'lake' is a Python catalog (py-catalog-impl)"),
-        ({"uri": "ftp://x"}, "catalog 'lake' has no type, and its uri does not tell it"),
+        ({"uri": "mysql://bob:s3cret@db/cat"}, "catalog 'lake' has no type, and its uri does not tell it (http"),
         ({"type": "sql", "uri": "::"}, "catalog 'lake' has a uri that is not a database URL"),
     ],
 )

@@ -151,10 +151,13 @@ def _catalog_type(name: str, properties: Mapping[str, str]) -> str:
 
     try:
         inferred = infer_catalog_type(name, dict(properties))
-    except ValueError as exc:
-        raise CatalogError(f"catalog {name!r} has no type, and its uri does not tell it: {exc}") from None
+    except ValueError:  # its message repeats the uri, password and all
+        inferred = None
     if inferred is None:
-        raise CatalogError(f"catalog {name!r} has no type, and its uri does not tell it")
+        raise CatalogError(
+            f"catalog {name!r} has no type, and its uri does not tell it (http… is REST, thrift… Hive, "
+            "sqlite… or postgresql… SQL): give its type"
+        )
     return str(inferred.value)
 
 
