@@ -297,6 +297,7 @@ def test_choosing_the_data_plane(
         choose_data_plane("native", embedded, secured=True)
     # the operator's binary is not one: auto falls back saying so (a warning), native refuses
     monkeypatch.setenv("BULLDOZER_KVD", str(tmp_path / "missing"))
+    caplog.clear()  # the calls above log at INFO where an earlier test left the logger at INFO
     with caplog.at_level(logging.INFO, logger="bulldozer.kv.server"):
         assert choose_data_plane("auto", embedded, secured=False) == DataPlane.python
     said = f"BULLDOZER_KVD names {tmp_path / 'missing'}, which is not an executable file"
