@@ -4,9 +4,8 @@ The job's pyiceberg catalog is opened as Iceberg's Java runtime spells it
 (``bulldozer.load.engines.spark.catalog``): for the embedded warehouse, a JDBC catalog on
 the very SQLite file pyiceberg writes (the catalog names match: ``lake``). One session is
 kept while the catalog, home and master stay the same (Spark catalogs load once). Spark's
-own log level follows Bulldozer's
-(``bulldozer`` logger), and its console progress bar is off unless asked for (``-q`` and
-non-terminal runs never show it).
+own log level follows Bulldozer's (``bulldozer`` logger), and its console progress bar is
+off unless asked for (``-q`` and non-terminal runs never show it).
 """
 
 from __future__ import annotations
