@@ -34,7 +34,7 @@ Tree::
     └── LoadError                  a run failed while loading or verifying
         ├── SourceDataError            the source rows break a rule (null / duplicate key)
         │   ├── DuplicateKeyError
-        │   └── UnreadableFilesError   files the local reader cannot read (Avro) or apply (equality deletes)
+        │   └── UnreadableFilesError   files the local reader cannot read (Avro) or apply exactly (some equality deletes)
         ├── VerificationError          counts / digests differ from what the DAL acknowledged
         └── QualityGateError           a quality gate of the spec refused the version
 """
@@ -345,8 +345,9 @@ class SourceDataError(LoadError):
 
 class UnreadableFilesError(SourceDataError):
     """The table's snapshot has files pyiceberg's reader cannot read (Avro data files) or
-    apply (equality deletes: read without them, rows the table deleted would be loaded);
-    Iceberg's own reader, the Spark engine's, can. ``why``: what the snapshot has;
+    equality deletes Bulldozer cannot apply exactly (``warehouse.equality_deletes``: read
+    without them, rows the table deleted would be loaded); Iceberg's own reader, the Spark
+    engine's, can. ``why``: what the snapshot has;
     ``remedy``: the Spark SQL that rewrites them away."""
 
     why: str = ""

@@ -117,10 +117,7 @@ def _live_rows(table: Any, manifests: dict[str, Any]) -> int:
 
 def _tasks(scan: Any, manifests: list[Any]) -> dict[str, Any]:
     """The scan's file-scan tasks of the live data files of ``manifests`` alone, by path."""
-    from pyiceberg.table import ManifestGroupPlanner
-
-    planner = ManifestGroupPlanner(scan.table_metadata, scan.io, scan.row_filter, scan.case_sensitive, scan.options)
-    return {t.file.file_path: t for t in checked_tasks(scan, lambda: planner.plan_files(manifests))}
+    return {t.file.file_path: t for t in checked_tasks(scan, manifests)}
 
 
 def plan_delta(

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
@@ -147,22 +147,29 @@ def unreadable_metadata(what: str, exc: BaseException) -> CatalogError:
     return CatalogError(f"cannot read the metadata of {what}: {type(exc).__name__}: {said}")
 
 
-def checked_tasks(scan: Any, plan: Callable[[], Iterable[Any]] | None = None, spark_reads: bool = True) -> list[Any]:
-    """The file-scan tasks ``plan`` makes (default: the scan's ``plan_files``, reading its
-    manifests: ``reading_metadata``) as a list, or a CatalogError naming the first data or
-    delete file that lives outside the table and the operator's roots; an
-    UnreadableFilesError for a snapshot with equality delete files (pyiceberg plans none) or
-    data files of a format its reader does not read (Avro), which says to run the Spark
-    engine if it can read the table (``spark_reads``: not for a query, which it does not
-    run)."""
+def checked_tasks(scan: Any, manifests: list[Any] | None = None, spark_reads: bool = True) -> list[Any]:
+    """The file-scan tasks of the scan (of the live data files of ``manifests`` alone, where
+    given), reading its manifests (``reading_metadata``), as a list, or a CatalogError naming
+    the first data or delete file that lives outside the table and the operator's roots.
+    pyiceberg plans the tasks; a snapshot with equality delete files, which its planner
+    refuses, is planned with them (``warehouse.equality_deletes``). An UnreadableFilesError
+    for what pyiceberg's reader cannot read (Avro data files) or Bulldozer cannot apply
+    exactly (some equality deletes), which says to run the Spark engine if it can read the
+    table (``spark_reads``: not for a query, which it does not run)."""
+    from bulldozer.warehouse.equality_deletes import Unappliable, plan_files
+
     location = scan.table_metadata.location
     with reading_metadata(f"the table at {shown_url(location)}"):
         try:
-            listed = list(plan() if plan is not None else scan.plan_files())
-        except ValueError:  # pyiceberg refuses equality deletes so; said here if that is why
-            if _equality_deletes(scan):
-                raise _equality_deletes_error(scan, spark_reads) from None
-            raise
+            try:
+                listed = list(scan.plan_files()) if manifests is None else plan_files(scan, manifests, READ_FORMATS)
+            except ValueError:  # pyiceberg's planner refuses equality deletes so
+                if manifests is not None or not _equality_deletes(scan):
+                    raise
+                snapshot = scan.snapshot()
+                listed = plan_files(scan, snapshot.manifests(scan.io) if snapshot else [], READ_FORMATS)
+        except Unappliable as exc:
+            raise _equality_deletes_error(scan, str(exc), spark_reads) from None
     _inside(location, (f.file_path for f in task_files(listed)))
     other = next((t.file for t in listed if t.file.file_format.name not in READ_FORMATS), None)
     if other is not None:
@@ -174,7 +181,8 @@ def snapshot_files(scan: Any) -> list[Any]:
     """Every live data and delete file of the scan's snapshot, from its manifests (no task
     planned, no delete applied, no filter: all of them), or a CatalogError naming the first
     one outside the table and the operator's roots: the files a reader of the engine's own
-    (Iceberg's Spark reader) reads for a snapshot pyiceberg cannot plan (equality deletes)."""
+    (Iceberg's Spark reader) reads for a snapshot the local reader cannot read (Avro data files)
+    or apply exactly (some equality deletes)."""
     location = scan.table_metadata.location
     with reading_metadata(f"the table at {shown_url(location)}"):
         files = list(_live_files(scan))
@@ -207,13 +215,13 @@ REWRITE_EQUALITY_DELETES = (
 )
 
 
-def _equality_deletes_error(scan: Any, spark_reads: bool) -> UnreadableFilesError:
-    why = f"has equality delete files at snapshot {_snapshot_id(scan)} (as Flink's upserts write)"
+def _equality_deletes_error(scan: Any, what: str, spark_reads: bool) -> UnreadableFilesError:
+    why = f"has {what} at snapshot {_snapshot_id(scan)}"
     return _unreadable_files(
         scan,
         why,
-        "cannot apply them, and rows the table deleted would be loaded",
-        "applies them",
+        "cannot apply it exactly, and rows the table deleted would be loaded",
+        "applies it",
         REWRITE_EQUALITY_DELETES,
         spark_reads,
     )
@@ -338,8 +346,10 @@ def verify_task_files(io: Any, tasks: list[Any]) -> None:
 
 
 def task_files(tasks: list[Any]) -> list[Any]:
-    """The data files of ``tasks`` and their delete files."""
-    return [f for t in tasks for f in (t.file, *t.delete_files)]
+    """The data files of ``tasks`` and their delete files (positional and equality)."""
+    from bulldozer.warehouse.equality_deletes import equality_files
+
+    return [f for t in tasks for f in (t.file, *t.delete_files, *equality_files(t))]
 
 
 def verify_files(io: Any, listed: list[Any]) -> None:

@@ -496,52 +496,227 @@ def test_a_catalog_sparks_jvm_cannot_open_is_refused_before_spark_starts(sample:
 
 
 @pytest.mark.spark
-def test_a_table_with_equality_deletes_loads_with_spark_and_is_refused_by_pyicebergs_reader(
+def test_a_table_with_equality_deletes_loads_on_every_engine_as_icebergs_reader_reads_it(
     equality_deletes: tuple[Path, int, Path], dal: KvClient
 ) -> None:
     """pyiceberg plans no snapshot with equality deletes: every engine failed with "cannot
     read the metadata of the table: ValueError: PyIceberg does not yet support equality
-    deletes", the Spark engine too, whose Iceberg reader applies them. The local engine now
-    says why in one line and what to do; the Spark engine reads such a table by key through
-    Iceberg's reader, each file of the snapshot checked first (a delete file written again is
-    refused); and the rewrite the line advises lets the local engine load the same version."""
+    deletes", then the local engine and a query refused the table (only the Spark engine
+    read it, by key, through Iceberg's reader). Bulldozer now plans and applies them itself:
+    the local engine, a query and the Spark engine's own splits load the version Iceberg's
+    reader loads, and a delete file written again in place is refused on each path."""
     import pyarrow.parquet as pq
 
-    from bulldozer.errors import UnreadableFilesError
-    from bulldozer.load.engines.spark.session import spark_session, stop_spark_session
     from bulldozer.load.plan import plan_run
-    from bulldozer.warehouse.files import REWRITE_EQUALITY_DELETES
 
     home, left, deletes = equality_deletes
     alias = f"equality_deletes_{uuid.uuid4().hex[:8]}"
     loaded = _spec(TEMPLATE.replace("alias: user_item_scores", f"alias: {alias}"))
-    said = r"^the table at \S+ has equality delete files at snapshot \d+ \(as Flink's upserts write\): .*--engine spark"
-    with pytest.raises(UnreadableFilesError, match=said):
-        run_job(loaded, dal, engine="local", home=str(home))
+    by_key = _spec(loaded.text.replace("    in_flight_batches: 4 ", "    partitions: 4\n    in_flight_batches: 4 "))
+    in_place = _spec(loaded.text.replace("    in_flight_batches: 4 ", "    partitions: 2\n    in_flight_batches: 4 "))
+    reference = dal.describe(run_job(by_key, dal, engine="spark", home=str(home)).version)  # Iceberg's reader
+    assert reference.record_count == left == 2_950
+    for engine, spec in (("local", loaded), ("spark", in_place)):
+        info = dal.describe(run_job(spec, dal, engine=engine, home=str(home)).version)
+        assert (info.record_count, info.digest) == (reference.record_count, reference.digest), engine
     query = _spec(loaded.text.replace("table: sample.user_item_scores", f"query: SELECT * FROM {TABLE}"))
-    with pytest.raises(UnreadableFilesError, match=r"; a query's tables are read with it on every engine: have them"):
-        run_job(query, dal, engine="local", home=str(home))  # the Spark engine runs no query
-    done = run_job(loaded, dal, engine="spark", home=str(home))
-    info = dal.describe(done.version)
-    assert done.rows == info.record_count == left == 2_950
+    assert dal.describe(run_job(query, dal, engine="local", home=str(home)).version).record_count == left
+    live = dal.describe_target(alias).name
     whole = deletes.read_bytes()
     try:
         pq.write_table(pq.read_table(deletes).slice(1), deletes)  # a deleted user back
-        with pytest.raises(SourceDataError, match=r"^the delete file \S+/user-deletes\.parquet holds 4 rows where "):
-            run_job(loaded, dal, engine="spark", home=str(home))
+        said = r"^the delete file \S+/user-deletes\.parquet holds 4 rows where "
+        for engine, spec in (("local", loaded), ("local", query), ("spark", by_key), ("spark", in_place)):
+            with pytest.raises(SourceDataError, match=said):
+                run_job(spec, dal, engine=engine, home=str(home))
     finally:
         deletes.write_bytes(whole)
-    assert dal.describe_target(alias).name == done.version  # the live version stays
-    planned = plan_run(loaded, dal, str(home), engine="spark")  # a dry run says what Spark reads
+    assert dal.describe_target(alias).name == live  # the live version stays
+    planned = plan_run(loaded, dal, str(home), engine="spark")  # a dry run says what is read
     assert (planned.files, planned.rows) == (3, 3_000)
+
+
+CDC = "cdc.users"
+MEASURES = "cdc.measures"
+
+
+def _cdc_rows(schema: pa.Schema, ids: list[int], version: int = 0) -> pa.Table:
+    """Rows of ``cdc.users``: even ids in region eu, odd in us; every third id's name null."""
+    return pa.table(
+        {
+            "id": ids,
+            "region": ["eu" if i % 2 == 0 else "us" for i in ids],
+            "name": [None if i % 3 == 0 else f"n{i}" for i in ids],
+            "score": [i * 10 + version for i in ids],
+        },
+        schema=schema,
+    )
+
+
+@pytest.fixture(scope="module")
+def upserts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, set[int], int]:
+    """A table written as a change-data writer writes one (Flink's upserts): equality delete
+    files of every kind, committed with Iceberg's Java API through Spark (pyiceberg writes
+    none), and positional deletes from Spark SQL; with the ids Iceberg's reader reads.
+
+    Data: ids 0-99 in an unpartitioned file (spec 0, sequence 1), 100-199 after the spec
+    became identity(region) (spec 1, sequence 2: a file per region). Then, in one commit
+    (sequence 3), equality deletes: global (spec 0) by id, of 5, 150, 151; in partition
+    region=eu by id, of 102, 103 (in us: kept) and 7 (in the spec-0 file: kept); global by
+    (region, name), of (us, null) and (eu, n10). An upsert (sequence 4): global deletes by id
+    of 20 and 21 and a data file with 20's new row (same sequence: kept), and in region=eu
+    a delete and a new row of 104. Sequence 5 appends 5 and 3 again (later than their
+    deletes: kept); sequence 6 deletes 50 merge-on-read (a positional delete).
+
+    And ``cdc.measures``, whose equality deletes are by a double column (Iceberg's reader
+    applies them; Bulldozer refuses to: Java compares NaN and -0.0 otherwise than Arrow),
+    with its rows left."""
+    from urllib.parse import urlsplit
+
+    import pyarrow.parquet as pq
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import DoubleType, LongType, NestedField, StringType
+
+    from bulldozer.load.engines.spark.session import spark_session, stop_spark_session
+
+    home = tmp_path_factory.mktemp("upserts")
+    catalog = open_catalog(CatalogConfig(), home)
+    catalog.create_namespace("cdc")
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "region", StringType(), required=True),
+        NestedField(3, "name", StringType(), required=False),
+        NestedField(4, "score", LongType(), required=False),
+        identifier_field_ids=[1],
+    )
+    table = catalog.create_table(CDC, schema)
+    arrow = schema.as_arrow()
+    table.append(_cdc_rows(arrow, list(range(100))))
+    with table.update_spec() as update:
+        update.add_identity("region")
+    table.append(_cdc_rows(arrow, list(range(100, 200))))
+    stop_spark_session()  # a session of another home in this worker
     spark = spark_session("lake", None, str(home), "local[2]")
     try:
-        spark.sql(REWRITE_EQUALITY_DELETES.replace("<catalog>", "lake").replace("<table>", TABLE)).collect()
+        jvm = spark._jvm
+        iceberg = jvm.org.apache.iceberg
+        java = iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, f"lake.{CDC}")
+        folder = Path(urlsplit(java.location()).path) / "data"
+        global_spec, by_region = java.specs().get(0), java.specs().get(1)
+
+        def written(name: str, rows: pa.Table) -> Path:
+            path = folder / f"{name}.parquet"
+            pq.write_table(rows, path)
+            return path
+
+        def deletes(name: str, spec: Any, partition: str | None, rows: pa.Table) -> Any:
+            path = written(name, rows)
+            ids = spark.sparkContext._gateway.new_array(jvm.int, rows.num_columns)
+            for i, column in enumerate(rows.column_names):
+                ids[i] = int(arrow.field(column).metadata[b"PARQUET:field_id"])
+            builder = (
+                iceberg.FileMetadata.deleteFileBuilder(spec)
+                .ofEqualityDeletes(ids)
+                .withPath(path.as_uri())
+                .withFormat("parquet")
+                .withFileSizeInBytes(path.stat().st_size)
+                .withRecordCount(rows.num_rows)
+            )
+            return (builder.withPartitionPath(partition) if partition else builder).build()
+
+        def by(columns: list[str], values: dict[str, list[Any]]) -> pa.Table:
+            return pa.table(values, schema=pa.schema([arrow.field(c) for c in columns]))
+
+        (
+            java.newRowDelta()
+            .addDeletes(deletes("global-ids", global_spec, None, by(["id"], {"id": [5, 150, 151]})))
+            .addDeletes(deletes("eu-ids", by_region, "region=eu", by(["id"], {"id": [102, 103, 7]})))
+            .addDeletes(
+                deletes(
+                    "global-region-name",
+                    global_spec,
+                    None,
+                    by(["region", "name"], {"region": ["us", "eu"], "name": [None, "n10"]}),
+                )
+            )
+            .commit()
+        )
+        new_rows = written("upserted", _cdc_rows(arrow, [20, 104], version=1))
+        upserted = (
+            iceberg.DataFiles.builder(by_region)
+            .withPath(new_rows.as_uri())
+            .withFormat("parquet")
+            .withFileSizeInBytes(new_rows.stat().st_size)
+            .withRecordCount(2)
+            .withPartitionPath("region=eu")
+            .build()
+        )
+        (
+            java.newRowDelta()
+            .addRows(upserted)
+            .addDeletes(deletes("upsert-ids", global_spec, None, by(["id"], {"id": [20, 21]})))
+            .addDeletes(deletes("upsert-eu-ids", by_region, "region=eu", by(["id"], {"id": [104]})))
+            .commit()
+        )
+        spark.sql(f"REFRESH TABLE lake.{CDC}")
+        table = catalog.load_table(CDC)
+        table.append(_cdc_rows(arrow, [5, 3], version=2))
+        spark.sql(f"REFRESH TABLE lake.{CDC}")
+        spark.sql(f"ALTER TABLE lake.{CDC} SET TBLPROPERTIES ('write.delete.mode' = 'merge-on-read')")
+        spark.sql(f"DELETE FROM lake.{CDC} WHERE id = 50")
+        read = {row[0] for row in spark.sql(f"SELECT id FROM lake.{CDC}").collect()}
+        measures = catalog.create_table(
+            MEASURES,
+            Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "weight", DoubleType())),
+        )
+        measures.append(pa.table({"id": [1, 2, 3], "weight": [0.5, 1.5, 0.5]}, schema=measures.schema().as_arrow()))
+        java = iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, f"lake.{MEASURES}")
+        folder = Path(urlsplit(java.location()).path) / "data"
+        arrow = measures.schema().as_arrow()
+        weights = by(["weight"], {"weight": [0.5]})
+        java.newRowDelta().addDeletes(deletes("weights", java.spec(), None, weights)).commit()
+        spark.sql(f"REFRESH TABLE lake.{MEASURES}")
+        measured = spark.sql(f"SELECT count(*) FROM lake.{MEASURES}").collect()[0][0]
     finally:
         stop_spark_session()
-    rewritten = dal.describe(run_job(loaded, dal, engine="local", home=str(home)).version)
-    assert (rewritten.record_count, rewritten.digest) == (info.record_count, info.digest)
+    return home, read, int(measured)
 
+
+def _cdc_spec(alias: str, partitions: int | None = None, query: bool = False, table: str = CDC) -> LoadedSpec:
+    source = f"query: SELECT * FROM {table}" if query else f"table: {table}"
+    write = f"\n  write:\n    partitions: {partitions}" if partitions else ""
+    return _spec(
+        "apiVersion: bulldozer/v1\nkind: MoveDataToKvDal\nmetadata:\n  name: cdc_users\n  owner: data-platform\n"
+        f"data_movement:\n  source:\n    {source}\n  key_columns: [id]\n"
+        f"key_value_dal:\n  alias: {alias}{write}\n"
+        "bulldozer_protobuf:\n  package: bulldozer.jobs.cdc_users\n"
+    )
+
+
+@pytest.mark.spark
+def test_equality_deletes_apply_by_sequence_partition_and_null_as_icebergs_reader_applies_them(
+    upserts: tuple[Path, set[int], int], dal: KvClient
+) -> None:
+    """Every rule of applying equality deletes, against Iceberg's own reader: a delete
+    applies to older data only (an upsert's new row and a later append are kept), in its
+    partition and spec only, or everywhere from an unpartitioned spec; by several columns,
+    a null equal to a null; beside positional deletes. The local engine, a query and the
+    Spark engine's own splits load the ids Spark SQL reads, and the version Spark's reader
+    loads by key, byte for byte."""
+    home, read, _ = upserts
+    gone = {5, 150, 151, 102, 10, 20, 21, 104, 50} | {i for i in range(200) if i % 2 and not i % 3}
+    assert read == (set(range(200)) - gone) | {3, 5, 20, 104}  # Iceberg's reader, by the rules above
+    alias = f"cdc_{uuid.uuid4().hex[:8]}"
+    reference = dal.describe(run_job(_cdc_spec(alias, partitions=8), dal, engine="spark", home=str(home)).version)
+    assert reference.record_count == len(read)
+    for engine, spec in (
+        ("local", _cdc_spec(alias)),
+        ("spark", _cdc_spec(alias, partitions=2)),  # its tasks read the splits themselves
+    ):
+        info = dal.describe(run_job(spec, dal, engine=engine, home=str(home)).version)
+        assert (info.record_count, info.digest) == (reference.record_count, reference.digest), engine
+    queried = dal.describe(run_job(_cdc_spec(alias, query=True), dal, engine="local", home=str(home)).version)
+    assert (queried.record_count, queried.digest) == (reference.record_count, reference.digest)
 
 @pytest.mark.spark
 def test_a_table_of_avro_data_files_loads_with_spark_and_is_refused_by_pyicebergs_reader(
@@ -674,3 +849,28 @@ def test_every_engine_loads_a_time_column(engine: str, tmp_path: Path, dal: KvCl
         four = _spec(text.replace("{alias: times}", "{alias: times, write: {partitions: 4}}"))
         with pytest.raises(SchemaError, match=r"^column 'at' holds a time, and Spark has no time type, .* 1 to read"):
             run_job(four, dal, engine=engine, home=str(tmp_path))
+
+
+@pytest.mark.spark
+def test_equality_deletes_that_cannot_be_applied_exactly_are_refused_and_spark_reads_them(
+    upserts: tuple[Path, set[int], int], dal: KvClient
+) -> None:
+    """Equality deletes by a floating-point column: Arrow and Java may not agree on NaN and
+    -0.0, so the local engine and a query refuse the table in one line, before reading a
+    row (their versions FAILED), and the Spark engine reads it by key through Iceberg's reader, which applies
+    them."""
+    from bulldozer.errors import UnreadableFilesError
+
+    home, _, left = upserts
+    alias = f"measures_{uuid.uuid4().hex[:8]}"
+    said = (
+        r"^the table at \S+ has an equality delete file deleting by the floating-point column 'weight' "
+        r"\(\S+/weights\.parquet\) at snapshot \d+: the local engine's reader \(pyiceberg\) cannot apply it "
+        r"exactly, and rows the table deleted would be loaded; "
+    )
+    for query, then in ((False, "run it with --engine spark"), (True, "a query's tables are read with it on every")):
+        with pytest.raises(UnreadableFilesError, match=said + then):
+            run_job(_cdc_spec(alias, query=query, table=MEASURES), dal, engine="local", home=str(home))
+    assert {r.state for r in dal.list_namespaces(alias)} == {State.FAILED}  # nothing loaded, nothing live
+    done = run_job(_cdc_spec(alias, table=MEASURES), dal, engine="spark", home=str(home))
+    assert done.rows == dal.describe(done.version).record_count == left == 1

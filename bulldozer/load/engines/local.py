@@ -19,7 +19,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -33,6 +33,7 @@ from bulldozer.load.encoder.encode import RowEncoder
 from bulldozer.load.engines.base import LoadEngine, LoadPlan, LoadResult, Progress, SplitDone, SplitResult
 from bulldozer.load.prefetch import read_ahead
 from bulldozer.spec.models import JobSpec
+from bulldozer.warehouse.equality_deletes import Applied, EqualityDeletesCache
 from bulldozer.warehouse.files import checked_tasks, unreadable_file, verify_task_files
 from bulldozer.warehouse.pyiceberg_fast import parquet_batches, streaming_reader
 
@@ -107,6 +108,8 @@ class SplitReader:
     projection: Any
     row_filter: Any
     case_sensitive: bool = True
+    #: the equality deletes read last, for the next split they apply to as well
+    deletes: EqualityDeletesCache = field(default_factory=EqualityDeletesCache, compare=False, repr=False)
 
     @classmethod
     def of(cls, table: Any, scan: Any) -> SplitReader:
@@ -114,11 +117,14 @@ class SplitReader:
 
     def batches(self, task: Any, next_location: str | None = None) -> Iterator[pa.RecordBatch]:
         """One split's batches of at most ``BATCH_ROWS`` rows, as the load sends them
-        (``next_location``: the file read after this one, asked into the page cache)."""
+        (``next_location``: the file read after this one, asked into the page cache), its
+        equality deletes applied (``warehouse.equality_deletes``: pyiceberg applies its
+        positional ones)."""
         from pyiceberg.io.pyarrow import ArrowScan
 
         _will_need(next_location)
-        arrow_scan = ArrowScan(self.metadata, self.io, self.projection, self.row_filter, self.case_sensitive)
+        deletes = Applied(self.metadata, self.io, self.projection, self.case_sensitive, task, self.deletes)
+        arrow_scan = ArrowScan(self.metadata, self.io, deletes.projection, self.row_filter, self.case_sensitive)
         try:
             batches = parquet_batches(arrow_scan, task, BATCH_ROWS, BATCH_BYTES)
             if batches is None:
@@ -126,6 +132,8 @@ class SplitReader:
                 streaming = streaming_reader(arrow_scan)
                 batches = streaming(task) if streaming is not None else arrow_scan.to_record_batches([task])
             for batch in batches:
+                if deletes:
+                    batch = deletes.kept(batch)
                 for start in range(0, batch.num_rows, BATCH_ROWS):
                     yield batch.slice(start, BATCH_ROWS)
         except (OSError, pa.ArrowException) as exc:
@@ -192,8 +200,9 @@ class LocalEngine(LoadEngine):
 
             return [("sql", 0, QueryReader(plan.sql, columns))]
         scan = _scan(plan, columns)
+        reader = SplitReader.of(plan.table, scan)
         return [
-            (split_id(task), task.file.record_count, task_batches(plan.table, scan, task, then))
+            (split_id(task), task.file.record_count, reader.batches(task, then))
             for task, then in with_next_file(scan_tasks(scan))
         ]
 

@@ -170,8 +170,8 @@ class SparkEngine(LocalEngine):
         try:
             splits, files = scan_tasks(scan), None
         except UnreadableFilesError as exc:
-            # pyiceberg plans no snapshot with equality deletes, and reads no Avro data
-            # file: Iceberg's Spark reader reads it by key, from the files its manifests list
+            # the local reader reads no Avro data file, and applies some equality deletes
+            # not exactly: Iceberg's Spark reader reads it by key, from the files its manifests list
             if unreadable:
                 raise SchemaError(
                     f"{unreadable}, so Spark's reader cannot read the table, and it {exc.why}, which pyiceberg's "
@@ -207,7 +207,7 @@ class SparkEngine(LocalEngine):
                 else:
                     # Iceberg's Spark reader reads the files as they are: each is checked
                     # here first (few: this path is taken for fewer files than tasks, or
-                    # for a snapshot with equality deletes: then all of them)
+                    # for a snapshot the local reader cannot read: then all of them)
                     verify_files(plan.table.io, files if files is not None else task_files(splits))
                     spark = self.session(plan)
                     identifier = f"{spec.data_movement.catalog.name}.{spec.data_movement.source.table}"

@@ -1,0 +1,348 @@
+"""Equality deletes, planned and applied here: pyiceberg does neither.
+
+Flink's upserts, and other change-data writers, delete a row by the values of some of its
+columns (its *equality fields*, most often the table's key) in an equality delete file, and
+write the row's new value in a data file of the same commit. pyiceberg's planner raises on
+such a snapshot, so the local engine, the Spark engine's own splits and a query refused the
+table; only Iceberg's Java reader (the Spark engine by key) read it. Here, as the Iceberg
+spec says ("Scan Planning") and Iceberg's Java reader does:
+
+- an equality delete file applies to a data file whose data sequence number is strictly
+  lower than its own (so an upsert's new row, written in the same commit, is kept) and which
+  is in its partition (the same spec and values), or to every data file where the delete
+  file's spec is unpartitioned (a global delete);
+- a row is deleted when its values of the delete file's equality fields equal those of one
+  of the file's rows, a null equal to a null.
+
+``plan_files`` plans a scan's tasks (data files and their positional deletes as pyiceberg
+plans them); a task with equality deletes too is an ``EqualityDeletesTask``, holding them
+grouped by equality fields (``EqualityGroup``). A reader reads such a task with the
+columns of its equality fields too (``Applied.projection``) and drops each batch's deleted
+rows (``Applied.kept``). What cannot be applied exactly is refused in one line naming Iceberg's
+Java reader, which can (``Unappliable``): an equality field the scan's schema does not have
+(a dropped column, which the spec still applies by its id), one inside a struct, list or
+map, a floating-point one (Java compares NaN and -0.0 otherwise than Arrow), a delete file
+in a format pyiceberg's reader does not read (Avro).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+__all__ = [
+    "Applied",
+    "DeletedKeys",
+    "EqualityDeletesCache",
+    "EqualityDeletesTask",
+    "EqualityGroup",
+    "Unappliable",
+    "equality_files",
+    "plan_files",
+]
+
+
+class Unappliable(Exception):
+    """An equality delete file this reader cannot apply exactly: why, as the end of a sentence
+    starting "the table at <location> has ..."."""
+
+
+@dataclass(frozen=True)
+class EqualityGroup:
+    """Equality delete files of the same equality fields (top-level fields of the scan's
+    schema, in field-id order) that apply to one data file."""
+
+    fields: tuple[Any, ...]
+    files: tuple[Any, ...]
+
+    @property
+    def key(self) -> tuple[tuple[int, ...], tuple[str, ...]]:
+        """What identifies the group's deleted keys (its files are immutable)."""
+        return tuple(f.field_id for f in self.fields), tuple(sorted(f.file_path for f in self.files))
+
+
+class EqualityDeletesTask:
+    """A file-scan task whose data file has equality deletes (``groups``) as well as the
+    positional ones pyiceberg's reader applies (``delete_files``): pyiceberg's
+    ``FileScanTask`` with them, read as one (its attributes)."""
+
+    def __init__(self, task: Any, groups: tuple[EqualityGroup, ...]) -> None:
+        self.file, self.delete_files, self.residual = task.file, task.delete_files, task.residual
+        self.groups = groups
+
+
+def equality_files(task: Any) -> list[Any]:
+    """The equality delete files that apply to ``task``'s data file (none for a plain task)."""
+    groups = task.groups if isinstance(task, EqualityDeletesTask) else ()
+    return [f for group in groups for f in group.files]
+
+
+def plan_files(scan: Any, manifests: list[Any], read_formats: Iterable[str]) -> list[Any]:
+    """The scan's file-scan tasks of the live data files of ``manifests``, each with the
+    positional and equality deletes that apply to it; Unappliable for an equality delete
+    file that cannot be applied exactly (``read_formats``: the delete file formats read)."""
+    from pyiceberg.manifest import INITIAL_SEQUENCE_NUMBER, DataFileContent
+    from pyiceberg.table import ManifestGroupPlanner
+
+    sequence: dict[str, int] = {}  # a data file's data sequence number, by path
+    equality: list[tuple[int, Any]] = []
+
+    def keep(entry: Any) -> bool:
+        """pyiceberg's planner plans the data files and positional deletes; this keeps the
+        data files' sequence numbers and takes the equality delete files aside."""
+        file, number = entry.data_file, entry.sequence_number or INITIAL_SEQUENCE_NUMBER
+        if file.content == DataFileContent.EQUALITY_DELETES:
+            equality.append((number, file))
+            return False
+        if file.content == DataFileContent.DATA:
+            sequence[file.file_path] = number
+        return True
+
+    planner = ManifestGroupPlanner(scan.table_metadata, scan.io, scan.row_filter, scan.case_sensitive, scan.options)
+    tasks = list(planner.plan_files(manifests, keep))
+    if not equality:
+        return tasks
+    schema = _scan_schema(scan)
+    formats = set(read_formats)
+    specs = scan.table_metadata.specs()
+    scoped: dict[Any, list[tuple[int, tuple[Any, ...], Any]]] = {}
+    for number, file in equality:
+        fields = _equality_fields(schema, file, formats)
+        spec = specs.get(file.spec_id)
+        where = None if spec is None or spec.is_unpartitioned() else (file.spec_id, file.partition)
+        scoped.setdefault(where, []).append((number, fields, file))
+    planned: list[Any] = []
+    for task in tasks:
+        number = sequence[task.file.file_path]
+        applying = [
+            (fields, file)
+            for where in (None, (task.file.spec_id, task.file.partition))
+            for deletes_at, fields, file in scoped.get(where, ())
+            if deletes_at > number
+        ]
+        if not applying:
+            planned.append(task)
+            continue
+        by_fields: dict[tuple[Any, ...], list[Any]] = {}
+        for fields, file in applying:
+            by_fields.setdefault(fields, []).append(file)
+        groups = tuple(EqualityGroup(fields, tuple(files)) for fields, files in sorted(by_fields.items(), key=_ids))
+        planned.append(EqualityDeletesTask(task, groups))
+    return planned
+
+
+def _ids(item: tuple[tuple[Any, ...], list[Any]]) -> tuple[int, ...]:
+    return tuple(f.field_id for f in item[0])
+
+
+def _scan_schema(scan: Any) -> Any:
+    """The schema the scan reads its rows in (its snapshot's, as pyiceberg's projection takes)."""
+    metadata = scan.table_metadata
+    snapshot = scan.snapshot()
+    if snapshot is not None and snapshot.schema_id is not None:
+        found = {s.schema_id: s for s in metadata.schemas}.get(snapshot.schema_id)
+        if found is not None:
+            return found
+    return metadata.schema()
+
+
+def _equality_fields(schema: Any, file: Any, formats: set[str]) -> tuple[Any, ...]:
+    """The top-level fields of ``schema`` an equality delete file deletes by, or Unappliable."""
+    from pyiceberg.types import DoubleType, FloatType
+
+    from bulldozer.redaction import shown_url
+
+    shown = shown_url(file.file_path)
+    if file.file_format.name not in formats:
+        raise Unappliable(f"an equality delete file in {file.file_format.name.title()} ({shown})")
+    ids = sorted(set(file.equality_ids or ()))
+    if not ids:
+        raise Unappliable(f"an equality delete file that names no equality field ({shown})")
+    top = {f.field_id: f for f in schema.fields}
+    fields = []
+    for field_id in ids:
+        field = top.get(field_id)
+        if field is None:
+            try:
+                schema.find_field(field_id)
+            except ValueError:
+                raise Unappliable(
+                    f"an equality delete file deleting by field id {field_id}, a column the table's schema no "
+                    f"longer has ({shown})"
+                ) from None
+            raise Unappliable(
+                f"an equality delete file deleting by field id {field_id}, a field inside another ({shown})"
+            )
+        if isinstance(field.field_type, FloatType | DoubleType):
+            raise Unappliable(f"an equality delete file deleting by the floating-point column '{field.name}' ({shown})")
+        fields.append(field)
+    return tuple(fields)
+
+
+def _plain(array: Any) -> Any:
+    """An array compared by its values: an extension type's storage (UUID), a dictionary's
+    values, one chunk."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if isinstance(array, pa.ExtensionArray):
+        array = array.storage
+    if pa.types.is_dictionary(array.type):
+        array = array.dictionary_decode()
+    return array
+
+
+class DeletedKeys:
+    """The deleted key tuples of an ``EqualityGroup``'s files, as a lookup of a batch's rows.
+
+    Each column's distinct values are numbered (a null is a value: it equals a null), and a
+    tuple's numbers are folded column by column into one number, renumbered densely at
+    each step so it stays small; a batch's row is deleted when every column's value is
+    numbered and the folded number is one of the deleted tuples'. Arrow's ``index_in`` does
+    each step in C++ (a hash join does not take a null as equal to a null)."""
+
+    def __init__(self, names: list[str], deleted: pa.Table) -> None:
+        import pyarrow.compute as pc
+
+        self.names = names
+        self.rows = deleted.num_rows
+        self._values: list[Any] = []  # per column: its distinct deleted values
+        self._folded: list[Any] = []  # per column after the first: the distinct folded numbers
+        self._cast: dict[tuple[int, pa.DataType], Any] = {}
+        code = None
+        for name in names:
+            column = _plain(deleted.column(name))
+            values = pc.unique(column)
+            numbers = pc.index_in(column, value_set=values, skip_nulls=False).cast(pa.int64())
+            self._values.append(values)
+            if code is None:
+                code = numbers
+            else:
+                code = pc.add(pc.multiply(code, len(values)), numbers)
+                folded = pc.unique(code)
+                self._folded.append(folded)
+                code = pc.index_in(code, value_set=folded).cast(pa.int64())
+
+    def _value_set(self, i: int, kind: pa.DataType) -> Any:
+        """Column ``i``'s distinct values as ``kind`` (a batch may say ``string`` where the
+        delete file's reading said ``large_string``)."""
+        values = self._values[i]
+        if values.type == kind:
+            return values
+        cast = self._cast.get((i, kind))
+        if cast is None:
+            cast = self._cast[(i, kind)] = values.cast(kind)
+        return cast
+
+    def deleted(self, batch: pa.RecordBatch) -> pa.Array:
+        """Whether each row of ``batch`` (which has the group's columns) is deleted."""
+        import pyarrow.compute as pc
+
+        code = None
+        for i, name in enumerate(self.names):
+            column = _plain(batch.column(name))
+            numbers = pc.index_in(column, value_set=self._value_set(i, column.type), skip_nulls=False)
+            numbers = numbers.cast(pa.int64())
+            if code is None:
+                code = numbers
+            else:
+                code = pc.add(pc.multiply(code, len(self._values[i])), numbers)
+                code = pc.index_in(code, value_set=self._folded[i - 1]).cast(pa.int64())
+        return pc.is_valid(code)
+
+
+class EqualityDeletesCache:
+    """The deleted keys of the group read last (tasks sorted by path follow each other in a
+    partition, and a global delete applies to all of them: read once, not once a task).
+    Pickled empty: a Spark task reads its own."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: tuple[Any, DeletedKeys] | None = None
+
+    def get(self, key: Any) -> DeletedKeys | None:
+        with self._lock:
+            return self._last[1] if self._last is not None and self._last[0] == key else None
+
+    def put(self, key: Any, keys: DeletedKeys) -> None:
+        with self._lock:
+            self._last = (key, keys)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__()  # type: ignore[misc]
+
+
+class Applied:
+    """How a reader applies a task's equality deletes: it reads ``projection`` (the scan's,
+    with the equality fields it lacks appended) and passes each batch through ``kept``."""
+
+    def __init__(
+        self,
+        metadata: Any,
+        io: Any,
+        projection: Any,
+        case_sensitive: bool,
+        task: Any,
+        cache: EqualityDeletesCache | None = None,
+    ) -> None:
+        from pyiceberg.schema import Schema
+
+        self.groups: tuple[EqualityGroup, ...] = task.groups if isinstance(task, EqualityDeletesTask) else ()
+        have = {f.field_id for f in projection.fields}
+        extra: dict[int, Any] = {}
+        for group in self.groups:
+            extra.update((f.field_id, f) for f in group.fields if f.field_id not in have)
+        self.names = [f.name for f in projection.fields]
+        self.widened = bool(extra)
+        self.projection = (
+            Schema(*projection.fields, *extra.values(), schema_id=projection.schema_id) if extra else projection
+        )
+        self._metadata, self._io, self._case_sensitive = metadata, io, case_sensitive
+        self._cache = cache if cache is not None else EqualityDeletesCache()
+        self._keys: list[DeletedKeys] | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.groups)
+
+    def _deleted_keys(self) -> list[DeletedKeys]:
+        if self._keys is None:
+            self._keys = [self._read(group) for group in self.groups]
+        return self._keys
+
+    def _read(self, group: EqualityGroup) -> DeletedKeys:
+        """The group's deleted keys: its files, each checked as the snapshot committed it,
+        read by pyiceberg's reader for the group's fields (by field id; Parquet or ORC)."""
+        from pyiceberg.expressions import AlwaysTrue
+        from pyiceberg.io.pyarrow import ArrowScan
+        from pyiceberg.schema import Schema
+        from pyiceberg.table import FileScanTask
+
+        from bulldozer.warehouse.files import verify_files
+
+        found = self._cache.get(group.key)
+        if found is not None:
+            return found
+        verify_files(self._io, list(group.files))
+        scan = ArrowScan(self._metadata, self._io, Schema(*group.fields), AlwaysTrue(), self._case_sensitive)
+        deleted = scan.to_table([FileScanTask(file) for file in group.files])
+        keys = DeletedKeys([f.name for f in group.fields], deleted)
+        self._cache.put(group.key, keys)
+        return keys
+
+    def kept(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` without its deleted rows, in the scan's projection."""
+        import pyarrow.compute as pc
+
+        deleted = None
+        for keys in self._deleted_keys():
+            hit = keys.deleted(batch)
+            deleted = hit if deleted is None else pc.or_(deleted, hit)
+        if deleted is not None and pc.any(deleted).as_py():
+            batch = batch.filter(pc.invert(deleted))
+        return batch.select(self.names) if self.widened else batch

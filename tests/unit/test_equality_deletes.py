@@ -1,0 +1,92 @@
+"""Equality deletes' row matching and what is refused (``warehouse.equality_deletes``);
+their planning and application against Iceberg's own reader are in
+``tests/integration/test_load_engines.py``."""
+
+from __future__ import annotations
+
+import uuid
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pytest
+from pyiceberg.manifest import FileFormat
+from pyiceberg.schema import Schema
+from pyiceberg.types import DoubleType, LongType, NestedField, StringType, StructType
+
+from bulldozer.warehouse.equality_deletes import DeletedKeys, Unappliable, _equality_fields
+
+
+def _deleted(names: list[str], deleted: dict[str, pa.Array], batch: dict[str, pa.Array]) -> list[bool]:
+    keys = DeletedKeys(names, pa.table(deleted))
+    return keys.deleted(pa.RecordBatch.from_pydict(batch)).to_pylist()
+
+
+def test_a_row_is_deleted_when_all_its_equality_values_equal_a_deleted_rows_a_null_equal_to_a_null() -> None:
+    deleted = {"region": pa.array(["us", "eu", "eu"]), "name": pa.array([None, "a", "b"])}
+    batch = {
+        "region": pa.array(["us", "us", "eu", "eu", "eu", "us", None]),
+        "name": pa.array([None, "a", "a", "b", None, "b", None]),
+        "other": pa.array(range(7)),
+    }
+    assert _deleted(["region", "name"], deleted, batch) == [True, False, True, True, False, False, False]
+
+
+def test_one_column_and_values_the_deletes_lack() -> None:
+    deleted = {"id": pa.array([3, 5, 5, 7], pa.int64())}
+    batch = {"id": pa.array([1, 3, None, 5, 8, 7], pa.int64())}
+    assert _deleted(["id"], deleted, batch) == [False, True, False, True, False, True]
+
+
+def test_many_columns_fold_without_overflow() -> None:
+    """Four columns of a thousand distinct values each: the folded numbers are renumbered at
+    each step, or they would pass 2**63."""
+    n = 1_000
+    deleted = {f"c{i}": pa.array([(j * (i + 1)) % n for j in range(n)], pa.int64()) for i in range(4)}
+    batch = {k: pa.concat_arrays([v, pa.array([n + 1] * 3, pa.int64())]) for k, v in deleted.items()}
+    found = _deleted([f"c{i}" for i in range(4)], deleted, batch)
+    assert found == [True] * n + [False] * 3
+
+
+def test_a_batch_in_another_arrow_type_of_the_same_values_matches() -> None:
+    """A file Spark wrote reads as ``string``, one pyiceberg wrote as ``large_string``; a UUID
+    may read as Arrow's extension type or its storage; a column dictionary-encoded."""
+    deleted = {"s": pa.array(["a", "b"], pa.large_string())}
+    assert _deleted(["s"], deleted, {"s": pa.array(["b", "c"], pa.string())}) == [True, False]
+    one, two = uuid.uuid4().bytes, uuid.uuid4().bytes
+    stored = pa.array([one], pa.binary(16))
+    as_uuid = pa.ExtensionArray.from_storage(pa.uuid(), pa.array([two, one], pa.binary(16)))
+    assert _deleted(["u"], {"u": stored}, {"u": as_uuid}) == [False, True]
+    encoded = pa.array(["x", "y", "x"]).dictionary_encode()
+    assert _deleted(["s"], {"s": pa.array(["x"])}, {"s": encoded}) == [True, False, True]
+
+
+SCHEMA = Schema(
+    NestedField(1, "id", LongType(), required=True),
+    NestedField(2, "weight", DoubleType()),
+    NestedField(3, "address", StructType(NestedField(4, "city", StringType()))),
+    NestedField(5, "name", StringType()),
+)
+
+
+def _file(ids: list[int] | None, file_format: FileFormat = FileFormat.PARQUET) -> SimpleNamespace:
+    return SimpleNamespace(file_path="s3://lake/t/data/d.parquet", file_format=file_format, equality_ids=ids)
+
+
+def test_the_equality_fields_are_the_schemas_top_level_fields_in_id_order() -> None:
+    fields = _equality_fields(SCHEMA, _file([5, 1, 5]), {"PARQUET", "ORC"})
+    assert [f.name for f in fields] == ["id", "name"]
+
+
+@pytest.mark.parametrize(
+    ("ids", "file_format", "said"),
+    [
+        ([9], FileFormat.PARQUET, r"^an equality delete file deleting by field id 9, a column the table's schema no "),
+        ([1, 4], FileFormat.PARQUET, r"^an equality delete file deleting by field id 4, a field inside another \("),
+        ([2], FileFormat.PARQUET, r"^an equality delete file deleting by the floating-point column 'weight' \("),
+        ([], FileFormat.PARQUET, r"^an equality delete file that names no equality field \("),
+        ([1], FileFormat.AVRO, r"^an equality delete file in Avro \(s3://lake/t/data/d\.parquet\)$"),
+    ],
+)
+def test_what_cannot_be_applied_exactly_is_refused(ids: list[int], file_format: FileFormat, said: str) -> None:
+    with pytest.raises(Unappliable, match=said):
+        _equality_fields(SCHEMA, _file(ids, file_format), {"PARQUET", "ORC"})
