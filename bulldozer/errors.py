@@ -34,7 +34,7 @@ Tree::
     └── LoadError                  a run failed while loading or verifying
         ├── SourceDataError            the source rows break a rule (null / duplicate key)
         │   ├── DuplicateKeyError
-        │   └── UnreadableFilesError   files the local reader cannot read (Avro) or apply exactly (some equality deletes)
+        │   └── UnreadableFilesError   files the local reader cannot read (Avro) or apply exactly (equality deletes)
         ├── VerificationError          counts / digests differ from what the DAL acknowledged
         └── QualityGateError           a quality gate of the spec refused the version
 """

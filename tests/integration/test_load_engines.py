@@ -718,6 +718,7 @@ def test_equality_deletes_apply_by_sequence_partition_and_null_as_icebergs_reade
     queried = dal.describe(run_job(_cdc_spec(alias, query=True), dal, engine="local", home=str(home)).version)
     assert (queried.record_count, queried.digest) == (reference.record_count, reference.digest)
 
+
 @pytest.mark.spark
 def test_a_table_of_avro_data_files_loads_with_spark_and_is_refused_by_pyicebergs_reader(
     tmp_path: Path, dal: KvClient
