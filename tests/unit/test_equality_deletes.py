@@ -13,7 +13,16 @@ from pyiceberg.manifest import FileFormat
 from pyiceberg.schema import Schema
 from pyiceberg.types import DoubleType, LongType, NestedField, StringType, StructType
 
+from bulldozer.warehouse import equality_deletes
 from bulldozer.warehouse.equality_deletes import DeletedKeys, Unappliable, _equality_fields
+
+
+@pytest.fixture(autouse=True, params=["hashing", "searching"])
+def lookup(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every case both ways a batch's values are looked up: by hashing the deleted values
+    again (``index_in``, for few) and by binary search of their images (for many)."""
+    monkeypatch.setattr(equality_deletes, "HASH_AT_MOST", 10**9 if request.param == "hashing" else 0)
+    return str(request.param)
 
 
 def _deleted(names: list[str], deleted: dict[str, pa.Array], batch: dict[str, pa.Array]) -> list[bool]:
@@ -37,6 +46,31 @@ def test_one_column_and_values_the_deletes_lack() -> None:
     assert _deleted(["id"], deleted, batch) == [False, True, False, True, False, True]
 
 
+def test_integers_dates_and_timestamps_with_nulls_mixed_with_strings() -> None:
+    """Integer-like columns are searched in the deleted values sorted, others hashed; a null
+    in either kind equals a null; a batch's narrower integers match the deletes' wider."""
+    import datetime as dt
+
+    day, noon = dt.date(2026, 1, 2), dt.datetime(2026, 1, 2, 12)
+    deleted = {
+        "n": pa.array([1, None, 3], pa.int64()),
+        "d": pa.array([day, day, None], pa.date32()),
+        "t": pa.array([noon, None, noon], pa.timestamp("us")),
+        "s": pa.array(["a", "b", None]),
+    }
+    batch = {
+        "n": pa.array([1, None, 3, 3, 1, None], pa.int32()),
+        "d": pa.array([day, day, None, None, day, day], pa.date32()),
+        "t": pa.array([noon, None, noon, noon, noon, noon], pa.timestamp("us")),
+        "s": pa.array(["a", "b", None, "a", "b", "b"]),
+    }
+    assert _deleted(["n", "d", "t", "s"], deleted, batch) == [True, True, True, False, False, False]
+    assert _deleted(["n"], {"n": pa.array([None], pa.int64())}, {"n": pa.array([None, 0], pa.int64())}) == [
+        True,
+        False,
+    ]
+
+
 def test_many_columns_fold_without_overflow() -> None:
     """Four columns of a thousand distinct values each: the folded numbers are renumbered at
     each step, or they would pass 2**63."""
@@ -58,6 +92,26 @@ def test_a_batch_in_another_arrow_type_of_the_same_values_matches() -> None:
     assert _deleted(["u"], {"u": stored}, {"u": as_uuid}) == [False, True]
     encoded = pa.array(["x", "y", "x"]).dictionary_encode()
     assert _deleted(["s"], {"s": pa.array(["x"])}, {"s": encoded}) == [True, False, True]
+
+
+def test_a_string_found_by_its_hash_is_confirmed_equal(monkeypatch: pytest.MonkeyPatch, lookup: str) -> None:
+    """With a hash as weak as a string's length: a batch's value of a deleted value's hash is
+    not deleted unless it is equal; deleted values sharing a hash are looked up by hashing."""
+    import numpy as np
+
+    from bulldozer.codec import digest
+
+    monkeypatch.setattr(digest, "key_hashes", lambda a: np.array([len(v or b"") for v in a.to_pylist()], np.uint64))
+    deleted = {"s": pa.array(["a", "bb"], pa.binary())}
+    assert _deleted(["s"], deleted, {"s": pa.array(["a", "x", "bb", "yy", None], pa.binary())}) == [
+        True,
+        False,
+        True,
+        False,
+        False,
+    ]
+    shared = {"s": pa.array(["a", "b"], pa.binary())}
+    assert _deleted(["s"], shared, {"s": pa.array(["b", "x", "a"], pa.binary())}) == [True, False, True]
 
 
 SCHEMA = Schema(
