@@ -370,7 +370,7 @@ class EqualityDeletesCache:
             self._last = (key, keys)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {}
+        return {"empty": True}  # (a state, not a false value: __setstate__ is then called)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__()  # type: ignore[misc]

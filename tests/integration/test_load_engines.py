@@ -682,8 +682,11 @@ def upserts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, set[int], i
     return home, read, int(measured)
 
 
-def _cdc_spec(alias: str, partitions: int | None = None, query: bool = False, table: str = CDC) -> LoadedSpec:
+def _cdc_spec(
+    alias: str, partitions: int | None = None, query: bool = False, table: str = CDC, values: str = ""
+) -> LoadedSpec:
     source = f"query: SELECT * FROM {table}" if query else f"table: {table}"
+    source += f"\n  value_columns: [{values}]" if values else ""
     write = f"\n  write:\n    partitions: {partitions}" if partitions else ""
     return _spec(
         "apiVersion: bulldozer/v1\nkind: MoveDataToKvDal\nmetadata:\n  name: cdc_users\n  owner: data-platform\n"
@@ -717,6 +720,13 @@ def test_equality_deletes_apply_by_sequence_partition_and_null_as_icebergs_reade
         assert (info.record_count, info.digest) == (reference.record_count, reference.digest), engine
     queried = dal.describe(run_job(_cdc_spec(alias, query=True), dal, engine="local", home=str(home)).version)
     assert (queried.record_count, queried.digest) == (reference.record_count, reference.digest)
+    # a job that loads none of the columns the deletes by (region, name) compare: read all the same
+    scores = dal.describe(
+        run_job(_cdc_spec(alias, partitions=8, values="score"), dal, engine="spark", home=str(home)).version
+    )
+    for engine, spec in (("local", _cdc_spec(alias, values="score")), ("spark", _cdc_spec(alias, 2, values="score"))):
+        info = dal.describe(run_job(spec, dal, engine=engine, home=str(home)).version)
+        assert (info.record_count, info.digest) == (len(read), scores.digest), engine
 
 
 @pytest.mark.spark

@@ -144,3 +144,17 @@ def test_the_equality_fields_are_the_schemas_top_level_fields_in_id_order() -> N
 def test_what_cannot_be_applied_exactly_is_refused(ids: list[int], file_format: FileFormat, said: str) -> None:
     with pytest.raises(Unappliable, match=said):
         _equality_fields(SCHEMA, _file(ids, file_format), {"PARQUET", "ORC"})
+
+
+def test_a_tasks_equality_delete_files_are_among_its_files_checked_and_verified() -> None:
+    """``task_files`` is what the location check (``checked_tasks``) and the committed-file
+    check (``verify_task_files``, the Spark engine's by-key read) go through."""
+    from bulldozer.warehouse.equality_deletes import EqualityDeletesTask, EqualityGroup
+    from bulldozer.warehouse.files import task_files
+
+    data, positional, by_id, by_name = (SimpleNamespace(file_path=p) for p in ("d", "p", "e1", "e2"))
+    plain = SimpleNamespace(file=data, delete_files={positional}, residual=None)
+    groups = (EqualityGroup((SCHEMA.fields[0],), (by_id,)), EqualityGroup((SCHEMA.fields[3],), (by_name,)))
+    task = EqualityDeletesTask(plain, groups)
+    assert [f.file_path for f in task_files([task])] == ["d", "p", "e1", "e2"]
+    assert [f.file_path for f in task_files([plain])] == ["d", "p"]
