@@ -153,7 +153,7 @@ def test_a_tasks_equality_delete_files_are_among_its_files_checked_and_verified(
     from bulldozer.warehouse.files import task_files
 
     data, positional, by_id, by_name = (SimpleNamespace(file_path=p) for p in ("d", "p", "e1", "e2"))
-    plain = SimpleNamespace(file=data, delete_files={positional}, residual=None)
+    plain = SimpleNamespace(file=data, delete_files=[positional], residual=None)
     groups = (EqualityGroup((SCHEMA.fields[0],), (by_id,)), EqualityGroup((SCHEMA.fields[3],), (by_name,)))
     task = EqualityDeletesTask(plain, groups)
     assert [f.file_path for f in task_files([task])] == ["d", "p", "e1", "e2"]
