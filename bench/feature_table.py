@@ -56,14 +56,67 @@ def build(home: Path, rows: int, parquet: Path) -> None:
     pq.write_table(data, parquet)
 
 
-def build_files(home: Path, rows: int, files: int) -> None:
+def build_files(home: Path, rows: int, files: int, data: pa.Table | None = None) -> None:
     """Create (or replace) the Iceberg table under ``home`` as ``files`` data files of
-    consecutive ``user_id`` ranges (one append each), as a table written day by day is."""
-    data = generate(rows)
+    consecutive ``user_id`` ranges (one append each), as a table written day by day is
+    (``data``: these rows, else ``generate``'s)."""
+    data = generate(rows) if data is None else data
     table = _new_table(home, data.schema)
-    per = -(-rows // files)
-    for start in range(0, rows, per):
+    per = -(-data.num_rows // files)
+    for start in range(0, data.num_rows, per):
         table.append(data.slice(start, per))
+
+
+def upsert(home: Path, rows: int, fraction: float, seed: int) -> tuple[pa.Table, dict[str, int]]:
+    """One commit as Flink's upserts write one, through Iceberg's Java API in a Spark
+    session (pyiceberg writes no equality delete): an equality delete file by ``user_id`` of
+    ``fraction`` of the keys, and a data file of new values for half of them. The table's
+    rows after it (as a table built by ``build_files`` from ``generate(rows)``), and the
+    keys deleted and upserted."""
+    from urllib.parse import urlsplit
+
+    from bulldozer.load.engines.spark.session import spark_session, stop_spark_session
+    from bulldozer.spec.models import CatalogConfig
+    from bulldozer.warehouse.catalog import open_catalog
+
+    rng = np.random.default_rng(seed)
+    deleted = np.sort(rng.choice(rows, max(2, int(rows * fraction)), replace=False))
+    schema = open_catalog(CatalogConfig(), home).load_table(TABLE).schema().as_arrow()
+    new = generate(rows, seed=seed).take(pa.array(deleted[: len(deleted) // 2])).cast(schema)
+    key = schema.field("user_id")
+    spark = spark_session("lake", None, str(home), "local[2]")
+    try:
+        iceberg = spark._jvm.org.apache.iceberg
+        java = iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, f"lake.{TABLE}")
+        folder = Path(urlsplit(java.location()).path) / "data"
+        keys, values = folder / f"upsert-{seed}-deletes.parquet", folder / f"upsert-{seed}-rows.parquet"
+        pq.write_table(pa.table({"user_id": deleted}, schema=pa.schema([key])), keys)
+        pq.write_table(new, values)
+        ids = spark.sparkContext._gateway.new_array(spark._jvm.int, 1)
+        ids[0] = int(key.metadata[b"PARQUET:field_id"])
+        deletes = (
+            iceberg.FileMetadata.deleteFileBuilder(java.spec())
+            .ofEqualityDeletes(ids)
+            .withPath(keys.as_uri())
+            .withFormat("parquet")
+            .withFileSizeInBytes(keys.stat().st_size)
+            .withRecordCount(len(deleted))
+            .build()
+        )
+        written = (
+            iceberg.DataFiles.builder(java.spec())
+            .withPath(values.as_uri())
+            .withFormat("parquet")
+            .withFileSizeInBytes(values.stat().st_size)
+            .withRecordCount(new.num_rows)
+            .build()
+        )
+        java.newRowDelta().addRows(written).addDeletes(deletes).commit()
+    finally:
+        stop_spark_session()
+    kept = generate(rows).filter(pa.array(~np.isin(np.arange(rows), deleted)))
+    after = pa.concat_tables([kept, new.cast(kept.schema)]).sort_by("user_id")
+    return after, {"deleted": len(deleted) - new.num_rows, "upserted": new.num_rows}
 
 
 def change_one_file(home: Path, rows: int, files: int, which: int, seed: int) -> dict[str, int]:
@@ -98,9 +151,11 @@ def change_one_file(home: Path, rows: int, files: int, which: int, seed: int) ->
     }
 
 
-def write_spec(path: Path, alias: str = "user_features", mode: str = "full") -> Path:
+def write_spec(path: Path, alias: str = "user_features", mode: str = "full", partitions: int | None = None) -> Path:
     """A job spec moving the table into ``alias``; it names no endpoint: a run uses the
-    operator's (``BULLDOZER_ENDPOINT``, else the embedded store)."""
+    operator's (``BULLDOZER_ENDPOINT``, else the embedded store). ``partitions``: the Spark
+    engine's write tasks."""
+    write = f"\n  write:\n    partitions: {partitions}" if partitions else ""
     path.write_text(
         f"""apiVersion: bulldozer/v1
 kind: MoveDataToKvDal
@@ -116,7 +171,7 @@ data_movement:
   value_columns: [{", ".join(FEATURES)}]
   mode: {mode}
 key_value_dal:
-  alias: {alias}
+  alias: {alias}{write}
   retention:
     keep_versions: 1
     grace_period: 0s

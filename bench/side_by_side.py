@@ -27,6 +27,10 @@ Sections:
    a daily job's steady state: more deltas in a row once the chain of layers is at its
    depth limit, where each delta merges layers as they stack, and warm deltas in a row
    until the chain compacts flat once (its whole cycle, the compacting delta included).
+7. ``admission`` the DAL's memory while many writers load at once.
+8. ``upserts`` a table Flink's upserts wrote (equality deletes by key): the local engine
+   applying them against the same rows without deletes, and against the Spark engine
+   reading it through Iceberg's reader; the versions' digests must be equal.
 
 No speed is asserted here; the ``target`` column only says how a ratio compares with the
 goal in issue #11.
@@ -58,7 +62,7 @@ from bench.common import REPO, CliRun, encoded_batches, percentile_ms, raw_lmdb_
 from bench.feast_env import WORKER, feast_python, feast_version
 from bench.services import Dal, dal_server, engine_server, fresh_store_name, serve_args
 
-SECTIONS = ("feast", "reads", "limits", "engines", "flip", "delta", "admission")
+SECTIONS = ("feast", "reads", "limits", "engines", "flip", "delta", "admission", "upserts")
 SAMPLE_SPEC = REPO / "templates" / "move_data_to_kv_dal.yaml"
 
 
@@ -97,6 +101,8 @@ class Sizes:
     admission_writers: int = 8
     admission_in_flight: int = 8
     admission_batch_mib: int = 16
+    #: the upserts section's table, before its upserts
+    upsert_rows: int = 2_000_000
 
 
 @dataclass
@@ -862,6 +868,72 @@ def delta_section(ctx: Context) -> None:
     ctx.raw["delta"] = deltas
 
 
+# ---------------------------------------------------------------- 8: change-data tables
+
+
+#: the upserts section's table: data files, and the keys one upsert commit changes
+UPSERT_FILES = 20
+UPSERT_FRACTION = 0.01
+
+
+def upserts_section(ctx: Context) -> None:
+    """A table written as Flink's upserts write one (an equality delete file by key and a
+    data file of new values, ``feature_table.upsert``): the local engine applying the
+    equality deletes, against the same rows in a table without deletes, and against the
+    Spark engine reading the table through Iceberg's reader by key (the only engine that
+    read such a table before Bulldozer applied equality deletes itself). Rounds
+    interleaved; the three versions' digests must be equal."""
+    s = ctx.sizes
+    rows = s.upsert_rows
+    upserted, plain = ctx.root / "upserts", ctx.root / "upserts-plain"
+    ctx.say(f"upserts: a {rows:,}-row table in {UPSERT_FILES} files, then {UPSERT_FRACTION:.0%} of its keys upserted")
+    feature_table.build_files(upserted, rows, UPSERT_FILES)
+    after, changed = feature_table.upsert(upserted, rows, UPSERT_FRACTION, seed=7)
+    feature_table.build_files(plain, after.num_rows, UPSERT_FILES, data=after)
+    spec = feature_table.write_spec(ctx.root / "upserts.yaml", "upserts")
+    by_key = feature_table.write_spec(ctx.root / "upserts-by-key.yaml", "upserts", partitions=4 * UPSERT_FILES)
+    entry: dict[str, Any] = {"rows": after.num_rows, **changed}
+    runs = (
+        ("local_upserts", upserted, spec, []),
+        ("local_plain", plain, spec, []),
+        ("spark_icebergs_reader", upserted, by_key, ["--engine", "spark", "--master", "local[2]"]),
+    )
+    for rep in range(s.repeat):  # interleaved: each round runs each once
+        digests = set()
+        for name, home, job, flags in runs:
+            run = run_cli(["run", str(job), *flags, "--json", "-q"], home, {"BULLDOZER_ENDPOINT": "embedded"})
+            if int(run.output["rows"]) != after.num_rows:
+                raise RuntimeError(f"{name} loaded {run.output['rows']} rows of {after.num_rows}")
+            entry.setdefault(f"{name}_s", []).append(run.seconds)
+            entry.setdefault(f"{name}_load_s", []).append(run.output["timings"]["load"])
+            digests.add(run.output["digest"])
+            ctx.say(f"  {name} round {rep + 1}: {run.seconds:.2f} s")
+        entry.setdefault("digests_equal", []).append(len(digests) == 1)
+    equal = all(entry["digests_equal"])
+    ctx.rows.append(
+        Row(
+            "8 upserts",
+            f"whole command s, {after.num_rows:,} flat rows after {changed['deleted'] + changed['upserted']:,} keys "
+            f"upserted (equality deletes): local engine applying them vs the same rows without deletes; digests "
+            f"equal: {equal}",
+            f"{med(entry['local_upserts_s']):.2f} (load {med(entry['local_upserts_load_s']):.2f})",
+            f"no deletes: {med(entry['local_plain_s']):.2f} (load {med(entry['local_plain_load_s']):.2f})",
+            f"{med(entry['local_upserts_s']) / med(entry['local_plain_s']):.2f}×",
+        )
+    )
+    ctx.rows.append(
+        Row(
+            "8 upserts",
+            "whole command s, the same upserted table: local engine vs the Spark engine through Iceberg's reader by "
+            "key (local[2], JVM start-up included)",
+            f"{med(entry['local_upserts_s']):.2f}",
+            f"Spark by key: {med(entry['spark_icebergs_reader_s']):.2f}",
+            f"{med(entry['spark_icebergs_reader_s']) / med(entry['local_upserts_s']):.2f}× faster",
+        )
+    )
+    ctx.raw["upserts"] = entry
+
+
 def compactions(home: Path) -> int:
     """How many times the embedded store under ``home`` compacted a chain flat, from its DAL
     logs (EmbeddedEngine.copy_records logs each)."""
@@ -918,6 +990,7 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
             admission_writers=2,
             admission_in_flight=4,
             admission_batch_mib=1,
+            upsert_rows=5_000,
         )
     return Sizes(
         args.feast_rows,
@@ -931,6 +1004,7 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
         args.delta_remote_rows,
         args.delta_steady,
         args.delta_cycle,
+        upsert_rows=args.upsert_rows,
     )
 
 
@@ -1053,6 +1127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--delta-cycle", type=int, default=80, help="warm embedded deltas at most, until the chain compacts flat once"
     )
+    parser.add_argument("--upsert-rows", type=int, default=2_000_000, help="rows of the upserts section's table")
     parser.add_argument("--results-dir", type=Path, default=REPO / "bench" / "results")
     args = parser.parse_args(argv)
     only = [x for x in args.only.split(",") if x]
@@ -1079,6 +1154,8 @@ def main(argv: list[str] | None = None) -> int:
             steps.append(("delta", lambda: delta_section(ctx)))
         if "admission" in only:
             steps.append(("admission", lambda: admission_section(ctx)))
+        if "upserts" in only:
+            steps.append(("upserts", lambda: upserts_section(ctx)))
         for _, step in steps:
             step()
     seconds = (datetime.now(UTC) - started).total_seconds()

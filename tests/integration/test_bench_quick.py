@@ -31,7 +31,16 @@ def test_bench_run_quick_runs_every_section(tmp_path: Path) -> None:
     assert result["quick"] is True
     assert result["versions"]["feast"].startswith("0.67")
     sections = {row["section"] for row in result["rows"]}
-    assert sections == {"1 vs Feast", "2 reads", "3 limits", "4 engines", "5 flip", "6 delta", "7 admission"}
+    assert sections == {
+        "1 vs Feast",
+        "2 reads",
+        "3 limits",
+        "4 engines",
+        "5 flip",
+        "6 delta",
+        "7 admission",
+        "8 upserts",
+    }
     samples = result["samples"]
     rows = result["sizes"]["feast_rows"]
     for who in ("feast-sqlite", "feast-redis", "bulldozer-embedded", "bulldozer-redis"):
@@ -49,6 +58,8 @@ def test_bench_run_quick_runs_every_section(tmp_path: Path) -> None:
         assert all(c["updated"] and c["deleted"] and c["appended"] for c in delta["changed"]), engine
     for plane in ("native", "python"):  # each plane's DAL took the writers' load, and its memory was seen
         assert all(kib > 0 for entry in samples["admission"][plane].values() for kib in entry["peak_kib"]), plane
+    upserts = samples["upserts"]  # every engine loaded the upserted rows, the same version
+    assert upserts["deleted"] and upserts["upserted"] and all(upserts["digests_equal"])
     # the printed table is the one in the results file
     assert result["table"] in proc.stdout
     assert rows == 2_000
