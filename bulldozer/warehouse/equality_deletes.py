@@ -28,6 +28,7 @@ in a format pyiceberg's reader does not read (Avro).
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -88,6 +89,8 @@ def plan_files(scan: Any, manifests: list[Any], read_formats: Iterable[str]) -> 
     from pyiceberg.manifest import INITIAL_SEQUENCE_NUMBER, DataFileContent
     from pyiceberg.table import ManifestGroupPlanner
 
+    from bulldozer.redaction import shown_url
+
     sequence: dict[str, int] = {}  # a data file's data sequence number, by path
     equality: list[tuple[int, Any]] = []
 
@@ -113,7 +116,12 @@ def plan_files(scan: Any, manifests: list[Any], read_formats: Iterable[str]) -> 
     for number, file in equality:
         fields = _equality_fields(schema, file, formats)
         spec = specs.get(file.spec_id)
-        where = None if spec is None or spec.is_unpartitioned() else (file.spec_id, file.partition)
+        if spec is None:
+            raise Unappliable(
+                f"an equality delete file of partition spec {file.spec_id}, which the table does not have "
+                f"({shown_url(file.file_path)})"
+            )
+        where = None if spec.is_unpartitioned() else (file.spec_id, file.partition)
         scoped.setdefault(where, []).append((number, fields, file))
     planned: list[Any] = []
     for task in tasks:
@@ -353,21 +361,28 @@ class DeletedKeys:
 
 
 class EqualityDeletesCache:
-    """The deleted keys of the group read last (tasks sorted by path follow each other in a
-    partition, and a global delete applies to all of them: read once, not once a task).
-    Pickled empty: a Spark task reads its own."""
+    """The deleted keys of the few groups read last (``KEPT``): tasks sorted by path follow
+    each other in a partition, and a global delete applies to all of them, so a group's
+    files are read once, not once a task. Pickled empty: a Spark task reads its own."""
+
+    KEPT = 4
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._last: tuple[Any, DeletedKeys] | None = None
+        self._kept: OrderedDict[Any, DeletedKeys] = OrderedDict()
 
     def get(self, key: Any) -> DeletedKeys | None:
         with self._lock:
-            return self._last[1] if self._last is not None and self._last[0] == key else None
+            found = self._kept.get(key)
+            if found is not None:
+                self._kept.move_to_end(key)
+            return found
 
     def put(self, key: Any, keys: DeletedKeys) -> None:
         with self._lock:
-            self._last = (key, keys)
+            self._kept[key] = keys
+            while len(self._kept) > self.KEPT:
+                self._kept.popitem(last=False)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"empty": True}  # (a state, not a false value: __setstate__ is then called)

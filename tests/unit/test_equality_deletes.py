@@ -158,3 +158,19 @@ def test_a_tasks_equality_delete_files_are_among_its_files_checked_and_verified(
     task = EqualityDeletesTask(plain, groups)
     assert [f.file_path for f in task_files([task])] == ["d", "p", "e1", "e2"]
     assert [f.file_path for f in task_files([plain])] == ["d", "p"]
+
+
+def test_the_cache_keeps_the_groups_read_last_and_pickles_empty() -> None:
+    """Two groups a task (by id, and by region and name) alternate: each stays read once."""
+    import pickle
+
+    from bulldozer.warehouse.equality_deletes import EqualityDeletesCache
+
+    cache = EqualityDeletesCache()
+    keys = {n: DeletedKeys(["id"], pa.table({"id": pa.array([n], pa.int64())})) for n in range(6)}
+    for n in range(4):
+        cache.put(n, keys[n])
+    assert cache.get(0) is keys[0]  # now the latest used
+    cache.put(4, keys[4])
+    assert cache.get(1) is None and all(cache.get(n) is keys[n] for n in (0, 2, 3, 4))
+    assert pickle.loads(pickle.dumps(cache)).get(0) is None
