@@ -151,23 +151,26 @@ def checked_tasks(scan: Any, manifests: list[Any] | None = None, spark_reads: bo
     """The file-scan tasks of the scan (of the live data files of ``manifests`` alone, where
     given), reading its manifests (``reading_metadata``), as a list, or a CatalogError naming
     the first data or delete file that lives outside the table and the operator's roots.
-    pyiceberg plans the tasks; a snapshot with equality delete files, which its planner
-    refuses, is planned with them (``warehouse.equality_deletes``). An UnreadableFilesError
-    for what pyiceberg's reader cannot read (Avro data files) or Bulldozer cannot apply
-    exactly (some equality deletes), which says to run the Spark engine if it can read the
-    table (``spark_reads``: not for a query, which it does not run)."""
+    pyiceberg plans the tasks of a snapshot without delete files (its REST catalog's server,
+    maybe); one with delete files is planned with them here (``warehouse.equality_deletes``:
+    pyiceberg's planner raises on equality deletes; the manifest list says which manifests
+    hold deletes, so a table written by Flink is not planned twice). An
+    UnreadableFilesError for what pyiceberg's reader cannot read (Avro data files) or
+    Bulldozer cannot apply exactly (some equality deletes), which says to run the Spark
+    engine if it can read the table (``spark_reads``: not for a query, which it does not
+    run)."""
+    from pyiceberg.manifest import ManifestContent
+
     from bulldozer.warehouse.equality_deletes import Unappliable, plan_files
 
     location = scan.table_metadata.location
     with reading_metadata(f"the table at {shown_url(location)}"):
+        if manifests is None:
+            snapshot = scan.snapshot()
+            listed = snapshot.manifests(scan.io) if snapshot is not None else []
+            manifests = listed if any(m.content == ManifestContent.DELETES for m in listed) else None
         try:
-            try:
-                listed = list(scan.plan_files()) if manifests is None else plan_files(scan, manifests, READ_FORMATS)
-            except ValueError:  # pyiceberg's planner refuses equality deletes so
-                if manifests is not None or not _equality_deletes(scan):
-                    raise
-                snapshot = scan.snapshot()
-                listed = plan_files(scan, snapshot.manifests(scan.io) if snapshot else [], READ_FORMATS)
+            listed = list(scan.plan_files()) if manifests is None else plan_files(scan, manifests, READ_FORMATS)
         except Unappliable as exc:
             raise _equality_deletes_error(scan, str(exc), spark_reads) from None
     _inside(location, (f.file_path for f in task_files(listed)))
@@ -190,22 +193,11 @@ def snapshot_files(scan: Any) -> list[Any]:
     return files
 
 
-def _live_files(scan: Any, deletes_only: bool = False) -> Iterator[Any]:
-    """The live files the scan's snapshot's manifests list (of its delete manifests alone:
-    ``deletes_only``)."""
-    from pyiceberg.manifest import ManifestContent
-
+def _live_files(scan: Any) -> Iterator[Any]:
+    """The live files the scan's snapshot's manifests list."""
     snapshot = scan.snapshot()
     for manifest in snapshot.manifests(scan.io) if snapshot is not None else []:
-        if not deletes_only or manifest.content == ManifestContent.DELETES:
-            yield from (entry.data_file for entry in manifest.fetch_manifest_entry(scan.io, discard_deleted=True))
-
-
-def _equality_deletes(scan: Any) -> bool:
-    """Whether the scan's snapshot lists an equality delete file (its delete manifests read)."""
-    from pyiceberg.manifest import DataFileContent
-
-    return any(f.content == DataFileContent.EQUALITY_DELETES for f in _live_files(scan, deletes_only=True))
+        yield from (entry.data_file for entry in manifest.fetch_manifest_entry(scan.io, discard_deleted=True))
 
 
 #: how a table's equality deletes are rewritten away (applied to its data files, then dropped)
