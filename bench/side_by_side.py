@@ -101,8 +101,9 @@ class Sizes:
     admission_writers: int = 8
     admission_in_flight: int = 8
     admission_batch_mib: int = 16
-    #: the upserts section's table, before its upserts
+    #: the upserts section's table, before its upserts, and its data files
     upsert_rows: int = 2_000_000
+    upsert_files: int = 20
 
 
 @dataclass
@@ -871,8 +872,7 @@ def delta_section(ctx: Context) -> None:
 # ---------------------------------------------------------------- 8: change-data tables
 
 
-#: the upserts section's table: data files, and the keys one upsert commit changes
-UPSERT_FILES = 20
+#: the keys the upserts section's one upsert commit changes
 UPSERT_FRACTION = 0.01
 
 
@@ -884,14 +884,14 @@ def upserts_section(ctx: Context) -> None:
     read such a table before Bulldozer applied equality deletes itself). Rounds
     interleaved; the three versions' digests must be equal."""
     s = ctx.sizes
-    rows = s.upsert_rows
+    rows, files = s.upsert_rows, s.upsert_files
     upserted, plain = ctx.root / "upserts", ctx.root / "upserts-plain"
-    ctx.say(f"upserts: a {rows:,}-row table in {UPSERT_FILES} files, then {UPSERT_FRACTION:.0%} of its keys upserted")
-    feature_table.build_files(upserted, rows, UPSERT_FILES)
+    ctx.say(f"upserts: a {rows:,}-row table in {files} files, then {UPSERT_FRACTION:.0%} of its keys upserted")
+    feature_table.build_files(upserted, rows, files)
     after, changed = feature_table.upsert(upserted, rows, UPSERT_FRACTION, seed=7)
-    feature_table.build_files(plain, after.num_rows, UPSERT_FILES, data=after)
+    feature_table.build_files(plain, after.num_rows, files, data=after)
     spec = feature_table.write_spec(ctx.root / "upserts.yaml", "upserts")
-    by_key = feature_table.write_spec(ctx.root / "upserts-by-key.yaml", "upserts", partitions=4 * UPSERT_FILES)
+    by_key = feature_table.write_spec(ctx.root / "upserts-by-key.yaml", "upserts", partitions=2 * (files + 1))
     entry: dict[str, Any] = {"rows": after.num_rows, **changed}
     runs = (
         ("local_upserts", upserted, spec, []),
@@ -991,6 +991,7 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
             admission_in_flight=4,
             admission_batch_mib=1,
             upsert_rows=5_000,
+            upsert_files=2,
         )
     return Sizes(
         args.feast_rows,
