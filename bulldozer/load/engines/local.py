@@ -108,7 +108,7 @@ class SplitReader:
     projection: Any
     row_filter: Any
     case_sensitive: bool = True
-    #: the equality deletes read last, for the next split they apply to as well
+    #: the equality deletes read last, for the next splits they apply to as well
     deletes: EqualityDeletesCache = field(default_factory=EqualityDeletesCache, compare=False, repr=False)
 
     @classmethod

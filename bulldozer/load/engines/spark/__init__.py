@@ -170,8 +170,8 @@ class SparkEngine(LocalEngine):
         try:
             splits, files = scan_tasks(scan), None
         except UnreadableFilesError as exc:
-            # the local reader reads no Avro data file, and applies some equality deletes
-            # not exactly: Iceberg's Spark reader reads it by key, from the files its manifests list
+            # the local reader reads no Avro data file, and cannot apply some equality deletes
+            # exactly: Iceberg's Spark reader reads it by key, from the files its manifests list
             if unreadable:
                 raise SchemaError(
                     f"{unreadable}, so Spark's reader cannot read the table, and it {exc.why}, which pyiceberg's "
