@@ -167,8 +167,8 @@ def checked_tasks(scan: Any, manifests: list[Any] | None = None, spark_reads: bo
     with reading_metadata(f"the table at {shown_url(location)}"):
         if manifests is None:
             snapshot = scan.snapshot()
-            listed = snapshot.manifests(scan.io) if snapshot is not None else []
-            manifests = listed if any(m.content == ManifestContent.DELETES for m in listed) else None
+            every = snapshot.manifests(scan.io) if snapshot is not None else []
+            manifests = every if any(m.content == ManifestContent.DELETES for m in every) else None
         try:
             listed = list(scan.plan_files()) if manifests is None else plan_files(scan, manifests, READ_FORMATS)
         except Unappliable as exc:
