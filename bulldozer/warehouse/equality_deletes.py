@@ -324,7 +324,6 @@ class DeletedKeys:
         import numpy as np
 
         self.names = names
-        self.rows = deleted.num_rows
         self._numbering: list[_Numbering] = []
         self._folded: list[tuple[Any, Any]] = []  # per column after the first: the sorted distinct folded numbers
         code = None
@@ -336,9 +335,10 @@ class DeletedKeys:
             if code is None:
                 code = numbers
             else:
-                folded = np.unique(code * numbering.size + numbers)
+                tuples = code * numbering.size + numbers
+                folded = np.unique(tuples)
                 self._folded.append((folded, pa.array(folded)))
-                code = np.searchsorted(folded, code * numbering.size + numbers)
+                code = np.searchsorted(folded, tuples)
 
     def deleted(self, batch: pa.RecordBatch) -> pa.Array:
         """Whether each row of ``batch`` (which has the group's columns) is deleted."""
