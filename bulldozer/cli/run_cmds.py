@@ -212,7 +212,8 @@ def _say_outcome(record: RunRecord, store: str, client: Any, as_json: bool, quie
         ok(
             f"{record.alias} → {record.version}: {record.rows:,} rows from snapshot {record.snapshot_id} "
             f"in {seconds:.1f} s, a delta from {d['base']}: {d['rows_read']:,} rows read from "
-            f"{d['files_removed'] + d['files_added']} changed files; {d['added']:,} keys added, "
+            f"{d['files_removed'] + d['files_added'] + d.get('files_reread', 0)} changed files; "
+            f"{d['added']:,} keys added, "
             f"{d['changed']:,} changed, {d['deleted']:,} deleted"
         )
     else:

@@ -9,16 +9,19 @@ version's digest is a sum of per-record hashes:
    a delta there costs about what a full run does):
    the base (the live version) was loaded by a run of the same spec text, from an earlier
    snapshot of the same table (same table UUID), with the same table schema and the same
-   generated schema; that snapshot has not expired; neither snapshot reads delete files
-   (merge-on-read); its files the delta reads are there as it committed them. A table's
-   rows are unique by key (a full run refuses duplicates), so a key is in exactly one live
-   data file of a snapshot.
+   generated schema; that snapshot has not expired; its files the delta reads are there as
+   it committed them, and their deletes can be applied exactly. A table's rows are unique
+   by key (a full run refuses duplicates), so a key is in exactly one live row of a snapshot.
 2. **Diff the snapshots at the file level** from Iceberg's metadata: the data files of the
    new snapshot that the base snapshot lacks (*added*) and the reverse (*removed*), found
    in the manifests one snapshot lists and the other does not (a manifest both list keeps
-   the same files live in both: manifests are immutable). Only their rows are read and
-   encoded: the removed files' rows are the records of the base that may change, the added
-   files' rows what they become. Per key: in removed and not
+   the same files live in both: manifests are immutable); and, where the snapshots' delete
+   files differ (merge-on-read: Spark's row-level DELETE, UPDATE and MERGE, Flink's
+   upserts), the data files both keep whose deletes changed, on both sides. Each file is
+   read with the deletes that apply to it in its snapshot (as a full run reads it), so its
+   rows on one side are what that snapshot holds of it. Only their rows are read and
+   encoded: the removed side's rows are the records of the base that may change, the added
+   side's what they become. Per key: in removed and not
    added — deleted; in added and not removed — new (it must not be in the base: that would
    be a duplicate key in the new snapshot); in both — changed if the value differs, else
    untouched (a file rewritten by compaction yields no change).
@@ -46,12 +49,12 @@ from bulldozer.kv.client import KvClient
 from bulldozer.kv.types import READABLE, BaseCopy, NamespaceRecord, StoreInfo
 from bulldozer.load.encoder.encode import RowEncoder
 from bulldozer.load.engines.base import LoadResult, SplitResult
-from bulldozer.load.engines.local import Throttle, source_scan, task_batches
+from bulldozer.load.engines.local import SplitReader, Throttle, source_scan
 from bulldozer.names import short_version
 from bulldozer.schema.job import JobSchema
 from bulldozer.spec.models import JobSpec, WriteTuning
 from bulldozer.versioning.run_state import Loaded, loaded_of, run_record_of
-from bulldozer.warehouse.files import checked_tasks, reading_metadata, verify_task_files
+from bulldozer.warehouse.files import checked_tasks, reading_metadata, task_files, verify_task_files
 
 __all__ = ["AUTO_MAX_CHANGE", "DeltaChanges", "DeltaPlan", "apply_delta", "plan_delta"]
 
@@ -76,6 +79,8 @@ class DeltaPlan:
     added: list[Any]
     removed_scan: Any
     added_scan: Any
+    #: files both snapshots keep whose deletes changed (in ``removed`` and ``added`` both)
+    reread: int = 0
 
     @property
     def rows_to_read(self) -> int:
@@ -106,8 +111,12 @@ def _manifests(table: Any, snapshot: Any) -> dict[str, Any]:
 def _live_rows(table: Any, manifests: dict[str, Any]) -> int:
     """The rows of the data files these manifests keep live (from the manifest list's
     counts; a manifest without them is opened)."""
+    from pyiceberg.manifest import ManifestContent
+
     total = 0
     for m in manifests.values():
+        if m.content != ManifestContent.DATA:
+            continue
         if m.added_rows_count is not None and m.existing_rows_count is not None:
             total += m.added_rows_count + m.existing_rows_count
         else:
@@ -116,8 +125,36 @@ def _live_rows(table: Any, manifests: dict[str, Any]) -> int:
 
 
 def _tasks(scan: Any, manifests: list[Any]) -> dict[str, Any]:
-    """The scan's file-scan tasks of the live data files of ``manifests`` alone, by path."""
+    """The scan's file-scan tasks of the live data files of ``manifests`` alone, by path,
+    with the deletes of ``manifests`` that apply to them."""
     return {t.file.file_path: t for t in checked_tasks(scan, manifests)}
+
+
+def _deletes(manifests: dict[str, Any]) -> set[str]:
+    """The paths of the delete manifests of a snapshot's ``manifests``."""
+    from pyiceberg.manifest import ManifestContent
+
+    return {path for path, m in manifests.items() if m.content == ManifestContent.DELETES}
+
+
+def _to_plan(mine: dict[str, Any], other: dict[str, Any], changed_deletes: bool) -> list[Any]:
+    """The manifests of a snapshot (``mine``) a delta plans: its data manifests the other
+    snapshot does not list (every one where the snapshots' deletes differ), and its delete
+    manifests."""
+    from pyiceberg.manifest import ManifestContent
+
+    return [
+        m for path, m in mine.items() if m.content == ManifestContent.DELETES or changed_deletes or path not in other
+    ]
+
+
+def _deletes_of(task: Any) -> frozenset[str]:
+    """The paths of the delete files (positional and equality) that apply to a task's data file."""
+    return frozenset(f.file_path for f in task_files([task])[1:])
+
+
+#: how a fallback names the files read on both sides
+_READ_TWICE = " ({} of whose files both snapshots keep, read twice: their deletes changed)"
 
 
 def plan_delta(
@@ -166,37 +203,39 @@ def plan_delta(
     ):
         return f"the generated schema differs from the live version {short}'s"
     # Manifests are immutable: one both snapshots list keeps the same files live in both, so
-    # only the manifests one snapshot lists and the other does not are opened (a day's
-    # append is one new manifest, where planning both snapshots opened all of them).
-    from pyiceberg.manifest import ManifestContent
-
+    # only the data manifests one snapshot lists and the other does not are opened (a day's
+    # append is one new manifest, where planning both snapshots opened all of them). Delete
+    # manifests are read whole: a delete file applies to data files of any manifest, and
+    # where they differ between the snapshots, the files both keep are planned too, to find
+    # those whose deletes changed.
     try:
         with reading_metadata(f"table {spec.data_movement.source.table}"):
             before, after = _manifests(table, old), _manifests(table, new)
-            for which, manifests in ((base_snapshot, before), (snapshot_id, after)):
-                if any(m.content != ManifestContent.DATA for m in manifests.values()):
-                    return f"snapshot {which} has delete files (merge-on-read), which a file-level diff does not cover"
             removed_scan = source_scan(table, spec, base_snapshot, columns)
             added_scan = source_scan(table, spec, snapshot_id, columns)
-            gone = _tasks(removed_scan, [m for path, m in before.items() if path not in after])
-            came = _tasks(added_scan, [m for path, m in after.items() if path not in before])
+            changed_deletes = _deletes(before) != _deletes(after)
+            gone = _tasks(removed_scan, _to_plan(before, after, changed_deletes))
+            came = _tasks(added_scan, _to_plan(after, before, changed_deletes))
             total = _live_rows(table, before) + _live_rows(table, after) if spec.data_movement.mode == "auto" else 0
     except (CatalogError, UnreadableFilesError) as exc:  # a full run needs none of the base snapshot's files
         return f"the two snapshots cannot be compared: {exc}"  # (or reads them with another reader)
+    # a file both snapshots keep with the same deletes holds the same rows in both
+    reread = sorted(p for p in gone.keys() & came.keys() if _deletes_of(gone[p]) != _deletes_of(came[p]))
     plan = DeltaPlan(
         base=base,
         base_loaded=loaded,
         base_snapshot=base_snapshot,
         snapshot=snapshot_id,
-        removed=[t for path, t in sorted(gone.items()) if path not in came],
-        added=[t for path, t in sorted(came.items()) if path not in gone],
+        removed=[t for path, t in sorted(gone.items()) if path not in came or path in reread],
+        added=[t for path, t in sorted(came.items()) if path not in gone or path in reread],
         removed_scan=removed_scan,
         added_scan=added_scan,
+        reread=len(reread),
     )
     if total and plan.rows_to_read > AUTO_MAX_CHANGE * total:  # mode auto only counts them
         return (
-            f"the changed files hold {plan.rows_to_read:,} of the two snapshots' {total:,} rows; "
-            "a full run reads less (mode auto)"
+            f"the changed files hold {plan.rows_to_read:,} of the two snapshots' {total:,} rows"
+            f"{_READ_TWICE.format(len(reread)) if reread else ''}; a full run reads less (mode auto)"
         )
     # The base snapshot's files the delta reads are what the base version holds: one gone
     # (deleted as an orphan while its snapshot was kept) or written again in place leaves
@@ -219,8 +258,9 @@ class _Rows:
         self.rows = 0
 
     def read(self, table: Any, scan: Any, tasks: list[Any], encoder: RowEncoder) -> _Rows:
+        reader = SplitReader.of(table, scan)  # one: a delete file read once for every file it applies to
         for task in tasks:
-            for batch in task_batches(table, scan, task):
+            for batch in reader.batches(task):
                 if not batch.num_rows:
                     continue
                 encoded = encoder.encode(batch)
@@ -452,8 +492,9 @@ def apply_delta(
     summary = {
         "base": base.name,
         "base_snapshot": plan.base_snapshot,
-        "files_removed": len(plan.removed),
-        "files_added": len(plan.added),
+        "files_removed": len(plan.removed) - plan.reread,
+        "files_added": len(plan.added) - plan.reread,
+        "files_reread": plan.reread,
         "rows_read": old.rows + new.rows,
         "deleted": len(diff.deleted),
         "changed": len(diff.changed),
@@ -461,10 +502,11 @@ def apply_delta(
         "unchanged": diff.unchanged,
     }
     log.info(
-        "delta from %s: %d files removed, %d added; %d keys deleted, %d changed, %d added",
+        "delta from %s: %d files removed, %d added, %d whose deletes changed; %d keys deleted, %d changed, %d added",
         short_version(base.name),
-        len(plan.removed),
-        len(plan.added),
+        len(plan.removed) - plan.reread,
+        len(plan.added) - plan.reread,
+        plan.reread,
         len(diff.deleted),
         len(diff.changed),
         len(diff.fresh),

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NotRequired, TypeVar
 
 from pydantic import ConfigDict, Field, with_config
 from typing_extensions import TypedDict  # pydantic reads typing's only from Python 3.12
@@ -107,6 +107,8 @@ class DeltaSummary(TypedDict):
     base: str
     files_removed: int
     files_added: int
+    #: files both snapshots keep whose deletes changed, read on both sides (older records lack it)
+    files_reread: NotRequired[int]
     rows_read: int
     added: int
     changed: int

@@ -140,6 +140,98 @@ def test_every_delta_version_equals_a_full_rebuild(kv: Harness, tmp_path: Path) 
         assert loaded_of(info) == loaded_of(kv.client.describe(full.version)), kind
 
 
+@pytest.mark.spark
+def test_every_delta_over_merge_on_read_deletes_and_upserts_equals_a_full_rebuild(
+    tmp_path: Path, dal: KvClient
+) -> None:
+    """A table changed merge-on-read — Spark SQL's row-level DELETE, UPDATE and MERGE
+    (positional delete files), a change-data writer's upserts (equality delete files, the
+    new rows in the same commit), its delete files rewritten, its data files compacted with
+    their deletes applied — gets a delta version for each change, equal to a full rebuild
+    and to what Iceberg's reader reads; a delta reads the files whose deletes changed, not
+    the table. (Until now a snapshot with a delete file made every run a full one.)"""
+    from bulldozer.load.engines.spark.session import spark_session, stop_spark_session
+    from tests.integration.iceberg_java import JavaTable
+
+    home = tmp_path / "home"
+    make_table(home, files=4, per_file=50)
+    arrow = open_catalog(CatalogConfig(), home).load_table("deltas.items").schema().as_arrow()
+    name, rng = "lake.deltas.items", random.Random(11)
+    stop_spark_session()  # a session of another home in this worker
+    spark = spark_session("lake", None, str(home), "local[2]")
+
+    def sql(text: str) -> None:
+        spark.sql(f"REFRESH TABLE {name}")
+        spark.sql(text).collect()
+
+    def upsert() -> None:
+        items = JavaTable(spark, name)
+        ids = pa.table({"id": [10, 11, 12, 13, 77_777]}, schema=pa.schema([arrow.field("id")]))
+        new = items.data_file("upserted", rows([10, 11, 500], rng, "x").cast(arrow))
+        items.commit(rows=[new], deletes=[items.equality_deletes("upserted-ids", ids)])
+
+    def append_a_deleted_key() -> None:  # later than its delete: kept
+        open_catalog(CatalogConfig(), home).load_table("deltas.items").append(rows([12], rng, "again"))
+
+    changes: list[tuple[str, Any, dict[str, int]]] = [
+        ("delete", lambda: sql(f"DELETE FROM {name} WHERE id IN (3, 60, 61, 199)"), {"deleted": 4}),
+        ("update", lambda: sql(f"UPDATE {name} SET name = concat('u', coalesce(name, '')) WHERE id % 40 = 1"), {}),
+        (
+            "merge",
+            lambda: sql(
+                f"MERGE INTO {name} t USING (SELECT * FROM VALUES (5L, 'm5'), (62L, NULL), (900L, 'm900') AS s(id, name)) s "
+                "ON t.id = s.id WHEN MATCHED AND s.name IS NULL THEN DELETE "
+                "WHEN MATCHED THEN UPDATE SET t.name = s.name WHEN NOT MATCHED THEN INSERT (id, name, score) "
+                "VALUES (s.id, s.name, 0.5)"
+            ),
+            {"changed": 1, "deleted": 1, "added": 1},
+        ),
+        ("upsert", upsert, {"changed": 2, "deleted": 2, "added": 1}),
+        ("append after the upsert", append_a_deleted_key, {"added": 1}),
+        (
+            "delete files rewritten",
+            lambda: sql(
+                "CALL lake.system.rewrite_position_delete_files(table => 'deltas.items', options => map('rewrite-all', 'true'))"
+            ),
+            {},
+        ),
+        (
+            "compaction",
+            lambda: sql(
+                "CALL lake.system.rewrite_data_files(table => 'deltas.items', options => map('rewrite-all', 'true', "
+                "'remove-dangling-deletes', 'true'))"
+            ),
+            {},
+        ),
+    ]
+    try:
+        sql(
+            f"ALTER TABLE {name} SET TBLPROPERTIES ('write.delete.mode' = 'merge-on-read', "
+            "'write.update.mode' = 'merge-on-read', 'write.merge.mode' = 'merge-on-read')"
+        )
+        run_job(job("items_delta", "delta"), dal, home=str(home))
+        for kind, make, wrote in changes:
+            make()
+            delta = run_job(job("items_delta", "delta"), dal, home=str(home))
+            full = run_job(job("items_full", "full"), dal, home=str(home))
+            assert delta.mode == "delta", (kind, delta.full_reason)
+            assert (delta.rows, delta.digest) == (full.rows, full.digest), kind
+            assert contents(dal, delta.version) == contents(dal, full.version), kind
+            spark.sql(f"REFRESH TABLE {name}")
+            assert full.rows == spark.sql(f"SELECT count(*) FROM {name}").collect()[0][0], kind
+            summary = delta.delta
+            if kind == "update":
+                wrote = {"changed": spark.sql(f"SELECT count(*) FROM {name} WHERE id % 40 = 1").collect()[0][0]}
+            assert {k: summary[k] for k in ("added", "changed", "deleted") if summary[k]} == wrote, (kind, summary)
+            if kind == "delete":  # three files' rows are read, on both sides; the fourth not
+                assert (summary["files_reread"], summary["files_removed"], summary["files_added"]) == (3, 0, 0)
+                assert summary["rows_read"] == 150 + 150 - 4
+            if kind == "delete files rewritten":
+                assert summary["files_reread"] and summary["rows_read"]
+    finally:
+        stop_spark_session()
+
+
 def test_a_delta_reads_only_the_changed_files(tmp_path: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch) -> None:
     """...and plans them from the manifests the two snapshots do not share: a day's append
     opens its one new manifest, not the table's twenty."""

@@ -31,6 +31,7 @@ from bulldozer.spec.models import CatalogConfig
 from bulldozer.warehouse.catalog import load_table, open_catalog
 from bulldozer.warehouse.sample import create_sample_warehouse, generate_sample
 from tests.conftest import REPO
+from tests.integration.iceberg_java import JavaTable
 from tests.integration.test_run import _cli
 
 pytestmark = pytest.mark.integration
@@ -419,31 +420,18 @@ def equality_deletes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, in
     The rows left, and the delete file."""
     from urllib.parse import urlsplit
 
-    import pyarrow.parquet as pq
-
     from bulldozer.load.engines.spark.session import spark_session, stop_spark_session
 
     home = tmp_path_factory.mktemp("equality-deletes")
     create_sample_warehouse(home, rows=3_000, chunk_rows=1_000)
     spark = spark_session("lake", None, str(home), "local[2]")
     try:
-        jvm = spark._jvm
-        table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, f"lake.{TABLE}")
-        path = Path(urlsplit(table.location()).path) / "data" / "user-deletes.parquet"
+        table = JavaTable(spark, f"lake.{TABLE}")
         user_id = pa.field("user_id", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": b"1"})
-        pq.write_table(pa.table({"user_id": list(range(1_000_000, 1_000_005))}, schema=pa.schema([user_id])), path)
-        field_ids = spark.sparkContext._gateway.new_array(jvm.int, 1)
-        field_ids[0] = 1
-        deletes = (
-            jvm.org.apache.iceberg.FileMetadata.deleteFileBuilder(table.spec())
-            .ofEqualityDeletes(field_ids)
-            .withPath(path.as_uri())
-            .withFormat("parquet")
-            .withFileSizeInBytes(path.stat().st_size)
-            .withRecordCount(5)
-            .build()
-        )
-        table.newRowDelta().addDeletes(deletes).commit()
+        users = pa.table({"user_id": list(range(1_000_000, 1_000_005))}, schema=pa.schema([user_id]))
+        deletes = table.equality_deletes("user-deletes", users)
+        table.commit(deletes=[deletes])
+        path = Path(urlsplit(deletes.location()).path)
         spark.sql(f"REFRESH TABLE lake.{TABLE}")
         left = spark.sql(f"SELECT count(*) FROM lake.{TABLE}").collect()[0][0]
     finally:
@@ -571,9 +559,6 @@ def upserts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, set[int], i
     And ``cdc.measures``, whose equality deletes are by a double column (Iceberg's reader
     applies them; Bulldozer refuses to: Java compares NaN and -0.0 otherwise than Arrow),
     with its rows left."""
-    from urllib.parse import urlsplit
-
-    import pyarrow.parquet as pq
     from pyiceberg.schema import Schema
     from pyiceberg.types import DoubleType, LongType, NestedField, StringType
 
@@ -598,65 +583,30 @@ def upserts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, set[int], i
     stop_spark_session()  # a session of another home in this worker
     spark = spark_session("lake", None, str(home), "local[2]")
     try:
-        jvm = spark._jvm
-        iceberg = jvm.org.apache.iceberg
-        java = iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, f"lake.{CDC}")
-        folder = Path(urlsplit(java.location()).path) / "data"
-        global_spec, by_region = java.specs().get(0), java.specs().get(1)
-
-        def written(name: str, rows: pa.Table) -> Path:
-            path = folder / f"{name}.parquet"
-            pq.write_table(rows, path)
-            return path
-
-        def deletes(name: str, spec: Any, partition: str | None, rows: pa.Table) -> Any:
-            path = written(name, rows)
-            ids = spark.sparkContext._gateway.new_array(jvm.int, rows.num_columns)
-            for i, column in enumerate(rows.column_names):
-                ids[i] = int(arrow.field(column).metadata[b"PARQUET:field_id"])
-            builder = (
-                iceberg.FileMetadata.deleteFileBuilder(spec)
-                .ofEqualityDeletes(ids)
-                .withPath(path.as_uri())
-                .withFormat("parquet")
-                .withFileSizeInBytes(path.stat().st_size)
-                .withRecordCount(rows.num_rows)
-            )
-            return (builder.withPartitionPath(partition) if partition else builder).build()
+        users = JavaTable(spark, f"lake.{CDC}")
+        global_spec, by_region = users.spec(0), users.spec(1)
 
         def by(columns: list[str], values: dict[str, list[Any]]) -> pa.Table:
             return pa.table(values, schema=pa.schema([arrow.field(c) for c in columns]))
 
-        (
-            java.newRowDelta()
-            .addDeletes(deletes("global-ids", global_spec, None, by(["id"], {"id": [5, 150, 151]})))
-            .addDeletes(deletes("eu-ids", by_region, "region=eu", by(["id"], {"id": [102, 103, 7]})))
-            .addDeletes(
-                deletes(
+        users.commit(
+            deletes=[
+                users.equality_deletes("global-ids", by(["id"], {"id": [5, 150, 151]}), global_spec),
+                users.equality_deletes("eu-ids", by(["id"], {"id": [102, 103, 7]}), by_region, "region=eu"),
+                users.equality_deletes(
                     "global-region-name",
-                    global_spec,
-                    None,
                     by(["region", "name"], {"region": ["us", "eu"], "name": [None, "n10"]}),
-                )
-            )
-            .commit()
+                    global_spec,
+                ),
+            ]
         )
-        new_rows = written("upserted", _cdc_rows(arrow, [20, 104], version=1))
-        upserted = (
-            iceberg.DataFiles.builder(by_region)
-            .withPath(new_rows.as_uri())
-            .withFormat("parquet")
-            .withFileSizeInBytes(new_rows.stat().st_size)
-            .withRecordCount(2)
-            .withPartitionPath("region=eu")
-            .build()
-        )
-        (
-            java.newRowDelta()
-            .addRows(upserted)
-            .addDeletes(deletes("upsert-ids", global_spec, None, by(["id"], {"id": [20, 21]})))
-            .addDeletes(deletes("upsert-eu-ids", by_region, "region=eu", by(["id"], {"id": [104]})))
-            .commit()
+        upserted = users.data_file("upserted", _cdc_rows(arrow, [20, 104], version=1), by_region, "region=eu")
+        users.commit(
+            rows=[upserted],
+            deletes=[
+                users.equality_deletes("upsert-ids", by(["id"], {"id": [20, 21]}), global_spec),
+                users.equality_deletes("upsert-eu-ids", by(["id"], {"id": [104]}), by_region, "region=eu"),
+            ],
         )
         spark.sql(f"REFRESH TABLE lake.{CDC}")
         table = catalog.load_table(CDC)
@@ -670,11 +620,9 @@ def upserts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, set[int], i
             Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "weight", DoubleType())),
         )
         measures.append(pa.table({"id": [1, 2, 3], "weight": [0.5, 1.5, 0.5]}, schema=measures.schema().as_arrow()))
-        java = iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, f"lake.{MEASURES}")
-        folder = Path(urlsplit(java.location()).path) / "data"
+        weights = JavaTable(spark, f"lake.{MEASURES}")
         arrow = measures.schema().as_arrow()
-        weights = by(["weight"], {"weight": [0.5]})
-        java.newRowDelta().addDeletes(deletes("weights", java.spec(), None, weights)).commit()
+        weights.commit(deletes=[weights.equality_deletes("weights", by(["weight"], {"weight": [0.5]}))])
         spark.sql(f"REFRESH TABLE lake.{MEASURES}")
         measured = spark.sql(f"SELECT count(*) FROM lake.{MEASURES}").collect()[0][0]
     finally:
