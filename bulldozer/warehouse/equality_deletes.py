@@ -27,6 +27,7 @@ in a format pyiceberg's reader does not read (Avro).
 
 from __future__ import annotations
 
+import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -43,6 +44,7 @@ __all__ = [
     "EqualityGroup",
     "Unappliable",
     "equality_files",
+    "may_match",
     "plan_files",
 ]
 
@@ -130,7 +132,7 @@ def plan_files(scan: Any, manifests: list[Any], read_formats: Iterable[str]) -> 
             (fields, file)
             for where in (None, (task.file.spec_id, task.file.partition))
             for deletes_at, fields, file in scoped.get(where, ())
-            if deletes_at > number
+            if deletes_at > number and may_match(task.file, file, fields)
         ]
         if not applying:
             planned.append(task)
@@ -141,6 +143,59 @@ def plan_files(scan: Any, manifests: list[Any], read_formats: Iterable[str]) -> 
         groups = tuple(EqualityGroup(fields, tuple(files)) for fields, files in sorted(by_fields.items(), key=_ids))
         planned.append(EqualityDeletesTask(task, groups))
     return planned
+
+
+def may_match(data: Any, deletes: Any, fields: tuple[Any, ...]) -> bool:
+    """Whether an equality delete file may delete a row of a data file, by their metadata:
+    not when, for one of its fields, the two files' value ranges (lower and upper bounds,
+    which describe the non-null values) do not overlap and not both may hold a null (a null
+    equals a null). As Iceberg's Java reader decides (``DeleteFileIndex``): a data file none
+    of whose rows a delete can match is read without it (and a delta does not read it again
+    when such a delete is added). Bounds of other types, or missing ones, decide nothing."""
+    from pyiceberg.conversions import from_bytes
+    from pyiceberg.types import (
+        BinaryType,
+        DateType,
+        IntegerType,
+        LongType,
+        PrimitiveType,
+        StringType,
+        TimestampNanoType,
+        TimestampType,
+        TimestamptzNanoType,
+        TimestamptzType,
+        TimeType,
+    )
+
+    # the types whose values Python orders as Iceberg does (strings by code point, binaries
+    # by unsigned bytes; not UUIDs, which Java compares as signed halves)
+    ordered: tuple[type[PrimitiveType], ...] = (IntegerType, LongType, DateType, TimeType, StringType, BinaryType)
+    ordered += (TimestampType, TimestamptzType, TimestampNanoType, TimestamptzNanoType)
+    for field in fields:
+        fid, kind = field.field_id, field.field_type
+        if type(kind) not in ordered or (_may_hold_null(data, fid) and _may_hold_null(deletes, fid)):
+            continue
+        bounds: list[bytes] = [
+            found
+            for file in (data, deletes)
+            for found in ((file.lower_bounds or {}).get(fid), (file.upper_bounds or {}).get(fid))
+            if found is not None
+        ]
+        if len(bounds) < 4:
+            continue
+        try:
+            data_low, data_high, deletes_low, deletes_high = (from_bytes(kind, b) for b in bounds)
+        except (ValueError, struct.error):  # a damaged bound (UnicodeDecodeError is a ValueError)
+            continue
+        if data_high < deletes_low or deletes_high < data_low:
+            return False
+    return True
+
+
+def _may_hold_null(file: Any, field_id: int) -> bool:
+    """Whether a file's metadata leaves it possible that a field is null in one of its rows."""
+    counts = file.null_value_counts
+    return counts is None or counts.get(field_id) is None or counts[field_id] > 0
 
 
 def _ids(item: tuple[tuple[Any, ...], list[Any]]) -> tuple[int, ...]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from types import SimpleNamespace
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -174,3 +175,59 @@ def test_the_cache_keeps_the_groups_read_last_and_pickles_empty() -> None:
     cache.put(4, keys[4])
     assert cache.get(1) is None and all(cache.get(n) is keys[n] for n in (0, 2, 3, 4))
     assert pickle.loads(pickle.dumps(cache)).get(0) is None
+
+
+def _bounded(
+    field_id: int, kind: Any, low: Any, high: Any, nulls: int | None = 0, bounds: bool = True
+) -> SimpleNamespace:
+    """A data or delete file's metadata: a field's bounds and null count."""
+    from pyiceberg.conversions import to_bytes
+
+    return SimpleNamespace(
+        lower_bounds={field_id: to_bytes(kind, low)} if bounds else {},
+        upper_bounds={field_id: to_bytes(kind, high)} if bounds else {},
+        null_value_counts=None if nulls is None else {field_id: nulls},
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "deletes", "may"),
+    [
+        ((10, 20, 0), (21, 30, 0), False),  # ranges apart
+        ((10, 20, 0), (20, 30, 0), True),  # touching
+        ((10, 20, 0), (0, 9, 3), False),  # the deletes' nulls match no null of the data's
+        ((10, 20, 2), (0, 9, 1), True),  # both may hold a null: a null equals a null
+        ((10, 20, None), (0, 9, None), True),  # null counts not known
+        ((10, 20, 0), (0, 9, 0, False), True),  # no bounds
+    ],
+)
+def test_a_delete_file_applies_only_where_the_files_metadata_allow_a_match(
+    data: tuple[Any, ...], deletes: tuple[Any, ...], may: bool
+) -> None:
+    """As Iceberg's Java reader decides (``DeleteFileIndex.canContainEqDeletesForFile``)."""
+    from bulldozer.warehouse.equality_deletes import may_match
+
+    field = SCHEMA.fields[0]  # id, a long
+    assert may_match(_bounded(1, LongType(), *data), _bounded(1, LongType(), *deletes), (field,)) is may
+
+
+def test_a_delete_by_several_fields_matches_no_file_one_of_whose_ranges_it_misses() -> None:
+    from bulldozer.warehouse.equality_deletes import may_match
+
+    id_, name = SCHEMA.fields[0], SCHEMA.fields[3]
+
+    def files(name_low: str, name_high: str) -> SimpleNamespace:
+        ids, names = _bounded(1, LongType(), 0, 100), _bounded(5, StringType(), name_low, name_high)
+        return SimpleNamespace(
+            lower_bounds={**ids.lower_bounds, **names.lower_bounds},
+            upper_bounds={**ids.upper_bounds, **names.upper_bounds},
+            null_value_counts={**ids.null_value_counts, **names.null_value_counts},
+        )
+
+    assert may_match(files("a", "m"), files("k", "z"), (id_, name))
+    assert not may_match(files("a", "m"), files("n", "z"), (id_, name))
+    assert may_match(files("a", "é"), files("z", "zz"), (id_, name))  # by code point: é after z
+    # a bound that is not the field's type (damaged) decides nothing
+    damaged = files("n", "z")
+    damaged.lower_bounds[5] = b"\xff\xfe"
+    assert may_match(files("a", "m"), damaged, (id_, name))
