@@ -74,8 +74,7 @@ def _field(f: ProtoField, m: Message) -> Any:
         return [(_scalar(f, f.scalar, k), _leaf(f.value, v)) for k, v in value.items()]
     if f.repeated:
         return [_leaf(f, v) for v in value]
-    has_presence = f.optional or f.kind == "message" or f.scalar == "timestamp"
-    if has_presence and not m.HasField(f.name):
+    if f.has_presence and not m.HasField(f.name):
         return None
     return _leaf(f, value)
 

@@ -153,6 +153,12 @@ class ProtoField:
     #: For a repeated field: the Iceberg type of one element (``iceberg_type`` is the list's).
     element_type: str = ""
 
+    @property
+    def has_presence(self) -> bool:
+        """Whether a record says the field is absent (its column null): an ``optional``
+        scalar, a message (a struct, a wrapper of a nullable list or map), a timestamp."""
+        return self.optional or self.kind == "message" or self.scalar == "timestamp"
+
     def type_name(self, scope: str = "") -> str:
         if self.kind == "map":
             assert self.value is not None and self.scalar is not None

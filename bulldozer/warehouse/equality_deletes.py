@@ -43,6 +43,7 @@ __all__ = [
     "EqualityDeletesTask",
     "EqualityGroup",
     "Unappliable",
+    "deleted_rows",
     "equality_files",
     "may_match",
     "plan_files",
@@ -446,6 +447,25 @@ class EqualityDeletesCache:
         self.__init__()  # type: ignore[misc]
 
 
+def deleted_rows(
+    metadata: Any, io: Any, fields: tuple[Any, ...], files: Iterable[Any], case_sensitive: bool = True
+) -> pa.Table:
+    """The rows of equality delete ``files`` deleting by ``fields`` (the table's top-level
+    fields, as ``plan_files`` groups them): each file checked as the snapshot committed it,
+    read by pyiceberg's reader (by field id; Parquet or ORC), in the table's Arrow types."""
+    from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.io.pyarrow import ArrowScan
+    from pyiceberg.schema import Schema
+    from pyiceberg.table import FileScanTask
+
+    from bulldozer.warehouse.files import verify_files
+
+    listed = list(files)
+    verify_files(io, listed)
+    scan = ArrowScan(metadata, io, Schema(*fields), AlwaysTrue(), case_sensitive)
+    return scan.to_table([FileScanTask(file) for file in listed])
+
+
 class Applied:
     """How a reader applies a task's equality deletes: it reads ``projection`` (the scan's,
     with the equality fields it lacks appended) and passes each batch through ``kept``."""
@@ -484,21 +504,11 @@ class Applied:
         return self._keys
 
     def _read(self, group: EqualityGroup) -> DeletedKeys:
-        """The group's deleted keys: its files, each checked as the snapshot committed it,
-        read by pyiceberg's reader for the group's fields (by field id; Parquet or ORC)."""
-        from pyiceberg.expressions import AlwaysTrue
-        from pyiceberg.io.pyarrow import ArrowScan
-        from pyiceberg.schema import Schema
-        from pyiceberg.table import FileScanTask
-
-        from bulldozer.warehouse.files import verify_files
-
+        """The group's deleted keys (``deleted_rows``), or the cache's."""
         found = self._cache.get(group.key)
         if found is not None:
             return found
-        verify_files(self._io, list(group.files))
-        scan = ArrowScan(self._metadata, self._io, Schema(*group.fields), AlwaysTrue(), self._case_sensitive)
-        deleted = scan.to_table([FileScanTask(file) for file in group.files])
+        deleted = deleted_rows(self._metadata, self._io, group.fields, group.files, self._case_sensitive)
         keys = DeletedKeys([f.name for f in group.fields], deleted)
         self._cache.put(group.key, keys)
         return keys

@@ -164,12 +164,20 @@ def test_every_delta_over_merge_on_read_deletes_and_upserts_equals_a_full_rebuil
         spark.sql(f"REFRESH TABLE {name}")
         spark.sql(text).collect()
 
-    def upsert() -> None:
+    def upsert(label: str, deleted: list[int], written: list[int]) -> None:
         items = JavaTable(spark, name)
-        # 3 is gone already; ids 3-13: a range few files' bounds hold
-        ids = pa.table({"id": [3, 10, 11, 12, 13]}, schema=pa.schema([arrow.field("id")]))
-        new = items.data_file("upserted", rows([10, 11, 500], rng, "x").cast(arrow))
-        items.commit(rows=[new], deletes=[items.equality_deletes("upserted-ids", ids)])
+        ids = pa.table({"id": deleted}, schema=pa.schema([arrow.field("id")]))
+        new = items.data_file(f"{label}-rows", rows(written, rng, label).cast(arrow))
+        items.commit(rows=[new], deletes=[items.equality_deletes(f"{label}-ids", ids)])
+
+    # keys whose rows lie in every file's id range: the delete applies to every file, and the
+    # base's records of its keys are what they lose; some of those rows have a null name
+    spread = [0, 25, 130, 131, *range(150, 190, 3), 1_000]
+    assert spark.sql(f"SELECT count(*) FROM {name} WHERE name IS NULL AND id IN {tuple(spread)}").collect()[0][0]
+
+    def upsert_across_then_delete() -> None:  # 130 and 131 in a file read again for the DELETE
+        upsert("across", spread, [25])
+        sql(f"DELETE FROM {name} WHERE id IN (131, 132)")
 
     def append_a_deleted_key() -> None:  # later than its delete: kept
         open_catalog(CatalogConfig(), home).load_table("deltas.items").append(rows([12], rng, "again"))
@@ -187,8 +195,14 @@ def test_every_delta_over_merge_on_read_deletes_and_upserts_equals_a_full_rebuil
             ),
             {"changed": 1, "deleted": 1, "added": 1},
         ),
-        ("upsert", upsert, {"changed": 2, "deleted": 2, "added": 1}),
+        # 3 is gone already; ids 3-13: a range few files' bounds hold (they are read again)
+        (
+            "upsert",
+            lambda: upsert("upsert", [3, 10, 11, 12, 13], [10, 11, 500]),
+            {"changed": 2, "deleted": 2, "added": 1},
+        ),
         ("append after the upsert", append_a_deleted_key, {"added": 1}),
+        ("upsert across the table", upsert_across_then_delete, {"changed": 1, "deleted": len(spread) - 1}),
         (
             "delete files rewritten",
             lambda: sql(
@@ -230,6 +244,14 @@ def test_every_delta_over_merge_on_read_deletes_and_upserts_equals_a_full_rebuil
             if kind == "upsert":  # the files whose id bounds hold 3-13, not every older file
                 live = open_catalog(CatalogConfig(), home).load_table("deltas.items").inspect.data_files().num_rows
                 assert 1 <= summary["files_reread"] < live - 1, (summary, live)
+            if kind == "upsert across the table":  # one file read again (the DELETE's): the others by key
+                assert summary["files_reread"] == 1 and summary["deleted_by_key"] == len(spread) - 3, (
+                    summary
+                )  # not 130, 131, 1000
+            else:
+                assert not summary["keys_looked_up"], (kind, summary)
+            # the null counts the quality gates see are derived too
+            assert loaded_of(dal.describe(delta.version)) == loaded_of(dal.describe(full.version)), kind
             if kind == "delete files rewritten":
                 assert summary["files_reread"] and summary["rows_read"]
     finally:

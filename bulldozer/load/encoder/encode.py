@@ -358,6 +358,7 @@ class RowEncoder:
             )
 
     def encode_keys(self, batch: pa.RecordBatch | pa.Table) -> pa.Array:
+        """The keys alone of ``batch``'s rows (it needs the key columns only)."""
         return materialize(self.encode_message(self.proto.key, batch, top_level=True, is_key=True), self.threads)
 
     # -- messages ---------------------------------------------------------------
