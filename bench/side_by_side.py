@@ -30,7 +30,8 @@ Sections:
 7. ``admission`` the DAL's memory while many writers load at once.
 8. ``upserts`` a table Flink's upserts wrote (equality deletes by key): the local engine
    applying them against the same rows without deletes, and against the Spark engine
-   reading it through Iceberg's reader; the versions' digests must be equal.
+   reading it through Iceberg's reader; the versions' digests must be equal. Then delta
+   runs as its upserts go on, against full runs of the same snapshots.
 
 No speed is asserted here; the ``target`` column only says how a ratio compares with the
 goal in issue #11.
@@ -929,6 +930,40 @@ def upserts_section(ctx: Context) -> None:
             f"{med(entry['local_upserts_s']):.2f}",
             f"Spark by key: {med(entry['spark_icebergs_reader_s']):.2f}",
             f"{med(entry['spark_icebergs_reader_s']) / med(entry['local_upserts_s']):.2f}× faster",
+        )
+    )
+    # delta versions of the table as its upserts go on: each round another upsert commit, then
+    # a delta run from the version before it and a full run of the same snapshot
+    env = {"BULLDOZER_ENDPOINT": "embedded"}
+    delta_spec = feature_table.write_spec(ctx.root / "upserts-delta.yaml", "upserts_delta", "delta")
+    run_cli(["run", str(delta_spec), "--json", "-q"], upserted, env)  # the first version: full
+    for rep in range(s.repeat):
+        _, more = feature_table.upsert(upserted, rows, UPSERT_FRACTION, seed=100 + rep)
+        delta = run_cli(["run", str(delta_spec), "--json", "-q"], upserted, env)
+        full = run_cli(["run", str(spec), "--json", "-q"], upserted, env)
+        d, f = delta.output, full.output
+        if d["mode"] != "delta":
+            raise RuntimeError(f"the delta run wrote a full version: {d['full_reason']}")
+        entry.setdefault("delta_s", []).append(delta.seconds)
+        entry.setdefault("delta_full_s", []).append(full.seconds)
+        entry.setdefault("delta_summary", []).append(d["delta"])
+        entry.setdefault("delta_digests_equal", []).append((d["rows"], d["digest"]) == (f["rows"], f["digest"]))
+        ctx.say(
+            f"  delta round {rep + 1}: {more['deleted'] + more['upserted']:,} keys upserted; delta {delta.seconds:.2f} s "
+            f"({d['delta']['rows_read']:,} rows read, {d['delta']['deleted_by_key']:,} records by key), "
+            f"full {full.seconds:.2f} s"
+        )
+    summary = entry["delta_summary"][-1]
+    ctx.rows.append(
+        Row(
+            "8 upserts",
+            f"delta run s after another upsert of {UPSERT_FRACTION:.0%} of the keys (equality deletes by key on "
+            f"every file): delta vs a full run of the same snapshot; {summary['rows_read']:,} rows read, "
+            f"{summary['deleted_by_key']:,} base records by key, {summary['files_reread']} files read again; "
+            f"digests equal: {all(entry['delta_digests_equal'])}",
+            f"{med(entry['delta_s']):.2f}",
+            f"full: {med(entry['delta_full_s']):.2f}",
+            f"{med(entry['delta_s']) / med(entry['delta_full_s']):.3f}",
         )
     )
     ctx.raw["upserts"] = entry

@@ -212,9 +212,9 @@ def _say_outcome(record: RunRecord, store: str, client: Any, as_json: bool, quie
         ok(
             f"{record.alias} → {record.version}: {record.rows:,} rows from snapshot {record.snapshot_id} "
             f"in {seconds:.1f} s, a delta from {d['base']}: {d['rows_read']:,} rows read from "
-            f"{d['files_removed'] + d['files_added'] + d.get('files_reread', 0)} changed files; "
-            f"{d['added']:,} keys added, "
-            f"{d['changed']:,} changed, {d['deleted']:,} deleted"
+            f"{d['files_removed'] + d['files_added'] + d.get('files_reread', 0)} changed files"
+            + (f" and {by_key:,} records by key" if (by_key := d.get("deleted_by_key", 0)) else "")
+            + f"; {d['added']:,} keys added, {d['changed']:,} changed, {d['deleted']:,} deleted"
         )
     else:
         rate = record.rows / record.timings.get("load", seconds) if record.timings.get("load") else 0

@@ -271,7 +271,7 @@ def plan_delta(
             total = _live_rows(table, before) + _live_rows(table, after) if spec.data_movement.mode == "auto" else 0
     except (CatalogError, UnreadableFilesError) as exc:  # a full run needs none of the base snapshot's files
         return f"the two snapshots cannot be compared: {exc}"  # (or reads them with another reader)
-    key_fields = _key_fields(table.metadata.schema_by_id(new.schema_id), job)
+    key_fields = _key_fields(table.metadata.schema_by_id(new.schema_id) or table.schema(), job)
     reread, by_key = _changed_deletes(gone, came, frozenset(f.field_id for f in key_fields))
     plan = DeltaPlan(
         base=base,

@@ -110,6 +110,8 @@ class DeltaSummary(TypedDict):
     #: files both snapshots keep whose deletes changed, read on both sides (older records lack it)
     files_reread: NotRequired[int]
     rows_read: int
+    #: base records a delta took by key, not from files (older records lack it)
+    deleted_by_key: NotRequired[int]
     added: int
     changed: int
     deleted: int

@@ -60,6 +60,9 @@ def test_bench_run_quick_runs_every_section(tmp_path: Path) -> None:
         assert all(kib > 0 for entry in samples["admission"][plane].values() for kib in entry["peak_kib"]), plane
     upserts = samples["upserts"]  # every engine loaded the upserted rows, the same version
     assert upserts["deleted"] and upserts["upserted"] and all(upserts["digests_equal"])
+    # and its delta versions equalled the full ones, the files both snapshots keep not read
+    assert upserts["delta_digests_equal"] and all(upserts["delta_digests_equal"])
+    assert all(d["deleted_by_key"] and not d["files_reread"] for d in upserts["delta_summary"])
     # the printed table is the one in the results file
     assert result["table"] in proc.stdout
     assert rows == 2_000
