@@ -22,9 +22,9 @@ version's digest is a sum of per-record hashes:
    rows on one side are what that snapshot holds of it. Only their rows are read and
    encoded: the removed side's rows are the records of the base that may change, the added
    side's what they become. Where the only change of the files both keep is equality
-   deletes by the job's key that apply to every one of them (a change-data writer's
-   upserts, on keys spread over the table), those files are not read: what they lose is
-   the base version's records of the deleted keys, looked up by key. Per key: in removed and not
+   deletes by the job's key (a change-data writer's upserts) that apply to each of them or
+   by its bounds cannot, those files are not read: what they lose is the base version's
+   records of the deleted keys, looked up by key. Per key: in removed and not
    added — deleted; in added and not removed — new (it must not be in the base: that would
    be a duplicate key in the new snapshot); in both — changed if the value differs, else
    untouched (a file rewritten by compaction yields no change).
@@ -85,7 +85,7 @@ class DeltaPlan:
     added_scan: Any
     #: files both snapshots keep whose deletes changed (in ``removed`` and ``added`` both)
     reread: int = 0
-    #: equality delete files by the job's key, new since the base snapshot, that apply to
+    #: equality delete files by the job's key, new since the base snapshot, that account for
     #: every file both snapshots keep: their keys' base records are what those files lose
     by_key: list[Any] = field(default_factory=list)
     #: the table's fields the job's key is made of (empty: a key field is not a column)
@@ -172,30 +172,37 @@ def _key_fields(schema: Any, job: JobSchema) -> tuple[Any, ...]:
 
 
 def _changed_deletes(
-    gone: dict[str, Any], came: dict[str, Any], key_ids: frozenset[int]
+    gone: dict[str, Any], came: dict[str, Any], key_fields: tuple[Any, ...]
 ) -> tuple[list[str], list[Any]]:
     """Of the data files both snapshots keep (``gone`` and ``came`` both plan them), those
     whose deletes changed and are read again on both sides, and the equality delete files
     whose changes are taken by key instead.
 
     A file with the same deletes in both snapshots holds the same rows in both. One that
-    gained deletes — only equality deletes by the job's key, new since the base snapshot,
-    each applying to every file both keep (a change-data writer's upserts: global deletes,
-    on keys spread over all files) — holds in the new snapshot its rows in the base one but
-    those of the deleted keys: those rows are the base version's records of the keys, and
-    the files are not read (``_Read``). Any other change of deletes (positional ones, a
-    delete file rewritten or gone, one that applies to some files only) is read again."""
+    gained only equality deletes by the job's key (a change-data writer's upserts), each
+    new since the base snapshot and *accounting for every file both keep* — it applies to
+    the file, or by their bounds no row of the file can have one of its keys (it lies in
+    another partition, or another key range) — holds in the new snapshot its rows in the
+    base one but those of the deleted keys: those rows are the base version's records of
+    the keys, and the files are not read (``_Rows.add_base_records``). Any other change of
+    deletes (positional ones, by other columns, a delete file rewritten or gone) is read
+    again. Bounds are trusted as the planner trusts them (``may_match``)."""
     from pyiceberg.manifest import DataFileContent
 
+    from bulldozer.warehouse.equality_deletes import may_match
+
+    key_ids = frozenset(f.field_id for f in key_fields)
     shared = sorted(gone.keys() & came.keys())
     was = {p: _deletes_of(gone[p]) for p in shared}
     now = {p: _deletes_of(came[p]) for p in shared}
-    everywhere = set.intersection(*(set(now[p]) - set(was[p]) for p in shared)) if shared and key_ids else set()
+    new = {path: file for p in shared for path, file in now[p].items() if path not in was[p]}
     by_key = {
         path: file
-        for path in everywhere
-        if (file := now[shared[0]][path]).content == DataFileContent.EQUALITY_DELETES
+        for path, file in new.items()
+        if key_ids
+        and file.content == DataFileContent.EQUALITY_DELETES
         and frozenset(file.equality_ids or ()) == key_ids
+        and all(path in now[p] or not may_match(came[p].file, file, key_fields) for p in shared)
     }
     reread = [
         p
@@ -272,7 +279,7 @@ def plan_delta(
     except (CatalogError, UnreadableFilesError) as exc:  # a full run needs none of the base snapshot's files
         return f"the two snapshots cannot be compared: {exc}"  # (or reads them with another reader)
     key_fields = _key_fields(table.metadata.schema_by_id(new.schema_id) or table.schema(), job)
-    reread, by_key = _changed_deletes(gone, came, frozenset(f.field_id for f in key_fields))
+    reread, by_key = _changed_deletes(gone, came, key_fields)
     plan = DeltaPlan(
         base=base,
         base_loaded=loaded,

@@ -179,6 +179,14 @@ def test_every_delta_over_merge_on_read_deletes_and_upserts_equals_a_full_rebuil
         upsert("across", spread, [25])
         sql(f"DELETE FROM {name} WHERE id IN (131, 132)")
 
+    names = ["n17", "n18", "n140", "n-none"]
+    by_name = {"deleted": spark.sql(f"SELECT count(*) FROM {name} WHERE name IN {tuple(names)}").collect()[0][0]}
+
+    def delete_by_name() -> None:  # not by the key: the files it applies to are read again
+        items = JavaTable(spark, name)
+        deleted = pa.table({"name": names}, schema=pa.schema([arrow.field("name")]))
+        items.commit(deletes=[items.equality_deletes("by-name", deleted)])
+
     def append_a_deleted_key() -> None:  # later than its delete: kept
         open_catalog(CatalogConfig(), home).load_table("deltas.items").append(rows([12], rng, "again"))
 
@@ -195,13 +203,15 @@ def test_every_delta_over_merge_on_read_deletes_and_upserts_equals_a_full_rebuil
             ),
             {"changed": 1, "deleted": 1, "added": 1},
         ),
-        # 3 is gone already; ids 3-13: a range few files' bounds hold (they are read again)
+        # 3 is gone already; ids 3-13: a range few files' bounds hold, and the others cannot
+        # lose a row to it: taken by key too
         (
             "upsert",
             lambda: upsert("upsert", [3, 10, 11, 12, 13], [10, 11, 500]),
             {"changed": 2, "deleted": 2, "added": 1},
         ),
         ("append after the upsert", append_a_deleted_key, {"added": 1}),
+        ("delete by name", delete_by_name, by_name),
         ("upsert across the table", upsert_across_then_delete, {"changed": 1, "deleted": len(spread) - 1}),
         (
             "delete files rewritten",
@@ -241,14 +251,16 @@ def test_every_delta_over_merge_on_read_deletes_and_upserts_equals_a_full_rebuil
             if kind == "delete":  # three files' rows are read, on both sides; the fourth not
                 assert (summary["files_reread"], summary["files_removed"], summary["files_added"]) == (3, 0, 0)
                 assert summary["rows_read"] == 150 + 150 - 4
-            if kind == "upsert":  # the files whose id bounds hold 3-13, not every older file
+            if kind == "upsert":  # no file read but the new one: 10-13 by key (3 is no record)
+                assert (summary["files_reread"], summary["keys_looked_up"], summary["deleted_by_key"]) == (0, 5, 4)
+            elif kind == "delete by name":  # the files whose name bounds hold those names, not all
                 live = open_catalog(CatalogConfig(), home).load_table("deltas.items").inspect.data_files().num_rows
-                assert 1 <= summary["files_reread"] < live - 1, (summary, live)
+                assert 1 <= summary["files_reread"] < live, (summary, live)
             if kind == "upsert across the table":  # one file read again (the DELETE's): the others by key
                 assert summary["files_reread"] == 1 and summary["deleted_by_key"] == len(spread) - 3, (
                     summary
                 )  # not 130, 131, 1000
-            else:
+            elif kind != "upsert":
                 assert not summary["keys_looked_up"], (kind, summary)
             # the null counts the quality gates see are derived too
             assert loaded_of(dal.describe(delta.version)) == loaded_of(dal.describe(full.version)), kind
@@ -256,6 +268,91 @@ def test_every_delta_over_merge_on_read_deletes_and_upserts_equals_a_full_rebuil
                 assert summary["files_reread"] and summary["rows_read"]
     finally:
         stop_spark_session()
+
+
+@pytest.mark.spark
+def test_a_delta_takes_by_key_only_the_rows_a_partitions_deletes_can_reach(tmp_path: Path, dal: KvClient) -> None:
+    """A partition's equality deletes reach its files only: deleting by ``id`` in region eu,
+    an id whose row lives in us stays, so the delta reads eu's files again rather than
+    take the base's records by key (us's id range holds the deleted ids). Deleting by
+    (id, region), as Flink's upserts of a table partitioned by a key column do, the other
+    partition's region bounds show none of its rows can be deleted: taken by key."""
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import IdentityTransform
+    from pyiceberg.types import DoubleType, LongType, NestedField, StringType
+
+    from bulldozer.load.engines.spark.session import spark_session, stop_spark_session
+    from tests.integration.iceberg_java import JavaTable
+
+    home = tmp_path / "home"
+    catalog = open_catalog(CatalogConfig(), home)
+    catalog.create_namespace("deltas")
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "region", StringType(), required=True),
+        NestedField(3, "name", StringType()),
+        NestedField(4, "score", DoubleType()),
+    )
+    by_region = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "region"))
+    table = catalog.create_table("deltas.regional", schema, partition_spec=by_region)
+    arrow = schema.as_arrow()
+
+    def regional(ids: list[int], tag: str = "") -> pa.Table:
+        regions = ["eu" if i % 2 == 0 else "us" for i in ids]
+        names = [f"n{i}{tag}" for i in ids]
+        return pa.table({"id": ids, "region": regions, "name": names, "score": [i / 2 for i in ids]}, schema=arrow)
+
+    table.append(regional(list(range(100))))  # a file per region
+    by_id = job("regional", "delta", table="deltas.regional")
+    by_both = load_spec_text(
+        by_id.text.replace("key_columns: [id]", "key_columns: [id, region]")
+        .replace("alias: regional", "alias: regional_both")
+        .replace("name: regional", "name: regional_both"),
+        "job.yaml",
+        env={},
+    )
+    full_id = job("regional_full", "full", table="deltas.regional")
+    for spec in (by_id, by_both):
+        run_job(spec, dal, home=str(home))
+    stop_spark_session()
+    spark = spark_session("lake", None, str(home), "local[2]")
+    try:
+        items = JavaTable(spark, "lake.deltas.regional")
+        eu = items.data_file("eu-rows", regional([2], "x"), items.spec(), "region=eu")
+        ids = pa.table({"id": [2, 3, 4]}, schema=pa.schema([arrow.field("id")]))  # 3 lives in us: kept
+        items.commit(rows=[eu], deletes=[items.equality_deletes("eu-ids", ids, items.spec(), "region=eu")])
+        delta, full = run_job(by_id, dal, home=str(home)), run_job(full_id, dal, home=str(home))
+        assert delta.mode == "delta" and (delta.rows, delta.digest) == (full.rows, full.digest) and full.rows == 99
+        summary = delta.delta
+        said = (summary["changed"], summary["deleted"], summary["files_reread"], summary["keys_looked_up"])
+        assert said == (1, 1, 1, 0), summary
+        assert run_job(by_both, dal, home=str(home)).delta["files_reread"] == 1  # its key is not (id) alone
+        # by (id, region): the us file's region bounds show no row of it can be deleted
+        both = pa.table(
+            {"id": [6, 8], "region": ["eu", "eu"]}, schema=pa.schema([arrow.field("id"), arrow.field("region")])
+        )
+        items.commit(deletes=[items.equality_deletes("eu-both", both, items.spec(), "region=eu")])
+        spark.sql("REFRESH TABLE lake.deltas.regional")
+        expected = spark.sql("SELECT count(*) FROM lake.deltas.regional").collect()[0][0]
+    finally:
+        stop_spark_session()
+    delta = run_job(by_both, dal, home=str(home))
+    assert delta.mode == "delta" and delta.rows == expected == 97
+    summary = delta.delta
+    assert (summary["files_reread"], summary["deleted_by_key"], summary["deleted"]) == (0, 2, 2), summary
+    assert contents(dal, delta.version) == contents(
+        dal,
+        run_job(
+            load_spec_text(
+                by_both.text.replace("mode: delta", "mode: full").replace("alias: regional_both", "alias: rb_full"),
+                "job.yaml",
+                env={},
+            ),
+            dal,
+            home=str(home),
+        ).version,
+    )
 
 
 def test_a_delta_reads_only_the_changed_files(tmp_path: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch) -> None:
