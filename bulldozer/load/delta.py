@@ -41,7 +41,6 @@ version's digest is a sum of per-record hashes:
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -341,32 +340,34 @@ class _Rows:
         (the removed side's files) do not hold, with their null counts: the rows the files
         both snapshots keep lose to those deletes (``_changed_deletes``). A key the base
         lacks was no row of the base snapshot's (or one its filter left out); a null key
-        none. Keys are asked in byte order, 10,000 a request, four on the wire."""
+        none. Keys are asked in byte order (``_lookups``)."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
+        from bulldozer import _kernels
+        from bulldozer.codec.buffers import binary_view
         from bulldozer.warehouse.equality_deletes import deleted_rows
 
         rows = deleted_rows(table.metadata, table.io, plan.key_fields, plan.by_key)
-        rows = rows.drop_null()
-        keys = pc.unique(RowEncoder(job.proto, checked=False).encode_keys(rows))
+        keys = pc.unique(RowEncoder(job.proto, checked=False).encode_keys(rows.drop_null()))
         if self.keys:
             keys = keys.filter(pc.invert(pc.is_in(keys, value_set=_one_array(self.keys))))
-        keys = keys.take(pc.sort_indices(keys)).to_pylist()
-        found = list(_records(client, plan.base.name, keys))
-        self.looked_up, self.from_base = len(keys), len(found)
-        if not found:
+        keys = keys.take(pc.sort_indices(keys))
+        answers = [pa.array(answer, pa.large_binary()) for _, answer in _lookups(client, plan.base.name, keys)]
+        values = pa.concat_arrays(answers) if answers else pa.array([], pa.large_binary())
+        held = values.is_valid()
+        found_k, found_v = keys.filter(held), values.filter(held)
+        self.looked_up, self.from_base = len(keys), len(found_k)
+        if not len(found_k):
             return
-        found_v = [v for _, v in found]
-        self.keys.append(pa.array([k for k, _ in found], pa.large_binary()))
-        self.values.append(pa.array(found_v, pa.large_binary()))
-        _, value_cls = job.classes
+        self.keys.append(found_k)
+        self.values.append(found_v)
         present = [f for f in job.proto.value.fields if f.has_presence]
-        for value in found_v if present else ():
-            message = value_cls.FromString(value)
-            for f in present:
-                if not message.HasField(f.name):
-                    self.null_counts[f.column] = self.null_counts.get(f.column, 0) + 1
+        if present:  # in compiled code: 100 k records' null counts took 0.2 s as protobuf messages
+            absent = _kernels.absent_fields(*binary_view(found_v), [f.number for f in present])
+            for f, count in zip(present, absent, strict=True):
+                if count:
+                    self.null_counts[f.column] = self.null_counts.get(f.column, 0) + count
 
 
 def _one_array(chunks: list[Any]) -> Any:
@@ -446,22 +447,29 @@ def base_duplicates(
         fresh = _Read.of(plan, table, job, client).diff.fresh
     if not len(fresh):
         return None
-    found = _in_base(client, plan.base.name, fresh.to_pylist())
+    found = _in_base(client, plan.base.name, fresh)
     return _duplicates(job, found) if found else None
 
 
-def _in_base(client: KvClient, base: str, fresh: list[bytes]) -> list[bytes]:
-    """Up to three of the new keys ``base`` holds."""
-    return [k for k, _ in itertools.islice(_records(client, base, fresh), 3)]
+def _in_base(client: KvClient, base: str, fresh: Any) -> list[bytes]:
+    """Up to three of the new keys (an Arrow array) ``base`` holds."""
+    found: list[bytes] = []
+    for keys, values in _lookups(client, base, fresh):
+        found += [k for k, v in zip(keys.to_pylist(), values, strict=True) if v is not None][: 3 - len(found)]
+        if len(found) >= 3:
+            break
+    return found
 
 
-def _records(client: KvClient, base: str, keys: list[bytes]) -> Iterator[tuple[bytes, bytes]]:
-    """The records ``base`` holds of ``keys``, four lookups of 10 k keys at a time on the
-    wire (a caller stopping early cancels the others)."""
-    chunks = [keys[start : start + 10_000] for start in range(0, len(keys), 10_000)]
-    answers = client.batch_get_many(chunks, namespace=base, in_flight=4)
-    for chunk, (_, values) in zip(chunks, answers, strict=True):
-        yield from ((k, v) for k, v in zip(chunk, values, strict=True) if v is not None)
+def _lookups(client: KvClient, base: str, keys: Any) -> Iterator[tuple[Any, list[bytes | None]]]:
+    """What ``base`` holds of ``keys`` (an Arrow array): each slice of 10 k keys with its
+    values (None where it has none), four requests on the wire at a time (a caller stopping
+    early cancels the others); the keys become Python bytes a slice at a time."""
+    step = 10_000
+    starts = range(0, len(keys), step)
+    answers = client.batch_get_many((keys.slice(at, step).to_pylist() for at in starts), namespace=base, in_flight=4)
+    for at, (_, values) in zip(starts, answers, strict=True):
+        yield keys.slice(at, step), values
 
 
 def _duplicates(job: JobSchema, keys: list[bytes]) -> DuplicateKeyError:

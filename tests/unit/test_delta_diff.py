@@ -112,3 +112,44 @@ def test_a_deltas_puts_fill_every_batch_in_flight(puts: int, batch_size: int, in
     assert per_batch == expected
     assert per_batch <= batch_size
     assert -(-puts // per_batch) <= max(in_flight, -(-puts // batch_size))  # no more batches than needed
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((value & 0x7F) | (0x80 if value > 0x7F else 0))
+        value >>= 7
+        if not value:
+            return bytes(out)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_compiled_null_counts_of_records_are_their_absent_fields(seed: int) -> None:
+    """``absent_fields`` (a delta's null counts of the base records it takes by key): per
+    field number, the records without it, whatever its wire type and value (a zero is
+    present), numbers beyond a byte, in a slice of a longer array."""
+    from bulldozer import _kernels
+    from bulldozer.codec.buffers import binary_view
+
+    rng = random.Random(seed)
+    fields = {1: 0, 2: 2, 3: 1, 5: 5, 300: 2, 19_999: 0}  # number: wire type
+    payloads = {0: lambda: _varint(rng.choice([0, 1, 300, 2**63])), 1: lambda: rng.randbytes(8)}
+    payloads |= {
+        5: lambda: rng.randbytes(4),
+        2: lambda: (lambda b: _varint(len(b)) + b)(rng.randbytes(rng.randrange(0, 200))),
+    }
+    records, absent = [], dict.fromkeys(fields, 0)
+    for _ in range(500):
+        record = b""
+        for number, wire in fields.items():
+            if rng.random() < 0.3:
+                absent[number] += 1
+                continue
+            record += _varint(number << 3 | wire) + payloads[wire]()
+        records.append(record)
+    array = pa.array([b"junk", *records], pa.large_binary())[1:]
+    numbers = [*fields, 4]  # 4: in no record
+    assert _kernels.absent_fields(*binary_view(array), numbers) == [*absent.values(), len(records)]
+    truncated = pa.array([records[0], _varint(2 << 3 | 2) + _varint(10) + b"abc"], pa.large_binary())
+    with pytest.raises(ValueError, match="record 1 is not a protobuf message"):
+        _kernels.absent_fields(*binary_view(truncated), [2])

@@ -838,6 +838,78 @@ fn diff_pairs<'py>(
     )
 }
 
+/// One varint of `data` at `*at` (advanced past it), or None where it runs past the end or
+/// over ten bytes.
+fn read_varint(data: &[u8], at: &mut usize) -> Option<u64> {
+    let mut value = 0u64;
+    for shift in (0..70).step_by(7) {
+        let byte = *data.get(*at)?;
+        *at += 1;
+        value |= u64::from(byte & 0x7f) << shift;
+        if byte < 0x80 {
+            return Some(value);
+        }
+    }
+    None
+}
+
+/// The top-level field numbers of one protobuf message, each as it is met (None: the bytes
+/// are no message: a wire type protobuf 3 does not write, a length past the end).
+fn field_numbers(message: &[u8], mut seen: impl FnMut(u64)) -> Option<()> {
+    let mut at = 0usize;
+    while at < message.len() {
+        let tag = read_varint(message, &mut at)?;
+        seen(tag >> 3);
+        let skip = match tag & 7 {
+            0 => {
+                read_varint(message, &mut at)?;
+                0
+            }
+            1 => 8,
+            2 => usize::try_from(read_varint(message, &mut at)?).ok()?,
+            5 => 4,
+            _ => return None,
+        };
+        at = at.checked_add(skip).filter(|end| *end <= message.len())?;
+    }
+    Some(())
+}
+
+/// For each of `numbers` (top-level field numbers), how many of the messages (`offsets` and
+/// `data`: an Arrow binary array's) lack it: the records whose column of that field is null
+/// (a field with presence is written whenever it is set, a zero or an empty value too).
+#[pyfunction]
+fn absent_fields(
+    py: Python<'_>,
+    offsets: &Bound<'_, PyAny>,
+    data: &Bound<'_, PyAny>,
+    numbers: Vec<u64>,
+) -> PyResult<Vec<u64>> {
+    let mut held = Held::default();
+    let offs = held.u64s(offsets, "offsets")?;
+    let bytes = held.u8s(data, "data")?;
+    let n = offs.len().saturating_sub(1);
+    check_offsets(offs, n, bytes.len(), "absent_fields")?;
+    let counted = py.detach(|| {
+        let mut absent = vec![0u64; numbers.len()];
+        let mut present = vec![false; numbers.len()];
+        for i in 0..n {
+            present.iter_mut().for_each(|p| *p = false);
+            field_numbers(item(bytes, offs, i), |number| {
+                if let Some(at) = numbers.iter().position(|&wanted| wanted == number) {
+                    present[at] = true;
+                }
+            })
+            .ok_or(i)?;
+            for (count, &was) in absent.iter_mut().zip(&present) {
+                *count += u64::from(!was);
+            }
+        }
+        Ok::<_, usize>(absent)
+    });
+    counted.map_err(|i| PyValueError::new_err(format!("absent_fields: record {i} is not a protobuf message")))
+}
+
 #[pymodule]
 fn _kernels(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode, m)?)?;
@@ -847,5 +919,6 @@ fn _kernels(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pair_sums, m)?)?;
     m.add_function(wrap_pyfunction!(diff_pairs, m)?)?;
     m.add_function(wrap_pyfunction!(repeated_hashes, m)?)?;
+    m.add_function(wrap_pyfunction!(absent_fields, m)?)?;
     Ok(())
 }
