@@ -138,7 +138,7 @@ def _tasks(scan: Any, manifests: list[Any]) -> dict[str, Any]:
     return {t.file.file_path: t for t in checked_tasks(scan, manifests)}
 
 
-def _deletes(manifests: dict[str, Any]) -> set[str]:
+def _delete_manifests(manifests: dict[str, Any]) -> set[str]:
     """The paths of the delete manifests of a snapshot's ``manifests``."""
     from pyiceberg.manifest import ManifestContent
 
@@ -271,7 +271,7 @@ def plan_delta(
             before, after = _manifests(table, old), _manifests(table, new)
             removed_scan = source_scan(table, spec, base_snapshot, columns)
             added_scan = source_scan(table, spec, snapshot_id, columns)
-            changed_deletes = _deletes(before) != _deletes(after)
+            changed_deletes = _delete_manifests(before) != _delete_manifests(after)
             gone = _tasks(removed_scan, _to_plan(before, after, changed_deletes))
             came = _tasks(added_scan, _to_plan(after, before, changed_deletes))
             total = _live_rows(table, before) + _live_rows(table, after) if spec.data_movement.mode == "auto" else 0
