@@ -552,8 +552,10 @@ def plan(
             )
         )
         if result.mode == "delta":
+            by_key = f" and up to {result.delta_keys:,} keys' records by key" if result.delta_keys else ""
             console.print(
                 f"  a delta from the live version: {result.delta_rows:,} rows in {result.delta_files} changed files"
+                + by_key
             )
         elif result.full_reason:
             console.print(visible(f"  a full run: {result.full_reason}"))

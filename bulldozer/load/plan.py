@@ -45,6 +45,9 @@ class RunPlan:
     #: a delta: the rows of the changed files it would read (and the files)
     delta_rows: int = 0
     delta_files: int = 0
+    #: a delta: the keys its equality deletes by the job's key name, whose base records it
+    #: would take by key instead of reading the files they delete from (``load.delta``)
+    delta_keys: int = 0
     #: the job the alias serves (its live version's), when it is not this spec's: a run is
     #: refused unless it takes the alias over (``JobRun.owner_issue``)
     other_job: str = ""
@@ -72,7 +75,7 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engi
     live = live_version(client, spec.alias)
     previous = live.value_descriptor_set if live and live.value_descriptor_set else None
     files = rows = nbytes = 0
-    mode, full_reason, delta_rows, delta_files = "full", "", 0, 0
+    mode, full_reason, delta_rows, delta_files, delta_keys = "full", "", 0, 0, 0
     if dm.source.query is not None or dm.duplicate_keys.policy == "keep_latest":
         # what the query reads: an upper bound of what it moves
         from bulldozer.load.source import build_sql_source
@@ -117,7 +120,9 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engi
                 if isinstance(delta, str):
                     full_reason = delta
                 else:
-                    mode, delta_rows, delta_files = "delta", delta.rows_to_read, len(delta.removed) + len(delta.added)
+                    mode, delta_rows = "delta", delta.rows_to_read
+                    delta_files = len(delta.removed) + len(delta.added) - delta.reread  # a file read twice once
+                    delta_keys = sum(f.record_count for f in delta.by_key)
         source_name = dm.source.table
     rate, source = DEFAULT_RATE, f"default estimate (no earlier {engine} run measured one)"
     versions = client.list_namespaces(spec.alias)
@@ -167,5 +172,6 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engi
         full_reason=full_reason,
         delta_rows=delta_rows,
         delta_files=delta_files,
+        delta_keys=delta_keys,
         other_job=live.job_name if live and live.job_name and live.job_name != spec.metadata.name else "",
     )

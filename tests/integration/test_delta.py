@@ -151,6 +151,7 @@ def test_every_delta_over_merge_on_read_deletes_and_upserts_equals_a_full_rebuil
     and to what Iceberg's reader reads; a delta reads the files whose deletes changed, not
     the table. (Until now a snapshot with a delete file made every run a full one.)"""
     from bulldozer.load.engines.spark.session import spark_session, stop_spark_session
+    from bulldozer.load.plan import plan_run
     from tests.integration.iceberg_java import JavaTable
 
     home = tmp_path / "home"
@@ -237,6 +238,7 @@ def test_every_delta_over_merge_on_read_deletes_and_upserts_equals_a_full_rebuil
         run_job(job("items_delta", "delta"), dal, home=str(home))
         for kind, make, wrote in changes:
             make()
+            planned = plan_run(job("items_delta", "delta"), dal, str(home))  # what `bulldozer plan` says
             delta = run_job(job("items_delta", "delta"), dal, home=str(home))
             full = run_job(job("items_full", "full"), dal, home=str(home))
             assert delta.mode == "delta", (kind, delta.full_reason)
@@ -256,6 +258,10 @@ def test_every_delta_over_merge_on_read_deletes_and_upserts_equals_a_full_rebuil
             elif kind == "delete by name":  # the files whose name bounds hold those names, not all
                 live = open_catalog(CatalogConfig(), home).load_table("deltas.items").inspect.data_files().num_rows
                 assert 1 <= summary["files_reread"] < live, (summary, live)
+            # the plan counts each file once, and the keys the deletes by key name
+            files = summary["files_removed"] + summary["files_added"] + summary["files_reread"]
+            assert (planned.mode, planned.delta_files) == ("delta", files), (kind, planned)
+            assert planned.delta_keys == {"upsert": 5, "upsert across the table": len(spread)}.get(kind, 0), kind
             if kind == "upsert across the table":  # one file read again (the DELETE's): the others by key
                 assert summary["files_reread"] == 1 and summary["deleted_by_key"] == len(spread) - 3, (
                     summary
