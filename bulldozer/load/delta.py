@@ -279,13 +279,14 @@ def plan_delta(
         return f"the two snapshots cannot be compared: {exc}"  # (or reads them with another reader)
     key_fields = _key_fields(table.metadata.schema_by_id(new.schema_id) or table.schema(), job)
     reread, by_key = _changed_deletes(gone, came, key_fields)
+    again = set(reread)  # looked up for each of the snapshots' files
     plan = DeltaPlan(
         base=base,
         base_loaded=loaded,
         base_snapshot=base_snapshot,
         snapshot=snapshot_id,
-        removed=[t for path, t in sorted(gone.items()) if path not in came or path in reread],
-        added=[t for path, t in sorted(came.items()) if path not in gone or path in reread],
+        removed=[t for path, t in sorted(gone.items()) if path not in came or path in again],
+        added=[t for path, t in sorted(came.items()) if path not in gone or path in again],
         removed_scan=removed_scan,
         added_scan=added_scan,
         reread=len(reread),
