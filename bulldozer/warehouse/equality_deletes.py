@@ -27,6 +27,7 @@ in a format pyiceberg's reader does not read (Avro).
 
 from __future__ import annotations
 
+import functools
 import struct
 import threading
 from collections import OrderedDict
@@ -126,6 +127,15 @@ def plan_files(scan: Any, manifests: list[Any], read_formats: Iterable[str]) -> 
             )
         where = None if spec.is_unpartitioned() else (file.spec_id, file.partition)
         scoped.setdefault(where, []).append((number, fields, file))
+    ranges: dict[tuple[str, tuple[Any, ...]], tuple[_Range, ...]] = {}  # by file path and fields
+
+    def range_of(file: Any, fields: tuple[Any, ...]) -> tuple[_Range, ...]:
+        key = (file.file_path, fields)
+        found = ranges.get(key)
+        if found is None:
+            found = ranges[key] = _ranges(file, fields)
+        return found
+
     planned: list[Any] = []
     for task in tasks:
         number = sequence[task.file.file_path]
@@ -133,7 +143,7 @@ def plan_files(scan: Any, manifests: list[Any], read_formats: Iterable[str]) -> 
             (fields, file)
             for where in (None, (task.file.spec_id, task.file.partition))
             for deletes_at, fields, file in scoped.get(where, ())
-            if deletes_at > number and may_match(task.file, file, fields)
+            if deletes_at > number and _overlap(range_of(task.file, fields), range_of(file, fields))
         ]
         if not applying:
             planned.append(task)
@@ -153,13 +163,54 @@ def may_match(data: Any, deletes: Any, fields: tuple[Any, ...]) -> bool:
     equals a null). As Iceberg's Java reader decides (``DeleteFileIndex``): a data file none
     of whose rows a delete can match is read without it (and a delta does not read it again
     when such a delete is added). Bounds of other types, or missing ones, decide nothing."""
+    return _overlap(_ranges(data, fields), _ranges(deletes, fields))
+
+
+#: one field's range in a file: its lowest and highest non-null value, and whether the file
+#: may hold a null of it; None where its bounds say nothing (missing, damaged, unordered type)
+_Range = tuple[Any, Any, bool] | None
+
+
+def _ranges(file: Any, fields: tuple[Any, ...]) -> tuple[_Range, ...]:
+    """Each field's range in ``file``, from its metadata (decoded once: the planner compares a
+    delete file's with every data file's in its scope)."""
     from pyiceberg.conversions import from_bytes
+
+    ordered = _ordered_types()
+    lower, upper = file.lower_bounds or {}, file.upper_bounds or {}
+    found: list[_Range] = []
+    for field in fields:
+        fid, kind = field.field_id, field.field_type
+        low, high = lower.get(fid), upper.get(fid)
+        if type(kind) not in ordered or low is None or high is None:
+            found.append(None)
+            continue
+        try:
+            found.append((from_bytes(kind, low), from_bytes(kind, high), _may_hold_null(file, fid)))
+        except (ValueError, struct.error):  # a damaged bound (UnicodeDecodeError is a ValueError)
+            found.append(None)
+    return tuple(found)
+
+
+def _overlap(data: tuple[_Range, ...], deletes: tuple[_Range, ...]) -> bool:
+    """``may_match`` of two files' ranges (``_ranges``) of the same fields."""
+    for ours, theirs in zip(data, deletes, strict=True):
+        if ours is None or theirs is None or (ours[2] and theirs[2]):
+            continue
+        if ours[1] < theirs[0] or theirs[1] < ours[0]:
+            return False
+    return True
+
+
+@functools.cache
+def _ordered_types() -> tuple[type[Any], ...]:
+    """The types whose values Python orders as Iceberg does (strings by code point, binaries
+    by unsigned bytes; not UUIDs, which Java compares as signed halves)."""
     from pyiceberg.types import (
         BinaryType,
         DateType,
         IntegerType,
         LongType,
-        PrimitiveType,
         StringType,
         TimestampNanoType,
         TimestampType,
@@ -168,29 +219,8 @@ def may_match(data: Any, deletes: Any, fields: tuple[Any, ...]) -> bool:
         TimeType,
     )
 
-    # the types whose values Python orders as Iceberg does (strings by code point, binaries
-    # by unsigned bytes; not UUIDs, which Java compares as signed halves)
-    ordered: tuple[type[PrimitiveType], ...] = (IntegerType, LongType, DateType, TimeType, StringType, BinaryType)
-    ordered += (TimestampType, TimestamptzType, TimestampNanoType, TimestamptzNanoType)
-    for field in fields:
-        fid, kind = field.field_id, field.field_type
-        if type(kind) not in ordered or (_may_hold_null(data, fid) and _may_hold_null(deletes, fid)):
-            continue
-        bounds: list[bytes] = [
-            found
-            for file in (data, deletes)
-            for found in ((file.lower_bounds or {}).get(fid), (file.upper_bounds or {}).get(fid))
-            if found is not None
-        ]
-        if len(bounds) < 4:
-            continue
-        try:
-            data_low, data_high, deletes_low, deletes_high = (from_bytes(kind, b) for b in bounds)
-        except (ValueError, struct.error):  # a damaged bound (UnicodeDecodeError is a ValueError)
-            continue
-        if data_high < deletes_low or deletes_high < data_low:
-            return False
-    return True
+    timestamps = (TimestampType, TimestamptzType, TimestampNanoType, TimestamptzNanoType)
+    return (IntegerType, LongType, DateType, TimeType, StringType, BinaryType, *timestamps)
 
 
 def _may_hold_null(file: Any, field_id: int) -> bool:
