@@ -37,6 +37,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from bulldozer._kernels import ImageSet
+
 __all__ = [
     "Applied",
     "DeletedKeys",
@@ -318,43 +320,34 @@ def _images(column: Any) -> Any:
     return None
 
 
-def _found(values: Any, wanted: Any) -> Any:
-    """Each of ``wanted``'s position in the sorted distinct ``values``, or -1 where it is not
-    there, by binary search."""
-    import numpy as np
-
-    if not len(values):
-        return np.full(len(wanted), -1, dtype=np.int64)
-    at = np.searchsorted(values, wanted)
-    hit = values[np.minimum(at, len(values) - 1)] == wanted
-    return np.where(hit, at, -1).astype(np.int64)
-
-
 def _index_in(column: Any, values: Any) -> Any:
     """Each of ``column``'s position in the Arrow array of distinct ``values``, or -1 (a null
-    too), with Arrow's ``index_in``: it hashes ``values`` again at each call, which costs less
-    than a binary search while they are at most ``HASH_AT_MOST`` times the rows looked up."""
+    too), with Arrow's ``index_in``, which hashes ``values`` again at each call: for the
+    types without images (``_images``), and strings of which two share a hash."""
     import pyarrow.compute as pc
 
     numbers = pc.index_in(column, value_set=values)
     return numbers.cast(pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False, writable=True)
 
 
-#: look a batch's values up by hashing the deleted ones again (``index_in``) while they are
-#: at most this many times the batch's rows, by binary search beyond: measured on 65,536-row
-#: batches of ids, 1.2 ms against 6.8 ms a batch for 10,000 deleted ids, 6.3 against 7.5 for
-#: 100,000, 93 against 15 for a million
-HASH_AT_MOST = 2
+def _found(images: ImageSet, wanted: Any) -> Any:
+    """Each of ``wanted``'s (int64 images) position among ``images``' values, or -1."""
+    import numpy as np
+
+    wanted = np.ascontiguousarray(wanted, dtype=np.int64)
+    out = np.empty(len(wanted), dtype=np.int64)
+    images.find(wanted, out)
+    return out
 
 
 class _Numbering:
     """A column's values numbered by the deleted distinct ones (0, 1, ...; a null after
     them, where a deleted row has one), -1 for a value none of them equals.
 
-    The distinct values are sorted by their images (``_images``), so a batch's values are
-    found by hashing them (``_index_in``) or by binary search of their images, whichever is
-    cheaper for its size; a string's found by its hash is confirmed equal. A type without
-    images, or strings of which two share a hash, are looked up by hashing alone."""
+    The distinct values' images (``_images``) are put in a compiled hash set built once
+    (``ImageSet``), so a batch's values are found by their images without hashing the
+    deleted ones again; a string found by its hash is confirmed equal. A type without
+    images, or strings of which two share a hash, are looked up with Arrow's ``index_in``."""
 
     def __init__(self, column: Any) -> None:
         import numpy as np
@@ -363,17 +356,16 @@ class _Numbering:
         self.kind = column.type
         present = pc.drop_null(column)
         self.exact = _fixed_width(self.kind)
-        self.images: Any = None  # the distinct values' images, sorted
+        self.images: ImageSet | None = None  # the distinct values' images, in the order of ``values``
         if self.exact:
-            self.images = np.unique(_images(present))
-            self.values = pa.array(self.images)
+            images = np.unique(_images(present))
+            self.values = pa.array(images)
+            self.images = ImageSet(images)
         else:
             self.values = pc.unique(present)
             images = _images(self.values)
-            if images is not None:
-                order = np.argsort(images, kind="stable")
-                if not (np.diff(images[order]) == 0).any():  # no two share a hash
-                    self.images, self.values = images[order], self.values.take(pa.array(order))
+            if images is not None and len(np.unique(images)) == len(images):  # no two share a hash
+                self.images = ImageSet(np.ascontiguousarray(images, dtype=np.int64))
         self.null = len(self.values) if column.null_count else -1
         self.size = len(self.values) + (1 if column.null_count else 0)
 
@@ -383,8 +375,8 @@ class _Numbering:
 
         if column.type != self.kind:  # a batch may say string where the deletes' reading said large_string
             column = column.cast(self.kind)
-        if self.images is None or len(self.values) <= HASH_AT_MOST * len(column):
-            numbers = _index_in(pa.array(_images(column)) if self.exact else column, self.values)
+        if self.images is None:
+            numbers = _index_in(column, self.values)
         else:
             numbers = _found(self.images, _images(column))
             if not self.exact:  # a hash found: the value itself must be the one
@@ -402,16 +394,16 @@ class DeletedKeys:
     Each column's values are numbered by the deleted distinct ones (``_Numbering``; a null
     is a value: it equals a null), and a tuple's numbers are folded column by column into
     one number, renumbered densely at each step (the position among the deleted tuples'
-    sorted distinct folded numbers) so it stays small; a batch's row is deleted when every
-    column's value is numbered and the folded number is one of the deleted tuples'. (A
-    hash join does not take a null as equal to a null.)"""
+    distinct folded numbers, found in a compiled set) so it stays small; a batch's row is
+    deleted when every column's value is numbered and the folded number is one of the
+    deleted tuples'. (A hash join does not take a null as equal to a null.)"""
 
     def __init__(self, names: list[str], deleted: pa.Table) -> None:
         import numpy as np
 
         self.names = names
         self._numbering: list[_Numbering] = []
-        self._folded: list[tuple[Any, Any]] = []  # per column after the first: the sorted distinct folded numbers
+        self._folded: list[ImageSet] = []  # per column after the first: the distinct folded numbers
         code = None
         for name in names:
             column = _plain(deleted.column(name))
@@ -423,7 +415,7 @@ class DeletedKeys:
             else:
                 tuples = code * numbering.size + numbers
                 folded = np.unique(tuples)
-                self._folded.append((folded, pa.array(folded)))
+                self._folded.append(ImageSet(folded))
                 code = np.searchsorted(folded, tuples)
 
     def deleted(self, batch: pa.RecordBatch) -> pa.Array:
@@ -436,13 +428,8 @@ class DeletedKeys:
                 code = numbers
             else:
                 folded = code * numbering.size + numbers
-                folded[(code < 0) | (numbers < 0)] = -1
-                images, values = self._folded[i - 1]
-                code = (
-                    _index_in(pa.array(folded), values)
-                    if len(images) <= HASH_AT_MOST * len(folded)
-                    else _found(images, folded)
-                )
+                folded[(code < 0) | (numbers < 0)] = -1  # no deleted tuple folds to a negative number
+                code = _found(self._folded[i - 1], folded)
         return pa.array(code >= 0) if code is not None else pa.array([], pa.bool_())
 
 

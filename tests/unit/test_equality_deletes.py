@@ -14,16 +14,7 @@ from pyiceberg.manifest import FileFormat
 from pyiceberg.schema import Schema
 from pyiceberg.types import DoubleType, LongType, NestedField, StringType, StructType
 
-from bulldozer.warehouse import equality_deletes
 from bulldozer.warehouse.equality_deletes import DeletedKeys, Unappliable, _equality_fields
-
-
-@pytest.fixture(autouse=True, params=["hashing", "searching"])
-def lookup(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every case both ways a batch's values are looked up: by hashing the deleted values
-    again (``index_in``, for few) and by binary search of their images (for many)."""
-    monkeypatch.setattr(equality_deletes, "HASH_AT_MOST", 10**9 if request.param == "hashing" else 0)
-    return str(request.param)
 
 
 def _deleted(names: list[str], deleted: dict[str, pa.Array], batch: dict[str, pa.Array]) -> list[bool]:
@@ -95,7 +86,7 @@ def test_a_batch_in_another_arrow_type_of_the_same_values_matches() -> None:
     assert _deleted(["s"], {"s": pa.array(["x"])}, {"s": encoded}) == [True, False, True]
 
 
-def test_a_string_found_by_its_hash_is_confirmed_equal(monkeypatch: pytest.MonkeyPatch, lookup: str) -> None:
+def test_a_string_found_by_its_hash_is_confirmed_equal(monkeypatch: pytest.MonkeyPatch) -> None:
     """With a hash as weak as a string's length: a batch's value of a deleted value's hash is
     not deleted unless it is equal; deleted values sharing a hash are looked up by hashing."""
     import numpy as np
@@ -113,6 +104,52 @@ def test_a_string_found_by_its_hash_is_confirmed_equal(monkeypatch: pytest.Monke
     ]
     shared = {"s": pa.array(["a", "b"], pa.binary())}
     assert _deleted(["s"], shared, {"s": pa.array(["b", "x", "a"], pa.binary())}) == [True, False, True]
+
+
+def test_values_without_images_are_looked_up_by_arrows_hashing() -> None:
+    """Decimals and booleans have no int64 images: Arrow's ``index_in`` finds them, a null
+    equal to a null, in a tuple with a column found in the compiled set."""
+    import decimal
+
+    price = pa.array([decimal.Decimal("1.50"), None, decimal.Decimal("2.00")], pa.decimal128(5, 2))
+    deleted = {"p": price, "f": pa.array([True, False, None]), "n": pa.array([1, 2, 3], pa.int64())}
+    batch = {
+        "p": pa.array(
+            [decimal.Decimal("1.50"), None, decimal.Decimal("2.00"), decimal.Decimal("1.5")], pa.decimal128(5, 2)
+        ),
+        "f": pa.array([True, False, None, False]),
+        "n": pa.array([1, 2, 3, 1], pa.int64()),
+    }
+    assert _deleted(["p", "f", "n"], deleted, batch) == [True, True, True, False]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_compiled_image_set_finds_each_value_at_its_position(seed: int) -> None:
+    """``ImageSet`` against a search of the values sorted: the extremes of int64, negatives,
+    sequential ids and random ones, present or not; an empty set; a value twice refused."""
+    import numpy as np
+
+    from bulldozer._kernels import ImageSet
+
+    rng = np.random.default_rng(seed)
+    extremes = np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max, -1, 0], np.int64)
+    values = np.unique(np.concatenate([extremes, np.arange(1000, 1000 + 5_000), rng.integers(-(2**62), 2**62, 5_000)]))
+    values = values[rng.permutation(len(values))]
+    images = ImageSet(values)
+    assert len(images) == len(values)
+    wanted = np.concatenate(
+        [values[rng.integers(0, len(values), 3_000)], rng.integers(-(2**63), 2**63 - 1, 3_000), extremes]
+    )
+    out = np.empty(len(wanted), np.int64)
+    images.find(wanted, out)
+    where = {int(v): i for i, v in enumerate(values)}
+    assert out.tolist() == [where.get(int(v), -1) for v in wanted]
+    ImageSet(np.array([], np.int64)).find(wanted, out)
+    assert (out == -1).all()
+    with pytest.raises(ValueError, match=r"^image set: value 2 \(7\) is there twice$"):
+        ImageSet(np.array([7, 8, 7], np.int64))
+    with pytest.raises(ValueError, match="3 values to find, 2 positions"):
+        images.find(np.zeros(3, np.int64), np.zeros(2, np.int64))
 
 
 SCHEMA = Schema(

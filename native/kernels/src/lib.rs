@@ -6,7 +6,9 @@
 //! * `decimals` writes decimal128 values as the strings Arrow's cast writes;
 //! * `hash_items`, `pair_sums` and `xxh64` compute the order-independent pair digest
 //!   (`bulldozer.codec.digest`), with XXH64 from the `xxhash-rust` crate;
-//! * `diff_pairs` finds what changed between two sets of pairs (a delta's, `bulldozer.load.delta`).
+//! * `diff_pairs` finds what changed between two sets of pairs (a delta's, `bulldozer.load.delta`);
+//! * `absent_fields` counts the records lacking each top-level field (a delta's null counts);
+//! * `ImageSet` finds int64 values in a set built once (equality deletes' deleted values).
 //!
 //! Arrays arrive through the buffer protocol (numpy views of Arrow buffers: no copy) and
 //! every index is bounds-checked, so a malformed layout is an error, never a write out of
@@ -82,6 +84,13 @@ impl Held {
     fn i64s(&mut self, obj: &Bound<'_, PyAny>, what: &str) -> PyResult<&'static [i64]> {
         let buf = PyBuffer::<i64>::get(obj)?;
         let slice = view(&buf, what)?;
+        self.i64s.push(buf);
+        Ok(slice)
+    }
+
+    fn i64s_mut(&mut self, obj: &Bound<'_, PyAny>, what: &str) -> PyResult<&'static mut [i64]> {
+        let buf = PyBuffer::<i64>::get(obj)?;
+        let slice = view_mut(&buf, what)?;
         self.i64s.push(buf);
         Ok(slice)
     }
@@ -910,6 +919,99 @@ fn absent_fields(
     counted.map_err(|i| PyValueError::new_err(format!("absent_fields: record {i} is not a protobuf message")))
 }
 
+// ----------------------------------------------------------------------- image set
+
+/// A set of distinct int64 values built once, each found by its position among them: the
+/// deleted values of an equality delete (`bulldozer.warehouse.equality_deletes`), looked up
+/// batch after batch. Arrow's `index_in` hashes its value set again at every call, which at
+/// 100 k deleted ids cost 3.2 ms a 65,536-row batch; a lookup here costs a fraction of that.
+///
+/// Open addressing with linear probing, at most half full; a value's slot starts at its
+/// Fibonacci hash (sequential ids spread out), and a slot holds (value, position + 1), so
+/// 0 marks an empty one.
+#[pyclass(frozen, module = "bulldozer._kernels")]
+struct ImageSet {
+    slots: Vec<(i64, u64)>,
+    shift: u32,
+    len: usize,
+}
+
+impl ImageSet {
+    #[inline(always)]
+    fn start(&self, value: i64) -> usize {
+        ((value as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
+    }
+
+    /// The position of `value` among the values the set was built from, or -1.
+    #[inline(always)]
+    fn position(&self, value: i64) -> i64 {
+        let mask = self.slots.len() - 1;
+        let mut at = self.start(value);
+        loop {
+            let (held, position) = self.slots[at];
+            if position == 0 {
+                return -1;
+            }
+            if held == value {
+                return position as i64 - 1;
+            }
+            at = (at + 1) & mask;
+        }
+    }
+}
+
+#[pymethods]
+impl ImageSet {
+    /// The set of `values` (int64, distinct; a value repeated is an error).
+    #[new]
+    fn new(py: Python<'_>, values: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let mut held = Held::default();
+        let values = held.i64s(values, "image set values")?;
+        let built = py.detach(|| {
+            let bits = (2 * values.len()).max(8).next_power_of_two().trailing_zeros();
+            let mut set = ImageSet { slots: vec![(0, 0); 1usize << bits], shift: 64 - bits, len: values.len() };
+            let mask = set.slots.len() - 1;
+            for (i, &value) in values.iter().enumerate() {
+                let mut at = set.start(value);
+                loop {
+                    let (held, position) = set.slots[at];
+                    if position == 0 {
+                        set.slots[at] = (value, i as u64 + 1);
+                        break;
+                    }
+                    if held == value {
+                        return Err(i);
+                    }
+                    at = (at + 1) & mask;
+                }
+            }
+            Ok(set)
+        });
+        built.map_err(|i| bad(format!("image set: value {i} ({}) is there twice", values[i])))
+    }
+
+    /// Each of `wanted`'s (int64) position among the set's values, or -1, into `out` (int64,
+    /// as many).
+    fn find(&self, py: Python<'_>, wanted: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>) -> PyResult<()> {
+        let mut held = Held::default();
+        let wanted = held.i64s(wanted, "image set lookup")?;
+        let out = held.i64s_mut(out, "image set positions")?;
+        if wanted.len() != out.len() {
+            return Err(bad(format!("image set: {} values to find, {} positions", wanted.len(), out.len())));
+        }
+        py.detach(|| {
+            for (position, &value) in out.iter_mut().zip(wanted) {
+                *position = self.position(value);
+            }
+        });
+        Ok(())
+    }
+
+    fn __len__(&self) -> usize {
+        self.len
+    }
+}
+
 #[pymodule]
 fn _kernels(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode, m)?)?;
@@ -920,5 +1022,6 @@ fn _kernels(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(diff_pairs, m)?)?;
     m.add_function(wrap_pyfunction!(repeated_hashes, m)?)?;
     m.add_function(wrap_pyfunction!(absent_fields, m)?)?;
+    m.add_class::<ImageSet>()?;
     Ok(())
 }
