@@ -1,12 +1,13 @@
-"""Real Redis and Cassandra servers, a Spark standalone cluster and a lakehouse (an S3 store
-and Iceberg's REST catalog) for the tests, started by the project's own scripts
+"""Real Redis and Cassandra servers, a Spark standalone cluster, a lakehouse (an S3 store
+and Iceberg's REST catalog) and a PostgreSQL server (an operator's SQL catalog) for the tests, started by the project's own scripts
 (``scripts/services/*.sh``) on free loopback ports the first time a test needs one, and
 stopped (their data folders removed) when the session ends.
 
 To reuse a server that is already running (quicker while iterating), set
 ``BULLDOZER_TEST_REDIS_URL``, ``BULLDOZER_TEST_REDIS_CLUSTER_URL`` or
 ``BULLDOZER_TEST_CASSANDRA`` (``host:port``), ``BULLDOZER_TEST_SPARK_MASTER``
-(``spark://host:port``) or ``BULLDOZER_TEST_LAKEHOUSE`` (the S3 port)."""
+(``spark://host:port``), ``BULLDOZER_TEST_LAKEHOUSE`` (the S3 port) or
+``BULLDOZER_TEST_POSTGRES`` (a SQLAlchemy URL with its user and password)."""
 
 from __future__ import annotations
 
@@ -118,6 +119,18 @@ def lakehouse() -> int:
     its tables in it, listens on the next (``scripts/services/lakehouse.sh``)."""
     start = _started_at("lakehouse", "lakehouse.sh", "start", 2, "{port}")
     return int(_shared("lakehouse", "BULLDOZER_TEST_LAKEHOUSE", start))
+
+
+def postgres_url() -> str:
+    """The SQLAlchemy URL (psycopg2; user, password and database) of the session's
+    PostgreSQL server (``scripts/services/postgres.sh``)."""
+
+    def start() -> str:
+        folder, port = _start("postgres", "postgres.sh", "start", 1)
+        password = Path(folder, "password").read_text().strip()
+        return f"postgresql+psycopg2://bulldozer:{password}@127.0.0.1:{port}/catalog"
+
+    return _shared("postgres", "BULLDOZER_TEST_POSTGRES", start)
 
 
 def stop_all() -> None:

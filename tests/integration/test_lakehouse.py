@@ -1,6 +1,7 @@
 """A lakehouse as production runs one: tables in an S3-compatible object store (S3Proxy)
-behind Apache Iceberg's own REST catalog server, both real servers on loopback
-(``scripts/services/lakehouse.sh``). Every other test reads tables in local files through
+behind Apache Iceberg's own REST catalog server, or behind a SQL catalog kept in
+PostgreSQL, all real servers on loopback (``scripts/services/lakehouse.sh``,
+``scripts/services/postgres.sh``). Every other test reads tables in local files through
 a SQL catalog; these read them through the operator's catalogs (``BULLDOZER_CATALOGS``)
 with the store's credentials, on both engines and by every read path."""
 
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 from pyiceberg.catalog import load_catalog
 from pyiceberg.expressions import LessThan
+from sqlalchemy.engine import make_url
 
 from bulldozer.codec.digest import Digest, digest_arrays
 from bulldozer.kv import KvClient
@@ -29,6 +31,7 @@ from tests.integration import services
 pytestmark = pytest.mark.integration
 TEMPLATE = (REPO / "templates" / "move_data_to_kv_dal.yaml").read_text().replace("min_rows: 1000", "min_rows: 1")
 TABLE = "sample.user_item_scores"
+S3_SECRET = "bulldozer-secret"  # scripts/services/lakehouse.sh
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -46,7 +49,7 @@ def s3() -> dict[str, str]:
     return {
         "s3.endpoint": f"http://127.0.0.1:{port}",
         "s3.access-key-id": "bulldozer",
-        "s3.secret-access-key": "bulldozer-secret",
+        "s3.secret-access-key": S3_SECRET,
         "s3.region": "us-east-1",
     }
 
@@ -126,6 +129,78 @@ def test_every_engine_loads_a_table_in_s3_from_icebergs_rest_catalog(
     record = run_job(_spec(partitions=partitions), dal, engine=engine, home=str(tmp_path))
     info = dal.describe(record.version)
     assert (record.engine, record.rows, info.record_count, info.digest) == (engine, 3_000, 3_000, expected.value)
+
+
+@pytest.fixture(scope="module")
+def postgres(s3: dict[str, str]) -> dict[str, str]:
+    """A SQL catalog kept in PostgreSQL (pyiceberg's SqlCatalog; Iceberg's JdbcCatalog on the
+    same database), its warehouse in the store, holding the sample table."""
+    properties = {"type": "sql", "uri": services.postgres_url(), "warehouse": "s3://lake/postgres", **s3}
+    table = _create(load_catalog("lake", **properties))
+    assert table.location().startswith("s3://lake/postgres/")
+    return properties
+
+
+@pytest.mark.parametrize(
+    ("engine", "partitions"),
+    [
+        ("local", None),
+        pytest.param("spark", 3, marks=pytest.mark.spark, id="spark-splits"),
+        pytest.param("spark", 4, marks=pytest.mark.spark, id="spark-by-key"),
+    ],
+)
+def test_every_engine_loads_a_table_from_a_sql_catalog_kept_in_postgresql(
+    engine: str,
+    partitions: int | None,
+    postgres: dict[str, str],
+    tmp_path: Path,
+    dal: KvClient,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A SQL catalog on PostgreSQL was refused by the Spark engine (it shipped SQLite's JDBC
+    driver only), and the local engine failed to open it (``No module named 'psycopg2'``).
+    Now pyiceberg opens it through psycopg2, and Iceberg's Spark reader (spark-by-key)
+    through Iceberg's JDBC catalog on the same database, with the user and password as
+    pgjdbc's properties: the same version on every path."""
+    monkeypatch.setenv("BULLDOZER_CATALOGS", json.dumps({"lake": postgres}))
+    expected = _expected(postgres)
+    record = run_job(_spec(partitions=partitions), dal, engine=engine, home=str(tmp_path))
+    info = dal.describe(record.version)
+    assert (record.engine, record.rows, info.record_count, info.digest) == (engine, 3_000, 3_000, expected.value)
+    if engine == "spark":  # the driver JVM's arguments, which every user of the machine can read
+        _assert_no_catalog_setting_in_the_drivers_arguments([make_url(postgres["uri"]).password, S3_SECRET])
+
+
+def _assert_no_catalog_setting_in_the_drivers_arguments(secrets: list[str]) -> None:
+    """pyspark started the driver JVM as ``spark-submit --conf KEY=VALUE …`` with every
+    setting, the catalog's secrets too, readable in ``/proc/PID/cmdline`` (``ps``) by any
+    user for as long as it ran; they now reach it over the gateway's socket."""
+    from bulldozer.load.engines.spark import session
+
+    arguments = Path(f"/proc/{session._GATEWAY.proc.pid}/cmdline").read_bytes().decode()
+    assert "spark.master" in arguments  # the JVM's own arguments were read
+    assert session.AFTER_LAUNCH_PREFIX not in arguments
+    assert not [secret for secret in secrets if secret in arguments]
+
+
+@pytest.mark.parametrize("engine", ["local", pytest.param("spark", marks=pytest.mark.spark)])
+def test_a_postgresql_catalog_refusing_the_password_fails_the_run_in_one_line_without_it(
+    engine: str, postgres: dict[str, str], tmp_path: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bulldozer.errors import BulldozerError
+    from bulldozer.kv.types import State
+
+    wrong = make_url(postgres["uri"]).set(password="not-the-password-9431")
+    properties = {**postgres, "uri": wrong.render_as_string(hide_password=False)}
+    monkeypatch.setenv("BULLDOZER_CATALOGS", json.dumps({"lake": properties}))
+    with pytest.raises(BulldozerError) as caught:
+        run_job(_spec(partitions=4 if engine == "spark" else None), dal, engine=engine, home=str(tmp_path))
+    said = str(caught.value)
+    assert "password authentication failed" in said and "\n" not in said
+    assert "not-the-password-9431" not in said and make_url(postgres["uri"]).password not in said
+    (refused,) = dal.list_namespaces("user_item_scores")  # the refused run's record, holding nothing
+    assert (refused.state, refused.record_count) == (State.FAILED, 0)
+    assert "not-the-password-9431" not in json.dumps(refused.to_json())
 
 
 def test_a_query_and_a_delta_read_a_table_in_s3_from_icebergs_rest_catalog(

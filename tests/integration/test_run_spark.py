@@ -104,7 +104,10 @@ def test_the_first_spark_run_leaves_the_driver_s_class_archive_and_the_next_star
         assert session._packages() == {"spark.jars": ",".join(files)}
         monkeypatch.setenv("BULLDOZER_CACHE", str(tmp_path / "empty"))
         assert session._class_archive_options()[0].startswith("-XX:ArchiveClassesAtExit=")
-        assert session._packages() == {"spark.jars.packages": ",".join(session.PACKAGES)}
+        assert session._packages() == {
+            "spark.jars.packages": ",".join(session.PACKAGES),
+            "spark.jars.excludes": session.EXCLUDED,
+        }
     finally:
         session._ARCHIVE_BUILD = None
 

@@ -62,8 +62,22 @@ def test_a_catalogs_type_is_written_out_as_pyiceberg_infers_it(given: dict[str, 
     ("given", "said"),
     [
         (
-            {"type": "sql", "uri": "postgresql+psycopg2://bob:s3cret@db:5432/cat"},
-            "catalog 'lake' is a SQL catalog on postgresql: the Spark engine opens a SQL catalog in a SQLite file only",
+            {"type": "sql", "uri": "mysql+pymysql://bob:s3cret@db:3306/cat"},
+            "catalog 'lake' is a SQL catalog on mysql: the Spark engine opens a SQL catalog in a SQLite file or a "
+            "PostgreSQL database",
+        ),
+        (
+            {"type": "sql", "uri": "postgresql://bob:s3cret@db/cat?sslcert=/c.pem&target_session_attrs=any"},
+            "catalog 'lake' is a SQL catalog on PostgreSQL whose uri sets sslcert, target_session_attrs, which the "
+            "Spark engine's JDBC driver is not set up to take alike",
+        ),
+        (
+            {"type": "sql", "uri": "postgresql://bob:s3cret@/cat?host=/run/postgresql"},
+            "catalog 'lake' is a SQL catalog on PostgreSQL whose uri sets host",
+        ),
+        (
+            {"type": "sql", "uri": "postgresql://bob:s3cret@/cat"},
+            "catalog 'lake' is a SQL catalog on PostgreSQL whose uri names no host (a Unix socket)",
         ),
         ({"type": "sql", "uri": "sqlite://"}, "catalog 'lake' is a SQL catalog in an in-memory or URI-form SQLite"),
         (
@@ -82,6 +96,33 @@ def test_a_catalog_the_spark_engine_cannot_open_is_one_line_saying_what_to_do(gi
         spark_catalog_properties("lake", given)
     line = str(refused.value)
     assert line.startswith(said) and "\n" not in line and "s3cret" not in line, line
+
+
+def test_a_sql_catalog_on_postgresql_is_icebergs_jdbc_catalog_on_that_database() -> None:
+    """Host, port and database make the JDBC URL; the user and password (decoded) are
+    pgjdbc's properties, never in the URL; libpq's settings are pgjdbc's of the same
+    meaning; the catalog timeout bounds connecting and each answer unless the uri sets one."""
+    uri = "postgresql+psycopg2://bob:p%40ss%2Fw@db.example.com:6432/ice%20cat?sslmode=verify-full&connect_timeout=7"
+    options = spark_catalog_properties("lake", {"type": "sql", "uri": uri, "warehouse": "s3://w"}, 2.5)
+    assert options == {
+        "type": "jdbc",
+        "uri": "jdbc:postgresql://db.example.com:6432/ice%20cat",
+        "jdbc.user": "bob",
+        "jdbc.password": "p@ss/w",
+        "jdbc.sslmode": "verify-full",
+        "jdbc.connectTimeout": "7",
+        "jdbc.loginTimeout": "3",
+        "jdbc.socketTimeout": "3",
+        "warehouse": "s3://w",
+        "io-impl": "org.apache.iceberg.io.ResolvingFileIO",
+    }
+    plain = spark_catalog_properties("lake", {"uri": "postgresql://[::1]/cat?application_name=bulldozer"})
+    assert plain == {
+        "type": "jdbc",
+        "uri": "jdbc:postgresql://[::1]:5432/cat",
+        "jdbc.ApplicationName": "bulldozer",
+        "io-impl": "org.apache.iceberg.io.ResolvingFileIO",
+    }
 
 
 def test_aws_credentials_and_region_are_given_as_icebergs_s3fileio_reads_them() -> None:

@@ -7,8 +7,14 @@ reader. Where the two spell a catalog differently, this module translates:
 
 - pyiceberg's SQL catalog (``type: sql``, a SQLAlchemy URL) is Iceberg's JDBC catalog on
   the same database (``type=jdbc``, a JDBC URL): both keep their tables in the same
-  ``iceberg_tables`` rows, keyed by the catalog's name. The Spark engine ships SQLite's
-  JDBC driver only, so a SQL catalog on another database is refused here, in one line.
+  ``iceberg_tables`` rows, keyed by the catalog's name. The driver is given the JDBC
+  drivers of SQLite and PostgreSQL: a SQLite file is named by its absolute path; a
+  PostgreSQL URL's host, port and database make the JDBC URL, its user and password
+  Iceberg's ``jdbc.user`` and ``jdbc.password`` (never part of the URL), and the libpq
+  settings its query may hold are pgjdbc's of the same meaning (``sslmode``,
+  ``sslrootcert``, ``connect_timeout``, ``application_name``, ``options``); another one,
+  or a SQL catalog on another database, is refused here, in one line, rather than
+  connected otherwise than pyiceberg connects.
 - pyiceberg infers a catalog's type from its ``uri`` when ``type`` is absent (``http…`` is
   REST, ``thrift…`` Hive); Iceberg's Spark catalog takes Hive then. The type is written out.
 - pyiceberg's FileIO reads S3 paths with its own client, Iceberg's Java catalogs of the JDBC
@@ -29,8 +35,10 @@ reader. Where the two spell a catalog differently, this module translates:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from bulldozer.errors import CatalogError
 from bulldozer.spec.models import CatalogConfig
@@ -90,7 +98,7 @@ def spark_catalog_properties(name: str, properties: Mapping[str, str], timeout: 
     options = {k: v for k, v in properties.items() if k != "type"}
     options["type"] = java
     if kind == "sql":
-        options["uri"] = _jdbc_uri(name, properties.get("uri", ""))
+        options.update(_jdbc(name, properties.get("uri", ""), timeout))
     if kind in ("sql", "hive"):
         options.setdefault("io-impl", RESOLVING_FILE_IO)
     if kind == "rest" and timeout is not None:
@@ -161,9 +169,21 @@ def _catalog_type(name: str, properties: Mapping[str, str]) -> str:
     return str(inferred.value)
 
 
-def _jdbc_uri(name: str, uri: str) -> str:
-    """The JDBC URL of the SQLite file the SQLAlchemy URL ``uri`` names (absolute, as
-    pyiceberg resolves a relative one against this process's folder when it opens it)."""
+#: libpq's connection settings a PostgreSQL URL's query may hold, and pgjdbc's of the same
+#: meaning (a connect timeout in seconds in both)
+_PG_SETTINGS = {
+    "sslmode": "sslmode",
+    "sslrootcert": "sslrootcert",
+    "connect_timeout": "connectTimeout",
+    "application_name": "ApplicationName",
+    "options": "options",
+}
+
+
+def _jdbc(name: str, uri: str, timeout: float | None) -> dict[str, str]:
+    """Iceberg's JDBC catalog properties (``uri``, ``jdbc.*``) for the pyiceberg SQL catalog
+    on the SQLAlchemy URL ``uri``: a SQLite file (absolute, as pyiceberg resolves a relative
+    one against this process's folder when it opens it) or a PostgreSQL database."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
@@ -172,15 +192,55 @@ def _jdbc_uri(name: str, uri: str) -> str:
     except ArgumentError:
         raise CatalogError(f"catalog {name!r} has a uri that is not a database URL") from None
     backend = url.get_backend_name()
+    if backend == "postgresql":
+        return _postgres(name, url, timeout)
     if backend != "sqlite":
         raise CatalogError(
             f"catalog {name!r} is a SQL catalog on {backend}: the Spark engine opens a SQL catalog in a SQLite "
-            "file only (Iceberg's JDBC catalog on the same file; it ships no other database's driver): run the "
-            "job with the local engine (--engine local), or serve the catalog over REST"
+            "file or a PostgreSQL database (Iceberg's JDBC catalog on the same one; it ships no other database's "
+            "driver): run the job with the local engine (--engine local), or serve the catalog over REST"
         )
     if not url.database or url.database == ":memory:" or url.database.startswith("file:") or url.query:
         raise CatalogError(
             f"catalog {name!r} is a SQL catalog in an in-memory or URI-form SQLite database: the Spark engine opens "
             "a SQL catalog in a SQLite file named by its path only (sqlite:////path/to/catalog.db)"
         )
-    return f"jdbc:sqlite:{Path(url.database).absolute()}"
+    return {"uri": f"jdbc:sqlite:{Path(url.database).absolute()}"}
+
+
+def _postgres(name: str, url: Any, timeout: float | None) -> dict[str, str]:
+    """Iceberg's JDBC catalog properties for the PostgreSQL database of the SQLAlchemy
+    ``url``: the JDBC URL names its host, port and database; the user, the password and the
+    settings of its query (``_PG_SETTINGS``) are pgjdbc's connection properties (``jdbc.*``,
+    which Iceberg hands to the driver), and ``timeout`` (``BULLDOZER_CATALOG_TIMEOUT``)
+    bounds connecting and each answer unless the query sets a connect timeout of its own."""
+    from urllib.parse import quote
+
+    unknown = sorted(k for k in url.query if k not in _PG_SETTINGS)
+    if unknown:
+        known = ", ".join(sorted(_PG_SETTINGS))
+        raise CatalogError(
+            f"catalog {name!r} is a SQL catalog on PostgreSQL whose uri sets {', '.join(unknown)}, which the Spark "
+            f"engine's JDBC driver is not set up to take alike (it takes {known}): run the job with the local engine "
+            "(--engine local)"
+        )
+    if not url.host:
+        raise CatalogError(
+            f"catalog {name!r} is a SQL catalog on PostgreSQL whose uri names no host (a Unix socket): the Spark "
+            "engine's JDBC driver connects over TCP only; name the host (postgresql+psycopg2://user@host:5432/db)"
+        )
+    host = f"[{url.host}]" if ":" in url.host else url.host
+    database = quote(url.database or "", safe="")
+    options = {"uri": f"jdbc:postgresql://{host}:{url.port or 5432}/{database}"}
+    if url.username:
+        options["jdbc.user"] = url.username
+    if url.password is not None:
+        options["jdbc.password"] = str(url.password)
+    for key, value in url.query.items():
+        options[f"jdbc.{_PG_SETTINGS[key]}"] = value if isinstance(value, str) else value[-1]
+    if timeout is not None:
+        seconds = str(max(1, math.ceil(timeout)))
+        options.setdefault("jdbc.connectTimeout", seconds)
+        options.setdefault("jdbc.loginTimeout", seconds)
+        options.setdefault("jdbc.socketTimeout", seconds)
+    return options

@@ -47,9 +47,14 @@ ICEBERG_RUNTIME = "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0"
 #: Iceberg's S3 client (``S3FileIO``, with the AWS SDK it needs): Iceberg's Spark reader
 #: reads a table in S3 (or an S3-compatible store) with it, as pyiceberg does with its own
 ICEBERG_AWS_BUNDLE = "org.apache.iceberg:iceberg-aws-bundle:1.12.0"
+#: the JDBC drivers of the databases a SQL catalog may be kept in (``catalog.py``)
 SQLITE_JDBC = "org.xerial:sqlite-jdbc:3.46.1.3"
+POSTGRES_JDBC = "org.postgresql:postgresql:42.7.14"
 #: the driver's packages (Maven coordinates), resolved by spark-submit on a machine's first start
-PACKAGES = (ICEBERG_RUNTIME, ICEBERG_AWS_BUNDLE, SQLITE_JDBC)
+PACKAGES = (ICEBERG_RUNTIME, ICEBERG_AWS_BUNDLE, SQLITE_JDBC, POSTGRES_JDBC)
+#: what the packages depend on that the driver does not run: pgjdbc's Checker Framework
+#: annotations (compile-time only), so the packages resolve to one jar each
+EXCLUDED = "org.checkerframework:checker-qual"
 _SESSION: Any = None
 _CONTEXT: Any = None
 _CONTEXT_KEY: tuple[object, ...] = ()
@@ -352,11 +357,28 @@ def gateway_popen_kwargs(**kwargs: Any) -> dict[str, Any]:
     return _GatewayPopen(process_group=0, **kwargs)
 
 
+#: the settings the driver JVM is started without (``_launch``): read by Spark SQL as a
+#: catalog is first used, from the context's settings, they may hold the catalog's secrets
+AFTER_LAUNCH_PREFIX = "spark.sql.catalog."
+
+
 def _launch(conf: Any) -> Any:
     """pyspark's ``launch_gateway`` with the JVM's stderr on a pipe relayed from before it
     starts (``_relay``), so when the JVM exits while starting (spark-submit refusing its
-    arguments) its reason is known: ``_Exited``."""
+    arguments) its reason is known: ``_Exited``.
+
+    pyspark starts the JVM as ``spark-submit --conf KEY=VALUE …`` with every setting it is
+    given, and a process's arguments are readable by every user of the machine
+    (``/proc/PID/cmdline``, ``ps``) for as long as it runs: the catalog's settings — its
+    S3 secret key, its database password, its REST credential — were. The JVM is started
+    without them (``AFTER_LAUNCH_PREFIX``); the context gets them from Python over the
+    gateway's socket, with the rest of its settings."""
+    from pyspark import SparkConf
     from pyspark.java_gateway import launch_gateway
+
+    conf = SparkConf(loadDefaults=False).setAll(
+        [(key, value) for key, value in conf.getAll() if not key.startswith(AFTER_LAUNCH_PREFIX)]
+    )
 
     read_end, write_end = os.pipe()
     failures: list[str] = []
@@ -395,7 +417,7 @@ def _jars_record() -> Path:
 
 
 def _packages() -> dict[str, str]:
-    """The driver's ``PACKAGES`` (Iceberg's runtime and AWS bundle, SQLite's JDBC driver):
+    """The driver's ``PACKAGES`` (Iceberg's runtime and AWS bundle, the JDBC drivers):
     ``spark.jars`` with the local files an earlier start resolved (kept by
     ``_remember_jars``; all must still exist), else
     ``spark.jars.packages`` (spark-submit resolves them through Ivy: fetched from Maven
@@ -407,7 +429,7 @@ def _packages() -> dict[str, str]:
         jars = []
     if len(jars) == len(PACKAGES) and all(Path(jar).is_file() for jar in jars):
         return {"spark.jars": ",".join(jars)}
-    return {"spark.jars.packages": ",".join(PACKAGES)}
+    return {"spark.jars.packages": ",".join(PACKAGES), "spark.jars.excludes": EXCLUDED}
 
 
 @contextlib.contextmanager
