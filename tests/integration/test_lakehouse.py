@@ -131,6 +131,21 @@ def test_every_engine_loads_a_table_in_s3_from_icebergs_rest_catalog(
     assert (record.engine, record.rows, info.record_count, info.digest) == (engine, 3_000, 3_000, expected.value)
 
 
+@pytest.mark.spark
+def test_a_store_without_a_region_is_read_by_icebergs_spark_reader_as_by_pyiceberg(
+    s3: dict[str, str], rest: dict[str, str], tmp_path: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An S3-compatible store's region is nominal: pyiceberg read it without one, and Iceberg's
+    Spark reader failed the run (``SdkClientException: Unable to load region from any of the
+    providers in the chain``)."""
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    no_region = {k: v for k, v in rest.items() if k != "s3.region"}
+    monkeypatch.setenv("BULLDOZER_CATALOGS", json.dumps({"lake": no_region}))
+    record = run_job(_spec(partitions=4), dal, engine="spark", home=str(tmp_path))
+    assert (record.rows, dal.describe(record.version).digest) == (3_000, _expected(rest).value)
+
+
 @pytest.fixture(scope="module")
 def postgres(s3: dict[str, str]) -> dict[str, str]:
     """A SQL catalog kept in PostgreSQL (pyiceberg's SqlCatalog; Iceberg's JdbcCatalog on the

@@ -149,6 +149,16 @@ def test_aws_credentials_and_region_are_given_as_icebergs_s3fileio_reads_them() 
     }
 
 
+def test_an_s3_endpoint_without_a_region_is_signed_for_us_east_1_as_pyarrow_signs() -> None:
+    """Java's S3 client refused to start without a region, where pyarrow's signs with
+    us-east-1; a region the catalog names is kept, and AWS's own S3 (no endpoint) is left
+    to Java's region chain."""
+    store = {"type": "rest", "uri": "http://cat", "s3.endpoint": "http://127.0.0.1:9000"}
+    assert spark_catalog_properties("lake", store)["client.region"] == "us-east-1"
+    assert spark_catalog_properties("lake", {**store, "client.region": "eu-west-1"})["client.region"] == "eu-west-1"
+    assert "client.region" not in spark_catalog_properties("lake", {"type": "rest", "uri": "http://cat"})
+
+
 def test_a_rest_catalogs_java_client_waits_as_long_as_pyicebergs() -> None:
     """BULLDOZER_CATALOG_TIMEOUT bounds pyiceberg's calls; Iceberg's Java REST client, which
     Spark's reader opens the table with, gets the same bound unless the catalog sets its own."""

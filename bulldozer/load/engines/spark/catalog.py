@@ -21,7 +21,8 @@ reader. Where the two spell a catalog differently, this module translates:
   and Hive types with Hadoop's file systems (which have no ``s3:``): those get Iceberg's
   ``ResolvingFileIO`` (``S3FileIO`` for S3 paths, from the AWS bundle the driver is given;
   Hadoop's for the others), as a REST catalog has by default. pyiceberg's ``s3.region`` is
-  Java's ``client.region``, its ``client.*`` credentials (for every AWS client) Java's
+  Java's ``client.region`` (us-east-1 for an ``s3.endpoint`` of the operator's without one,
+  as pyarrow signs), its ``client.*`` credentials (for every AWS client) Java's
   ``s3.*`` ones, its proxy and timeouts (seconds) Java's HTTP client's (milliseconds), and
   pyiceberg addresses a bucket by path on an ``s3.endpoint`` of the operator's (Java by
   host, unless ``s3.path-style-access``). An S3 setting Java has no key of the same
@@ -71,6 +72,8 @@ _S3_UNTRANSLATED = {
     "s3.signer.uri": "has its requests signed remotely",
     "s3.signer.endpoint": "has its requests signed remotely",
 }
+#: the region pyarrow's S3 client signs with where nothing names one
+DEFAULT_S3_REGION = "us-east-1"
 #: Iceberg's FileIO that picks a file system by a path's scheme (S3FileIO for ``s3:``)
 RESOLVING_FILE_IO = "org.apache.iceberg.io.ResolvingFileIO"
 
@@ -122,6 +125,11 @@ def _java_s3(name: str, properties: Mapping[str, str]) -> dict[str, str]:
     region = properties.get("s3.region") or properties.get("client.region")
     if region:  # pyiceberg takes s3.region first
         options["client.region"] = region
+    elif "s3.endpoint" in properties:
+        # An S3-compatible store's region is nominal, and pyiceberg's client (pyarrow's) signs
+        # with us-east-1 where neither the catalog nor the AWS configuration names one; Java's
+        # refused to start ("Unable to load region from any of the providers in the chain")
+        options["client.region"] = DEFAULT_S3_REGION
     for unified, java_key in _S3_CREDENTIALS.items():
         if unified in properties and java_key not in properties:  # pyiceberg takes the s3.* key first
             options[java_key] = properties[unified]
