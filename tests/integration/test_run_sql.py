@@ -527,3 +527,27 @@ def test_a_query_that_cannot_compute_a_value_from_the_rows_fails_without_retries
         run_job(spec, dal, home=str(home))
     assert failed.value.retryable is False
     assert [n.state for n in dal.list_namespaces("scores")] == [State.FAILED]
+
+
+def test_a_querys_batches_are_bounded_by_their_bytes_not_only_their_rows(tmp_path: Path) -> None:
+    """A query's rows were read 65,536 at a time whatever they held: 10 k rows of 5 KB, one
+    50 MB batch (20 k rows of 200 KB: one of 4 GB). They are read in DuckDB's pieces and
+    combined up to the bytes of a batch, so a batch holds about ``BATCH_BYTES`` (at most one
+    piece more); narrow rows still come 65,536 a batch."""
+    from bulldozer.load.batches import BATCH_BYTES, BATCH_ROWS, PIECE_ROWS
+    from bulldozer.load.source import QueryReader, build_sql_source, schema_at
+    from bulldozer.spec.models import CatalogConfig
+    from bulldozer.warehouse.catalog import open_catalog
+
+    create_sample_warehouse(tmp_path, rows=80_000)
+    catalog = open_catalog(CatalogConfig(), tmp_path)
+    wide = "{query: 'SELECT user_id, item_id, locale, repeat(locale, 1000) AS padding FROM sample.user_item_scores WHERE item_id < 10'}"
+    source = build_sql_source(job(wide, "[padding]"), catalog, schema_at)
+    batches = list(QueryReader(source))
+    rows = sum(b.num_rows for b in batches)
+    assert rows > 2 * PIECE_ROWS and sum(b.nbytes for b in batches) > 2 * BATCH_BYTES
+    piece = max(b.nbytes / b.num_rows for b in batches) * PIECE_ROWS
+    assert len(batches) > 2 and max(b.nbytes for b in batches) <= BATCH_BYTES + piece
+    narrow = build_sql_source(job("{query: 'SELECT * FROM sample.user_item_scores'}"), catalog, schema_at)
+    sizes = [b.num_rows for b in QueryReader(narrow)]
+    assert sum(sizes) == 80_000 and sizes[0] == BATCH_ROWS

@@ -29,6 +29,7 @@ import pyarrow as pa
 from bulldozer.codec.digest import Digest, digest_and_key_hashes, key_hashes
 from bulldozer.errors import LoadError
 from bulldozer.kv.client import KvClient
+from bulldozer.load.batches import BATCH_BYTES, BATCH_ROWS
 from bulldozer.load.encoder.encode import RowEncoder
 from bulldozer.load.engines.base import LoadEngine, LoadPlan, LoadResult, Progress, SplitDone, SplitResult
 from bulldozer.load.prefetch import read_ahead
@@ -39,12 +40,6 @@ from bulldozer.warehouse.pyiceberg_fast import parquet_batches, streaming_reader
 
 __all__ = ["LocalEngine", "SplitReader", "scan_tasks", "source_scan", "split_id", "task_batches", "with_next_file"]
 
-BATCH_ROWS = 65_536
-#: About the most bytes of a batch a file's own reader decodes (``rows_per_batch``, by the
-#: file's uncompressed sizes): above what ``BATCH_ROWS`` rows of the benchmark's tables hold
-#: (2.2 MiB flat, 8.5 MiB nested: their batches are as before), the writer's batch bytes.
-#: 20 k rows of 200 KB values: 9.2 GiB peak anonymous memory → 1.3 GiB (64 MiB: 1.7 GiB)
-BATCH_BYTES = 16 * 1024 * 1024
 #: Batches the reader thread decodes ahead of the encoder.
 READ_AHEAD = 4
 
