@@ -1,5 +1,5 @@
 """Real Redis and Cassandra servers, a Spark standalone cluster, a lakehouse (an S3 store
-and Iceberg's REST catalog) and a PostgreSQL server (an operator's SQL catalog) for the tests, started by the project's own scripts
+and Iceberg's REST catalog) and PostgreSQL and MariaDB servers (an operator's SQL catalog) for the tests, started by the project's own scripts
 (``scripts/services/*.sh``) on free loopback ports the first time a test needs one, and
 stopped (their data folders removed) when the session ends.
 
@@ -7,7 +7,8 @@ To reuse a server that is already running (quicker while iterating), set
 ``BULLDOZER_TEST_REDIS_URL``, ``BULLDOZER_TEST_REDIS_CLUSTER_URL`` or
 ``BULLDOZER_TEST_CASSANDRA`` (``host:port``), ``BULLDOZER_TEST_SPARK_MASTER``
 (``spark://host:port``), ``BULLDOZER_TEST_LAKEHOUSE`` (the S3 port) or
-``BULLDOZER_TEST_POSTGRES`` (a SQLAlchemy URL with its user and password)."""
+``BULLDOZER_TEST_POSTGRES`` or ``BULLDOZER_TEST_MYSQL`` (a SQLAlchemy URL with its user and
+password)."""
 
 from __future__ import annotations
 
@@ -131,6 +132,18 @@ def postgres_url() -> str:
         return f"postgresql+psycopg2://bulldozer:{password}@127.0.0.1:{port}/catalog"
 
     return _shared("postgres", "BULLDOZER_TEST_POSTGRES", start)
+
+
+def mysql_url() -> str:
+    """The SQLAlchemy URL (PyMySQL; user, password and database) of the session's MySQL-protocol
+    server (MariaDB, ``scripts/services/mysql.sh``)."""
+
+    def start() -> str:
+        folder, port = _start("mysql", "mysql.sh", "start", 1)
+        password = Path(folder, "password").read_text().strip()
+        return f"mysql+pymysql://bulldozer:{password}@127.0.0.1:{port}/catalog"
+
+    return _shared("mysql", "BULLDOZER_TEST_MYSQL", start)
 
 
 def stop_all() -> None:

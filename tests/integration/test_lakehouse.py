@@ -1,7 +1,7 @@
 """A lakehouse as production runs one: tables in an S3-compatible object store (S3Proxy)
 behind Apache Iceberg's own REST catalog server, or behind a SQL catalog kept in
-PostgreSQL, all real servers on loopback (``scripts/services/lakehouse.sh``,
-``scripts/services/postgres.sh``). Every other test reads tables in local files through
+PostgreSQL or MariaDB, all real servers on loopback (``scripts/services/lakehouse.sh``,
+``scripts/services/postgres.sh``, ``scripts/services/mysql.sh``). Every other test reads tables in local files through
 a SQL catalog; these read them through the operator's catalogs (``BULLDOZER_CATALOGS``)
 with the store's credentials, on both engines and by every read path."""
 
@@ -146,13 +146,15 @@ def test_a_store_without_a_region_is_read_by_icebergs_spark_reader_as_by_pyicebe
     assert (record.rows, dal.describe(record.version).digest) == (3_000, _expected(rest).value)
 
 
-@pytest.fixture(scope="module")
-def postgres(s3: dict[str, str]) -> dict[str, str]:
-    """A SQL catalog kept in PostgreSQL (pyiceberg's SqlCatalog; Iceberg's JdbcCatalog on the
-    same database), its warehouse in the store, holding the sample table."""
-    properties = {"type": "sql", "uri": services.postgres_url(), "warehouse": "s3://lake/postgres", **s3}
+@pytest.fixture(scope="module", params=["postgres", "mysql"])
+def database(request: pytest.FixtureRequest, s3: dict[str, str]) -> dict[str, str]:
+    """A SQL catalog kept in a database server — PostgreSQL, or MariaDB for MySQL's protocol
+    (pyiceberg's SqlCatalog; Iceberg's JdbcCatalog on the same database) —, its warehouse in
+    the store, holding the sample table."""
+    url = services.postgres_url() if request.param == "postgres" else services.mysql_url()
+    properties = {"type": "sql", "uri": url, "warehouse": f"s3://lake/{request.param}", **s3}
     table = _create(load_catalog("lake", **properties))
-    assert table.location().startswith("s3://lake/postgres/")
+    assert table.location().startswith(f"s3://lake/{request.param}/")
     return properties
 
 
@@ -164,26 +166,27 @@ def postgres(s3: dict[str, str]) -> dict[str, str]:
         pytest.param("spark", 4, marks=pytest.mark.spark, id="spark-by-key"),
     ],
 )
-def test_every_engine_loads_a_table_from_a_sql_catalog_kept_in_postgresql(
+def test_every_engine_loads_a_table_from_a_sql_catalog_kept_in_a_database_server(
     engine: str,
     partitions: int | None,
-    postgres: dict[str, str],
+    database: dict[str, str],
     tmp_path: Path,
     dal: KvClient,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A SQL catalog on PostgreSQL was refused by the Spark engine (it shipped SQLite's JDBC
-    driver only), and the local engine failed to open it (``No module named 'psycopg2'``).
-    Now pyiceberg opens it through psycopg2, and Iceberg's Spark reader (spark-by-key)
-    through Iceberg's JDBC catalog on the same database, with the user and password as
-    pgjdbc's properties: the same version on every path."""
-    monkeypatch.setenv("BULLDOZER_CATALOGS", json.dumps({"lake": postgres}))
-    expected = _expected(postgres)
+    """A SQL catalog on PostgreSQL or MySQL was refused by the Spark engine (it shipped
+    SQLite's JDBC driver only), and the local engine failed to open it (``No module named
+    'psycopg2'``, ``'pymysql'``). Now pyiceberg opens it through psycopg2 or PyMySQL, and
+    Iceberg's Spark reader (spark-by-key) through Iceberg's JDBC catalog on the same
+    database, with the user and password as the JDBC driver's properties: the same version
+    on every path."""
+    monkeypatch.setenv("BULLDOZER_CATALOGS", json.dumps({"lake": database}))
+    expected = _expected(database)
     record = run_job(_spec(partitions=partitions), dal, engine=engine, home=str(tmp_path))
     info = dal.describe(record.version)
     assert (record.engine, record.rows, info.record_count, info.digest) == (engine, 3_000, 3_000, expected.value)
     if engine == "spark":  # the driver JVM's arguments, which every user of the machine can read
-        _assert_no_catalog_setting_in_the_drivers_arguments([make_url(postgres["uri"]).password, S3_SECRET])
+        _assert_no_catalog_setting_in_the_drivers_arguments([make_url(database["uri"]).password, S3_SECRET])
 
 
 def _assert_no_catalog_setting_in_the_drivers_arguments(secrets: list[str]) -> None:
@@ -199,20 +202,20 @@ def _assert_no_catalog_setting_in_the_drivers_arguments(secrets: list[str]) -> N
 
 
 @pytest.mark.parametrize("engine", ["local", pytest.param("spark", marks=pytest.mark.spark)])
-def test_a_postgresql_catalog_refusing_the_password_fails_the_run_in_one_line_without_it(
-    engine: str, postgres: dict[str, str], tmp_path: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch
+def test_a_database_refusing_the_catalogs_password_fails_the_run_in_one_line_without_it(
+    engine: str, database: dict[str, str], tmp_path: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from bulldozer.errors import BulldozerError
     from bulldozer.kv.types import State
 
-    wrong = make_url(postgres["uri"]).set(password="not-the-password-9431")
-    properties = {**postgres, "uri": wrong.render_as_string(hide_password=False)}
+    wrong = make_url(database["uri"]).set(password="not-the-password-9431")
+    properties = {**database, "uri": wrong.render_as_string(hide_password=False)}
     monkeypatch.setenv("BULLDOZER_CATALOGS", json.dumps({"lake": properties}))
     with pytest.raises(BulldozerError) as caught:
         run_job(_spec(partitions=4 if engine == "spark" else None), dal, engine=engine, home=str(tmp_path))
     said = str(caught.value)
-    assert "password authentication failed" in said and "\n" not in said
-    assert "not-the-password-9431" not in said and make_url(postgres["uri"]).password not in said
+    assert ("password authentication failed" in said or "Access denied" in said) and "\n" not in said
+    assert "not-the-password-9431" not in said and make_url(database["uri"]).password not in said
     (refused,) = dal.list_namespaces("user_item_scores")  # the refused run's record, holding nothing
     assert (refused.state, refused.record_count) == (State.FAILED, 0)
     assert "not-the-password-9431" not in json.dumps(refused.to_json())

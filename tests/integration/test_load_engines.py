@@ -463,16 +463,16 @@ def test_the_spark_engine_reads_the_operators_sql_catalog_as_the_local_engine_do
 
 
 def test_a_catalog_sparks_jvm_cannot_open_is_refused_before_spark_starts(sample: Path, tmp_path: Path) -> None:
-    """A pyiceberg SQL catalog on MySQL (the Spark engine ships the JDBC drivers of SQLite and
-    PostgreSQL only): ``run`` and ``plan`` with ``--engine spark`` say so in one line, before
+    """A pyiceberg SQL catalog on Oracle (the Spark engine ships the JDBC drivers of SQLite,
+    PostgreSQL and MariaDB only): ``run`` and ``plan`` with ``--engine spark`` say so in one line, before
     Spark starts or the run reads the table (where pyiceberg could open it, a run failed
     with Java's ``Unknown catalog type: sql`` once its version was loading); the local
     engine is not concerned."""
-    catalogs = {"lake": {"type": "sql", "uri": "mysql+pymysql://bob:s3cret@127.0.0.1:1/cat"}}
+    catalogs = {"lake": {"type": "sql", "uri": "oracle+oracledb://bob:s3cret@127.0.0.1:1/cat"}}
     said = (
-        "catalog 'lake' is a SQL catalog on mysql: the Spark engine opens a SQL catalog in a SQLite file or a "
-        "PostgreSQL database (Iceberg's JDBC catalog on the same one; it ships no other database's driver): run the "
-        "job with the local engine (--engine local), or serve the catalog over REST"
+        "catalog 'lake' is a SQL catalog on oracle: the Spark engine opens a SQL catalog in a SQLite file or a "
+        "PostgreSQL, MySQL or MariaDB database (Iceberg's JDBC catalog on the same one; it ships no other database's "
+        "driver): run the job with the local engine (--engine local), or serve the catalog over REST"
     )
     env = {"BULLDOZER_CATALOGS": json.dumps(catalogs)}
     for command in (["run", "-q"], ["plan"]):

@@ -62,9 +62,18 @@ def test_a_catalogs_type_is_written_out_as_pyiceberg_infers_it(given: dict[str, 
     ("given", "said"),
     [
         (
-            {"type": "sql", "uri": "mysql+pymysql://bob:s3cret@db:3306/cat"},
-            "catalog 'lake' is a SQL catalog on mysql: the Spark engine opens a SQL catalog in a SQLite file or a "
-            "PostgreSQL database",
+            {"type": "sql", "uri": "mssql+pyodbc://bob:s3cret@db/cat"},
+            "catalog 'lake' is a SQL catalog on mssql: the Spark engine opens a SQL catalog in a SQLite file or a "
+            "PostgreSQL, MySQL or MariaDB database",
+        ),
+        (
+            {"type": "sql", "uri": "mysql+pymysql://bob:s3cret@db/cat?ssl_ca=/ca.pem&charset=latin1"},
+            "catalog 'lake' is a SQL catalog on mysql whose uri sets charset, ssl_ca, which the Spark engine's JDBC "
+            "driver is not set up to take alike",
+        ),
+        (
+            {"type": "sql", "uri": "mysql+pymysql://bob:s3cret@db/cat?connect_timeout=soon"},
+            "catalog 'lake' sets connect_timeout in its uri to a value that is not seconds",
         ),
         (
             {"type": "sql", "uri": "postgresql://bob:s3cret@db/cat?sslcert=/c.pem&target_session_attrs=any"},
@@ -123,6 +132,23 @@ def test_a_sql_catalog_on_postgresql_is_icebergs_jdbc_catalog_on_that_database()
         "jdbc.ApplicationName": "bulldozer",
         "io-impl": "org.apache.iceberg.io.ResolvingFileIO",
     }
+
+
+def test_a_sql_catalog_on_mysql_or_mariadb_is_icebergs_jdbc_catalog_through_mariadbs_driver() -> None:
+    """PyMySQL connects to localhost over TCP where no host is named, on port 3306; its
+    timeouts are seconds, the driver's milliseconds; utf8mb4 is both drivers' default."""
+    uri = "mysql+pymysql://bob:p%40ss@db.example.com:3307/ice?charset=utf8mb4&connect_timeout=2.5"
+    assert spark_catalog_properties("lake", {"type": "sql", "uri": uri}, 60) == {
+        "type": "jdbc",
+        "uri": "jdbc:mariadb://db.example.com:3307/ice",
+        "jdbc.user": "bob",
+        "jdbc.password": "p@ss",
+        "jdbc.connectTimeout": "2500",
+        "jdbc.socketTimeout": "60000",
+        "io-impl": "org.apache.iceberg.io.ResolvingFileIO",
+    }
+    plain = spark_catalog_properties("lake", {"type": "sql", "uri": "mariadb+pymysql:///cat?read_timeout=9"})
+    assert (plain["uri"], plain["jdbc.socketTimeout"]) == ("jdbc:mariadb://localhost:3306/cat", "9000")
 
 
 def test_aws_credentials_and_region_are_given_as_icebergs_s3fileio_reads_them() -> None:

@@ -8,13 +8,13 @@ reader. Where the two spell a catalog differently, this module translates:
 - pyiceberg's SQL catalog (``type: sql``, a SQLAlchemy URL) is Iceberg's JDBC catalog on
   the same database (``type=jdbc``, a JDBC URL): both keep their tables in the same
   ``iceberg_tables`` rows, keyed by the catalog's name. The driver is given the JDBC
-  drivers of SQLite and PostgreSQL: a SQLite file is named by its absolute path; a
-  PostgreSQL URL's host, port and database make the JDBC URL, its user and password
-  Iceberg's ``jdbc.user`` and ``jdbc.password`` (never part of the URL), and the libpq
-  settings its query may hold are pgjdbc's of the same meaning (``sslmode``,
-  ``sslrootcert``, ``connect_timeout``, ``application_name``, ``options``); another one,
-  or a SQL catalog on another database, is refused here, in one line, rather than
-  connected otherwise than pyiceberg connects.
+  drivers of SQLite, PostgreSQL and MariaDB (which speaks to MySQL too): a SQLite file is
+  named by its absolute path; a PostgreSQL or MySQL URL's host, port and database make the
+  JDBC URL, its user and password Iceberg's ``jdbc.user`` and ``jdbc.password`` (never
+  part of the URL), and the settings its query may hold are the JDBC driver's of the same
+  meaning (``_PG_SETTINGS``, ``_MYSQL_SETTINGS``); another one, or a SQL catalog on
+  another database, is refused here, in one line, rather than connected otherwise than
+  pyiceberg connects.
 - pyiceberg infers a catalog's type from its ``uri`` when ``type`` is absent (``http…`` is
   REST, ``thrift…`` Hive); Iceberg's Spark catalog takes Hive then. The type is written out.
 - pyiceberg's FileIO reads S3 paths with its own client, Iceberg's Java catalogs of the JDBC
@@ -177,6 +177,9 @@ def _catalog_type(name: str, properties: Mapping[str, str]) -> str:
     return str(inferred.value)
 
 
+#: PyMySQL's connection settings a MySQL URL's query may hold, and MariaDB Connector/J's of
+#: the same meaning (its timeouts in milliseconds, PyMySQL's in seconds)
+_MYSQL_SETTINGS = {"connect_timeout": "connectTimeout", "read_timeout": "socketTimeout"}
 #: libpq's connection settings a PostgreSQL URL's query may hold, and pgjdbc's of the same
 #: meaning (a connect timeout in seconds in both)
 _PG_SETTINGS = {
@@ -202,11 +205,14 @@ def _jdbc(name: str, uri: str, timeout: float | None) -> dict[str, str]:
     backend = url.get_backend_name()
     if backend == "postgresql":
         return _postgres(name, url, timeout)
+    if backend in ("mysql", "mariadb"):
+        return _mysql(name, url, timeout)
     if backend != "sqlite":
         raise CatalogError(
             f"catalog {name!r} is a SQL catalog on {backend}: the Spark engine opens a SQL catalog in a SQLite "
-            "file or a PostgreSQL database (Iceberg's JDBC catalog on the same one; it ships no other database's "
-            "driver): run the job with the local engine (--engine local), or serve the catalog over REST"
+            "file or a PostgreSQL, MySQL or MariaDB database (Iceberg's JDBC catalog on the same one; it ships no "
+            "other database's driver): run the job with the local engine (--engine local), or serve the catalog "
+            "over REST"
         )
     if not url.database or url.database == ":memory:" or url.database.startswith("file:") or url.query:
         raise CatalogError(
@@ -251,4 +257,42 @@ def _postgres(name: str, url: Any, timeout: float | None) -> dict[str, str]:
         options.setdefault("jdbc.connectTimeout", seconds)
         options.setdefault("jdbc.loginTimeout", seconds)
         options.setdefault("jdbc.socketTimeout", seconds)
+    return options
+
+
+def _mysql(name: str, url: Any, timeout: float | None) -> dict[str, str]:
+    """Iceberg's JDBC catalog properties for the MySQL or MariaDB database of the SQLAlchemy
+    ``url`` (PyMySQL), through MariaDB's Connector/J (it speaks to both servers): the JDBC
+    URL names the host (PyMySQL's default, localhost over TCP, where none is named), port
+    and database; the user and password are the driver's properties, and the query's
+    timeouts (``_MYSQL_SETTINGS``) too, in milliseconds; a character set other than utf8mb4
+    (both drivers' default) or another setting is refused."""
+    from urllib.parse import quote
+
+    query = {k: (v if isinstance(v, str) else v[-1]) for k, v in url.query.items()}
+    charset = query.pop("charset", "utf8mb4")
+    unknown = sorted(k for k in query if k not in _MYSQL_SETTINGS)
+    if charset.lower() != "utf8mb4":
+        unknown = sorted({*unknown, "charset"})
+    if unknown:
+        raise CatalogError(
+            f"catalog {name!r} is a SQL catalog on {url.get_backend_name()} whose uri sets {', '.join(unknown)}, which "
+            "the Spark engine's JDBC driver is not set up to take alike (it takes connect_timeout, read_timeout and "
+            "charset=utf8mb4): run the job with the local engine (--engine local)"
+        )
+    host = url.host or "localhost"
+    host = f"[{host}]" if ":" in host else host
+    options = {"uri": f"jdbc:mariadb://{host}:{url.port or 3306}/{quote(url.database or '', safe='')}"}
+    if url.username:
+        options["jdbc.user"] = url.username
+    if url.password is not None:
+        options["jdbc.password"] = str(url.password)
+    for key, value in query.items():
+        try:
+            options[f"jdbc.{_MYSQL_SETTINGS[key]}"] = str(max(1, round(float(value) * 1000)))
+        except ValueError:
+            raise CatalogError(f"catalog {name!r} sets {key} in its uri to a value that is not seconds") from None
+    if timeout is not None:
+        for key in ("jdbc.connectTimeout", "jdbc.socketTimeout"):
+            options.setdefault(key, str(max(1, round(timeout * 1000))))
     return options

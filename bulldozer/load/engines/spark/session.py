@@ -50,8 +50,9 @@ ICEBERG_AWS_BUNDLE = "org.apache.iceberg:iceberg-aws-bundle:1.12.0"
 #: the JDBC drivers of the databases a SQL catalog may be kept in (``catalog.py``)
 SQLITE_JDBC = "org.xerial:sqlite-jdbc:3.46.1.3"
 POSTGRES_JDBC = "org.postgresql:postgresql:42.7.14"
+MARIADB_JDBC = "org.mariadb.jdbc:mariadb-java-client:3.5.6"  # MySQL's servers too
 #: the driver's packages (Maven coordinates), resolved by spark-submit on a machine's first start
-PACKAGES = (ICEBERG_RUNTIME, ICEBERG_AWS_BUNDLE, SQLITE_JDBC, POSTGRES_JDBC)
+PACKAGES = (ICEBERG_RUNTIME, ICEBERG_AWS_BUNDLE, SQLITE_JDBC, POSTGRES_JDBC, MARIADB_JDBC)
 #: what the packages depend on that the driver does not run: pgjdbc's Checker Framework
 #: annotations (compile-time only), so the packages resolve to one jar each
 EXCLUDED = "org.checkerframework:checker-qual"
