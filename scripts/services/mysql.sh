@@ -26,6 +26,7 @@ install_once() {
   apt_install --no-install-recommends mariadb-server
   # the package enables a system server on 3306; the project starts its own servers
   if command -v systemctl >/dev/null 2>&1; then systemctl disable --now mariadb >/dev/null 2>&1 || true; fi
+  if command -v service >/dev/null 2>&1; then service mariadb stop >/dev/null 2>&1 || true; fi # no systemd
 }
 
 start() { # DIR PORT

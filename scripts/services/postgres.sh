@@ -26,6 +26,7 @@ install_once() {
   apt_install postgresql
   # the package enables a system cluster on 5432; the project starts its own servers
   if command -v systemctl >/dev/null 2>&1; then systemctl disable --now postgresql >/dev/null 2>&1 || true; fi
+  if command -v service >/dev/null 2>&1; then service postgresql stop >/dev/null 2>&1 || true; fi # no systemd
 }
 
 # as_owner COMMAND...: PostgreSQL refuses to run as root; as root, run as the package's user
