@@ -122,28 +122,26 @@ def lakehouse() -> int:
     return int(_shared("lakehouse", "BULLDOZER_TEST_LAKEHOUSE", start))
 
 
-def postgres_url() -> str:
-    """The SQLAlchemy URL (psycopg2; user, password and database) of the session's
-    PostgreSQL server (``scripts/services/postgres.sh``)."""
+def _database_url(kind: str, dialect: str, variable: str) -> str:
+    """The SQLAlchemy URL (``dialect``; user, password and database) of the session's ``kind``
+    server (``scripts/services/KIND.sh``), or ``variable``'s."""
 
     def start() -> str:
-        folder, port = _start("postgres", "postgres.sh", "start", 1)
+        folder, port = _start(kind, f"{kind}.sh", "start", 1)
         password = Path(folder, "password").read_text().strip()
-        return f"postgresql+psycopg2://bulldozer:{password}@127.0.0.1:{port}/catalog"
+        return f"{dialect}://bulldozer:{password}@127.0.0.1:{port}/catalog"
 
-    return _shared("postgres", "BULLDOZER_TEST_POSTGRES", start)
+    return _shared(kind, variable, start)
+
+
+def postgres_url() -> str:
+    """The session's PostgreSQL server (``scripts/services/postgres.sh``), through psycopg2."""
+    return _database_url("postgres", "postgresql+psycopg2", "BULLDOZER_TEST_POSTGRES")
 
 
 def mysql_url() -> str:
-    """The SQLAlchemy URL (PyMySQL; user, password and database) of the session's MySQL-protocol
-    server (MariaDB, ``scripts/services/mysql.sh``)."""
-
-    def start() -> str:
-        folder, port = _start("mysql", "mysql.sh", "start", 1)
-        password = Path(folder, "password").read_text().strip()
-        return f"mysql+pymysql://bulldozer:{password}@127.0.0.1:{port}/catalog"
-
-    return _shared("mysql", "BULLDOZER_TEST_MYSQL", start)
+    """The session's MySQL-protocol server (MariaDB, ``scripts/services/mysql.sh``), through PyMySQL."""
+    return _database_url("mysql", "mysql+pymysql", "BULLDOZER_TEST_MYSQL")
 
 
 def stop_all() -> None:

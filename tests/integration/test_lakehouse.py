@@ -8,7 +8,7 @@ with the store's credentials, on both engines and by every read path."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -104,33 +104,6 @@ def _records(dal: KvClient, version: str) -> dict[bytes, dict[str, Any]]:
     }
 
 
-@pytest.mark.parametrize(
-    ("engine", "partitions"),
-    [
-        ("local", None),
-        pytest.param("spark", 3, marks=pytest.mark.spark, id="spark-splits"),
-        pytest.param("spark", 4, marks=pytest.mark.spark, id="spark-by-key"),
-    ],
-)
-def test_every_engine_loads_a_table_in_s3_from_icebergs_rest_catalog(
-    engine: str,
-    partitions: int | None,
-    rest: dict[str, str],
-    tmp_path: Path,
-    dal: KvClient,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """spark-splits: each task reads its files with pyiceberg's S3 client; spark-by-key:
-    Iceberg's Spark reader reads the table, with Iceberg's own S3 client — which the driver
-    lacked: the run failed with Hadoop's ``No FileSystem for scheme "s3"``, its two Java
-    stack traces on one 20 KB line."""
-    monkeypatch.setenv("BULLDOZER_CATALOGS", json.dumps({"lake": rest}))
-    expected = _expected(rest)
-    record = run_job(_spec(partitions=partitions), dal, engine=engine, home=str(tmp_path))
-    info = dal.describe(record.version)
-    assert (record.engine, record.rows, info.record_count, info.digest) == (engine, 3_000, 3_000, expected.value)
-
-
 @pytest.mark.spark
 def test_a_store_without_a_region_is_read_by_icebergs_spark_reader_as_by_pyiceberg(
     s3: dict[str, str], rest: dict[str, str], tmp_path: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch
@@ -146,16 +119,34 @@ def test_a_store_without_a_region_is_read_by_icebergs_spark_reader_as_by_pyicebe
     assert (record.rows, dal.describe(record.version).digest) == (3_000, _expected(rest).value)
 
 
+@pytest.fixture(scope="module")
+def databases(s3: dict[str, str]) -> Callable[[str], dict[str, str]]:
+    """A SQL catalog kept in a database server — ``postgres``, or ``mysql`` (MariaDB, for
+    MySQL's protocol): pyiceberg's SqlCatalog; Iceberg's JdbcCatalog on the same database —,
+    its warehouse in the store, holding the sample table; each made once."""
+    made: dict[str, dict[str, str]] = {}
+
+    def of(kind: str) -> dict[str, str]:
+        if kind not in made:
+            url = services.postgres_url() if kind == "postgres" else services.mysql_url()
+            properties = {"type": "sql", "uri": url, "warehouse": f"s3://lake/{kind}", **s3}
+            table = _create(load_catalog("lake", **properties))
+            assert table.location().startswith(f"s3://lake/{kind}/")
+            made[kind] = properties
+        return made[kind]
+
+    return of
+
+
 @pytest.fixture(scope="module", params=["postgres", "mysql"])
-def database(request: pytest.FixtureRequest, s3: dict[str, str]) -> dict[str, str]:
-    """A SQL catalog kept in a database server — PostgreSQL, or MariaDB for MySQL's protocol
-    (pyiceberg's SqlCatalog; Iceberg's JdbcCatalog on the same database) —, its warehouse in
-    the store, holding the sample table."""
-    url = services.postgres_url() if request.param == "postgres" else services.mysql_url()
-    properties = {"type": "sql", "uri": url, "warehouse": f"s3://lake/{request.param}", **s3}
-    table = _create(load_catalog("lake", **properties))
-    assert table.location().startswith(f"s3://lake/{request.param}/")
-    return properties
+def database(request: pytest.FixtureRequest, databases: Callable[[str], dict[str, str]]) -> dict[str, str]:
+    return databases(str(request.param))
+
+
+@pytest.fixture(scope="module", params=["rest", "postgres", "mysql"])
+def operators_catalog(request: pytest.FixtureRequest, databases: Callable[[str], dict[str, str]]) -> dict[str, str]:
+    """Iceberg's REST catalog server, or a SQL catalog in a database server (``databases``)."""
+    return dict(request.getfixturevalue("rest")) if request.param == "rest" else databases(str(request.param))
 
 
 @pytest.mark.parametrize(
@@ -166,27 +157,31 @@ def database(request: pytest.FixtureRequest, s3: dict[str, str]) -> dict[str, st
         pytest.param("spark", 4, marks=pytest.mark.spark, id="spark-by-key"),
     ],
 )
-def test_every_engine_loads_a_table_from_a_sql_catalog_kept_in_a_database_server(
+def test_every_engine_loads_a_table_in_s3_from_the_operators_catalog(
     engine: str,
     partitions: int | None,
-    database: dict[str, str],
+    operators_catalog: dict[str, str],
     tmp_path: Path,
     dal: KvClient,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A SQL catalog on PostgreSQL or MySQL was refused by the Spark engine (it shipped
-    SQLite's JDBC driver only), and the local engine failed to open it (``No module named
-    'psycopg2'``, ``'pymysql'``). Now pyiceberg opens it through psycopg2 or PyMySQL, and
-    Iceberg's Spark reader (spark-by-key) through Iceberg's JDBC catalog on the same
-    database, with the user and password as the JDBC driver's properties: the same version
-    on every path."""
-    monkeypatch.setenv("BULLDOZER_CATALOGS", json.dumps({"lake": database}))
-    expected = _expected(database)
+    """spark-splits: each task reads its files with pyiceberg's S3 client; spark-by-key:
+    Iceberg's Spark reader reads the table, with Iceberg's own S3 client — which the driver
+    lacked: the run failed with Hadoop's ``No FileSystem for scheme "s3"``, its two Java
+    stack traces on one 20 KB line. A SQL catalog on PostgreSQL or MySQL was refused by the
+    Spark engine (it shipped SQLite's JDBC driver only), and the local engine failed to
+    open it (``No module named 'psycopg2'``, ``'pymysql'``): pyiceberg now opens it through
+    psycopg2 or PyMySQL, and Iceberg's Spark reader through Iceberg's JDBC catalog on the
+    same database, the user and password the JDBC driver's properties. The same version on
+    every path."""
+    monkeypatch.setenv("BULLDOZER_CATALOGS", json.dumps({"lake": operators_catalog}))
+    expected = _expected(operators_catalog)
     record = run_job(_spec(partitions=partitions), dal, engine=engine, home=str(tmp_path))
     info = dal.describe(record.version)
     assert (record.engine, record.rows, info.record_count, info.digest) == (engine, 3_000, 3_000, expected.value)
     if engine == "spark":  # the driver JVM's arguments, which every user of the machine can read
-        _assert_no_catalog_setting_in_the_drivers_arguments([make_url(database["uri"]).password, S3_SECRET])
+        password = make_url(operators_catalog["uri"]).password if operators_catalog["type"] == "sql" else None
+        _assert_no_catalog_setting_in_the_drivers_arguments([S3_SECRET, *([password] if password else [])])
 
 
 def _assert_no_catalog_setting_in_the_drivers_arguments(secrets: list[str]) -> None:
