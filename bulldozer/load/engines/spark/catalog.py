@@ -222,34 +222,45 @@ def _jdbc(name: str, uri: str, timeout: float | None) -> dict[str, str]:
     return {"uri": f"jdbc:sqlite:{Path(url.database).absolute()}"}
 
 
+def _refuse_settings(name: str, database: str, unknown: list[str], known: str) -> None:
+    """A CatalogError naming the settings of the uri's query (of a catalog on ``database``)
+    the Spark engine's JDBC driver would not take alike, if any."""
+    if unknown:
+        raise CatalogError(
+            f"catalog {name!r} is a SQL catalog on {database} whose uri sets {', '.join(unknown)}, "
+            f"which the Spark engine's JDBC driver is not set up to take alike (it takes {known}): run the job with "
+            "the local engine (--engine local)"
+        )
+
+
+def _server(scheme: str, url: Any, host: str, port: int) -> dict[str, str]:
+    """The JDBC URL of the database server ``url`` names (``host``, ``port``: its, or the
+    defaults), and its user and password as the driver's properties, never in the URL."""
+    from urllib.parse import quote
+
+    host = f"[{host}]" if ":" in host else host
+    options = {"uri": f"jdbc:{scheme}://{host}:{port}/{quote(url.database or '', safe='')}"}
+    if url.username:
+        options["jdbc.user"] = url.username
+    if url.password is not None:
+        options["jdbc.password"] = str(url.password)
+    return options
+
+
 def _postgres(name: str, url: Any, timeout: float | None) -> dict[str, str]:
     """Iceberg's JDBC catalog properties for the PostgreSQL database of the SQLAlchemy
     ``url``: the JDBC URL names its host, port and database; the user, the password and the
     settings of its query (``_PG_SETTINGS``) are pgjdbc's connection properties (``jdbc.*``,
     which Iceberg hands to the driver), and ``timeout`` (``BULLDOZER_CATALOG_TIMEOUT``)
     bounds connecting and each answer unless the query sets a connect timeout of its own."""
-    from urllib.parse import quote
-
-    unknown = sorted(k for k in url.query if k not in _PG_SETTINGS)
-    if unknown:
-        known = ", ".join(sorted(_PG_SETTINGS))
-        raise CatalogError(
-            f"catalog {name!r} is a SQL catalog on PostgreSQL whose uri sets {', '.join(unknown)}, which the Spark "
-            f"engine's JDBC driver is not set up to take alike (it takes {known}): run the job with the local engine "
-            "(--engine local)"
-        )
+    known = ", ".join(sorted(_PG_SETTINGS))
+    _refuse_settings(name, "PostgreSQL", sorted(k for k in url.query if k not in _PG_SETTINGS), known)
     if not url.host:
         raise CatalogError(
             f"catalog {name!r} is a SQL catalog on PostgreSQL whose uri names no host (a Unix socket): the Spark "
             "engine's JDBC driver connects over TCP only; name the host (postgresql+psycopg2://user@host:5432/db)"
         )
-    host = f"[{url.host}]" if ":" in url.host else url.host
-    database = quote(url.database or "", safe="")
-    options = {"uri": f"jdbc:postgresql://{host}:{url.port or 5432}/{database}"}
-    if url.username:
-        options["jdbc.user"] = url.username
-    if url.password is not None:
-        options["jdbc.password"] = str(url.password)
+    options = _server("postgresql", url, url.host, url.port or 5432)
     for key, value in url.query.items():
         options[f"jdbc.{_PG_SETTINGS[key]}"] = value if isinstance(value, str) else value[-1]
     if timeout is not None:
@@ -267,26 +278,11 @@ def _mysql(name: str, url: Any, timeout: float | None) -> dict[str, str]:
     and database; the user and password are the driver's properties, and the query's
     timeouts (``_MYSQL_SETTINGS``) too, in milliseconds; a character set other than utf8mb4
     (both drivers' default) or another setting is refused."""
-    from urllib.parse import quote
-
     query = {k: (v if isinstance(v, str) else v[-1]) for k, v in url.query.items()}
     charset = query.pop("charset", "utf8mb4")
-    unknown = sorted(k for k in query if k not in _MYSQL_SETTINGS)
-    if charset.lower() != "utf8mb4":
-        unknown = sorted({*unknown, "charset"})
-    if unknown:
-        raise CatalogError(
-            f"catalog {name!r} is a SQL catalog on {url.get_backend_name()} whose uri sets {', '.join(unknown)}, which "
-            "the Spark engine's JDBC driver is not set up to take alike (it takes connect_timeout, read_timeout and "
-            "charset=utf8mb4): run the job with the local engine (--engine local)"
-        )
-    host = url.host or "localhost"
-    host = f"[{host}]" if ":" in host else host
-    options = {"uri": f"jdbc:mariadb://{host}:{url.port or 3306}/{quote(url.database or '', safe='')}"}
-    if url.username:
-        options["jdbc.user"] = url.username
-    if url.password is not None:
-        options["jdbc.password"] = str(url.password)
+    unknown = {k for k in query if k not in _MYSQL_SETTINGS} | ({"charset"} if charset.lower() != "utf8mb4" else set())
+    _refuse_settings(name, url.get_backend_name(), sorted(unknown), "connect_timeout, read_timeout and charset=utf8mb4")
+    options = _server("mariadb", url, url.host or "localhost", url.port or 3306)
     for key, value in query.items():
         try:
             options[f"jdbc.{_MYSQL_SETTINGS[key]}"] = str(max(1, round(float(value) * 1000)))
