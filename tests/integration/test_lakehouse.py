@@ -143,24 +143,31 @@ def database(request: pytest.FixtureRequest, databases: Callable[[str], dict[str
     return databases(str(request.param))
 
 
-@pytest.fixture(scope="module", params=["rest", "postgres", "mysql"])
-def operators_catalog(request: pytest.FixtureRequest, databases: Callable[[str], dict[str, str]]) -> dict[str, str]:
-    """Iceberg's REST catalog server, or a SQL catalog in a database server (``databases``)."""
-    return dict(request.getfixturevalue("rest")) if request.param == "rest" else databases(str(request.param))
+def _by(kind: str, engine: str, partitions: int | None, path: str) -> Any:
+    marks = [pytest.mark.spark] if engine == "spark" else []
+    return pytest.param(kind, engine, partitions, marks=marks, id=f"{kind}-{path}")
 
 
 @pytest.mark.parametrize(
-    ("engine", "partitions"),
+    ("kind", "engine", "partitions"),
     [
-        ("local", None),
-        pytest.param("spark", 3, marks=pytest.mark.spark, id="spark-splits"),
-        pytest.param("spark", 4, marks=pytest.mark.spark, id="spark-by-key"),
+        _by("rest", "local", None, "local"),
+        _by("rest", "spark", 3, "spark-splits"),
+        _by("rest", "spark", 4, "spark-by-key"),
+        # the Spark engine's own splits are planned by pyiceberg on the driver, whatever the
+        # catalog: only Iceberg's Spark reader (by key) opens a database's catalog in the JVM
+        _by("postgres", "local", None, "local"),
+        _by("postgres", "spark", 4, "spark-by-key"),
+        _by("mysql", "local", None, "local"),
+        _by("mysql", "spark", 4, "spark-by-key"),
     ],
 )
 def test_every_engine_loads_a_table_in_s3_from_the_operators_catalog(
+    kind: str,
     engine: str,
     partitions: int | None,
-    operators_catalog: dict[str, str],
+    databases: Callable[[str], dict[str, str]],
+    request: pytest.FixtureRequest,
     tmp_path: Path,
     dal: KvClient,
     monkeypatch: pytest.MonkeyPatch,
@@ -174,6 +181,7 @@ def test_every_engine_loads_a_table_in_s3_from_the_operators_catalog(
     psycopg2 or PyMySQL, and Iceberg's Spark reader through Iceberg's JDBC catalog on the
     same database, the user and password the JDBC driver's properties. The same version on
     every path."""
+    operators_catalog = dict(request.getfixturevalue("rest")) if kind == "rest" else databases(kind)
     monkeypatch.setenv("BULLDOZER_CATALOGS", json.dumps({"lake": operators_catalog}))
     expected = _expected(operators_catalog)
     record = run_job(_spec(partitions=partitions), dal, engine=engine, home=str(tmp_path))
@@ -196,10 +204,11 @@ def _assert_no_catalog_setting_in_the_drivers_arguments(secrets: list[str]) -> N
     assert not [secret for secret in secrets if secret in arguments]
 
 
-@pytest.mark.parametrize("engine", ["local", pytest.param("spark", marks=pytest.mark.spark)])
 def test_a_database_refusing_the_catalogs_password_fails_the_run_in_one_line_without_it(
-    engine: str, database: dict[str, str], tmp_path: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch
+    database: dict[str, str], tmp_path: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """One line naming what the server said, neither password in it nor in the refused run's
+    record (the schema stage opens the catalog with pyiceberg on either engine)."""
     from bulldozer.errors import BulldozerError
     from bulldozer.kv.types import State
 
@@ -207,7 +216,7 @@ def test_a_database_refusing_the_catalogs_password_fails_the_run_in_one_line_wit
     properties = {**database, "uri": wrong.render_as_string(hide_password=False)}
     monkeypatch.setenv("BULLDOZER_CATALOGS", json.dumps({"lake": properties}))
     with pytest.raises(BulldozerError) as caught:
-        run_job(_spec(partitions=4 if engine == "spark" else None), dal, engine=engine, home=str(tmp_path))
+        run_job(_spec(), dal, home=str(tmp_path))
     said = str(caught.value)
     assert ("password authentication failed" in said or "Access denied" in said) and "\n" not in said
     assert "not-the-password-9431" not in said and make_url(database["uri"]).password not in said
