@@ -233,6 +233,11 @@ def _refuse_settings(name: str, database: str, unknown: list[str], known: str) -
         )
 
 
+def _query(url: Any) -> dict[str, str]:
+    """The settings of ``url``'s query, the last where one is given twice (as the drivers take it)."""
+    return {k: (v if isinstance(v, str) else v[-1]) for k, v in url.query.items()}
+
+
 def _server(scheme: str, url: Any, host: str, port: int) -> dict[str, str]:
     """The JDBC URL of the database server ``url`` names (``host``, ``port``: its, or the
     defaults), and its user and password as the driver's properties, never in the URL."""
@@ -253,16 +258,17 @@ def _postgres(name: str, url: Any, timeout: float | None) -> dict[str, str]:
     settings of its query (``_PG_SETTINGS``) are pgjdbc's connection properties (``jdbc.*``,
     which Iceberg hands to the driver), and ``timeout`` (``BULLDOZER_CATALOG_TIMEOUT``)
     bounds connecting and each answer unless the query sets a connect timeout of its own."""
+    query = _query(url)
     known = ", ".join(sorted(_PG_SETTINGS))
-    _refuse_settings(name, "PostgreSQL", sorted(k for k in url.query if k not in _PG_SETTINGS), known)
+    _refuse_settings(name, "PostgreSQL", sorted(k for k in query if k not in _PG_SETTINGS), known)
     if not url.host:
         raise CatalogError(
             f"catalog {name!r} is a SQL catalog on PostgreSQL whose uri names no host (a Unix socket): the Spark "
             "engine's JDBC driver connects over TCP only; name the host (postgresql+psycopg2://user@host:5432/db)"
         )
     options = _server("postgresql", url, url.host, url.port or 5432)
-    for key, value in url.query.items():
-        options[f"jdbc.{_PG_SETTINGS[key]}"] = value if isinstance(value, str) else value[-1]
+    for key, value in query.items():
+        options[f"jdbc.{_PG_SETTINGS[key]}"] = value
     if timeout is not None:
         seconds = str(max(1, math.ceil(timeout)))
         options.setdefault("jdbc.connectTimeout", seconds)
@@ -278,7 +284,7 @@ def _mysql(name: str, url: Any, timeout: float | None) -> dict[str, str]:
     and database; the user and password are the driver's properties, and the query's
     timeouts (``_MYSQL_SETTINGS``) too, in milliseconds; a character set other than utf8mb4
     (both drivers' default) or another setting is refused."""
-    query = {k: (v if isinstance(v, str) else v[-1]) for k, v in url.query.items()}
+    query = _query(url)
     charset = query.pop("charset", "utf8mb4")
     unknown = {k for k in query if k not in _MYSQL_SETTINGS} | ({"charset"} if charset.lower() != "utf8mb4" else set())
     _refuse_settings(name, url.get_backend_name(), sorted(unknown), "connect_timeout, read_timeout and charset=utf8mb4")
