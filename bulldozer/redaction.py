@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-__all__ = ["first_line", "shown_url", "visible", "without_secrets", "yaml_problem", "yaml_where"]
+__all__ = ["SECRET_SETTING", "first_line", "shown_url", "visible", "without_secrets", "yaml_problem", "yaml_where"]
 
 _QUERY_PASSWORD = re.compile(r"(^|&)(password|passwd|pwd)=[^&]*", re.IGNORECASE)
 
@@ -31,9 +31,14 @@ def shown_url(url: str) -> str:
     return head + sep + _QUERY_PASSWORD.sub(r"\1\2=***", query)
 
 
-#: names of settings whose values are secrets: a catalog's ``credential`` and ``token``,
-#: ``s3.secret-access-key``, ``s3.session-token``, a ``…password``
-_SECRET_NAME = re.compile(r"credential|token|secret|passw|private", re.IGNORECASE)
+#: what names a setting whose value is a secret (case aside; a regular expression both
+#: Python and Java read alike): a REST catalog's ``credential`` and ``token``, a header's
+#: ``Authorization``, ``s3.secret-access-key``, ``s3.session-token``, ``gcs.oauth2.token``,
+#: ADLS's ``adls.account-key`` (Java's ``adls.auth.shared-key.account.key``) and
+#: ``adls.sas-token…``, a ``…password``, a ``…private-key``. Here, and in Spark's
+#: ``spark.redaction.regex`` (``bulldozer.load.engines.spark.session``)
+SECRET_SETTING = r"credential|token|secret|passw|private|authorization|account[.-]?key"
+_SECRET_NAME = re.compile(SECRET_SETTING, re.IGNORECASE)
 
 
 def without_secrets(text: str, settings: Mapping[str, str]) -> str:

@@ -151,6 +151,60 @@ def test_two_drivers_starting_together_on_a_machine_that_never_resolved_the_pack
     assert not list((cache / "spark").glob("*.partial"))
 
 
+def test_an_event_log_the_operators_spark_defaults_enable_keeps_no_catalog_secret(tmp_path: Path) -> None:
+    """A cluster's ``spark-defaults.conf`` (``SPARK_CONF_DIR``) commonly turns Spark's event
+    log on for its history server, which then shows every application's settings. Spark
+    redacts the values of settings named by ``spark.redaction.regex``, whose default
+    (``secret|password|token|access[.]?key``) missed a REST catalog's ``credential`` (its
+    OAuth2 client secret), an ``Authorization`` header and ADLS's account key: the event log
+    kept them in clear. Now every name ``bulldozer.redaction`` holds a secret's is Spark's
+    too; the log still holds the settings (their names), with the values hidden."""
+    import os
+    import subprocess
+    import sys
+
+    secrets = {
+        "credential": "client-id:CLIENT-SECRET-0451",
+        "header.Authorization": "Bearer BEARER-0451",
+        "adls.account-key": "ACCOUNT-KEY-0451",
+        "s3.secret-access-key": "S3-SECRET-0451",
+        "jdbc.password": "PASSWORD-0451",
+    }
+    conf, events = tmp_path / "conf", tmp_path / "events"
+    conf.mkdir()
+    events.mkdir()
+    defaults = {
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": events.as_uri(),
+        "spark.eventLog.compress": "false",  # one file of JSON lines, to read here
+        "spark.eventLog.rolling.enabled": "false",
+    }
+    (conf / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in defaults.items()))
+    script = (
+        "import json, sys\n"
+        "from bulldozer.load.engines.spark.session import spark_context, stop_spark_session\n"
+        "from bulldozer.warehouse.catalog import embedded_catalog_properties\n"
+        "catalog = {**embedded_catalog_properties(sys.argv[1]), **json.loads(sys.argv[2])}\n"
+        "context = spark_context('lake', catalog, sys.argv[1], 'local[1]')\n"
+        "print(context.parallelize(range(10)).sum())\n"
+        "stop_spark_session()\n"
+    )
+    import json
+
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "home"), json.dumps(secrets)],
+        env={**os.environ, "SPARK_CONF_DIR": str(conf)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (log,) = [path for path in events.iterdir() if not path.name.endswith(".inprogress")]
+    text = log.read_text()
+    assert all(f"spark.sql.catalog.lake.{name}" in text for name in secrets)  # the settings were logged
+    assert [name for name, value in secrets.items() if value in text] == []
+
+
 def test_a_partial_class_archive_of_a_process_that_is_gone_is_deleted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

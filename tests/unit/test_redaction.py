@@ -83,7 +83,10 @@ def test_a_librarys_message_about_a_client_keeps_none_of_its_secrets() -> None:
         "credential": "client:cl1ent-secret",
         "s3.secret-access-key": "SK-XYZ",
         "s3.access-key-id": "AKID",
+        "header.Authorization": "Bearer B-123",
+        "adls.account-key": "AK-456",
         "warehouse": "lake",
     }
     said = "no type in mysql://bob:s3cret@db/cat; sent client:cl1ent-secret and SK-XYZ as AKID for lake"
     assert without_secrets(said, settings) == "no type in mysql://bob:***@db/cat; sent *** and *** as AKID for lake"
+    assert without_secrets("headers Bearer B-123, key AK-456", settings) == "headers ***, key ***"

@@ -25,6 +25,7 @@ from typing import Any
 from bulldozer import locks, scratch
 from bulldozer.errors import LoadError
 from bulldozer.load.engines.spark.catalog import spark_catalog_properties
+from bulldozer.redaction import SECRET_SETTING
 from bulldozer.settings import java_executable, load_settings, pyspark_python
 from bulldozer.spec.models import EMBEDDED_CATALOG
 from bulldozer.warehouse.catalog import bulldozer_home, embedded_catalog_properties
@@ -185,6 +186,7 @@ def _start_context(
         f"{prefix}.cache-enabled": "false",  # each run must see the latest snapshots
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.enabled": "false",
+        "spark.redaction.regex": REDACTION_REGEX,
         # Bulldozer shows its own progress (or none: -q, no terminal); Spark's bar would
         # write over it
         "spark.ui.showConsoleProgress": "false",
@@ -361,6 +363,12 @@ def gateway_popen_kwargs(**kwargs: Any) -> dict[str, Any]:
 #: the settings the driver JVM is started without (``_launch``): read by Spark SQL as a
 #: catalog is first used, from the context's settings, they may hold the catalog's secrets
 AFTER_LAUNCH_PREFIX = "spark.sql.catalog."
+#: the settings whose values Spark hides wherever it writes its settings out (an event log
+#: an operator's ``spark-defaults.conf`` enables, the environment ``spark.logConf`` logs):
+#: those Spark's own default names, and every name ``bulldozer.redaction`` holds a secret's.
+#: Spark's default missed a REST catalog's ``credential`` (its OAuth2 client secret), a
+#: header's ``Authorization`` and ADLS's account key: an event log kept them in clear.
+REDACTION_REGEX = f"(?i)secret|password|token|access[.]?key|{SECRET_SETTING}"
 
 
 def _launch(conf: Any) -> Any:
