@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-EXTRAS=${BULLDOZER_EXTRAS:-dev,sql,postgres,mysql,spark,cassandra,redis,airflow,lineage,ui}
+EXTRAS=${BULLDOZER_EXTRAS:-dev,sql,postgres,mysql,hive,spark,cassandra,redis,airflow,lineage,ui}
 
 find_python() {
   for candidate in "${PYTHON:-}" python3.12 python3.11 python3; do

@@ -1,5 +1,6 @@
 """Real Redis and Cassandra servers, a Spark standalone cluster, a lakehouse (an S3 store
-and Iceberg's REST catalog) and PostgreSQL and MariaDB servers (an operator's SQL catalog) for the tests, started by the project's own scripts
+and Iceberg's REST catalog), PostgreSQL and MariaDB servers (an operator's SQL catalog) and
+a Hive Metastore (an operator's Hive catalog) for the tests, started by the project's own scripts
 (``scripts/services/*.sh``) on free loopback ports the first time a test needs one, and
 stopped (their data folders removed) when the session ends.
 
@@ -8,7 +9,7 @@ To reuse a server that is already running (quicker while iterating), set
 ``BULLDOZER_TEST_CASSANDRA`` (``host:port``), ``BULLDOZER_TEST_SPARK_MASTER``
 (``spark://host:port``), ``BULLDOZER_TEST_LAKEHOUSE`` (the S3 port) or
 ``BULLDOZER_TEST_POSTGRES`` or ``BULLDOZER_TEST_MYSQL`` (a SQLAlchemy URL with its user and
-password)."""
+password) or ``BULLDOZER_TEST_HIVE`` (``thrift://host:port``)."""
 
 from __future__ import annotations
 
@@ -142,6 +143,14 @@ def postgres_url() -> str:
 def mysql_url() -> str:
     """The session's MySQL-protocol server (MariaDB, ``scripts/services/mysql.sh``), through PyMySQL."""
     return _database_url("mysql", "mysql+pymysql", "BULLDOZER_TEST_MYSQL")
+
+
+def hive_uri() -> str:
+    """The session's Hive Metastore (``scripts/services/hive.sh``: Hive 2.3's, from the
+    pyspark wheel's jars), as a Hive catalog's ``uri``."""
+    return _shared(
+        "hive", "BULLDOZER_TEST_HIVE", _started_at("hive", "hive.sh", "start", 1, "thrift://127.0.0.1:{port}")
+    )
 
 
 def stop_all() -> None:

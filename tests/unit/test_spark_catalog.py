@@ -185,14 +185,20 @@ def test_an_s3_endpoint_without_a_region_is_signed_for_us_east_1_as_pyarrow_sign
     assert "client.region" not in spark_catalog_properties("lake", {"type": "rest", "uri": "http://cat"})
 
 
-def test_a_rest_catalogs_java_client_waits_as_long_as_pyicebergs() -> None:
+def test_a_rest_or_hive_catalogs_java_client_waits_as_long_as_pyicebergs() -> None:
     """BULLDOZER_CATALOG_TIMEOUT bounds pyiceberg's calls; Iceberg's Java REST client, which
-    Spark's reader opens the table with, gets the same bound unless the catalog sets its own."""
+    Spark's reader opens the table with, gets the same bound unless the catalog sets its own,
+    and so does the Hive Metastore's client (whole seconds: 600 by default)."""
     options = spark_catalog_properties("lake", {"type": "rest", "uri": "http://cat"}, 2.5)
     assert options["rest.client.connection-timeout-ms"] == options["rest.client.socket-timeout-ms"] == "2500"
     own = {"type": "rest", "uri": "http://cat", "rest.client.socket-timeout-ms": "90000"}
     assert spark_catalog_properties("lake", own, 2.5)["rest.client.socket-timeout-ms"] == "90000"
     assert "rest.client.socket-timeout-ms" not in spark_catalog_properties("lake", {"uri": "sqlite:////c.db"}, 2.5)
+    hive = {"type": "hive", "uri": "thrift://metastore:9083"}
+    assert spark_catalog_properties("lake", hive, 2.5)["hadoop.hive.metastore.client.socket.timeout"] == "3s"
+    assert "hadoop.hive.metastore.client.socket.timeout" not in spark_catalog_properties("lake", hive)
+    own_hive = {**hive, "hadoop.hive.metastore.client.socket.timeout": "90s"}
+    assert spark_catalog_properties("lake", own_hive, 2.5)["hadoop.hive.metastore.client.socket.timeout"] == "90s"
 
 
 def test_an_s3_proxy_and_timeouts_are_given_to_icebergs_http_client() -> None:

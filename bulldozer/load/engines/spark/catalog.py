@@ -74,6 +74,8 @@ _S3_UNTRANSLATED = {
 }
 #: the region pyarrow's S3 client signs with where nothing names one
 DEFAULT_S3_REGION = "us-east-1"
+#: the Hive Metastore client's wait for each answer, as Iceberg's Hive catalog in Spark is given it
+_HIVE_SOCKET_TIMEOUT = "hadoop.hive.metastore.client.socket.timeout"
 #: Iceberg's FileIO that picks a file system by a path's scheme (S3FileIO for ``s3:``)
 RESOLVING_FILE_IO = "org.apache.iceberg.io.ResolvingFileIO"
 
@@ -83,7 +85,8 @@ def spark_catalog_properties(name: str, properties: Mapping[str, str], timeout: 
     prefix) for the pyiceberg catalog ``name`` with ``properties``; a CatalogError, in one
     line, for a catalog the Spark engine cannot open. ``timeout`` (seconds: the operator's
     ``BULLDOZER_CATALOG_TIMEOUT``) bounds each call of a REST catalog's Java client as it
-    bounds pyiceberg's, unless the catalog sets Java's own timeouts."""
+    bounds pyiceberg's, and each answer of a Hive Metastore, unless the catalog sets Java's
+    own timeouts."""
     if "py-catalog-impl" in properties:
         raise CatalogError(
             f"catalog {name!r} is a Python catalog (py-catalog-impl), which Spark's JVM cannot open: "
@@ -107,6 +110,10 @@ def spark_catalog_properties(name: str, properties: Mapping[str, str], timeout: 
     if kind == "rest" and timeout is not None:
         for key in ("rest.client.connection-timeout-ms", "rest.client.socket-timeout-ms"):
             options.setdefault(key, str(max(1, round(timeout * 1000))))
+    if kind == "hive" and timeout is not None:
+        # the Hive client's Hadoop settings (Iceberg's catalog takes ``hadoop.*`` as its
+        # configuration's); Hive's default waits 600 s for each answer of the metastore
+        options.setdefault(_HIVE_SOCKET_TIMEOUT, f"{max(1, math.ceil(timeout))}s")
     options.update(_java_s3(name, properties))
     return options
 
