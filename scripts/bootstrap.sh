@@ -75,3 +75,14 @@ if command -v go >/dev/null 2>&1; then
 else
   echo "bootstrap: Go not found; the DAL will run with its Python data plane only" >&2
 fi
+
+# Bulldozer's Java classes for Spark's driver (native/java: TLS for a REST catalog through
+# Iceberg's Java client): rebuilt when their sources are newer than the jar.
+if command -v javac >/dev/null 2>&1; then
+  jar=native/bin/bulldozer-iceberg.jar
+  if [ ! -f "$jar" ] || [ -n "$(find native/java scripts/build_java.sh -newer "$jar" -type f -print -quit)" ]; then
+    bash scripts/build_java.sh
+  fi
+else
+  echo "bootstrap: no Java JDK (javac); the Spark engine will refuse a REST catalog's TLS settings" >&2
+fi

@@ -27,6 +27,7 @@ from bulldozer.errors import BulldozerError, CatalogError, TableNotFoundError
 from bulldozer.names import did_you_mean
 from bulldozer.redaction import first_line, shown_url, without_secrets
 from bulldozer.spec.models import EMBEDDED_CATALOG, CatalogConfig
+from bulldozer.warehouse import catalog_tls
 from bulldozer.warehouse.files import reading_metadata, unreadable_metadata
 
 log = logging.getLogger(__name__)
@@ -224,6 +225,9 @@ def _catalog(name: str, props: dict[str, str]) -> Any:
         raise CatalogError(f"catalog {name!r}: set its type (rest, sql, hive, glue, ...)")
     if kind in (CatalogType.REST, CatalogType.HIVE, CatalogType.SQL) and URI not in props:
         raise CatalogError(f"catalog {name!r} ({kind.value}) has no uri")
+    catalog_tls.check(name, kind.value, props)  # a REST catalog's TLS settings, as pyiceberg takes them
+    if kind == CatalogType.REST and catalog_tls.tls_settings(props):
+        return catalog_tls.rest_catalog(name, props)
     return AVAILABLE_CATALOGS[kind](name, props)
 
 

@@ -8,23 +8,30 @@ with the store's credentials, on both engines and by every read path."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import ssl
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import certifi
 import pytest
 from pyiceberg.catalog import load_catalog
 from pyiceberg.expressions import LessThan
 from sqlalchemy.engine import make_url
 
 from bulldozer.codec.digest import Digest, digest_arrays
+from bulldozer.errors import CatalogError
 from bulldozer.kv import KvClient
 from bulldozer.load.encoder.encode import RowEncoder
 from bulldozer.load.runner import run_job
 from bulldozer.schema.job import build_job_schema
 from bulldozer.spec import load_spec_text
 from bulldozer.spec.loader import LoadedSpec
+from bulldozer.warehouse.catalog_tls import rest_catalog, tls_settings
 from bulldozer.warehouse.sample import SAMPLE_SCHEMA, _as_table_schema, generate_sample
 from tests.conftest import REPO
 from tests.integration import services
@@ -76,6 +83,86 @@ def rest(s3: dict[str, str]) -> dict[str, str]:
     return properties
 
 
+class _TlsFront:
+    """A TLS front for a plain TCP server on loopback (its ``port``), as a REST catalog is
+    served over HTTPS behind a proxy: its certificate is ``server`` of ``pki``
+    (``test_security.make_pki``: a private certificate authority's), and it takes only
+    clients with a certificate of that authority (mutual TLS)."""
+
+    def __init__(self, port: int, pki: Path) -> None:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(pki / "ca.pem"))
+        context.load_cert_chain(pki / "server.pem", pki / "server.key")
+        context.verify_mode = ssl.CERT_REQUIRED
+        self.context, self.backend = context, port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.handshakes_refused = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                raw, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(raw,), daemon=True).start()
+
+    def _serve(self, raw: socket.socket) -> None:
+        try:
+            client = self.context.wrap_socket(raw, server_side=True)
+        except (OSError, ssl.SSLError):
+            self.handshakes_refused += 1
+            raw.close()
+            return
+        backend = socket.create_connection(("127.0.0.1", self.backend))
+        threading.Thread(target=_pump, args=(backend, client), daemon=True).start()
+        _pump(client, backend)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    """Bytes from ``source`` to ``sink`` until either ends (then both are closed)."""
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for end in (source, sink):
+            with contextlib.suppress(OSError):
+                end.close()
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.integration.test_security import make_pki
+
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def tls_front(rest: dict[str, str], pki: Path) -> Iterator[_TlsFront]:
+    front = _TlsFront(int(rest["uri"].rpartition(":")[2]), pki)
+    yield front
+    front.close()
+
+
+@pytest.fixture(scope="module")
+def rest_tls(rest: dict[str, str], pki: Path, tls_front: _TlsFront) -> dict[str, str]:
+    """The REST catalog served over HTTPS by a private certificate authority's certificate,
+    to clients with one of its certificates: the catalog's TLS settings name the authority's
+    certificate and the client's certificate and key (PEM files)."""
+    return {
+        **rest,
+        "uri": f"https://127.0.0.1:{tls_front.port}",
+        "ssl.cabundle": str(pki / "ca.pem"),
+        "ssl.client.cert": str(pki / "loader.pem"),
+        "ssl.client.key": str(pki / "loader.key"),
+    }
+
+
 def _spec(text: str = TEMPLATE, *, partitions: int | None = None) -> LoadedSpec:
     if partitions is not None:
         text = text.replace("    in_flight_batches: 4 ", f"    partitions: {partitions}\n    in_flight_batches: 4 ")
@@ -84,7 +171,8 @@ def _spec(text: str = TEMPLATE, *, partitions: int | None = None) -> LoadedSpec:
 
 def _expected(properties: dict[str, str], row_filter: str | None = None) -> Digest:
     """What a version of the table must hold, from pyiceberg's own read and the encoder alone."""
-    table = load_catalog("lake", **properties).load_table(TABLE)
+    catalog = rest_catalog("lake", properties) if tls_settings(properties) else load_catalog("lake", **properties)
+    table = catalog.load_table(TABLE)
     job = build_job_schema(_spec().spec, table.schema())
     scan = table.scan(row_filter=row_filter) if row_filter else table.scan()
     encoded = RowEncoder(job.proto).encode(scan.to_arrow())
@@ -176,6 +264,9 @@ def _by(kind: str, engine: str, partitions: int | None, path: str) -> Any:
         _by("mysql", "spark", 4, "spark-by-key"),
         _by("hive", "local", None, "local"),
         _by("hive", "spark", 4, "spark-by-key"),
+        # over HTTPS, a private authority's certificate and a client certificate (mutual TLS)
+        _by("rest_tls", "local", None, "local"),
+        _by("rest_tls", "spark", 4, "spark-by-key"),
     ],
 )
 def test_every_engine_loads_a_table_in_s3_from_the_operators_catalog(
@@ -197,9 +288,15 @@ def test_every_engine_loads_a_table_in_s3_from_the_operators_catalog(
     psycopg2 or PyMySQL, and Iceberg's Spark reader through Iceberg's JDBC catalog on the
     same database, the user and password the JDBC driver's properties. A Hive catalog failed
     on the local engine (``Apache Hive support not installed``: pyiceberg's Thrift client was
-    not installed); its table's files are local (``hive``). The same version on every path."""
-    operators_catalog = dict(request.getfixturevalue(kind)) if kind in ("rest", "hive") else databases(kind)
+    not installed); its table's files are local (``hive``). A REST catalog over HTTPS with a
+    private authority's certificate, taking clients with a certificate of its own
+    (``rest_tls``): pyiceberg's ``ssl`` setting could not be given (a catalog's settings are
+    strings), and Iceberg's Java REST client has no such setting (its handshake failed).
+    The same version on every path."""
+    operators_catalog = dict(request.getfixturevalue(kind)) if kind in ("rest", "hive", "rest_tls") else databases(kind)
     monkeypatch.setenv("BULLDOZER_CATALOGS", json.dumps({"lake": operators_catalog}))
+    if kind == "rest_tls":  # as on many machines: requests let it override the catalog's bundle
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", certifi.where())
     expected = _expected(operators_catalog)
     record = run_job(_spec(partitions=partitions), dal, engine=engine, home=str(tmp_path))
     info = dal.describe(record.version)
@@ -240,6 +337,28 @@ def test_a_database_refusing_the_catalogs_password_fails_the_run_in_one_line_wit
     (refused,) = dal.list_namespaces("user_item_scores")  # the refused run's record, holding nothing
     assert (refused.state, refused.record_count) == (State.FAILED, 0)
     assert "not-the-password-9431" not in json.dumps(refused.to_json())
+
+
+def test_a_rest_catalog_refusing_a_client_without_its_certificate_fails_the_run_in_one_line(
+    rest_tls: dict[str, str], tls_front: _TlsFront, tmp_path: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The catalog's server asks for a client certificate: a catalog without one fails the
+    run at its start, in one line, having written nothing."""
+    without = {k: v for k, v in rest_tls.items() if not k.startswith("ssl.client.")}
+    monkeypatch.setenv("BULLDOZER_CATALOGS", json.dumps({"lake": without}))
+    refused = tls_front.handshakes_refused
+    before = dal.list_namespaces("user_item_scores_tls")
+    with pytest.raises(CatalogError) as failed:
+        run_job(
+            _spec(TEMPLATE.replace("alias: user_item_scores", "alias: user_item_scores_tls")), dal, home=str(tmp_path)
+        )
+    said = str(failed.value)
+    assert said.startswith(f"cannot open catalog 'lake' at {without['uri']}: ") and "\n" not in said, said
+    assert tls_front.handshakes_refused > refused  # refused by the server, for want of a certificate
+    from bulldozer.kv.types import State
+
+    (record,) = [ns for ns in dal.list_namespaces("user_item_scores_tls") if ns not in before]
+    assert (record.state, record.record_count) == (State.FAILED, 0)  # the refused run's record, holding nothing
 
 
 def test_a_query_and_a_delta_read_a_table_in_s3_from_icebergs_rest_catalog(

@@ -43,6 +43,7 @@ from typing import Any
 
 from bulldozer.errors import CatalogError
 from bulldozer.spec.models import CatalogConfig
+from bulldozer.warehouse import catalog_tls
 
 __all__ = ["SPARK_CATALOG_TYPES", "refuse_unopenable", "spark_catalog_properties"]
 
@@ -76,6 +77,11 @@ _S3_UNTRANSLATED = {
 DEFAULT_S3_REGION = "us-east-1"
 #: the Hive Metastore client's wait for each answer, as Iceberg's Hive catalog in Spark is given it
 _HIVE_SOCKET_TIMEOUT = "hadoop.hive.metastore.client.socket.timeout"
+#: Bulldozer's Java classes for the driver (``native/java``, built by ``scripts/build_java.sh``)
+JAVA_JAR = Path(__file__).resolve().parents[4] / "native" / "bin" / "bulldozer-iceberg.jar"
+#: Iceberg's REST client's TLS configurer, and Bulldozer's, which reads ``catalog_tls.SETTINGS``
+_TLS_CONFIGURER = "rest.client.tls.configurer-impl"
+PEM_TLS_CONFIGURER = "bulldozer.iceberg.PemTlsConfigurer"
 #: Iceberg's FileIO that picks a file system by a path's scheme (S3FileIO for ``s3:``)
 RESOLVING_FILE_IO = "org.apache.iceberg.io.ResolvingFileIO"
 
@@ -107,6 +113,9 @@ def spark_catalog_properties(name: str, properties: Mapping[str, str], timeout: 
         options.update(_jdbc(name, properties.get("uri", ""), timeout))
     if kind in ("sql", "hive"):
         options.setdefault("io-impl", RESOLVING_FILE_IO)
+    catalog_tls.check(name, kind, properties)
+    if kind == "rest" and catalog_tls.tls_settings(properties):
+        options.update(_java_tls(name, properties))
     if kind == "rest" and timeout is not None:
         for key in ("rest.client.connection-timeout-ms", "rest.client.socket-timeout-ms"):
             options.setdefault(key, str(max(1, round(timeout * 1000))))
@@ -116,6 +125,36 @@ def spark_catalog_properties(name: str, properties: Mapping[str, str], timeout: 
         options.setdefault(_HIVE_SOCKET_TIMEOUT, f"{max(1, math.ceil(timeout))}s")
     options.update(_java_s3(name, properties))
     return options
+
+
+def _java_tls(name: str, properties: Mapping[str, str]) -> dict[str, str]:
+    """Iceberg's REST client's setting for the catalog's TLS settings (``catalog_tls``):
+    Bulldozer's configurer, which reads them from the catalog's properties; a CatalogError
+    where Java cannot apply them as pyiceberg does."""
+    if properties.get(_TLS_CONFIGURER, PEM_TLS_CONFIGURER) != PEM_TLS_CONFIGURER:
+        raise CatalogError(
+            f"catalog {name!r} sets both {_TLS_CONFIGURER} and {', '.join(catalog_tls.tls_settings(properties))}, "
+            "which its configurer would not read: give one or the other"
+        )
+    if not JAVA_JAR.is_file():
+        raise CatalogError(
+            f"catalog {name!r} has TLS settings, which Iceberg's Java REST client takes through Bulldozer's Java "
+            "classes, and they are not built here (scripts/bootstrap.sh builds them where a Java JDK is installed): "
+            "run the job with the local engine (--engine local)"
+        )
+    key = properties.get(catalog_tls.CLIENT_KEY) or properties.get(catalog_tls.CLIENT_CERT)
+    if key is not None:
+        try:
+            pkcs8 = "-----BEGIN PRIVATE KEY-----" in Path(key).read_text(errors="replace")
+        except OSError as exc:
+            raise CatalogError(f"catalog {name!r}: cannot read its private key {key!r} ({exc.strerror})") from None
+        if not pkcs8:
+            raise CatalogError(
+                f"catalog {name!r}: its private key {key!r} is not in PKCS #8 form (BEGIN PRIVATE KEY), the one Java "
+                f"reads: convert it (openssl pkcs8 -topk8 -nocrypt -in {key} -out KEY.pem) or run the job with the "
+                "local engine (--engine local)"
+            )
+    return {_TLS_CONFIGURER: PEM_TLS_CONFIGURER}
 
 
 def _java_s3(name: str, properties: Mapping[str, str]) -> dict[str, str]:

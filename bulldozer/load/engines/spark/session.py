@@ -24,7 +24,7 @@ from typing import Any
 
 from bulldozer import locks, scratch
 from bulldozer.errors import LoadError
-from bulldozer.load.engines.spark.catalog import spark_catalog_properties
+from bulldozer.load.engines.spark.catalog import JAVA_JAR, spark_catalog_properties
 from bulldozer.redaction import SECRET_SETTING
 from bulldozer.settings import java_executable, load_settings, pyspark_python
 from bulldozer.spec.models import EMBEDDED_CATALOG
@@ -218,6 +218,8 @@ def _start_context(
     options.update({f"{prefix}.{k}": v for k, v in java.items()})
     if "spark.jars" in (conf or {}) and "spark.jars" in packages:
         options["spark.jars"] = f"{packages['spark.jars']},{options['spark.jars']}"  # ours and theirs
+    if JAVA_JAR.is_file():  # on the driver's class path from its start (a context's jars reach executors only)
+        options["spark.jars"] = ",".join(filter(None, (options.get("spark.jars"), str(JAVA_JAR))))
     # A cluster's executors are asked for as the context starts, and Spark copies and
     # unpacks the context's archives on the driver before that: added once it runs, the
     # executors' environment is unpacked on the driver while their JVMs start. Measured
@@ -470,6 +472,7 @@ def _remember_jars(resolved: str) -> None:
 
     uris = [urlparse(jar) for jar in resolved.split(",") if jar]
     jars = [url2pathname(uri.path) for uri in uris if uri.scheme in ("file", "")]
+    jars = [jar for jar in jars if Path(jar) != JAVA_JAR]  # Bulldozer's own, not a package
     if len(jars) != len(PACKAGES) or not all(Path(jar).is_file() for jar in jars):
         return
     record = _jars_record()
