@@ -226,7 +226,15 @@ def _start_context(
     # on the loopback cluster (3 interleaved pairs): the whole command 21.9 s against 23.0 s.
     archives = options.pop("spark.archives", "") if not master.startswith("local") else ""
     spark_conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
-    context = SparkContext(conf=spark_conf, gateway=_start_driver(spark_conf))
+    gateway = _start_driver(spark_conf)
+    if "spark.jars.packages" in options and "spark.jars" in options:
+        # spark-submit resolved the packages into its own spark.jars, with the jars given
+        # (Bulldozer's): the context's settings would replace that with the jars given alone,
+        # and a cluster's executors would lack the packages
+        resolved = gateway.jvm.java.lang.System.getProperty("spark.jars")
+        if resolved:
+            spark_conf.set("spark.jars", resolved)
+    context = SparkContext(conf=spark_conf, gateway=gateway)
     if master.startswith("spark://") and context.applicationId.startswith(_UNREGISTERED_APPLICATION):
         # Something took the connection but never answered as a master: Spark tried three
         # times, 20 s apart (its constants), and is stopping the context. The run failed
