@@ -70,3 +70,22 @@ _fetch_jars_once() {
   mvn -q -B -f "$pom" dependency:copy-dependencies -DoutputDirectory="$lib" -DincludeScope=runtime "$@"
   touch "$lib/.complete"
 }
+
+# wait_for_port NAME PID PORT LOG: until 127.0.0.1:PORT takes a connection, 60 s at most (1 if
+# the process PID exits first: the end of its LOG is shown); the caller defines log()
+wait_for_port() {
+  local name=$1 pid=$2 port=$3 output=$4
+  for _ in $(seq 1 600); do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      log "$name exited during start; the end of its log:"
+      tail -n 30 "$output" >&2 || true
+      return 1
+    fi
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      return 0
+    fi
+    sleep 0.1
+  done
+  log "$name did not open 127.0.0.1:$port within 60 s (see $output)"
+  return 1
+}

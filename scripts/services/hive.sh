@@ -43,21 +43,8 @@ start() { # DIR PORT
   )
   nohup java -Xmx512m -cp "$jars/*" "${settings[@]}" "$here/hive/Metastore.java" -p "$port" >"$dir/metastore.out" 2>&1 &
   echo $! >"$dir/metastore.pid"
-  local pid=$!
-  for _ in $(seq 1 600); do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      log "the metastore exited during start; the end of its output:"
-      tail -n 30 "$dir/metastore.out" >&2 || true
-      return 1
-    fi
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-      log "Hive Metastore on thrift://127.0.0.1:$port (data in $dir)"
-      return 0
-    fi
-    sleep 0.1
-  done
-  log "the metastore did not open 127.0.0.1:$port within 60 s (see $dir/metastore.out)"
-  return 1
+  wait_for_port "the Hive Metastore" "$!" "$port" "$dir/metastore.out"
+  log "Hive Metastore on thrift://127.0.0.1:$port (data in $dir)"
 }
 
 stop() { # DIR

@@ -30,24 +30,6 @@ fetch() {
     "$here/lakehouse/iceberg-rest.pom.xml"
 }
 
-# wait_for NAME PID PORT LOG: until PORT takes a connection (1 if the process exits first)
-wait_for() {
-  local name=$1 pid=$2 port=$3 output=$4
-  for _ in $(seq 1 600); do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      log "$name exited during start; the end of its log:"
-      tail -n 30 "$output" >&2 || true
-      return 1
-    fi
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-      return 0
-    fi
-    sleep 0.1
-  done
-  log "$name did not open 127.0.0.1:$port within 60 s (see $output)"
-  return 1
-}
-
 start() { # DIR PORT
   local dir=$1 port=$2
   local rest_port=$((port + 1))
@@ -73,7 +55,7 @@ XML
   nohup java -Xmx256m -Dlogback.configurationFile="$dir/s3proxy-logback.xml" -cp "$s3proxy_lib/*" \
     org.gaul.s3proxy.Main --properties "$dir/s3proxy.conf" >"$dir/s3proxy.log" 2>&1 &
   echo $! >"$dir/s3proxy.pid"
-  wait_for S3Proxy "$!" "$port" "$dir/s3proxy.log"
+  wait_for_port S3Proxy "$!" "$port" "$dir/s3proxy.log"
   # the REST server's catalog properties: CATALOG_<KEY> (_ for ".", __ for "-")
   nohup env AWS_REGION=us-east-1 CATALOG_REST_PORT="$rest_port" \
     CATALOG_URI="jdbc:sqlite:$dir/catalog.db" CATALOG_WAREHOUSE=s3://lake/warehouse \
@@ -83,7 +65,7 @@ XML
     java -Xmx512m -jar "$rest_lib/iceberg-open-api-$iceberg_version.jar" \
     >"$dir/iceberg-rest.log" 2>&1 &
   echo $! >"$dir/iceberg-rest.pid"
-  wait_for "Iceberg's REST catalog server" "$!" "$rest_port" "$dir/iceberg-rest.log"
+  wait_for_port "Iceberg's REST catalog server" "$!" "$rest_port" "$dir/iceberg-rest.log"
   log "S3 on 127.0.0.1:$port, Iceberg REST catalog on 127.0.0.1:$rest_port (data in $dir)"
 }
 

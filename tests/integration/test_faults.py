@@ -12,10 +12,8 @@ import contextlib
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +30,7 @@ from bulldozer.names import new_version_name
 from bulldozer.warehouse.sample import create_sample_warehouse
 from tests.conftest import REPO
 from tests.integration import services
+from tests.integration.proxies import Proxy
 from tests.integration.test_kv_server import _free_port, _start, stop_servers
 from tests.integration.test_run import _cli, spec
 
@@ -577,55 +576,12 @@ def _java_pid(folder: Path) -> int | None:
     return pids[0] if pids else None
 
 
-class StallingProxy:
-    """A TCP proxy on loopback that can stop forwarding (a network stall) and resume."""
-
-    def __init__(self, upstream: int) -> None:
-        self.upstream = upstream
-        self.flowing = threading.Event()
-        self.flowing.set()
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self.closed:
-            try:
-                downstream, _ = self.listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(("127.0.0.1", self.upstream))
-            for a, b in ((downstream, upstream), (upstream, downstream)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while True:
-                data = source.recv(65536)
-                if not data:
-                    break
-                while not self.flowing.is_set():
-                    time.sleep(0.01)
-                sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for end in (source, sink):
-                with contextlib.suppress(OSError):
-                    end.close()
-
-    def close(self) -> None:
-        self.closed = True
-        self.listener.close()
-
-
 def test_network_stall(home: Path, dal_process: tuple[Path, int]) -> None:
     _, port = dal_process
     with KvClient(f"127.0.0.1:{port}") as direct:
         tally = Tally(run_job(spec(), direct, home=str(home)).version)
         for i in range(REPEATS):
-            proxy = StallingProxy(port)
+            proxy = Proxy(port)
             try:
                 with KvClient(f"127.0.0.1:{proxy.port}", timeout=3) as client:
 

@@ -8,7 +8,6 @@ with the store's credentials, on both engines and by every read path."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
 import ssl
@@ -35,6 +34,7 @@ from bulldozer.warehouse.catalog_tls import rest_catalog, tls_settings
 from bulldozer.warehouse.sample import SAMPLE_SCHEMA, _as_table_schema, generate_sample
 from tests.conftest import REPO
 from tests.integration import services
+from tests.integration.proxies import Proxy
 
 pytestmark = pytest.mark.integration
 TEMPLATE = (REPO / "templates" / "move_data_to_kv_dal.yaml").read_text().replace("min_rows: 1000", "min_rows: 1")
@@ -83,58 +83,6 @@ def rest(s3: dict[str, str]) -> dict[str, str]:
     return properties
 
 
-class _TlsFront:
-    """A TLS front for a plain TCP server on loopback (its ``port``), as a REST catalog is
-    served over HTTPS behind a proxy: its certificate is ``server`` of ``pki``
-    (``test_security.make_pki``: a private certificate authority's), and it takes only
-    clients with a certificate of that authority (mutual TLS)."""
-
-    def __init__(self, port: int, pki: Path) -> None:
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(pki / "ca.pem"))
-        context.load_cert_chain(pki / "server.pem", pki / "server.key")
-        context.verify_mode = ssl.CERT_REQUIRED
-        self.context, self.backend = context, port
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.handshakes_refused = 0
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                raw, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(raw,), daemon=True).start()
-
-    def _serve(self, raw: socket.socket) -> None:
-        try:
-            client = self.context.wrap_socket(raw, server_side=True)
-        except (OSError, ssl.SSLError):
-            self.handshakes_refused += 1
-            raw.close()
-            return
-        backend = socket.create_connection(("127.0.0.1", self.backend))
-        threading.Thread(target=_pump, args=(backend, client), daemon=True).start()
-        _pump(client, backend)
-
-    def close(self) -> None:
-        self.listener.close()
-
-
-def _pump(source: socket.socket, sink: socket.socket) -> None:
-    """Bytes from ``source`` to ``sink`` until either ends (then both are closed)."""
-    try:
-        while data := source.recv(65536):
-            sink.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for end in (source, sink):
-            with contextlib.suppress(OSError):
-                end.close()
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.integration.test_security import make_pki
@@ -143,14 +91,20 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def tls_front(rest: dict[str, str], pki: Path) -> Iterator[_TlsFront]:
-    front = _TlsFront(int(rest["uri"].rpartition(":")[2]), pki)
+def tls_front(rest: dict[str, str], pki: Path) -> Iterator[Proxy]:
+    """An HTTPS front for the REST catalog, as one is served behind a proxy: its certificate
+    is a private certificate authority's (``test_security.make_pki``), and it takes only
+    clients with a certificate of that authority (mutual TLS)."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(pki / "ca.pem"))
+    context.load_cert_chain(pki / "server.pem", pki / "server.key")
+    context.verify_mode = ssl.CERT_REQUIRED
+    front = Proxy(int(rest["uri"].rpartition(":")[2]), tls=context)
     yield front
     front.close()
 
 
 @pytest.fixture(scope="module")
-def rest_tls(rest: dict[str, str], pki: Path, tls_front: _TlsFront) -> dict[str, str]:
+def rest_tls(rest: dict[str, str], pki: Path, tls_front: Proxy) -> dict[str, str]:
     """The REST catalog served over HTTPS by a private certificate authority's certificate,
     to clients with one of its certificates: the catalog's TLS settings name the authority's
     certificate and the client's certificate and key (PEM files)."""
@@ -340,7 +294,7 @@ def test_a_database_refusing_the_catalogs_password_fails_the_run_in_one_line_wit
 
 
 def test_a_rest_catalog_refusing_a_client_without_its_certificate_fails_the_run_in_one_line(
-    rest_tls: dict[str, str], tls_front: _TlsFront, tmp_path: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch
+    rest_tls: dict[str, str], tls_front: Proxy, tmp_path: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The catalog's server asks for a client certificate: a catalog without one fails the
     run at its start, in one line, having written nothing."""
@@ -419,7 +373,6 @@ def test_sparks_rest_client_waits_no_longer_than_the_catalog_timeout(
     """Iceberg's Java REST client (Spark's reader opens the table with it) asked a catalog
     that took the connection and never answered, and waited: still waiting after 90 s here.
     It gets ``BULLDOZER_CATALOG_TIMEOUT`` as pyiceberg does."""
-    import socket
     import threading
     import time
 
@@ -449,7 +402,6 @@ class _CountingProxy:
 
     def __init__(self) -> None:
         import http.client
-        import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
         from urllib.parse import urlsplit
 
