@@ -73,7 +73,7 @@ def check(name: str, kind: str, properties: Mapping[str, str]) -> None:
 
     if CA_BUNDLE in given:
         try:
-            ssl.create_default_context(cafile=given[CA_BUNDLE])
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=given[CA_BUNDLE])
         except (OSError, ssl.SSLError) as exc:
             raise CatalogError(
                 f"catalog {name!r}: its {CA_BUNDLE} {given[CA_BUNDLE]!r} is not a file of PEM certificates "
