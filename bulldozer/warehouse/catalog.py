@@ -164,6 +164,8 @@ def open_catalog(config: CatalogConfig | None = None, home: str | os.PathLike[st
         raise
     except Exception as exc:  # pyiceberg raises many unrelated types here
         said = without_secrets(first_line(exc), props)  # pyiceberg's may repeat the uri, password and all
+        if catalog_tls.failed_handshake(exc):
+            said += f" (the TLS handshake failed: {', '.join(catalog_tls.SETTINGS)} say whom it trusts and who it is)"
         raise CatalogError(f"cannot open catalog {config.name!r} at {where}: {said}") from exc
     _no_table_file_io_code(catalog)
     return catalog

@@ -34,6 +34,7 @@ __all__ = [
     "CLIENT_KEY",
     "SETTINGS",
     "check",
+    "failed_handshake",
     "pyiceberg_ssl",
     "rest_catalog",
     "tls_settings",
@@ -118,6 +119,17 @@ def _why(exc: BaseException) -> str:
     if isinstance(exc, ssl.SSLError) and exc.reason:
         return str(exc.reason).lower().replace("_", " ")
     return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+
+
+def failed_handshake(exc: BaseException) -> bool:
+    """Whether ``exc`` (what opening a catalog raised) is a failed TLS handshake (requests'
+    ``SSLError``, whose text alone says ``EOF occurred in violation of protocol`` where the
+    server wanted a client certificate)."""
+    import ssl
+
+    from requests.exceptions import SSLError  # pyiceberg's dependency
+
+    return isinstance(exc, SSLError | ssl.SSLError)
 
 
 def rest_catalog(name: str, properties: Mapping[str, str]) -> Any:

@@ -308,6 +308,9 @@ def test_a_rest_catalog_refusing_a_client_without_its_certificate_fails_the_run_
         )
     said = str(failed.value)
     assert said.startswith(f"cannot open catalog 'lake' at {without['uri']}: ") and "\n" not in said, said
+    assert said.endswith(
+        "(the TLS handshake failed: ssl.cabundle, ssl.client.cert, ssl.client.key say whom it trusts and who it is)"
+    )
     assert tls_front.handshakes_refused > refused  # refused by the server, for want of a certificate
     from bulldozer.kv.types import State
 
