@@ -9,9 +9,7 @@ with the store's credentials, on both engines and by every read path."""
 from __future__ import annotations
 
 import json
-import socket
 import ssl
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -297,7 +295,9 @@ def test_a_rest_catalog_refusing_a_client_without_its_certificate_fails_the_run_
     rest_tls: dict[str, str], tls_front: Proxy, tmp_path: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The catalog's server asks for a client certificate: a catalog without one fails the
-    run at its start, in one line, having written nothing."""
+    run at its start, in one line, leaving only the refused run's empty FAILED record."""
+    from bulldozer.kv.types import State
+
     without = {k: v for k, v in rest_tls.items() if not k.startswith("ssl.client.")}
     monkeypatch.setenv("BULLDOZER_CATALOGS", json.dumps({"lake": without}))
     refused = tls_front.handshakes_refused
@@ -312,8 +312,6 @@ def test_a_rest_catalog_refusing_a_client_without_its_certificate_fails_the_run_
         "(the TLS handshake failed: ssl.cabundle, ssl.client.cert, ssl.client.key say whom it trusts and who it is)"
     )
     assert tls_front.handshakes_refused > refused  # refused by the server, for want of a certificate
-    from bulldozer.kv.types import State
-
     (record,) = [ns for ns in dal.list_namespaces("user_item_scores_tls") if ns not in before]
     assert (record.state, record.record_count) == (State.FAILED, 0)  # the refused run's record, holding nothing
 
@@ -376,6 +374,7 @@ def test_sparks_rest_client_waits_no_longer_than_the_catalog_timeout(
     """Iceberg's Java REST client (Spark's reader opens the table with it) asked a catalog
     that took the connection and never answered, and waited: still waiting after 90 s here.
     It gets ``BULLDOZER_CATALOG_TIMEOUT`` as pyiceberg does."""
+    import socket
     import threading
     import time
 
@@ -405,6 +404,7 @@ class _CountingProxy:
 
     def __init__(self) -> None:
         import http.client
+        import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
         from urllib.parse import urlsplit
 

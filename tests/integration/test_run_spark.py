@@ -159,6 +159,7 @@ def test_an_event_log_the_operators_spark_defaults_enable_keeps_no_catalog_secre
     OAuth2 client secret), an ``Authorization`` header and ADLS's account key: the event log
     kept them in clear. Now every name ``bulldozer.redaction`` holds a secret's is Spark's
     too; the log still holds the settings (their names), with the values hidden."""
+    import json
     import os
     import subprocess
     import sys
@@ -189,8 +190,6 @@ def test_an_event_log_the_operators_spark_defaults_enable_keeps_no_catalog_secre
         "print(context.parallelize(range(10)).sum())\n"
         "stop_spark_session()\n"
     )
-    import json
-
     done = subprocess.run(
         [sys.executable, "-c", script, str(tmp_path / "home"), json.dumps(secrets)],
         env={**os.environ, "SPARK_CONF_DIR": str(conf)},
