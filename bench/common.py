@@ -171,16 +171,16 @@ def raw_write(kind: str, port: int, batches: list[list[tuple[bytes, bytes]]], ta
     and Cassandra's fastest mode."""
     if kind == "embedded":
         return raw_lmdb_puts(batches)
-    from bench.kv import _direct_writer
+    from bench.kv import direct_writers
 
-    writers = _direct_writer(kind, port)
-    if kind == "cassandra":  # concurrent single inserts ran 8-10x slower in every bench.kv run
-        writers = {"unlogged batches": writers["unlogged batches"]}
-    times = {}
-    for mode, write in writers.items():
-        started = time.perf_counter()
-        write(tag, batches)
-        times[mode] = time.perf_counter() - started
+    with direct_writers(kind, port) as writers:
+        if kind == "cassandra":  # concurrent single inserts ran 8-10x slower in every bench.kv run
+            writers = {"unlogged batches": writers["unlogged batches"]}
+        times = {}
+        for mode, write in writers.items():
+            started = time.perf_counter()
+            write(tag, batches)
+            times[mode] = time.perf_counter() - started
     return min(times.values())
 
 

@@ -25,10 +25,11 @@ Keys are 16 bytes, values 100 bytes. Prints a markdown table of medians.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -131,11 +132,12 @@ def measure_embedded(
     direct_times: list[float] = []
     dal_times: dict[str, list[float]] = {plane: [] for plane in PLANES}
     last_ns = ""
+    columns = [([k for k, _ in b], [v for _, v in b]) for b in batches]
     for r in range(repeat):
         # direct: the engine's own bulk put, same batches
         name = new_version_name("direct")
         engine.create_namespace(NamespaceRecord(name=name, alias="direct"))
-        direct_times.append(timed(lambda name=name: [engine.put(name, b) for b in batches]))
+        direct_times.append(timed(lambda name=name: [engine.write_batch(name, ks, vs) for ks, vs in columns]))
         for plane in PLANES:  # through each DAL
             name = new_version_name("dal")
             dal_times[plane].append(timed(lambda name=name, c=clients[plane]: write_through_dal(c, name, keys, values)))
@@ -281,9 +283,12 @@ def bench_engine(kind: str, n: int, repeat: int) -> tuple[float, float, str]:
 
     keys, values, batches = make_records(n)
     store = fresh_store_name()
-    with engine_server(kind) as port, dal_server(serve_args(kind, port, store)) as dal:
+    with (
+        engine_server(kind) as port,
+        dal_server(serve_args(kind, port, store)) as dal,
+        direct_writers(kind, port) as direct,
+    ):
         client = KvClient(dal.endpoint, timeout=300)
-        direct = _direct_writer(kind, port)
         direct_times: dict[str, list[float]] = {}
         dal_times = []
         for r in range(repeat):
@@ -300,8 +305,11 @@ def bench_engine(kind: str, n: int, repeat: int) -> tuple[float, float, str]:
     return n / statistics.median(dal_times), n / statistics.median(direct_times[best_mode]), best_mode
 
 
-def _direct_writer(kind: str, port: int) -> dict[str, Callable[[str, list[list[tuple[bytes, bytes]]]], None]]:
-    """The engine's own Python client writing the batches into a fresh key space, per mode."""
+@contextlib.contextmanager
+def direct_writers(kind: str, port: int) -> Iterator[dict[str, Callable[[str, list[list[tuple[bytes, bytes]]]], None]]]:
+    """The engine's own Python client writing the batches into a fresh key space, per mode;
+    its connections closed at the end (a Cassandra session left open kept trying to reconnect
+    to the stopped server, and said so, until the benchmark's process ended)."""
     if kind == "redis":
         import redis
 
@@ -316,13 +324,18 @@ def _direct_writer(kind: str, port: int) -> dict[str, Callable[[str, list[list[t
                     pipe.execute()
             pipe.execute()
 
-        return {"pipelined MSET": mset}
+        try:
+            yield {"pipelined MSET": mset}
+        finally:
+            r.close()
+        return
 
     from cassandra.cluster import Cluster
     from cassandra.concurrent import execute_concurrent, execute_concurrent_with_args
     from cassandra.query import BatchStatement, BatchType
 
-    session = Cluster(["127.0.0.1"], port=port, protocol_version=5).connect()
+    cluster = Cluster(["127.0.0.1"], port=port, protocol_version=5)
+    session = cluster.connect()
     session.execute(
         "CREATE KEYSPACE IF NOT EXISTS direct WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}"
     )
@@ -347,7 +360,10 @@ def _direct_writer(kind: str, port: int) -> dict[str, Callable[[str, list[list[t
                 statements.append((b, ()))
             execute_concurrent(session, statements, concurrency=128, raise_on_first_error=True)
 
-    return {"concurrent inserts": inserts, "unlogged batches": unlogged}
+    try:
+        yield {"concurrent inserts": inserts, "unlogged batches": unlogged}
+    finally:
+        cluster.shutdown()
 
 
 def _has_alias(client: KvClient, alias: str) -> bool:

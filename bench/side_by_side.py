@@ -98,6 +98,8 @@ class Sizes:
     delta_cycle: int = 80
     #: the engines section's standalone-cluster rounds (a full run's; --quick skips them)
     spark_cluster: bool = True
+    #: one Redis and one Cassandra for the whole run (a quick run's), not one per section
+    shared_servers: bool = False
     #: the admission section: writers at once, batches in flight each, the batches' size
     admission_writers: int = 8
     admission_in_flight: int = 8
@@ -113,9 +115,28 @@ class Context:
     root: Path
     rows: list[Row] = field(default_factory=list)
     raw: dict[str, Any] = field(default_factory=dict)
+    #: the servers shared by the run's sections, stopped when it ends
+    servers: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+    _shared: dict[str, int] = field(default_factory=dict)
 
     def say(self, text: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+    @contextlib.contextmanager
+    def engine(self, kind: str) -> Iterator[int]:
+        """The port of a ``redis`` or ``cassandra`` server for one section (``embedded``: 0,
+        no server). A full run starts one per section, so no section's figures see another's
+        data, memory or compactions; a quick run, which checks that every section runs, starts
+        each once (Cassandra takes 7-10 s to start here)."""
+        if kind == "embedded":
+            yield 0
+        elif not self.sizes.shared_servers:
+            with engine_server(kind) as port:
+                yield port
+        else:
+            if kind not in self._shared:
+                self._shared[kind] = self.servers.enter_context(engine_server(kind))
+            yield self._shared[kind]
 
 
 def med(xs: list[float]) -> float:
@@ -213,7 +234,7 @@ def feast_sections(ctx: Context, do_loads: bool, do_reads: bool) -> None:
     )
     feature_table.build(home, s.feast_rows, parquet)
     spec = feature_table.write_spec(ctx.root / "user_features.yaml")
-    with engine_server("redis") as redis_port:
+    with ctx.engine("redis") as redis_port:
         r = redis.Redis(port=redis_port)
         feast_redis = f"127.0.0.1:{redis_port}"
         store_prefix = fresh_store_name()
@@ -401,7 +422,7 @@ def limits_section(ctx: Context) -> None:
     batches = encoded_batches(home, spec)
     limits: dict[str, dict[str, list[float]]] = {}
     for kind in ("embedded", "redis", "cassandra"):
-        with engine_server(kind) if kind != "embedded" else contextlib.nullcontext(0) as port:
+        with ctx.engine(kind) as port:
             store = fresh_store_name()
             for rep in range(s.repeat):
                 entry = limits.setdefault(kind, {})
@@ -738,7 +759,7 @@ def delta_section(ctx: Context) -> None:
         full_spec = feature_table.write_spec(ctx.root / f"full-{kind}.yaml", "features_full", "full")
         entry: dict[str, Any] = deltas.setdefault(kind, {"rows": rows})
         with (
-            engine_server(kind) if kind != "embedded" else contextlib.nullcontext(0) as port,
+            ctx.engine(kind) as port,
             engine_dal(kind, port, fresh_store_name()) as dal,
         ):
             env = {"BULLDOZER_ENDPOINT": dal.endpoint if dal else "embedded"}
@@ -1022,6 +1043,7 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
             delta_steady=2,
             delta_cycle=2,
             spark_cluster=False,
+            shared_servers=True,
             admission_writers=2,
             admission_in_flight=4,
             admission_batch_mib=1,
@@ -1174,8 +1196,8 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM unwinds like Ctrl-C, so the servers started for the run are stopped
     signal.signal(signal.SIGTERM, _interrupt)
     started = datetime.now(UTC)
-    with tempfile.TemporaryDirectory(prefix="bulldozer-bench-") as tmp:
-        ctx = Context(sizes, Path(tmp))
+    with tempfile.TemporaryDirectory(prefix="bulldozer-bench-") as tmp, contextlib.ExitStack() as servers:
+        ctx = Context(sizes, Path(tmp), servers=servers)
         ctx.raw["versions"] = versions()
         steps: list[tuple[str, Callable[[], None]]] = []
         if "feast" in only or "reads" in only:
