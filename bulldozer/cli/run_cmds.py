@@ -548,7 +548,12 @@ def plan(
             line(
                 (result.job, "bold"),
                 f": {result.rows:,} rows ({result.bytes / 1024**2:,.1f} MiB in {result.files} files) "
-                f"from {result.table} @ snapshot {result.snapshot_id}",
+                f"from {result.table} @ "
+                + (
+                    f"{loaded.spec.data_movement.ref} (snapshot {result.snapshot_id})"
+                    if loaded.spec.data_movement.ref
+                    else f"snapshot {result.snapshot_id}"
+                ),
             )
         )
         if result.mode == "delta":

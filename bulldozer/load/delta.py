@@ -7,7 +7,7 @@ version's digest is a sum of per-record hashes:
 1. **Prove the delta equivalent** (``plan_delta``), else write a full version and say why
    (mode ``auto`` also writes a full one where the store copies the base record by record:
    a delta there costs about what a full run does):
-   the base (the live version) was loaded by a run of the same spec text, from an earlier
+   the base (the live version) was loaded by a run of the same spec text, from another
    snapshot of the same table (same table UUID), with the same table schema and the same
    generated schema; that snapshot has not expired; its files the delta reads are there as
    it committed them, and their deletes can be applied exactly. A table's rows are unique

@@ -10,7 +10,7 @@ from bulldozer.kv.client import KvClient
 from bulldozer.schema.job import build_job_schema
 from bulldozer.spec.loader import LoadedSpec
 from bulldozer.versioning.retention import plan_retention
-from bulldozer.warehouse.catalog import load_table, open_catalog
+from bulldozer.warehouse.catalog import load_table, open_catalog, read_snapshot
 from bulldozer.warehouse.files import checked_tasks, snapshot_files
 
 __all__ = ["RunPlan", "plan_run"]
@@ -90,7 +90,10 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engi
     else:
         assert dm.source.table is not None
         table = load_table(catalog, dm.source.table)
-        snapshot = table.snapshot_by_id(dm.snapshot_id) if dm.snapshot_id else table.current_snapshot()
+        # a pinned snapshot, branch or tag the table lacks fails the plan as it would the run;
+        # a table with no snapshot yet plans an empty version
+        pinned = dm.snapshot_id or dm.ref is not None
+        snapshot = read_snapshot(table, dm.source.table, dm.snapshot_id, dm.ref) if pinned else table.current_snapshot()
         snapshot_id = snapshot.snapshot_id if snapshot else 0
         schema = schema_at(table, snapshot_id) if snapshot_id else table.schema()
         require_columns(loaded, schema, "table")

@@ -233,7 +233,7 @@ class JobRun:
         else:
             assert dm.source.table is not None
             self.table = load_source_table(dm.catalog, self.home, dm.source.table)
-            snapshot = read_snapshot(self.table, dm.source.table, dm.snapshot_id)
+            snapshot = read_snapshot(self.table, dm.source.table, dm.snapshot_id, dm.ref)
             record.snapshot_id = snapshot.snapshot_id
             record.snapshots = {dm.source.table: snapshot.snapshot_id}
             record.table_uuid = str(self.table.metadata.table_uuid)

@@ -574,7 +574,7 @@ def _sql_source(loaded: LoadedSpec, catalog: Any, schema_of: Any) -> SqlSource:
     tables = {}
     for name in names:
         table = load_table(catalog, name)
-        tables[name] = (table, read_snapshot(table, name, dm.snapshot_id).snapshot_id)
+        tables[name] = (table, read_snapshot(table, name, dm.snapshot_id, dm.ref).snapshot_id)
     if dm.source.query:
         base = dm.source.query
         filters: dict[str, str | None] = {}

@@ -11,7 +11,7 @@ from bulldozer.names import did_you_mean
 from bulldozer.schema.iceberg import generate_proto
 from bulldozer.spec.loader import LoadedSpec
 from bulldozer.spec.policy import policy_issues
-from bulldozer.warehouse.catalog import load_table, open_catalog
+from bulldozer.warehouse.catalog import load_table, open_catalog, ref_issue
 
 __all__ = ["check_against_catalog", "column_issues", "order_by_issues", "require_columns", "require_filter"]
 
@@ -112,6 +112,8 @@ def _table_issues(loaded: LoadedSpec, catalog: Any, home: str | None) -> list[Sp
         issues.extend(_check_filter(loaded, dm.filter, schema))
     if dm.snapshot_id is not None and table.snapshot_by_id(dm.snapshot_id) is None:
         issues.append(loaded.issue(("data_movement", "snapshot_id"), f"the table has no snapshot {dm.snapshot_id}"))
+    if dm.ref is not None and table.snapshot_by_name(dm.ref) is None:
+        issues.append(loaded.issue(("data_movement", "ref"), ref_issue(table, dm.source.table, dm.ref)))
     if not issues:
         try:
             generate_proto(spec, schema, dm.source.table)

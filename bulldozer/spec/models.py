@@ -475,6 +475,13 @@ class DataMovement(BaseModel):
     filter: str | None = Field(default=None, min_length=1, max_length=10_000)
     duplicate_keys: Annotated[DuplicateKeys, BeforeValidator(_duplicate_keys)] = Field(default_factory=DuplicateKeys)
     snapshot_id: Annotated[int, Field(gt=0)] | None = None
+    ref: Annotated[str, Field(min_length=1, max_length=255)] | None = Field(
+        default=None,
+        description=(
+            "A branch or tag of the table to read (its snapshot at run start), instead of its current snapshot "
+            "(the main branch): e.g. a write-audit-publish job's audited branch, or a tag its producer moves."
+        ),
+    )
     mode: Literal["full", "delta", "auto"] = Field(
         default="full",
         description=(
@@ -553,12 +560,21 @@ def _column_checks(data: dict[str, Any]) -> Located:
                 data.get("filter"),
             )
         )
-    if isinstance(source, dict) and source.get("query") is not None and data.get("snapshot_id") is not None:
+    for pin in ("snapshot_id", "ref"):
+        if isinstance(source, dict) and source.get("query") is not None and data.get(pin) is not None:
+            errs.append(
+                (
+                    (pin,),
+                    f"{pin} pins a table source; a query source pins every table it reads at run start",
+                    data.get(pin),
+                )
+            )
+    if data.get("snapshot_id") is not None and data.get("ref") is not None:
         errs.append(
             (
-                ("snapshot_id",),
-                "snapshot_id pins a table source; a query source pins every table it reads at run start",
-                data.get("snapshot_id"),
+                ("ref",),
+                "snapshot_id and ref each choose the snapshot to read; give one of them",
+                data.get("ref"),
             )
         )
     dup = data.get("duplicate_keys")

@@ -47,6 +47,7 @@ __all__ = [
     "open_catalog",
     "pyiceberg_configuration",
     "read_snapshot",
+    "ref_issue",
     "spec_catalog_refusal",
     "table_io_refusal",
     "unknown_catalog",
@@ -357,9 +358,10 @@ def _embedded_metadata_location(
     return embedded_metadata_location(config.name, bulldozer_home(home), identifier)
 
 
-def read_snapshot(table: Any, identifier: str, snapshot_id: int | None) -> Any:
+def read_snapshot(table: Any, identifier: str, snapshot_id: int | None, ref: str | None = None) -> Any:
     """The snapshot of ``table`` a run reads: ``snapshot_id`` (the spec's pin), else the
-    current one; a CatalogError saying which is missing, and why it may be."""
+    head of the branch or tag ``ref``, else the current one; a CatalogError saying which is
+    missing, and why it may be."""
     if snapshot_id:
         snapshot = table.snapshot_by_id(snapshot_id)
         if snapshot is None:
@@ -370,10 +372,30 @@ def read_snapshot(table: Any, identifier: str, snapshot_id: int | None) -> Any:
                 f"was never one of this table: a table replaced under the same name starts anew); {now}"
             )
         return snapshot
+    if ref is not None:
+        snapshot = table.snapshot_by_name(ref)
+        if snapshot is None:
+            raise CatalogError(f"data_movement.ref: {ref_issue(table, identifier, ref)}")
+        return snapshot
     snapshot = table.current_snapshot()
     if snapshot is None:
         raise CatalogError(f"table {identifier!r} has no snapshot to read (is it empty?)")
     return snapshot
+
+
+def ref_issue(table: Any, identifier: str, ref: str) -> str:
+    """Why ``ref`` names no snapshot of ``table``, with the branches and tags it has."""
+    refs = table.metadata.refs
+    if ref in refs:  # its snapshot is gone from the metadata (a tool expired it under the ref)
+        kind, snapshot = refs[ref].snapshot_ref_type, refs[ref].snapshot_id
+        return f"table {identifier!r}'s {kind} {ref!r} points at snapshot {snapshot}, which the table no longer has"
+    has = []
+    for kind, plural in (("branch", "branches"), ("tag", "tags")):
+        names = sorted(name for name, r in refs.items() if str(r.snapshot_ref_type) == kind)
+        if names:
+            more = f", … {len(names) - 10} more" if len(names) > 10 else ""
+            has.append(f"{plural} {', '.join(map(repr, names[:10]))}{more}")
+    return f"table {identifier!r} has no branch or tag {ref!r} (it has {'; '.join(has) or 'none'})"
 
 
 def load_source_table(config: CatalogConfig, home: str | os.PathLike[str] | None, identifier: str) -> Any:

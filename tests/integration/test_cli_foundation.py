@@ -380,3 +380,21 @@ def test_a_token_for_the_embedded_store_is_refused(tmp_path: Path) -> None:
             "give --endpoint HOST:PORT (or BULLDOZER_ENDPOINT), or leave --token out"
         ], command
         assert "t0k" not in result.output
+
+
+def test_a_branch_or_tag_the_table_lacks_is_one_line_naming_those_it_has(sample_home: Path, tmp_path: Path) -> None:
+    """``data_movement.ref`` naming no branch or tag of the table: validate --catalog says so
+    at its line, run and plan in one line, each listing the refs the table has; the refused
+    run loads nothing."""
+    spec = _spec_with(tmp_path, "value_columns: [rating, price]", "value_columns: [rating, price]\n  ref: audit")
+    said = "table 'sample.user_item_scores' has no branch or tag 'audit' (it has branches 'main')"
+    checked = runner.invoke(app, ["validate", spec, "--catalog", "--home", str(sample_home)])
+    assert checked.exit_code == 2 and checked.stderr.splitlines() == [f"{spec}:11:3: data_movement.ref: {said}"]
+    versions = ["namespaces", "scores", "--json", "--home", str(sample_home)]
+    before = {v["name"] for v in json.loads(runner.invoke(app, versions).stdout)}
+    for args in (["run", spec, "-q", "--endpoint", "embedded"], ["plan", spec]):
+        result = runner.invoke(app, [*args, "--home", str(sample_home)])
+        assert result.exit_code != 0 and "Traceback" not in result.output, (args, result.output)
+        assert result.stderr.splitlines() == [f"error: data_movement.ref: {said}"], (args, result.stderr)
+    new = [v for v in json.loads(runner.invoke(app, versions).stdout) if v["name"] not in before]
+    assert [(v["state"], v["record_count"]) for v in new] == [("FAILED", 0)], new

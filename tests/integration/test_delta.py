@@ -453,6 +453,44 @@ def test_a_delta_reads_only_the_changed_files(tmp_path: Path, dal: KvClient, mon
     assert record.mode == "full" and "a full run reads less" in record.full_reason
 
 
+def test_a_delta_of_a_branch_or_tag_equals_a_full_rebuild_also_when_the_ref_moves_back(
+    tmp_path: Path, dal: KvClient
+) -> None:
+    """``ref``: a delta builds on the version of the ref's earlier head, whatever main did
+    meanwhile; a tag moved back to an older snapshot is a delta too (the files its new head
+    lacks are the removed side), equal to a full rebuild each time."""
+    from pyiceberg.expressions import In
+
+    home = tmp_path / "home"
+    table = make_table(home, files=4, per_file=50)
+    first = table.current_snapshot().snapshot_id
+    table.manage_snapshots().create_branch(first, "audit").create_tag(first, "published").commit()
+    rng = random.Random(5)
+    for ref in ("audit", "published"):
+        run_job(job(f"d_{ref}", f"delta\n  ref: {ref}"), dal, home=str(home))
+
+    def both(ref: str) -> RunRecord:
+        delta = run_job(job(f"d_{ref}", f"delta\n  ref: {ref}"), dal, home=str(home))
+        full = run_job(job(f"f_{ref}", f"full\n  ref: {ref}"), dal, home=str(home))
+        assert delta.mode == "delta", (ref, delta.full_reason)
+        assert delta.snapshot_id == full.snapshot_id == table.refresh().snapshot_by_name(ref).snapshot_id
+        assert (delta.rows, delta.digest) == (full.rows, full.digest), ref
+        assert contents(dal, delta.version) == contents(dal, full.version), ref
+        return delta
+
+    table.append(rows(list(range(1000, 1020)), rng), branch="audit")
+    table.delete(In("id", [3, 60]), branch="audit")
+    table.append(rows(list(range(2000, 2100)), rng))  # main moves too: no ref reads it
+    audited = both("audit")
+    assert (audited.rows, audited.delta["added"], audited.delta["deleted"]) == (218, 20, 2)
+    moved = table.refresh().snapshot_by_name("audit").snapshot_id
+    table.manage_snapshots().remove_tag("published").create_tag(moved, "published").commit()
+    assert both("published").rows == 218  # forward to the audited head
+    table.manage_snapshots().remove_tag("published").create_tag(first, "published").commit()
+    back = both("published")  # and back: its 20 rows gone, its 2 back
+    assert (back.rows, back.delta["added"], back.delta["deleted"]) == (200, 2, 20)
+
+
 def test_a_delta_keeps_the_specs_write_rate(tmp_path: Path, dal: KvClient) -> None:
     """records_per_second bounds a delta's writes as a full run's, deletes included (a delta
     ignored it), and the version is the one a full rebuild makes."""

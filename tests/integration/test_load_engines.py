@@ -99,6 +99,59 @@ def test_every_engine_loads_exactly_the_rows_a_filter_keeps(engine: str, sample:
     assert (record.rows, info.record_count, info.digest) == (expected.count, expected.count, expected.value)
 
 
+@pytest.fixture(scope="module")
+def with_refs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sample table with three heads: the tag ``published`` at its first snapshot (3 000
+    rows), the branch ``audit`` from there with 500 rows more, and main with 200 others."""
+    home = tmp_path_factory.mktemp("refs")
+    table = create_sample_warehouse(home, rows=3_000, chunk_rows=1_000)
+    first = table.current_snapshot().snapshot_id
+    table.manage_snapshots().create_tag(first, "published").create_branch(first, "audit").commit()
+    schema = table.schema().as_arrow()
+    table.append(generate_sample(500, variant=2, start=3_000).cast(schema), branch="audit")
+    table.append(generate_sample(200, variant=3, start=5_000).cast(schema))
+    return home
+
+
+@pytest.mark.parametrize(
+    ("engine", "ref", "rows"),
+    [
+        ("local", "audit", 3_500),
+        ("local", "published", 3_000),
+        ("local-keep-latest", "audit", 3_500),
+        pytest.param("spark", "audit", 3_500, marks=pytest.mark.spark),
+        pytest.param("spark-by-key", "published", 3_000, marks=pytest.mark.spark),
+    ],
+)
+def test_every_engine_loads_the_branch_or_tag_a_spec_names(
+    engine: str, ref: str, rows: int, with_refs: Path, dal: KvClient
+) -> None:
+    """``data_movement.ref``: the head of that branch or tag, not the current snapshot
+    (main's, 3 200 rows), as pyiceberg reads it; spark-by-key: Spark reads that snapshot;
+    keep-latest: the query that deduplicates reads it."""
+    text = TEMPLATE.replace(
+        "  key_columns: [user_id, item_id, locale]", f"  ref: {ref}\n  key_columns: [user_id, item_id, locale]"
+    ).replace("alias: user_item_scores", f"alias: at_{ref}")
+    if engine == "spark-by-key":
+        engine, text = (
+            "spark",
+            text.replace("    in_flight_batches: 4 ", "    partitions: 4\n    in_flight_batches: 4 "),
+        )
+    if engine == "local-keep-latest":  # read by a query over the table, pinned at the ref's head
+        policy = "duplicate_keys: {policy: keep_latest, order_by: updated_at}"
+        engine, text = "local", re.sub(r"duplicate_keys: fail.*", policy, text)
+    loaded = _spec(text)
+    table = load_table(open_catalog(CatalogConfig(), with_refs), TABLE)
+    snapshot = table.snapshot_by_name(ref).snapshot_id
+    job = build_job_schema(loaded.spec, table.schema())
+    encoded = RowEncoder(job.proto).encode(table.scan(snapshot_id=snapshot).to_arrow())
+    expected = digest_arrays(encoded.keys, encoded.values)
+    record = run_job(loaded, dal, engine=engine, home=str(with_refs))
+    info = dal.describe(record.version)
+    assert (record.snapshot_id, record.rows, expected.count) == (snapshot, rows, rows)
+    assert (info.record_count, info.digest) == (rows, expected.value)
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_every_engine_loads_an_empty_version_when_a_filter_keeps_no_file(
     engine: str, sample: Path, dal: KvClient

@@ -311,7 +311,7 @@ def test_spec_fields_a_dataframe_write_cannot_apply_are_refused_by_name(
         tmp_path,
         dal,
         **{
-            "  duplicate_keys: fail": "  duplicate_keys: fail\n  filter: score > 0",
+            "  duplicate_keys: fail": "  duplicate_keys: fail\n  filter: score > 0\n  ref: audit",
             "    in_flight_batches: 4 ": "    records_per_second: 1000\n    in_flight_batches: 4 ",
         },
     )
@@ -321,6 +321,7 @@ def test_spec_fields_a_dataframe_write_cannot_apply_are_refused_by_name(
         _write(frame, spec=str(spec))
     text = str(raised.value)
     assert "data_movement.filter" in text and "key_value_dal.write.records_per_second" in text
+    assert "data_movement.ref: a DataFrame write does not read the table: read the table at that branch" in text
     assert dal.list_namespaces("user_item_scores") == before  # refused before a version existed
     # a spec file's endpoint is the spec's: only a DAL the operator configured (an option's is the program's)
     elsewhere = _spec_file(tmp_path, dal, **{f"  endpoint: {dal.target}": "  endpoint: dal.example.com:7110"})

@@ -413,6 +413,7 @@ def _spec_from_options(options: dict[str, str]) -> Any:
 _READING_FIELDS = {
     "filter": "filter the DataFrame",
     "snapshot_id": "read the table at that snapshot",
+    "ref": "read the table at that branch or tag",
     "duplicate_keys": "deduplicate the DataFrame",
 }
 
@@ -436,7 +437,12 @@ def _job_writer(options: dict[str, str], schema: Any) -> BulldozerWriter:
         issues.append(
             loaded.issue(("data_movement", "source", "query"), "a DataFrame write has no query: run it in Spark")
         )
-    reading = {"filter": dm.filter, "snapshot_id": dm.snapshot_id, "duplicate_keys": dm.duplicate_keys.order_by}
+    reading = {
+        "filter": dm.filter,
+        "snapshot_id": dm.snapshot_id,
+        "ref": dm.ref,
+        "duplicate_keys": dm.duplicate_keys.order_by,
+    }
     for name, instead in _READING_FIELDS.items():
         if reading[name] is not None:
             issues.append(
