@@ -106,14 +106,24 @@ def _table_issues(loaded: LoadedSpec, catalog: Any, home: str | None) -> list[Sp
         table = load_table(catalog, dm.source.table)
     except BulldozerError as exc:
         return [loaded.issue(("data_movement", "source", "table"), str(exc))]
+    pinned, missing = None, []
+    if dm.snapshot_id is not None:
+        pinned = table.snapshot_by_id(dm.snapshot_id)
+        if pinned is None:
+            missing = [loaded.issue(("data_movement", "snapshot_id"), f"the table has no snapshot {dm.snapshot_id}")]
+    elif dm.ref is not None:
+        pinned = table.snapshot_by_name(dm.ref)
+        if pinned is None:
+            missing = [loaded.issue(("data_movement", "ref"), ref_issue(table, dm.source.table, dm.ref))]
+    # the columns a run reads are those of the snapshot it reads (a pinned one may predate a
+    # column, or have one since dropped); its filter binds to the table's current schema
     schema = table.schema()
+    if pinned is not None and pinned.schema_id is not None:
+        schema = table.metadata.schema_by_id(pinned.schema_id) or schema
     issues = column_issues(loaded, [f.name for f in schema.fields]) + order_by_issues(loaded, schema)
     if dm.filter is not None:
-        issues.extend(_check_filter(loaded, dm.filter, schema))
-    if dm.snapshot_id is not None and table.snapshot_by_id(dm.snapshot_id) is None:
-        issues.append(loaded.issue(("data_movement", "snapshot_id"), f"the table has no snapshot {dm.snapshot_id}"))
-    if dm.ref is not None and table.snapshot_by_name(dm.ref) is None:
-        issues.append(loaded.issue(("data_movement", "ref"), ref_issue(table, dm.source.table, dm.ref)))
+        issues.extend(_check_filter(loaded, dm.filter, table.schema()))
+    issues.extend(missing)
     if not issues:
         try:
             generate_proto(spec, schema, dm.source.table)

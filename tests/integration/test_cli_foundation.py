@@ -398,3 +398,28 @@ def test_a_branch_or_tag_the_table_lacks_is_one_line_naming_those_it_has(sample_
         assert result.stderr.splitlines() == [f"error: data_movement.ref: {said}"], (args, result.stderr)
     new = [v for v in json.loads(runner.invoke(app, versions).stdout) if v["name"] not in before]
     assert [(v["state"], v["record_count"]) for v in new] == [("FAILED", 0)], new
+
+
+def test_validate_checks_the_columns_of_the_snapshot_a_ref_or_pin_reads(tmp_path: Path) -> None:
+    """A column added after the tagged snapshot: validate --catalog took the table's current
+    columns and passed a spec whose run then failed; it checks the columns the run reads."""
+    from pyiceberg.types import StringType
+
+    from bulldozer.warehouse.sample import create_sample_warehouse
+
+    home = tmp_path / "home"
+    table = create_sample_warehouse(home, rows=100)
+    first = table.current_snapshot().snapshot_id
+    table.manage_snapshots().create_tag(first, "before").commit()
+    with table.update_schema() as update:
+        update.add_column("extra", StringType())
+    columns = "value_columns: [rating, extra]"
+    for pin in ("ref: before", f"snapshot_id: {first}"):
+        spec = _spec_with(tmp_path, "value_columns: [rating, price]", f"{columns}\n  {pin}")
+        said = f"{spec}:10:27: data_movement.value_columns[1]: the table has no column 'extra'"
+        checked = runner.invoke(app, ["validate", spec, "--catalog", "--home", str(home)])
+        assert checked.exit_code == 2 and checked.stderr.splitlines()[0].startswith(said), checked.stderr
+        ran = runner.invoke(app, ["run", spec, "-q", "--endpoint", "embedded", "--home", str(home)])
+        assert ran.exit_code == 2 and "'extra'" in ran.stderr, ran.stderr  # as the run refuses it
+    current = _spec_with(tmp_path, "value_columns: [rating, price]", columns)
+    assert runner.invoke(app, ["validate", current, "--catalog", "--home", str(home)]).exit_code == 0
