@@ -24,8 +24,7 @@ echo "== pytest"
 # so on this 2-core machine the suite ran in 19 min against 28 min in one process. A module's
 # tests go to one worker, so its module fixtures (a Spark session, a DAL, a loader) start once:
 # --dist loadfile (loadgroup's groups are lost on pytest 9.2, pytest-xdist#1386). The workers
-# take modules longest first, as tests/conftest.py orders them (--no-loadscope-reorder keeps
-# that order; xdist's own puts the modules with most tests first). The JUnit report is what
-# scripts/test_weights.py reads to refresh those lengths. `-n 0` after this runs them in one
-# process.
-pytest -n 2 --dist loadfile --no-loadscope-reorder --junitxml=build/pytest.xml "$@"
+# take modules in the order tests/conftest.py gives them (--no-loadscope-reorder keeps it):
+# the modules slow as a whole first, so none is left to run alone at the end. `-n 0` after
+# this runs them in one process.
+pytest -n 2 --dist loadfile --no-loadscope-reorder "$@"

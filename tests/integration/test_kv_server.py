@@ -218,10 +218,14 @@ def race_to_flip(a: KvClient, b: KvClient, alias: str = "race", rounds: int = 5)
 
 
 def stop_servers(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM each server and wait for its clean exit: within its ``--grace`` for in-flight
+    requests and at most 15 s more for its store, as serve promises. The wait allows that,
+    then 15 s for the process to exit on a loaded machine (at 20 s, a server with a grace of
+    5 s that used all of it failed a CI run's teardown)."""
     for proc in procs:
         proc.send_signal(signal.SIGTERM)
     for proc in procs:
-        assert proc.wait(timeout=20) == 0
+        assert proc.wait(timeout=40) == 0
         assert b"Traceback" not in (proc.stderr.read() if proc.stderr else b"")
 
 
