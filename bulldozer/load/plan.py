@@ -92,7 +92,7 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engi
         table = load_table(catalog, dm.source.table)
         # a pinned snapshot, branch or tag the table lacks fails the plan as it would the run;
         # a table with no snapshot yet plans an empty version
-        pinned = dm.snapshot_id or dm.ref is not None
+        pinned = dm.snapshot_id is not None or dm.ref is not None
         snapshot = read_snapshot(table, dm.source.table, dm.snapshot_id, dm.ref) if pinned else table.current_snapshot()
         snapshot_id = snapshot.snapshot_id if snapshot else 0
         schema = schema_at(table, snapshot_id) if snapshot_id else table.schema()
