@@ -86,6 +86,13 @@ def redis_url() -> str:
     )
 
 
+def redis_pid(kind: str, port: int) -> int | None:
+    """The process id of the session's ``kind`` Redis (``redis`` or ``redis-cluster``) serving
+    ``port``; None for an external one."""
+    folder = _folders.get(kind)
+    return int(Path(folder, str(port), "redis.pid").read_text()) if folder else None
+
+
 def own_redis() -> int:
     """The port of a Redis server of the caller's alone (not the session's shared one),
     stopped when the session ends: for a test that changes the server's settings."""

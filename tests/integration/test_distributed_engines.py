@@ -13,6 +13,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -273,6 +274,57 @@ def test_redis_stopped_mid_load(own_redis: tuple[str, int], tmp_path: Path) -> N
     redis_pid = int(Path(folder, str(redis_port), "redis.pid").read_text())
     engine_yaml = f"type: redis\nurl: redis://127.0.0.1:{redis_port}/0\ntimeout_seconds: 2\n"
     storage_stopped_mid_load(tmp_path, engine_yaml, redis_pid, "Redis server stopped (SIGSTOP) mid-load")
+
+
+@pytest.mark.parametrize("engine", ["redis", "redis-cluster"])
+def test_a_redis_command_that_timed_out_is_not_sent_again(engine: str) -> None:
+    """A command whose answer did not come in time can still run: the stalled server reads it
+    once it resumes. A copy sent again on a new connection would then run twice, and a write
+    fence's lease entered twice can come back after its release (a seal then waits it out).
+    The request fails instead, and its caller retries the whole request. Here the server
+    holding the fence is stopped (SIGSTOP) while a batch enters it, for longer than the
+    client's timeout, and resumes while a resent copy would still be waiting for its answer:
+    the fence's script ran once."""
+    import threading
+    from urllib.parse import urlsplit
+
+    import redis as redis_py
+
+    from bulldozer.kv.types import NamespaceRecord
+
+    eng: Any = engine_for(engine, unique(), timeout_seconds=1.0)
+    try:
+        name = new_version_name("stall")
+        eng.create_namespace(NamespaceRecord(name=name, alias="stall"))
+        eng.write_batch(name, [b"a"], [b"1"])  # the fence's scripts are loaded now
+        if engine == "redis-cluster":
+            node = eng.r.get_node_from_key(eng._k_namespaces)
+            host, port = node.host, int(node.port)
+        else:
+            url = urlsplit(eng.config.url)
+            host, port = str(url.hostname), int(url.port or 6379)
+        pid = services.redis_pid(engine, port)
+        if pid is None:
+            pytest.skip("the test's Redis is an external server; this test stops the one it started")
+        raw = redis_py.Redis(host=host, port=port)
+
+        def scripts_run() -> int:
+            return int(raw.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+        before = scripts_run()
+        os.kill(pid, signal.SIGSTOP)
+        resume = threading.Timer(1.6, os.kill, (pid, signal.SIGCONT))
+        resume.start()
+        try:
+            with pytest.raises(BackendUnavailableError, match="not reachable"):
+                eng.write_batch(name, [b"b"], [b"2"])
+        finally:
+            resume.join()
+            os.kill(pid, signal.SIGCONT)
+        assert raw.ping()  # (after what the resumed server had been sent)
+        assert scripts_run() - before == 1
+    finally:
+        eng.close()
 
 
 def test_cassandra_stopped_mid_load(tmp_path: Path) -> None:

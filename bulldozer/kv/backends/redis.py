@@ -154,10 +154,19 @@ class RedisEngine(StorageEngine):
         self._k_namespaces = shared.REDIS_NAMESPACES_KEY % p
         self._k_aliases = shared.REDIS_ALIASES_KEY % p
         self._k_marker = shared.REDIS_MARKER_KEY % p
+        # No silent resend, standalone or cluster: a command resent on a new connection after
+        # a timeout can run twice (the first copy still sits in the stalled server's buffer),
+        # which can bring a released write-fence lease back; callers retry whole requests.
+        # (A cluster client still follows MOVED, ASK and TRYAGAIN replies: those commands did
+        # not run.)
+        no_resend = Retry(NoBackoff(), 0)
         try:
             if config.cluster:
                 self.r: Any = redis.cluster.RedisCluster.from_url(
-                    config.url, socket_timeout=config.timeout_seconds, socket_connect_timeout=config.timeout_seconds
+                    config.url,
+                    socket_timeout=config.timeout_seconds,
+                    socket_connect_timeout=config.timeout_seconds,
+                    retry=no_resend,
                 )
             else:
                 self.r = redis.Redis.from_url(
@@ -165,10 +174,7 @@ class RedisEngine(StorageEngine):
                     socket_timeout=config.timeout_seconds,
                     socket_connect_timeout=config.timeout_seconds,
                     max_connections=config.max_connections,
-                    # no silent resend: a command resent on a new connection can run twice
-                    # (the first copy still sits in the stalled server's buffer), which would
-                    # bring a released write-fence lease back; callers retry whole requests
-                    retry=Retry(NoBackoff(), 0),
+                    retry=no_resend,
                 )
             self.r.ping()
         except redis.exceptions.RedisError as exc:
