@@ -11,7 +11,7 @@ from bulldozer.names import did_you_mean
 from bulldozer.schema.iceberg import generate_proto
 from bulldozer.spec.loader import LoadedSpec
 from bulldozer.spec.policy import policy_issues
-from bulldozer.warehouse.catalog import load_table, open_catalog, ref_issue
+from bulldozer.warehouse.catalog import load_table, open_catalog, pinned_snapshot
 
 __all__ = ["check_against_catalog", "column_issues", "order_by_issues", "require_columns", "require_filter"]
 
@@ -107,14 +107,10 @@ def _table_issues(loaded: LoadedSpec, catalog: Any, home: str | None) -> list[Sp
     except BulldozerError as exc:
         return [loaded.issue(("data_movement", "source", "table"), str(exc))]
     pinned, missing = None, []
-    if dm.snapshot_id is not None:
-        pinned = table.snapshot_by_id(dm.snapshot_id)
-        if pinned is None:
-            missing = [loaded.issue(("data_movement", "snapshot_id"), f"the table has no snapshot {dm.snapshot_id}")]
-    elif dm.ref is not None:
-        pinned = table.snapshot_by_name(dm.ref)
-        if pinned is None:
-            missing = [loaded.issue(("data_movement", "ref"), ref_issue(table, dm.source.table, dm.ref))]
+    if dm.snapshot_id is not None or dm.ref is not None:
+        pinned, lacking = pinned_snapshot(table, dm.source.table, dm.snapshot_id, dm.ref)
+        if lacking is not None:
+            missing = [loaded.issue(("data_movement", lacking[0]), lacking[1])]
     # the columns a run reads are those of the snapshot it reads (a pinned one may predate a
     # column, or have one since dropped); its filter binds to the table's current schema
     schema = table.schema()

@@ -45,6 +45,7 @@ __all__ = [
     "load_source_table",
     "load_table",
     "open_catalog",
+    "pinned_snapshot",
     "pyiceberg_configuration",
     "read_snapshot",
     "ref_issue",
@@ -362,25 +363,37 @@ def read_snapshot(table: Any, identifier: str, snapshot_id: int | None, ref: str
     """The snapshot of ``table`` a run reads: ``snapshot_id`` (the spec's pin), else the
     head of the branch or tag ``ref``, else the current one; a CatalogError saying which is
     missing, and why it may be."""
-    if snapshot_id:
-        snapshot = table.snapshot_by_id(snapshot_id)
-        if snapshot is None:
-            current = table.current_snapshot()
-            now = f"its current snapshot is {current.snapshot_id}" if current else "it has no snapshot at all"
-            raise CatalogError(
-                f"data_movement.snapshot_id: table {identifier!r} has no snapshot {snapshot_id} (it expired, or "
-                f"was never one of this table: a table replaced under the same name starts anew); {now}"
-            )
-        return snapshot
-    if ref is not None:
-        snapshot = table.snapshot_by_name(ref)
-        if snapshot is None:
-            raise CatalogError(f"data_movement.ref: {ref_issue(table, identifier, ref)}")
+    if snapshot_id is not None or ref is not None:
+        snapshot, missing = pinned_snapshot(table, identifier, snapshot_id, ref)
+        if missing is not None:
+            field, reason = missing
+            raise CatalogError(f"data_movement.{field}: {reason}")
         return snapshot
     snapshot = table.current_snapshot()
     if snapshot is None:
         raise CatalogError(f"table {identifier!r} has no snapshot to read (is it empty?)")
     return snapshot
+
+
+def pinned_snapshot(
+    table: Any, identifier: str, snapshot_id: int | None, ref: str | None
+) -> tuple[Any, tuple[str, str] | None]:
+    """The snapshot a spec pins (``snapshot_id``, else the head of the branch or tag ``ref``)
+    and None; or None and (the field, why the table has no such snapshot)."""
+    if snapshot_id is not None:
+        snapshot = table.snapshot_by_id(snapshot_id)
+        if snapshot is not None:
+            return snapshot, None
+        current = table.current_snapshot()
+        now = f"its current snapshot is {current.snapshot_id}" if current else "it has no snapshot at all"
+        return None, (
+            "snapshot_id",
+            f"table {identifier!r} has no snapshot {snapshot_id} (it expired, or was never one of this table: a "
+            f"table replaced under the same name starts anew); {now}",
+        )
+    assert ref is not None
+    snapshot = table.snapshot_by_name(ref)
+    return (snapshot, None) if snapshot is not None else (None, ("ref", ref_issue(table, identifier, ref)))
 
 
 def ref_issue(table: Any, identifier: str, ref: str) -> str:

@@ -400,6 +400,27 @@ def test_a_branch_or_tag_the_table_lacks_is_one_line_naming_those_it_has(sample_
     assert [(v["state"], v["record_count"]) for v in new] == [("FAILED", 0)], new
 
 
+def test_a_snapshot_the_table_lacks_is_the_same_line_from_validate_run_and_plan(
+    sample_home: Path, tmp_path: Path
+) -> None:
+    """``data_movement.snapshot_id`` naming no snapshot of the table: validate --catalog said
+    only "the table has no snapshot N"; it now says what run and plan say (from the one
+    function that resolves a pin), at the field's line."""
+    spec = _spec_with(
+        tmp_path, "value_columns: [rating, price]", "value_columns: [rating, price]\n  snapshot_id: 12345"
+    )
+    checked = runner.invoke(app, ["validate", spec, "--catalog", "--home", str(sample_home)])
+    (line,) = checked.stderr.splitlines()
+    assert checked.exit_code == 2 and line.startswith(f"{spec}:11:3: data_movement.snapshot_id: "), checked.stderr
+    said = line.removeprefix(f"{spec}:11:3: ")
+    assert said.startswith(
+        "data_movement.snapshot_id: table 'sample.user_item_scores' has no snapshot 12345 (it expired, or was never"
+    ), said
+    for args in (["run", spec, "-q", "--endpoint", "embedded"], ["plan", spec]):
+        result = runner.invoke(app, [*args, "--home", str(sample_home)])
+        assert result.exit_code != 0 and result.stderr.splitlines() == [f"error: {said}"], (args, result.stderr)
+
+
 def test_validate_checks_the_columns_of_the_snapshot_a_ref_or_pin_reads(tmp_path: Path) -> None:
     """A column added after the tagged snapshot: validate --catalog took the table's current
     columns and passed a spec whose run then failed; it checks the columns the run reads."""
