@@ -327,6 +327,57 @@ def test_a_redis_command_that_timed_out_is_not_sent_again(engine: str) -> None:
         eng.close()
 
 
+@pytest.mark.parametrize("engine", ["redis", "redis-cluster"])
+def test_a_base_bucket_restored_twice_still_copies_the_base(engine: str) -> None:
+    """A delta's base is copied bucket by bucket with DUMP and RESTORE. A RESTORE that ran
+    but whose answer was lost is sent once more by redis-py's cluster pipeline (the commands
+    of a node that timed out): the bucket is already there. The copy made it again; it failed
+    with BUSYKEY, and the new version with it."""
+    from bulldozer.kv.types import NamespaceRecord
+
+    eng: Any = engine_for(engine, unique())
+    dal = KvDal(eng)
+    try:
+        pairs = [(b"key-%05d" % i, b"value %d" % i) for i in range(3_000)]
+        base = new_version_name("copied")
+        dal.create_namespace(base, "copied")
+        dal.put(base, pairs)
+        dal.seal(base, len(pairs), digest_pairs(pairs).value)
+        target = new_version_name("copied")
+        eng.create_namespace(NamespaceRecord(name=target, alias="copied", base=base))
+        first, again = eng._k_bucket(base, 0), eng._k_bucket(target, 0)
+        eng.r.restore(again, 0, eng.r.dump(first))  # the first copy of a RESTORE sent twice
+        eng.copy_records(base, target)
+        assert eng.stored_digest(target) == digest_pairs(pairs)
+        assert sorted(kv for chunk in eng.iterate(target) for kv in chunk) == pairs
+    finally:
+        eng.close()
+
+
+@pytest.mark.parametrize("engine", ["redis", "redis-cluster"])
+def test_a_refused_pipelined_write_says_the_reply_and_no_record(engine: str) -> None:
+    """Redis refusing a pipelined command (here: the bucket a batch writes holds a string
+    Bulldozer did not write): redis-py put the refused command, keys and values included,
+    before the server's reply, and that text was the request's error, for the run's
+    terminal and the DAL's log. The error is the reply alone, on one line."""
+    from bulldozer.kv.backends._buckets import bucket_of
+    from bulldozer.kv.types import NamespaceRecord
+
+    eng: Any = engine_for(engine, unique())
+    try:
+        name = new_version_name("refused")
+        eng.create_namespace(NamespaceRecord(name=name, alias="refused"))
+        key = b"customer-4711"
+        eng.r.set(eng._k_bucket(name, bucket_of(key, eng.buckets)), b"not a hash")
+        with pytest.raises(BackendUnavailableError) as refused:
+            eng.write_batch(name, [key], [b"card 4111-1111-1111-1111"])
+        said = str(refused.value)
+        assert said.endswith("refused a command: WRONGTYPE Operation against a key holding the wrong kind of value")
+        assert "4111" not in said and "customer" not in said and "\n" not in said
+    finally:
+        eng.close()
+
+
 def test_cassandra_stopped_mid_load(tmp_path: Path) -> None:
     pid = services.cassandra_pid()
     if pid is None:

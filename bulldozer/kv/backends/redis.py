@@ -137,6 +137,17 @@ return redis.call('ZCARD', KEYS[1])
 """
 
 
+def _executed(pipe: Any) -> list[Any]:
+    """``pipe.execute()``, raising the first reply that is an error as the server gave it.
+    redis-py's own raise puts the refused command before the reply, and its arguments are
+    records: a key or value has no place in an error, a log line or a terminal."""
+    replies = pipe.execute(raise_on_error=False)
+    for reply in replies:
+        if isinstance(reply, redis.exceptions.ResponseError):
+            raise reply
+    return list(replies)
+
+
 class RedisEngine(StorageEngine):
     name = "redis"
     key_ordered_scan = False
@@ -372,7 +383,7 @@ class RedisEngine(StorageEngine):
                     pipe.hdel(key, _HASHTABLE_FIELD)
                     pipe.object("encoding", key)
                     pipe.hlen(key)
-                replies = pipe.execute()
+                replies = _executed(pipe)
                 self._compact(name, [b for b in range(self.buckets) if _compactable(*replies[3 * b + 1 : 3 * b + 3])])
             return 0, 0
 
@@ -395,12 +406,12 @@ class RedisEngine(StorageEngine):
             pipe = self.r.pipeline(transaction=False)
             for source, _ in chunk:
                 pipe.dump(source)
-            dumps = pipe.execute()
+            dumps = _executed(pipe)
             pipe = self.r.pipeline(transaction=False)
             for (_, target), payload in zip(chunk, dumps, strict=True):
                 if payload is not None:
                     pipe.restore(target, 0, payload, replace=replace)
-            pipe.execute()
+            _executed(pipe)
 
     def drop_data(self, name: str) -> None:
         def run() -> None:
@@ -410,7 +421,7 @@ class RedisEngine(StorageEngine):
                 pipe.unlink(self._k_bucket(name, b))
             pipe.unlink(self._k_inflight(name))
             pipe.unlink(self._k_digest(name))
-            pipe.execute()
+            _executed(pipe)
 
         self._call(run)
 
@@ -441,7 +452,7 @@ class RedisEngine(StorageEngine):
                         pipe.hset(self._k_bucket(name, bucket), _HASHTABLE_FIELD, _HASHTABLE_VALUE)
                     hsets.append(len(pipe))
                     pipe.hset(self._k_bucket(name, bucket), mapping=mapping)
-                replies = pipe.execute()
+                replies = _executed(pipe)
                 added = sum(replies[i] for i in hsets)
                 # still inside the fence, so a seal sees it; exact when every key was new (a
                 # key repeated in the batch or already stored adds fewer fields than keys)
@@ -455,7 +466,10 @@ class RedisEngine(StorageEngine):
         """Each of ``source``'s buckets copied whole, by Redis itself (``DUMP`` then
         ``RESTORE``: one serialized hash per bucket, never a command per record; the buckets
         of two versions sit in different cluster slots, so ``COPY`` cannot), inside the
-        write fence; ``target``'s running digest starts from what ``source``'s seal measured."""
+        write fence; ``target``'s running digest starts from what ``source``'s seal measured.
+        Each bucket is restored with ``REPLACE``: a RESTORE that ran but whose answer was lost
+        (redis-py's cluster pipeline sends the commands of a node that timed out once more) then
+        makes the same bucket again instead of failing the copy with BUSYKEY."""
         base = self.get_namespace(source)
         if base is None:
             raise NamespaceNotFoundError(f"namespace {source!r} does not exist")
@@ -463,7 +477,7 @@ class RedisEngine(StorageEngine):
         def run() -> None:
             with self._fenced(target):
                 moves = [(self._k_bucket(source, b), self._k_bucket(target, b)) for b in range(self.buckets)]
-                self._dump_restore(moves)
+                self._dump_restore(moves, replace=True)
                 entry = shared.REDIS_DIGEST_ENTRY % (base.record_count, base.digest, base.bytes, 1)
                 self.r.rpush(self._k_digest(target), entry)
 
@@ -518,7 +532,7 @@ class RedisEngine(StorageEngine):
             for bucket, idx in by_bucket.items():
                 pipe.hmget(self._k_bucket(name, bucket), [keys[i] for i in idx])
             out: list[bytes | None] = [None] * len(keys)
-            for idx, values in zip(by_bucket.values(), pipe.execute(), strict=True):
+            for idx, values in zip(by_bucket.values(), _executed(pipe), strict=True):
                 for i, v in zip(idx, values, strict=True):
                     out[i] = v
             return out
