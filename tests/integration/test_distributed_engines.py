@@ -355,27 +355,31 @@ def test_a_base_bucket_restored_twice_still_copies_the_base(engine: str) -> None
 
 
 @pytest.mark.parametrize("engine", ["redis", "redis-cluster"])
-def test_a_refused_pipelined_write_says_the_reply_and_no_record(engine: str) -> None:
+@pytest.mark.parametrize("transport", ["grpc", "native"])
+def test_a_refused_pipelined_write_says_the_reply_and_no_record(engine: str, transport: str, tmp_path: Path) -> None:
     """Redis refusing a pipelined command (here: the bucket a batch writes holds a string
     Bulldozer did not write): redis-py put the refused command, keys and values included,
     before the server's reply, and that text was the request's error, for the run's
-    terminal and the DAL's log. The error is the reply alone, on one line."""
+    terminal and the DAL's log. The error is the reply alone, on one line, from either
+    data plane."""
     from bulldozer.kv.backends._buckets import bucket_of
-    from bulldozer.kv.types import NamespaceRecord
+    from tests.integration.kv_fixtures import Harness
 
-    eng: Any = engine_for(engine, unique())
+    kv = Harness(engine, transport, tmp_path)
     try:
-        name = new_version_name("refused")
-        eng.create_namespace(NamespaceRecord(name=name, alias="refused"))
+        alias = kv.alias()
+        name = kv.version(alias)
+        kv.client.create_namespace(name, alias)
         key = b"customer-4711"
-        eng.r.set(eng._k_bucket(name, bucket_of(key, eng.buckets)), b"not a hash")
+        engine_: Any = kv.engine
+        engine_.r.set(engine_._k_bucket(name, bucket_of(key, engine_.buckets)), b"not a hash")
         with pytest.raises(BackendUnavailableError) as refused:
-            eng.write_batch(name, [key], [b"card 4111-1111-1111-1111"])
+            kv.client.put(name, [(key, b"card 4111-1111-1111-1111")])
         said = str(refused.value)
         assert said.endswith("refused a command: WRONGTYPE Operation against a key holding the wrong kind of value")
         assert "4111" not in said and "customer" not in said and "\n" not in said
     finally:
-        eng.close()
+        kv.close()
 
 
 def test_cassandra_stopped_mid_load(tmp_path: Path) -> None:
