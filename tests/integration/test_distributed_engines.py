@@ -100,23 +100,39 @@ def test_bulldozer_run_end_to_end(engine: str, tmp_path: Path) -> None:
         stop_servers([server])
 
 
-@pytest.mark.parametrize("engine", ["redis", "cassandra"])
+@pytest.mark.parametrize("engine", ["redis", "redis-cluster", "cassandra"])
 def test_unreachable_engine_is_one_clear_line(engine: str, tmp_path: Path) -> None:
+    """(A Redis Cluster client's own errors are not redis-py RedisErrors: ``--cluster`` with
+    no node there ended ``serve`` with redis-py's traceback.)"""
     args = (
         ["--engine", "redis", "--url", f"redis://127.0.0.1:{_free_port()}/0"]
-        if engine == "redis"
+        if engine.startswith("redis")
         else ["--engine", "cassandra", "--cql-port", str(_free_port())]
     )
+    args += ["--cluster"] if engine == "redis-cluster" else []
     result = _cli(["serve", *args, "--port", "0"], tmp_path)
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     line = result.stderr.strip().splitlines()[-1]
     assert line.startswith("error: cannot reach") and "127.0.0.1:" in line, result.stderr
     with pytest.raises(BackendUnavailableError, match="cannot reach"):
-        if engine == "redis":
-            create_engine({"type": "redis", "url": f"redis://127.0.0.1:{_free_port()}/0", "timeout_seconds": 2})
+        if engine.startswith("redis"):
+            url = f"redis://127.0.0.1:{_free_port()}/0"
+            create_engine({"type": "redis", "url": url, "timeout_seconds": 2, "cluster": engine == "redis-cluster"})
         else:
             create_engine({"type": "cassandra", "port": _free_port(), "connect_timeout_seconds": 2})
+
+
+def test_a_standalone_redis_served_as_a_cluster_is_one_line(tmp_path: Path) -> None:
+    """``--cluster`` pointed at a Redis that is not in cluster mode: one line saying so (it
+    was redis-py's traceback)."""
+    result = _cli(["serve", *serve_args("redis", unique()), "--cluster", "--port", "0"], tmp_path)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: cannot reach Redis at redis://127.0.0.1:") and line.endswith(
+        "(cluster): Redis Cluster cannot be connected. Please provide at least one reachable node: Cluster mode is "
+        "not enabled on this node"
+    ), line
 
 
 def test_a_redis_url_redis_py_cannot_take_is_one_line(tmp_path: Path) -> None:

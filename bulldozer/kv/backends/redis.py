@@ -137,6 +137,11 @@ return redis.call('ZCARD', KEYS[1])
 """
 
 
+#: What redis-py raises for Redis: its cluster client's own errors (no node reachable, a
+#: slot no node serves, a node not in cluster mode) are not RedisErrors.
+_REDIS_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
+
+
 def _executed(pipe: Any) -> list[Any]:
     """``pipe.execute()``, raising the first reply that is an error as the server gave it.
     redis-py's own raise puts the refused command before the reply, and its arguments are
@@ -188,7 +193,7 @@ class RedisEngine(StorageEngine):
                     retry=no_resend,
                 )
             self.r.ping()
-        except redis.exceptions.RedisError as exc:
+        except _REDIS_ERRORS as exc:
             raise BackendUnavailableError(f"cannot reach Redis at {self.where}: {exc}") from exc
         self._settings_unread = False
         self._call(self._check_keeps_every_key)
@@ -217,7 +222,7 @@ class RedisEngine(StorageEngine):
                     "(a larger maxmemory, or drop old versions: bulldozer gc)"
                 ) from exc
             raise BackendUnavailableError(f"Redis at {self.where} refused a command: {exc}") from exc
-        except redis.exceptions.RedisError as exc:
+        except _REDIS_ERRORS as exc:
             raise BackendUnavailableError(f"Redis at {self.where} is not reachable: {exc}") from exc
 
     def _claim_prefix(self) -> int:
@@ -616,5 +621,5 @@ class RedisEngine(StorageEngine):
         return [AliasChange.from_json(json.loads(v)) for v in raw]
 
     def close(self) -> None:
-        with contextlib.suppress(redis.exceptions.RedisError):
+        with contextlib.suppress(*_REDIS_ERRORS):
             self.r.close()
