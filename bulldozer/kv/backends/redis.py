@@ -401,11 +401,12 @@ class RedisEngine(StorageEngine):
         130 k records in 256 buckets) would otherwise keep them: twice the memory of
         listpacks (measured: 100 k records of 13-byte keys and 25-byte values, 47 → 91 bytes
         a record)."""
-        self._dump_restore([(self._k_bucket(name, b), self._k_bucket(name, b)) for b in buckets], replace=True)
+        self._dump_restore([(self._k_bucket(name, b), self._k_bucket(name, b)) for b in buckets])
 
-    def _dump_restore(self, moves: list[tuple[str, str]], replace: bool = False) -> None:
-        """Each (from, to) hash serialized by Redis (``DUMP``) and made again (``RESTORE``),
-        16 at a time (bounded memory here); a missing ``from`` is skipped."""
+    def _dump_restore(self, moves: list[tuple[str, str]]) -> None:
+        """Each (from, to) hash serialized by Redis (``DUMP``) and made again (``RESTORE ...
+        REPLACE``: one sent twice makes the same hash again), 16 at a time (bounded memory
+        here); a missing ``from`` is skipped."""
         for first in range(0, len(moves), 16):
             chunk = moves[first : first + 16]
             pipe = self.r.pipeline(transaction=False)
@@ -415,7 +416,7 @@ class RedisEngine(StorageEngine):
             pipe = self.r.pipeline(transaction=False)
             for (_, target), payload in zip(chunk, dumps, strict=True):
                 if payload is not None:
-                    pipe.restore(target, 0, payload, replace=replace)
+                    pipe.restore(target, 0, payload, replace=True)
             _executed(pipe)
 
     def drop_data(self, name: str) -> None:
@@ -482,7 +483,7 @@ class RedisEngine(StorageEngine):
         def run() -> None:
             with self._fenced(target):
                 moves = [(self._k_bucket(source, b), self._k_bucket(target, b)) for b in range(self.buckets)]
-                self._dump_restore(moves, replace=True)
+                self._dump_restore(moves)
                 entry = shared.REDIS_DIGEST_ENTRY % (base.record_count, base.digest, base.bytes, 1)
                 self.r.rpush(self._k_digest(target), entry)
 
