@@ -29,7 +29,7 @@ def plan(total_bytes: int, partitions: int | None = None) -> Any:
         (3, 3 * BYTES_PER_PARTITION, (3, True)),  # on 4 cores, each split a task's worth
         (1, BYTES_PER_PARTITION + 1, (4, False)),  # larger: spread over every core by key
         (2, 3 * BYTES_PER_PARTITION, (4, False)),
-        (0, 0, (4, False)),  # nothing to read (a filter kept no file): as before, by key
+        (0, 0, (1, True)),  # nothing to read (a filter kept no file): one empty task
         (1, None, (4, False)),  # the splits cannot be read here (Spark's reader reads them)
         (4, 4 * MIB, (4, True)),  # as many splits as cores: always in place
     ],

@@ -85,8 +85,9 @@ def write_tasks(
     many splits. Else read in place when the splits keep every core Spark has busy, in one
     task per 64 MiB of data files (at most one per split, at least one per core), or when
     they already are one task's worth each (``split_bytes``, their data files' bytes, at most
-    64 MiB a split): one task per split, a core left idle. Else (fewer splits than cores, and
-    larger) one task per 64 MiB, at least one per core, fed by key. Spreading small splits
+    64 MiB a split): one task per split, a core left idle (no split at all: one empty task).
+    Else (fewer splits than cores, and larger) one task per 64 MiB, at least one per core,
+    fed by key. Spreading small splits
     over every core by key costs more than the idle core: Spark SQL's start, Iceberg's JVM
     read, a shuffle and the data source's planning and commit in Python processes of their
     own (measured on ``local[2]``, the sample table in one file: 5,000 rows, whole command
@@ -109,7 +110,7 @@ def write_tasks(
                 "or leave it out)"
             )
         return chosen, splits >= chosen
-    small = split_bytes is not None and splits > 0 and split_bytes <= splits * BYTES_PER_PARTITION
+    small = split_bytes is not None and split_bytes <= splits * BYTES_PER_PARTITION  # none at all: one empty task
     if splits >= parallelism or unreadable or small:
         return max(1, min(splits, by_size)), True
     return by_size, False
