@@ -87,11 +87,11 @@ def write_tasks(
     they already are one task's worth each (``split_bytes``, their data files' bytes, at most
     64 MiB a split): one task per split, a core left idle (no split at all: one empty task).
     Else (fewer splits than cores, and larger) one task per 64 MiB, at least one per core,
-    fed by key. Spreading small splits
-    over every core by key costs more than the idle core: Spark SQL's start, Iceberg's JVM
-    read, a shuffle and the data source's planning and commit in Python processes of their
-    own (measured on ``local[2]``, the sample table in one file: 5,000 rows, whole command
-    14.7 s by key against 5.3-5.7 s in place; 400,000 rows, 33 MB, 18.1 s against 5.8-6.4 s).
+    fed by key. Spreading small splits over every core by key costs more than the idle core:
+    Spark SQL's start, Iceberg's JVM read, a shuffle and the data source's planning and
+    commit in Python processes of their own (measured on ``local[2]``, the sample table in
+    one file: 5,000 rows, whole command 14.7 s by key against 5.2-5.7 s in place; 400,000
+    rows, 33 MB, 18.1 s against 5.8-6.4 s).
 
     ``unreadable``: why Spark's own reader cannot read a column the job reads (a time:
     Spark has no time type). The tasks then read the splits themselves, one per split at
