@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bulldozer.load.engines.spark import BYTES_PER_PARTITION, write_tasks
+from bulldozer.load.engines.spark import BY_KEY_COST, BYTES_PER_PARTITION, write_tasks
 
 MIB = 1024 * 1024
 
@@ -22,25 +22,36 @@ def plan(total_bytes: int, partitions: int | None = None) -> Any:
 
 
 @pytest.mark.parametrize(
-    ("splits", "split_bytes", "expected"),
+    ("cores", "sizes", "expected"),
     [
-        (1, 5 * MIB, (1, True)),  # one small file: its task reads it, one core idle
-        (1, BYTES_PER_PARTITION, (1, True)),  # one task's worth exactly
-        (3, 3 * BYTES_PER_PARTITION, (3, True)),  # on 4 cores, each split a task's worth
-        (1, BYTES_PER_PARTITION + 1, (4, False)),  # larger: spread over every core by key
-        (2, 3 * BYTES_PER_PARTITION, (4, False)),
-        (0, 0, (1, True)),  # nothing to read (a filter kept no file): one empty task
-        (1, None, (4, False)),  # the splits cannot be read here (Spark's reader reads them)
-        (4, 4 * MIB, (4, True)),  # as many splits as cores: always in place
+        (4, [5 * MIB], (1, True)),  # one small file: its task reads it, cores idle
+        (4, [], (1, True)),  # nothing to read (a filter kept no file): one empty task
+        (2, [2048 * MIB], (1, True)),  # one large file on two cores: the read by key costs more
+        (12, [BYTES_PER_PARTITION + 1], (1, True)),  # ... and on twelve
+        (13, [BYTES_PER_PARTITION + 1], (13, False)),  # on thirteen it is faster spread by key
+        (64, [BYTES_PER_PARTITION], (1, True)),  # a task's worth: never by key
+        (24, [96 * MIB, 96 * MIB], (2, True)),  # two files: by key takes more than 24 cores
+        (25, [96 * MIB, 96 * MIB], (25, False)),
+        (25, [48 * MIB, 48 * MIB], (2, True)),  # ... and a file larger than 64 MiB
+        (32, [2048 * MIB, 2048 * MIB], (64, False)),  # one task per 64 MiB, by key
+        (16, [1024 * MIB, MIB], (17, False)),  # the largest file sets the pace
+        (4, [4 * MIB] * 4, (4, True)),  # as many splits as cores: always in place
     ],
 )
-def test_splits_of_a_tasks_worth_are_read_in_place_with_a_core_idle(
-    splits: int, split_bytes: int | None, expected: tuple[int, bool]
+def test_fewer_splits_than_cores_are_read_in_place_unless_by_key_ends_sooner(
+    cores: int, sizes: list[int], expected: tuple[int, bool]
 ) -> None:
-    assert write_tasks(plan(split_bytes or 0), 4, splits, split_bytes=split_bytes) == expected
+    assert BY_KEY_COST == 12
+    assert write_tasks(plan(sum(sizes)), cores, len(sizes), split_sizes=sizes) == expected
+
+
+def test_splits_spark_s_reader_must_read_are_read_by_key() -> None:
+    """No split sizes: the local reader cannot read the snapshot (Avro files, equality
+    deletes it cannot apply exactly): Spark's reader reads it, by key."""
+    assert write_tasks(plan(MIB), 4, 0, split_sizes=None) == (4, False)
 
 
 def test_the_specs_partitions_still_decide() -> None:
     """``write.partitions`` more than the splits: by key, however small they are."""
-    assert write_tasks(plan(MIB, partitions=4), 2, 1, split_bytes=MIB) == (4, False)
-    assert write_tasks(plan(MIB, partitions=1), 2, 1, split_bytes=MIB) == (1, True)
+    assert write_tasks(plan(MIB, partitions=4), 2, 1, split_sizes=[MIB]) == (4, False)
+    assert write_tasks(plan(MIB, partitions=1), 2, 1, split_sizes=[MIB]) == (1, True)

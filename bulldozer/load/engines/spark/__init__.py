@@ -3,16 +3,15 @@
 Spark schedules the write tasks; how their rows reach them depends on the snapshot's files
 (``write_tasks``):
 
-- **split reads** (the snapshot has at least as many file splits as write tasks, or its
-  splits are small, a task's worth each, so one per task leaves a core idle): the
+- **split reads** (the snapshot has at least as many file splits as write tasks, or one
+  task per split is faster than the read by key, ``in_place_is_faster``): the
   driver plans the pinned snapshot with pyiceberg, as the local engine does, and hands each
   task a group of splits of about equal bytes; the task reads them with the local engine's
   reader on the executor (``SplitReader``: no JVM decode, no Arrow hand-over from the JVM,
   no shuffle). The tasks run ``BulldozerWriter.write`` in an RDD job and the driver calls
   its ``commit`` with their results. Tasks cannot see each other's keys here: rows sharing
   a key in two tasks are found by the seal's count, and the runner names them.
-- **by key** (fewer splits than cores, and larger: a few large files would leave cores
-  idle for long): Spark
+- **by key** (a few large files, and many more cores: ``in_place_is_faster``): Spark
   reads the table at the snapshot through Iceberg's Spark catalog (``session``), spreads
   the rows over the tasks by a hash of the key columns, and writes them through the
   ``bulldozer`` data source (``datasource``); rows sharing a key meet in one task, which
@@ -22,7 +21,7 @@ Either way the same writer encodes with the shared encoder, writes through the D
 and reports each task's rows, digest and null counts (one result per partition, so a retried
 or speculative task counts once); the commit hands them to the runner, which verifies and
 flips as for every engine. ``key_value_dal.write.partitions`` sets the number of tasks
-(default: one per 64 MiB of data files, at least one per core).
+(default: ``write_tasks``).
 
 ``local[*]`` by default; set ``BULLDOZER_SPARK_MASTER`` (or ``bulldozer run --master``)
 to run on a cluster — the executors must reach the catalog's files and the DAL endpoint,
@@ -48,6 +47,7 @@ import math
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, ClassVar
 
@@ -76,22 +76,21 @@ BYTES_PER_PARTITION = 64 * 1024 * 1024
 
 
 def write_tasks(
-    plan: LoadPlan, parallelism: int, splits: int, unreadable: str | None = None, split_bytes: int | None = None
+    plan: LoadPlan,
+    parallelism: int,
+    splits: int,
+    unreadable: str | None = None,
+    split_sizes: Sequence[int] | None = None,
 ) -> tuple[int, bool]:
     """How many write tasks, and whether they read the snapshot's file splits themselves
     (else Spark reads the table and repartitions its rows by key over them).
 
     ``write.partitions`` when the spec sets it: read in place when there are at least that
     many splits. Else read in place when the splits keep every core Spark has busy, in one
-    task per 64 MiB of data files (at most one per split, at least one per core), or when
-    they already are one task's worth each (``split_bytes``, their data files' bytes, at most
-    64 MiB a split): one task per split, a core left idle (no split at all: one empty task).
-    Else (fewer splits than cores, and larger) one task per 64 MiB, at least one per core,
-    fed by key. Spreading small splits over every core by key costs more than the idle core:
-    Spark SQL's start, Iceberg's JVM read, a shuffle and the data source's planning and
-    commit in Python processes of their own (measured on ``local[2]``, the sample table in
-    one file: 5,000 rows, whole command 14.7 s by key against 5.2-5.7 s in place; 400,000
-    rows, 33 MB, 18.1 s against 5.8-6.4 s).
+    task per 64 MiB of data files (at most one per split, at least one per core); with fewer
+    splits than cores (``split_sizes``: their data files' bytes), one task per split when
+    that is the faster way (``in_place_is_faster``), a core or more left idle (no split at
+    all: one empty task); else one task per 64 MiB, at least one per core, fed by key.
 
     ``unreadable``: why Spark's own reader cannot read a column the job reads (a time:
     Spark has no time type). The tasks then read the splits themselves, one per split at
@@ -110,10 +109,31 @@ def write_tasks(
                 "or leave it out)"
             )
         return chosen, splits >= chosen
-    small = split_bytes is not None and split_bytes <= splits * BYTES_PER_PARTITION  # none at all: one empty task
-    if splits >= parallelism or unreadable or small:
+    faster = split_sizes is not None and in_place_is_faster(split_sizes, parallelism)
+    if splits >= parallelism or unreadable or faster:
         return max(1, min(splits, by_size)), True
     return by_size, False
+
+
+#: how many times more a row read by key costs than one its task reads in place (Iceberg's
+#: JVM read, a shuffle, the hand-over to Python in Arrow, against the local reader), measured
+#: on ``local[2]`` with one data file, the load stage without Spark's start: 500,000 flat rows
+#: (10 MB) 0.6 s in place on one core against 14 s by key on both, 1,600,000 nested rows
+#: (123 MB) 3.5 s against 31-35 s; with the by-key path's own start (about 9 s: Spark SQL,
+#: its planning, the data source's commit) taken out, 16 and 12-14 times the core-seconds
+BY_KEY_COST = 12
+
+
+def in_place_is_faster(split_sizes: Sequence[int], parallelism: int) -> bool:
+    """With fewer splits than cores: whether one task per split, the largest setting the
+    pace, ends sooner than Spark's read by key spread over every core at ``BY_KEY_COST``
+    times the cost a row. Always when no split is larger than a task's worth (64 MiB): the
+    by-key path's own start alone costs more. So on this 2-core machine a table of few files
+    is always read in place (the sample table in one file, whole command: 5,000 rows 14.7 s
+    by key against 5.2 s in place; 1,600,000 rows, 123 MB, 41-45 s against 13.5-14 s); by key
+    takes a cluster of more than ``BY_KEY_COST`` cores for one large file."""
+    largest = max(split_sizes, default=0)
+    return largest <= BYTES_PER_PARTITION or parallelism * largest <= BY_KEY_COST * sum(split_sizes)
 
 
 class SparkEngine(LocalEngine):
@@ -190,8 +210,8 @@ class SparkEngine(LocalEngine):
                     f"reader cannot: no engine here reads it until they are rewritten ({exc.remedy})"
                 ) from exc
             splits, files = [], snapshot_files(scan)
-        split_bytes = sum(task.file.file_size_in_bytes for task in splits) if files is None else None
-        partitions, in_place = write_tasks(plan, context.defaultParallelism, len(splits), unreadable, split_bytes)
+        sizes = [task.file.file_size_in_bytes for task in splits] if files is None else None
+        partitions, in_place = write_tasks(plan, context.defaultParallelism, len(splits), unreadable, sizes)
         tls = settings_tls_material(load_settings()) if client.credentials is not None else None
         layout = Layout(
             plan.proto, client.target, client.token, tls, plan.version, spec.key_value_dal.write, partitions
