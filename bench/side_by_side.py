@@ -17,8 +17,9 @@ Sections:
    unlogged batches).
 4. ``engines`` the local engine vs Spark ``local[2]`` and vs a loopback standalone cluster
    (one worker, 2 cores, executors running ``bulldozer spark package``'s environment) on
-   the nested sample table, rounds interleaved; and the local engine's time and memory as
-   the table grows.
+   the nested sample table, rounds interleaved; Spark on that table in one data file, its
+   default (one task reads the file in place) against its read by key over both cores; and
+   the local engine's time and memory as the table grows.
 5. ``flip``    alias flip and rollback latency for a small and a large version.
 6. ``delta``   a delta run (``data_movement.mode: delta``) after a snapshot changing 1 % of
    the rows (one file of 100 rewritten with 40 % of its rows updated and 30 % deleted, 30 %
@@ -98,6 +99,9 @@ class Sizes:
     delta_cycle: int = 80
     #: the engines section's standalone-cluster rounds (a full run's; --quick skips them)
     spark_cluster: bool = True
+    #: the engines section's table in one data file, Spark reading it in place against by key
+    #: (0: not measured; --quick skips it)
+    spark_one_file_rows: int = 1_600_000
     #: one Redis and one Cassandra for the whole run (a quick run's), not one per section
     shared_servers: bool = False
     #: the admission section: writers at once, batches in flight each, the batches' size
@@ -640,6 +644,8 @@ def engines_section(ctx: Context) -> None:
                 verdict(local_rate / rate, 2.0, higher_is_better=False),
             )
         )
+    if pyspark is not None and s.spark_one_file_rows:
+        spark_one_file(ctx, engines)
     scaling: dict[str, Any] = {}
     for n in s.scale_rows:
         ctx.say(f"engines: scaling, {n:,} rows")
@@ -673,6 +679,47 @@ def engines_section(ctx: Context) -> None:
         )
     engines["scaling"] = scaling
     ctx.raw["engines"] = engines
+
+
+def spark_one_file(ctx: Context, engines: dict[str, Any]) -> None:
+    """Spark ``local[2]`` on the nested sample table in one data file: the default (fewer
+    files than cores: one task reads the file in place, ``spark.in_place_is_faster``) against
+    Spark's read by key over both cores (``write.partitions: 2``), rounds interleaved."""
+    from bulldozer.warehouse.sample import create_sample_warehouse
+
+    s = ctx.sizes
+    rows = s.spark_one_file_rows
+    home = ctx.root / "one-file-home"
+    ctx.say(f"engines: the nested sample table in one file ({rows:,} rows)")
+    table = create_sample_warehouse(home, rows=rows, chunk_rows=rows)
+    size = int(table.current_snapshot().summary.get("total-files-size", "0"))
+    by_key = ctx.root / "by-key.yaml"
+    by_key.write_text(
+        SAMPLE_SPEC.read_text().replace("    in_flight_batches: 4 ", "    partitions: 2\n    in_flight_batches: 4 ")
+    )
+    one: dict[str, list[float]] = {}
+    for rep in range(s.repeat):
+        for name, spec in (("in_place", SAMPLE_SPEC), ("by_key", by_key)):
+            run = run_cli(["run", str(spec), "--engine", "spark", "--master", "local[2]", "--json", "-q"], home)
+            one.setdefault(f"{name}_s", []).append(run.seconds)
+            one.setdefault(f"{name}_digest", []).append(run.output["digest"])
+            ctx.say(f"  one file, {name.replace('_', ' ')}, round {rep + 1}: {run.seconds:.1f} s")
+    engines["one_file"] = one
+    in_place, keyed = med(one["in_place_s"]), med(one["by_key_s"])
+    same = len(set(one["in_place_digest"] + one["by_key_digest"])) == 1
+    ctx.rows.append(
+        Row(
+            "4 engines",
+            f"Spark local[2], the nested sample in one file ({rows:,} rows, {size / 1024**2:,.0f} MiB), whole command s: "
+            f"the default (one task reads the file in place) vs by key over both cores (write.partitions: 2); "
+            f"digests equal: {same}",
+            f"in place {in_place:.1f}",
+            f"by key {keyed:.1f}",
+            f"{keyed / in_place:.2f}× slower by key",
+            "> 1×",
+            keyed > in_place and same,
+        )
+    )
 
 
 # ---------------------------------------------------------------- 5: flip and rollback
@@ -1043,6 +1090,7 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
             delta_steady=2,
             delta_cycle=2,
             spark_cluster=False,
+            spark_one_file_rows=0,
             shared_servers=True,
             admission_writers=2,
             admission_in_flight=4,
