@@ -42,16 +42,16 @@ def test_fewer_splits_than_cores_are_read_in_place_unless_by_key_ends_sooner(
     cores: int, sizes: list[int], expected: tuple[int, bool]
 ) -> None:
     assert BY_KEY_COST == 12
-    assert write_tasks(plan(sum(sizes)), cores, len(sizes), split_sizes=sizes) == expected
+    assert write_tasks(plan(sum(sizes)), cores, sizes) == expected
 
 
 def test_splits_spark_s_reader_must_read_are_read_by_key() -> None:
     """No split sizes: the local reader cannot read the snapshot (Avro files, equality
     deletes it cannot apply exactly): Spark's reader reads it, by key."""
-    assert write_tasks(plan(MIB), 4, 0, split_sizes=None) == (4, False)
+    assert write_tasks(plan(MIB), 4, None) == (4, False)
 
 
 def test_the_specs_partitions_still_decide() -> None:
     """``write.partitions`` more than the splits: by key, however small they are."""
-    assert write_tasks(plan(MIB, partitions=4), 2, 1, split_sizes=[MIB]) == (4, False)
-    assert write_tasks(plan(MIB, partitions=1), 2, 1, split_sizes=[MIB]) == (1, True)
+    assert write_tasks(plan(MIB, partitions=4), 2, [MIB]) == (4, False)
+    assert write_tasks(plan(MIB, partitions=1), 2, [MIB]) == (1, True)

@@ -76,21 +76,19 @@ BYTES_PER_PARTITION = 64 * 1024 * 1024
 
 
 def write_tasks(
-    plan: LoadPlan,
-    parallelism: int,
-    splits: int,
-    unreadable: str | None = None,
-    split_sizes: Sequence[int] | None = None,
+    plan: LoadPlan, parallelism: int, split_sizes: Sequence[int] | None, unreadable: str | None = None
 ) -> tuple[int, bool]:
     """How many write tasks, and whether they read the snapshot's file splits themselves
     (else Spark reads the table and repartitions its rows by key over them).
 
+    ``split_sizes``: the data-file bytes of each split the tasks could read, None when the
+    local reader cannot read the snapshot (Spark's reader then reads it by key).
     ``write.partitions`` when the spec sets it: read in place when there are at least that
     many splits. Else read in place when the splits keep every core Spark has busy, in one
     task per 64 MiB of data files (at most one per split, at least one per core); with fewer
-    splits than cores (``split_sizes``: their data files' bytes), one task per split when
-    that is the faster way (``in_place_is_faster``), a core or more left idle (no split at
-    all: one empty task); else one task per 64 MiB, at least one per core, fed by key.
+    splits than cores, one task per split when that is the faster way
+    (``in_place_is_faster``), a core or more left idle (no split at all: one empty task);
+    else one task per 64 MiB, at least one per core, fed by key.
 
     ``unreadable``: why Spark's own reader cannot read a column the job reads (a time:
     Spark has no time type). The tasks then read the splits themselves, one per split at
@@ -100,6 +98,7 @@ def write_tasks(
     if snapshot is not None and snapshot.summary is not None:
         size = int(snapshot.summary.get("total-files-size", "0") or 0)
     by_size = max(parallelism, math.ceil(size / BYTES_PER_PARTITION), 1)
+    splits = len(split_sizes) if split_sizes is not None else 0
     chosen = plan.spec.key_value_dal.write.partitions
     if chosen is not None:
         if unreadable and splits < chosen:
@@ -211,7 +210,7 @@ class SparkEngine(LocalEngine):
                 ) from exc
             splits, files = [], snapshot_files(scan)
         sizes = [task.file.file_size_in_bytes for task in splits] if files is None else None
-        partitions, in_place = write_tasks(plan, context.defaultParallelism, len(splits), unreadable, sizes)
+        partitions, in_place = write_tasks(plan, context.defaultParallelism, sizes, unreadable)
         tls = settings_tls_material(load_settings()) if client.credentials is not None else None
         layout = Layout(
             plan.proto, client.target, client.token, tls, plan.version, spec.key_value_dal.write, partitions
