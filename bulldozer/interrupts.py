@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import _thread
 
-__all__ = ["interrupt", "shielded"]
+__all__ = ["interrupt", "shielded", "unwound_from"]
 
 #: thread id -> how many shielded sections it is in
 _depth: dict[int, int] = {}
@@ -53,3 +53,20 @@ def interrupt(exc: BaseException) -> None:
         _pending.setdefault(thread, exc)
         return
     raise exc
+
+
+def unwound_from(exc: BaseException) -> BaseException | None:
+    """The interruption (a ``KeyboardInterrupt``: Ctrl-C, SIGTERM, SIGHUP, a time limit)
+    that ``exc`` was raised while unwinding from, if any. A library's clean-up can fail as
+    an interruption unwinds through it and hide the interruption behind its own error:
+    pyspark's ``RDD.collect`` resets its call site on the JVM as it exits, over py4j, whose
+    interrupted call has just shut the connections down ("Answer from Java side is empty").
+    What stopped the run is the interruption, not that error."""
+    seen: set[int] = set()
+    context = exc.__context__
+    while context is not None and id(context) not in seen:
+        if isinstance(context, KeyboardInterrupt):
+            return context
+        seen.add(id(context))
+        context = context.__context__
+    return None

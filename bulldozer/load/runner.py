@@ -39,6 +39,7 @@ from bulldozer.errors import (
     SpecIssue,
     VerificationError,
 )
+from bulldozer.interrupts import unwound_from
 from bulldozer.kv.client import KvClient
 from bulldozer.kv.types import NamespaceRecord, State, utcnow
 from bulldozer.lineage import lineage_for
@@ -647,9 +648,13 @@ class JobRun:
 
     def failed(self, exc: BaseException, final: bool = True) -> BaseException:
         """Record the failure; mark the version FAILED unless a retry of the stage may still
-        succeed. Returns what to raise: ``exc``, or one line saying the version was dropped
-        under the run (its writes say only that the namespace does not exist)."""
+        succeed. Returns what to raise: ``exc``; the interruption ``exc`` was raised while
+        unwinding from (``interrupts.unwound_from``); or one line saying the version was
+        dropped under the run (its writes say only that the namespace does not exist)."""
         self.stop_beating()
+        # an error a library's clean-up raised as an interruption unwound: the interruption
+        # stopped the run (its line, its record), not that error
+        exc = unwound_from(exc) or exc
         record = self.record
         record.outcome = "failed"
         record.finished = _now()

@@ -882,6 +882,28 @@ def test_a_run_past_its_time_limit_is_stopped_and_failed(
     assert shown.returncode == 1 and "does not point at any version yet" in shown.stderr, shown.stderr
 
 
+def test_an_error_a_clean_up_raises_as_the_time_limit_unwinds_does_not_hide_it(home: Path, dal: KvClient) -> None:
+    """pyspark's RDD collect() resets its call site on the JVM as the time limit unwinds
+    through it, over py4j connections the interruption has just shut: its "Answer from Java
+    side is empty" error replaced the time limit, and the run failed with that line. The
+    interruption is what the run raises and records; the version is FAILED."""
+    from bulldozer.cli.process import TimeLimitExceeded
+
+    limit = "the run took longer than its time limit, 20s (metadata.timeout)"
+
+    def stopped(done: int, total: int) -> None:
+        if done:
+            try:
+                raise TimeLimitExceeded(limit)
+            finally:
+                raise RuntimeError("Answer from Java side is empty")  # as py4j's, in the clean-up
+
+    with pytest.raises(TimeLimitExceeded, match=re.escape(limit)):
+        run_job(spec(), dal, home=str(home), progress=stopped)
+    (version,) = dal.list_namespaces("user_item_scores")
+    assert version.state == State.FAILED and version.failure_reason == f"load: TimeLimitExceeded: {limit}"
+
+
 def test_a_spec_may_not_ask_for_more_time_than_the_operator_allows(tmp_path: Path) -> None:
     home = tmp_path / "h"
     job = _endless_job(tmp_path, home, metadata=", timeout: 2h")

@@ -50,3 +50,27 @@ def test_a_section_of_another_thread_shields_nothing() -> None:
     finally:
         leave.set()
         worker.join()
+
+
+def test_an_error_raised_as_an_interruption_unwinds_stands_for_it() -> None:
+    """A library's clean-up that fails while an interruption unwinds through it (py4j's, as
+    an RDD's collect() exits) hides the interruption: unwound_from finds it again."""
+    from bulldozer.interrupts import unwound_from
+
+    stop = Stop()
+    try:
+        try:
+            raise stop
+        finally:
+            raise RuntimeError("Answer from Java side is empty")
+    except RuntimeError as exc:
+        hidden: BaseException = exc
+    assert unwound_from(hidden) is stop
+    try:
+        try:
+            raise ValueError("not an interruption")
+        except ValueError:
+            raise RuntimeError("handling it failed") from None
+    except RuntimeError as exc:
+        assert unwound_from(exc) is None
+    assert unwound_from(stop) is None  # an interruption itself unwound from nothing
