@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -17,7 +17,14 @@ from bulldozer.kv._transports import translate
 if TYPE_CHECKING:
     from bulldozer.kv.client import KvClient
 
-__all__ = ["BUSY_PATIENCE_SECONDS", "BatchWriter", "WriteStats", "sent_again_while_busy"]
+__all__ = [
+    "BUSY_PATIENCE_SECONDS",
+    "REPLAY_BYTES",
+    "BatchWriter",
+    "ReplayableStream",
+    "WriteStats",
+    "sent_again_while_busy",
+]
 
 T = TypeVar("T")
 
@@ -174,19 +181,72 @@ class BatchWriter:
 BUSY_PATIENCE_SECONDS = 600.0
 
 
-def sent_again_while_busy(send: Callable[[], T]) -> T:
+def sent_again_while_busy(send: Callable[[], T], again: Callable[[], bool] = lambda: True) -> T:
     """``send()`` (a write the DAL refused as busy: ``DalBusyError``) again after pauses
-    until the DAL takes it, for ``BUSY_PATIENCE_SECONDS``; tenacity is imported only for
-    a refusal (5 ms of a run's start otherwise)."""
+    until the DAL takes it, for ``BUSY_PATIENCE_SECONDS``, while ``again()`` says it can be
+    sent again; tenacity is imported only for a refusal (5 ms of a run's start otherwise)."""
     import tenacity
 
     retrying = tenacity.Retrying(
-        retry=tenacity.retry_if_exception_type(DalBusyError),
+        retry=tenacity.retry_if_exception(lambda exc: isinstance(exc, DalBusyError) and again()),
         wait=tenacity.wait_exponential(multiplier=0.05, max=2.0) + tenacity.wait_random(0, 0.05),
         stop=tenacity.stop_after_delay(BUSY_PATIENCE_SECONDS),
         reraise=True,
     )
     return retrying(send)
+
+
+#: How many bytes of a ``put_stream``'s first batches are kept to send them again should the
+#: DAL refuse the stream as busy (``ReplayableStream``); the first batch is always kept.
+REPLAY_BYTES = 64 * 1024 * 1024
+
+
+class ReplayableStream:
+    """The requests of one client-streaming write (``KvClient.put_stream``), each made once
+    from the caller's iterable, and the first ones kept (``REPLAY_BYTES``) so the stream can
+    be sent again from its start when the DAL refuses it as busy. Both data planes refuse a
+    write as it arrives, before they read any of it, but gRPC takes requests from the
+    iterator meanwhile, and the caller's iterable cannot be read twice: such a stream
+    failed with the DAL's "send this one again after a pause", which its caller could not
+    do. Sending a batch again is safe whenever it happens (puts are idempotent), in the
+    order the batches came: a key's later value still wins."""
+
+    def __init__(self, items: Iterable[T], request: Callable[[T], Any], keep_bytes: int = REPLAY_BYTES) -> None:
+        self._items = iter(items)
+        self._request = request
+        self._kept: list[Any] = []
+        self._kept_bytes = 0
+        self._keep_bytes = keep_bytes
+        self._lock = threading.Lock()
+        #: whether every request taken so far is kept (the stream can be sent again)
+        self.replayable = True
+
+    def requests(self) -> Iterator[Any]:
+        """One sending of the stream: the kept requests, then new ones. An earlier sending's
+        thread (gRPC's, still taking one as its call ended) adds what it took to the kept
+        ones, which this one then sends: none is lost between the two."""
+        at = 0
+        while True:
+            with self._lock:
+                if at < len(self._kept):
+                    request = self._kept[at]
+                else:
+                    item = next(self._items, _END)
+                    if item is _END:
+                        return
+                    request = self._request(item)
+                    if self.replayable:
+                        self._kept_bytes += request.ByteSize()
+                        if self._kept and self._kept_bytes > self._keep_bytes:
+                            self.replayable = False
+                            self._kept = []
+                        else:
+                            self._kept.append(request)
+            at += 1
+            yield request
+
+
+_END: Any = object()
 
 
 class _Sent:

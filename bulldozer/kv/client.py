@@ -23,7 +23,7 @@ import grpc
 from bulldozer.errors import DalBusyError
 from bulldozer.kv import convert
 from bulldozer.kv._transports import GrpcTransport, InProcessTransport, Transport, translate
-from bulldozer.kv._writer import BatchWriter, WriteStats, sent_again_while_busy
+from bulldozer.kv._writer import BatchWriter, ReplayableStream, WriteStats, sent_again_while_busy
 from bulldozer.kv.convert import PRINCIPAL_KEY
 from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord, State, StoreInfo
 from bulldozer.kv.v1 import kv_pb2
@@ -246,12 +246,25 @@ class KvClient:
         batches: Iterable[Sequence[tuple[bytes, bytes]]],
         timeout: float = 3600.0,
     ) -> WriteStats:
-        """Many batches on one client stream."""
-        requests = (
-            kv_pb2.PutBatchRequest(namespace=namespace, records=[kv_pb2.KeyValue(key=k, value=v) for k, v in batch])
-            for batch in batches
-        )
-        response = self._t.client_stream(self._t.data, "PutStream", requests, timeout)
+        """Many batches on one client stream; sent again from its start while the DAL refuses
+        it as busy (as ``BatchWriter`` sends a batch again), its first batches kept for that
+        (``ReplayableStream``)."""
+
+        def request(batch: Sequence[tuple[bytes, bytes]]) -> kv_pb2.PutBatchRequest:
+            records = [kv_pb2.KeyValue(key=k, value=v) for k, v in batch]
+            return kv_pb2.PutBatchRequest(namespace=namespace, records=records)
+
+        stream = ReplayableStream(batches, request)
+
+        def send() -> Any:
+            return self._t.client_stream(self._t.data, "PutStream", stream.requests(), timeout)
+
+        try:
+            response = send()
+        except DalBusyError:
+            if not stream.replayable:
+                raise
+            response = sent_again_while_busy(send, again=lambda: stream.replayable)
         return WriteStats(response.batches, response.records, response.bytes)
 
     def writer(

@@ -118,6 +118,42 @@ def test_a_write_past_the_limit_is_refused_as_busy_and_the_writer_sends_it_again
         assert sealed.record_count == len(stored) and sealed.verified
 
 
+def test_a_stream_refused_as_busy_is_sent_again_from_its_first_batch(
+    dal: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    """``put_stream`` past the limit: refused as busy, the stream is sent again, its first
+    batches (which gRPC took from the caller's generator before the refusal came) included,
+    until the DAL takes it; every record is stored once. It failed with the busy error,
+    which its caller could not act on: the generator cannot be read twice."""
+    endpoint, _ = dal
+    with KvClient(endpoint) as client, grpc.insecure_channel(endpoint) as channel:
+        version = new_version_name("streamed")
+        client.create_namespace(version, "streamed")
+        held, stored, put = _all_taken(channel, version)
+        _busy(put)
+        records = [(b"s%06d" % i, b"streamed") for i in range(1_000)]
+        taken: list[int] = []
+
+        def batches() -> Iterator[list[tuple[bytes, bytes]]]:
+            for at in range(0, len(records), 250):
+                taken.append(at)
+                yield records[at : at + 250]
+
+        streamed: list[Any] = []
+        writer = threading.Thread(target=lambda: streamed.append(client.put_stream(version, batches())))
+        writer.start()
+        time.sleep(1.0)
+        assert writer.is_alive() and taken  # refused so far, still trying, and gRPC took batches
+        for stream in held:
+            assert stream.close().records == 1
+        writer.join(timeout=60)
+        [stats] = streamed
+        assert (stats.batches, stats.records) == (4, 1_000)
+        assert taken == [0, 250, 500, 750]  # the caller's generator was read once
+        sealed = seal_as_loaded(client, version, stored + records)  # every record stored once
+        assert sealed.record_count == len(stored) + len(records) and sealed.verified
+
+
 def _write(client: KvClient, version: str) -> int:
     with client.writer(version, batch_records=100, batch_bytes=1 << 20, in_flight=4) as writer:
         for i in range(1_000):
