@@ -88,18 +88,22 @@ class FaultyEngine(LoadEngine):
 
 class FlakyTransport(Transport):
     """``inner``, except that every batch after the first ``batches`` fails as a DAL gone
-    away would (BackendUnavailableError), and so does every call after that."""
+    away would (BackendUnavailableError), and so does every call after that (``refused``:
+    each unary call's method and timeout)."""
 
     def __init__(self, inner: Transport, batches: int) -> None:
         self.inner, self.left = inner, batches
         self.data, self.namespaces, self.aliases = inner.data, inner.namespaces, inner.aliases
         self.broken = False
+        self.refused: list[tuple[str, float]] = []
 
     def _check(self) -> None:
         if self.broken:
             raise BackendUnavailableError("the KV DAL is not reachable (injected)")
 
     def call(self, stub: Any, method: str, request: Any, timeout: float) -> Any:
+        if self.broken:
+            self.refused.append((method, timeout))
         self._check()
         return self.inner.call(stub, method, request, timeout)
 

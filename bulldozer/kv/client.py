@@ -187,8 +187,8 @@ class KvClient:
         response = self._t.call(self._t.data, "Ingest", kv_pb2.IngestRequest(namespace=name), timeout)
         return int(response.runs), int(response.records)
 
-    def mark_failed(self, name: str, reason: str) -> NamespaceRecord:
-        return self._ns("MarkFailed", kv_pb2.MarkFailedRequest(name=name, reason=reason))
+    def mark_failed(self, name: str, reason: str, timeout: float | None = None) -> NamespaceRecord:
+        return self._ns("MarkFailed", kv_pb2.MarkFailedRequest(name=name, reason=reason), timeout)
 
     def drop(self, name: str) -> NamespaceRecord:
         return self._ns("DropNamespace", kv_pb2.DropNamespaceRequest(name=name), 600.0)
@@ -202,8 +202,8 @@ class KvClient:
         target = kv_pb2.Target(alias=alias)
         return self._ns("DescribeNamespace", kv_pb2.DescribeNamespaceRequest(target=target))
 
-    def set_labels(self, name: str, labels: dict[str, str]) -> NamespaceRecord:
-        return self._ns("SetLabels", kv_pb2.SetLabelsRequest(name=name, labels=labels))
+    def set_labels(self, name: str, labels: dict[str, str], timeout: float | None = None) -> NamespaceRecord:
+        return self._ns("SetLabels", kv_pb2.SetLabelsRequest(name=name, labels=labels), timeout)
 
     def list_namespaces(
         self, alias: str | None = None, page_size: int = 0, states: Iterable[State] = ()

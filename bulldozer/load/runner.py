@@ -22,6 +22,7 @@ from typing import Any
 
 from bulldozer.codec.digest import duplicate_hashes
 from bulldozer.errors import (
+    BackendUnavailableError,
     BulldozerError,
     CatalogError,
     DuplicateKeyError,
@@ -120,6 +121,12 @@ STAGES = ("validate", "schema", "load", "verify", "flip", "retention")
 _LOADED_STATES = frozenset({State.SEALING, State.SEALED, State.ACTIVE, State.RETIRED})
 #: Failures a retry cannot fix: the version is marked FAILED at once.
 _FINAL = (LoadError, SchemaError, CatalogError, SpecError)
+#: how long a run failed by the DAL or its store not being reachable tries to record its
+#: failure (``JobRun.failed``): the record meets the same outage, most likely, and one that
+#: outlasts this leaves the version LOADING, which a resume finishes or gc drops. With the
+#: client's own timeout, the channel's retries of the record kept a run whose Redis stopped
+#: mid-load 16.6 s more before it failed (of 21.6 s from its write's failure to its end).
+UNREACHABLE_RECORD_SECONDS = 5.0
 
 
 class JobRun:
@@ -667,12 +674,14 @@ class JobRun:
         if not self.version_created and final and isinstance(exc, _FINAL):
             self.record_refusal()
         elif self.version_created:
+            bound = UNREACHABLE_RECORD_SECONDS if isinstance(exc, BackendUnavailableError) else None
             try:
                 if final and not self.flipped:
-                    self.client.mark_failed(record.version, record.error)
-                    self.client.set_labels(record.version, {STAGE_LABEL: "failed", RUN_LABEL: record.to_json()})
+                    self.client.mark_failed(record.version, record.error, bound)
+                    labels = {STAGE_LABEL: "failed", RUN_LABEL: record.to_json()}
+                    self.client.set_labels(record.version, labels, bound)
                 else:
-                    self.client.set_labels(record.version, {RUN_LABEL: record.to_json()})
+                    self.client.set_labels(record.version, {RUN_LABEL: record.to_json()}, bound)
             except BulldozerError as cleanup:  # the DAL may be the thing that failed
                 # a store gone or out of room refuses the record of its own failure too, for
                 # the same reason: the run's one error line says it already, and the version

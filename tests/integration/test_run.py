@@ -119,9 +119,13 @@ def test_a_dal_lost_mid_load_leaves_the_alias_and_the_version_loading(
     """A failure driven through the client's transport (the DAL goes away after a few
     batches): the run fails with one clear error (the DAL refusing the record of the
     failure too, for the same reason, is no second warning), the alias stays on the old
-    version, and the new one stays LOADING (a resume can finish it), never SEALED or live."""
+    version, and the new one stays LOADING (a resume can finish it), never SEALED or live.
+    The record is tried for ``UNREACHABLE_RECORD_SECONDS``, not the client's whole timeout:
+    a Redis stopped mid-load kept a run 16.6 s more before it failed, the channel retrying
+    the record against the same outage."""
     from bulldozer.errors import BackendUnavailableError
     from bulldozer.kv import KvDal, create_engine
+    from bulldozer.load.runner import UNREACHABLE_RECORD_SECONDS
     from tests.faults import FlakyTransport
 
     home = tmp_path / "h"
@@ -129,7 +133,8 @@ def test_a_dal_lost_mid_load_leaves_the_alias_and_the_version_loading(
     dal = KvDal(create_engine({"type": "memory"}))
     healthy = KvClient.in_process(dal)
     first = run_job(spec(), healthy, home=str(home))
-    flaky = KvClient.over(FlakyTransport(KvClient.in_process(dal).transport, batches=1), "flaky")
+    transport = FlakyTransport(KvClient.in_process(dal).transport, batches=1)
+    flaky = KvClient.over(transport, "flaky", timeout=60)
     with (
         caplog.at_level(logging.INFO, logger="bulldozer.run"),
         pytest.raises(BackendUnavailableError, match="not reachable"),
@@ -137,6 +142,7 @@ def test_a_dal_lost_mid_load_leaves_the_alias_and_the_version_loading(
         run_job(spec(), flaky, home=str(home))
     unrecorded = [r for r in caplog.records if r.getMessage().startswith("could not record the failure")]
     assert [r.levelno for r in unrecorded] == [logging.INFO], caplog.text
+    assert ("MarkFailed", UNREACHABLE_RECORD_SECONDS) in transport.refused, transport.refused
     assert healthy.get_alias("user_item_scores").namespace == first.version
     states = {n.name: n.state for n in healthy.list_namespaces("user_item_scores")}
     assert states.pop(first.version) == State.ACTIVE
