@@ -3,7 +3,8 @@
 * ``FaultyEngine`` wraps a load engine: after N rows it raises, or SIGKILLs, SIGTERMs or
   SIGHUPs its process.
 * ``FlakyTransport`` wraps a KV client's transport: the DAL becomes unreachable after N
-  batches (``KvClient.over(FlakyTransport(...), ...)``).
+  batches (``KvClient.over(FlakyTransport(...), ...)``); ``StalledTransport``, and its calls
+  hang a while first.
 * ``python -m tests.faults FAULT ARGS...`` runs ``bulldozer ARGS...`` with ``FAULT``
   injected into every run the command makes:
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -125,6 +127,27 @@ class FlakyTransport(Transport):
     def client_stream(self, stub: Any, method: str, requests: Iterator[Any], timeout: float) -> Any:
         self._check()
         return self.inner.client_stream(stub, method, requests, timeout)
+
+
+class StalledTransport(FlakyTransport):
+    """``FlakyTransport``, except that a unary call after the break hangs for ``stall``
+    seconds (or its timeout, if shorter) before it fails, as against a store that stopped
+    answering; ``stalled`` holds each such call's method, the labels it set, and when it
+    started and ended (``time.monotonic``)."""
+
+    def __init__(self, inner: Transport, batches: int, stall: float) -> None:
+        super().__init__(inner, batches)
+        self.stall = stall
+        self.stalled: list[tuple[str, frozenset[str], float, float]] = []
+
+    def call(self, stub: Any, method: str, request: Any, timeout: float) -> Any:
+        if not self.broken:
+            return super().call(stub, method, request, timeout)
+        started = time.monotonic()
+        time.sleep(min(self.stall, timeout))
+        labels = frozenset(getattr(request, "labels", {}))
+        self.stalled.append((method, labels, started, time.monotonic()))
+        return super().call(stub, method, request, timeout)
 
 
 class LostAnswerTransport(FlakyTransport):

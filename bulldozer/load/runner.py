@@ -126,6 +126,7 @@ _FINAL = (LoadError, SchemaError, CatalogError, SpecError)
 #: outlasts this leaves the version LOADING, which a resume finishes or gc drops. With the
 #: client's own timeout, the channel's retries of the record kept a run whose Redis stopped
 #: mid-load 16.6 s more before it failed (of 21.6 s from its write's failure to its end).
+#: The heartbeat's last beat is tried meanwhile, within the same seconds.
 UNREACHABLE_RECORD_SECONDS = 5.0
 
 
@@ -657,11 +658,26 @@ class JobRun:
         """Record the failure; mark the version FAILED unless a retry of the stage may still
         succeed. Returns what to raise: ``exc``; the interruption ``exc`` was raised while
         unwinding from (``interrupts.unwound_from``); or one line saying the version was
-        dropped under the run (its writes say only that the namespace does not exist)."""
-        self.stop_beating()
+        dropped under the run (its writes say only that the namespace does not exist).
+        Failed by an unreachable DAL or store, the heartbeat's last beat and the record are
+        tried at once, ``UNREACHABLE_RECORD_SECONDS`` for both: one after the other, the beat
+        kept such a run 5 s more before it failed."""
         # an error a library's clean-up raised as an interruption unwound: the interruption
         # stopped the run (its line, its record), not that error
         exc = unwound_from(exc) or exc
+        if not isinstance(exc, BackendUnavailableError) or self.heartbeat is None:
+            self.stop_beating()
+            return self._record_failure(exc, final)
+        heartbeat, self.heartbeat = self.heartbeat, None
+        heartbeat.end()
+        until = time.monotonic() + UNREACHABLE_RECORD_SECONDS
+        try:
+            return self._record_failure(exc, final)
+        finally:
+            heartbeat.wait_ended(until - time.monotonic())
+
+    def _record_failure(self, exc: BaseException, final: bool) -> BaseException:
+        """``failed``, the heartbeat stopped or ending (``exc`` unwound)."""
         record = self.record
         record.outcome = "failed"
         record.finished = _now()

@@ -361,6 +361,8 @@ HEARTBEAT_EVERY_SECONDS = 30.0
 #: four beats. Taking a live run for a dead one fails that run (its version is dropped, or
 #: resumed beside it), never makes a wrong version live.
 ALIVE_WITHIN = timedelta(minutes=2)
+#: how long a run's end waits for its heartbeat's last beat (``Heartbeat.stop``)
+LAST_BEAT_WAIT_SECONDS = 5.0
 #: the states a run makes a version through (LOADING to SEALED, before its flip)
 MADE_IN = frozenset({State.LOADING, State.SEALING, State.SEALED})
 
@@ -477,11 +479,18 @@ class Heartbeat:
             self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, wait: float = LAST_BEAT_WAIT_SECONDS) -> None:
         """Stop beating (the last beat says the run ended); returns once it is written, or
-        after 5 s (a DAL that hangs; the run's own call says so). A late beat changes only
-        its label: the DAL writes one version's labels one request at a time, and a FAILED
-        or live version's heartbeat is not read."""
+        after ``wait`` seconds (a DAL that hangs; the run's own call says so). A late beat
+        changes only its label: the DAL writes one version's labels one request at a time,
+        and a FAILED or live version's heartbeat is not read."""
+        self.end()
+        self.wait_ended(wait)
+
+    def end(self) -> None:
+        """Have the last beat written, on the heartbeat's own thread, without waiting for it
+        (``wait_ended``): a run failed by an unreachable store records its failure meanwhile,
+        both meeting the same outage at once rather than one after the other."""
         if self._thread is None or self._stopped.is_set():
             return
         self._stopped.set()
@@ -489,7 +498,11 @@ class Heartbeat:
             left = _BEATING.pop(self.version, 1) - 1
             if left:
                 _BEATING[self.version] = left
-        self._thread.join(timeout=5.0)
+
+    def wait_ended(self, timeout: float) -> None:
+        """Wait at most ``timeout`` seconds for the last beat ``end`` asked for."""
+        if self._thread is not None:
+            self._thread.join(timeout=max(0.0, timeout))
 
     def _beat(self) -> None:
         while True:

@@ -149,6 +149,28 @@ def test_a_dal_lost_mid_load_leaves_the_alias_and_the_version_loading(
     assert list(states.values()) == [State.LOADING]
 
 
+def test_a_run_failed_by_a_stalled_store_ends_its_heartbeat_while_it_records_the_failure(tmp_path: Path) -> None:
+    """A store that stops answering mid-load: the heartbeat's last beat and the record of
+    the failure are tried at once, each meeting the same outage, not one after the other
+    (the beat kept a run whose Redis stopped 5 s more before it failed)."""
+    from bulldozer.errors import BackendUnavailableError
+    from bulldozer.kv import KvDal, create_engine
+    from bulldozer.versioning.run_state import HEARTBEAT_LABEL
+    from tests.faults import StalledTransport
+
+    home = tmp_path / "h"
+    create_sample_warehouse(home, rows=30_000, chunk_rows=10_000)
+    dal = KvDal(create_engine({"type": "memory"}))
+    transport = StalledTransport(KvClient.in_process(dal).transport, batches=1, stall=1.0)
+    with pytest.raises(BackendUnavailableError, match="not reachable"):
+        run_job(spec(), KvClient.over(transport, "stalled", timeout=60), home=str(home))
+    beats = [(start, end) for method, labels, start, end in transport.stalled if HEARTBEAT_LABEL in labels]
+    records = [(start, end) for method, _, start, end in transport.stalled if method == "MarkFailed"]
+    assert len(beats) == 1 and len(records) == 1, transport.stalled
+    (beat_start, beat_end), (record_start, record_end) = beats[0], records[0]
+    assert beat_start < record_end and record_start < beat_end, transport.stalled  # at once
+
+
 def test_a_create_whose_answer_was_lost_is_the_runs_own(tmp_path: Path) -> None:
     """The channel retries a CreateNamespace answered UNAVAILABLE, so a create the DAL made
     whose answer was lost comes back "already exists": the run recognises the version as its
