@@ -128,11 +128,11 @@ def namespace_drop(
         named = _named(client, name)
         name = named.name
         if not yes and not as_json:
-            from bulldozer.kv.types import State, utcnow
+            from bulldozer.kv.types import State
             from bulldozer.versioning.run_state import being_made_by
 
             busy = ""
-            if (maker := being_made_by(named, utcnow())) is not None:
+            if (maker := being_made_by(named, client.now())) is not None:
                 busy = f" ({named.state.value}: a run is making it now, {maker}; that run fails)"
             elif named.state in (State.LOADING, State.SEALING):
                 busy = f" ({named.state.value}: no run has been heard from making it)"
@@ -334,12 +334,14 @@ def gc(
         by_alias: dict[str, list[NamespaceRecord]] = {}
         for n in client.list_namespaces(states=HELD):  # as a run's retention: dropped ones have nothing left
             by_alias.setdefault(n.alias, []).append(n)
+        now = client.now()  # the DAL's: the clock the versions' ages are told on
         for alias, records in sorted(by_alias.items()):
             own = alias_retention(records) or Retention()  # the job's, else the spec's defaults
             plan = plan_retention(
                 records,
                 own.keep_versions if keep is None else keep,
                 own.grace_period if grace_period is None else grace_period,
+                now,
             )
             if plan.drop:
                 dropped[alias] = plan.drop

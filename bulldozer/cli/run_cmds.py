@@ -483,9 +483,10 @@ def runs(
     fmt = output_format(output, as_json)
     with open_client(endpoint, home, fmt is Format.json) as client:
         namespaces = client.list_namespaces(alias)
+        now = client.now()  # the DAL's: a run not heard from for a while is told stopped on it
     rows: list[dict[str, Any]] = []
     for ns in list(reversed(namespaces))[:limit]:
-        run = run_record_of(ns)
+        run = run_record_of(ns, now)
         rows.append({"version": ns.name, "state": ns.state.value, **(asdict(run) if run else {})})
     columns = [
         Column.version("version", "version"),

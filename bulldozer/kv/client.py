@@ -16,6 +16,7 @@ import getpass
 import socket
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import grpc
@@ -25,7 +26,7 @@ from bulldozer.kv import convert
 from bulldozer.kv._transports import GrpcTransport, InProcessTransport, Transport, translate
 from bulldozer.kv._writer import BatchWriter, ReplayableStream, WriteStats, sent_again_while_busy
 from bulldozer.kv.convert import PRINCIPAL_KEY
-from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord, State, StoreInfo
+from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord, State, StoreInfo, utcnow
 from bulldozer.kv.v1 import kv_pb2
 
 __all__ = ["BatchWriter", "KvClient", "WriteStats"]
@@ -45,6 +46,9 @@ def _batch_get_result(response: kv_pb2.BatchGetResponse) -> tuple[str, list[byte
 
 class KvClient:
     """A client of one KV DAL."""
+
+    #: how far the DAL's clock is ahead of this machine's (``now``), once measured
+    _dal_offset: timedelta | None = None
 
     def __init__(
         self,
@@ -121,6 +125,27 @@ class KvClient:
         except UnimplementedError:
             return None
         return convert.store_info_from(info)
+
+    def now(self) -> datetime:
+        """The DAL's clock now: this machine's, moved by how far the DAL's is ahead of it, as
+        ``DescribeStore`` said once (its answer taken as given half way through the call).
+        The ages of what the store records — a run's heartbeat, a state change — are read on
+        it, so a runner and a ``gc`` on machines whose clocks disagree agree on them (one
+        minutes behind took a live run for a dead one). This machine's own clock when the DAL
+        does not say (an older release); a DAL that does not answer raises, as any call."""
+        offset = self._dal_offset
+        if offset is None:
+            from bulldozer.errors import UnimplementedError
+
+            before = utcnow()
+            try:
+                info = self._t.call(self._t.namespaces, "DescribeStore", kv_pb2.DescribeStoreRequest(), self.timeout)
+            except UnimplementedError:
+                info = kv_pb2.StoreInfo()
+            after = utcnow()
+            said = info.now.ToDatetime(tzinfo=UTC) if info.HasField("now") else None
+            offset = self._dal_offset = timedelta(0) if said is None else said - (before + (after - before) / 2)
+        return utcnow() + offset
 
     def _ns(self, method: str, request: Any, timeout: float | None = None) -> NamespaceRecord:
         return convert.record_from_info(self._t.call(self._t.namespaces, method, request, timeout or self.timeout))

@@ -142,16 +142,16 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engi
     # made it live retired the version before it, at the same generation and time)
     from dataclasses import replace
 
-    from bulldozer.kv.types import State, utcnow
+    from bulldozer.kv.types import State
 
-    now = utcnow()
+    now = client.now()  # the DAL's: the clock the versions' ages are told on
     after = [
         replace(v, state=State.RETIRED, state_changed=now, alias_generation=v.alias_generation + 1)
         if live and v.name == live.name
         else v
         for v in versions
     ]
-    keep = plan_retention(after, retention.keep_versions, retention.grace_period)
+    keep = plan_retention(after, retention.keep_versions, retention.grace_period, now)
     differences = [asdict(d) for d in job.compat.differences] if job.compat else []
     return RunPlan(
         job=spec.metadata.name,

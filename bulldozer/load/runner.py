@@ -42,7 +42,7 @@ from bulldozer.errors import (
 )
 from bulldozer.interrupts import unwound_from
 from bulldozer.kv.client import KvClient
-from bulldozer.kv.types import NamespaceRecord, State, utcnow
+from bulldozer.kv.types import NamespaceRecord, State
 from bulldozer.lineage import lineage_for
 from bulldozer.load.delta import DeltaChanges, DeltaPlan, apply_delta, base_duplicates, plan_delta
 from bulldozer.load.engines import LoadEngine, LoadPlan, LoadResult, SplitResult, create_load_engine
@@ -313,7 +313,7 @@ class JobRun:
                     f"cannot resume {resume!r}: it is {existing.state.value} (alias {existing.alias!r}); "
                     "only a LOADING version of this job (or one whose seal was interrupted, SEALING) can be resumed"
                 )
-            refuse_if_being_made(existing)
+            refuse_if_being_made(existing, client.now())
             if (mixed := self.mixes_with(existing)) is not None:
                 raise NamespaceStateError(
                     f"cannot resume {resume!r}: {mixed}, and a version resumed now would hold records of both; "
@@ -382,7 +382,8 @@ class JobRun:
         ``gc`` leave a version alone while the run making it beats."""
         if self.heartbeat is None:
             version, client = self.record.version, self.client
-            self.heartbeat = Heartbeat(version, lambda labels: client.set_labels(version, labels)).start()
+            self.heartbeat = Heartbeat(version, lambda labels: client.set_labels(version, labels), clock=client.now)
+            self.heartbeat.start()
 
     def stop_beating(self) -> None:
         """Stop the heartbeat (before the run's last word on its version); idempotent."""
@@ -845,13 +846,13 @@ def run_job(
         run.stop_beating()
 
 
-def refuse_if_being_made(version: NamespaceRecord) -> None:
+def refuse_if_being_made(version: NamespaceRecord, now: datetime) -> None:
     """Refuse to take up ``version`` while another run is making it (its heartbeat is
-    fresh, ``run_state.being_made``): two runs loading one version fail each other (the
-    first to seal freezes it under the other, which marks it FAILED). A run killed on this
-    machine is known to have ended at once; one elsewhere, once it has been silent for
-    ``ALIVE_WITHIN``."""
-    if (maker := being_made_by(version, utcnow())) is not None:
+    fresh at ``now``, the DAL's time: ``run_state.being_made``): two runs loading one
+    version fail each other (the first to seal freezes it under the other, which marks it
+    FAILED). A run killed on this machine is known to have ended at once; one elsewhere,
+    once it has been silent for ``ALIVE_WITHIN``."""
+    if (maker := being_made_by(version, now)) is not None:
         raise NamespaceStateError(
             f"cannot resume {version.name!r}: a run is making it now ({maker}); resume it once that run has "
             f"ended, or has been silent for {int(ALIVE_WITHIN.total_seconds() // 60)} minutes"
@@ -938,7 +939,7 @@ def _run_one_stage(
                 return run.record
             earlier = find_run_version(client, run.spec.alias, run_key) if run_key else None
             if earlier is not None and earlier.state in (State.LOADING, State.SEALING):
-                refuse_if_being_made(earlier)  # an earlier attempt still at it (a task taken for lost)
+                refuse_if_being_made(earlier, client.now())  # an earlier attempt still at it (a task taken for lost)
             if earlier is not None and earlier.state == State.LOADING and not base_copied(earlier):
                 # the first attempt was killed while the DAL made its version from a base: a new one
                 client.mark_failed(earlier.name, f"its copy of the base {earlier.base} was interrupted")

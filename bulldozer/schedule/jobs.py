@@ -175,7 +175,8 @@ def _fill_state(info: JobInfo, loaded: LoadedSpec, home: str | None) -> None:
         info.store = client.store
         live = live_version(client, info.alias)
         info.current_version = live.name if live else ""
-        runs = [(v, run) for v in client.list_namespaces(info.alias) if (run := run_record_of(v)) is not None]
+        versions, now = client.list_namespaces(info.alias), client.now()  # a stopped run is told on the DAL's clock
+        runs = [(v, run) for v in versions if (run := run_record_of(v, now)) is not None]
         if runs:
             newest, run = runs[-1]
             info.last_run = {

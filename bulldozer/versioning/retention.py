@@ -51,7 +51,8 @@ def plan_retention(
     protect: frozenset[str] = frozenset(),
 ) -> RetentionPlan:
     """What retention would do to one alias's versions (``protect``: names never dropped,
-    e.g. the version a run is loading right now)."""
+    e.g. the version a run is loading right now) at ``now``: the DAL's time
+    (``KvClient.now``), on which its records' state changes and runs' heartbeats are told."""
     now = now or utcnow()
     plan = RetentionPlan()
     retired = sorted((r for r in records if r.state == State.RETIRED), key=lambda r: r.retired_order, reverse=True)
@@ -77,7 +78,7 @@ def apply_retention(
     client: KvClient, alias: str, keep_versions: int, grace_period: timedelta, protect: frozenset[str] = frozenset()
 ) -> RetentionPlan:
     held = client.list_namespaces(alias, states=HELD)  # a dropped version has nothing left to drop
-    plan = plan_retention(held, keep_versions, grace_period, protect=protect)
+    plan = plan_retention(held, keep_versions, grace_period, client.now(), protect)
     for name in plan.drop:
         client.drop(name)
     return plan

@@ -399,8 +399,9 @@ class Beat:
     boot: str = ""
 
     @classmethod
-    def now(cls, ended: bool = False) -> Beat:
-        return cls(utcnow(), socket.gethostname(), _pid_namespace(), os.getpid(), ended, _boot_id())
+    def now(cls, ended: bool = False, clock: Callable[[], datetime] = utcnow) -> Beat:
+        """A beat of this process at ``clock``'s time (a run's: its DAL's, ``KvClient.now``)."""
+        return cls(clock(), socket.gethostname(), _pid_namespace(), os.getpid(), ended, _boot_id())
 
     def to_json(self) -> str:
         data: dict[str, object] = {"at": self.at.isoformat(), "host": self.host, "pid_ns": self.pid_namespace}
@@ -461,13 +462,19 @@ class Heartbeat:
     writes a ``Beat`` (``HEARTBEAT_LABEL``, through ``write``: its labels) at once and every
     ``every`` seconds, and a last one marked ``ended`` as it stops, so that retention,
     ``gc`` and a resume can tell a version a run is making — a Spark load of a day, a seal
-    measuring billions of records — from one a run left (``being_made``). A write that fails
-    is logged and tried again at the next beat; the run's own errors say what went wrong."""
+    measuring billions of records — from one a run left (``being_made``). A beat's time is
+    ``clock``'s: a run's is its DAL's (``KvClient.now``), the clock its readers read its age
+    on. A write that fails is logged and tried again at the next beat; the run's own errors
+    say what went wrong."""
 
     def __init__(
-        self, version: str, write: Callable[[dict[str, str]], object], every: float = HEARTBEAT_EVERY_SECONDS
+        self,
+        version: str,
+        write: Callable[[dict[str, str]], object],
+        every: float = HEARTBEAT_EVERY_SECONDS,
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
-        self.version, self._write, self._every = version, write, every
+        self.version, self._write, self._every, self._clock = version, write, every, clock
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -508,7 +515,7 @@ class Heartbeat:
         while True:
             ended = self._stopped.is_set()
             try:
-                self._write({HEARTBEAT_LABEL: Beat.now(ended).to_json()})
+                self._write({HEARTBEAT_LABEL: Beat.now(ended, self._clock).to_json()})
             except Exception as exc:  # the DAL away for a moment, the version gone: the run will say
                 log.debug("the run's heartbeat was not written: %s", exc)
             if ended:

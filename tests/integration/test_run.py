@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import date, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -169,6 +169,41 @@ def test_a_run_failed_by_a_stalled_store_ends_its_heartbeat_while_it_records_the
     assert len(beats) == 1 and len(records) == 1, transport.stalled
     (beat_start, beat_end), (record_start, record_end) = beats[0], records[0]
     assert beat_start < record_end and record_start < beat_end, transport.stalled  # at once
+
+
+def test_gc_on_a_machine_whose_clock_is_ahead_leaves_a_live_runs_version_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run beats on its DAL's clock and gc reads the beat's age on it too: gc on a machine
+    whose clock is ten minutes ahead of the runner's keeps the version the run is loading
+    (grace period 0), where it took the run for dead by its own clock and dropped it."""
+    from bulldozer.kv import KvDal, create_engine
+    from bulldozer.versioning.retention import apply_retention
+    from bulldozer.versioning.run_state import HEARTBEAT_LABEL
+
+    home = tmp_path / "h"
+    create_sample_warehouse(home, rows=30_000, chunk_rows=10_000)
+    dal = KvDal(create_engine({"type": "memory"}))
+    runner = KvClient.in_process(dal)
+    plans: list[tuple[str, Any]] = []
+
+    def gc_meanwhile(done: int, total: int) -> None:
+        loading = [n for n in runner.list_namespaces("user_item_scores") if n.state == State.LOADING]
+        if plans or not loading or HEARTBEAT_LABEL not in loading[0].labels:
+            return
+        with monkeypatch.context() as ahead:  # the gc's machine, its clock ten minutes ahead
+            shifted = lambda: datetime.now(UTC) + timedelta(minutes=10)  # noqa: E731
+            ahead.setattr("bulldozer.kv.client.utcnow", shifted)
+            ahead.setattr("bulldozer.versioning.retention.utcnow", shifted)
+            plans.append(
+                (loading[0].name, apply_retention(KvClient.in_process(dal), "user_item_scores", 1, timedelta(0)))
+            )
+
+    record = run_job(spec(), runner, home=str(home), progress=gc_meanwhile)
+    assert plans, "gc did not run during the load"
+    ((loading, plan),) = plans
+    assert loading == record.version and loading in plan.keep and not plan.drop, plan
+    assert record.outcome == "succeeded" and runner.get_alias("user_item_scores").namespace == record.version
 
 
 def test_a_create_whose_answer_was_lost_is_the_runs_own(tmp_path: Path) -> None:

@@ -211,3 +211,43 @@ def test_a_run_that_ended_is_not_alive_though_its_process_is() -> None:
     # its end not written (the DAL was away as it stopped): this process knows it beats no more
     version.labels[HEARTBEAT_LABEL] = Beat.now().to_json()
     assert not being_made(version, utcnow())
+
+
+def test_a_client_tells_time_on_its_dals_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``KvClient.now`` is the DAL's clock (``DescribeStore`` says it), not this machine's,
+    and a run's heartbeat is written on it: a beat on it is alive for a reader on another
+    machine, whose clock is ten minutes off this one's, where a beat on the writer's own
+    clock is taken for a dead run's."""
+    from bulldozer.kv import KvClient
+    from bulldozer.versioning.run_state import being_made
+
+    dal = KvDal(MemoryEngine())
+    ahead = timedelta(minutes=10)
+    monkeypatch.setattr("bulldozer.kv.server.servicer.utcnow", lambda: utcnow() + ahead)  # the DAL's machine
+    writer, reader = KvClient.in_process(dal), KvClient.in_process(dal)
+    assert abs(writer.now() - (utcnow() + ahead)) < timedelta(seconds=1)
+    name = new_version_name("scores")
+    dal.create_namespace(name, "scores")
+    Heartbeat(name, lambda labels: dal.set_labels(name, labels), every=3600, clock=writer.now).start().stop()
+    beat = beat_of(dal.describe(name))
+    assert beat is not None and abs(beat.at - (utcnow() + ahead)) < timedelta(seconds=1)
+
+    def elsewhere(at: datetime) -> NamespaceRecord:  # a beat of a live process on another machine
+        return NamespaceRecord(
+            name, "scores", labels={HEARTBEAT_LABEL: Beat(at, "elsewhere", "pid:[1]", 4242).to_json()}
+        )
+
+    assert being_made(elsewhere(writer.now()), reader.now())
+    assert not being_made(elsewhere(utcnow()), reader.now())  # the writer's own clock: ten minutes behind
+
+
+def test_a_dal_that_does_not_say_its_clock_leaves_a_client_on_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A DAL of a release before ``StoreInfo.now``: the client tells time on its own clock."""
+    from bulldozer.kv import KvClient, convert
+    from bulldozer.kv.server.servicer import NamespacesServicer
+
+    monkeypatch.setattr(
+        NamespacesServicer, "DescribeStore", lambda self, request, context: convert.store_info(self.dal.store_info())
+    )
+    monkeypatch.setattr("bulldozer.kv.server.servicer.utcnow", lambda: utcnow() + timedelta(minutes=10))
+    assert abs(KvClient.in_process(KvDal(MemoryEngine())).now() - utcnow()) < timedelta(seconds=1)

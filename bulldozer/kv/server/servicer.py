@@ -12,6 +12,7 @@ import grpc
 from bulldozer.kv import convert
 from bulldozer.kv.convert import PRINCIPAL_KEY
 from bulldozer.kv.server.rules import KvDal
+from bulldozer.kv.types import utcnow
 from bulldozer.kv.v1 import kv_pb2, kv_pb2_grpc
 
 __all__ = ["AliasesServicer", "DataServicer", "NamespacesServicer", "principal_of"]
@@ -168,7 +169,9 @@ class NamespacesServicer(kv_pb2_grpc.KvNamespacesServicer):
         return convert.namespace_info(self.dal.drop(request.name))
 
     def DescribeStore(self, request: kv_pb2.DescribeStoreRequest, context: grpc.ServicerContext) -> kv_pb2.StoreInfo:
-        return convert.store_info(self.dal.store_info())
+        info = convert.store_info(self.dal.store_info())
+        info.now.CopyFrom(convert.timestamp(utcnow()))  # the clock a client reads ages on (KvClient.now)
+        return info
 
     def DescribeNamespace(
         self, request: kv_pb2.DescribeNamespaceRequest, context: grpc.ServicerContext

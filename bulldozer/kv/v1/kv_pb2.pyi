@@ -1010,6 +1010,7 @@ class StoreInfo(_message.Message):
     BASE_COPY_FIELD_NUMBER: _builtins.int
     MAX_KEY_BYTES_FIELD_NUMBER: _builtins.int
     MAX_VALUE_BYTES_FIELD_NUMBER: _builtins.int
+    NOW_FIELD_NUMBER: _builtins.int
     engine: _builtins.str
     """The storage engine: embedded, redis, cassandra or memory."""
     base_copy: Global___BaseCopy.ValueType
@@ -1018,6 +1019,13 @@ class StoreInfo(_message.Message):
     larger record itself, naming its row, instead of sending a batch the DAL refuses.
     """
     max_value_bytes: _builtins.int
+    @_builtins.property
+    def now(self) -> _timestamp_pb2.Timestamp:
+        """The DAL's clock as it answered. A client reads the age of what the store records
+        (a run's heartbeat, a state change) on this clock, not its own: a runner or a gc on a
+        machine whose clock is minutes off would otherwise take a live run for a dead one.
+        """
+
     def __init__(
         self,
         *,
@@ -1025,10 +1033,11 @@ class StoreInfo(_message.Message):
         base_copy: Global___BaseCopy.ValueType = ...,
         max_key_bytes: _builtins.int = ...,
         max_value_bytes: _builtins.int = ...,
+        now: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["now", b"now"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_copy", b"base_copy", "engine", b"engine", "max_key_bytes", b"max_key_bytes", "max_value_bytes", b"max_value_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_copy", b"base_copy", "engine", b"engine", "max_key_bytes", b"max_key_bytes", "max_value_bytes", b"max_value_bytes", "now", b"now"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
