@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import getpass
 import socket
+import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -31,6 +32,10 @@ from bulldozer.kv.v1 import kv_pb2
 
 __all__ = ["BatchWriter", "KvClient", "WriteStats"]
 
+#: how long ``KvClient.now`` takes the DAL's clock to be as far from this machine's as it
+#: measured, before it asks again
+CLOCK_OFFSET_SECONDS = 600.0
+
 
 def _default_principal() -> str:
     try:
@@ -47,8 +52,9 @@ def _batch_get_result(response: kv_pb2.BatchGetResponse) -> tuple[str, list[byte
 class KvClient:
     """A client of one KV DAL."""
 
-    #: how far the DAL's clock is ahead of this machine's (``now``), once measured
-    _dal_offset: timedelta | None = None
+    #: how far the DAL's clock is ahead of this machine's (``now``), and when it was measured
+    #: (``time.monotonic``)
+    _dal_offset: tuple[timedelta, float] | None = None
 
     def __init__(
         self,
@@ -128,13 +134,14 @@ class KvClient:
 
     def now(self) -> datetime:
         """The DAL's clock now: this machine's, moved by how far the DAL's is ahead of it, as
-        ``DescribeStore`` said once (its answer taken as given half way through the call).
+        ``DescribeStore`` said (its answer taken as given half way through the call; asked
+        again after ``CLOCK_OFFSET_SECONDS``, as either clock may be set right meanwhile).
         The ages of what the store records — a run's heartbeat, a state change — are read on
         it, so a runner and a ``gc`` on machines whose clocks disagree agree on them (one
         minutes behind took a live run for a dead one). This machine's own clock when the DAL
         does not say (an older release); a DAL that does not answer raises, as any call."""
-        offset = self._dal_offset
-        if offset is None:
+        known = self._dal_offset
+        if known is None or time.monotonic() - known[1] > CLOCK_OFFSET_SECONDS:
             from bulldozer.errors import UnimplementedError
 
             before = utcnow()
@@ -144,8 +151,9 @@ class KvClient:
                 info = kv_pb2.StoreInfo()
             after = utcnow()
             said = info.now.ToDatetime(tzinfo=UTC) if info.HasField("now") else None
-            offset = self._dal_offset = timedelta(0) if said is None else said - (before + (after - before) / 2)
-        return utcnow() + offset
+            offset = timedelta(0) if said is None else said - (before + (after - before) / 2)
+            known = self._dal_offset = (offset, time.monotonic())
+        return utcnow() + known[0]
 
     def _ns(self, method: str, request: Any, timeout: float | None = None) -> NamespaceRecord:
         return convert.record_from_info(self._t.call(self._t.namespaces, method, request, timeout or self.timeout))

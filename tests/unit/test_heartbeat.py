@@ -239,6 +239,11 @@ def test_a_client_tells_time_on_its_dals_clock(monkeypatch: pytest.MonkeyPatch) 
 
     assert being_made(elsewhere(writer.now()), reader.now())
     assert not being_made(elsewhere(utcnow()), reader.now())  # the writer's own clock: ten minutes behind
+    # the DAL's clock set right: a client asks again once its measure is CLOCK_OFFSET_SECONDS old
+    monkeypatch.setattr("bulldozer.kv.server.servicer.utcnow", utcnow)
+    assert abs(writer.now() - (utcnow() + ahead)) < timedelta(seconds=1)
+    monkeypatch.setattr("bulldozer.kv.client.CLOCK_OFFSET_SECONDS", 0.0)
+    assert abs(writer.now() - utcnow()) < timedelta(seconds=1)
 
 
 def test_a_dal_that_does_not_say_its_clock_leaves_a_client_on_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
