@@ -35,14 +35,15 @@ def size(n: int) -> str:
     return f"{value:,.1f} TiB"  # pragma: no cover
 
 
-def _version_row(n: NamespaceRecord) -> dict[str, Any]:
-    run = run_record_of(n)
+def _version_row(n: NamespaceRecord, now: datetime) -> dict[str, Any]:
+    """A version's row at ``now``, the DAL's time (``KvClient.now``): what its ages are told on."""
+    run = run_record_of(n, now)
     return {
         "name": n.name,
         "short": short_version(n.name),
         "state": n.state.value,
         "created": n.created,
-        "age": age(n.created),
+        "age": age(n.created, now),
         "snapshot_id": n.snapshot_id,
         "records": n.record_count,
         "size": size(n.bytes),
@@ -58,7 +59,7 @@ def _version_row(n: NamespaceRecord) -> dict[str, Any]:
 def aliases_page(client: KvClient) -> list[dict[str, Any]]:
     """Every alias with its live version, the version's age, records and size."""
     versions = {n.name: n for n in client.list_namespaces()}
-    rows = []
+    now, rows = client.now(), []
     for a in sorted(client.list_aliases(), key=lambda a: a.alias):
         live = versions.get(a.namespace)
         rows.append(
@@ -66,7 +67,7 @@ def aliases_page(client: KvClient) -> list[dict[str, Any]]:
                 "alias": a.alias,
                 "version": a.namespace,
                 "short": short_version(a.namespace),
-                "changed": age(a.updated),
+                "changed": age(a.updated, now),
                 "records": live.record_count if live else 0,
                 "size": size(live.bytes) if live else "-",
                 "pinned": a.pinned,
@@ -78,10 +79,11 @@ def aliases_page(client: KvClient) -> list[dict[str, Any]]:
 
 def alias_page(client: KvClient, alias: str) -> dict[str, Any]:
     """An alias: where it points, its versions (newest first) and its history."""
-    record = client.get_alias(alias)
-    versions = [_version_row(n) for n in reversed(client.list_namespaces(alias))]
+    record, now = client.get_alias(alias), client.now()
+    versions = [_version_row(n, now) for n in reversed(client.list_namespaces(alias))]
     history = [
-        {**c.to_json(), "age": age(c.time), "from_short": short_version(c.from_namespace) if c.from_namespace else "-",
+        {**c.to_json(), "age": age(c.time, now),
+         "from_short": short_version(c.from_namespace) if c.from_namespace else "-",
          "to_short": short_version(c.to_namespace)}
         for c in client.alias_history(alias, 50)
     ]  # fmt: skip
@@ -101,9 +103,9 @@ def version_page(client: KvClient, alias: str, ref: str) -> tuple[NamespaceRecor
     the ``.proto`` it was written with."""
     from bulldozer.schema.render import render_descriptor
 
-    n = client.describe_target(f"{alias}@{ref}")
-    run = run_record_of(n)
-    data = _version_row(n)
+    n, now = client.describe_target(f"{alias}@{ref}"), client.now()
+    run = run_record_of(n, now)
+    data = _version_row(n, now)
     data.update(
         alias=alias,
         state_changed=n.state_changed,
