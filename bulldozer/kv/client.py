@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import logging
 import socket
 import time
 from collections import deque
@@ -35,6 +36,9 @@ __all__ = ["BatchWriter", "KvClient", "WriteStats"]
 #: how long ``KvClient.now`` takes the DAL's clock to be as far from this machine's as it
 #: measured, before it asks again
 CLOCK_OFFSET_SECONDS = 600.0
+#: clocks further apart than this are said in a warning (``KvClient.now``): machines that keep
+#: time (NTP) are milliseconds apart
+CLOCK_SKEW_WARNING_SECONDS = 30.0
 
 
 def _default_principal() -> str:
@@ -153,6 +157,14 @@ class KvClient:
             said = info.now.ToDatetime(tzinfo=UTC) if info.HasField("now") else None
             offset = timedelta(0) if said is None else said - (before + (after - before) / 2)
             known = self._dal_offset = (offset, time.monotonic())
+            if abs(offset.total_seconds()) > CLOCK_SKEW_WARNING_SECONDS:
+                logging.getLogger("bulldozer.kv.client").warning(
+                    "this machine's clock is %.0f s %s the clock of the KV DAL at %s: heartbeats and ages are told "
+                    "on the DAL's clock, but have this machine keep time (NTP)",
+                    abs(offset.total_seconds()),
+                    "behind" if offset > timedelta(0) else "ahead of",
+                    self.store,
+                )
         return utcnow() + known[0]
 
     def _ns(self, method: str, request: Any, timeout: float | None = None) -> NamespaceRecord:

@@ -4,6 +4,7 @@ beats, and counts a killed run's grace period from its last beat."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -213,7 +214,9 @@ def test_a_run_that_ended_is_not_alive_though_its_process_is() -> None:
     assert not being_made(version, utcnow())
 
 
-def test_a_client_tells_time_on_its_dals_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_client_tells_time_on_its_dals_clock(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """``KvClient.now`` is the DAL's clock (``DescribeStore`` says it), not this machine's,
     and a run's heartbeat is written on it: a beat on it is alive for a reader on another
     machine, whose clock is ten minutes off this one's, where a beat on the writer's own
@@ -225,7 +228,10 @@ def test_a_client_tells_time_on_its_dals_clock(monkeypatch: pytest.MonkeyPatch) 
     ahead = timedelta(minutes=10)
     monkeypatch.setattr("bulldozer.kv.server.servicer.utcnow", lambda: utcnow() + ahead)  # the DAL's machine
     writer, reader = KvClient.in_process(dal), KvClient.in_process(dal)
-    assert abs(writer.now() - (utcnow() + ahead)) < timedelta(seconds=1)
+    with caplog.at_level(logging.WARNING, logger="bulldozer.kv.client"):
+        assert abs(writer.now() - (utcnow() + ahead)) < timedelta(seconds=1)
+    (said,) = [r.getMessage() for r in caplog.records]  # the operator is told, once
+    assert said.startswith("this machine's clock is 600 s behind the clock of the KV DAL at in-process"), said
     name = new_version_name("scores")
     dal.create_namespace(name, "scores")
     Heartbeat(name, lambda labels: dal.set_labels(name, labels), every=3600, clock=writer.now).start().stop()
@@ -243,7 +249,10 @@ def test_a_client_tells_time_on_its_dals_clock(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr("bulldozer.kv.server.servicer.utcnow", utcnow)
     assert abs(writer.now() - (utcnow() + ahead)) < timedelta(seconds=1)
     monkeypatch.setattr("bulldozer.kv.client.CLOCK_OFFSET_SECONDS", 0.0)
-    assert abs(writer.now() - utcnow()) < timedelta(seconds=1)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="bulldozer.kv.client"):
+        assert abs(writer.now() - utcnow()) < timedelta(seconds=1)
+    assert caplog.records == []  # the clocks agree: nothing to say
 
 
 def test_a_dal_that_does_not_say_its_clock_leaves_a_client_on_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
