@@ -125,16 +125,23 @@ class KvClient:
 
     # -- namespaces -------------------------------------------------------------
 
-    def describe_store(self) -> StoreInfo | None:
-        """The engine behind the DAL and how it copies a base; None from a DAL too old to say
-        (or naming a kind of copy this client does not know)."""
+    def _store_info(self) -> kv_pb2.StoreInfo | None:
+        """``DescribeStore``'s answer; None from a DAL too old to have the call."""
         from bulldozer.errors import UnimplementedError
 
         try:
-            info = self._t.call(self._t.namespaces, "DescribeStore", kv_pb2.DescribeStoreRequest(), self.timeout)
+            info: kv_pb2.StoreInfo = self._t.call(
+                self._t.namespaces, "DescribeStore", kv_pb2.DescribeStoreRequest(), self.timeout
+            )
         except UnimplementedError:
             return None
-        return convert.store_info_from(info)
+        return info
+
+    def describe_store(self) -> StoreInfo | None:
+        """The engine behind the DAL and how it copies a base; None from a DAL too old to say
+        (or naming a kind of copy this client does not know)."""
+        info = self._store_info()
+        return None if info is None else convert.store_info_from(info)
 
     def now(self) -> datetime:
         """The DAL's clock now: this machine's, moved by how far the DAL's is ahead of it, as
@@ -146,15 +153,10 @@ class KvClient:
         does not say (an older release); a DAL that does not answer raises, as any call."""
         known = self._dal_offset
         if known is None or time.monotonic() - known[1] > CLOCK_OFFSET_SECONDS:
-            from bulldozer.errors import UnimplementedError
-
             before = utcnow()
-            try:
-                info = self._t.call(self._t.namespaces, "DescribeStore", kv_pb2.DescribeStoreRequest(), self.timeout)
-            except UnimplementedError:
-                info = kv_pb2.StoreInfo()
+            info = self._store_info()
             after = utcnow()
-            said = info.now.ToDatetime(tzinfo=UTC) if info.HasField("now") else None
+            said = info.now.ToDatetime(tzinfo=UTC) if info is not None and info.HasField("now") else None
             offset = timedelta(0) if said is None else said - (before + (after - before) / 2)
             known = self._dal_offset = (offset, time.monotonic())
             if abs(offset.total_seconds()) > CLOCK_SKEW_WARNING_SECONDS:
