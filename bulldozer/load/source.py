@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from bulldozer import scratch
 from bulldozer.errors import (
+    BulldozerError,
     CatalogError,
     DuplicateKeyError,
     LoadError,
@@ -194,11 +195,11 @@ def files_ahead(reader: Any, tasks: list[Any]) -> Iterator[pa.RecordBatch]:
 
 
 def _reader(
-    name: str, table: Any, snapshot_id: int, row_filter: str | None, failures: list[LoadError]
+    name: str, table: Any, snapshot_id: int, row_filter: str | None, failures: list[BulldozerError]
 ) -> pa.RecordBatchReader:
     """The table's rows at ``snapshot_id`` as a stream DuckDB reads; a data file that cannot
-    be read is added to ``failures`` (DuckDB says it with the Python traceback in its own
-    message: ``_bounded`` says this instead)."""
+    be read, or is refused, is added to ``failures`` (DuckDB says it with the Python
+    traceback in its own message: ``_bounded`` says this instead)."""
     from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.io.pyarrow import schema_to_pyarrow
 
@@ -214,7 +215,7 @@ def _reader(
         try:
             for batch in batches:
                 yield _as_declared(_storage(batch), schema)
-        except LoadError as exc:
+        except BulldozerError as exc:  # a file unreadable, or not the table's (warehouse.file_io)
             failures.append(exc)
             raise
         except (OSError, pa.ArrowException) as exc:
@@ -225,7 +226,7 @@ def _reader(
     return pa.RecordBatchReader.from_batches(schema, stream())
 
 
-def _connect(source: SqlSource, empty: bool = False, failures: list[LoadError] | None = None) -> Any:
+def _connect(source: SqlSource, empty: bool = False, failures: list[BulldozerError] | None = None) -> Any:
     """A sandboxed connection with the source's tables (``_add_tables``)."""
     con = sandboxed_connection()
     try:
@@ -236,7 +237,7 @@ def _connect(source: SqlSource, empty: bool = False, failures: list[LoadError] |
     return con
 
 
-def _add_tables(con: Any, source: SqlSource, empty: bool, said: list[LoadError]) -> None:
+def _add_tables(con: Any, source: SqlSource, empty: bool, said: list[BulldozerError]) -> None:
     """A view in ``con`` of each of the source's tables (empty ones with ``empty``), or a copy
     of one the query reads from more than one place; a data file its query cannot read is
     added to ``said``. The configuration is locked after."""
@@ -293,7 +294,7 @@ class QueryReader:
             yield from batches
 
     def _batches(self) -> Iterator[pa.RecordBatch]:
-        failures: list[LoadError] = []
+        failures: list[BulldozerError] = []
         con = self._con = sandboxed_connection()  # interruptible from here on: a table's copy too
         try:
             if self._interrupted:  # told to stop before the query began
@@ -315,7 +316,7 @@ class QueryReader:
 
 
 @contextlib.contextmanager
-def _bounded(failures: list[LoadError]) -> Iterator[None]:
+def _bounded(failures: list[BulldozerError]) -> Iterator[None]:
     """DuckDB running out of the memory and spill space the operator allows a query, as one
     line saying so (DuckDB's own advice, SET or PRAGMA, is not the spec's to follow); a
     value the query cannot compute from the rows (a cast out of range, ...: DuckDB's

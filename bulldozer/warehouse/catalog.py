@@ -304,7 +304,8 @@ def _no_table_file_io_code(catalog: Any) -> None:
     sets itself to the same value is its own. ``Catalog._load_file_io`` is pyiceberg's one
     place where table properties reach a FileIO (every catalog type, REST's server config
     among them); ``test_security.py::test_a_table_cannot_choose_how_its_files_are_read``
-    fails should a pyiceberg release move it."""
+    fails should a pyiceberg release move it. The FileIO built is a ``file_io.CheckedFileIO``:
+    the data files a run plans are checked again as they are opened."""
     build = catalog._load_file_io
 
     def guarded(properties: Mapping[str, str] | None = None, location: str | None = None) -> Any:
@@ -316,7 +317,9 @@ def _no_table_file_io_code(catalog: Any) -> None:
         }
         if code:
             raise _TableNamesFileIOCode(code)
-        return build(given, location)
+        from bulldozer.warehouse.file_io import checked_io
+
+        return checked_io(build(given, location))  # its data files checked as they are opened
 
     catalog._load_file_io = guarded
 
@@ -435,7 +438,9 @@ def _static_table(identifier: str, location: str, properties: dict[str, str]) ->
     from pyiceberg.serializers import FromInputFile
     from pyiceberg.table import StaticTable
 
-    io = load_file_io(properties=properties, location=location)
+    from bulldozer.warehouse.file_io import checked_io
+
+    io = checked_io(load_file_io(properties=properties, location=location))  # data files checked as opened
     with reading_metadata(f"table {identifier!r}"):
         metadata = FromInputFile.table_metadata(io.new_input(location))
     refused = table_io_refusal(identifier, metadata.properties)

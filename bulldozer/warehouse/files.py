@@ -44,8 +44,11 @@ __all__ = [
     "REWRITE_EQUALITY_DELETES",
     "checked_tasks",
     "committed_file",
+    "is_local",
+    "lies_under",
     "opened_size",
     "outside",
+    "outside_error",
     "reading_metadata",
     "snapshot_files",
     "task_files",
@@ -72,6 +75,17 @@ def _parts(uri: str) -> tuple[str, str, str]:
 def _under(path: tuple[str, str, str], root: tuple[str, str, str]) -> bool:
     """Whether the parsed ``path`` is ``root`` or lies below it (both from ``_parts``)."""
     return path[:2] == root[:2] and (path[2] == root[2] or path[2].startswith(root[2].rstrip("/") + "/"))
+
+
+def is_local(uri: str) -> bool:
+    """Whether a file URI or path names a file of this machine's file system."""
+    scheme, host, _ = _parts(uri)
+    return scheme == "file" and not host
+
+
+def lies_under(real: str, places: Iterable[tuple[str, str, str]]) -> bool:
+    """Whether the local path ``real`` (links resolved) lies under one of ``places`` (``_allowed``)."""
+    return any(_under(("file", "", real), place) for place in places)
 
 
 class _RealPaths:
@@ -102,12 +116,18 @@ def outside(location: str, paths: Iterable[str], roots: list[str]) -> str | None
     if "*" in roots:
         return None
     real = _RealPaths()
-    allowed = [real(_parts(root)) for root in (location, *roots)]  # parsed once, not once per path
+    allowed = _allowed(location, roots, real)  # parsed once, not once per path
     for path in paths:
         parsed = real(_parts(path))
         if not any(_under(parsed, root) for root in allowed):
             return path
     return None
+
+
+def _allowed(location: str, roots: list[str], real: _RealPaths) -> list[tuple[str, str, str]]:
+    """Where a table's files may lie: its ``location`` and the operator's ``roots``, as the
+    file system resolves them."""
+    return [real(_parts(root)) for root in (location, *roots)]
 
 
 @contextmanager
@@ -173,7 +193,7 @@ def checked_tasks(scan: Any, manifests: list[Any] | None = None, spark_reads: bo
             listed = list(scan.plan_files()) if manifests is None else plan_files(scan, manifests, READ_FORMATS)
         except Unappliable as exc:
             raise _equality_deletes_error(scan, str(exc), spark_reads) from None
-    _inside(location, (f.file_path for f in task_files(listed)))
+    _inside(location, (f.file_path for f in task_files(listed)), scan.io)
     other = next((t.file for t in listed if t.file.file_format.name not in READ_FORMATS), None)
     if other is not None:
         raise _format_error(scan, other, spark_reads)
@@ -189,7 +209,7 @@ def snapshot_files(scan: Any) -> list[Any]:
     location = scan.table_metadata.location
     with reading_metadata(f"the table at {shown_url(location)}"):
         files = list(_live_files(scan))
-    _inside(location, (f.file_path for f in files))
+    _inside(location, (f.file_path for f in files), scan.io)
     return files
 
 
@@ -258,21 +278,33 @@ def _format_error(scan: Any, file: Any, spark_reads: bool) -> UnreadableFilesErr
     )
 
 
-def _inside(location: str, paths: Iterable[str]) -> None:
+def _inside(location: str, paths: Iterable[str], io: Any) -> None:
     """A CatalogError naming the first of ``paths`` outside the table's ``location`` and the
-    operator's roots (``BULLDOZER_DATA_FILE_ROOTS``)."""
+    operator's roots (``BULLDOZER_DATA_FILE_ROOTS``); else ``paths`` registered with the
+    table's FileIO (``io``), which checks each one again as it opens it
+    (``warehouse.file_io``: a file swapped for a symbolic link after this check)."""
     from bulldozer.settings import load_settings
+    from bulldozer.warehouse.file_io import CheckedFileIO
 
-    stray = outside(location, paths, load_settings().data_file_roots_listed())
+    roots = load_settings().data_file_roots_listed()
+    listed = list(paths)
+    stray = outside(location, listed, roots)
     if stray is not None:
         listed_as, real = _parts(stray), _RealPaths()(_parts(stray))
         if real != listed_as:
             stray = f"{stray} (a symbolic link to {real[2]})"
-        raise CatalogError(
-            f"the table at {shown_url(location)} lists a file outside it, {shown_url(stray)}: a run reads only "
-            "the files under a table's location (a table's metadata could otherwise have it read any file this "
-            "machine can); the operator can allow another place in BULLDOZER_DATA_FILE_ROOTS"
-        )
+        raise outside_error(location, stray)
+    if isinstance(io, CheckedFileIO) and "*" not in roots:
+        io.hold_inside(location, _allowed(location, roots, _RealPaths()), listed)
+
+
+def outside_error(location: str, stray: str) -> CatalogError:
+    """The one line of a table listing a file (``stray``, as it is to be shown) outside it."""
+    return CatalogError(
+        f"the table at {shown_url(location)} lists a file outside it, {shown_url(stray)}: a run reads only "
+        "the files under a table's location (a table's metadata could otherwise have it read any file this "
+        "machine can); the operator can allow another place in BULLDOZER_DATA_FILE_ROOTS"
+    )
 
 
 def unreadable_file(path: str, exc: BaseException) -> LoadError:

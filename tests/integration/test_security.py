@@ -967,6 +967,70 @@ def test_a_symbolic_link_in_a_tables_folder_does_not_take_a_run_outside_it(
         dal.describe_target("scores")  # nothing flipped
 
 
+@pytest.mark.parametrize(
+    "source", ["{table: sample.user_item_scores}", "{query: 'SELECT * FROM sample.user_item_scores'}"]
+)
+def test_a_data_file_swapped_for_a_link_after_its_check_is_not_read(
+    source: str, tmp_path: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where a table's files lie was checked as the run planned them, and each file was then
+    opened by its path: a table's owner who can write in its folder could swap a checked
+    file for a symbolic link, in between, to another team's file of the same rows and
+    bytes (what the manifest's counts hold a file to), and the run moved that file's rows.
+    Each planned file is now checked again on the descriptor it is read through
+    (``warehouse.file_io``); the swap is made here right after the check."""
+    import shutil
+
+    from bulldozer.errors import AliasNotFoundError, CatalogError
+    from bulldozer.load.runner import run_job
+    from bulldozer.warehouse import files
+    from bulldozer.warehouse.sample import create_sample_warehouse
+    from tests.integration.test_run_sql import job
+
+    home, other_team = tmp_path / "home", tmp_path / "other-team"
+    create_sample_warehouse(home, rows=1_000)
+    (data,) = (home / "warehouse").rglob("*.parquet")
+    other_team.mkdir()
+    theirs = other_team / "theirs.parquet"
+    shutil.copyfile(data, theirs)  # their rows: here the same bytes, so no count or size tells them apart
+    checked = files._inside
+
+    def swapped_after_the_check(*args: Any) -> None:
+        checked(*args)
+        if not data.is_symlink():
+            data.unlink()
+            data.symlink_to(theirs)
+
+    monkeypatch.setattr(files, "_inside", swapped_after_the_check)
+    with pytest.raises(
+        CatalogError, match=f"lists a file outside it, .*{data.name} \\(as opened, a symbolic link to {theirs}\\)"
+    ):
+        run_job(job(source), dal, home=str(home))
+    with pytest.raises(AliasNotFoundError):
+        dal.describe_target("scores")  # nothing flipped
+
+
+def test_a_checked_data_file_that_became_a_fifo_is_refused_without_waiting(tmp_path: Path) -> None:
+    """A planned local data file is opened without blocking and must be a regular file: a
+    FIFO put in its place (no writer ever comes) is one line, not a run that hangs."""
+    import os
+
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    from bulldozer.errors import SourceDataError
+    from bulldozer.warehouse.file_io import checked_io
+    from bulldozer.warehouse.files import _parts
+
+    table = tmp_path / "table"
+    (table / "data").mkdir(parents=True)
+    fifo = table / "data" / "part-0.parquet"
+    os.mkfifo(fifo)
+    io = checked_io(PyArrowFileIO())
+    io.hold_inside(str(table), [_parts(str(table))], [str(fifo)])
+    with pytest.raises(SourceDataError, match="is not a regular file"):
+        io.new_input(str(fifo)).open()
+
+
 _PROBE_IO = """
 import os
 open(os.environ["PROBE_MARK"], "a").write(__name__ + " imported\\n")

@@ -63,6 +63,7 @@ PRELOAD = (
     "bulldozer.schema.iceberg",
     "bulldozer.spec.loader",
     "bulldozer.warehouse.catalog",
+    "bulldozer.warehouse.file_io",  # a run's tables read with it
     "bulldozer.schema.table_check",  # the schema stage checks the columns the spec names
     # imported on first use by runs: a warm delta imported them itself (its schema stage: 23 -> 17 ms)
     "numpy.ma",  # pyarrow.compute.take checks its argument against numpy.ma.MaskedArray

@@ -1,0 +1,113 @@
+"""The FileIO a run's tables are read with: a local data or delete file is held, as it is
+opened, to the rule ``warehouse.files`` checks when the run plans it.
+
+``files.checked_tasks`` checks every data and delete file a run will read against the
+table's location and the operator's roots, resolving symbolic links as the file system
+does at that moment. The reader opens the file later, by its path: a table's owner who can
+write in its folder could swap a file checked there for a symbolic link (to another team's
+table) in between, and the run would read what the link points at. So the planned files are
+registered with the table's FileIO (``hold_inside``), and each one is opened by this FileIO
+first (without blocking: a FIFO does not hang the run), then checked on its descriptor —
+where ``/proc/self/fd`` says the kernel found it, which no later swap changes — and read
+through that very descriptor's file (``/proc/self/fd/N``, opened again by pyarrow: its
+native file, at native speed). Every other file (metadata, manifests, an object store's
+objects, which have no links) is opened by the table's own FileIO as before.
+
+Every FileIO a table is read with is one of these (``catalog``: the catalogs' FileIO hook
+and the embedded catalog's static table); local reads of Spark's JVM are not: it opens the
+files itself.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable
+from typing import Any
+
+from pyiceberg.io import FileIO, InputFile, InputStream, OutputFile
+
+from bulldozer.errors import SourceDataError
+
+__all__ = ["CheckedFileIO", "checked_io"]
+
+#: a place files may lie under: ``files._parts`` of a real path (scheme, host, path)
+Place = tuple[str, str, str]
+
+#: where the kernel says an open descriptor's file is (Linux; elsewhere files are opened unchecked)
+_FD_LINKS = "/proc/self/fd"
+_CHECKED = os.path.isdir(_FD_LINKS)
+
+
+def checked_io(io: FileIO) -> CheckedFileIO:
+    """``io`` as a table's FileIO whose planned data files are checked as they are opened."""
+    return io if isinstance(io, CheckedFileIO) else CheckedFileIO(io)
+
+
+class CheckedFileIO(FileIO):
+    """A table's FileIO (``inner``) that opens the files ``hold_inside`` registered itself."""
+
+    def __init__(self, inner: FileIO) -> None:
+        super().__init__(inner.properties)
+        self.inner = inner
+        #: a registered file's location -> its table's location, and the places it must lie under
+        self._held: dict[str, tuple[str, tuple[Place, ...]]] = {}
+
+    def hold_inside(self, location: str, allowed: Iterable[Place], paths: Iterable[str]) -> None:
+        """Open ``paths`` (the local ones of a table's files, as its manifests list them) only
+        when the file opened lies under one of ``allowed``: the table's ``location`` and the
+        operator's roots, as ``files.outside`` resolved them."""
+        from bulldozer.warehouse.files import is_local
+
+        held = (location, tuple(allowed))
+        self._held.update((path, held) for path in paths if is_local(path))
+
+    def new_input(self, location: str) -> InputFile:
+        held = self._held.get(location)
+        inner = self.inner.new_input(location)
+        return inner if held is None or not _CHECKED else _CheckedFile(inner, *held)
+
+    def new_output(self, location: str) -> OutputFile:
+        return self.inner.new_output(location)
+
+    def delete(self, location: str | InputFile | OutputFile) -> None:
+        self.inner.delete(location)
+
+
+class _CheckedFile(InputFile):
+    """A registered local file, opened by ``open`` as the module says."""
+
+    def __init__(self, inner: InputFile, table: str, places: tuple[Place, ...]) -> None:
+        super().__init__(inner.location)
+        self._inner = inner
+        self._table = table
+        self._places = places
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def exists(self) -> bool:
+        return self._inner.exists()
+
+    def open(self, seekable: bool = True) -> InputStream:
+        import pyarrow as pa
+        from pyiceberg.io.pyarrow import PyArrowFileIO
+
+        from bulldozer.warehouse.files import lies_under, outside_error
+
+        _, _, path = PyArrowFileIO.parse_location(self.location)  # the path pyiceberg's own FileIO opens
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise SourceDataError(
+                    f"the data file {self.location} is not a regular file (a device, FIFO or socket); nothing is "
+                    "read from it"
+                )
+            link = f"{_FD_LINKS}/{fd}"
+            real = os.readlink(link)
+            if not lies_under(real, self._places):
+                raise outside_error(self._table, f"{self.location} (as opened, a symbolic link to {real})")
+            opened: Any = pa.OSFile(link, "r")  # the descriptor's file, not the path's: a new swap is not followed
+        finally:
+            os.close(fd)
+        return opened  # type: ignore[no-any-return]
