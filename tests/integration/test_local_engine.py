@@ -344,6 +344,24 @@ def test_the_next_local_file_is_read_ahead_into_the_page_cache(tmp_path: Path, m
     assert advised == [str(data), str(data)]
 
 
+def test_a_fifo_in_the_next_files_place_is_not_waited_on(tmp_path: Path) -> None:
+    """The read-ahead of the next split's file opened it before anything checked it, and a
+    FIFO there (no writer ever comes) held the load in that open for good."""
+    import os
+    import threading
+
+    fifo = tmp_path / "part-1.parquet"
+    os.mkfifo(fifo)
+    advised = threading.Thread(target=local._will_need, args=(str(fifo),), daemon=True)
+    advised.start()
+    advised.join(5)
+    try:
+        assert not advised.is_alive(), "the read-ahead waited on a FIFO"
+    finally:
+        if advised.is_alive():  # the code before: free its thread (a writer comes)
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
 def test_a_load_advises_each_next_split_file(home: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[str | None] = []
     monkeypatch.setattr(local, "_will_need", seen.append)

@@ -1010,6 +1010,28 @@ def test_a_data_file_swapped_for_a_link_after_its_check_is_not_read(
         dal.describe_target("scores")  # nothing flipped
 
 
+def test_a_data_file_that_is_a_fifo_fails_the_run_in_one_line(tmp_path: Path) -> None:
+    """A table's owner can put a FIFO where a data file is (inside the table's folder, so
+    the plan's check passes): pyarrow's open waited for a writer, and the run hung for good.
+    The file is opened without blocking and must be a regular file."""
+    import os
+
+    from bulldozer.warehouse.sample import create_sample_warehouse
+    from tests.integration.test_run import TEMPLATE
+
+    home = tmp_path / "home"
+    create_sample_warehouse(home, rows=1_000)
+    (data,) = (home / "warehouse").rglob("*.parquet")
+    data.unlink()
+    os.mkfifo(data)
+    spec = tmp_path / "job.yaml"
+    spec.write_text(TEMPLATE)
+    said = _bulldozer(["run", str(spec), "-q"], home)
+    lines = said.stderr.strip().splitlines()
+    assert said.returncode == 1 and len(lines) == 1, said.stderr
+    assert f"the data file {data.as_uri()} is not a regular file" in lines[0]
+
+
 def test_a_checked_data_file_that_became_a_fifo_is_refused_without_waiting(tmp_path: Path) -> None:
     """A planned local data file is opened without blocking and must be a regular file: a
     FIFO put in its place (no writer ever comes) is one line, not a run that hangs."""

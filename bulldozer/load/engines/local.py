@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -74,18 +75,23 @@ def _will_need(location: str | None) -> None:
     (best effort; other file systems are left to their own read-ahead). The reader asks for
     the next split's file as it starts a split: that file's reads then overlap this one's
     work instead of waiting behind whatever the disk is busy with at the split boundary
-    (the DAL's fsync of the split just loaded, measured as a 0.8 s stall)."""
+    (the DAL's fsync of the split just loaded, measured as a 0.8 s stall). Opened without
+    blocking and without following a last link: the file is not checked yet (its reader
+    checks it, ``warehouse.file_io``), and a FIFO put in its place held this open until a
+    writer came, which none does."""
     if not location:
         return
     parsed = urlparse(location)
     if parsed.scheme not in ("", "file"):
         return
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(unquote(parsed.path) if parsed.scheme else location, os.O_RDONLY)
+        fd = os.open(unquote(parsed.path) if parsed.scheme else location, flags)
     except OSError:
         return
     try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
     except OSError:
         pass
     finally:
