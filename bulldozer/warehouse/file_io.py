@@ -7,11 +7,14 @@ does at that moment. The reader opens the file later, by its path: a table's own
 write in its folder could swap a file checked there for a symbolic link (to another team's
 table) in between, and the run would read what the link points at. So the planned files are
 registered with the table's FileIO (``hold_inside``), and each one is opened by this FileIO
-first (without blocking: a FIFO does not hang the run), then checked on its descriptor —
-where ``/proc/self/fd`` says the kernel found it, which no later swap changes — and read
-through that very descriptor's file (``/proc/self/fd/N``, opened again by pyarrow: its
-native file, at native speed). Every other file (metadata, manifests, an object store's
-objects, which have no links) is opened by the table's own FileIO as before.
+first, then checked on its descriptor — where ``/proc/self/fd`` says the kernel found it,
+which no later swap changes — and read through that very descriptor's file
+(``/proc/self/fd/N``, opened again by pyarrow: its native file, at native speed).
+
+Every local file a table's FileIO opens (its manifests too: their paths are the table
+owner's text) is opened without blocking and must be a regular file: a FIFO in a file's
+place held the run in pyarrow's open until a writer came, which none does (and a SIGTERM
+did not end that wait). An object store's objects are opened by the table's own FileIO.
 
 Every FileIO a table is read with is one of these (``catalog``: the catalogs' FileIO hook
 and the embedded catalog's static table); local reads of Spark's JVM are not: it opens the
@@ -63,9 +66,10 @@ class CheckedFileIO(FileIO):
         self._held.update((path, held) for path in paths if is_local(path))
 
     def new_input(self, location: str) -> InputFile:
-        held = self._held.get(location)
+        from bulldozer.warehouse.files import is_local
+
         inner = self.inner.new_input(location)
-        return inner if held is None or not _CHECKED else _CheckedFile(inner, *held)
+        return _CheckedFile(inner, self._held.get(location)) if _CHECKED and is_local(location) else inner
 
     def new_output(self, location: str) -> OutputFile:
         return self.inner.new_output(location)
@@ -75,13 +79,13 @@ class CheckedFileIO(FileIO):
 
 
 class _CheckedFile(InputFile):
-    """A registered local file, opened by ``open`` as the module says."""
+    """A local file, opened by ``open`` as the module says: only a regular file; a
+    registered one (``held``: its table's location and places) only where it may lie."""
 
-    def __init__(self, inner: InputFile, table: str, places: tuple[Place, ...]) -> None:
+    def __init__(self, inner: InputFile, held: tuple[str, tuple[Place, ...]] | None) -> None:
         super().__init__(inner.location)
         self._inner = inner
-        self._table = table
-        self._places = places
+        self._held = held
 
     def __len__(self) -> int:
         return len(self._inner)
@@ -96,17 +100,24 @@ class _CheckedFile(InputFile):
         from bulldozer.warehouse.files import lies_under, outside_error
 
         _, _, path = PyArrowFileIO.parse_location(self.location)  # the path pyiceberg's own FileIO opens
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:  # said as pyiceberg's FileIO says it
+            raise FileNotFoundError(f"Cannot open file, does not exist: {self.location}") from None
+        except PermissionError:
+            raise PermissionError(f"Cannot open file, access denied: {self.location}") from None
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise SourceDataError(
-                    f"the data file {self.location} is not a regular file (a device, FIFO or socket); nothing is "
-                    "read from it"
+                    f"the file {self.location} is not a regular file (a device, FIFO or socket); nothing is read "
+                    "from it"
                 )
             link = f"{_FD_LINKS}/{fd}"
-            real = os.readlink(link)
-            if not lies_under(real, self._places):
-                raise outside_error(self._table, f"{self.location} (as opened, a symbolic link to {real})")
+            if self._held is not None:
+                table, places = self._held
+                real = os.readlink(link)
+                if not lies_under(real, places):
+                    raise outside_error(table, f"{self.location} (as opened, a symbolic link to {real})")
             opened: Any = pa.OSFile(link, "r")  # the descriptor's file, not the path's: a new swap is not followed
         finally:
             os.close(fd)
