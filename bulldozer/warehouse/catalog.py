@@ -305,7 +305,7 @@ def _no_table_file_io_code(catalog: Any) -> None:
     place where table properties reach a FileIO (every catalog type, REST's server config
     among them); ``test_security.py::test_a_table_cannot_choose_how_its_files_are_read``
     fails should a pyiceberg release move it. The FileIO built is a ``file_io.CheckedFileIO``:
-    the data files a run plans are checked again as they are opened."""
+    local files are checked as they are opened (the data files a run plans, where they lie)."""
     build = catalog._load_file_io
 
     def guarded(properties: Mapping[str, str] | None = None, location: str | None = None) -> Any:
@@ -319,7 +319,7 @@ def _no_table_file_io_code(catalog: Any) -> None:
             raise _TableNamesFileIOCode(code)
         from bulldozer.warehouse.file_io import checked_io
 
-        return checked_io(build(given, location))  # its data files checked as they are opened
+        return checked_io(build(given, location))  # local files checked as they are opened
 
     catalog._load_file_io = guarded
 
@@ -440,7 +440,7 @@ def _static_table(identifier: str, location: str, properties: dict[str, str]) ->
 
     from bulldozer.warehouse.file_io import checked_io
 
-    io = checked_io(load_file_io(properties=properties, location=location))  # data files checked as opened
+    io = checked_io(load_file_io(properties=properties, location=location))  # local files checked as opened
     with reading_metadata(f"table {identifier!r}"):
         metadata = FromInputFile.table_metadata(io.new_input(location))
     refused = table_io_refusal(identifier, metadata.properties)

@@ -1,5 +1,5 @@
-"""The FileIO a run's tables are read with: a local data or delete file is held, as it is
-opened, to the rule ``warehouse.files`` checks when the run plans it.
+"""The FileIO a run's tables are read with: a local file is read only if it is a regular
+file, and a planned data or delete file only where ``warehouse.files`` allows it, as opened.
 
 ``files.checked_tasks`` checks every data and delete file a run will read against the
 table's location and the operator's roots, resolving symbolic links as the file system
@@ -43,12 +43,12 @@ _CHECKED = os.path.isdir(_FD_LINKS)
 
 
 def checked_io(io: FileIO) -> CheckedFileIO:
-    """``io`` as a table's FileIO whose planned data files are checked as they are opened."""
+    """``io`` as a table's FileIO whose local files are checked as they are opened."""
     return io if isinstance(io, CheckedFileIO) else CheckedFileIO(io)
 
 
 class CheckedFileIO(FileIO):
-    """A table's FileIO (``inner``) that opens the files ``hold_inside`` registered itself."""
+    """A table's FileIO (``inner``) that opens local files itself (``_CheckedFile``)."""
 
     def __init__(self, inner: FileIO) -> None:
         super().__init__(inner.properties)
