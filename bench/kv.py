@@ -334,7 +334,10 @@ def direct_writers(kind: str, port: int) -> Iterator[dict[str, Callable[[str, li
     from cassandra.concurrent import execute_concurrent, execute_concurrent_with_args
     from cassandra.query import BatchStatement, BatchType
 
-    cluster = Cluster(["127.0.0.1"], port=port, protocol_version=5)
+    from bulldozer.kv.backends.cassandra import SegmentSafeConnection
+
+    # the engine's connection: the driver's own loses a segment header split by a read
+    cluster = Cluster(["127.0.0.1"], port=port, protocol_version=5, connection_class=SegmentSafeConnection)
     session = cluster.connect()
     session.execute(
         "CREATE KEYSPACE IF NOT EXISTS direct WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}"

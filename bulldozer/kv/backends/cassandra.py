@@ -39,7 +39,14 @@ from typing import Any, TypeVar
 
 from cassandra import ConsistencyLevel, DriverException, InvalidRequest
 from cassandra.auth import PlainTextAuthProvider
-from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, Session
+from cassandra.cluster import (
+    EXEC_PROFILE_DEFAULT,
+    Cluster,
+    DefaultConnection,
+    ExecutionProfile,
+    NoHostAvailable,
+    Session,
+)
 from cassandra.concurrent import execute_concurrent_with_args
 from cassandra.connection import ConnectionBusy, ConnectionException
 from cassandra.policies import DCAwareRoundRobinPolicy, ExponentialReconnectionPolicy, TokenAwarePolicy
@@ -68,7 +75,7 @@ from bulldozer.kv.backends.base import StorageEngine, chunked, select_namespaces
 from bulldozer.kv.backends.config import CassandraConfig
 from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord, State
 
-__all__ = ["CassandraEngine", "table_name"]
+__all__ = ["CassandraEngine", "SegmentSafeConnection", "table_name"]
 
 _FORMAT = 1
 _SCOPE = "bulldozer"
@@ -226,6 +233,27 @@ class _Backoff:
         return True
 
 
+class SegmentSafeConnection(DefaultConnection):  # type: ignore[misc]
+    """The driver's connection, except that it keeps the start of a segment header that a
+    socket read ended in.
+
+    From protocol v5 on, a server's frames come in checksummed segments, each opening with a
+    6-byte header (8 compressed). When a read ends less than a whole header into the next
+    segment, the driver (3.30, and its source today) leaves its buffer's position at the end
+    and then keeps only what follows the position: those bytes are lost, the next header is
+    read out of step, and the connection dies with "CRC mismatch on header", failing every
+    request on it. The TCP stream only has to split there: busy writes made it happen (a CI
+    run's backpressure test lost all 8 of its puts). Rewinding first makes the driver take
+    the short buffer for what it is, the part of a header to complete on the next read.
+    tests/unit/test_cassandra_wire.py proves it on every split of a stream."""
+
+    def _process_segment_buffer(self) -> None:
+        buffer = self._io_buffer.io_buffer
+        if buffer.tell() < self._segment_codec.header_length_with_crc:
+            buffer.seek(0)
+        super()._process_segment_buffer()
+
+
 def table_name(namespace: str) -> str:
     """The data table of a (validated) namespace name: 26 characters of [a-z0-9_]."""
     return "t_" + hashlib.blake2b(namespace.encode(), digest_size=12).hexdigest()
@@ -278,6 +306,7 @@ class CassandraEngine(StorageEngine):
                 base_delay=min(1.0, config.reconnect_max_seconds), max_delay=config.reconnect_max_seconds
             ),
             protocol_version=config.protocol_version,
+            connection_class=SegmentSafeConnection,
         )
         try:
             self.session: Session = self.cluster.connect()
