@@ -204,6 +204,46 @@ def test_a_batch_of_large_rows_is_bounded_by_its_bytes_not_only_its_rows(tmp_pat
     assert len(batches) > 1 and max(b.nbytes for b in batches) <= local.BATCH_BYTES * 1.1
 
 
+@pytest.mark.parametrize("column", ["string", "binary"])
+def test_a_dictionary_column_repeating_a_large_value_is_read_in_batches_of_bounded_bytes(
+    column: str, tmp_path: Path
+) -> None:
+    """A dictionary-encoded column holds each distinct value once, so its chunk's sizes say
+    nothing of its rows: 400 rows repeating one 1 MiB value are a 1 MB column chunk (a few
+    KB on disk), and batches sized by it were all 400 rows at once: 400 MB a batch (at
+    3,000 rows, 3 GB, 4.1 GiB of memory and 41 s for a 66 KB file). A batch is now bounded
+    by the dictionary's longest entry too; its neighbour column keeps its rows."""
+    import pyarrow.parquet as pq
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import BinaryType, LongType, NestedField, StringType
+
+    from bulldozer.spec.models import CatalogConfig
+    from bulldozer.warehouse.catalog import open_catalog
+
+    catalog = open_catalog(CatalogConfig(), tmp_path)
+    catalog.create_namespace("w")
+    kind = StringType() if column == "string" else BinaryType()
+    schema = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "big", kind))
+    table = catalog.create_table("w.repeated", schema=schema)
+    rows, size = 400, 1 << 20  # 400 MB as written: one data file
+    value: str | bytes = "x" * size if column == "string" else b"x" * size
+    fields = [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("big", pa.string() if column == "string" else pa.binary()),
+    ]
+    table.append(pa.table([pa.array(range(rows)), pa.array([value] * rows)], pa.schema(fields)))
+    (task,) = local.scan_tasks(table.scan())
+    chunk = pq.ParquetFile(task.file.file_path.removeprefix("file://")).metadata.row_group(0).column(1)
+    assert chunk.has_dictionary_page and chunk.total_uncompressed_size < 2 * size  # the value, once
+    batches = list(local.task_batches(table, table.scan(), task))
+    assert sum(b.num_rows for b in batches) == rows
+    assert max(b.nbytes for b in batches) <= local.BATCH_BYTES * 1.1
+    assert all(v == value for b in batches[:2] for v in b.column("big").to_pylist())
+    ids = table.scan(selected_fields=("id",))  # the narrow column alone: one batch, as before
+    (task,) = local.scan_tasks(ids)
+    assert [b.num_rows for b in local.task_batches(table, ids, task)] == [rows]
+
+
 def test_a_spec_filter_loads_exactly_the_matching_rows(home: Path, dal: KvClient) -> None:
     from bulldozer.warehouse.catalog import load_table, open_catalog
 
