@@ -232,8 +232,8 @@ def dictionary_entries(fin: Any, metadata: Any, columns: list[str]) -> list[dict
     each of ``columns`` that is a flat string or binary column with a dictionary page in it.
 
     Its chunk's sizes hold each distinct value once: a 66 KB file whose 3,000 rows repeat one
-    1 MiB string says 1 MB uncompressed and decoded to 3 GB (4.1 GiB of memory, 41 s), and at
-    ``rows_per_batch``'s 16 MiB a row it would have been read 3,000 rows a batch. The
+    1 MiB string says 1 MB uncompressed and decoded to 3 GB (4.1 GiB of memory, 41 s), and
+    ``rows_per_batch``, going by that 1 MB, read it 3,000 rows a batch. The
     dictionary is read as the file's reader reads it: one row of the group, the column read
     as a dictionary. It costs 4 ms a row group for a full 1 MB dictionary (26 k entries of
     40 bytes; reading the group's 250 k rows of three columns took 33 ms), 0.14 ms for one
@@ -278,9 +278,10 @@ def _text(t: pa.DataType) -> bool:
     other types stored as byte arrays (a decimal, say) are left to their sizes."""
     if pa.types.is_dictionary(t):
         return _text(t.value_type)
-    checks = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary)
-    views = (getattr(pa.types, "is_string_view", None), getattr(pa.types, "is_binary_view", None))
-    return any(check(t) for check in checks) or any(view is not None and view(t) for view in views)
+    kinds = pa.types
+    strings = (kinds.is_string, kinds.is_large_string, kinds.is_string_view)
+    binaries = (kinds.is_binary, kinds.is_large_binary, kinds.is_binary_view)
+    return any(check(t) for check in (*strings, *binaries))
 
 
 def embedded_metadata_location(catalog_name: str, home: Path, identifier: str) -> str | None:
