@@ -5,13 +5,18 @@ error of the exception tree, and nothing may be written where it should not be."
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import json
 import os
+import random
 import string
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -25,6 +30,8 @@ from bulldozer.spec import load_spec_text
 from tests.integration.kv_fixtures import ENGINE_FACTORIES, Harness
 
 pytestmark = pytest.mark.integration
+
+TEMPLATE = Path(__file__).resolve().parents[2] / "templates" / "move_data_to_kv_dal.yaml"
 
 #: (what it is, the hostile value)
 HOSTILE = [
@@ -167,6 +174,86 @@ def test_fuzzed_specs_fail_only_with_spec_errors(text: str) -> None:
         assert exc.issues and all(str(i).startswith("fuzz.yaml") for i in exc.issues)
     except BulldozerError as exc:  # pragma: no cover - a different family would be a bug
         pytest.fail(f"{type(exc).__name__}: {exc}")
+
+
+#: Values a mutated spec field takes: every type YAML gives, edge numbers, durations, names
+#: of real and unknown columns and tables, paths, URLs, SQL, a cron, time zones.
+MUTANT_VALUES = [
+    None, 0, -1, 1, 2**63, -(2**63), 2**64, 1e308, float("nan"), float("inf"), -0.0, 0.5, True, False,
+    "", " ", "x", "a" * 5000, "\x00", "é", "${HOME}", "$${x}", "../../etc/passwd", "/etc/passwd",
+    "file:///etc/passwd", "http://169.254.169.254/", "user_id", "score", "updated_at", "payload", "profile",
+    "attributes", "recent_orders", "counters", "nope", "1s", "0s", "-5m", "99999999d", "@daily",
+    "* * * * *", "Mars/Base", [], [None], ["user_id"], ["user_id", "user_id"], {}, {"a": 1},
+    {"policy": "keep_latest", "order_by": "updated_at"}, {"policy": "keep_latest"},
+    {"policy": "keep_latest", "order_by": "nope"}, "SELECT * FROM sample.user_item_scores", "score > 0.5",
+    "score >", "1=1; DROP TABLE x", "full", "delta", "auto", {"type": "rest", "uri": "http://127.0.0.1:1"},
+    {"type": "sql", "uri": "sqlite:////tmp/x.db"}, "sample.user_item_scores", "sample.nope", "a.b.c", ".",
+]  # fmt: skip
+#: Keys a mutation adds: the spec's optional fields, unknown ones, a dunder.
+MUTANT_KEYS = [
+    "mode", "filter", "query", "snapshot_id", "ref", "properties", "timeout", "endpoint", "token",
+    "shadow_read", "max_changed_fraction", "records_per_second", "sample", "seed", "examples", "unknown",
+    "name", "type", "table", "order_by", "policy", "engine", "__class__",
+]  # fmt: skip
+
+
+def _mutated(doc: Any, rnd: random.Random) -> Any:
+    """``doc`` with one to three fields replaced, removed or added."""
+
+    def places(node: Any, at: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+        yield at
+        children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, child in children:
+            yield from places(child, (*at, key))
+
+    for _ in range(rnd.randint(1, 3)):
+        at = rnd.choice(list(places(doc))[1:])
+        parent = functools.reduce(lambda node, key: node[key], at[:-1], doc)
+        how = rnd.random()
+        if how < 0.6:
+            parent[at[-1]] = copy.deepcopy(rnd.choice(MUTANT_VALUES))
+        elif how < 0.75 and isinstance(parent, dict):
+            del parent[at[-1]]
+        else:
+            target = parent[at[-1]] if isinstance(parent[at[-1]], dict) else parent
+            if isinstance(target, dict):
+                target[rnd.choice(MUTANT_KEYS)] = copy.deepcopy(rnd.choice(MUTANT_VALUES))
+    return doc
+
+
+@pytest.fixture(scope="module")
+def sample_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from bulldozer.warehouse.sample import create_sample_warehouse
+
+    home = tmp_path_factory.mktemp("mutants")
+    create_sample_warehouse(home, rows=200)
+    return home
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32))  # the mutations' seed (a failure names it)
+def test_the_template_with_fields_mutated_is_valid_or_refused_in_lines_naming_the_file(
+    seed: int, sample_home: Path
+) -> None:
+    """The packaged template, one to three of its fields replaced by a value of another type,
+    removed, or joined by a field: loading it and checking it against its catalog (``bulldozer
+    validate --catalog``) says what is wrong, each issue one line naming the file, or raises an
+    error of the tree; never another exception (fragments of text above reach the loader, this
+    reaches the checks behind it: the columns, the filter, the query, the types, the catalog)."""
+    import yaml
+
+    from bulldozer.spec.checks import spec_issues
+
+    doc = _mutated(yaml.safe_load(TEMPLATE.read_text()), random.Random(seed))
+    text = yaml.safe_dump(doc, allow_unicode=True)
+    try:
+        issues = spec_issues(load_spec_text(text, "mutant.yaml", env={}), True, str(sample_home))
+    except SpecError as exc:
+        issues = exc.issues
+    except BulldozerError as exc:
+        assert str(exc) and "\n" not in str(exc), str(exc)
+        return
+    assert all(str(i).startswith("mutant.yaml") and "\n" not in str(i) for i in issues), issues
 
 
 def test_a_hostile_client_principal_is_recorded_verbatim_not_interpreted(tmp_path: Path) -> None:
