@@ -221,15 +221,6 @@ def _mutated(doc: Any, rnd: random.Random) -> Any:
     return doc
 
 
-@pytest.fixture(scope="module")
-def sample_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from bulldozer.warehouse.sample import create_sample_warehouse
-
-    home = tmp_path_factory.mktemp("mutants")
-    create_sample_warehouse(home, rows=200)
-    return home
-
-
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32))  # the mutations' seed (a failure names it)
 def test_the_template_with_fields_mutated_is_valid_or_refused_in_lines_naming_the_file(
