@@ -415,6 +415,63 @@ def test_a_stop_as_grpc_makes_a_call_is_raised_once_it_is_made_and_the_client_cl
     assert "did not close" not in done.stderr, done.stderr
 
 
+#: a command-line process SIGTERMed in a blocking call (DescribeNamespace) once gRPC made
+#: the call and before it waited for its answer; it prints where the stop was raised and
+#: whether its channel then closed
+_STOPPED_AS_GRPC_MAKES_A_BLOCKING_CALL = """
+import os, signal, sys, threading, time, traceback
+from bulldozer.cli import process
+from bulldozer.kv import KvClient
+
+process.claim()
+client = KvClient(sys.argv[1], timeout=30)
+describe = client.transport.namespaces.DescribeNamespace
+channel = describe._channel
+
+class InterruptedOnceMade:
+    def __getattr__(self, name):
+        return getattr(channel, name)
+
+    def segregated_call(self, *args, **kwargs):
+        call = channel.segregated_call(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)  # its handler runs at the next line: the call made, not waited for
+        time.sleep(0)
+        return call
+
+describe._channel = InterruptedOnceMade()
+try:
+    client.describe("nothing__v20260101000000_000000")
+except KeyboardInterrupt as exc:
+    print("stopped:", exc, [frame.name for frame in traceback.extract_tb(exc.__traceback__)][-3], flush=True)
+closed = threading.Event()
+threading.Thread(target=lambda: (client.close(), closed.set()), daemon=True).start()
+print("closed" if closed.wait(10) else "did not close in 10 s", flush=True)
+"""
+
+
+def test_a_stop_in_a_blocking_call_once_grpc_made_it_leaves_the_client_closing_at_once(tmp_path: Path) -> None:
+    """A blocking call (the stages' describes, seals and flips) is made and waited for in
+    one gRPC function, on a completion queue of the call's own that no other thread polls:
+    a stop landing between the two leaves a made call nobody waits for. The channel still
+    closes at once (unlike a future's call, counted for the polling thread: the test above),
+    so these calls need no shield, which would hold the stop until the answer came."""
+    from tests.integration.test_kv_server import _free_port, _start
+
+    port = _free_port()
+    server = _start(tmp_path / "store", port, "--data-plane", "python")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _STOPPED_AS_GRPC_MAKES_A_BLOCKING_CALL, f"127.0.0.1:{port}"],
+            capture_output=True, text=True, timeout=60, cwd=REPO,
+        )  # fmt: skip
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert done.stdout.splitlines() == ["stopped: the process got SIGTERM segregated_call", "closed"], (
+        done.stdout + done.stderr
+    )
+
+
 @pytest.mark.parametrize(
     ("command", "ready", "code", "said"),
     [
