@@ -75,11 +75,27 @@ def bulldozer_home(home: str | os.PathLike[str] | None = None) -> Path:
 
 
 def embedded_catalog_properties(home: str | os.PathLike[str] | None = None) -> dict[str, str]:
+    """The embedded catalog's pyiceberg properties: its SQLite file and its warehouse folder
+    under the home, each path written as its reader parses it back. SQLAlchemy decodes the
+    database part of its URL: the file's path is percent-encoded there (it was not: a home
+    with ``%`` in its name opened another file, one with ``?`` made its database outside
+    the home). pyiceberg (and Hadoop, for Spark) take a ``file://`` location's path as it
+    stands: the warehouse's is not encoded (it was, ``Path.as_uri``: a home with a space, a
+    brace or a letter outside ASCII had its tables' files written beside it, in a folder
+    named by the encoded path, ``a%20b`` for ``a b``). A ``#`` or ``?`` ends a location's
+    path for pyiceberg, so a home with one is refused."""
+    from urllib.parse import quote
+
     root = bulldozer_home(home)
+    if found := sorted({c for c in str(root) if c in "#?"}):
+        raise CatalogError(
+            f"the embedded catalog cannot live under {str(root)!r}: Iceberg's file locations are URIs, in which "
+            f"{' and '.join(map(repr, found))} would end the path; choose a home without them (--home, BULLDOZER_HOME)"
+        )
     return {
         "type": "sql",
-        "uri": f"sqlite:///{root / 'catalog.db'}",
-        "warehouse": (root / "warehouse").as_uri(),
+        "uri": f"sqlite:///{quote(str(root / 'catalog.db'), safe='/')}",
+        "warehouse": f"file://{root / 'warehouse'}",
     }
 
 

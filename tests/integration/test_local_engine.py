@@ -374,14 +374,16 @@ def test_the_next_local_file_is_read_ahead_into_the_page_cache(tmp_path: Path, m
         real(fd, offset, length, advice)
 
     monkeypatch.setattr(os, "posix_fadvise", spy)
-    data = tmp_path / "a b.parquet"
+    data, escaped = tmp_path / "a b.parquet", tmp_path / "a%20b.parquet"
     data.write_bytes(b"x" * 1000)
-    local._will_need(data.as_uri())  # file:// with an escaped space
+    escaped.write_bytes(b"x" * 1000)
+    local._will_need(f"file://{data}")  # a location as pyiceberg writes it: the path as it stands
     local._will_need(str(data))
+    local._will_need(data.as_uri())  # escaped: pyiceberg's reader opens a%20b.parquet, and so does this
     local._will_need("s3://bucket/key.parquet")  # left to that file system
     local._will_need(str(tmp_path / "gone.parquet"))  # best effort: no error
     local._will_need(None)
-    assert advised == [str(data), str(data)]
+    assert advised == [str(data), str(data), str(escaped)]
 
 
 def test_a_fifo_in_the_next_files_place_is_not_waited_on(tmp_path: Path) -> None:

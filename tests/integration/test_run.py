@@ -510,6 +510,39 @@ def _cli(
     )
 
 
+@pytest.mark.parametrize("name", ["a b", "c{d}", "données", "g%20h"])
+def test_a_home_whose_path_a_uri_would_encode_keeps_every_file_inside_it(name: str, tmp_path: Path) -> None:
+    """The embedded catalog's warehouse was its folder's ``file:`` URI, percent-encoded, and
+    pyiceberg writes a location's path as it stands: a home named ``a b`` had its tables'
+    files written in ``a%20b`` beside it. Its SQLite file's URL was not encoded, and
+    SQLAlchemy decodes it: a home named ``g%20h`` opened ``g h``. Every file of the sample
+    table and of a run now lies under the home, and the run loads the table."""
+    home = tmp_path / name
+    made = _cli(["warehouse", "sample", "--rows", "1000", "--json"], home)
+    assert made.returncode == 0, made.stderr
+    result = _cli(["run", "templates/move_data_to_kv_dal.yaml", "--json", "-q"], home)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["rows"] == 1_000
+    assert [p.name for p in tmp_path.iterdir()] == [name]  # nothing beside the home
+    data = list((home / "warehouse").rglob("*.parquet"))
+    assert data and (home / "catalog.db").is_file()
+
+
+@pytest.mark.parametrize("name", ["e#f", "i?j"])
+def test_a_home_whose_path_would_end_a_uri_early_is_refused_in_one_line(name: str, tmp_path: Path) -> None:
+    """A ``#`` or ``?`` ends a ``file:`` location's path for pyiceberg: a home named ``i?j``
+    had its SQLite catalog made as the file ``i`` beside it. Refused, nothing made."""
+    home = tmp_path / name
+    made = _cli(["warehouse", "sample", "--rows", "300"], home)
+    assert made.returncode == 1, made.stderr
+    assert made.stderr.strip() == (
+        f"error: the embedded catalog cannot live under {str(home)!r}: Iceberg's file locations are URIs, in which "
+        f"{name[1]!r} would end the path; choose a home without them (--home, BULLDOZER_HOME)"
+    )
+    assert [p.name for p in tmp_path.iterdir()] in ([], [name])  # nothing beside the home
+    assert not (home / "catalog.db").exists()
+
+
 def test_cli_run_get_runs_on_the_embedded_default(tmp_path: Path) -> None:
     home = tmp_path / "h"
     create_sample_warehouse(home, rows=2_000)

@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 import numpy as np
 import pyarrow as pa
@@ -81,12 +80,14 @@ def _will_need(location: str | None) -> None:
     writer came, which none does."""
     if not location:
         return
-    parsed = urlparse(location)
-    if parsed.scheme not in ("", "file"):
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    scheme, _, path = PyArrowFileIO.parse_location(location)  # the path its reader opens (not unquoted)
+    if scheme != "file":
         return
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(unquote(parsed.path) if parsed.scheme else location, flags)
+        fd = os.open(path, flags)
     except OSError:
         return
     try:
