@@ -353,6 +353,21 @@ def test_the_run_modules_list_still_covers_a_run() -> None:
     assert gen_run_modules.drift(gen_run_modules.record(), process.run_modules()) is None
 
 
+def _against_a_dal(script: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``script`` run in its own process with the address of a DAL (its Python data plane)."""
+    from tests.integration.test_kv_server import _free_port, _start
+
+    port = _free_port()
+    server = _start(tmp_path / "store", port, "--data-plane", "python")
+    try:
+        return subprocess.run(
+            [sys.executable, "-c", script, f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=60, cwd=REPO
+        )
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
 #: a command-line process (``claim``) whose first write batch is SIGTERMed as gRPC makes its
 #: call: after gRPC counted the call for its polling thread and before it started that
 #: thread; it prints what its stop and its channel's close took
@@ -396,18 +411,7 @@ def test_a_stop_as_grpc_makes_a_call_is_raised_once_it_is_made_and_the_client_cl
     for the channel to close (3 runs of 30 SIGTERMed mid-load hung so). The making of a call
     is now shielded (``bulldozer.interrupts``): the stop is raised once the call is made, the
     writer cancels its batches in flight, and the channel closes at once."""
-    from tests.integration.test_kv_server import _free_port, _start
-
-    port = _free_port()
-    server = _start(tmp_path / "store", port, "--data-plane", "python")
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", _STOPPED_AS_GRPC_MAKES_A_CALL, f"127.0.0.1:{port}"],
-            capture_output=True, text=True, timeout=60, cwd=REPO,
-        )  # fmt: skip
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    done = _against_a_dal(_STOPPED_AS_GRPC_MAKES_A_CALL, tmp_path)
     said = done.stdout.splitlines()
     assert said[0] == "stopped: the process got SIGTERM", done.stdout + done.stderr
     closed = re.fullmatch(r"closed in (\d+\.\d) s", said[1])
@@ -455,18 +459,7 @@ def test_a_stop_in_a_blocking_call_once_grpc_made_it_leaves_the_client_closing_a
     a stop landing between the two leaves a made call nobody waits for. The channel still
     closes at once (unlike a future's call, counted for the polling thread: the test above),
     so these calls need no shield, which would hold the stop until the answer came."""
-    from tests.integration.test_kv_server import _free_port, _start
-
-    port = _free_port()
-    server = _start(tmp_path / "store", port, "--data-plane", "python")
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", _STOPPED_AS_GRPC_MAKES_A_BLOCKING_CALL, f"127.0.0.1:{port}"],
-            capture_output=True, text=True, timeout=60, cwd=REPO,
-        )  # fmt: skip
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    done = _against_a_dal(_STOPPED_AS_GRPC_MAKES_A_BLOCKING_CALL, tmp_path)
     assert done.stdout.splitlines() == ["stopped: the process got SIGTERM segregated_call", "closed"], (
         done.stdout + done.stderr
     )
