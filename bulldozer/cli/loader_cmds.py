@@ -92,7 +92,10 @@ def status_cmd(
     home: Annotated[str | None, typer.Option(help=HOME_HELP, show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
 ) -> None:
-    """Whether a loader runs for the home: its pid, the commands it ran and runs now."""
+    """Whether a loader runs for the home: its pid, the commands it ran and runs now.
+
+    Exit code 0 when one runs, 3 when none does (as ``systemctl status``), for scripts.
+    """
     from bulldozer.cli.loader.client import status
 
     root = _home(home)

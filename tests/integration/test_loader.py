@@ -38,6 +38,15 @@ def _bulldozer(home: Path, *args: str, env: dict[str, str] | None = None, cwd: P
     )  # fmt: skip
 
 
+def test_status_without_a_loader_says_so_and_exits_3(tmp_path: Path) -> None:
+    """``loader status`` for a home no loader serves: one line, exit code 3 (its ``--help``
+    says so), for a script to tell "none" from a running loader (0) and a failure (1)."""
+    said = _bulldozer(tmp_path / "nowhere", "loader", "status")
+    assert (said.returncode, said.stdout.strip(), said.stderr) == (3, f"no loader runs for {tmp_path / 'nowhere'}", "")
+    helped = _bulldozer(tmp_path / "nowhere", "loader", "status", "--help")
+    assert "3 when none does" in " ".join(helped.stdout.split()), helped.stdout
+
+
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     home = tmp_path_factory.mktemp("loader")
