@@ -64,8 +64,13 @@ _SCHEMES = {"s3a": "s3", "s3n": "s3", "": "file"}
 
 
 def _parts(uri: str) -> tuple[str, str, str]:
-    """(scheme, host, normalized path) of a file URI or a plain path."""
+    """(scheme, host, normalized path) of a file URI or a plain path. A plain path is read
+    whole, as pyiceberg's reader opens it (``PyArrowFileIO.parse_location``): split as a
+    URI, ``/t#x/a.parquet`` was checked as ``/t``, a table's location, while the reader
+    opened a file beside it (its open then found it outside: ``warehouse.file_io``)."""
     parts = urlsplit(uri)
+    if not parts.scheme:
+        return "file", "", posixpath.normpath("/" + uri.lstrip("/"))
     scheme = _SCHEMES.get(parts.scheme.lower(), parts.scheme.lower())
     host = "" if scheme == "file" and parts.netloc in ("", "localhost") else parts.netloc
     path = posixpath.normpath("/" + parts.path.lstrip("/"))

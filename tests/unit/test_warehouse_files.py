@@ -35,6 +35,8 @@ def test_files_a_table_may_list(path: str) -> None:
         "s3://lake/warehouse/db.db/t/data/a.parquet",  # the same path in another store
         "file://otherhost/lake/warehouse/db.db/t/data/a.parquet",
         "file:///mnt/hive2/part-0.parquet",
+        "/lake/warehouse/db.db/t#x/data/a.parquet",  # a plain path is opened whole: beside the table
+        "/lake/warehouse/db.db/t?x/data/a.parquet",
     ],
 )
 def test_files_a_table_may_not_list(path: str) -> None:
