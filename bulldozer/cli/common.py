@@ -194,10 +194,14 @@ def open_version(client: Any, target: str) -> tuple[str, str, Any, Any, Any]:
 
 
 @contextlib.contextmanager
-def open_client(endpoint: str | None, home: str | None, as_json: bool = False, **options: Any) -> Iterator[KvClient]:
+def open_client(
+    endpoint: str | None, home: str | None, as_json: bool = False, create: bool = False, **options: Any
+) -> Iterator[KvClient]:
     """A client of the DAL the command acts on (``--endpoint`` > ``BULLDOZER_ENDPOINT`` >
     the profile's > embedded), named on stderr for a person (``say_store``) once the command
-    succeeded: a refused command prints its one error line and nothing else."""
+    succeeded: a refused command prints its one error line and nothing else. A command that
+    only reads or changes what exists makes no embedded store where there is none
+    (``create``: see ``bulldozer.kv.connect.connect``)."""
     from bulldozer.kv.connect import checked_endpoint, connect
     from bulldozer.settings import load_settings
 
@@ -213,7 +217,7 @@ def open_client(endpoint: str | None, home: str | None, as_json: bool = False, *
             f"--home {visible(home)} is the embedded store's folder, but the command acts on the DAL at {target} "
             f"({named} names it): give --endpoint embedded to act on the store under --home, or leave --home out"
         )
-    with connect(endpoint, home, **options) as client:
+    with connect(endpoint, home, create=create, **options) as client:
         yield client
         if not as_json:
             say_store(client)

@@ -87,7 +87,7 @@ def proto(
     s = loaded.spec
     if write:
         out = _spec_output(spec, s.bulldozer_protobuf.output.directory)
-    schema, source_name = source_schema(loaded, open_catalog(s.data_movement.catalog, home))
+    schema, source_name = source_schema(loaded, open_catalog(s.data_movement.catalog, home, create=False))
     previous = _previous_descriptor(against) if against else None
     job = build_job_schema(s, schema, source_name, previous)
     written: list[str] = []
@@ -185,7 +185,7 @@ def client(
         raise fail(f"--lang {lang}: choose python, java or go", 2)
     loaded = load_spec(spec)
     s = loaded.spec
-    job = build_job_schema(s, *source_schema(loaded, open_catalog(s.data_movement.catalog, home)))
+    job = build_job_schema(s, *source_schema(loaded, open_catalog(s.data_movement.catalog, home, create=False)))
     generation = schema_generation or _schema_generation(loaded, job.descriptor_set, home, endpoint)
     if lang == "python":
         written = generate_python_client(s, job, out, generation)
@@ -210,7 +210,7 @@ def _schema_generation(loaded: Any, descriptor_set: bytes, home: str | None, end
     from bulldozer.versioning.flip import live_version
 
     try:
-        with connect_for_spec(loaded, home, endpoint) as dal:
+        with connect_for_spec(loaded, home, endpoint, create=False) as dal:
             live = live_version(dal, loaded.spec.alias)
     except BackendUnavailableError as exc:
         raise BulldozerError(f"{exc}; pass --schema-generation N to generate the client without the DAL") from None

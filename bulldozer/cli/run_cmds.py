@@ -538,7 +538,7 @@ def plan(
     from bulldozer.spec.loader import load_spec
 
     loaded = load_spec(spec)
-    with connect_for_spec(loaded, home, endpoint) as client:
+    with connect_for_spec(loaded, home, endpoint, create=False) as client:
         result = plan_run(loaded, client, home, engine.value)
     if not as_json:
         say_store(client)

@@ -49,7 +49,8 @@ def ui(
             line(("!", "yellow"), f" the console listens on {host}: anyone who reaches it acts with this token")
         )
         err_console.print(f"console: answers requests for {', '.join(dict.fromkeys(hosts))}")
-    with open_client(endpoint, home, token=token) as client:
+    # it serves on while runs make versions: it acts on the store they make, not an empty one
+    with open_client(endpoint, home, create=True, token=token) as client:
         client.list_aliases()  # a DAL that refuses the token or does not answer fails here, in one line
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -48,6 +48,7 @@ __all__ = [
     "embedded_store_path",
     "endpoint_issues",
     "host_embedded_dal",
+    "host_empty_dal",
     "spec_token",
     "start_embedded_dal",
     "use_warm_dal",
@@ -168,7 +169,10 @@ class HostedDal:
     """The embedded store's DAL hosted in this process (``host_embedded_dal``): started on a
     thread, so the caller works on meanwhile; ``wait()`` blocks until it listens."""
 
-    def __init__(self, home: str | os.PathLike[str] | None, folder: Path, log_path: Path, startup_timeout: float):
+    def __init__(
+        self, home: str | os.PathLike[str] | None, folder: Path, log_path: Path | None, startup_timeout: float
+    ) -> None:
+        """``log_path`` None: no store at all, an empty one in memory (``host_empty_dal``)."""
         self.address = f"unix:{folder / 'dal.sock'}"
         self.running: Any = None
         self._store, self._log_path, self._timeout = embedded_store_path(home), log_path, startup_timeout
@@ -183,15 +187,20 @@ class HostedDal:
         server_log = logging.getLogger("bulldozer.kv.server")
         engine = None
         try:
-            engine = create_engine({"type": "embedded", "path": str(self._store)})
-            with open(self._log_path, "ab") as kvd_log:  # kvd's lines go to the DAL's log as well
-                # the operator's choice: auto falls back to the Python plane if kvd fails to start
-                plane = load_settings().data_plane
-                self.running, _ = create_server(
-                    self.address, engine, data_plane=plane, kvd_stderr=kvd_log, reflection=False
-                )
+            if self._log_path is None:
+                engine = create_engine({"type": "memory"})
+                self.running, _ = create_server(self.address, engine, data_plane="python", reflection=False)
+            else:
+                engine = create_engine({"type": "embedded", "path": str(self._store)})
+                with open(self._log_path, "ab") as kvd_log:  # kvd's lines go to the DAL's log as well
+                    # the operator's choice: auto falls back to the Python plane if kvd fails to start
+                    plane = load_settings().data_plane
+                    self.running, _ = create_server(
+                        self.address, engine, data_plane=plane, kvd_stderr=kvd_log, reflection=False
+                    )
             server_log.info(
-                "KV DAL serving embedded engine on %s (data plane: %s, in this process)",
+                "KV DAL serving %s engine on %s (data plane: %s, in this process)",
+                engine.name,
                 self.address,
                 "native" if isinstance(self.running, NativeServer) else "python",
             )
@@ -207,9 +216,8 @@ class HostedDal:
         if self._thread.is_alive():
             raise BackendUnavailableError(f"the embedded DAL did not start within {self._timeout:.0f} s")
         if self._error is not None:
-            raise BackendUnavailableError(
-                f"the embedded DAL did not start (log {self._log_path}): {self._error}"
-            ) from None
+            logged = f" (log {self._log_path})" if self._log_path else ""
+            raise BackendUnavailableError(f"the embedded DAL did not start{logged}: {self._error}") from None
 
     def stop(self, grace: float = 30.0) -> None:
         """Let in-flight calls finish, stop kvd, flush and close the store."""
@@ -237,21 +245,54 @@ def host_embedded_dal(home: str | os.PathLike[str] | None = None, startup_timeou
     os.close(open_log(log_path))  # created private to this user
     handler = logging.FileHandler(log_path, encoding="utf-8")
     handler.setFormatter(JsonFormatter())
+    try:
+        with _server_log_to(handler), _hosted(home, log_path, startup_timeout) as dal:
+            yield dal
+    finally:
+        handler.close()
+
+
+@contextmanager
+def host_empty_dal(startup_timeout: float = 60.0) -> Iterator[HostedDal]:
+    """Host a DAL over an empty store in memory in this process: what a command that only
+    reads, or changes what exists, acts on in a home that has no embedded store yet (a
+    mistyped ``--home``, or no run yet), so that it answers as for an empty store and makes
+    no folder there. Its log lines go nowhere."""
+    with _server_log_to(logging.NullHandler()), _hosted(None, None, startup_timeout) as dal:
+        yield dal
+
+
+@contextmanager
+def _hosted(home: str | os.PathLike[str] | None, log_path: Path | None, startup_timeout: float) -> Iterator[HostedDal]:
+    with scratch.folder("dal", sockets=True) as folder:
+        dal = HostedDal(home, folder, log_path, startup_timeout)
+        try:
+            yield dal
+        finally:
+            dal.stop()
+
+
+@contextmanager
+def _server_log_to(handler: logging.Handler) -> Iterator[None]:
+    """The hosted DAL's log lines (logger ``bulldozer.kv.server``) to ``handler`` alone."""
     server_log = logging.getLogger("bulldozer.kv.server")
     saved = server_log.handlers[:], server_log.propagate, server_log.level
     server_log.handlers[:], server_log.propagate = [handler], False
     server_log.setLevel(logging.INFO)
     try:
-        with scratch.folder("dal", sockets=True) as folder:
-            dal = HostedDal(home, folder, log_path, startup_timeout)
-            try:
-                yield dal
-            finally:
-                dal.stop()
+        yield
     finally:
         server_log.handlers[:], server_log.propagate = saved[0], saved[1]
         server_log.setLevel(saved[2])
-        handler.close()
+
+
+def _absent(path: Path) -> bool:
+    """``path`` does not exist (a home that is a file is the OSError it is, not an absent store)."""
+    try:
+        path.stat()
+    except FileNotFoundError:
+        return True
+    return False
 
 
 def _hosts_embedded() -> bool:
@@ -311,16 +352,17 @@ def connect_for_spec(
     home: str | os.PathLike[str] | None = None,
     endpoint: str | None = None,
     timeout: float = 60.0,
+    create: bool = True,
 ) -> Iterator[KvClient]:
     """A client of ``endpoint`` (the operator's override), else of the DAL ``loaded`` names,
     else of the operator's (``BULLDOZER_ENDPOINT``, the profile's, else embedded), with the
-    token ``spec_token`` allows."""
+    token ``spec_token`` allows; ``create``: as ``connect``'s."""
     named = loaded.spec.key_value_dal.endpoint
     if endpoint is None and (refused := endpoint_issues(loaded)):
         raise SpecError(refused)  # before any connection to the spec's host
     target = endpoint or named or load_settings().dal_endpoint()
     token = spec_token(loaded, target, operator_endpoint=endpoint is not None or named is None)
-    with connect(target, home, token=token, timeout=timeout, env_token=False) as client:
+    with connect(target, home, token=token, timeout=timeout, env_token=False, create=create) as client:
         yield client
 
 
@@ -350,12 +392,15 @@ def connect(
     token: str | None = None,
     timeout: float = 60.0,
     env_token: bool = True,
+    create: bool = True,
 ) -> Iterator[KvClient]:
     """A client of ``endpoint`` (None: ``BULLDOZER_ENDPOINT``, else ``embedded``): ``embedded``
     (a DAL started for the duration, plaintext on loopback) or ``host:port``, with the bearer
     token (``token``, else — with ``env_token``, for an endpoint the operator named —
     ``BULLDOZER_TOKEN``) and TLS from ``BULLDOZER_TLS_CA`` / ``BULLDOZER_TLS_CERT`` /
-    ``BULLDOZER_TLS_KEY``."""
+    ``BULLDOZER_TLS_KEY``. ``create`` False, for a command that only reads or changes what
+    exists: on a home without an embedded store it acts on an empty one (``host_empty_dal``)
+    and makes nothing there."""
     settings = load_settings()
     endpoint = checked_endpoint(settings.dal_endpoint(endpoint))
     warm = _warm if endpoint == "embedded" else None
@@ -376,12 +421,17 @@ def connect(
                 client.close()
             return
     if endpoint == "embedded":
-        with host_embedded_dal(home) if _hosts_embedded() else start_embedded_dal(home) as dal:
+        store = embedded_store_path(home)
+        absent = not create and _absent(store)
+        dal_cm: Any = (
+            host_empty_dal() if absent else host_embedded_dal(home) if _hosts_embedded() else start_embedded_dal(home)
+        )
+        with dal_cm as dal:
             # imported once the DAL is on its way: gRPC, numpy and pydantic load meanwhile
             from bulldozer.kv.client import KvClient
 
             client = KvClient(dal.address, token=token, timeout=timeout)
-            client.store = f"embedded ({embedded_store_path(home)})"
+            client.store = f"embedded ({store}{', none there yet' if absent else ''})"
 
             def ready() -> None:
                 dal.wait()

@@ -71,7 +71,7 @@ def plan_run(loaded: LoadedSpec, client: KvClient, home: str | None = None, engi
         from bulldozer.load.engines.spark.catalog import refuse_unopenable
 
         refuse_unopenable(dm.catalog)
-    catalog = open_catalog(dm.catalog, home)
+    catalog = open_catalog(dm.catalog, home, create=False)
     live = live_version(client, spec.alias)
     previous = live.value_descriptor_set if live and live.value_descriptor_set else None
     files = rows = nbytes = 0

@@ -233,7 +233,9 @@ class JobRun:
         if dm.source.query is not None or dm.duplicate_keys.policy == "keep_latest":
             from bulldozer.load.source import build_sql_source
 
-            self.sql_source = build_sql_source(self.loaded, open_catalog(dm.catalog, self.home), schema_at)
+            self.sql_source = build_sql_source(
+                self.loaded, open_catalog(dm.catalog, self.home, create=False), schema_at
+            )
             record.snapshots = self.sql_source.snapshots
             only = len(self.sql_source.snapshots) == 1
             record.snapshot_id = next(iter(self.sql_source.snapshots.values())) if only else 0

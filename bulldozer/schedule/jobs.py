@@ -171,7 +171,7 @@ def _fill_state(info: JobInfo, loaded: LoadedSpec, home: str | None) -> None:
     from bulldozer.versioning.flip import live_version
     from bulldozer.versioning.run_state import run_record_of
 
-    with connect_for_spec(loaded, home) as client:
+    with connect_for_spec(loaded, home, create=False) as client:
         info.store = client.store
         live = live_version(client, info.alias)
         info.current_version = live.name if live else ""

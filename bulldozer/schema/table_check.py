@@ -102,7 +102,7 @@ def _table_issues(loaded: LoadedSpec, catalog: Any, home: str | None) -> list[Sp
         return _check_query(loaded, dm.source.query, catalog, home)
     assert dm.source.table is not None
     try:
-        catalog = catalog or open_catalog(dm.catalog, home)
+        catalog = catalog or open_catalog(dm.catalog, home, create=False)
         table = load_table(catalog, dm.source.table)
     except BulldozerError as exc:
         return [loaded.issue(("data_movement", "source", "table"), str(exc))]
@@ -146,7 +146,7 @@ def _check_query(loaded: LoadedSpec, query: str, catalog: Any, home: str | None)
     if issues:
         return issues
     try:
-        catalog = catalog or open_catalog(loaded.spec.data_movement.catalog, home)
+        catalog = catalog or open_catalog(loaded.spec.data_movement.catalog, home, create=False)
     except BulldozerError as exc:
         return [loaded.issue(("data_movement", "catalog"), str(exc))]
     for name in tables:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from bulldozer.errors import BulldozerError, CatalogError, TableNotFoundError
 from bulldozer.names import did_you_mean
-from bulldozer.redaction import first_line, shown_url, without_secrets
+from bulldozer.redaction import first_line, shown_url, visible, without_secrets
 from bulldozer.spec.models import EMBEDDED_CATALOG, CatalogConfig
 from bulldozer.warehouse import catalog_tls
 from bulldozer.warehouse.files import reading_metadata, unreadable_metadata
@@ -165,14 +165,27 @@ def catalog_properties(config: CatalogConfig) -> dict[str, str] | None:
     return dict(operator) if operator else None
 
 
-def open_catalog(config: CatalogConfig | None = None, home: str | os.PathLike[str] | None = None) -> Any:
+def open_catalog(
+    config: CatalogConfig | None = None, home: str | os.PathLike[str] | None = None, create: bool = True
+) -> Any:
     """The pyiceberg catalog for ``config`` (``catalog_properties``: the operator's catalog of
     its name, else for ``lake`` the embedded one), whose tables cannot name the code that reads their
-    files (``_no_table_file_io_code``)."""
+    files (``_no_table_file_io_code``). ``create`` False, for a reader: a home without an
+    embedded catalog is a CatalogError, not a new empty catalog made there (a mistyped
+    ``--home`` left one behind)."""
     config = config or CatalogConfig()
     props = catalog_properties(config)
     if props is None:
         root = bulldozer_home(home)
+        try:
+            if not create:
+                (root / "catalog.db").stat()  # a home that is a file is the OSError it is
+        except FileNotFoundError:
+            raise CatalogError(
+                f"there is no embedded catalog under {visible(str(root))}: no table was made there "
+                "(`bulldozer warehouse sample` makes one); check --home / BULLDOZER_HOME, or name a catalog "
+                "the operator configured (BULLDOZER_CATALOGS)"
+            ) from None
         (root / "warehouse").mkdir(parents=True, exist_ok=True)
         props = embedded_catalog_properties(root)
     where = shown_url(props["uri"]) if "uri" in props else props.get("type", "?")
@@ -442,7 +455,7 @@ def load_source_table(config: CatalogConfig, home: str | os.PathLike[str] | None
         if location is not None:
             _say_unused_pyiceberg_configuration(config.name)
             return _static_table(identifier, location, embedded_catalog_properties(home))
-    return load_table(open_catalog(config, home), identifier)
+    return load_table(open_catalog(config, home, create=False), identifier)
 
 
 def _static_table(identifier: str, location: str, properties: dict[str, str]) -> Any:

@@ -210,10 +210,14 @@ def test_a_home_that_is_not_a_folder_is_one_line(tmp_path: Path) -> None:
     (it was a traceback ending in ``NotADirectoryError``)."""
     home = tmp_path / "home"
     home.write_text("a file, not a folder")
-    for command in (["namespaces"], ["run", TEMPLATE]):
+    for command, needed in (
+        (["namespaces"], "kv"),
+        (["run", TEMPLATE], "logs"),
+        (["validate", TEMPLATE, "--catalog"], "catalog.db"),
+    ):
         result = runner.invoke(app, [*command, "--home", str(home)])
         assert result.exit_code == 1, result.output
-        assert result.stderr.splitlines()[-1] == f"error: {home}/logs: Not a directory", result.stderr
+        assert result.stderr.splitlines()[-1] == f"error: {home}/{needed}: Not a directory", result.stderr
         assert "Traceback" not in result.stderr
 
 

@@ -543,6 +543,43 @@ def test_a_home_whose_path_would_end_a_uri_early_is_refused_in_one_line(name: st
     assert not (home / "catalog.db").exists()
 
 
+#: commands that read, or change what exists, on a home with nothing in it: (args, exit code, what stdout or stderr says)
+READERS = [
+    (["namespaces", "--json"], 0, "[]"),
+    (["runs", "user_item_scores"], 0, "runs of user_item_scores: none"),
+    (["gc"], 0, "nothing to drop"),
+    (["jobs"], 0, "no jobs submitted"),
+    (["alias", "show", "user_item_scores"], 1, "error: alias 'user_item_scores' does not point at any version yet"),
+    (["get", "user_item_scores", "--key", json.dumps(KEY)], 1, "does not point at any version yet"),
+    (["rollback", "user_item_scores", "--yes"], 1, "does not point at any version yet"),
+    (["validate", "templates/move_data_to_kv_dal.yaml", "--catalog"], 2, "there is no embedded catalog under"),
+    (["plan", "templates/move_data_to_kv_dal.yaml"], 1, "error: there is no embedded catalog under"),
+    (["proto", "templates/move_data_to_kv_dal.yaml"], 1, "error: there is no embedded catalog under"),
+]
+
+
+def test_commands_that_read_make_nothing_in_a_home_without_a_store(tmp_path: Path) -> None:
+    """A read on a home with no embedded store or catalog (a mistyped ``--home``, or no run
+    yet) made both there: the store and its logs folder for the DAL started to answer it, the
+    catalog's SQLite file and warehouse folder for the catalog opened — ``plan`` too, which
+    says it writes nothing. It now answers as for an empty store, or says in one line that
+    there is no catalog there, and the home is never made."""
+    home = tmp_path / "typo"
+    env = {**os.environ, "BULLDOZER_HOME": str(home)}
+    started = [
+        (args, code, says, subprocess.Popen([sys.executable, "-m", "bulldozer.cli.main", *args], env=env, cwd=REPO,
+                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        for args, code, says in READERS
+    ]  # fmt: skip
+    for args, code, says, proc in started:
+        out, err = proc.communicate(timeout=300)
+        assert (proc.returncode, "Traceback" in err) == (code, False), (args, err)
+        assert says in out + err, (args, out, err)
+        if code:
+            assert len(err.strip().splitlines()) == 1, (args, err)
+    assert not home.exists(), sorted(p.name for p in home.rglob("*"))
+
+
 def test_cli_run_get_runs_on_the_embedded_default(tmp_path: Path) -> None:
     home = tmp_path / "h"
     create_sample_warehouse(home, rows=2_000)

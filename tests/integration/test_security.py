@@ -678,8 +678,8 @@ def test_a_spec_names_the_operators_catalog(tmp_path: Path) -> None:
     done = _bulldozer(["run", str(spec), "--json"], home, BULLDOZER_CATALOGS=json.dumps({"lake": lake}))
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["rows"] == 1_000
-    missing = _bulldozer(["run", str(spec), "-q"], home)  # without it: the (empty) embedded catalog of the home
-    assert missing.returncode != 0 and "does not exist in the catalog" in missing.stderr, missing.stderr
+    missing = _bulldozer(["run", str(spec), "-q"], home)  # without it: the home's embedded catalog, which has none
+    assert missing.returncode != 0 and "there is no embedded catalog under" in missing.stderr, missing.stderr
     properties = "".join(f"      {k}: {v}\n" for k, v in lake.items())
     own = _spec_with_catalog(tmp_path / "own.yaml", f"    name: lake\n    properties:\n{properties}")
     assert _bulldozer(["run", str(own), "-q"], home).returncode == 2
