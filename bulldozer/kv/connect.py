@@ -286,15 +286,6 @@ def _server_log_to(handler: logging.Handler) -> Iterator[None]:
         server_log.setLevel(saved[2])
 
 
-def _absent(path: Path) -> bool:
-    """``path`` does not exist (a home that is a file is the OSError it is, not an absent store)."""
-    try:
-        path.stat()
-    except FileNotFoundError:
-        return True
-    return False
-
-
 def _hosts_embedded() -> bool:
     """Whether an embedded DAL is hosted in this process (the native data plane can run)."""
     return embedded_data_plane()[0] == "native"
@@ -421,8 +412,10 @@ def connect(
                 client.close()
             return
     if endpoint == "embedded":
+        from bulldozer.warehouse.catalog import not_made
+
         store = embedded_store_path(home)
-        absent = not create and _absent(store)
+        absent = not create and not_made(store)
         dal_cm: Any = (
             host_empty_dal() if absent else host_embedded_dal(home) if _hosts_embedded() else start_embedded_dal(home)
         )

@@ -44,6 +44,7 @@ __all__ = [
     "embedded_catalog_properties",
     "load_source_table",
     "load_table",
+    "not_made",
     "open_catalog",
     "pinned_snapshot",
     "pyiceberg_configuration",
@@ -72,6 +73,16 @@ def bulldozer_home(home: str | os.PathLike[str] | None = None) -> Path:
     from bulldozer.settings import load_settings
 
     return load_settings().home_path(home)
+
+
+def not_made(path: Path) -> bool:
+    """Whether ``path`` in a home (its store, its catalog) does not exist yet; a home that is
+    a file is the OSError it is, not a home where nothing was made."""
+    try:
+        path.stat()
+    except FileNotFoundError:
+        return True
+    return False
 
 
 def embedded_catalog_properties(home: str | os.PathLike[str] | None = None) -> dict[str, str]:
@@ -177,15 +188,12 @@ def open_catalog(
     props = catalog_properties(config)
     if props is None:
         root = bulldozer_home(home)
-        try:
-            if not create:
-                (root / "catalog.db").stat()  # a home that is a file is the OSError it is
-        except FileNotFoundError:
+        if not create and not_made(root / "catalog.db"):
             raise CatalogError(
                 f"there is no embedded catalog under {visible(str(root))}: no table was made there "
                 "(`bulldozer warehouse sample` makes one); check --home / BULLDOZER_HOME, or name a catalog "
                 "the operator configured (BULLDOZER_CATALOGS)"
-            ) from None
+            )
         (root / "warehouse").mkdir(parents=True, exist_ok=True)
         props = embedded_catalog_properties(root)
     where = shown_url(props["uri"]) if "uri" in props else props.get("type", "?")
