@@ -116,17 +116,24 @@ def run(
     against what the DAL stored, quality gates) before the alias moves. On any failure the
     version is marked FAILED and the alias stays where it was; the exit code is non-zero.
     """
-    from bulldozer.kv.connect import connect_for_spec
+    from bulldozer.kv.connect import connect_for_spec, store_not_made
     from bulldozer.spec.loader import load_spec
 
     failures: list[RunRecord] = []
     store = ""
+    # a resumed run and the later stages act on the version an earlier one made: they make no store
+    makes = resume is None and stage in (None, "validate", "schema", "load")
     try:
         loaded = load_spec(spec)
+        if makes and store_not_made(loaded, home, endpoint):
+            # a home with neither a store nor the catalog (a mistyped --home): said before either is made
+            from bulldozer.warehouse.catalog import require_catalog_made
+
+            require_catalog_made(loaded.spec.data_movement.catalog, home)
         if engine is EngineChoice.local:
             process.without_pandas()
         limit = _time_limit(loaded, stage)
-        with connect_for_spec(loaded, home, endpoint) as client, limit:  # the run's end disarms it
+        with connect_for_spec(loaded, home, endpoint, create=makes) as client, limit:  # the run's end disarms it
             store = client.store
             # An embedded DAL starts now, on the other core, while this process imports the
             # load engine and reads the catalog; the first call to it waits until it is up.

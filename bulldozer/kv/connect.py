@@ -51,6 +51,7 @@ __all__ = [
     "host_empty_dal",
     "spec_token",
     "start_embedded_dal",
+    "store_not_made",
     "use_warm_dal",
 ]
 log = logging.getLogger("bulldozer.kv.connect")
@@ -351,10 +352,25 @@ def connect_for_spec(
     named = loaded.spec.key_value_dal.endpoint
     if endpoint is None and (refused := endpoint_issues(loaded)):
         raise SpecError(refused)  # before any connection to the spec's host
-    target = endpoint or named or load_settings().dal_endpoint()
+    target = _spec_target(loaded, endpoint)
     token = spec_token(loaded, target, operator_endpoint=endpoint is not None or named is None)
     with connect(target, home, token=token, timeout=timeout, env_token=False, create=create) as client:
         yield client
+
+
+def _spec_target(loaded: LoadedSpec, endpoint: str | None) -> str:
+    """The DAL ``connect_for_spec`` connects to: ``endpoint``, else the spec's, else the operator's."""
+    return endpoint or loaded.spec.key_value_dal.endpoint or load_settings().dal_endpoint()
+
+
+def store_not_made(loaded: LoadedSpec, home: str | os.PathLike[str] | None, endpoint: str | None = None) -> bool:
+    """Whether ``connect_for_spec`` would act on the embedded store of a home that has none
+    (a run would make it)."""
+    if _spec_target(loaded, endpoint) != "embedded":
+        return False
+    from bulldozer.warehouse.catalog import not_made
+
+    return not_made(embedded_store_path(home))
 
 
 def checked_endpoint(endpoint: str) -> str:

@@ -50,6 +50,7 @@ __all__ = [
     "pyiceberg_configuration",
     "read_snapshot",
     "ref_issue",
+    "require_catalog_made",
     "spec_catalog_refusal",
     "table_io_refusal",
     "unknown_catalog",
@@ -83,6 +84,27 @@ def not_made(path: Path) -> bool:
     except FileNotFoundError:
         return True
     return False
+
+
+def require_catalog_made(config: CatalogConfig, home: str | os.PathLike[str] | None = None) -> None:
+    """A CatalogError when ``config`` names the embedded catalog and none was made under the
+    home: what ``open_catalog(create=False)`` would say, asked before anything is opened. A
+    catalog the spec may not name is left to the spec's checks, which say why in their words."""
+    try:
+        props = catalog_properties(config)
+    except CatalogError:
+        return
+    if props is None:
+        _require_made(bulldozer_home(home))
+
+
+def _require_made(root: Path) -> None:
+    if not_made(root / "catalog.db"):
+        raise CatalogError(
+            f"there is no embedded catalog under {visible(str(root))}: no table was made there "
+            "(`bulldozer warehouse sample` makes one); check --home / BULLDOZER_HOME, or name a catalog "
+            "the operator configured (BULLDOZER_CATALOGS)"
+        )
 
 
 def embedded_catalog_properties(home: str | os.PathLike[str] | None = None) -> dict[str, str]:
@@ -188,12 +210,8 @@ def open_catalog(
     props = catalog_properties(config)
     if props is None:
         root = bulldozer_home(home)
-        if not create and not_made(root / "catalog.db"):
-            raise CatalogError(
-                f"there is no embedded catalog under {visible(str(root))}: no table was made there "
-                "(`bulldozer warehouse sample` makes one); check --home / BULLDOZER_HOME, or name a catalog "
-                "the operator configured (BULLDOZER_CATALOGS)"
-            )
+        if not create:
+            _require_made(root)
         (root / "warehouse").mkdir(parents=True, exist_ok=True)
         props = embedded_catalog_properties(root)
     where = shown_url(props["uri"]) if "uri" in props else props.get("type", "?")

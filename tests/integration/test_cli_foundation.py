@@ -212,7 +212,7 @@ def test_a_home_that_is_not_a_folder_is_one_line(tmp_path: Path) -> None:
     home.write_text("a file, not a folder")
     for command, needed in (
         (["namespaces"], "kv"),
-        (["run", TEMPLATE], "logs"),
+        (["run", TEMPLATE], "kv"),
         (["validate", TEMPLATE, "--catalog"], "catalog.db"),
     ):
         result = runner.invoke(app, [*command, "--home", str(home)])

@@ -543,7 +543,7 @@ def test_a_home_whose_path_would_end_a_uri_early_is_refused_in_one_line(name: st
     assert not (home / "catalog.db").exists()
 
 
-#: commands that read, or change what exists, on a home with nothing in it: (args, exit code, what stdout or stderr says)
+#: commands that read or change what exists, and runs that cannot start, on a home with nothing in it: (args, exit code, what stdout or stderr says)
 READERS = [
     (["namespaces", "--json"], 0, "[]"),
     (["runs", "user_item_scores"], 0, "runs of user_item_scores: none"),
@@ -555,6 +555,11 @@ READERS = [
     (["validate", "templates/move_data_to_kv_dal.yaml", "--catalog"], 2, "there is no embedded catalog under"),
     (["plan", "templates/move_data_to_kv_dal.yaml"], 1, "error: there is no embedded catalog under"),
     (["proto", "templates/move_data_to_kv_dal.yaml"], 1, "error: there is no embedded catalog under"),
+    # a run, or its first stages, cannot start without the table: said before the store is made
+    (["run", "templates/move_data_to_kv_dal.yaml", "-q"], 1, "error: there is no embedded catalog under"),
+    (["run", "templates/move_data_to_kv_dal.yaml", "--stage", "load", "--run-key", "k"], 1, "no embedded catalog"),
+    (["run", "templates/move_data_to_kv_dal.yaml", "--resume", "0a925f", "-q"], 1, "no embedded catalog"),
+    (["run", "templates/move_data_to_kv_dal.yaml", "--stage", "flip", "--version", "abc", "-q"], 1, "does not exist"),
 ]
 
 
@@ -578,6 +583,21 @@ def test_commands_that_read_make_nothing_in_a_home_without_a_store(tmp_path: Pat
         if code:
             assert len(err.strip().splitlines()) == 1, (args, err)
     assert not home.exists(), sorted(p.name for p in home.rglob("*"))
+
+
+def test_a_run_on_a_store_whose_catalog_is_gone_records_its_failure(tmp_path: Path) -> None:
+    """Where the home has a store, a run that finds no catalog there fails as any run does:
+    its version FAILED and its run record kept, for ``bulldozer runs`` (only a home with
+    neither is left unmade)."""
+    home = tmp_path / "h"
+    create_sample_warehouse(home, rows=2_000)
+    assert _cli(["run", "templates/move_data_to_kv_dal.yaml", "-q"], home).returncode == 0
+    (home / "catalog.db").unlink()
+    failed = _cli(["run", "templates/move_data_to_kv_dal.yaml", "-q"], home)
+    assert failed.returncode == 1 and "there is no embedded catalog under" in failed.stderr
+    runs = json.loads(_cli(["runs", "user_item_scores", "--json"], home).stdout)
+    assert [r["outcome"] for r in runs] == ["failed", "succeeded"]
+    assert "no embedded catalog" in runs[0]["error"]
 
 
 def test_cli_run_get_runs_on_the_embedded_default(tmp_path: Path) -> None:
