@@ -195,7 +195,7 @@ def test_a_killed_python_worker_is_retried_and_counted_once(spark: Any, dal: KvC
     retries it, and the digest check counts the retried partition's rows once."""
     from pyspark.sql.functions import col, udf
 
-    @udf("long")  # type: ignore[misc]
+    @udf("long", useArrow=False)  # type: ignore[misc]  # (no inference from the hints: they are strings here)
     def die_once(value: int) -> int:
         from pyspark import TaskContext
 
@@ -213,7 +213,7 @@ def test_a_killed_python_worker_is_retried_and_counted_once(spark: Any, dal: KvC
 def test_a_write_that_fails_for_good_marks_the_version_failed(spark: Any, dal: KvClient) -> None:
     from pyspark.sql.functions import col, udf
 
-    @udf("long")  # type: ignore[misc]
+    @udf("long", useArrow=False)  # type: ignore[misc]  # (no inference from the hints: they are strings here)
     def always_die(value: int) -> int:
         if value == 700:
             os._exit(1)
