@@ -428,9 +428,12 @@ def connect(
                 client.close()
             return
     if endpoint == "embedded":
+        from bulldozer.kv.backends.embedded import owner_refusal
         from bulldozer.warehouse.catalog import not_made
 
         store = embedded_store_path(home)
+        if (refused := owner_refusal(store)) is not None:  # before its DAL's log is opened in that home
+            raise BackendUnavailableError(refused)
         absent = not create and not_made(store)
         dal_cm: Any = (
             host_empty_dal() if absent else host_embedded_dal(home) if _hosts_embedded() else start_embedded_dal(home)

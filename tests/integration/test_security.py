@@ -421,6 +421,36 @@ def test_the_embedded_store_is_private(tmp_path: Path) -> None:
         ]
 
 
+def test_a_store_of_another_user_is_refused_naming_its_owner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store is its owner's alone (0700). Another user's command failed on the DAL's log
+    file in the home, or on the store's chmod ("Operation not permitted"); it now says whose
+    the store is and how to read it, before anything is opened. (The suite runs as root, who
+    may open any store: this process is made another user by its effective uid.)"""
+    import pwd
+
+    from typer.testing import CliRunner
+
+    from bulldozer.cli.main import app
+
+    home = tmp_path / "h"
+    create_engine({"type": "embedded", "path": str(home / "kv"), "map_size": 1024**2 * 64}).close()
+    owner = (home / "kv").stat().st_uid
+    said = (
+        f"cannot open the embedded store at {home / 'kv'}: it belongs to user {pwd.getpwuid(owner).pw_name!r} "
+        f"(uid {owner}), and the store is its owner's alone; run the command as that user, or have that user serve "
+        "the store (`bulldozer serve`) and name its DAL (--endpoint, BULLDOZER_ENDPOINT)"
+    )
+    monkeypatch.setattr(os, "geteuid", lambda: owner + 4242)
+    result = CliRunner().invoke(app, ["namespaces", "--home", str(home)])
+    assert (result.exit_code, result.stderr) == (1, f"error: {said}\n")
+    assert not (home / "logs").exists()  # refused before its DAL's log was opened
+    with pytest.raises(BackendUnavailableError) as refused:  # `bulldozer serve` over it
+        create_engine({"type": "embedded", "path": str(home / "kv"), "map_size": 1024**2 * 64})
+    assert str(refused.value) == said
+    monkeypatch.setattr(os, "geteuid", lambda: owner)
+    assert CliRunner().invoke(app, ["namespaces", "--home", str(home)]).exit_code == 0  # its owner's
+
+
 def _serves(store: Path, port_file: Path, *args: str) -> None:
     """``bulldozer serve`` over ``store`` starts and listens (then is stopped), or the test fails."""
     port_file.unlink(missing_ok=True)

@@ -199,6 +199,34 @@ def run_records(run: Any) -> Iterator[tuple[bytes, Any]]:
         pos += vlen
 
 
+def owner_refusal(path: Path) -> str | None:
+    """Why this user may not open the embedded store at ``path`` (a store folder, or the home
+    it would be made in): it belongs to another user, whose alone it is (``_make_private``;
+    root may open any). None where that is not so, or cannot be told (then opening says)."""
+    for folder in (path, path.parent):
+        try:
+            owner = folder.stat().st_uid
+        except PermissionError:
+            continue  # not even to be looked into: its home may say whose it is
+        except OSError:
+            return None
+        if os.geteuid() in (0, owner):
+            return None
+        import pwd
+
+        try:
+            name = f"{pwd.getpwuid(owner).pw_name!r} (uid {owner})"
+        except KeyError:
+            name = f"uid {owner}"
+        whose = "it belongs" if folder == path else f"its home {folder} belongs"
+        return (
+            f"cannot open the embedded store at {path}: {whose} to user {name}, and the store is its owner's "
+            "alone; run the command as that user, or have that user serve the store (`bulldozer serve`) and "
+            "name its DAL (--endpoint, BULLDOZER_ENDPOINT)"
+        )
+    return None
+
+
 def _size(size: int) -> str:
     from pydantic import ByteSize
 
@@ -215,6 +243,8 @@ class EmbeddedEngine(StorageEngine):
         self.path = Path(config.path)
         if self.path.exists() and not self.path.is_dir():  # mkdir said only "File exists"
             raise BackendUnavailableError(f"cannot open the embedded store at {self.path}: it is a file, not a folder")
+        if (refused := owner_refusal(self.path)) is not None:  # its chmod said "Operation not permitted"
+            raise BackendUnavailableError(refused)
         try:
             self._make_private()
             self._room_to_create()
