@@ -428,7 +428,7 @@ def connect(
                 client.close()
             return
     if endpoint == "embedded":
-        from bulldozer.kv.backends.embedded import owner_refusal
+        from bulldozer.kv.privacy import owner_refusal
         from bulldozer.warehouse.catalog import not_made
 
         store = embedded_store_path(home)

@@ -94,6 +94,7 @@ from bulldozer.kv.backends._lifecycle import (
 )
 from bulldozer.kv.backends.base import StorageEngine, chunked, select_namespaces
 from bulldozer.kv.backends.config import EmbeddedConfig, address_space_limit, default_map_size
+from bulldozer.kv.privacy import make_private, owner_refusal
 from bulldozer.kv.types import AliasChange, AliasRecord, BaseCopy, NamespaceRecord, State
 from bulldozer.kv.v1 import shared
 from bulldozer.redaction import first_line
@@ -199,34 +200,6 @@ def run_records(run: Any) -> Iterator[tuple[bytes, Any]]:
         pos += vlen
 
 
-def owner_refusal(path: Path) -> str | None:
-    """Why this user may not open the embedded store at ``path`` (a store folder, or the home
-    it would be made in): it belongs to another user, whose alone it is (``_make_private``;
-    root may open any). None where that is not so, or cannot be told (then opening says)."""
-    for folder in (path, path.parent):
-        try:
-            owner = folder.stat().st_uid
-        except PermissionError:
-            continue  # not even to be looked into: its home may say whose it is
-        except OSError:
-            return None
-        if os.geteuid() in (0, owner):
-            return None
-        import pwd
-
-        try:
-            name = f"{pwd.getpwuid(owner).pw_name!r} (uid {owner})"
-        except KeyError:
-            name = f"uid {owner}"
-        whose = "it belongs" if folder == path else f"its home {folder} belongs"
-        return (
-            f"cannot open the embedded store at {path}: {whose} to user {name}, and the store is its owner's "
-            "alone; run the command as that user, or have that user serve the store (`bulldozer serve`) and "
-            "name its DAL (--endpoint, BULLDOZER_ENDPOINT)"
-        )
-    return None
-
-
 def _size(size: int) -> str:
     from pydantic import ByteSize
 
@@ -246,7 +219,7 @@ class EmbeddedEngine(StorageEngine):
         if (refused := owner_refusal(self.path)) is not None:  # its chmod said "Operation not permitted"
             raise BackendUnavailableError(refused)
         try:
-            self._make_private()
+            make_private(self.path)
             self._room_to_create()
             self.env = lmdb.open(
                 str(self.path),
@@ -341,15 +314,6 @@ class EmbeddedEngine(StorageEngine):
         """Bytes free (to this user) and in all on the disk holding the store."""
         fs = os.statvfs(self.path)
         return fs.f_bavail * fs.f_frsize, fs.f_blocks * fs.f_frsize
-
-    def _make_private(self) -> None:
-        """The store is its owner's alone: its folder 0700, its files 0600 (also a store
-        created before this rule, and whatever the umask)."""
-        self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(self.path, 0o700)
-        for child in self.path.iterdir():
-            if child.is_file() and not child.is_symlink():
-                os.chmod(child, 0o600)
 
     def _auth_marker(self) -> Path:
         return self.path / _AUTH_MARKER
