@@ -28,6 +28,18 @@ def _home(home: str | None) -> Path:
     return load_settings().home_path(home)
 
 
+def _own_home(root: Path) -> Path:
+    """``root``, when this user may keep a loader there: its embedded store (which the
+    loader's warm DAL opens) is not another user's (``kv.privacy``; the loader's folder and
+    log said only "Permission denied")."""
+    from bulldozer.kv.connect import embedded_store_path
+    from bulldozer.kv.privacy import owner_refusal
+
+    if (refused := owner_refusal(embedded_store_path(root))) is not None:
+        raise fail(refused)
+    return root
+
+
 @app.command("serve")
 @handle_errors
 def serve(
@@ -43,7 +55,7 @@ def serve(
 
     configure_logging("info", "text")
     process.collect_again()
-    raise typer.Exit(run_loader(_home(home), warm_dal=warm_dal))
+    raise typer.Exit(run_loader(_own_home(_home(home)), warm_dal=warm_dal))
 
 
 @app.command("start")
@@ -68,6 +80,7 @@ def start(
     if running is not None:
         console.print(f"a loader already runs for {root} (pid {running['pid']})")
         return
+    _own_home(root)
     from bulldozer.logs import log_file, open_log
 
     log_path = log_file(root / "logs", "loader")

@@ -444,6 +444,9 @@ def test_a_store_of_another_user_is_refused_naming_its_owner(tmp_path: Path, mon
     result = CliRunner().invoke(app, ["namespaces", "--home", str(home)])
     assert (result.exit_code, result.stderr) == (1, f"error: {said}\n")
     assert not (home / "logs").exists()  # refused before its DAL's log was opened
+    loader = CliRunner().invoke(app, ["loader", "start", "--home", str(home)])  # its warm DAL would open it
+    assert (loader.exit_code, loader.stderr) == (1, f"error: {said}\n")
+    assert sorted(p.name for p in home.iterdir()) == ["kv"]  # no loader folder, no log
     with pytest.raises(BackendUnavailableError) as refused:  # `bulldozer serve` over it
         create_engine({"type": "embedded", "path": str(home / "kv"), "map_size": 1024**2 * 64})
     assert str(refused.value) == said
