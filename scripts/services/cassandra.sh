@@ -107,8 +107,12 @@ start() { # DIR PORT
   local dir=$1 port=$2
   fetch
   write_conf "$dir" "$port"
+  # its temporary files (lz4-java's native library, extracted at each start and left in /tmp
+  # by a server that was killed) in its own folder, which stop removes
+  mkdir -p "$dir/tmp"
   # shellcheck disable=SC2046
   nohup java $(jvm_opts) \
+    -Djava.io.tmpdir="$dir/tmp" \
     -Dcassandra.config="file://$dir/conf/cassandra.yaml" \
     -Dlogback.configurationFile="$dir/conf/logback.xml" \
     -Dcassandra.logdir="$dir/logs" -Dcassandra.storagedir="$dir" \

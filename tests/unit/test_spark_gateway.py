@@ -1,5 +1,6 @@
 """Spark's gateway JVM is started so that a process with busy gRPC channels survives it
-(bulldozer.load.engines.spark.session.gateway_popen_kwargs)."""
+(bulldozer.load.engines.spark.session.gateway_popen_kwargs), and its connection file is
+made where a killed run leaves nothing behind (``session._temporary_files_in``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from concurrent import futures
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -83,3 +85,33 @@ def test_a_process_with_a_busy_grpc_channel_starts_children_that_live() -> None:
         if child.returncode != 0:
             died.append((child.returncode, err.decode(errors="replace").strip()))
     assert died == []
+
+
+def test_the_gateway_writes_its_port_and_secret_in_the_drivers_scratch_folder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pyspark's ``launch_gateway`` has the JVM write its port and secret into a folder it
+    makes in the temporary directory, removed once read: a run killed while the JVM started
+    left it in /tmp. It is made in the driver's scratch folder (removed at exit, or by the
+    next Bulldozer process), and the temporary directory is Python's own again after."""
+    import tempfile
+
+    from pyspark import SparkConf, java_gateway
+
+    from bulldozer.load.engines.spark import session
+
+    started: dict[str, Any] = {}
+
+    class Started(Exception):
+        pass
+
+    def popen(command: list[str], **kwargs: Any) -> None:
+        started.update(kwargs["env"])
+        raise Started
+
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    monkeypatch.setattr(java_gateway, "Popen", popen)
+    before = tempfile.tempdir
+    with pytest.raises(Started):
+        session._launch(SparkConf(loadDefaults=False))
+    info = Path(started["_PYSPARK_DRIVER_CONN_INFO_PATH"])
+    assert info.parent.parent == session._driver_folder(), info
+    assert tempfile.tempdir == before

@@ -197,6 +197,10 @@ def _start_context(
                 f"-Dlog4j2.configurationFile={_LOG4J2}",
                 f"-Dbulldozer.spark.level={level}",
                 f"-Dbulldozer.spark.tasks.level={level if level in ('DEBUG', 'INFO') else 'OFF'}",
+                # the JVM's temporary files (Spark's local folders, unless the operator's
+                # spark.local.dir says where; lz4-java's native library) in the driver's
+                # scratch folder: a driver killed (its run's time limit) left them in /tmp
+                f"-Djava.io.tmpdir={_driver_tmp()}",
                 *_class_archive_options(),
             )
         ),
@@ -410,7 +414,8 @@ def _launch(conf: Any) -> Any:
     # before the load ended while it started, its folder removed under it)
     popen = gateway_popen_kwargs(cwd=str(_driver_folder()), stdout=write_end, stderr=write_end)
     try:
-        return launch_gateway(conf, popen_kwargs=popen)  # type: ignore[no-untyped-call]
+        with _temporary_files_in(_driver_folder()):
+            return launch_gateway(conf, popen_kwargs=popen)  # type: ignore[no-untyped-call]
     except Exception as exc:
         if "JAVA_GATEWAY_EXITED" not in str(exc):
             raise
@@ -421,6 +426,23 @@ def _launch(conf: Any) -> Any:
     finally:
         if write_end >= 0:
             os.close(write_end)  # the JVM holds its own copy
+
+
+@contextlib.contextmanager
+def _temporary_files_in(folder: Path) -> Iterator[None]:
+    """Python's temporary files in ``folder`` meanwhile (``tempfile.tempdir``): pyspark's
+    ``launch_gateway`` makes a folder in the temporary directory for the JVM to write its
+    port and secret to, removed once read; a run killed while the JVM started (its time
+    limit) left it in /tmp, where the driver's scratch folder is removed at exit or by the
+    next Bulldozer process (``bulldozer.scratch``)."""
+    import tempfile
+
+    saved = tempfile.tempdir
+    tempfile.tempdir = str(folder)
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved
 
 
 _GATEWAY: Any = None
@@ -607,6 +629,13 @@ def _driver_folder() -> Path:
             (env / "bin" / "python").symlink_to(sys.executable)
         _DRIVER_FOLDER = folder
     return _DRIVER_FOLDER
+
+
+def _driver_tmp() -> Path:
+    """The driver JVM's temporary directory, in the driver's scratch folder."""
+    tmp = _driver_folder() / "tmp"
+    tmp.mkdir(exist_ok=True)
+    return tmp
 
 
 def stop_spark_session() -> None:
