@@ -394,22 +394,37 @@ def test_bad_data_in_a_spark_run_is_one_line_on_stderr(dal: KvClient, tmp_path: 
 
 
 def test_a_spark_run_whose_terminal_hangs_up_is_recorded_as_failed_and_cleans_up(tmp_path: Path) -> None:
-    """As a local run (test_run.py): the terminal closes mid-load. The JVM runs in a process
-    group of its own, so the hang-up reaches the driver's Python side alone, which records
-    the run as failed and exits 129; the JVM ends with it."""
-    import subprocess
+    """As a local run (test_run.py): the terminal closes once the version is LOADING, while
+    the Spark driver's JVM may still be starting (in a thread, beside the create stage). The
+    JVM runs in a process group of its own, so the hang-up reaches the driver's Python side
+    alone, which records the run as failed and exits 129; the JVM ends with it. (One still
+    starting outlived the run for good: ``session._end_starting_gateway``.)"""
     import time
 
     from tests.integration.test_run import hang_up_mid_load
 
     hang_up_mid_load(tmp_path, "--engine", "spark", "--master", "local[2]")
-    this_run = f"spark.sql.catalog.lake.warehouse=file://{tmp_path}"  # in the command line of its JVM
     deadline = time.monotonic() + 10  # it ends once its driver has (0.8 s here)
-    while (left := subprocess.run(["pgrep", "-f", this_run], capture_output=True, text=True).stdout) and (
-        time.monotonic() < deadline
-    ):
+    while (left := _spark_jvms(tmp_path / "h")) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert left == "", f"the run's JVM outlived it: {left}"
+    assert left == [], f"the run's JVM outlived it: {left}"
+
+
+def _spark_jvms(home: Path) -> list[int]:
+    """The Spark driver JVMs of runs in ``home``: SparkSubmit processes whose environment
+    names it (a JVM's command line holds no path of the run: the catalog's settings reach
+    it after it starts, ``session.AFTER_LAUNCH_PREFIX``; a check by that path passed when
+    the JVM outlived its run)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if b"org.apache.spark.deploy.SparkSubmit" in (entry / "cmdline").read_bytes() and (
+                f"BULLDOZER_HOME={home}".encode() in (entry / "environ").read_bytes().split(b"\0")
+            ):
+                found.append(int(entry.name))
+        except (OSError, ValueError):
+            continue  # not a process, or gone meanwhile
+    return found
 
 
 def test_a_spark_run_past_its_time_limit_is_one_line(dal: KvClient, tmp_path: Path) -> None:

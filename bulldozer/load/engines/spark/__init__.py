@@ -367,6 +367,12 @@ class _IdleWatch:
         return bool(infos) and not any(info.numActiveTasks or info.numCompletedTasks for info in infos)
 
     def _watch(self) -> None:
+        try:
+            self._watch_until_stopped()
+        except Exception as exc:  # the driver went away under it (its run ended: a time limit, a signal)
+            log.debug("the Spark idle watch stopped: %s", exc)  # the run says what ended it, in its one line
+
+    def _watch_until_stopped(self) -> None:
         starved_since: float | None = None
         while not self._stop.wait(self.poll):
             if not self._starved():

@@ -413,19 +413,68 @@ def _launch(conf: Any) -> Any:
     # the JVM said "Error occurred during initialization of VM" there when a run refused
     # before the load ended while it started, its folder removed under it)
     popen = gateway_popen_kwargs(cwd=str(_driver_folder()), stdout=write_end, stderr=write_end)
+    # A process that ends while the JVM starts (a run stopped while its Spark start thread
+    # waits here) removes the driver's folder, where the JVM writes its port, at exit:
+    # registered after that removal, this ends the JVM first.
+    atexit.register(_end_starting_gateway)
     try:
         with _temporary_files_in(_driver_folder()):
             return launch_gateway(conf, popen_kwargs=popen)  # type: ignore[no-untyped-call]
-    except Exception as exc:
-        if "JAVA_GATEWAY_EXITED" not in str(exc):
+    except BaseException as exc:
+        if not isinstance(exc, Exception) or "JAVA_GATEWAY_EXITED" not in str(exc):
+            _end_starting_gateway()  # interrupted (Ctrl-C, SIGTERM, SIGHUP, the time limit) while it started
             raise
         os.close(write_end)
         write_end = -1
         relay.join(timeout=10)  # the JVM exited: the relay reads its last lines to the pipe's end
         raise _Exited(failures[-1] if failures else "", said[-1] if said else "") from None
     finally:
+        atexit.unregister(_end_starting_gateway)
         if write_end >= 0:
             os.close(write_end)  # the JVM holds its own copy
+
+
+def _end_starting_gateway(grace: float = 10.0) -> None:
+    """End the gateway JVM this process was starting when ``launch_gateway`` was
+    interrupted, or the process ended meanwhile: the folder the JVM writes its port to is
+    removed then (by pyspark, or with the driver's folder), the JVM's main thread fails to
+    write it and never watches its stdin (by whose end it exits with its driver), and
+    py4j's server thread kept it running for good, 2 GiB of heap, after the run had ended.
+    pyspark keeps no handle on it: it is this process's child that leads a process group of
+    its own (``gateway_popen_kwargs``) and runs SparkSubmit."""
+    import signal
+    import time
+
+    me = str(os.getpid())
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue  # gone meanwhile
+        if fields[1] != me or fields[2] != entry.name or b"org.apache.spark.deploy.SparkSubmit" not in command:
+            continue
+        pid = int(entry.name)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)  # its shutdown hooks remove what it extracted
+        deadline = time.monotonic() + grace
+        while not _reaped(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not _reaped(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+
+
+def _reaped(pid: int) -> bool:
+    """Whether this process's child ``pid`` has ended (and is reaped now)."""
+    try:
+        return os.waitpid(pid, os.WNOHANG) != (0, 0)
+    except ChildProcessError:
+        return True
 
 
 @contextlib.contextmanager
