@@ -479,11 +479,11 @@ def _reaped(pid: int) -> bool:
 
 @contextlib.contextmanager
 def _temporary_files_in(folder: Path) -> Iterator[None]:
-    """Python's temporary files in ``folder`` meanwhile (``tempfile.tempdir``): pyspark's
+    """Python's temporary files in ``folder`` meanwhile (``tempfile.tempdir``). pyspark's
     ``launch_gateway`` makes a folder in the temporary directory for the JVM to write its
-    port and secret to, removed once read; a run killed while the JVM started (its time
-    limit) left it in /tmp, where the driver's scratch folder is removed at exit or by the
-    next Bulldozer process (``bulldozer.scratch``)."""
+    port and secret to, removed once read: a run killed while the JVM started left it in
+    /tmp. In the driver's scratch folder it goes with that folder, at exit or by the next
+    Bulldozer process (``bulldozer.scratch``)."""
     import tempfile
 
     saved = tempfile.tempdir
