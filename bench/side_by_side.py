@@ -2,8 +2,9 @@
 
 Entry point: ``bench/run [--quick] [--repeat N] [--only SECTIONS] ...`` (``--help`` lists
 the sizes). Builds each table once, runs every measurement ``--repeat`` times, prints one
-markdown table of medians and writes every sample, the sizes and the versions used as
-JSON under ``bench/results/``.
+markdown table of medians and, under it, the machine's load before the run and during each
+section (``bench.machine_load``), and writes every sample, the load, the sizes and the
+versions used as JSON under ``bench/results/``.
 
 Sections:
 
@@ -62,6 +63,7 @@ from typing import Any
 from bench import feature_table
 from bench.common import REPO, CliRun, encoded_batches, percentile_ms, raw_lmdb_sorted_append, raw_write, run_cli
 from bench.feast_env import WORKER, feast_python, feast_version
+from bench.machine_load import LoadSampler, describe
 from bench.services import Dal, dal_server, engine_server, fresh_store_name, serve_args
 
 SECTIONS = ("feast", "reads", "limits", "engines", "flip", "delta", "admission", "upserts")
@@ -1244,8 +1246,14 @@ def main(argv: list[str] | None = None) -> int:
     sizes = sizes_from(args)
     # SIGTERM unwinds like Ctrl-C, so the servers started for the run are stopped
     signal.signal(signal.SIGTERM, _interrupt)
+    load = LoadSampler()
+    load.measure_background()  # what else keeps the machine busy, before anything starts
     started = datetime.now(UTC)
-    with tempfile.TemporaryDirectory(prefix="bulldozer-bench-") as tmp, contextlib.ExitStack() as servers:
+    with (
+        tempfile.TemporaryDirectory(prefix="bulldozer-bench-") as tmp,
+        contextlib.ExitStack() as servers,
+        load,
+    ):
         ctx = Context(sizes, Path(tmp), servers=servers)
         ctx.raw["versions"] = versions()
         steps: list[tuple[str, Callable[[], None]]] = []
@@ -1263,15 +1271,17 @@ def main(argv: list[str] | None = None) -> int:
             steps.append(("admission", lambda: admission_section(ctx)))
         if "upserts" in only:
             steps.append(("upserts", lambda: upserts_section(ctx)))
-        for _, step in steps:
-            step()
+        for name, step in steps:
+            with load.section(name):
+                step()
     seconds = (datetime.now(UTC) - started).total_seconds()
     table = render(ctx.rows)
     heading = (
         f"Bulldozer side by side — {started:%Y-%m-%d %H:%M} UTC, {machine()['cpus']} cores, "
         f"{'quick' if args.quick else 'full'} run, medians of {sizes.repeat} round(s), {seconds / 60:.1f} min"
     )
-    print(f"\n{heading}\n\n{table}\n")
+    machine_load = load.summary()
+    print(f"\n{heading}\n\n{table}\n\n{describe(machine_load)}\n")
     args.results_dir.mkdir(parents=True, exist_ok=True)
     out = args.results_dir / f"{'quick-' if args.quick else ''}{started:%Y%m%dT%H%M%SZ}.json"
     out.write_text(
@@ -1283,6 +1293,7 @@ def main(argv: list[str] | None = None) -> int:
                 "sections": only,
                 "sizes": asdict(sizes),
                 "machine": machine(),
+                "load": machine_load,
                 "versions": ctx.raw.pop("versions"),
                 "rows": [asdict(r) for r in ctx.rows],
                 "samples": ctx.raw,

@@ -64,8 +64,13 @@ def test_bench_run_quick_runs_every_section(tmp_path: Path) -> None:
     # and its delta versions equalled the full ones, the files both snapshots keep not read
     assert upserts["delta_digests_equal"] and all(upserts["delta_digests_equal"])
     assert all(d["deleted_by_key"] and not d["files_reread"] for d in upserts["delta_summary"])
-    # the printed table is the one in the results file
+    # the printed table is the one in the results file, the machine's load under it
     assert result["table"] in proc.stdout
+    load = result["load"]
+    assert set(load["sections"]) == {"feast", "limits", "engines", "flip", "delta", "admission", "upserts"}
+    assert all(0 < s["cpu_busy_max"] <= 1 for s in load["sections"].values())
+    assert 0 <= load["background"]["cpu_busy"] <= 1
+    assert "Machine load (" in proc.stdout.split(result["table"])[1]
     assert rows == 2_000
 
 

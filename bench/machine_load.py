@@ -1,0 +1,131 @@
+"""The machine's load while a benchmark runs, to print beside its table.
+
+The machines are small and shared: a ratio means little without the load it was measured
+under. Two things are read from the kernel:
+
+- **CPU busy**: the share of the machine's CPU time (all cores) spent outside idle and
+  I/O wait, from ``/proc/stat``, over each interval; the benchmark's own processes count
+  in it while it runs. Measured for a few seconds before anything starts, it is what
+  *else* keeps the machine busy (the background).
+- **1-minute load average** (``os.getloadavg``): runnable and waiting tasks, smoothed.
+
+``LoadSampler`` samples both once a second on a thread; ``section(name)`` attributes the
+samples taken meanwhile to that section, and ``summary()`` is the JSON the results file
+keeps, ``describe(summary)`` its one paragraph under the printed table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["LoadSampler", "cpu_times", "describe"]
+
+#: /proc/stat's cpu columns: user nice system idle iowait irq softirq steal (guest time is in user)
+_IDLE_COLUMNS = (3, 4)
+
+
+def cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot, from /proc/stat's first line."""
+    with open("/proc/stat", encoding="ascii") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:9]]
+    idle = sum(fields[i] for i in _IDLE_COLUMNS)
+    total = sum(fields)
+    return total - idle, total
+
+
+def busy_share(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """The fraction of CPU time busy between two ``cpu_times`` readings (0 when none passed)."""
+    busy, total = after[0] - before[0], after[1] - before[1]
+    return busy / total if total > 0 else 0.0
+
+
+class LoadSampler:
+    """Samples CPU busy and the 1-minute load average every ``interval`` seconds."""
+
+    def __init__(self, interval: float = 1.0) -> None:
+        self.interval = interval
+        self.background: dict[str, float] = {}
+        self._sections: dict[str, list[tuple[float, float]]] = {}
+        self._current: str | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def measure_background(self, seconds: float = 3.0) -> None:
+        """The load before the benchmark starts anything: CPU busy over ``seconds``."""
+        before = cpu_times()
+        time.sleep(seconds)
+        self.background = {"cpu_busy": busy_share(before, cpu_times()), "load_1m": os.getloadavg()[0]}
+
+    def __enter__(self) -> LoadSampler:
+        self._thread = threading.Thread(target=self._run, name="bench-load", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    @contextlib.contextmanager
+    def section(self, name: str) -> Iterator[None]:
+        """Attribute the samples taken meanwhile to ``name``."""
+        with self._lock:
+            self._current = name
+            self._sections.setdefault(name, [])
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._current = None
+
+    def _run(self) -> None:
+        last = cpu_times()
+        while not self._stop.wait(self.interval):
+            now = cpu_times()
+            sample = (busy_share(last, now), os.getloadavg()[0])
+            last = now
+            with self._lock:
+                if self._current is not None:
+                    self._sections[self._current].append(sample)
+
+    def summary(self) -> dict[str, Any]:
+        """The background and, per section, the median and largest CPU busy share and load."""
+        with self._lock:
+            sections = {name: list(samples) for name, samples in self._sections.items()}
+        out: dict[str, Any] = {"cpus": os.cpu_count(), "background": dict(self.background), "sections": {}}
+        for name, samples in sections.items():
+            if not samples:
+                continue
+            busy, load = [s[0] for s in samples], [s[1] for s in samples]
+            out["sections"][name] = {
+                "samples": len(samples),
+                "cpu_busy_median": statistics.median(busy),
+                "cpu_busy_max": max(busy),
+                "load_1m_median": statistics.median(load),
+                "load_1m_max": max(load),
+            }
+        return out
+
+
+def describe(summary: dict[str, Any]) -> str:
+    """One paragraph: the load before the run and during each section."""
+    parts = []
+    if background := summary.get("background"):
+        parts.append(
+            f"before the run (nothing of the benchmark running) CPU busy {background['cpu_busy']:.0%}, "
+            f"1-min load {background['load_1m']:.2f}"
+        )
+    for name, s in summary.get("sections", {}).items():
+        parts.append(
+            f"{name}: CPU busy median {s['cpu_busy_median']:.0%} (max {s['cpu_busy_max']:.0%}), "
+            f"1-min load median {s['load_1m_median']:.2f} (max {s['load_1m_max']:.2f})"
+        )
+    cpus = summary.get("cpus")
+    return f"Machine load ({cpus} CPUs; during a section the benchmark's own processes count): " + "; ".join(parts)

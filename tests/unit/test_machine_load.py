@@ -1,0 +1,43 @@
+"""The machine's load the benchmark prints under its table (bench.machine_load)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from bench.machine_load import LoadSampler, busy_share, cpu_times, describe
+
+
+def test_busy_share_is_the_busy_part_of_the_time_that_passed() -> None:
+    assert busy_share((100, 1000), (130, 1100)) == 0.3
+    assert busy_share((100, 1000), (100, 1000)) == 0.0  # no time passed: not a division by zero
+    busy, total = cpu_times()
+    assert 0 < busy < total
+
+
+def test_a_section_that_keeps_a_core_busy_is_seen_busy_and_described() -> None:
+    with LoadSampler(interval=0.1) as sampler:
+        with sampler.section("idle"):
+            time.sleep(0.45)
+        with sampler.section("spin"):
+            until = time.perf_counter() + 0.6
+            while time.perf_counter() < until:
+                pass
+        time.sleep(0.25)  # samples taken outside a section belong to none
+    summary = sampler.summary()
+    spin = summary["sections"]["spin"]
+    assert spin["samples"] >= 3
+    # one core of os.cpu_count() spinning the whole time: half a core's share at the least
+    assert spin["cpu_busy_max"] >= 0.5 / (os.cpu_count() or 1)
+    assert sum(s["samples"] for s in summary["sections"].values()) <= 14
+    said = describe(summary)
+    assert said.startswith(f"Machine load ({os.cpu_count()} CPUs")
+    assert "spin: CPU busy median" in said and "idle: CPU busy median" in said
+
+
+def test_the_background_is_measured_before_anything_starts() -> None:
+    sampler = LoadSampler()
+    sampler.measure_background(0.2)
+    assert 0.0 <= sampler.background["cpu_busy"] <= 1.0
+    assert sampler.background["load_1m"] >= 0.0
+    assert describe(sampler.summary()).count("before the run") == 1
