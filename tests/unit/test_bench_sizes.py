@@ -25,7 +25,7 @@ def test_every_size_flag_lands_in_the_field_of_its_name() -> None:
 
 def test_a_full_run_without_flags_has_the_documented_sizes() -> None:
     sizes = sizes_from(argument_parser().parse_args([]))
-    defaults = Sizes(0, 0, 0, 0, [], [], 0)
+    defaults = Sizes(feast_rows=0, read_calls=0, limit_rows=0, spark_rows=0, scale_rows=[], flip_sizes=[], repeat=0)
     assert (sizes.delta_files, sizes.delta_steady, sizes.delta_cycle) == (100, 6, 80)
     for field in ("delta_files", "spark_cluster", "spark_one_file_rows", "shared_servers", "upsert_files"):
         assert getattr(sizes, field) == getattr(defaults, field), field
