@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["LoadSampler", "cpu_times", "describe"]
+__all__ = ["LoadSampler", "busy_share", "cpu_times", "describe"]
 
 #: /proc/stat's cpu columns: user nice system idle iowait irq softirq steal (guest time is in user)
 _IDLE_COLUMNS = (3, 4)
