@@ -10,7 +10,7 @@ under. Two things are read from the kernel:
 - **1-minute load average** (``os.getloadavg``): runnable and waiting tasks, smoothed.
 
 ``LoadSampler`` samples both once a second on a thread; ``section(name)`` attributes the
-samples taken meanwhile to that section, and ``summary()`` is the JSON the results file
+samples taken meanwhile to that section and measures its CPU busy share start to end, and ``summary()`` is the JSON the results file
 keeps, ``describe(summary)`` its one paragraph under the printed table.
 """
 
@@ -52,6 +52,7 @@ class LoadSampler:
         self.interval = interval
         self.background: dict[str, float] = {}
         self._sections: dict[str, list[tuple[float, float]]] = {}
+        self._whole: dict[str, float] = {}  # per section: its CPU busy share, start to end
         self._current: str | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -75,13 +76,16 @@ class LoadSampler:
 
     @contextlib.contextmanager
     def section(self, name: str) -> Iterator[None]:
-        """Attribute the samples taken meanwhile to ``name``."""
+        """Attribute the samples taken meanwhile to ``name``, and measure its CPU busy share
+        as a whole (a section shorter than a sample has that alone)."""
         with self._lock:
             self._current = name
             self._sections.setdefault(name, [])
+        before = cpu_times()
         try:
             yield
         finally:
+            self._whole[name] = busy_share(before, cpu_times())
             with self._lock:
                 self._current = None
 
@@ -96,21 +100,22 @@ class LoadSampler:
                     self._sections[self._current].append(sample)
 
     def summary(self) -> dict[str, Any]:
-        """The background and, per section, the median and largest CPU busy share and load."""
+        """The background and, per section, its CPU busy share as a whole and the median and
+        largest of its samples' CPU busy share and load."""
         with self._lock:
             sections = {name: list(samples) for name, samples in self._sections.items()}
         out: dict[str, Any] = {"cpus": os.cpu_count(), "background": dict(self.background), "sections": {}}
         for name, samples in sections.items():
-            if not samples:
-                continue
-            busy, load = [s[0] for s in samples], [s[1] for s in samples]
-            out["sections"][name] = {
-                "samples": len(samples),
-                "cpu_busy_median": statistics.median(busy),
-                "cpu_busy_max": max(busy),
-                "load_1m_median": statistics.median(load),
-                "load_1m_max": max(load),
-            }
+            entry: dict[str, Any] = {"cpu_busy": self._whole.get(name, 0.0), "samples": len(samples)}
+            if samples:
+                busy, load = [s[0] for s in samples], [s[1] for s in samples]
+                entry |= {
+                    "cpu_busy_median": statistics.median(busy),
+                    "cpu_busy_max": max(busy),
+                    "load_1m_median": statistics.median(load),
+                    "load_1m_max": max(load),
+                }
+            out["sections"][name] = entry
         return out
 
 
@@ -123,9 +128,12 @@ def describe(summary: dict[str, Any]) -> str:
             f"1-min load {background['load_1m']:.2f}"
         )
     for name, s in summary.get("sections", {}).items():
-        parts.append(
-            f"{name}: CPU busy median {s['cpu_busy_median']:.0%} (max {s['cpu_busy_max']:.0%}), "
-            f"1-min load median {s['load_1m_median']:.2f} (max {s['load_1m_max']:.2f})"
-        )
+        said = f"{name}: CPU busy {s['cpu_busy']:.0%}"
+        if s["samples"]:
+            said += (
+                f" (a second's median {s['cpu_busy_median']:.0%}, max {s['cpu_busy_max']:.0%}), "
+                f"1-min load median {s['load_1m_median']:.2f} (max {s['load_1m_max']:.2f})"
+            )
+        parts.append(said)
     cpus = summary.get("cpus")
     return f"Machine load ({cpus} CPUs; during a section the benchmark's own processes count): " + "; ".join(parts)

@@ -27,12 +27,23 @@ def test_a_section_that_keeps_a_core_busy_is_seen_busy_and_described() -> None:
     summary = sampler.summary()
     spin = summary["sections"]["spin"]
     assert spin["samples"] >= 3
+    assert spin["cpu_busy"] >= 0.5 / (os.cpu_count() or 1)  # start to end
     # one core of os.cpu_count() spinning the whole time: half a core's share at the least
     assert spin["cpu_busy_max"] >= 0.5 / (os.cpu_count() or 1)
     assert sum(s["samples"] for s in summary["sections"].values()) <= 14
     said = describe(summary)
     assert said.startswith(f"Machine load ({os.cpu_count()} CPUs")
-    assert "spin: CPU busy median" in said and "idle: CPU busy median" in said
+    assert "spin: CPU busy " in said and "idle: CPU busy " in said and "1-min load median" in said
+
+
+def test_a_section_shorter_than_a_sample_has_its_busy_share_as_a_whole() -> None:
+    with LoadSampler(interval=60) as sampler, sampler.section("brief"):
+        until = time.perf_counter() + 0.1
+        while time.perf_counter() < until:
+            pass
+    brief = sampler.summary()["sections"]["brief"]
+    assert brief["samples"] == 0 and brief["cpu_busy"] > 0
+    assert describe(sampler.summary()).endswith("brief: CPU busy " + f"{brief['cpu_busy']:.0%}")
 
 
 def test_the_background_is_measured_before_anything_starts() -> None:
