@@ -48,6 +48,14 @@ def test_bench_run_quick_runs_every_section(tmp_path: Path) -> None:
         assert all(r > 0 for r in samples["feast_loads"][who]["rows_per_s"]), who
         # every lookup found all 100 keys: both tools really loaded every row
         assert samples["reads"][who]["found"] == 100 * len(samples["reads"][who]["latencies"]), who
+    # both tools wrote into fresh stores once before the rounds, reported on a row of its own;
+    # the first run made the embedded store's file, the next ones grew it to its size
+    embedded = samples["feast_loads"]["bulldozer-embedded"]
+    assert embedded["settle"][0]["grew_bytes"] > 0 and embedded["first_rows_per_s"] > 0
+    assert samples["feast_loads"]["feast-sqlite"]["first_rows_per_s"] > 0
+    assert len(embedded["store_grew_bytes"]) == len(embedded["rows_per_s"])
+    assert "the first run into a fresh store" in result["table"]
+    assert samples["delta"]["embedded"]["settle"]
     for engine in ("embedded", "redis", "cassandra"):
         assert samples["limits"][engine]["raw_rows_per_s"][0] > 0
         assert samples["limits"][engine]["end_to_end_rows_per_s"][0] > 0
