@@ -86,24 +86,24 @@ def store_bytes(home: Path) -> int:
 
 def settle(run: Callable[[], CliRun], home: Path, most: int = 4) -> list[dict[str, float]]:
     """Run ``run`` (a run into ``home``'s embedded store) until the store's file no longer
-    grows (by more than 1 %), at most ``most`` times, before the runs a benchmark measures: each run's seconds,
-    the bytes the file grew by and its size after. A store reuses the pages its dropped versions freed, so
-    a daily job writes into pages its file already holds; until the file has room for a live
-    version, the new one and its staged runs, each run grows it, and a block a disk writes
-    for the first time can cost far more than one it writes again (on this machine's virtual
-    disk, dd wrote 110 MB/s to new blocks and 2.8 GB/s over written ones: the verify stage of
-    a 10 M-row full run took 3.6-4.5 s while the file grew, 1.0-1.3 s after). A benchmark
-    that measured the first rounds would time the file's growth, not the steady state, and
-    a different share of it in each run. The first run here is the first into a fresh store
-    when the store was new: callers report it on its own."""
+    grows (by more than 1 %), at most ``most`` times, before the runs a benchmark measures:
+    each run's seconds, the bytes the file grew by and its size after.
+
+    A store reuses the pages its dropped versions freed, so a daily job writes into pages
+    its file already holds; until the file has room for a live version, the new one and its
+    staged runs, each run grows it, and a block a disk writes for the first time can cost
+    far more than one it writes again (on this machine's virtual disk, dd wrote 110 MB/s to
+    new blocks and 2.8 GB/s over written ones: the verify stage of a 10 M-row full run took
+    3.6-4.5 s while the file grew, 1.0-1.3 s after). A benchmark that measured the first
+    rounds would time the file's growth, not the steady state, and a different share of it
+    in each run. The first run here is the first into a fresh store when the store was new:
+    callers report it on its own."""
     runs: list[dict[str, float]] = []
     for _ in range(most):
-        before = store_bytes(home)
-        done = run()
+        done, grew = measured_growth(run, home)
         after = store_bytes(home)
-        grew = after - before
         runs.append({"seconds": done.seconds, "grew_bytes": grew, "bytes": after})
-        if grew <= before // 100:  # the run records' few pages aside, it wrote into pages the file held
+        if grew <= (after - grew) // 100:  # the run records' few pages aside, it wrote into pages the file held
             break
     return runs
 
