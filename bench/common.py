@@ -31,6 +31,7 @@ class CliRun:
     child_rss_kib: int  # peak RSS of its descendants together (the embedded DAL and its bulldozer-kvd, or Spark's JVM)
     child_anon_kib: int = 0  # peak anonymous (private) resident memory of its descendants together
     anon_kib: int = 0  # peak anonymous resident memory of the command's process (polled)
+    major_faults: int = 0  # of the command's process and its DAL (pages read back from the disk)
 
 
 def scratch_dir(prefix: str) -> Path:
@@ -71,7 +72,10 @@ def run_cli(args: list[str], home: Path, env: dict[str, str] | None = None, entr
     if returncode != 0:
         raise SystemExit(f"bulldozer {' '.join(args)} failed:\n{stderr[-3000:]}")
     rss_line = [line for line in stderr.splitlines() if line.startswith("RSS ")][-1]
-    return CliRun(json.loads(stdout), seconds, int(rss_line.split()[1]), kids, kids_anon, anon)
+    faults_line = [line for line in stderr.splitlines() if line.startswith("FAULTS ")][-1]
+    return CliRun(
+        json.loads(stdout), seconds, int(rss_line.split()[1]), kids, kids_anon, anon, int(faults_line.split()[1])
+    )
 
 
 def store_bytes(home: Path) -> int:

@@ -1,5 +1,6 @@
 """Run ``bulldozer ARGS`` in this process and print, at exit, a line ``RSS <self>``: the
-peak resident set (VmHWM, KiB) of this process. ``peak_of_descendants`` is what the
+peak resident set (VmHWM, KiB) of this process, and a line ``FAULTS <n>``: the major page
+faults of this process and of the children it waited for (``major_faults``). ``peak_of_descendants`` is what the
 benchmark polls meanwhile: the peak RSS of the command's descendants together (the embedded
 DAL with its bulldozer-kvd, or Spark's JVM and workers: the largest sum of their peaks seen
 while polling /proc), and the largest sum of their anonymous (private) resident memory. The
@@ -41,6 +42,19 @@ def status_kib(pid: int | str, field: str) -> int:
 
 def vm_hwm_kib(pid: int | str) -> int:
     return status_kib(pid, "VmHWM")
+
+
+def major_faults(pid: int | str, children: bool = True) -> int:
+    """``/proc/PID/stat``'s major page faults of ``pid`` (its reads of pages the kernel had
+    to fetch from the disk: for the DAL, pages of the store's file not in the page cache),
+    with ``children`` those of the children it has waited for too (the embedded DAL and its
+    bulldozer-kvd, for a run); 0 if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0
+    return int(fields[9]) + (int(fields[10]) if children else 0)  # majflt, cmajflt
 
 
 def descendants(root: int) -> list[int]:
@@ -93,7 +107,7 @@ def main() -> None:
     try:
         runpy.run_module(module, run_name="__main__")
     finally:
-        sys.stderr.write(f"\nRSS {vm_hwm_kib('self')}\n")
+        sys.stderr.write(f"\nRSS {vm_hwm_kib('self')}\nFAULTS {major_faults('self')}\n")
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -176,6 +176,17 @@ def verdict(ratio: float, target: float, higher_is_better: bool = True) -> bool:
     return ratio >= target if higher_is_better else ratio <= target
 
 
+def read_back(entry: dict[str, Any], runs: str, full_runs: str | None = None) -> str:
+    """A row's pages read back from the disk: the median major faults of its runs (the
+    command's, and its embedded DAL's), and of the full runs a delta row is set against, when
+    measured: pages of the files a run maps (its modules' and libraries', the embedded
+    store's) that the kernel had evicted from memory, each read again while the run waits."""
+    if runs not in entry:
+        return ""
+    text = f"; pages read back from the disk (major faults), median {med(entry[runs]):,.0f}"
+    return text + (f", full runs {med(entry[full_runs]):,.0f}" if full_runs in entry else "")
+
+
 # ---------------------------------------------------------------- Bulldozer runs
 
 
@@ -200,6 +211,20 @@ class WarmLoader:
         from bench.measured_cli import descendants, status_kib
 
         return sum(status_kib(pid, "VmRSS") for pid in [self.pid, *descendants(self.pid)])
+
+    def major_faults(self) -> int:
+        """Major page faults of the loader and its descendants so far (those of the children
+        they waited for included): a run's are the difference across it."""
+        from bench.measured_cli import descendants, major_faults
+
+        return sum(major_faults(pid) for pid in [self.pid, *descendants(self.pid)])
+
+    def run(self, args: list[str], home: Path) -> CliRun:
+        """``bulldozer ARGS`` handed over to this loader (``run_cli`` with ``entry``), its
+        major faults the command's and the loader's with its DAL's during it."""
+        before = self.major_faults()
+        run = run_cli(args, home, entry=True)
+        return replace(run, major_faults=run.major_faults + self.major_faults() - before)
 
 
 @contextlib.contextmanager
@@ -313,6 +338,7 @@ def feast_sections(ctx: Context, do_loads: bool, do_reads: bool) -> None:
                 if kind == "embedded":
                     ours.setdefault("store_grew_bytes", []).append(grew)
                 ours.setdefault("rows_per_s", []).append(rate)
+                ours.setdefault("major_faults", []).append(run.major_faults)
                 ours.setdefault("peak_rss_kib", []).append(rss)
                 ours.setdefault("load_stage_rows_per_s", []).append(run.output["rows"] / run.output["timings"]["load"])
                 ours.setdefault("work_rows_per_s", []).append(run.output["rows"] / sum(run.output["timings"].values()))
@@ -338,7 +364,8 @@ def feast_sections(ctx: Context, do_loads: bool, do_reads: bool) -> None:
                 ctx.rows.append(
                     Row(
                         "1 vs Feast",
-                        f"rows/s → {where}, whole command (process start to exit){settled_text}",
+                        f"rows/s → {where}, whole command (process start to exit){settled_text}"
+                        + read_back(b, "major_faults"),
                         f"{med(b['rows_per_s']):,.0f}",
                         f"Feast materialize → {feast_store}: {med(f['rows_per_s']):,.0f}",
                         f"{ratio:.1f}×",
@@ -887,6 +914,8 @@ def delta_section(ctx: Context) -> None:
                 delta = run_cli(["run", str(delta_spec), "--json", "-q"], home, env)
                 full, grew = measured_growth(run_full, home)
                 entry.setdefault("full_store_grew_bytes", []).append(grew)
+                entry.setdefault("delta_major_faults", []).append(delta.major_faults)
+                entry.setdefault("full_major_faults", []).append(full.major_faults)
                 d, f = delta.output, full.output
                 if d["mode"] != "delta":
                     raise RuntimeError(f"the delta run wrote a full version: {d['full_reason']}")
@@ -906,13 +935,15 @@ def delta_section(ctx: Context) -> None:
                 run_cli(["run", str(delta_spec), "--json", "-q"], home, env).seconds for _ in range(s.repeat)
             ]
         if kind == "embedded":  # through a warm loader: no process start-up, imports or DAL start
-            with warm_loader(home):
+            with warm_loader(home) as loader:
                 for rep in range(s.repeat):
                     feature_table.change_one_file(home, rows, s.delta_files, s.repeat + rep, seed=s.repeat + rep)
-                    delta = run_cli(["run", str(delta_spec), "--json", "-q"], home, entry=True)
-                    full = run_cli(["run", str(full_spec), "--json", "-q"], home, entry=True)
+                    delta = loader.run(["run", str(delta_spec), "--json", "-q"], home)
+                    full = loader.run(["run", str(full_spec), "--json", "-q"], home)
                     entry.setdefault("warm_delta_s", []).append(delta.seconds)
                     entry.setdefault("warm_full_s", []).append(full.seconds)
+                    entry.setdefault("warm_delta_major_faults", []).append(delta.major_faults)
+                    entry.setdefault("warm_full_major_faults", []).append(full.major_faults)
                     ctx.say(f"  {kind} warm round {rep + 1}: delta {delta.seconds:.2f} s, full {full.seconds:.2f} s")
             # a daily job's steady state: the chain has reached its depth limit, so each delta
             # merges layers into its version as they stack (its create stage)
@@ -921,19 +952,21 @@ def delta_section(ctx: Context) -> None:
                 feature_table.change_one_file(home, rows, s.delta_files, which % s.delta_files, seed=which)
                 delta = run_cli(["run", str(delta_spec), "--json", "-q"], home)
                 entry.setdefault("steady_s", []).append(delta.seconds)
+                entry.setdefault("steady_major_faults", []).append(delta.major_faults)
                 entry.setdefault("steady_create_s", []).append(delta.output["timings"].get("create", 0.0))
                 ctx.say(
                     f"  {kind} steady delta {step + 1}: {delta.seconds:.2f} s "
                     f"(create {entry['steady_create_s'][-1]:.2f})"
                 )
             # a whole cycle of the chain: warm deltas until one compacts it flat (the DAL logs it)
-            with warm_loader(home):
+            with warm_loader(home) as loader:
                 for step in range(s.delta_cycle):
                     which = 2 * s.repeat + s.delta_steady + step
                     feature_table.change_one_file(home, rows, s.delta_files, which % s.delta_files, seed=which)
                     before = compactions(home)
-                    delta = run_cli(["run", str(delta_spec), "--json", "-q"], home, entry=True)
+                    delta = loader.run(["run", str(delta_spec), "--json", "-q"], home)
                     entry.setdefault("cycle_s", []).append(delta.seconds)
+                    entry.setdefault("cycle_major_faults", []).append(delta.major_faults)
                     if compactions(home) > before:
                         entry["compacted_at"] = step + 1
                         ctx.say(f"  {kind} cycle delta {step + 1}: {delta.seconds:.2f} s, the chain compacted flat")
@@ -946,7 +979,8 @@ def delta_section(ctx: Context) -> None:
             Row(
                 "6 delta",
                 f"{kind}: delta run s after a snapshot changing {changed_rows:,} of {rows:,} rows "
-                f"(its create stage, the base copied or layered: {create:.1f} s); digests equal: {all(entry['digests_equal'])}",
+                f"(its create stage, the base copied or layered: {create:.1f} s); digests equal: {all(entry['digests_equal'])}"
+                + (read_back(entry, "delta_major_faults", "full_major_faults") if kind == "embedded" else ""),
                 f"{med(entry['delta_s']):.1f}",
                 f"full run of the same snapshot: {med(entry['full_s']):.1f} s{settled_note(entry)}",
                 f"{ratio:.3f}",
@@ -970,7 +1004,7 @@ def delta_section(ctx: Context) -> None:
                     "6 delta",
                     f"{kind}: {len(steady)} more one-shot deltas in a row, the chain at its depth limit (layers "
                     f"merged as they stack: create median {med(creates):.2f} s, max {max(creates):.2f} s), "
-                    f"median s (max {max(steady):.2f})",
+                    f"median s (max {max(steady):.2f}){read_back(entry, 'steady_major_faults')}",
                     f"{med(steady):.2f}",
                     f"full run of a snapshot: {med(entry['full_s']):.1f} s",
                     f"{med(steady) / med(entry['full_s']):.3f}",
@@ -987,7 +1021,8 @@ def delta_section(ctx: Context) -> None:
                         if at
                         else f"no compaction within {len(cycle)} deltas"
                     )
-                    + f" (median {med(cycle):.2f} s), mean s per delta over the run",
+                    + f" (median {med(cycle):.2f} s), mean s per delta over the run"
+                    + read_back(entry, "cycle_major_faults"),
                     f"{mean(cycle):.2f}",
                     f"full run, warm: {med(entry['warm_full_s']):.2f} s",
                     f"{mean(cycle) / med(entry['warm_full_s']):.3f}",
@@ -998,7 +1033,8 @@ def delta_section(ctx: Context) -> None:
             ctx.rows.append(
                 Row(
                     "6 delta",
-                    f"{kind}: the same through a warm `bulldozer loader` (no process start-up), s",
+                    f"{kind}: the same through a warm `bulldozer loader` (no process start-up), s"
+                    + read_back(entry, "warm_delta_major_faults", "warm_full_major_faults"),
                     f"{med(entry['warm_delta_s']):.2f}",
                     f"full run, warm: {med(entry['warm_full_s']):.2f} s",
                     f"{warm:.3f}",

@@ -65,6 +65,13 @@ def test_bench_run_quick_runs_every_section(tmp_path: Path) -> None:
         delta = samples["delta"][engine]
         assert delta["digests_equal"] and all(delta["digests_equal"]), engine
         assert all(c["updated"] and c["deleted"] and c["appended"] for c in delta["changed"]), engine
+    # each measured run's pages read back from the disk were counted, and the rows say so
+    delta = samples["delta"]["embedded"]
+    for runs, n in (("delta", "delta_s"), ("full", "full_s"), ("warm_delta", "warm_delta_s"), ("cycle", "cycle_s")):
+        assert len(delta[f"{runs}_major_faults"]) == len(delta[n]) > 0, runs
+        assert all(isinstance(faults, int) and faults >= 0 for faults in delta[f"{runs}_major_faults"]), runs
+    assert len(embedded["major_faults"]) == len(embedded["rows_per_s"])
+    assert result["table"].count("pages read back from the disk (major faults)") == 6
     for plane in ("native", "python"):  # each plane's DAL took the writers' load, and its memory was seen
         assert all(kib > 0 for entry in samples["admission"][plane].values() for kib in entry["peak_kib"]), plane
     upserts = samples["upserts"]  # every engine loaded the upserted rows, the same version
