@@ -14,6 +14,8 @@ silent slowdown. They are written against ``PYICEBERG`` (pyproject.toml pins the
    through Arrow's dataset scanner, which decodes a whole row group before the first
    batch (a 1 M-row group kept the encoder and the DAL idle for 0.3-0.45 s at a load's
    start) and takes no batch size (131,072 rows whatever a row holds).
+   A local file's columns are read a piece at a time (``read_options``), not its whole row
+   group's at once.
 2. ``streaming_reader``: any other task (ORC) through pyiceberg's own (private) per-task
    streaming reader, batches as they are decoded; the public ``to_record_batches`` collects
    a whole file's batches into a list first (memory of a whole file).
@@ -40,6 +42,7 @@ __all__ = [
     "dictionary_entries",
     "embedded_metadata_location",
     "parquet_batches",
+    "read_options",
     "rows_per_batch",
     "streaming_reader",
 ]
@@ -133,7 +136,7 @@ def parquet_batches(arrow_scan: Any, task: Any, batch_rows: int, batch_bytes: in
             verify_files(io, list(task.delete_files))  # the snapshot's delete files, as committed
             deleted = read_deletes(io, [task]).get(task.file.file_path)
         with io.new_input(task.file.file_path).open() as fin:
-            parquet = pq.ParquetFile(fin, pre_buffer=True)
+            parquet = pq.ParquetFile(fin, **read_options(task.file.file_path))
             committed_file(task.file, parquet.metadata.num_rows, opened_size(fin))  # the snapshot's file
             file_schema = file_to_schema(
                 parquet.schema_arrow,
@@ -170,6 +173,25 @@ def parquet_batches(arrow_scan: Any, task: Any, batch_rows: int, batch_bytes: in
                     )
 
     return batches()
+
+
+#: Bytes a local Parquet file's reader reads of each column at a time (``read_options``).
+LOCAL_READ_BYTES = 1 << 20
+
+
+def read_options(location: str) -> dict[str, Any]:
+    """How the Parquet reader reads the file at ``location``. An object store's file has its
+    row group's column chunks fetched at once, in a few large ranged reads (``pre_buffer``):
+    a read there costs a round trip. A local file has each column read in ``LOCAL_READ_BYTES``
+    pieces as its pages are decoded, so the reader does not hold the row group's compressed
+    bytes at once: on the benchmark's 10 M nested rows (10 files of one 1 M-row group, 72 MiB
+    compressed each), into a fresh store as its scaling row runs, the runner's peak anonymous
+    memory 709 → 636 MiB, the load stage 19.4 → 18.3 s (medians of 3, alternating)."""
+    from urllib.parse import urlparse
+
+    if urlparse(location).scheme in ("", "file"):
+        return {"pre_buffer": False, "buffer_size": LOCAL_READ_BYTES}
+    return {"pre_buffer": True}
 
 
 def _row_group_batches(
