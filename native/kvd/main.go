@@ -59,6 +59,9 @@ func main() {
 	flag.Parse()
 	// its lines go to the DAL's log file, which other DALs of the day share: each names its pid
 	slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "bulldozer-kvd", "pid", os.Getpid()))
+	if !limitMallocArenas() {
+		slog.Warn("malloc arenas not capped at the cores (tuning.go)")
+	}
 	if *version {
 		fmt.Printf("bulldozer-kvd (LMDB %s)\n", lmdb.Version())
 		return
