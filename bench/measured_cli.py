@@ -1,12 +1,13 @@
-"""Run ``bulldozer ARGS`` in this process and print, at exit, a line ``RSS <self>``: the
-peak resident set (VmHWM, KiB) of this process, and a line ``FAULTS <n>``: the major page
-faults of this process and of the children it waited for (``major_faults``). ``peak_of_descendants`` is what the
-benchmark polls meanwhile: the peak RSS of the command's descendants together (the embedded
-DAL with its bulldozer-kvd, or Spark's JVM and workers: the largest sum of their peaks seen
-while polling /proc), and the largest sum of their anonymous (private) resident memory. The
-last one matters for the DAL: LMDB maps its data file, so every page of the store the DAL
-touched counts in its RSS as file-backed page cache, which the kernel can drop; its
-anonymous memory is what the processes themselves hold.
+"""Run ``bulldozer ARGS`` in this process and print, at exit, a line ``RSS <self>``: the peak
+resident set (VmHWM, KiB) of this process, and a line ``FAULTS <n>``: the major page faults
+of this process and of the children it waited for (``major_faults``).
+``peak_of_descendants`` is what the benchmark polls meanwhile: the peak RSS of the
+command's descendants together (the embedded DAL with its bulldozer-kvd, or Spark's JVM and
+workers: the largest sum of their peaks seen while polling /proc), and the largest sum of
+their anonymous (private) resident memory. The last one matters for the DAL: LMDB maps its
+data file, so every page of the store the DAL touched counts in its RSS as file-backed page
+cache, which the kernel can drop; its anonymous memory is what the processes themselves
+hold.
 
 VmHWM, not ``getrusage``'s ``ru_maxrss``: on Linux the latter keeps the high-water mark of
 the process that forked the child, so a benchmark holding gigabytes would be charged to
