@@ -71,11 +71,12 @@ def run_cli(args: list[str], home: Path, env: dict[str, str] | None = None, entr
         stdout, stderr = out.read(), err.read()
     if returncode != 0:
         raise SystemExit(f"bulldozer {' '.join(args)} failed:\n{stderr[-3000:]}")
-    rss_line = [line for line in stderr.splitlines() if line.startswith("RSS ")][-1]
-    faults_line = [line for line in stderr.splitlines() if line.startswith("FAULTS ")][-1]
-    return CliRun(
-        json.loads(stdout), seconds, int(rss_line.split()[1]), kids, kids_anon, anon, int(faults_line.split()[1])
-    )
+    lines = stderr.splitlines()
+
+    def reported(name: str) -> int:  # the last line ``NAME <n>`` bench.measured_cli wrote at exit
+        return int([line for line in lines if line.startswith(f"{name} ")][-1].split()[1])
+
+    return CliRun(json.loads(stdout), seconds, reported("RSS"), kids, kids_anon, anon, reported("FAULTS"))
 
 
 def store_bytes(home: Path) -> int:

@@ -45,15 +45,23 @@ def vm_hwm_kib(pid: int | str) -> int:
     return status_kib(pid, "VmHWM")
 
 
-def major_faults(pid: int | str, children: bool = True) -> int:
-    """``/proc/PID/stat``'s major page faults of ``pid`` (its reads of pages the kernel had
-    to fetch from the disk: for the DAL, pages of the store's file not in the page cache),
-    with ``children`` those of the children it has waited for too (the embedded DAL and its
-    bulldozer-kvd, for a run); 0 if gone."""
+def stat_fields(pid: int | str) -> list[str]:
+    """The fields of ``/proc/PID/stat`` after the command name (the state first, the parent's
+    pid second…); none if the process is gone."""
     try:
         with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
+            return stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def major_faults(pid: int | str, children: bool = True) -> int:
+    """The major page faults of ``pid`` (its reads of pages the kernel had to fetch from the
+    disk: for the DAL, pages of the store's file not in the page cache), with ``children``
+    those of the children it has waited for too (the embedded DAL and its bulldozer-kvd, for
+    a run); 0 if gone."""
+    fields = stat_fields(pid)
+    if not fields:
         return 0
     return int(fields[9]) + (int(fields[10]) if children else 0)  # majflt, cmajflt
 
@@ -64,9 +72,8 @@ def descendants(root: int) -> list[int]:
         if not name.isdigit():
             continue
         try:
-            with open(f"/proc/{name}/stat", encoding="utf-8") as stat:
-                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
+            ppid = int(stat_fields(name)[1])
+        except (IndexError, ValueError):
             continue
         parents.setdefault(ppid, []).append(int(name))
     found, todo = [], [root]

@@ -206,18 +206,24 @@ class WarmLoader:
     def __init__(self, pid: int) -> None:
         self.pid = pid
 
-    def rss_kib(self) -> int:
-        """Resident memory of the loader and its descendants (its embedded DAL) now."""
-        from bench.measured_cli import descendants, status_kib
+    def processes(self) -> list[int]:
+        """The loader and its descendants (its embedded DAL) now."""
+        from bench.measured_cli import descendants
 
-        return sum(status_kib(pid, "VmRSS") for pid in [self.pid, *descendants(self.pid)])
+        return [self.pid, *descendants(self.pid)]
+
+    def rss_kib(self) -> int:
+        """Resident memory of the loader and its descendants now."""
+        from bench.measured_cli import status_kib
+
+        return sum(status_kib(pid, "VmRSS") for pid in self.processes())
 
     def major_faults(self) -> int:
         """Major page faults of the loader and its descendants so far (those of the children
         they waited for included): a run's are the difference across it."""
-        from bench.measured_cli import descendants, major_faults
+        from bench.measured_cli import major_faults
 
-        return sum(major_faults(pid) for pid in [self.pid, *descendants(self.pid)])
+        return sum(major_faults(pid) for pid in self.processes())
 
     def run(self, args: list[str], home: Path) -> CliRun:
         """``bulldozer ARGS`` handed over to this loader (``run_cli`` with ``entry``), its
