@@ -28,9 +28,10 @@ def package(
 
     The archive is a Python environment the executors run their workers from.
 
-    Ship it with every Spark run by setting BULLDOZER_SPARK_ARCHIVE to the file: the
-    executors unpack it as ./bulldozer_env and run their Python workers from it. The
-    executors need the same Python (version and path) as this machine's base interpreter.
+    Ship it with every Spark run by setting BULLDOZER_SPARK_ARCHIVE to the file: each
+    worker node unpacks it once into its user's cache (~/.cache/bulldozer/spark-env) and
+    the executors run their Python workers from it. The executors need the same Python
+    (version and path) as this machine's base interpreter.
     """
     from bulldozer.load.engines.spark.package import ARCHIVE_DIR, build_archive
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from bulldozer.kv import KvClient
 from bulldozer.load.engines.spark import SparkEngine, stop_spark_session
+from bulldozer.load.engines.spark.package import MANIFEST
 from bulldozer.load.runner import run_job
 from bulldozer.spec import load_spec_text
 from tests.conftest import REPO
@@ -69,9 +71,13 @@ def test_a_job_on_a_standalone_cluster_stores_what_the_local_engine_stores(
     executors = session.sparkContext._jsc.sc().getExecutorMemoryStatus().size()  # driver + the worker's
     assert session.sparkContext.master == master and executors >= 2
     # the executors' Python workers import Bulldozer from the shipped environment, not from
-    # this checkout or its virtualenv
+    # this checkout or its virtualenv: unpacked once into the worker's user's cache (the
+    # launcher's, package.launcher_archive), which every application's executors share
+    with zipfile.ZipFile(archive) as packed:
+        ident = json.loads(packed.read(MANIFEST))["id"]
     where = session.sparkContext.parallelize(range(4), 4).map(lambda _: __import__("bulldozer").__file__).collect()
-    assert all("/bulldozer_env/lib/" in path and not path.startswith(str(REPO)) for path in where), where
+    shared = f"/.cache/bulldozer/spark-env/{ident}/lib/"
+    assert all(shared in path and not path.startswith(str(REPO)) for path in where), where
     try:
         # while this session holds the worker's cores, another application's run gets no
         # executor: it fails in one line instead of waiting for ever
@@ -144,7 +150,6 @@ def test_the_archive_carries_the_daemon_s_modules_as_bytecode_executors_need_not
     bytecode stale); the rest is source only."""
     import importlib.util
     import marshal
-    import zipfile
 
     import bulldozer.load.encoder.encode as encode
 
@@ -160,6 +165,11 @@ def test_the_archive_carries_the_daemon_s_modules_as_bytecode_executors_need_not
     assert encode.__file__.endswith(code.co_filename) and "RowEncoder" in code.co_names
     # a module the daemon does not import ships as source only
     assert f"{site}/bulldozer/console/app.py" in names
+    # its manifest comes last: the launcher's interpreter and folder, and an id of the content
+    with zipfile.ZipFile(archive) as packed:
+        last = packed.infolist()[-1]
+        manifest = json.loads(packed.read(last))
+    assert last.filename == MANIFEST and manifest["site"] == site and len(manifest["id"]) == 32
     assert f"{site}/{importlib.util.cache_from_source('bulldozer/console/app.py')}" not in names
 
 

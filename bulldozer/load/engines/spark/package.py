@@ -15,13 +15,28 @@ The executors need the same Python (version and path) as this machine's base
 interpreter, as with ``venv-pack``; ``bin/python`` names it.
 
 ``BULLDOZER_SPARK_ARCHIVE`` makes every Spark run ship the archive (``archive_conf``).
+
+How a run ships it (``session``): not as an archive Spark unpacks, but as a file beside a
+small one, ``launcher_archive``'s. Spark unpacks every archive a context adds on the driver
+too, with Java's zip reader: for this one (390 MB, 7,900 files) 12.9 s of the driver's
+start on the 2-core machine, though the driver never runs it (its Python workers run its
+own environment). A file is only copied there (1.8 s). The launcher is the executors'
+``bin/python``: the first start on a node unpacks the file (Python's zipfile: 2 s here)
+into the worker user's cache, where every later application's executors find it, and
+every start runs the interpreter on it (``launcher_archive``). Measured on the loopback
+cluster (2 M nested rows, 3 alternating runs each, the whole command): 29.1 s -> 19.5 s
+median; 12.1 s with Bulldozer installed on the worker and nothing shipped. An archive
+packed before it carried its ``MANIFEST`` ships whole, as before. Its own ``bin/python``
+stays, so the archive still works as a plain ``spark.archives`` too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.metadata as md
 import importlib.util
+import json
 import marshal
 import os
 import re
@@ -36,13 +51,27 @@ from bulldozer import scratch
 from bulldozer.errors import InvalidArgumentError
 from bulldozer.settings import python_command
 
-__all__ = ["ARCHIVE_DIR", "EXECUTOR_PYTHON", "Packed", "archive_conf", "build_archive", "distributions"]
+__all__ = [
+    "ARCHIVE_DIR",
+    "EXECUTOR_PYTHON",
+    "MANIFEST",
+    "Packed",
+    "archive_conf",
+    "build_archive",
+    "distributions",
+    "launcher_archive",
+]
 
 #: the folder the archive is unpacked as in each executor's working directory
 ARCHIVE_DIR = "bulldozer_env"
 #: the Python workers' interpreter with a shipped environment (relative to the working
 #: directory: the executor's, and on the driver its JVM's — ``session._in_driver_folder``)
 EXECUTOR_PYTHON = f"./{ARCHIVE_DIR}/bin/python"
+#: the archive's entry saying what its launcher needs: the base interpreter and the folder of
+#: its site-packages (JSON)
+MANIFEST = "bulldozer-env.json"
+#: the folder the launcher unpacks the environment to, in its own (``ARCHIVE_DIR``)
+UNPACKED_DIR = "env"
 #: what executors need beyond Bulldozer's own requirements (pyspark's Arrow paths import pandas)
 EXECUTOR_EXTRAS = ("pandas",)
 #: Bulldozer's own top-level packages (an editable install has no RECORD of them)
@@ -147,7 +176,6 @@ def build_archive(output: Path, compress: bool = True) -> Packed:
 def preloaded_sources() -> set[str]:
     """The source files of the modules the executors' Python worker daemon imports
     (``daemon``), as a fresh interpreter imports them: the archive carries their bytecode."""
-    import json
     import subprocess
 
     listing = (
@@ -214,6 +242,12 @@ def _write_archive(partial: Path, compress: bool, site: str, base: Path, names: 
                 relative = path.relative_to(folder.parent).as_posix()
                 if path.is_file() and not _skipped(relative):
                     add_file(path, f"{site}/{relative}")
+        # last: its id names the entries above by their content (names, CRC-32s, sizes), so
+        # an archive packed again from the same files has the same id (a node's cache of it)
+        content = hashlib.sha256()
+        for info in archive.infolist():
+            content.update(f"{info.filename}\0{info.CRC}\0{info.file_size}\n".encode())
+        add(MANIFEST, json.dumps({"python": str(base), "site": site, "id": content.hexdigest()[:32]}).encode())
     return files, size
 
 
@@ -233,3 +267,110 @@ def archive_conf(archive: Path | None = None) -> dict[str, str]:
     return {
         "spark.archives": f"{archive.resolve().as_uri()}#{ARCHIVE_DIR}",
     }
+
+
+#: what the launcher runs, under the base interpreter alone (``-s -I``), when the folder
+#: it runs the environment from is missing: unpack the shipped file into a folder of its own
+#: and rename that into place. The first rename wins, the others drop theirs, and no start
+#: runs a folder half unpacked. A zip's file modes are kept. In the node's cache it then
+#: drops what it need not keep: folders left half unpacked by a killed start an hour ago,
+#: and environments beyond the ``_KEEP`` used last that no start used for a day (a start
+#: touches its folder), so an environment a running application still reads stays.
+_UNPACK = """\
+import os, shutil, sys, tempfile, time, zipfile
+
+source, target, keep = sys.argv[1], sys.argv[2], int(sys.argv[3])
+parent = os.path.dirname(target)
+partial = tempfile.mkdtemp(prefix=".unpacking-", dir=parent)
+try:
+    with zipfile.ZipFile(source) as packed:
+        for info in packed.infolist():
+            path = packed.extract(info, partial)
+            mode = (info.external_attr >> 16) & 0o777
+            if mode and not info.is_dir():
+                os.chmod(path, mode)
+    try:
+        os.rename(partial, target)
+        partial = None
+    except OSError:
+        if not os.path.isdir(target):
+            raise
+finally:
+    if partial is not None:
+        shutil.rmtree(partial, ignore_errors=True)
+if keep:
+    now, others = time.time(), []
+    for name in os.listdir(parent):
+        path = os.path.join(parent, name)
+        try:
+            used = os.stat(path).st_mtime
+        except OSError:
+            continue
+        if name.startswith(".unpacking-"):
+            if now - used > 3600:
+                shutil.rmtree(path, ignore_errors=True)
+        elif path != target and not name.startswith("."):
+            others.append((used, path))
+    for used, path in sorted(others, reverse=True)[keep - 1:]:
+        if now - used > 86400:
+            gone = tempfile.mkdtemp(prefix=".removing-", dir=parent)
+            try:
+                os.rename(path, os.path.join(gone, "env"))
+            except OSError:
+                pass
+            shutil.rmtree(gone, ignore_errors=True)
+"""
+
+#: environments a node's cache keeps at least (each ~410 MB unpacked)
+_KEEP = 3
+
+
+def launcher_archive(environment: Path, folder: Path) -> Path | None:
+    """A zip in ``folder`` holding the executors' ``bin/python`` for ``environment`` (an
+    archive ``build_archive`` wrote), which is shipped beside it as a file of the same name.
+    Unpacked as ``ARCHIVE_DIR`` in an executor's working directory, it runs the base
+    interpreter on the environment unpacked once per node and user: in
+    ``$XDG_CACHE_HOME/bulldozer/spark-env/ID`` (default ``~/.cache``), ID the archive's
+    content, when that folder is the user's own and no one else's to write in; else once
+    per application, in ``ARCHIVE_DIR/UNPACKED_DIR`` (an executor without a home). None for
+    an archive without ``MANIFEST`` (packed by an earlier Bulldozer): it ships whole."""
+    try:
+        with zipfile.ZipFile(environment) as packed:
+            manifest = json.loads(packed.read(MANIFEST))
+    except KeyError:
+        return None
+    except (OSError, zipfile.BadZipFile, ValueError) as exc:
+        raise InvalidArgumentError(f"the Spark environment archive {environment} cannot be read: {exc}") from None
+    python, site, ident = shlex.quote(str(manifest["python"])), str(manifest["site"]), str(manifest["id"])
+    if not re.fullmatch(r"[0-9a-f]{32}", ident):
+        raise InvalidArgumentError(f"the Spark environment archive {environment} has no valid id in {MANIFEST}")
+    source = shlex.quote(environment.name)
+    launcher = f"""\
+#!/bin/sh
+# Bulldozer's executors' Python (bulldozer.load.engines.spark.package.launcher_archive):
+# runs the interpreter on the environment shipped beside this folder, unpacked once
+here=$(cd "$(dirname "$0")/.." && pwd)
+env="$here/{UNPACKED_DIR}" keep=0
+cache="${{XDG_CACHE_HOME:-${{HOME:+$HOME/.cache}}}}"
+if [ -n "$cache" ] && mkdir -p "$cache/bulldozer/spark-env" 2>/dev/null; then
+  chmod 700 "$cache/bulldozer/spark-env" 2>/dev/null
+  # the user's own folder, which no one else can write in: else its content is not trusted
+  if [ "$(stat -c %u:%a "$cache/bulldozer/spark-env" 2>/dev/null)" = "$(id -u):700" ]; then
+    env="$cache/bulldozer/spark-env/{ident}" keep={_KEEP}
+  fi
+fi
+if [ -d "$env" ]; then
+  touch "$env" 2>/dev/null
+else
+  {python} -s -I "$here/bin/unpack.py" "$here/../"{source} "$env" $keep || exit 1
+fi
+PYTHONPATH="$env/{site}${{PYTHONPATH:+:$PYTHONPATH}}" exec {python} -s "$@"
+"""
+    output = folder / "bulldozer-launcher.zip"
+    with zipfile.ZipFile(output, "w") as archive:
+        for name, text, mode in (("bin/python", launcher, 0o755), ("bin/unpack.py", _UNPACK, 0o644)):
+            info = zipfile.ZipInfo(name, time.localtime()[:6])
+            info.create_system = 3  # unix: Spark's unpacking keeps the mode
+            info.external_attr = (0o100000 | mode) << 16
+            archive.writestr(info, text)
+    return output

@@ -253,13 +253,36 @@ def _start_context(
         _remember_jars(context.getConf().get("spark.jars", ""))
     context.setLogLevel(level)
     for archive in filter(None, archives.split(",")):
-        context.addArchive(archive)
+        _add_archive(context, archive)
     if archives:
         from bulldozer.load.engines.spark.package import EXECUTOR_PYTHON
 
         # the Python workers run the shipped environment's interpreter (package.archive_conf)
         context.pythonExec = EXECUTOR_PYTHON
     return context
+
+
+def _add_archive(context: Any, archive: str) -> None:
+    """Add ``archive`` (an entry of ``spark.archives``) to ``context``: the environment
+    ``bulldozer spark package`` built as a file beside its launcher, which the executors
+    unpack themselves (``package.launcher_archive``: Spark would also unpack it on the
+    driver, which never runs it); any other archive as Spark adds archives. Measured on the
+    loopback cluster (2 M nested rows, 3 alternating runs each): see README."""
+    import tempfile
+    from urllib.parse import urlsplit
+    from urllib.request import url2pathname
+
+    from bulldozer.load.engines.spark.package import ARCHIVE_DIR, launcher_archive
+
+    where = urlsplit(archive)
+    if where.fragment == ARCHIVE_DIR and where.scheme in ("", "file"):
+        environment = Path(url2pathname(where.path))
+        launcher = launcher_archive(environment, Path(tempfile.mkdtemp(prefix="launcher-", dir=_driver_folder())))
+        if launcher is not None:
+            context.addFile(str(environment))
+            context.addArchive(f"{launcher.as_uri()}#{ARCHIVE_DIR}")
+            return
+    context.addArchive(archive)
 
 
 def _start_driver(conf: Any) -> Any:
