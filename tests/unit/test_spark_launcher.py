@@ -26,11 +26,11 @@ IDENT = "0123456789abcdef0123456789abcdef"
 BASE = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
 
 
-def _environment(path: Path, ident: str = IDENT, manifest: bool = True) -> Path:
+def _environment(path: Path, ident: str = IDENT, manifest: bool = True, site: str = SITE) -> Path:
     with zipfile.ZipFile(path, "w") as packed:
         packed.writestr(f"{SITE}/shipped_probe.py", "WHERE = __file__\n")
         if manifest:
-            packed.writestr(MANIFEST, json.dumps({"python": BASE, "site": SITE, "id": ident}))
+            packed.writestr(MANIFEST, json.dumps({"python": BASE, "site": site, "id": ident}))
     return path
 
 
@@ -119,6 +119,8 @@ def test_a_new_environment_drops_old_ones_no_start_used_for_a_day(tmp_path: Path
     (cache / ".unpacking-killed").mkdir()  # a start killed while unpacking, two hours ago
     os.utime(cache / ".unpacking-killed", (time.time() - 7200, time.time() - 7200))
     (cache / ".unpacking-now").mkdir()  # another start unpacking now
+    (cache / ".removing-killed").mkdir()  # a start killed while it removed one, two hours ago
+    os.utime(cache / ".removing-killed", (time.time() - 7200, time.time() - 7200))
     _start(_executor(tmp_path), home)
     # kept: the new one, the two used last (one of them a minute ago), and every one used
     # within a day however many; dropped: the others, and the killed start's leftovers
@@ -127,8 +129,10 @@ def test_a_new_environment_drops_old_ones_no_start_used_for_a_day(tmp_path: Path
 
 def test_an_archive_packed_before_the_manifest_ships_whole_and_a_bad_one_is_refused(tmp_path: Path) -> None:
     assert launcher_archive(_environment(tmp_path / "old.zip", manifest=False), tmp_path) is None
-    with pytest.raises(InvalidArgumentError, match="has no valid id"):
+    with pytest.raises(InvalidArgumentError, match="has no valid id or folder"):
         launcher_archive(_environment(tmp_path / "odd.zip", ident="../../etc"), tmp_path)
+    with pytest.raises(InvalidArgumentError, match="has no valid id or folder"):
+        launcher_archive(_environment(tmp_path / "odder.zip", site='x"$(touch /tmp/owned)"'), tmp_path)
     (tmp_path / "cut.zip").write_bytes(b"PK\x03\x04 not a whole zip")
     with pytest.raises(InvalidArgumentError, match="cannot be read"):
         launcher_archive(tmp_path / "cut.zip", tmp_path)

@@ -273,7 +273,7 @@ def archive_conf(archive: Path | None = None) -> dict[str, str]:
 #: it runs the environment from is missing: unpack the shipped file into a folder of its own
 #: and rename that into place. The first rename wins, the others drop theirs, and no start
 #: runs a folder half unpacked. A zip's file modes are kept. In the node's cache it then
-#: drops what it need not keep: folders left half unpacked by a killed start an hour ago,
+#: drops what it need not keep: folders a killed start left half unpacked (or removed) an hour ago,
 #: and environments beyond the ``_KEEP`` used last that no start used for a day (a start
 #: touches its folder), so an environment a running application still reads stays.
 _UNPACK = """\
@@ -306,7 +306,7 @@ if keep:
             used = os.stat(path).st_mtime
         except OSError:
             continue
-        if name.startswith(".unpacking-"):
+        if name.startswith((".unpacking-", ".removing-")):
             if now - used > 3600:
                 shutil.rmtree(path, ignore_errors=True)
         elif path != target and not name.startswith("."):
@@ -342,8 +342,11 @@ def launcher_archive(environment: Path, folder: Path) -> Path | None:
     except (OSError, zipfile.BadZipFile, ValueError) as exc:
         raise InvalidArgumentError(f"the Spark environment archive {environment} cannot be read: {exc}") from None
     python, site, ident = shlex.quote(str(manifest["python"])), str(manifest["site"]), str(manifest["id"])
-    if not re.fullmatch(r"[0-9a-f]{32}", ident):
-        raise InvalidArgumentError(f"the Spark environment archive {environment} has no valid id in {MANIFEST}")
+    # both go into the launcher's script as they are
+    if not re.fullmatch(r"[0-9a-f]{32}", ident) or not re.fullmatch(r"lib/python\d+\.\d+/site-packages", site):
+        raise InvalidArgumentError(
+            f"the Spark environment archive {environment} has no valid id or folder in {MANIFEST}"
+        )
     source = shlex.quote(environment.name)
     launcher = f"""\
 #!/bin/sh
