@@ -186,6 +186,16 @@ def preloaded_sources() -> set[str]:
     return {str(Path(f)) for f in json.loads(done.stdout) if f and f.endswith(".py")}
 
 
+def _write_entry(archive: zipfile.ZipFile, name: str, data: bytes | str, mode: int, method: int) -> None:
+    """``data`` as the file ``name`` of ``archive`` with the unix ``mode`` (Spark's unpacking
+    and the launcher's keep it: ``bin/python`` runs)."""
+    info = zipfile.ZipInfo(name, time.localtime()[:6])
+    info.create_system = 3  # unix
+    info.external_attr = (0o100000 | mode) << 16
+    info.compress_type = method
+    archive.writestr(info, data)
+
+
 def _write_archive(partial: Path, compress: bool, site: str, base: Path, names: list[str]) -> tuple[int, int]:
     files = size = 0
     preloaded = preloaded_sources()
@@ -193,11 +203,7 @@ def _write_archive(partial: Path, compress: bool, site: str, base: Path, names: 
     with zipfile.ZipFile(partial, "w", method, compresslevel=1 if compress else None) as archive:
 
         def add(name: str, data: bytes, mode: int = 0o644) -> None:
-            info = zipfile.ZipInfo(name, time.localtime()[:6])
-            info.create_system = 3  # unix: Spark's unpacking keeps the mode (bin/python runs)
-            info.external_attr = (0o100000 | mode) << 16
-            info.compress_type = method
-            archive.writestr(info, data)
+            _write_entry(archive, name, data, mode, method)
 
         # bin/python runs this machine's base interpreter on the packed site-packages: a
         # script, not a venv's symlink (Spark's unpacking refuses links that leave the folder)
@@ -371,9 +377,6 @@ PYTHONPATH="$env/{site}${{PYTHONPATH:+:$PYTHONPATH}}" exec {python} -s "$@"
 """
     output = folder / "bulldozer-launcher.zip"
     with zipfile.ZipFile(output, "w") as archive:
-        for name, text, mode in (("bin/python", launcher, 0o755), ("bin/unpack.py", _UNPACK, 0o644)):
-            info = zipfile.ZipInfo(name, time.localtime()[:6])
-            info.create_system = 3  # unix: Spark's unpacking keeps the mode
-            info.external_attr = (0o100000 | mode) << 16
-            archive.writestr(info, text)
+        _write_entry(archive, "bin/python", launcher, 0o755, zipfile.ZIP_STORED)
+        _write_entry(archive, "bin/unpack.py", _UNPACK, 0o644, zipfile.ZIP_STORED)
     return output
