@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -118,4 +119,21 @@ def test_an_against_file_that_is_no_schema_is_one_line_naming_it(home: Path, tmp
     }
     for path, line in said.items():
         result = runner.invoke(app, ["proto", TEMPLATE, "--home", str(home), "--against", str(path)])
-        assert result.exit_code == 2 and result.stderr == line + "\n", result.output
+        assert result.exit_code == 2 and result.stderr == line + "\n", (path.name, result.output, _opened(home))
+
+
+def _opened(home: Path) -> dict[str, object]:
+    """What a failure of the test above should tell: once (CI, 2026-12-03) the command found
+    the home's catalog.db "not a database" on one of its three calls, which no run here
+    repeated — the file's size and first bytes then, and this process's descriptors open
+    on files in the test's folder."""
+    db = home / "catalog.db"
+    fds = {}
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith(str(home)):
+            fds[fd.name] = target
+    return {"size": db.stat().st_size, "head": db.read_bytes()[:16], "descriptors": fds}
