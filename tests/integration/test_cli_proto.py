@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -127,13 +126,16 @@ def _opened(home: Path) -> dict[str, object]:
     the home's catalog.db "not a database" on one of its three calls, which no run here
     repeated — the file's size and first bytes then, and this process's descriptors open
     on files in the test's folder."""
-    db = home / "catalog.db"
     fds = {}
     for fd in Path("/proc/self/fd").iterdir():
         try:
-            target = os.readlink(fd)
-        except OSError:
+            target = fd.readlink()
+        except OSError:  # the listing's own descriptor, closed once listed
             continue
-        if target.startswith(str(home)):
-            fds[fd.name] = target
-    return {"size": db.stat().st_size, "head": db.read_bytes()[:16], "descriptors": fds}
+        if target.is_relative_to(home):
+            fds[fd.name] = str(target)
+    try:
+        data = (home / "catalog.db").read_bytes()
+    except OSError as exc:
+        return {"catalog.db": str(exc), "descriptors": fds}
+    return {"size": len(data), "head": data[:16], "descriptors": fds}
