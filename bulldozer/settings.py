@@ -497,6 +497,21 @@ def java_executable() -> Path | None:
     return Path(java) if java is not None and Path(java).exists() else None
 
 
+def spark_class_path_folders(spark_home: Path) -> list[tuple[str, Path]]:
+    """The folders Spark's launcher puts on its driver JVM's class path besides the jars, each
+    with the variable that names it: the configuration folder (``SPARK_CONF_DIR``, else
+    ``conf`` in the Spark home: ``SPARK_HOME`` when set, as pyspark's launcher takes it, else
+    ``spark_home``), ``HADOOP_CONF_DIR``, ``YARN_CONF_DIR`` and the entries of
+    ``SPARK_DIST_CLASSPATH`` (Spark's ``AbstractCommandBuilder.buildClassPath``)."""
+    home = Path(os.environ.get("SPARK_HOME") or spark_home)
+    conf = os.environ.get("SPARK_CONF_DIR")
+    folders = [("SPARK_CONF_DIR" if conf else "SPARK_HOME/conf", Path(conf) if conf else home / "conf")]
+    folders += [(name, Path(os.environ[name])) for name in ("HADOOP_CONF_DIR", "YARN_CONF_DIR") if os.environ.get(name)]
+    dist = os.environ.get("SPARK_DIST_CLASSPATH", "")
+    folders += [("SPARK_DIST_CLASSPATH", Path(entry)) for entry in dist.split(os.pathsep) if entry and "*" not in entry]
+    return folders
+
+
 #: The variables gRPC's C core takes its HTTP proxy from, the first one set winning
 GRPC_PROXY_VARIABLES = ("grpc_proxy", "https_proxy", "http_proxy")
 

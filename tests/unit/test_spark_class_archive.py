@@ -55,3 +55,51 @@ def test_a_driver_starting_from_an_archive_marks_it_used(tmp_path: Path, monkeyp
     os.utime(path, (0, 0))
     assert session._class_archive_options()[0] == f"-XX:SharedArchiveFile={path}"
     assert time.time() - path.stat().st_mtime < 60
+
+
+def test_a_folder_with_files_on_the_driver_s_class_path_gets_no_archive_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Java refuses class-data sharing with a folder holding files on the class path (it
+    writes no archive and ignores one), and Spark's launcher puts the operator's
+    ``SPARK_CONF_DIR`` there: asked to write an archive at every exit, each such driver
+    paid for the attempt (19.1-19.7 s against 13.9-14.6 s without the options)."""
+    monkeypatch.setenv("BULLDOZER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(session, "_ARCHIVE_BUILD", None)  # restored after: no driver here writes one
+    for name in ("SPARK_CONF_DIR", "SPARK_HOME", "HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_DIST_CLASSPATH"):
+        monkeypatch.delenv(name, raising=False)
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
+    assert session._class_archive_options()[0].startswith("-XX:ArchiveClassesAtExit=")  # empty: harmless
+    (conf / "spark-defaults.conf").write_text("spark.eventLog.enabled true\n")
+    assert session._class_archive_options() == []
+    assert session._ARCHIVE_BUILD is None  # the earlier call's build is not this driver's
+    monkeypatch.delenv("SPARK_CONF_DIR")
+    assert session._class_archive_options() != []
+    hadoop = tmp_path / "hadoop"
+    hadoop.mkdir()
+    (hadoop / "core-site.xml").write_text("<configuration/>")
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(hadoop))
+    assert session._crowded_class_path() == f"{hadoop} (HADOOP_CONF_DIR)"
+    assert session._class_archive_options() == []
+
+
+def test_the_class_path_folders_are_those_spark_s_launcher_adds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bulldozer.settings import spark_class_path_folders
+
+    for name in ("SPARK_CONF_DIR", "SPARK_HOME", "HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_DIST_CLASSPATH"):
+        monkeypatch.delenv(name, raising=False)
+    assert spark_class_path_folders(tmp_path) == [("SPARK_HOME/conf", tmp_path / "conf")]
+    monkeypatch.setenv("SPARK_HOME", "/opt/spark")
+    monkeypatch.setenv("YARN_CONF_DIR", "/etc/yarn")
+    monkeypatch.setenv("SPARK_DIST_CLASSPATH", "/etc/hive:/opt/hadoop/jars/*")
+    assert spark_class_path_folders(tmp_path) == [
+        ("SPARK_HOME/conf", Path("/opt/spark/conf")),
+        ("YARN_CONF_DIR", Path("/etc/yarn")),
+        ("SPARK_DIST_CLASSPATH", Path("/etc/hive")),
+    ]
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "c"))
+    assert spark_class_path_folders(tmp_path)[0] == ("SPARK_CONF_DIR", tmp_path / "c")
