@@ -312,14 +312,16 @@ def test_a_standalone_master_no_one_answers_at_fails_the_run_at_once_in_one_line
     assert _live(dal, "user_item_scores") == before
 
 
-@pytest.mark.slow  # Spark's own minute of registration attempts
-def test_a_standalone_master_url_where_another_service_listens_is_one_line(dal: KvClient, tmp_path: Path) -> None:
+def test_a_standalone_master_url_naming_a_web_server_is_one_line_at_once(dal: KvClient, tmp_path: Path) -> None:
     """``--master spark://host:port`` naming a web server (the master's web UI, say): the
-    connection is taken, so Spark tries to register for a minute, then stops the context,
+    connection is taken, so Spark tried to register for a minute, then stopped the context,
     and the run failed with the Java stack trace of the first job of a stopped context as
-    its one line. It says now that no Spark master answered there, and the alias stays."""
+    its one line. Then it said after that minute that no Spark master answered there. Now
+    the web server's answer to the master check's probe refuses the run as its driver
+    starts, and the alias stays."""
     import http.server
     import threading
+    import time
 
     from tests.integration.test_run import _cli
     from tests.integration.test_spark_datasource import _live
@@ -328,20 +330,73 @@ def test_a_standalone_master_url_where_another_service_listens_is_one_line(dal: 
     create_sample_warehouse(home, rows=1_000)
     web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
     threading.Thread(target=web.serve_forever, daemon=True).start()
-    master = f"spark://127.0.0.1:{web.server_address[1]}"
+    node = f"127.0.0.1:{web.server_address[1]}"
+    master = f"spark://{node}"
+    before = _live(dal, "user_item_scores")
+    try:
+        args = ["run", "templates/move_data_to_kv_dal.yaml", "--engine", "spark", "--master", master,
+                "--endpoint", dal.target]  # fmt: skip
+        started = time.monotonic()
+        done = _cli(args, home)
+        took = time.monotonic() - started
+    finally:
+        web.shutdown()
+        web.server_close()
+    assert done.returncode == 1 and took < 40, (took, done.stderr)  # Spark's own registration: over 60 s
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"error: the Spark master {master} is a web server, not a Spark master: {node} answered "
+        "'<!DOCTYPE HTML>' (a master takes applications on its own port, 7077 by default; its web UI's is 8080, "
+        "its REST server's 6066)"
+    ), done.stderr
+    assert "Py4J" not in done.stderr and "Traceback" not in done.stderr and "\tat " not in done.stderr
+    assert _live(dal, "user_item_scores") == before
+
+
+@pytest.mark.slow  # Spark's own minute of registration attempts
+def test_a_standalone_master_url_where_a_silent_service_listens_is_one_line(dal: KvClient, tmp_path: Path) -> None:
+    """``--master spark://host:port`` naming a service that takes the connection and never
+    answers (as a Spark master does not answer the probe either): Spark tries to register
+    for a minute, then stops the context; the run failed with the Java stack trace of the
+    first job of a stopped context as its one line. It says now that no Spark master
+    answered there, and the alias stays."""
+    import contextlib
+    import socket
+    import threading
+
+    from tests.integration.test_run import _cli
+    from tests.integration.test_spark_datasource import _live
+
+    home = tmp_path / "home"
+    create_sample_warehouse(home, rows=1_000)
+    listener = socket.create_server(("127.0.0.1", 0))
+    taken: list[socket.socket] = []
+    stop = threading.Event()
+
+    def take() -> None:  # every connection held open, unanswered
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                taken.append(listener.accept()[0])
+
+    taker = threading.Thread(target=take, daemon=True)
+    taker.start()
+    master = f"spark://127.0.0.1:{listener.getsockname()[1]}"
     before = _live(dal, "user_item_scores")
     try:
         args = ["run", "templates/move_data_to_kv_dal.yaml", "--engine", "spark", "--master", master,
                 "--endpoint", dal.target]  # fmt: skip
         done = _cli(args, home)
     finally:
-        web.shutdown()
-        web.server_close()
+        stop.set()
+        taker.join()
+        listener.close()
+        for connection in taken:
+            connection.close()
     assert done.returncode == 1, done.stderr
     said = done.stderr.strip().splitlines()[-1]
     assert said.startswith(
-        f"error: the Spark master {master} did not take the application: what listens there did not answer as a "
-        "Spark master in a minute (is it the master's port, 7077 by default"
+        f"error: the Spark master {master} did not take the application: what listens there did not "
+        "answer as a Spark master in a minute (is it the master's port, 7077 by default"
     ), done.stderr
     assert "Py4J" not in done.stderr and "Traceback" not in done.stderr and "\tat " not in done.stderr
     assert _live(dal, "user_item_scores") == before

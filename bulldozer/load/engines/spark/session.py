@@ -113,24 +113,25 @@ def spark_context(
         pyspark_python()
         settings = load_settings()
         master = master or settings.spark_master
-        _check_master(master)
+        probe = _check_master(master)
         _check_driver_host(settings.spark_driver_host)
         level = spark_log_level()
         with _resolving((conf or {}).get("spark.jars.ivy")) as packages:
-            context = _start_context(catalog_name, properties, home, master, conf, settings, level, packages)
+            context = _start_context(catalog_name, properties, home, master, conf, settings, level, packages, probe)
         _CONTEXT, _CONTEXT_KEY = context, key
         return context
 
 
-def _check_master(master: str, timeout: float = 5.0) -> None:
+def _check_master(master: str, timeout: float = 5.0) -> _MasterProbe | None:
     """Refuse a standalone master (``spark://host:port[,host:port...]``) none of whose
     hosts takes a connection, in one line: Spark tried it three times, 20 s apart, then
     stopped the application, and the run failed a minute later with a Java stack trace
-    (a job of a stopped SparkContext)."""
+    (a job of a stopped SparkContext). The first host that takes one is probed while the
+    driver starts (``_MasterProbe``); None for any other master."""
     import socket
 
     if not master.startswith("spark://"):
-        return
+        return None
     reasons = []
     for node in master.removeprefix("spark://").split(","):
         host, _, port = node.rpartition(":")
@@ -138,11 +139,64 @@ def _check_master(master: str, timeout: float = 5.0) -> None:
             reasons.append(f"{node}: not host:port")
             continue
         try:
-            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-                return
+            connection = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
         except OSError as exc:
             reasons.append(f"{node}: {exc.strerror or exc}")
+            continue
+        return _MasterProbe(node, connection)
     raise LoadError(f"the Spark master {master} cannot be reached ({'; '.join(reasons)}): is it up, and its URL right?")
+
+
+#: What ``_MasterProbe`` sends: the length of a frame of Spark's RPC protocol (8 bytes,
+#: big-endian, no line feed among them), then a blank line. A Spark master waits for the
+#: rest of the frame and says nothing (its log shows the connection as the check's bare
+#: connection did: "got disassociated"); a web server answers the line it cannot parse.
+_PROBE = (1024).to_bytes(8, "big") + b"\r\n\r\n"
+#: how long past the probe's start an answer is waited for once the driver runs: a web
+#: server on this machine answered in 1-61 ms (Python's http.server, the master's own web UI
+#: and REST server), and the driver's JVM takes longer than this to start
+_PROBE_SECONDS = 0.5
+
+
+class _MasterProbe:
+    """What listens at a standalone master's node, asked on a thread of its own while the
+    driver starts. A master URL naming its web UI's port (8080) or its REST server's (6066)
+    instead of the master's own (7077) was taken, and Spark tried to register there for a
+    minute (its constants: three tries, 20 s apart) before the run failed: such a web server
+    answers the probe at once, and the run is refused as the driver is up."""
+
+    def __init__(self, node: str, connection: Any) -> None:
+        import time
+
+        self.node = node
+        self.answer = b""
+        self._started = time.monotonic()
+        self._thread = threading.Thread(target=self._ask, args=(connection,), name="spark-master-probe", daemon=True)
+        self._thread.start()
+
+    def _ask(self, connection: Any) -> None:
+        with contextlib.suppress(OSError), connection:
+            connection.settimeout(2.0)
+            connection.sendall(_PROBE)
+            self.answer = connection.recv(256)
+
+    def web_server(self) -> str | None:
+        """The first line of the answer when it came from a web server (an HTTP status line,
+        or an HTML page: a server taking the probe for HTTP/0.9); None otherwise, a Spark
+        master's silence included (whatever else answers is left for Spark to judge)."""
+        import time
+
+        self._thread.join(max(0.0, self._started + _PROBE_SECONDS - time.monotonic()))
+        return _web_answer(self.answer)
+
+
+def _web_answer(answer: bytes) -> str | None:
+    """``answer``'s first line (at most 80 characters) when it is a web server's: an HTTP
+    status line or the start of an HTML page; None otherwise."""
+    head = answer.lstrip()
+    if not (head.startswith(b"HTTP/") or head[:14].lower().startswith((b"<!doctype html", b"<html"))):
+        return None
+    return head.splitlines()[0].decode("latin-1")[:80]
 
 
 def _check_driver_host(host: str) -> None:
@@ -172,8 +226,10 @@ def _start_context(
     settings: Any,
     level: str,
     packages: dict[str, str],
+    probe: _MasterProbe | None = None,
 ) -> Any:
-    """The SparkContext ``spark_context`` starts, its driver given the ``packages`` (``PACKAGES``)."""
+    """The SparkContext ``spark_context`` starts, its driver given the ``packages``
+    (``PACKAGES``); refused before it registers when ``probe`` found a web server."""
     from pyspark import SparkConf, SparkContext
 
     prefix = f"spark.sql.catalog.{catalog_name}"
@@ -238,15 +294,22 @@ def _start_context(
         resolved = gateway.jvm.java.lang.System.getProperty("spark.jars")
         if resolved:
             spark_conf.set("spark.jars", resolved)
+    if probe is not None and (said := probe.web_server()) is not None:
+        raise LoadError(
+            f"the Spark master {master} is a web server, not a Spark master: {probe.node} answered {said!r} "
+            "(a master takes applications on its own port, 7077 by default; its web UI's is 8080, its REST "
+            "server's 6066)"
+        )
     context = SparkContext(conf=spark_conf, gateway=gateway)
     if master.startswith("spark://") and context.applicationId.startswith(_UNREGISTERED_APPLICATION):
-        # Something took the connection but never answered as a master: Spark tried three
-        # times, 20 s apart (its constants), and is stopping the context. The run failed
-        # with a Java stack trace as its one line, from the first job of a stopped context.
+        # Something took the connection but never answered as a master (nor as a web server:
+        # ``_MasterProbe``): Spark tried three times, 20 s apart (its constants), and is
+        # stopping the context. The run failed with a Java stack trace as its one line, from
+        # the first job of a stopped context.
         context.stop()
         raise LoadError(
             f"the Spark master {master} did not take the application: what listens there did not answer as a "
-            "Spark master in a minute (is it the master's port, 7077 by default, and not its web UI's? does the "
+            "Spark master in a minute (is it the master's port, 7077 by default, and not a worker's? does the "
             "master require authentication, or run another Spark version?)"
         )
     if "spark.jars.packages" in options:

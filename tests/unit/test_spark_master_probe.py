@@ -1,0 +1,117 @@
+"""The standalone master check's probe (``session._check_master``, ``_MasterProbe``): what
+listens at a master URL, asked while the driver starts. A web server (the master's web UI
+or REST server named instead of its own port) is known at once; a service that says
+nothing, as a Spark master says nothing to the probe, is left for Spark to judge."""
+
+from __future__ import annotations
+
+import http.server
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+
+import pytest
+
+from bulldozer.load.engines.spark import session
+from bulldozer.load.engines.spark.session import _check_master, _web_answer
+
+
+@contextmanager
+def _listening(answer: bytes | None) -> Iterator[str]:
+    """A loopback service (its host:port) that reads what a connection sends and answers
+    ``answer`` to it, or holds it unanswered (None), as a Spark master holds the probe."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.1)
+    stop, held = threading.Event(), []
+    got: list[bytes] = []
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                connection, _ = server.accept()
+            except TimeoutError:
+                continue
+            connection.settimeout(2.0)
+            with suppress(OSError):
+                got.append(connection.recv(64))
+                if answer is not None:
+                    connection.sendall(answer)
+            held.append(connection)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+        for connection in held:
+            connection.close()
+    assert got == [session._PROBE], "the probe is the frame length and a blank line, nothing else"
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/html\r\n\r\n", "HTTP/1.1 400 Bad Request"),
+        (b"<!DOCTYPE HTML>\n<html lang='en'>", "<!DOCTYPE HTML>"),  # a server taking it for HTTP/0.9
+        (b"-ERR unknown command\r\n", None),  # no web server: Spark judges it (a minute)
+        (b"\x15\x03\x03\x00\x02\x02\x16", None),  # a TLS alert: an RPC port with TLS may be a master's
+        (None, None),  # silence: what a Spark master answers
+    ],
+)
+def test_the_probe_names_a_web_server_and_leaves_anything_else_to_spark(answer: bytes | None, said: str | None) -> None:
+    with _listening(answer) as node:
+        probe = _check_master(f"spark://{node}")
+        assert probe is not None and probe.node == node
+        probe._thread.join(5)  # the driver's start would take this long
+        assert probe.web_server() == said
+
+
+def test_the_first_node_that_takes_a_connection_is_probed() -> None:
+    with _listening(b"HTTP/1.0 404 Not Found\r\n\r\n") as node:
+        closed = socket.create_server(("127.0.0.1", 0))
+        gone = f"127.0.0.1:{closed.getsockname()[1]}"
+        closed.close()
+        probe = _check_master(f"spark://{gone},{node}")
+        assert probe is not None and probe.node == node
+        probe._thread.join(5)
+        assert probe.web_server() == "HTTP/1.0 404 Not Found"
+    assert _check_master("local[2]") is None
+
+
+def test_a_silent_master_costs_the_driver_no_wait_past_the_probe_s_half_second() -> None:
+    """The driver's JVM takes longer to start than ``_PROBE_SECONDS``: a silent master is
+    not waited for past it (the probe's own read runs on for 2 s, on its thread)."""
+    import time
+
+    with _listening(None) as node:
+        probe = _check_master(f"spark://{node}")
+        assert probe is not None
+        started = time.monotonic()
+        assert probe.web_server() is None
+        assert time.monotonic() - started < session._PROBE_SECONDS + 0.3
+
+
+def test_a_web_server_answering_pythons_way_is_named() -> None:
+    """http.server's handler answers the probe as an HTTP/0.9 request: the error page alone."""
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    try:
+        probe = _check_master(f"spark://127.0.0.1:{web.server_address[1]}")
+        assert probe is not None
+        probe._thread.join(5)
+        assert probe.web_server() == "<!DOCTYPE HTML>"
+    finally:
+        web.shutdown()
+        web.server_close()
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [(b"  HTTP/2 400\n", "HTTP/2 400"), (b"<html><body>", "<html><body>"), (b"", None), (b"SSH-2.0-OpenSSH\r\n", None)],
+)
+def test_web_answer(answer: bytes, said: str | None) -> None:
+    assert _web_answer(answer) == said
