@@ -94,3 +94,31 @@ def tcp_refusal(host: str, port: int) -> str | None:
         except OSError as exc:
             return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
     return None
+
+
+def speaks_tls(address: str, timeout: float = 2.0) -> bool:
+    """Does what listens at ``address`` (``host:port``, ``[v6]:port``) answer a TLS client
+    hello as a TLS server does: a server hello (the handshake completes; no certificate is
+    checked, nothing is sent after it), or an alert of its own (one that wants a client
+    certificate)? False for any other answer, none, or no connection."""
+    import socket
+    import ssl
+
+    host, _, port = address.rpartition(":")
+    if not (host and port.isdigit()):
+        return False
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.set_alpn_protocols(["h2"])  # as a gRPC client asks: a server may refuse a hello without it
+    try:
+        with (
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as raw,
+            context.wrap_socket(raw, do_handshake_on_connect=False) as tls,
+        ):
+            tls.do_handshake()
+    except ssl.SSLError as exc:
+        return "ALERT" in (exc.reason or "")  # the server's own alert: a TLS server
+    except OSError:
+        return False
+    return True

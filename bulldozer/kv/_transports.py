@@ -144,8 +144,12 @@ def _on_loopback(target: str) -> bool:
 
     if target.startswith(("unix:", "unix-abstract:")):
         return True
-    address = target.removeprefix("dns:").lstrip("/").removeprefix("ipv4:").removeprefix("ipv6:")
-    return is_loopback(host_of(address))
+    return is_loopback(host_of(_address_of(target)))
+
+
+def _address_of(target: str) -> str:
+    """The ``host:port`` of a gRPC target (``dns:///host:port``, ``ipv4:host:port``...)."""
+    return target.removeprefix("dns:").lstrip("/").removeprefix("ipv4:").removeprefix("ipv6:")
 
 
 def _through_proxy(target: str) -> str:
@@ -187,6 +191,7 @@ class GrpcTransport(Transport):
             else grpc.insecure_channel(target, options=options)
         )
         self.target = target
+        self.tls = credentials is not None
         self.channel = channel
         self.metadata = metadata
         self.data = kv_pb2_grpc.KvDataStub(channel)
@@ -259,19 +264,65 @@ class GrpcTransport(Transport):
         """A health check that waits for the connection (any answer will do, an error of the
         server's own included; no credentials go with it). grpc's ``channel_ready_future``
         left a connectivity-polling thread behind that made every ``close()`` wait for it:
-        0.12-0.19 s of each command."""
+        0.12-0.19 s of each command.
+
+        It is asked first without waiting: that call ends with the first connection
+        attempt, and its error says why it failed. What no wait can mend fails at once
+        (``_lost_cause``): a listener that answers in another protocol than HTTP/2 (a web
+        server), a TLS handshake that failed (no TLS there, a certificate the client does not
+        trust), a server that closed a connection without TLS and answers a TLS client
+        (``_tls_unasked``). Each waited the whole ``timeout`` (15 s) and was then said to be a
+        DAL that "did not answer". Any other failure (nothing listens yet, the connection
+        closed) is waited out as before, and named if the DAL never answers."""
+        import time
+
         from grpc_health.v1 import health_pb2, health_pb2_grpc
 
         self.pass_gate()
+        check = health_pb2_grpc.HealthStub(self.channel).Check
+        started = time.monotonic()
+        first = ""
         try:
-            health_pb2_grpc.HealthStub(self.channel).Check(
-                health_pb2.HealthCheckRequest(), timeout=timeout, wait_for_ready=True
-            )
+            check(health_pb2.HealthCheckRequest(), timeout=timeout, wait_for_ready=False)
+            return
         except grpc.RpcError as err:
-            if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                raise BackendUnavailableError(
-                    f"the KV DAL at {self.target} did not answer within {timeout:.0f} s{_through_proxy(self.target)}"
-                ) from None
+            if err.code() == grpc.StatusCode.UNAVAILABLE:
+                first = _attempt_error(err.details() or "")
+                if (lost := _lost_cause(first) or self._tls_unasked(first)) is not None:
+                    raise BackendUnavailableError(
+                        f"the KV DAL at {self.target}{_through_proxy(self.target)} {lost}"
+                    ) from None
+            elif err.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                return  # the server's own answer
+        left = timeout - (time.monotonic() - started)
+        try:
+            if left > 0:
+                check(health_pb2.HealthCheckRequest(), timeout=left, wait_for_ready=True)
+                return
+        except grpc.RpcError as err:
+            if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                return
+        said = f" (the first connection attempt: {first})" if first else ""
+        if self.tls and first == "Socket closed":  # after a TLS handshake the server then refused
+            said += (
+                "; a DAL that requires a client certificate closes a connection without one it trusts "
+                "(BULLDOZER_TLS_CERT, BULLDOZER_TLS_KEY)"
+            )
+        raise BackendUnavailableError(
+            f"the KV DAL at {self.target} did not answer within {timeout:.0f} s{_through_proxy(self.target)}{said}"
+        )
+
+    def _tls_unasked(self, error: str) -> str | None:
+        """When a connection without TLS was closed (``error``: "Socket closed") by a server
+        that speaks TLS, what to say of it; None otherwise (a channel with TLS, one through
+        a proxy, a server that does not speak TLS)."""
+        from bulldozer.sockets import speaks_tls
+
+        if self.tls or error != "Socket closed" or _through_proxy(self.target):
+            return None
+        if self.target.startswith(("unix:", "unix-abstract:")) or not speaks_tls(_address_of(self.target)):
+            return None
+        return "speaks TLS, and this client does not (it closed the connection): set BULLDOZER_TLS_CA to its CA"
 
     def close(self) -> None:
         """Close the channel, waiting ``CLOSE_SECONDS`` at most: gRPC's close waits for every
@@ -293,6 +344,42 @@ class GrpcTransport(Transport):
                 self.target,
                 CLOSE_SECONDS,
             )
+
+
+def _attempt_error(details: str) -> str:
+    """gRPC's error of a channel's last connection attempt, from an UNAVAILABLE call's
+    details ("failed to connect to all addresses; last error: UNKNOWN: ipv4:HOST:PORT: WHY"):
+    WHY; the details as they are when they are not of that form."""
+    _, found, last = details.partition("last error: ")
+    if not found:
+        return details.strip()
+    parts = last.split(": ", 2)  # the status code's name, the address, what happened
+    return parts[2].strip() if len(parts) == 3 else last.strip()
+
+
+def _lost_cause(error: str) -> str | None:
+    """What a connection attempt's ``error`` (``_attempt_error``) says of a listener that
+    waiting will not make a DAL, as the end of a sentence naming it; None for any other."""
+    import re
+
+    if "Failed parsing HTTP/2" in error or "http1.x server" in error:
+        return (
+            f"answered in another protocol than gRPC's (HTTP/2): {error}; is that the DAL's port, and not a web "
+            "server's?"
+        )
+    if "andshake failed" in error:  # gRPC's "Tls handshake failed", "Ssl handshake failed"
+        reason = re.search(r"OPENSSL_internal:([A-Z0-9_]+)(?::\s*([^:]+?))?(?::\s*OK)?$", error)
+        detail = reason.group(2) if reason else None  # gRPC's own words follow OpenSSL's reason
+        if detail and detail.startswith("Invalid certificate verification context"):
+            detail = None
+        why = reason.group(1) + (f": {detail}" if detail else "") if reason else error
+        hint = {
+            "WRONG_VERSION_NUMBER": "what listens there does not speak TLS (a DAL served without TLS is reached "
+            "without BULLDOZER_TLS_CA)",
+            "CERTIFICATE_VERIFY_FAILED": "its certificate is not signed by a CA the client trusts (BULLDOZER_TLS_CA)",
+        }.get(reason.group(1) if reason else "")
+        return f"refused the TLS handshake: {why}" + (f"; {hint}" if hint else "")
+    return None
 
 
 #: how long closing a channel may wait for its calls in flight to end (``GrpcTransport.close``)

@@ -140,6 +140,41 @@ def test_a_dal_on_loopback_is_reached_directly_whatever_the_http_proxy(
         monkeypatch.delenv(variable)
 
 
+def test_an_endpoint_where_a_web_server_listens_is_one_line_at_once() -> None:
+    """``--endpoint`` naming a web server (HTTP/1, a proxy's port, a console's): gRPC's
+    connection attempts fail as it answers, and the client waited 15 s to say the DAL "did
+    not answer". It says now what answered, at once; an endpoint where nothing listens is
+    still waited for (a DAL starting), then named with the first attempt's error."""
+    import http.server
+    import time
+
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    target = f"127.0.0.1:{web.server_address[1]}"
+    try:
+        with KvClient(target) as client, pytest.raises(BackendUnavailableError) as refused:
+            started = time.monotonic()
+            client.wait_ready(10)
+        assert time.monotonic() - started < 5
+    finally:
+        web.shutdown()
+        web.server_close()
+    said = str(refused.value)
+    assert said.startswith(
+        f"the KV DAL at {target} answered in another protocol than gRPC's (HTTP/2): Failed parsing HTTP/2"
+    ), said
+    assert said.endswith("; is that the DAL's port, and not a web server's?"), said
+    nobody = f"127.0.0.1:{_free_port()}"
+    with KvClient(nobody) as client, pytest.raises(BackendUnavailableError) as unanswered:
+        started = time.monotonic()
+        client.wait_ready(2)
+    assert time.monotonic() - started >= 1.5
+    assert str(unanswered.value) == (
+        f"the KV DAL at {nobody} did not answer within 2 s (the first connection attempt: Failed to connect to "
+        "remote host: Connection refused)"
+    )
+
+
 # ------------------------------------------------------------- real processes
 
 

@@ -214,6 +214,62 @@ def test_tls_and_mutual_tls(pki: Path, monkeypatch: pytest.MonkeyPatch, tmp_path
         server.stop(1)
 
 
+def test_a_dal_reached_with_the_wrong_tls_settings_is_one_line_at_once(pki: Path, tmp_path: Path) -> None:
+    """A client without TLS to a DAL with it, one with TLS to a DAL without, one trusting
+    another CA: each waited 15 s and was told the DAL "did not answer". Now the first
+    connection attempt's failure says which it is, at once; a client certificate the DAL
+    refuses (it closes the connection after the handshake) is still waited out, and then
+    named with what to check."""
+    engine = create_engine({"type": "embedded", "path": str(tmp_path / "tls"), "map_size": 1024**3})
+    tls_server, tls_port = create_server(
+        "127.0.0.1:0", engine, credentials=server_credentials(pki / "server.pem", pki / "server.key", pki / "ca.pem")
+    )
+    plain_engine = create_engine({"type": "embedded", "path": str(tmp_path / "plain"), "map_size": 1024**3})
+    plain_server, plain_port = create_server("127.0.0.1:0", plain_engine)
+    tls, plain = f"127.0.0.1:{tls_port}", f"127.0.0.1:{plain_port}"
+
+    def said(target: str, wait: float = 10.0, ca: str | None = None, cert: str | None = None) -> tuple[str, float]:
+        credentials = (
+            channel_credentials(
+                pki / f"{ca}.pem", pki / f"{cert}.pem" if cert else None, pki / f"{cert}.key" if cert else None
+            )
+            if ca
+            else None
+        )
+        with KvClient(target, credentials=credentials) as client:
+            started = time.monotonic()
+            with pytest.raises(BackendUnavailableError) as refused:
+                client.wait_ready(wait)
+            return str(refused.value), time.monotonic() - started
+
+    try:
+        cases = {
+            (tls, ()): f"the KV DAL at {tls} speaks TLS, and this client does not (it closed the connection): set "
+            "BULLDOZER_TLS_CA to its CA",
+            (plain, ("ca",)): f"the KV DAL at {plain} refused the TLS handshake: WRONG_VERSION_NUMBER; what listens "
+            "there does not speak TLS (a DAL served without TLS is reached without BULLDOZER_TLS_CA)",
+            (tls, ("rogue-ca", "loader")): f"the KV DAL at {tls} refused the TLS handshake: CERTIFICATE_VERIFY_FAILED: "
+            "unable to get local issuer certificate; its certificate is not signed by a CA the client trusts "
+            "(BULLDOZER_TLS_CA)",
+        }
+        for (target, files), line in cases.items():
+            text, took = said(target, 10.0, *files)
+            assert (text, took < 5) == (line, True), (files, took)
+        text, took = said(tls, 3, "ca")  # no client certificate: refused after the handshake
+        assert took >= 2.5 and text == (
+            f"the KV DAL at {tls} did not answer within 3 s (the first connection attempt: Socket closed); a DAL that "
+            "requires a client certificate closes a connection without one it trusts (BULLDOZER_TLS_CERT, "
+            "BULLDOZER_TLS_KEY)"
+        ), (text, took)
+        with KvClient(
+            tls, credentials=channel_credentials(pki / "ca.pem", pki / "loader.pem", pki / "loader.key")
+        ) as ok:
+            ok.wait_ready(5)  # the right settings: ready
+    finally:
+        tls_server.stop(0)
+        plain_server.stop(0)
+
+
 def test_cli_serves_tls_with_tokens(pki: Path, tmp_path: Path) -> None:
     auth = tmp_path / "auth.yaml"
     auth.write_text(json.dumps(AUTH))
