@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import socket
 import ssl
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from bulldozer.kv._transports import _attempt_error, _lost_cause
 from bulldozer.sockets import speaks_tls
+from tests.listeners import loopback_listener
 
 
 @pytest.mark.parametrize(
@@ -68,57 +66,21 @@ def test_only_what_no_wait_mends_is_a_lost_cause(error: str, said: str | None) -
     assert _lost_cause(error) == said
 
 
-@contextmanager
-def _server(answer: bytes | None, context: ssl.SSLContext | None = None) -> Iterator[str]:
-    """A loopback listener (its host:port) taking one connection at a time: with
-    ``context``, a TLS server; else one that answers ``answer`` or closes at once (None)."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.1)
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                connection, _ = listener.accept()
-            except TimeoutError:
-                continue
-            with connection:
-                connection.settimeout(2.0)
-                try:
-                    if context is not None:
-                        with context.wrap_socket(connection, server_side=True) as tls:
-                            tls.recv(1)
-                    elif answer is not None:
-                        connection.recv(512)
-                        connection.sendall(answer)
-                except (OSError, ssl.SSLError):
-                    pass
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{listener.getsockname()[1]}"
-    finally:
-        stop.set()
-        thread.join()
-        listener.close()
-
-
 def test_speaks_tls(tmp_path: Path) -> None:
     from tests.integration.test_security import make_pki
 
     pki = make_pki(tmp_path)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(pki / "server.pem", pki / "server.key")
-    with _server(None, context) as tls:
+    with loopback_listener(tls=context) as tls:
         assert speaks_tls(tls)
     context.verify_mode = ssl.CERT_REQUIRED  # wants a client certificate the probe does not have
     context.load_verify_locations(pki / "ca.pem")
-    with _server(None, context) as mutual:
+    with loopback_listener(tls=context) as mutual:
         assert speaks_tls(mutual)
-    with _server(b"HTTP/1.1 400 Bad Request\r\n\r\n") as web:
+    with loopback_listener(b"HTTP/1.1 400 Bad Request\r\n\r\n") as web:
         assert not speaks_tls(web)
-    with _server(None) as closing:
+    with loopback_listener() as closing:
         assert not speaks_tls(closing)
     gone = socket.create_server(("127.0.0.1", 0))
     port = gone.getsockname()[1]

@@ -9,47 +9,23 @@ import http.server
 import socket
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 
 import pytest
 
 from bulldozer.load.engines.spark import session
 from bulldozer.load.engines.spark.session import _check_master, _web_answer
+from tests.listeners import loopback_listener
 
 
 @contextmanager
 def _listening(answer: bytes | None) -> Iterator[str]:
-    """A loopback service (its host:port) that reads what a connection sends and answers
-    ``answer`` to it, or holds it unanswered (None), as a Spark master holds the probe."""
-    server = socket.create_server(("127.0.0.1", 0))
-    server.settimeout(0.1)
-    stop, held = threading.Event(), []
-    got: list[bytes] = []
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                connection, _ = server.accept()
-            except TimeoutError:
-                continue
-            connection.settimeout(2.0)
-            with suppress(OSError):
-                got.append(connection.recv(64))
-                if answer is not None:
-                    connection.sendall(answer)
-            held.append(connection)
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.getsockname()[1]}"
-    finally:
-        stop.set()
-        thread.join()
-        server.close()
-        for connection in held:
-            connection.close()
-    assert got == [session._PROBE], "the probe is the frame length and a blank line, nothing else"
+    """A loopback service (its host:port) that answers ``answer`` to what a connection
+    sends, or holds it unanswered (None), as a Spark master holds the probe."""
+    received: list[bytes] = []
+    with loopback_listener(answer, hold=True, received=received) as node:
+        yield node
+    assert received == [session._PROBE], "the probe is the frame length and a blank line, nothing else"
 
 
 @pytest.mark.parametrize(
