@@ -367,19 +367,20 @@ def _lost_cause(error: str) -> str | None:
             f"answered in another protocol than gRPC's (HTTP/2): {error}; is that the DAL's port, and not a web "
             "server's?"
         )
-    if "andshake failed" in error:  # gRPC's "Tls handshake failed", "Ssl handshake failed"
-        reason = re.search(r"OPENSSL_internal:([A-Z0-9_]+)(?::\s*([^:]+?))?(?::\s*OK)?$", error)
-        detail = reason.group(2) if reason else None  # gRPC's own words follow OpenSSL's reason
-        if detail and detail.startswith("Invalid certificate verification context"):
-            detail = None
-        why = reason.group(1) + (f": {detail}" if detail else "") if reason else error
-        hint = {
-            "WRONG_VERSION_NUMBER": "what listens there does not speak TLS (a DAL served without TLS is reached "
-            "without BULLDOZER_TLS_CA)",
-            "CERTIFICATE_VERIFY_FAILED": "its certificate is not signed by a CA the client trusts (BULLDOZER_TLS_CA)",
-        }.get(reason.group(1) if reason else "")
-        return f"refused the TLS handshake: {why}" + (f"; {hint}" if hint else "")
-    return None
+    # gRPC's "Tls handshake failed", "Ssl handshake failed", with OpenSSL's verdict (its
+    # reason); one that failed on the connection itself (SSL_ERROR_SYSCALL) names none
+    reason = re.search(r"andshake failed.*OPENSSL_internal:([A-Z0-9_]+)(?::\s*([^:]+?))?(?::\s*OK)?$", error)
+    if reason is None:
+        return None
+    verdict, detail = reason.group(1), reason.group(2)  # gRPC's own words may follow OpenSSL's reason
+    if detail and detail.startswith("Invalid certificate verification context"):
+        detail = None
+    hint = {
+        "WRONG_VERSION_NUMBER": "what listens there does not speak TLS (a DAL served without TLS is reached without "
+        "BULLDOZER_TLS_CA)",
+        "CERTIFICATE_VERIFY_FAILED": "its certificate is not signed by a CA the client trusts (BULLDOZER_TLS_CA)",
+    }.get(verdict)
+    return f"refused the TLS handshake: {verdict}" + (f": {detail}" if detail else "") + (f"; {hint}" if hint else "")
 
 
 #: how long closing a channel may wait for its calls in flight to end (``GrpcTransport.close``)

@@ -53,10 +53,7 @@ def test_the_attempt_s_error_is_read_from_the_details(details: str, error: str) 
             "TLSV1_ALERT_PROTOCOL_VERSION",
             "refused the TLS handshake: TLSV1_ALERT_PROTOCOL_VERSION",
         ),
-        (
-            "Tls handshake failed (TSI_PROTOCOL_FAILURE)",
-            "refused the TLS handshake: Tls handshake failed (TSI_PROTOCOL_FAILURE)",
-        ),
+        ("Tls handshake failed (TSI_PROTOCOL_FAILURE): SSL_ERROR_SYSCALL", None),  # the connection failed: waited
         ("Failed to connect to remote host: Connection refused", None),  # a DAL starting: waited for
         ("Socket closed", None),
         ("", None),
