@@ -359,39 +359,18 @@ def test_a_standalone_master_url_where_a_silent_service_listens_is_one_line(dal:
     for a minute, then stops the context; the run failed with the Java stack trace of the
     first job of a stopped context as its one line. It says now that no Spark master
     answered there, and the alias stays."""
-    import contextlib
-    import socket
-    import threading
-
     from tests.integration.test_run import _cli
     from tests.integration.test_spark_datasource import _live
+    from tests.listeners import loopback_listener
 
     home = tmp_path / "home"
     create_sample_warehouse(home, rows=1_000)
-    listener = socket.create_server(("127.0.0.1", 0))
-    taken: list[socket.socket] = []
-    stop = threading.Event()
-
-    def take() -> None:  # every connection held open, unanswered
-        listener.settimeout(0.2)
-        while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                taken.append(listener.accept()[0])
-
-    taker = threading.Thread(target=take, daemon=True)
-    taker.start()
-    master = f"spark://127.0.0.1:{listener.getsockname()[1]}"
     before = _live(dal, "user_item_scores")
-    try:
+    with loopback_listener(hold=True) as node:  # every connection held open, unanswered
+        master = f"spark://{node}"
         args = ["run", "templates/move_data_to_kv_dal.yaml", "--engine", "spark", "--master", master,
                 "--endpoint", dal.target]  # fmt: skip
         done = _cli(args, home)
-    finally:
-        stop.set()
-        taker.join()
-        listener.close()
-        for connection in taken:
-            connection.close()
     assert done.returncode == 1, done.stderr
     said = done.stderr.strip().splitlines()[-1]
     assert said.startswith(
