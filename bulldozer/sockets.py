@@ -22,7 +22,17 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-__all__ = ["LOOPBACK_HOSTS", "SOCKET_PATH_MAX", "at_unix_path", "fits", "host_of", "is_loopback", "tcp_refusal"]
+__all__ = [
+    "LOOPBACK_HOSTS",
+    "SOCKET_PATH_MAX",
+    "at_unix_path",
+    "client_refusal",
+    "fits",
+    "host_of",
+    "is_loopback",
+    "speaks_tls",
+    "tcp_refusal",
+]
 
 #: loopback's names, as an address to listen on or a request's ``Host`` gives them
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
@@ -122,3 +132,84 @@ def speaks_tls(address: str, timeout: float = 2.0) -> bool:
     except OSError:
         return False
     return True
+
+
+#: how an HTTP/2 client starts a connection: its preface, then its (empty) SETTINGS frame
+_H2_START = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def client_refusal(
+    address: str, ca: bytes | None, cert: bytes | None, key: bytes | None, timeout: float = 2.0
+) -> str | None:
+    """Does the TLS server at ``address`` (``host:port``) refuse a client that shows ``cert``
+    and ``key`` (PEM; None: no certificate)? The handshake is made as a gRPC client makes it
+    (HTTP/2 asked, the server's certificate checked against ``ca``, else the system's CAs),
+    then an HTTP/2 connection is started. A server that requires a client certificate it
+    trusts refuses one without with an alert (its name is returned: TLS 1.2's handshake, or
+    some servers under TLS 1.3) or, as gRPC's does under TLS 1.3, by closing the connection
+    without a word after the handshake ("closed"). None: it answered (it took the client),
+    or no verdict (no connection, a handshake that failed on the server's certificate, no
+    answer within ``timeout``). The certificate and key are read from memory
+    (``memfd_create``), not written to a file."""
+    import socket
+    import ssl
+
+    host, _, port = address.rpartition(":")
+    if not (host and port.isdigit()):
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False  # gRPC's handshake, which came first, checked it
+    context.set_alpn_protocols(["h2"])
+    try:
+        if ca:
+            context.load_verify_locations(cadata=ca.decode("ascii"))
+        else:
+            context.load_default_certs()
+        if cert and key:
+            files: list[int] = []
+            try:
+                files += [_in_memory(cert), _in_memory(key)]
+                context.load_cert_chain(*(f"/proc/self/fd/{fd}" for fd in files))
+            finally:
+                for fd in files:
+                    os.close(fd)
+    except (ssl.SSLError, OSError, ValueError):  # UnicodeDecodeError is a ValueError
+        return None
+    name = host.strip("[]")
+    try:
+        raw = socket.create_connection((name, int(port)), timeout=timeout)
+    except OSError:
+        return None
+    with raw:
+        try:
+            tls = context.wrap_socket(raw, server_hostname=name)
+        except ssl.SSLError as exc:  # the handshake failed: refused with an alert, or no verdict
+            return exc.reason if "ALERT" in (exc.reason or "") else None
+        except OSError:
+            return None
+        with tls:  # the handshake is done: any close now is the server's answer to this client
+            try:
+                tls.sendall(_H2_START)
+                answer = tls.recv(1)
+            except ssl.SSLError as exc:
+                if "ALERT" in (exc.reason or ""):
+                    return exc.reason
+                return "closed" if isinstance(exc, ssl.SSLEOFError | ssl.SSLZeroReturnError) else None
+            except (ConnectionResetError, BrokenPipeError):  # closed with the client's bytes unread
+                return "closed"
+            except OSError:  # no answer in time
+                return None
+    return None if answer else "closed"
+
+
+def _in_memory(data: bytes) -> int:
+    """A descriptor of an anonymous file in memory that holds ``data`` (the caller closes it)."""
+    fd = os.memfd_create("bulldozer-tls")
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

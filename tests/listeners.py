@@ -18,14 +18,21 @@ def loopback_listener(
     hold: bool = False,
     received: list[bytes] | None = None,
 ) -> Iterator[str]:
-    """A listener on 127.0.0.1 (its ``host:port``), one connection at a time: with ``tls``, a
-    TLS server that reads a byte; else it reads what the client sends first (kept in
-    ``received``) and answers ``answer``. With ``hold`` each connection stays open until the
+    """A listener on 127.0.0.1 (its ``host:port``), one connection at a time: it reads what
+    the client sends first (kept in ``received``) and answers ``answer`` — with ``tls``, as a
+    TLS server, after the handshake. With ``hold`` each connection stays open until the
     listener closes (unanswered, with no ``answer``: as a Spark master holds a probe);
     without, it is closed after."""
     listener = socket.create_server(("127.0.0.1", 0))
     listener.settimeout(0.1)
     stop, held = threading.Event(), []
+
+    def exchange(connection: socket.socket) -> None:
+        got = connection.recv(512)
+        if received is not None:
+            received.append(got)
+        if answer is not None:
+            connection.sendall(answer)
 
     def serve() -> None:
         while not stop.is_set():
@@ -37,13 +44,9 @@ def loopback_listener(
             with suppress(OSError):
                 if tls is not None:
                     with tls.wrap_socket(connection, server_side=True) as wrapped:
-                        wrapped.recv(1)
+                        exchange(wrapped)
                 else:
-                    got = connection.recv(512)
-                    if received is not None:
-                        received.append(got)
-                    if answer is not None:
-                        connection.sendall(answer)
+                    exchange(connection)
             if hold:
                 held.append(connection)
             else:

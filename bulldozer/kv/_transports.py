@@ -17,7 +17,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -31,6 +31,9 @@ from bulldozer.errors import (
 from bulldozer.interrupts import shielded
 from bulldozer.kv.convert import ERROR_DOMAIN, PRINCIPAL_KEY
 from bulldozer.kv.v1 import kv_pb2, kv_pb2_grpc
+
+if TYPE_CHECKING:
+    from bulldozer.kv.tls import TlsMaterial
 
 __all__ = ["GrpcTransport", "InProcessTransport", "Transport", "translate"]
 
@@ -176,7 +179,10 @@ class GrpcTransport(Transport):
         metadata: list[tuple[str, str]],
         credentials: grpc.ChannelCredentials | None = None,
         max_message_bytes: int = 64 * 1024 * 1024,
+        tls: TlsMaterial | None = None,
     ) -> None:
+        """``tls``: the PEM files ``credentials`` were made of, if known; they let a refusal of
+        the client's certificate be told at once (``_client_refused``)."""
         options = [
             ("grpc.enable_retries", 1),
             ("grpc.service_config", _RETRY_SERVICE_CONFIG),
@@ -192,6 +198,7 @@ class GrpcTransport(Transport):
         )
         self.target = target
         self.tls = credentials is not None
+        self._material = tls
         self.channel = channel
         self.metadata = metadata
         self.data = kv_pb2_grpc.KvDataStub(channel)
@@ -288,7 +295,7 @@ class GrpcTransport(Transport):
         except grpc.RpcError as err:
             if err.code() == grpc.StatusCode.UNAVAILABLE:
                 first = _attempt_error(err.details() or "")
-                if (lost := _lost_cause(first) or self._tls_unasked(first)) is not None:
+                if (lost := _lost_cause(first) or self._tls_unasked(first) or self._client_refused(first)) is not None:
                     raise BackendUnavailableError(
                         f"the KV DAL at {self.target}{_through_proxy(self.target)} {lost}"
                     ) from None
@@ -323,6 +330,34 @@ class GrpcTransport(Transport):
         if self.target.startswith(("unix:", "unix-abstract:")) or not speaks_tls(_address_of(self.target)):
             return None
         return "speaks TLS, and this client does not (it closed the connection): set BULLDOZER_TLS_CA to its CA"
+
+    def _client_refused(self, error: str) -> str | None:
+        """When a TLS connection was closed after its handshake (``error``: "Socket closed"),
+        and the DAL refuses the client's certificate, or the lack of one, when asked again
+        (``sockets.client_refusal``, with the PEM files the channel was made of): what to say
+        of it; None otherwise (no TLS, files not known, a proxy between, a DAL that takes
+        the client). A DAL that requires a client certificate it trusts closes such a
+        connection without a word (gRPC's, under TLS 1.3): the client waited the 15 s."""
+        from bulldozer.sockets import client_refusal
+
+        if not self.tls or self._material is None or error != "Socket closed" or _through_proxy(self.target):
+            return None
+        if self.target.startswith(("unix:", "unix-abstract:")):
+            return None
+        ca, cert, key = self._material
+        refused = client_refusal(_address_of(self.target), ca, cert, key)
+        if refused is None:
+            return None
+        how = "it closed the connection after the TLS handshake" if refused == "closed" else f"its alert: {refused}"
+        if not cert:
+            return (
+                f"requires a client certificate, and this client sends none ({how}): set BULLDOZER_TLS_CERT and "
+                "BULLDOZER_TLS_KEY"
+            )
+        return (
+            f"did not accept this client's certificate ({how}): is it signed by a CA the DAL trusts for clients, and "
+            "still valid? (BULLDOZER_TLS_CERT)"
+        )
 
     def close(self) -> None:
         """Close the channel, waiting ``CLOSE_SECONDS`` at most: gRPC's close waits for every

@@ -19,7 +19,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -30,6 +30,9 @@ from bulldozer.kv._writer import BatchWriter, ReplayableStream, WriteStats, sent
 from bulldozer.kv.convert import PRINCIPAL_KEY
 from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord, State, StoreInfo, utcnow
 from bulldozer.kv.v1 import kv_pb2
+
+if TYPE_CHECKING:
+    from bulldozer.kv.tls import TlsMaterial
 
 __all__ = ["BatchWriter", "KvClient", "WriteStats"]
 
@@ -69,24 +72,33 @@ class KvClient:
         credentials: grpc.ChannelCredentials | None = None,
         token: str | None = None,
         max_message_bytes: int = 64 * 1024 * 1024,
+        tls: TlsMaterial | None = None,
     ) -> None:
+        """``tls``: client TLS as its PEM files' bytes (CA, certificate, key), the channel's
+        credentials made of them (instead of ``credentials``); the client can then tell a DAL
+        that refuses its certificate at once."""
+        if tls is not None and credentials is None:
+            from bulldozer.kv.tls import material_credentials
+
+            credentials = material_credentials(tls)
         metadata = [(PRINCIPAL_KEY, principal or _default_principal())]
         if token:
             metadata.append(("authorization", f"Bearer {token}"))
         self.target = target
-        #: the bearer token and TLS this client sends with (for a Spark job's executors)
-        self.token, self.credentials = token, credentials
+        #: the bearer token and TLS this client sends with (for a Spark job's executors); ``tls``
+        #: the PEM files' bytes, when the client was made of them
+        self.token, self.credentials, self.tls = token, credentials, tls
         #: which store this client acts on, as commands name it to the operator
         self.store = f"{target} (TLS)" if credentials is not None else target
         self.timeout = timeout
-        self._t: Transport = GrpcTransport(target, metadata, credentials, max_message_bytes)
+        self._t: Transport = GrpcTransport(target, metadata, credentials, max_message_bytes, tls)
 
     @classmethod
     def in_process(cls, dal: Any, principal: str = "in-process") -> KvClient:
         """A client calling ``dal`` directly (same interface, no network)."""
         client = cls.__new__(cls)
         client.target = client.store = "in-process"
-        client.token, client.credentials = None, None
+        client.token, client.credentials, client.tls = None, None, None
         client.timeout = 30.0
         client._t = InProcessTransport(dal, principal)
         return client

@@ -457,13 +457,13 @@ def connect(
                 client.close()
         return
     from bulldozer.kv.client import KvClient
-    from bulldozer.kv.tls import settings_credentials
+    from bulldozer.kv.tls import settings_tls_material
 
     client = KvClient(
         endpoint,
         token=token or (settings.operator_token() if env_token else None),
         timeout=timeout,
-        credentials=settings_credentials(settings),
+        tls=settings_tls_material(settings),
     )
     try:
         client.wait_ready(timeout=min(timeout, 15.0))

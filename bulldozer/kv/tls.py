@@ -15,7 +15,6 @@ __all__ = [
     "channel_credentials",
     "check_tls_files",
     "material_credentials",
-    "settings_credentials",
     "settings_tls_material",
 ]
 
@@ -97,9 +96,3 @@ def channel_credentials(
         )
     except OSError as exc:
         raise InvalidArgumentError(f"cannot read a TLS file: {exc}") from None
-
-
-def settings_credentials(settings: Settings) -> grpc.ChannelCredentials | None:
-    """Client TLS from the settings (``BULLDOZER_TLS_CA`` / ``_CERT`` / ``_KEY``); None: plaintext."""
-    files = settings.tls_files()
-    return channel_credentials(*files) if files else None

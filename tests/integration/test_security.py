@@ -26,7 +26,7 @@ from bulldozer.errors import BackendUnavailableError, PermissionDeniedError, Spe
 from bulldozer.kv import KvClient, create_engine
 from bulldozer.kv.server import create_server
 from bulldozer.kv.server.auth import AuthConfig, server_credentials
-from bulldozer.kv.tls import channel_credentials
+from bulldozer.kv.tls import channel_credentials, material_credentials
 from bulldozer.kv.types import State
 from bulldozer.names import new_version_name
 from tests.integration.kv_fixtures import seal_as_loaded
@@ -228,15 +228,22 @@ def test_a_dal_reached_with_the_wrong_tls_settings_is_one_line_at_once(pki: Path
     plain_server, plain_port = create_server("127.0.0.1:0", plain_engine)
     tls, plain = f"127.0.0.1:{tls_port}", f"127.0.0.1:{plain_port}"
 
-    def said(target: str, wait: float = 10.0, ca: str | None = None, cert: str | None = None) -> tuple[str, float]:
-        credentials = (
-            channel_credentials(
-                pki / f"{ca}.pem", pki / f"{cert}.pem" if cert else None, pki / f"{cert}.key" if cert else None
+    def said(
+        target: str, wait: float = 10.0, ca: str | None = None, cert: str | None = None, *, files: bool = True
+    ) -> tuple[str, float]:
+        """What a client with TLS from ``ca`` and ``cert`` says: made of the PEM files' bytes
+        (as ``connect`` makes it), or, without ``files``, of opaque credentials only."""
+        tls = (
+            (
+                (pki / f"{ca}.pem").read_bytes(),
+                (pki / f"{cert}.pem").read_bytes() if cert else None,
+                (pki / f"{cert}.key").read_bytes() if cert else None,
             )
             if ca
             else None
         )
-        with KvClient(target, credentials=credentials) as client:
+        made: dict[str, Any] = {"tls": tls} if files else {"credentials": material_credentials(tls) if tls else None}
+        with KvClient(target, **made) as client:
             started = time.monotonic()
             with pytest.raises(BackendUnavailableError) as refused:
                 client.wait_ready(wait)
@@ -251,20 +258,29 @@ def test_a_dal_reached_with_the_wrong_tls_settings_is_one_line_at_once(pki: Path
             (tls, ("rogue-ca", "loader")): f"the KV DAL at {tls} refused the TLS handshake: CERTIFICATE_VERIFY_FAILED: "
             "unable to get local issuer certificate; its certificate is not signed by a CA the client trusts "
             "(BULLDOZER_TLS_CA)",
+            # refused after the handshake: gRPC's server closes the connection without a word
+            (tls, ("ca",)): f"the KV DAL at {tls} requires a client certificate, and this client sends none (it closed "
+            "the connection after the TLS handshake): set BULLDOZER_TLS_CERT and BULLDOZER_TLS_KEY",
+            (tls, ("ca", "rogue-loader")): f"the KV DAL at {tls} did not accept this client's certificate (it closed "
+            "the connection after the TLS handshake): is it signed by a CA the DAL trusts for clients, and still "
+            "valid? (BULLDOZER_TLS_CERT)",
         }
         for (target, files), line in cases.items():
             text, took = said(target, 10.0, *files)
             assert (text, took < 5) == (line, True), (files, took)
-        text, took = said(tls, 3, "ca")  # no client certificate: refused after the handshake
+        # made of opaque credentials, the client cannot ask again with its certificate: it waits
+        text, took = said(tls, 3, "ca", files=False)
         assert took >= 2.5 and text == (
             f"the KV DAL at {tls} did not answer within 3 s (the first connection attempt: Socket closed); a DAL that "
             "requires a client certificate closes a connection without one it trusts (BULLDOZER_TLS_CERT, "
             "BULLDOZER_TLS_KEY)"
         ), (text, took)
-        with KvClient(
-            tls, credentials=channel_credentials(pki / "ca.pem", pki / "loader.pem", pki / "loader.key")
-        ) as ok:
-            ok.wait_ready(5)  # the right settings: ready
+        for made in (
+            {"credentials": channel_credentials(pki / "ca.pem", pki / "loader.pem", pki / "loader.key")},
+            {"tls": tuple((pki / name).read_bytes() for name in ("ca.pem", "loader.pem", "loader.key"))},
+        ):
+            with KvClient(tls, **made) as ok:
+                ok.wait_ready(5)  # the right settings: ready
     finally:
         tls_server.stop(0)
         plain_server.stop(0)

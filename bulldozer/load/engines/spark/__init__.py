@@ -211,7 +211,7 @@ class SparkEngine(LocalEngine):
             splits, files = [], snapshot_files(scan)
         sizes = [task.file.file_size_in_bytes for task in splits] if files is None else None
         partitions, in_place = write_tasks(plan, context.defaultParallelism, sizes, unreadable)
-        tls = settings_tls_material(load_settings()) if client.credentials is not None else None
+        tls = client.tls or (settings_tls_material(load_settings()) if client.credentials is not None else None)
         layout = Layout(
             plan.proto, client.target, client.token, tls, plan.version, spec.key_value_dal.write, partitions
         )

@@ -117,10 +117,8 @@ class Layout:
 
     def client(self) -> Any:
         from bulldozer.kv.client import KvClient
-        from bulldozer.kv.tls import material_credentials
 
-        credentials = material_credentials(self.tls) if self.tls else None
-        return KvClient(self.target, token=self.token, timeout=120, credentials=credentials)
+        return KvClient(self.target, token=self.token, timeout=120, tls=self.tls)
 
     def writer(self, client: Any) -> Any:
         tuning = self.tuning
@@ -423,7 +421,7 @@ def _job_writer(options: dict[str, str], schema: Any) -> BulldozerWriter:
 
     from bulldozer.kv.client import KvClient
     from bulldozer.kv.connect import checked_endpoint, endpoint_issues, spec_token
-    from bulldozer.kv.tls import material_credentials, settings_tls_material
+    from bulldozer.kv.tls import settings_tls_material
     from bulldozer.load.runner import JobRun
     from bulldozer.load.source import output_schema
     from bulldozer.settings import load_settings
@@ -485,7 +483,7 @@ def _job_writer(options: dict[str, str], schema: Any) -> BulldozerWriter:
         sources = [load_source_table(dm.catalog, None, dm.source.table).schema()]
         source_name = f"DataFrame from {dm.catalog.name}.{dm.source.table}"
     iceberg_schema = output_schema(arrow_schema, sources, uuid_as_text=True)  # Spark reads uuid as text
-    client = KvClient(target, token=token, timeout=60, credentials=material_credentials(tls) if tls else None)
+    client = KvClient(target, token=token, timeout=60, tls=tls)
     with client:
         run = JobRun(loaded, client, engine="spark")
         try:
