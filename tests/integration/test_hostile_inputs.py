@@ -13,6 +13,7 @@ import random
 import string
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,7 @@ from hypothesis import strategies as st
 
 from bulldozer.errors import BulldozerError, InvalidArgumentError, KvError, SpecError
 from bulldozer.kv import KvClient, KvDal
+from bulldozer.kv.v1 import kv_pb2
 from bulldozer.names import ALIAS_PATTERN, new_version_name
 from bulldozer.spec import load_spec_text
 from tests.integration.kv_fixtures import ENGINE_FACTORIES, Harness
@@ -118,6 +120,52 @@ def test_malformed_rpcs_are_refused_and_the_server_carries_on(tmp_path: Path) ->
         assert harness.client.get(b"k", alias=alias) == b"v"  # still serving
     finally:
         harness.close()
+
+
+@pytest.mark.parametrize("transport", ["grpc", "native"])
+def test_a_client_stream_of_undecodable_messages_is_refused_and_the_server_still_stops(
+    transport: str, tmp_path: Path
+) -> None:
+    """PutStream messages that do not decode as PutBatchRequest: gRPC Python's server,
+    decoding them itself, answered INTERNAL and then could not stop (after two such calls,
+    grpcio 1.85: ``server.stop``'s wait never ended; ``bulldozer serve`` waited its grace
+    period and 15 s more and exited 1). The Python plane decodes them itself, with the same
+    code both planes' gRPC give an undecodable unary request; either plane then serves on
+    and stops at once."""
+    harness = Harness("embedded", transport, tmp_path)
+    stopped = threading.Event()
+    try:
+        loading = harness.version(harness.alias())
+        harness.client.create_namespace(loading, loading.split("__")[0])
+        good = kv_pb2.PutBatchRequest(namespace=loading, records=[kv_pb2.KeyValue(key=b"a", value=b"b")])
+        garbage = b"\xff\xff\xff garbage"
+        with grpc.insecure_channel(f"127.0.0.1:{harness.port}") as channel:
+            stream = channel.stream_unary(
+                "/bulldozer.kv.v1.KvData/PutStream", request_serializer=None, response_deserializer=None
+            )
+            for messages in ([garbage], [garbage] * 2, [good.SerializeToString(), garbage]) * 3:
+                with pytest.raises(grpc.RpcError) as err:
+                    stream(iter(messages), timeout=5)
+                assert err.value.code() == grpc.StatusCode.INTERNAL, err.value.details()
+                if transport == "grpc":  # bulldozer-kvd's gRPC (Go) words it its own way
+                    at = messages.index(garbage) + 1
+                    assert (
+                        err.value.details() == f"PutStream: message {at} of the stream does not decode as its request"
+                    )
+        alias = harness.alias()
+        name = harness.loaded(alias, [(b"k", b"v")])
+        harness.client.compare_and_set_alias(alias, None, name)
+        assert harness.client.get(b"k", alias=alias) == b"v"  # still serving
+    finally:
+        harness.client.close()
+        assert harness.server is not None
+
+        def stop() -> None:
+            harness.server.stop(1)
+            stopped.set()
+
+        threading.Thread(target=stop, daemon=True).start()
+        assert stopped.wait(15), "the server did not stop"
 
 
 names = st.text(alphabet=string.ascii_letters + string.digits + "_-./;'\"{}*\x00 \nаé", max_size=80)
