@@ -92,11 +92,20 @@ def state_name(state: int) -> str:
 def states_of(states: Iterable[int]) -> frozenset[State] | None:
     """A request's namespace states (None when it names none: any state). A state this
     server does not know is refused."""
-    try:
-        chosen = frozenset(State(state_name(s)) for s in states)
-    except ValueError:
-        raise InvalidArgumentError(f"unknown namespace state in {list(states)}") from None
-    return chosen or None
+    chosen: set[State] = set()
+    unknown: set[int] = set()
+    for number in states:
+        try:
+            chosen.add(State(state_name(number)))
+        except ValueError:
+            unknown.add(number)
+    if unknown:  # named once each, five at most: a request may repeat one thousands of times
+        shown = sorted(unknown)
+        raise InvalidArgumentError(
+            f"unknown namespace state{'s' if len(shown) > 1 else ''} {', '.join(map(str, shown[:5]))}"
+            + (f" and {len(shown) - 5} more" if len(shown) > 5 else "")
+        )
+    return frozenset(chosen) or None
 
 
 def state_numbers(states: Iterable[State]) -> list[kv_pb2.NamespaceState.ValueType]:

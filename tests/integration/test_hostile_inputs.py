@@ -168,6 +168,54 @@ def test_a_client_stream_of_undecodable_messages_is_refused_and_the_server_still
         assert stopped.wait(15), "the server did not stop"
 
 
+@pytest.mark.parametrize("transport", ["grpc", "native"])
+def test_an_error_quoting_a_long_input_still_reaches_the_client(transport: str, tmp_path: Path) -> None:
+    """A status travels in the trailers, which gRPC bounds at 16 KiB: an error that quoted a
+    client's long input (a 3,000-entry list of states, a 100,000-character name) reached the
+    client as RESOURCE_EXHAUSTED "received metadata size exceeds hard limit", or through the
+    native plane as INTERNAL "RST_STREAM", instead of the error. Now the states are named
+    once each (and any message is bounded: the test below)."""
+    from bulldozer.errors import InvalidNameError
+
+    harness = Harness("embedded", transport, tmp_path)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{harness.port}") as channel:
+            listing = channel.unary_unary(
+                "/bulldozer.kv.v1.KvNamespaces/ListNamespaces",
+                request_serializer=kv_pb2.ListNamespacesRequest.SerializeToString,
+                response_deserializer=kv_pb2.ListNamespacesResponse.FromString,
+            )
+            with pytest.raises(grpc.RpcError) as err:
+                listing(kv_pb2.ListNamespacesRequest(states=[99] * 3_000, alias="a"), timeout=5)  # type: ignore[list-item]
+            said = (err.value.code(), err.value.details())
+            assert said == (grpc.StatusCode.INVALID_ARGUMENT, "unknown namespace state 99")
+        for name in ("x" * 100_000, "é" * 50_000):  # a name is quoted shortened
+            with pytest.raises(InvalidNameError) as refused:
+                harness.client.describe(name)
+            assert f"namespace '{name[:36]}... must match" in str(refused.value)
+        assert harness.client.list_namespaces() == []  # still serving
+    finally:
+        harness.close()
+
+
+def test_a_status_message_is_bounded() -> None:
+    """Any error's message, whatever it quotes, travels cut to ``MAX_MESSAGE_BYTES`` of UTF-8
+    (on a character's boundary), saying how much was left out."""
+    from bulldozer.kv.server.interceptors import MAX_MESSAGE_BYTES, bounded, error_status
+
+    assert bounded("short") == "short"
+    exact = "x" * MAX_MESSAGE_BYTES
+    assert bounded(exact) == exact
+    assert bounded("x" * 100_000) == "x" * MAX_MESSAGE_BYTES + f"… ({100_000 - MAX_MESSAGE_BYTES:,} bytes more)"
+    cut = bounded("é" * 50_000)  # two bytes each: the cut falls between two
+    assert cut == "é" * (MAX_MESSAGE_BYTES // 2) + f"… ({100_000 - MAX_MESSAGE_BYTES:,} bytes more)"
+    odd = bounded("a" + "é" * 50_000)  # the cut would split a character: it is left out whole
+    assert odd == "a" + "é" * (MAX_MESSAGE_BYTES // 2 - 1) + f"… ({100_001 - MAX_MESSAGE_BYTES + 1:,} bytes more)"
+    status = error_status(KvError("€" * 100_000))
+    trailers = sum(len(k) + len(v) for k, v in status.trailing_metadata)
+    assert status.details.endswith("bytes more)") and trailers + len(status.details.encode()) * 3 < 16 * 1024
+
+
 names = st.text(alphabet=string.ascii_letters + string.digits + "_-./;'\"{}*\x00 \nаé", max_size=80)
 
 

@@ -17,20 +17,40 @@ from google.rpc import error_details_pb2, status_pb2
 from bulldozer.errors import BulldozerError, KvError
 from bulldozer.kv.convert import ERROR_DOMAIN
 
-__all__ = ["ErrorInterceptor", "error_status"]
+__all__ = ["MAX_MESSAGE_BYTES", "ErrorInterceptor", "bounded", "error_status"]
 
 log = logging.getLogger("bulldozer.kv.server")
 
 
+#: the most UTF-8 bytes of an error's message a status carries (``bounded``)
+MAX_MESSAGE_BYTES = 2_000
+
+
+def bounded(message: str) -> str:
+    """``message`` cut to ``MAX_MESSAGE_BYTES`` of UTF-8, saying how much was left out. A
+    status travels in the response's trailers, its message twice (``grpc-message``,
+    percent-encoded, and ``grpc-status-details-bin``), and gRPC allows 16 KiB of them: a
+    message that quoted a client's long input (a 3,000-entry list of states, a name of
+    10,000 characters) went over it, and the client got RESOURCE_EXHAUSTED "received
+    metadata size exceeds hard limit" (INTERNAL "RST_STREAM" through the native plane)
+    instead of the error. Cut here, a message takes at most ≈ 9 KB of them."""
+    data = message.encode("utf-8")
+    if len(data) <= MAX_MESSAGE_BYTES:
+        return message
+    kept = data[:MAX_MESSAGE_BYTES].decode("utf-8", "ignore")
+    return f"{kept}… ({len(data) - len(kept.encode('utf-8')):,} bytes more)"
+
+
 def error_status(exc: BulldozerError) -> grpc.Status:
-    """The status a Bulldozer error travels as: its class's code, its one-line message, and
-    an ``ErrorInfo`` naming its class."""
+    """The status a Bulldozer error travels as: its class's code, its one-line message
+    (``bounded``), and an ``ErrorInfo`` naming its class."""
     from grpc_status import rpc_status  # 8 ms of a DAL's start, for its first error
 
     code = getattr(grpc.StatusCode, exc.grpc_code, grpc.StatusCode.UNKNOWN)
     detail = any_pb2.Any()
     detail.Pack(error_details_pb2.ErrorInfo(reason=type(exc).__name__, domain=ERROR_DOMAIN))
-    return rpc_status.to_status(status_pb2.Status(code=code.value[0], message=str(exc), details=[detail]))
+    message = bounded(str(exc))
+    return rpc_status.to_status(status_pb2.Status(code=code.value[0], message=message, details=[detail]))
 
 
 def _abort(context: grpc.ServicerContext, exc: BaseException) -> None:
@@ -99,7 +119,7 @@ class ErrorInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
                     code = getattr(exc, "grpc_code", "INTERNAL") if isinstance(exc, BulldozerError) else "INTERNAL"
                     self._done(method, started, code)
                     if isinstance(exc, BulldozerError):
-                        log.info("%s refused: %s: %s", method, type(exc).__name__, exc)
+                        log.info("%s refused: %s: %s", method, type(exc).__name__, bounded(str(exc)))
                     _abort(context, exc)
                     raise  # unreachable: abort raises
                 self._done(method, started, "OK")
