@@ -325,11 +325,16 @@ class GrpcTransport(Transport):
         a proxy, a server that does not speak TLS)."""
         from bulldozer.sockets import speaks_tls
 
-        if self.tls or error != "Socket closed" or _through_proxy(self.target):
+        if self.tls or error != "Socket closed" or not self._reached_directly():
             return None
-        if self.target.startswith(("unix:", "unix-abstract:")) or not speaks_tls(_address_of(self.target)):
+        if not speaks_tls(_address_of(self.target)):
             return None
         return "speaks TLS, and this client does not (it closed the connection): set BULLDOZER_TLS_CA to its CA"
+
+    def _reached_directly(self) -> bool:
+        """Is the DAL reached over TCP, with no proxy between: can this process ask what
+        listens at its address itself (``_tls_unasked``, ``_client_refused``)?"""
+        return not _through_proxy(self.target) and not self.target.startswith(("unix:", "unix-abstract:"))
 
     def _client_refused(self, error: str) -> str | None:
         """When a TLS connection was closed after its handshake (``error``: "Socket closed"),
@@ -340,9 +345,7 @@ class GrpcTransport(Transport):
         connection without a word (gRPC's, under TLS 1.3): the client waited the 15 s."""
         from bulldozer.sockets import client_refusal
 
-        if not self.tls or self._material is None or error != "Socket closed" or _through_proxy(self.target):
-            return None
-        if self.target.startswith(("unix:", "unix-abstract:")):
+        if not self.tls or self._material is None or error != "Socket closed" or not self._reached_directly():
             return None
         ca, cert, key = self._material
         refused = client_refusal(_address_of(self.target), ca, cert, key)

@@ -30,10 +30,10 @@ def bounded(message: str) -> str:
     """``message`` cut to ``MAX_MESSAGE_BYTES`` of UTF-8, saying how much was left out. A
     status travels in the response's trailers, its message twice (``grpc-message``,
     percent-encoded, and ``grpc-status-details-bin``), and gRPC allows 16 KiB of them: a
-    message that quoted a client's long input (a 3,000-entry list of states, a name of
-    10,000 characters) went over it, and the client got RESOURCE_EXHAUSTED "received
-    metadata size exceeds hard limit" (INTERNAL "RST_STREAM" through the native plane)
-    instead of the error. Cut here, a message takes at most ≈ 9 KB of them."""
+    message that quoted a client's long input (a 3,000-entry list of states) went over it,
+    and the client got RESOURCE_EXHAUSTED "received metadata size exceeds hard limit"
+    (INTERNAL "RST_STREAM" through the native plane) instead of the error. Cut here, a
+    message takes at most ≈ 9 KB of them."""
     data = message.encode("utf-8")
     if len(data) <= MAX_MESSAGE_BYTES:
         return message
@@ -67,10 +67,10 @@ def _decoded(raw: Iterator[bytes], decode: Callable[[bytes], Any] | None, method
     messages itself, answered such a call INTERNAL and then could not stop: after two of
     them (grpcio 1.85), ``server.stop``'s wait never ended, and a DAL asked to stop waited
     its whole grace period and 15 s more, then exited 1 saying its store did not finish."""
+    if decode is None:
+        yield from raw
+        return
     for number, message in enumerate(raw, 1):
-        if decode is None:
-            yield message
-            continue
         try:
             request = decode(message)
         except Exception:  # protobuf's DecodeError, or what another deserializer raises
