@@ -29,6 +29,7 @@ __all__ = [
     "client_refusal",
     "fits",
     "host_of",
+    "host_port",
     "is_loopback",
     "speaks_tls",
     "tcp_refusal",
@@ -106,6 +107,20 @@ def tcp_refusal(host: str, port: int) -> str | None:
     return None
 
 
+def host_port(address: str) -> tuple[str, int] | None:
+    """``host:port`` or ``[v6]:port`` as ``socket.create_connection`` takes it; None when it is
+    not of that form."""
+    host, _, port = address.rpartition(":")
+    return (host.strip("[]"), int(port)) if host and port.isdigit() else None
+
+
+def _alert(exc: OSError) -> str | None:
+    """The TLS alert a server sent, as OpenSSL names it (``TLSV1_ALERT_UNKNOWN_CA``), if the
+    failure ``exc`` is one; None for any other."""
+    reason = getattr(exc, "reason", None) or ""
+    return reason if "ALERT" in reason else None
+
+
 def speaks_tls(address: str, timeout: float = 2.0) -> bool:
     """Does what listens at ``address`` (``host:port``, ``[v6]:port``) answer a TLS client
     hello as a TLS server does: a server hello (the handshake completes; no certificate is
@@ -114,8 +129,7 @@ def speaks_tls(address: str, timeout: float = 2.0) -> bool:
     import socket
     import ssl
 
-    host, _, port = address.rpartition(":")
-    if not (host and port.isdigit()):
+    if (reached := host_port(address)) is None:
         return False
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False
@@ -123,12 +137,12 @@ def speaks_tls(address: str, timeout: float = 2.0) -> bool:
     context.set_alpn_protocols(["h2"])  # as a gRPC client asks: a server may refuse a hello without it
     try:
         with (
-            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as raw,
+            socket.create_connection(reached, timeout=timeout) as raw,
             context.wrap_socket(raw, do_handshake_on_connect=False) as tls,
         ):
             tls.do_handshake()
     except ssl.SSLError as exc:
-        return "ALERT" in (exc.reason or "")  # the server's own alert: a TLS server
+        return _alert(exc) is not None  # the server's own alert: a TLS server
     except OSError:
         return False
     return True
@@ -154,8 +168,7 @@ def client_refusal(
     import socket
     import ssl
 
-    host, _, port = address.rpartition(":")
-    if not (host and port.isdigit()):
+    if (reached := host_port(address)) is None:
         return None
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False  # gRPC's handshake, which came first, checked it
@@ -168,23 +181,23 @@ def client_refusal(
         if cert and key:
             files: list[int] = []
             try:
-                files += [_in_memory(cert), _in_memory(key)]
+                for data in (cert, key):  # one at a time: each is closed below, should the next fail
+                    files.append(_in_memory(data))
                 context.load_cert_chain(*(f"/proc/self/fd/{fd}" for fd in files))
             finally:
                 for fd in files:
                     os.close(fd)
     except (ssl.SSLError, OSError, ValueError):  # UnicodeDecodeError is a ValueError
         return None
-    name = host.strip("[]")
     try:
-        raw = socket.create_connection((name, int(port)), timeout=timeout)
+        raw = socket.create_connection(reached, timeout=timeout)
     except OSError:
         return None
     with raw:
         try:
-            tls = context.wrap_socket(raw, server_hostname=name)
+            tls = context.wrap_socket(raw, server_hostname=reached[0])
         except ssl.SSLError as exc:  # the handshake failed: refused with an alert, or no verdict
-            return exc.reason if "ALERT" in (exc.reason or "") else None
+            return _alert(exc)
         except OSError:
             return None
         with tls:  # the handshake is done: any close now is the server's answer to this client
@@ -192,8 +205,8 @@ def client_refusal(
                 tls.sendall(_H2_START)
                 answer = tls.recv(1)
             except ssl.SSLError as exc:
-                if "ALERT" in (exc.reason or ""):
-                    return exc.reason
+                if (alert := _alert(exc)) is not None:
+                    return alert
                 return "closed" if isinstance(exc, ssl.SSLEOFError | ssl.SSLZeroReturnError) else None
             except (ConnectionResetError, BrokenPipeError):  # closed with the client's bytes unread
                 return "closed"

@@ -130,16 +130,17 @@ def _check_master(master: str, timeout: float = 5.0) -> _MasterProbe | None:
     driver starts (``_MasterProbe``); None for any other master."""
     import socket
 
+    from bulldozer.sockets import host_port
+
     if not master.startswith("spark://"):
         return None
     reasons = []
     for node in master.removeprefix("spark://").split(","):
-        host, _, port = node.rpartition(":")
-        if not (host and port.isdigit()):
+        if (reached := host_port(node)) is None:
             reasons.append(f"{node}: not host:port")
             continue
         try:
-            connection = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
+            connection = socket.create_connection(reached, timeout=timeout)
         except OSError as exc:
             reasons.append(f"{node}: {exc.strerror or exc}")
             continue
