@@ -236,7 +236,9 @@ class ReadableJson:
         return text
 
     def __call__(self, message: Message) -> dict[str, Any]:
-        out: dict[str, Any] = self._message(message.DESCRIPTOR, message)
+        # the class's: a version loaded before such names were refused may have a field
+        # DESCRIPTOR, which hides the message's own (bulldozer.schema.reader_names)
+        out: dict[str, Any] = self._message(type(message).DESCRIPTOR, message)
         return out
 
     def decode(self, cls: Any, data: bytes) -> dict[str, Any]:

@@ -52,6 +52,7 @@ from bulldozer.schema.model import (
     ScalarKind,
     remap_number,
 )
+from bulldozer.schema.reader_names import FieldKind, NamedField, NamedMessage, clashes, map_entry_name
 from bulldozer.spec.models import PROTO_KEYWORDS, JobSpec
 
 __all__ = ["Shape", "generate_proto", "proto_field_name", "select_columns"]
@@ -256,6 +257,7 @@ class _MessageBuilder:
                 f.optional = True
             msg.fields.append(f)
         _check_nested_names(msg, column_prefix)
+        _check_reader_names(msg, top_level=not column_prefix)
         return msg
 
     def field(
@@ -408,6 +410,51 @@ def _check_nested_names(msg: ProtoMessage, column_prefix: str) -> None:
             f"in {where!r}, the generated names {dupes} collide (fields whose names differ only "
             "in case or punctuation); rename one of them"
         )
+
+
+def _field_kind(f: ProtoField) -> FieldKind:
+    """How the generated accessors see ``f`` (a timestamp is a message to them)."""
+    if f.kind == "map":
+        return "map"
+    if f.kind == "message" or f.scalar == "timestamp":
+        return "repeated_message" if f.repeated else "message"
+    if f.repeated:
+        return "repeated"
+    return "string" if f.scalar in ("string", "decimal") else "scalar"
+
+
+def _named_message(msg: ProtoMessage) -> NamedMessage:
+    """``msg`` as the client-name rules take it (``reader_names.clashes``): its nested
+    messages named with the columns they were made for, the entries protoc makes for its
+    map fields among them."""
+    enclosing: list[str] = []
+    parent = msg.parent
+    while parent is not None:
+        enclosing.insert(0, parent.name)
+        parent = parent.parent
+    made_for: dict[int, str] = {}
+    entries: list[tuple[str, str]] = []
+    for f in msg.fields:
+        for holder in (f, f.value):
+            if holder is not None and holder.message is not None:
+                made_for.setdefault(id(holder.message), f.column)
+        if f.kind == "map":
+            entries.append((map_entry_name(f.name), f.column))
+    nested = tuple((n.name, made_for.get(id(n), n.name)) for n in msg.nested) + tuple(entries)
+    fields = tuple(NamedField(f.name, _field_kind(f), f.column) for f in msg.fields)
+    return NamedMessage(msg.name, tuple(enclosing), fields, nested)
+
+
+def _check_reader_names(msg: ProtoMessage, top_level: bool) -> None:
+    """Refuse names a generated client could not use (``bulldozer.schema.reader_names``)."""
+    found = clashes(_named_message(msg))
+    if found:
+        if top_level:
+            which = "them" if len(found) > 1 else "one of them" if len(found[0].columns) > 1 else "it"
+            hint = f"rename {which} in data_movement.renames"
+        else:
+            hint = "rename the nested field in the table"
+        raise SchemaError("; ".join(c.text for c in found) + f": {hint}")
 
 
 def select_columns(spec: JobSpec, schema: Schema) -> tuple[list[NestedField], list[NestedField]]:
