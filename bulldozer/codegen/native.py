@@ -36,9 +36,17 @@ from bulldozer.codegen.readme import render_readme
 from bulldozer.errors import ToolchainError
 from bulldozer.schema.job import JobSchema
 from bulldozer.settings import child_environment, python_command
-from bulldozer.spec.models import JobSpec
+from bulldozer.spec.models import JAVA_KEYWORDS, JobSpec
 
-__all__ = ["GRPC_JAVA", "generate_go_client", "generate_java_client", "go_plugins", "grpc_java_plugin", "java_protoc"]
+__all__ = [
+    "GRPC_JAVA",
+    "client_java_package",
+    "generate_go_client",
+    "generate_java_client",
+    "go_plugins",
+    "grpc_java_plugin",
+    "java_protoc",
+]
 
 GRPC_JAVA = "1.80.0"
 GO_PROTOBUF = "v1.36.12"
@@ -186,11 +194,21 @@ def _camel(name: str) -> str:
     return "".join(part.capitalize() for part in name.split("_"))
 
 
+def client_java_package(spec: JobSpec) -> str:
+    """The Java package of the job's client: the spec's ``java_package``, else
+    ``dev.bulldozer.clients.<job>``, where a job named as a Java keyword (``default``) gets the
+    part ``default_``, as the JLS advises (a spec's own is refused with one: ``JAVA_KEYWORDS``)."""
+    name = spec.metadata.name
+    return spec.bulldozer_protobuf.output.java_package or "dev.bulldozer.clients." + (
+        f"{name}_" if name in JAVA_KEYWORDS else name
+    )
+
+
 def generate_java_client(spec: JobSpec, job: JobSchema, out: Path, schema_generation: int = 1) -> list[Path]:
     """A Maven project: messages, DAL stubs, ``<Job>Reader`` (with a ``main`` reading one key),
     for versions of ``schema_generation``."""
     name = spec.metadata.name
-    java_package = spec.bulldozer_protobuf.output.java_package or f"dev.bulldozer.clients.{name}"
+    java_package = client_java_package(spec)
     reader = _camel(name) + "Reader"
     claim_folder(out, name, "java")
     plugin = grpc_java_plugin()

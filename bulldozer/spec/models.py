@@ -115,6 +115,67 @@ PROTO_KEYWORDS = frozenset(
     ]
 )
 
+#: Java's reserved words (its keywords, the literals, and ``_`` since Java 9): no part of a
+#: Java package may be one (``bulldozer client --lang java`` puts the job's messages in one)
+JAVA_KEYWORDS = frozenset(
+    [
+        "abstract",
+        "assert",
+        "boolean",
+        "break",
+        "byte",
+        "case",
+        "catch",
+        "char",
+        "class",
+        "const",
+        "continue",
+        "default",
+        "do",
+        "double",
+        "else",
+        "enum",
+        "extends",
+        "final",
+        "finally",
+        "float",
+        "for",
+        "goto",
+        "if",
+        "implements",
+        "import",
+        "instanceof",
+        "int",
+        "interface",
+        "long",
+        "native",
+        "new",
+        "package",
+        "private",
+        "protected",
+        "public",
+        "return",
+        "short",
+        "static",
+        "strictfp",
+        "super",
+        "switch",
+        "synchronized",
+        "this",
+        "throw",
+        "throws",
+        "transient",
+        "try",
+        "void",
+        "volatile",
+        "while",
+        "true",
+        "false",
+        "null",
+        "_",
+    ]
+)
+
 CRON_PRESETS = frozenset({"@once", "@hourly", "@daily", "@weekly", "@monthly", "@yearly", "@annually", "@continuous"})
 
 
@@ -143,6 +204,17 @@ def _matching(pattern: str, hint: str = "") -> Any:
 def _not_keyword(value: str) -> str:
     if value in PROTO_KEYWORDS:
         raise _error("{value!r} is a protobuf keyword; choose another name", value=value)
+    return value
+
+
+def _java_package(value: str) -> str:
+    keywords = [part for part in value.split(".") if part in JAVA_KEYWORDS]
+    if keywords:
+        raise _error(
+            "{value!r} has the Java keyword {word!r} as a part, which Java cannot compile (e.g. {word}_)",
+            value=value,
+            word=keywords[0],
+        )
     return value
 
 
@@ -752,7 +824,7 @@ class ProtobufOutput(BaseModel):
     directory: Annotated[str, Field(min_length=1, max_length=1000), AfterValidator(_inside_the_spec_folder)] = (
         "build/proto"
     )
-    java_package: Annotated[str, _matching(PROTO_PACKAGE_PATTERN)] | None = None
+    java_package: Annotated[str, _matching(PROTO_PACKAGE_PATTERN), AfterValidator(_java_package)] | None = None
     go_package: Annotated[str, Field(pattern=r"^[A-Za-z0-9_./;-]+$", max_length=300)] | None = None
 
 

@@ -28,7 +28,14 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from bulldozer.codegen.native import GO_PROTOBUF, GO_VERSION, _protobuf_java, go_plugins, java_protoc
+from bulldozer.codegen.native import (
+    GO_PROTOBUF,
+    GO_VERSION,
+    _protobuf_java,
+    client_java_package,
+    go_plugins,
+    java_protoc,
+)
 from bulldozer.errors import SchemaError
 from bulldozer.schema import compile_proto, generate_proto, iceberg, render_proto
 from bulldozer.schema.compile import load_message_classes, protoc_include_dir
@@ -129,14 +136,16 @@ def toolchains(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
     yield {"jar": jar, "protoc": java_protoc(), "go": go_plugins()[0], "root": root}
 
 
-def java_errors(tools: dict[str, Any], texts: list[str]) -> list[str]:
-    """For each .proto text: javac's first error on protoc's Java code ("" when it builds)."""
+def java_errors(tools: dict[str, Any], texts: list[str], packages: list[str] | None = None) -> list[str]:
+    """For each .proto text: javac's first error on protoc's Java code ("" when it builds),
+    in the Java package ``packages[i]`` (default ``p<i>``)."""
 
     def one(i: int, text: str) -> str:
+        package = packages[i] if packages else f"p{i}"
         folder = tools["root"] / f"java{i}"
         shutil.rmtree(folder, ignore_errors=True)
         (folder / "src").mkdir(parents=True)
-        (folder / "c.proto").write_text(with_options(text, f'java_package = "p{i}"', "java_multiple_files = true"))
+        (folder / "c.proto").write_text(with_options(text, f'java_package = "{package}"', "java_multiple_files = true"))
         made = run(
             [str(tools["protoc"]), f"-I{folder}", f"-I{protoc_include_dir()}", f"--java_out={folder / 'src'}",
              str(folder / "c.proto")], folder,
@@ -220,3 +229,14 @@ def test_names_next_to_the_refused_ones_are_taken_and_every_reader_builds(toolch
     message = json_format.ParseDict(record, value())
     again = value.FromString(message.SerializeToString())
     assert json_format.MessageToDict(again, preserving_proto_field_name=True) == record
+
+
+def test_a_job_named_as_a_java_keyword_gets_a_java_package_javac_compiles(toolchains: dict[str, Any]) -> None:
+    names = ["default", "new", "int"]
+    specs = [spec_for(["k"], name=name) for name in names]
+    texts = [render_proto(generate_proto(spec, schema_of([("a", S)]))) for spec in specs]
+    packages = [client_java_package(spec) for spec in specs]
+    assert packages == [f"dev.bulldozer.clients.{name}_" for name in names]
+    assert java_errors(toolchains, texts, packages) == ["", "", ""]
+    # named as the job, javac refuses them
+    assert all(java_errors(toolchains, texts, [f"dev.bulldozer.clients.{name}" for name in names]))

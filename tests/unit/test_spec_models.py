@@ -188,3 +188,26 @@ def test_a_shadow_read_runs_when_asked_or_when_a_gate_needs_one() -> None:
         MINIMAL.replace("  alias: scores\n", "  alias: scores\n  quality_gates: {max_added_fraction: 0.1}\n")
     )
     assert gated.spec.key_value_dal.shadow_read_settings is not None  # the defaults
+
+
+@pytest.mark.parametrize(
+    ("package", "fixed"),
+    [("com.acme.new.features", "com.acme.new_.features"), ("default", "default_"), ("org.example.int", "org.int_"),
+     ("a._", "a.__")],
+)  # fmt: skip
+def test_a_java_package_with_a_java_keyword_as_a_part_is_refused(package: str, fixed: str) -> None:
+    def spec(java_package: str) -> JobSpec:
+        return JobSpec.model_validate(
+            {
+                "apiVersion": "bulldozer/v1",
+                "kind": "MoveDataToKvDal",
+                "metadata": {"name": "t", "owner": "tests"},
+                "data_movement": {"source": {"table": "db.t"}, "key_columns": ["k"]},
+                "key_value_dal": {"alias": "t"},
+                "bulldozer_protobuf": {"package": "p.t", "output": {"java_package": java_package}},
+            }
+        )
+
+    with pytest.raises(ValidationError, match=r"has the Java keyword '.*' as a part, which Java cannot compile"):
+        spec(package)
+    assert spec(fixed).bulldozer_protobuf.output.java_package == fixed
