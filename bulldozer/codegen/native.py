@@ -210,6 +210,8 @@ def generate_java_client(spec: JobSpec, job: JobSchema, out: Path, schema_genera
     name = spec.metadata.name
     java_package = client_java_package(spec)
     reader = _camel(name) + "Reader"
+    if reader in (job.proto.key.name, job.proto.value.name):  # its file would be the message's
+        reader = _camel(name) + "KvReader"
     claim_folder(out, name, "java")
     plugin = grpc_java_plugin()
     sources = out / "src" / "main" / "java"

@@ -26,6 +26,8 @@ from typing import Literal
 
 from google.protobuf import message
 
+from bulldozer.spec.models import JAVA_NESTED_CLASSES
+
 __all__ = [
     "PYTHON_MESSAGE_ATTRIBUTES",
     "Clash",
@@ -51,8 +53,6 @@ PYTHON_MESSAGE_ATTRIBUTES = frozenset(name for name in dir(message.Message) if n
 _JAVA_MESSAGE_GETTERS = frozenset({"Descriptor", "DefaultInstance", "ParentForChildren", "UnknownFieldSetBuilder"})
 #: the fields a Java message keeps its presence bits in
 _JAVA_BIT_FIELD = re.compile(r"bitField[0-9]+")
-#: names Java's generated code gives every message's nested classes
-_JAVA_NESTED = {"Builder": "builder class", "BuilderParent": "builder's parent interface"}
 #: accessors a field adds beyond ``get<Name>()``, by its kind (a repeated field's ``List``
 #: and ``Count`` accessors protoc renames itself when another field takes them)
 _JAVA_DERIVED: dict[str, tuple[str, ...]] = {
@@ -194,9 +194,9 @@ def clashes(msg: NamedMessage) -> list[Clash]:
                         )
     nested = dict(msg.nested)
     for name, column in msg.nested:
-        if name in _JAVA_NESTED:
+        if name in JAVA_NESTED_CLASSES:
             clash("java", (column,), f"becomes the nested message {name}, the name of every Java message's "
-                  f"{_JAVA_NESTED[name]}")  # fmt: skip
+                  f"{JAVA_NESTED_CLASSES[name]}")  # fmt: skip
         if name in msg.enclosing or name == msg.name:
             clash("java", (column,), f"becomes the message {msg.path}.{name}, inside a message of the same name, "
                   "which Java does not allow")  # fmt: skip

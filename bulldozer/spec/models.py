@@ -176,6 +176,14 @@ JAVA_KEYWORDS = frozenset(
     ]
 )
 
+#: The classes Java's generated code nests in every message: no message may have the name
+#: (a top-level one here, a nested one in bulldozer.schema.reader_names)
+JAVA_NESTED_CLASSES = {"Builder": "builder class", "BuilderParent": "builder's parent interface"}
+#: The first parts of the packages Java's generated code names types by (``java.lang.String``,
+#: ``com.google.protobuf``, and the reader's ``io.grpc`` and ``dev.bulldozer.kv``): a message
+#: so named would hide them
+JAVA_PACKAGE_ROOTS = frozenset({"java", "com", "io", "dev"})
+
 CRON_PRESETS = frozenset({"@once", "@hourly", "@daily", "@weekly", "@monthly", "@yearly", "@annually", "@continuous"})
 
 
@@ -218,6 +226,23 @@ def _java_package(value: str) -> str:
     return value
 
 
+def _message_name(value: str) -> str:
+    """A top-level message's name: besides protobuf's keywords, one Java can name a class by."""
+    if value in JAVA_KEYWORDS:
+        raise _error("{value!r} is a Java keyword, which Java cannot name a class by; choose another name", value=value)
+    if value in JAVA_NESTED_CLASSES:
+        raise _error(
+            "{value!r} is the name of the {what} Java nests in every message; choose another name",
+            value=value,
+            what=JAVA_NESTED_CLASSES[value],
+        )
+    if value in JAVA_PACKAGE_ROOTS:
+        raise _error(
+            "{value!r} would hide Java's packages {value}.* from the generated code; choose another name", value=value
+        )
+    return value
+
+
 def _as_tuple(value: object) -> object:
     return tuple(value) if isinstance(value, list) else value
 
@@ -230,7 +255,13 @@ Identifier = Annotated[
 ]
 FieldName = Annotated[str, _matching(FIELD_NAME_PATTERN, "a valid protobuf field name")]
 ColumnName = Annotated[str, Field(min_length=1, max_length=255)]
-ProtoMessageName = Annotated[str, Field(max_length=100), _matching(PROTO_IDENT_PATTERN), AfterValidator(_not_keyword)]
+ProtoMessageName = Annotated[
+    str,
+    Field(max_length=100),
+    _matching(PROTO_IDENT_PATTERN),
+    AfterValidator(_not_keyword),
+    AfterValidator(_message_name),
+]
 
 
 def _check_package(value: str) -> str:
@@ -851,6 +882,13 @@ class ProtobufConfig(BaseModel):
                     )
                 ],
             )
+        for one, other in ((self.key_message, self.value_message), (self.value_message, self.key_message)):
+            if one == other + "OrBuilder":
+                field = "key_message" if one == self.key_message else "value_message"
+                _raise_at(
+                    "ProtobufConfig",
+                    [((field,), f"is the name of Java's interface for the message {other}; choose another name", one)],
+                )
         return self
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from google.protobuf import json_format
+from pydantic import ValidationError
 from pyiceberg.schema import Schema
 from pyiceberg.types import (
     IcebergType,
@@ -31,6 +32,7 @@ from pyiceberg.types import (
 from bulldozer.codegen.native import (
     GO_PROTOBUF,
     GO_VERSION,
+    GRPC_JAVA,
     _protobuf_java,
     client_java_package,
     go_plugins,
@@ -40,6 +42,7 @@ from bulldozer.errors import SchemaError
 from bulldozer.schema import compile_proto, generate_proto, iceberg, render_proto
 from bulldozer.schema.compile import load_message_classes, protoc_include_dir
 from bulldozer.settings import python_command
+from bulldozer.spec.models import ProtobufConfig
 from tests.schemas import spec_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -240,3 +243,80 @@ def test_a_job_named_as_a_java_keyword_gets_a_java_package_javac_compiles(toolch
     assert java_errors(toolchains, texts, packages) == ["", "", ""]
     # named as the job, javac refuses them
     assert all(java_errors(toolchains, texts, [f"dev.bulldozer.clients.{name}" for name in names]))
+
+
+def test_each_refused_message_name_breaks_java_and_the_others_build(toolchains: dict[str, Any], tmp_path: Path) -> None:
+    """A spec's key and value message names: a Java keyword, a class Java nests in every
+    message, or a package root the generated code names types by (the reader's io.grpc and
+    dev.bulldozer.kv among them) is refused; javac fails on each, and builds the others."""
+    from bulldozer.spec.models import JAVA_NESTED_CLASSES, JAVA_PACKAGE_ROOTS
+
+    got = run(
+        ["mvn", "-q", "-B", "dependency:copy", f"-Dartifact=io.grpc:grpc-api:{GRPC_JAVA}",
+         f"-DoutputDirectory={tmp_path}"], tmp_path,
+    )  # fmt: skip
+    assert got.returncode == 0, got.stdout[-2000:]
+    (grpc_api,) = tmp_path.glob("grpc-api-*.jar")
+    refused = ["int", "default", "class", *JAVA_NESTED_CLASSES, *sorted(JAVA_PACKAGE_ROOTS)]
+    taken = ["String", "Object", "Target", "List", "Optional", "Metadata", "Override", "System", "DESCRIPTOR", "T"]
+    for name in refused:
+        with pytest.raises(ValidationError, match=f"'{name}' (is a Java keyword|is the name of the|would hide Java's)"):
+            ProtobufConfig.model_validate({"package": "p.t", "value_message": name})
+    with pytest.raises(ValidationError, match="is the name of Java's interface for the message T"):
+        ProtobufConfig.model_validate({"package": "p.t", "key_message": "T", "value_message": "TOrBuilder"})
+
+    def javac(i: int, name: str) -> str:
+        folder = tmp_path / f"m{i}"
+        (folder / "src" / "p").mkdir(parents=True)
+        (folder / "src" / "dev" / "bulldozer" / "kv" / "v1").mkdir(parents=True)
+        (folder / "t.proto").write_text(
+            f'syntax = "proto3";\npackage t;\noption java_package = "p";\noption java_multiple_files = true;\n'
+            f"message {name} {{ int64 id = 1; }}\nmessage Holder {{ {name} x = 1; }}\n"
+        )
+        # the names the reader uses beside the messages (bulldozer/codegen/templates/client_java/Reader.java.tmpl)
+        (folder / "src" / "p" / "Probe.java").write_text(
+            "package p;\nclass Probe {\n  java.lang.String a;\n  com.google.protobuf.ByteString b;\n"
+            "  io.grpc.ManagedChannel c;\n  dev.bulldozer.kv.v1.Stub d;\n}\n"
+        )
+        (folder / "src" / "dev" / "bulldozer" / "kv" / "v1" / "Stub.java").write_text(
+            "package dev.bulldozer.kv.v1;\npublic class Stub {}\n"
+        )
+        made = run(
+            [str(toolchains["protoc"]), f"-I{folder}", f"--java_out={folder / 'src'}", str(folder / "t.proto")], folder
+        )
+        if made.returncode:
+            return "protoc: " + made.stderr
+        sources = [str(p) for p in (folder / "src").rglob("*.java")]
+        classpath = f"{toolchains['jar']}:{grpc_api}"
+        built = run(["javac", "-nowarn", "-cp", classpath, "-d", str(folder / "classes"), *sources], folder)
+        return "" if built.returncode == 0 else "javac: " + built.stderr
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(javac, range(len(refused) + len(taken)), refused + taken))
+    assert [n for n, r in zip(refused, results, strict=False) if not r.startswith("javac:")] == []
+    assert [(n, r) for n, r in zip(taken, results[len(refused) :], strict=True) if r] == []
+
+
+def test_a_java_client_builds_whatever_java_lang_or_import_names_its_job_and_messages_take(tmp_path: Path) -> None:
+    """The reader names every type in full: a job named ``string`` (its outer class String)
+    with messages named Target and Optional once broke it (each simple name meant the
+    job's class); now the Maven project builds."""
+    from bulldozer.codegen.native import generate_java_client
+    from bulldozer.schema.job import build_job_schema
+    from bulldozer.spec.models import JobSpec
+
+    spec = JobSpec.model_validate(
+        {
+            "apiVersion": "bulldozer/v1",
+            "kind": "MoveDataToKvDal",
+            "metadata": {"name": "string", "owner": "tests"},
+            "data_movement": {"source": {"table": "db.t"}, "key_columns": ["k"]},
+            "key_value_dal": {"alias": "string"},
+            "bulldozer_protobuf": {"package": "p.strings", "key_message": "Target", "value_message": "Optional"},
+        }
+    )
+    job = build_job_schema(spec, schema_of([("a", S), ("b", L)]))
+    generate_java_client(spec, job, tmp_path / "java")
+    built = run(["mvn", "-q", "-B", "package"], tmp_path / "java")
+    assert built.returncode == 0, built.stdout[-3000:]
+    assert list((tmp_path / "java" / "target").glob("*-all.jar"))
