@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import keyword
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -402,8 +403,8 @@ class _MessageBuilder:
 
 
 def _check_nested_names(msg: ProtoMessage, column_prefix: str) -> None:
-    names = [n.name for n in msg.nested] + [f.name for f in msg.fields]
-    dupes = sorted({n for n in names if names.count(n) > 1})
+    names = Counter([n.name for n in msg.nested] + [f.name for f in msg.fields])
+    dupes = sorted(n for n, count in names.items() if count > 1)
     if dupes:
         where = column_prefix.rstrip(".") or msg.name
         raise SchemaError(

@@ -65,8 +65,8 @@ _JAVA_DERIVED: dict[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class NamedField:
-    """One field of a message: its proto name, its kind, and the column it holds (the
-    name a user renames; a stored schema's proto field name when the column is unknown)."""
+    """One field of a message: its proto name, its kind, and the column it holds (the name
+    a refusal gives, and the one a user renames)."""
 
     name: str
     kind: FieldKind
@@ -158,7 +158,11 @@ def clashes(msg: NamedMessage) -> list[Clash]:
         found.append(Clash(language, f"{_named(columns)} {text}", columns))
 
     fields = msg.fields
-    for i, f in enumerate(fields):
+    by_constant: dict[str, NamedField] = {}  # a Java constant's name: the first field it names
+    by_accessor: dict[str, NamedField] = {}  # a Java accessor's name (get...): the first field
+    for f in fields:
+        by_accessor.setdefault(java_camel(f.name), f)
+    for f in fields:
         if f.name in PYTHON_MESSAGE_ATTRIBUTES:
             clash(
                 "python",
@@ -179,19 +183,20 @@ def clashes(msg: NamedMessage) -> list[Clash]:
             )
         if go_camel(f.name) == "ProtoReflect":
             clash("go", (f.column,), "becomes the Go field ProtoReflect, a method every Go message has")
-        for g in fields[:i]:
-            pair = (g.column, f.column)
-            if g.name.upper() == f.name.upper():  # (same accessors protoc numbers itself: getA1B2(), getA1B3())
-                clash("java", pair, f"become the same Java constant {f.name.upper()}_FIELD_NUMBER")
-            for a, b in ((g, f), (f, g)):
-                for derived in _JAVA_DERIVED.get(a.kind, ()):
-                    if java_camel(b.name) == derived.format(java_camel(a.name)):
-                        clash(
-                            "java",
-                            (b.column, a.column),
-                            f"become the same Java accessor get{java_camel(b.name)}() (a {a.kind.replace('_', ' ')} "
-                            f"field {a.name} has one of that name)",
-                        )
+        # (two fields whose accessors collide protoc tells apart itself, getA1B2() and
+        # getA1B3(), but not their constants)
+        first = by_constant.setdefault(f.name.upper(), f)
+        if first is not f:
+            clash("java", (first.column, f.column), f"become the same Java constant {f.name.upper()}_FIELD_NUMBER")
+        for derived in _JAVA_DERIVED.get(f.kind, ()):
+            other = by_accessor.get(derived.format(camel))
+            if camel and other is not None and other is not f:
+                clash(
+                    "java",
+                    (other.column, f.column),
+                    f"become the same Java accessor get{java_camel(other.name)}() (a {f.kind.replace('_', ' ')} "
+                    f"field {f.name} has one of that name)",
+                )
     nested = dict(msg.nested)
     for name, column in msg.nested:
         if name in JAVA_NESTED_CLASSES:
@@ -200,8 +205,8 @@ def clashes(msg: NamedMessage) -> list[Clash]:
         if name in msg.enclosing or name == msg.name:
             clash("java", (column,), f"becomes the message {msg.path}.{name}, inside a message of the same name, "
                   "which Java does not allow")  # fmt: skip
-        if name.endswith("OrBuilder") and name[: -len("OrBuilder")] in nested:
-            other = name[: -len("OrBuilder")]
-            clash("java", (nested[other], column), f"become the nested messages {other} and {name}, the name of "
-                  f"Java's interface for {other}")  # fmt: skip
+        base = name.removesuffix("OrBuilder")
+        if base != name and base in nested:
+            clash("java", (nested[base], column), f"become the nested messages {base} and {name}, the name of "
+                  f"Java's interface for {base}")  # fmt: skip
     return found
