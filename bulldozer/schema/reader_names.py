@@ -40,7 +40,6 @@ __all__ = [
     "map_entry_name",
 ]
 
-Language = Literal["python", "java", "go"]
 #: How a field is represented, as far as the generated accessors differ
 FieldKind = Literal["scalar", "string", "message", "repeated", "repeated_message", "map"]
 
@@ -90,10 +89,9 @@ class NamedMessage:
 
 @dataclass(frozen=True)
 class Clash:
-    """A name a reader in ``language`` could not use; ``text`` says why, naming the
+    """A name a reader could not use; ``text`` says why and in which language, naming the
     column(s) (``columns``) behind it."""
 
-    language: Language
     text: str
     columns: tuple[str, ...]
 
@@ -154,59 +152,60 @@ def clashes(msg: NamedMessage) -> list[Clash]:
     """What keeps a reader in each language from using ``msg``'s names, in field order."""
     found: list[Clash] = []
 
-    def clash(language: Language, columns: tuple[str, ...], text: str) -> None:
-        found.append(Clash(language, f"{_named(columns)} {text}", columns))
+    def clash(columns: tuple[str, ...], text: str) -> None:
+        found.append(Clash(f"{_named(columns)} {text}", columns))
 
     fields = msg.fields
     by_constant: dict[str, NamedField] = {}  # a Java constant's name: the first field it names
-    by_accessor: dict[str, NamedField] = {}  # a Java accessor's name (get...): the first field
+    camels = {f.name: java_camel(f.name) for f in fields}  # Java's name of each (get<camel>())
+    by_accessor: dict[str, NamedField] = {}  # a Java accessor's name: the first field
     for f in fields:
-        by_accessor.setdefault(java_camel(f.name), f)
+        by_accessor.setdefault(camels[f.name], f)
     for f in fields:
         if f.name in PYTHON_MESSAGE_ATTRIBUTES:
             clash(
-                "python",
                 (f.column,),
                 f"becomes the field {f.name}, which would hide {f.name}, an attribute every Python message has",
             )
-        camel = java_camel(f.name)
+        camel = camels[f.name]
         if not camel:
-            clash("java", (f.column,), f"becomes the field {f.name}, with no letter or digit to name it by in Java")
+            clash((f.column,), f"becomes the field {f.name}, with no letter or digit to name it by in Java")
         elif camel in _JAVA_MESSAGE_GETTERS:
-            clash("java", (f.column,), f"becomes the Java accessor get{camel}(), which every Java message already has")
-        if _JAVA_BIT_FIELD.fullmatch(java_camel(f.name, capitalize=False)):
-            clash(
-                "java",
-                (f.column,),
-                f"becomes the Java field {java_camel(f.name, capitalize=False)}_, where Java messages keep which "
-                "fields are set",
-            )
+            clash((f.column,), f"becomes the Java accessor get{camel}(), which every Java message already has")
+        variable = java_camel(f.name, capitalize=False)
+        if _JAVA_BIT_FIELD.fullmatch(variable):
+            clash((f.column,), f"becomes the Java field {variable}_, where Java messages keep which fields are set")
         if go_camel(f.name) == "ProtoReflect":
-            clash("go", (f.column,), "becomes the Go field ProtoReflect, a method every Go message has")
+            clash((f.column,), "becomes the Go field ProtoReflect, a method every Go message has")
         # (two fields whose accessors collide protoc tells apart itself, getA1B2() and
         # getA1B3(), but not their constants)
         first = by_constant.setdefault(f.name.upper(), f)
         if first is not f:
-            clash("java", (first.column, f.column), f"become the same Java constant {f.name.upper()}_FIELD_NUMBER")
+            clash((first.column, f.column), f"become the same Java constant {f.name.upper()}_FIELD_NUMBER")
         for derived in _JAVA_DERIVED.get(f.kind, ()):
             other = by_accessor.get(derived.format(camel))
             if camel and other is not None and other is not f:
                 clash(
-                    "java",
                     (other.column, f.column),
-                    f"become the same Java accessor get{java_camel(other.name)}() (a {f.kind.replace('_', ' ')} "
+                    f"become the same Java accessor get{camels[other.name]}() (a {f.kind.replace('_', ' ')} "
                     f"field {f.name} has one of that name)",
                 )
     nested = dict(msg.nested)
     for name, column in msg.nested:
         if name in JAVA_NESTED_CLASSES:
-            clash("java", (column,), f"becomes the nested message {name}, the name of every Java message's "
-                  f"{JAVA_NESTED_CLASSES[name]}")  # fmt: skip
+            clash(
+                (column,),
+                f"becomes the nested message {name}, the name of every Java message's {JAVA_NESTED_CLASSES[name]}",
+            )
         if name in msg.enclosing or name == msg.name:
-            clash("java", (column,), f"becomes the message {msg.path}.{name}, inside a message of the same name, "
-                  "which Java does not allow")  # fmt: skip
+            clash(
+                (column,),
+                f"becomes the message {msg.path}.{name}, inside a message of the same name, which Java does not allow",
+            )
         base = name.removesuffix("OrBuilder")
         if base != name and base in nested:
-            clash("java", (nested[base], column), f"become the nested messages {base} and {name}, the name of "
-                  f"Java's interface for {base}")  # fmt: skip
+            clash(
+                (nested[base], column),
+                f"become the nested messages {base} and {name}, the name of Java's interface for {base}",
+            )
     return found
