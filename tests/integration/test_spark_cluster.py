@@ -7,6 +7,7 @@ archive ``bulldozer spark package`` builds (``BULLDOZER_SPARK_ARCHIVE``)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import zipfile
@@ -87,6 +88,28 @@ def test_a_job_on_a_standalone_cluster_stores_what_the_local_engine_stores(
     local_spec = load_spec_text(TEMPLATE, "job.yaml", env={})
     local = run_job(local_spec, dal, engine="local", home=str(home))
     assert dal.describe(local.version).digest == dal.describe(on_cluster.version).digest  # byte for byte
+
+
+def test_a_master_and_its_worker_answer_the_probe_and_log_no_error_of_it() -> None:
+    """``_MasterProbe`` against a real master: no web server, and not silent, as Spark's
+    protocol reads its frame: a StreamFailure (type 8) for the stream it asked. The master
+    logs the probe's connections as it logs a bare one, with no error. A worker's port
+    answers as well (a master URL naming it is left to Spark's minute)."""
+    from bulldozer.load.engines.spark.session import _check_master
+
+    master = services.spark_master()
+    folder = Path(services._folders["spark"])
+    before = (folder / "master.log").read_text()
+    worker_port = int(
+        re.findall(r"Successfully started service 'sparkWorker' on port (\d+)", (folder / "worker.log").read_text())[-1]
+    )
+    for url in (master, f"spark://127.0.0.1:{worker_port}"):
+        probe = _check_master(url)
+        assert probe is not None and probe.web_server() is None, url
+        assert probe.silent() is False, url
+        assert probe.reply[8] == 8 and b"Stream '/files/bulldozer-probe" in probe.reply, (url, probe.reply)
+    logged = (folder / "master.log").read_text()[len(before) :]
+    assert " ERROR " not in logged and " WARN " not in logged, logged
 
 
 def _spark_run(master: str, dal: KvClient) -> list[str]:

@@ -144,19 +144,27 @@ def _check_master(master: str, timeout: float = 5.0) -> _MasterProbe | None:
         except OSError as exc:
             reasons.append(f"{node}: {exc.strerror or exc}")
             continue
-        return _MasterProbe(node, connection)
+        return _MasterProbe(node, reached, connection)
     raise LoadError(f"the Spark master {master} cannot be reached ({'; '.join(reasons)}): is it up, and its URL right?")
 
 
-#: What ``_MasterProbe`` sends: the length of a frame of Spark's RPC protocol (8 bytes,
-#: big-endian, no line feed among them), then a blank line. A Spark master waits for the
-#: rest of the frame and says nothing (its log shows the connection as the check's bare
-#: connection did: "got disassociated"); a web server answers the line it cannot parse.
-_PROBE = (1024).to_bytes(8, "big") + b"\r\n\r\n"
-#: how long past the probe's start an answer is waited for once the driver runs: a web
-#: server on this machine answered in 1-61 ms (Python's http.server, the master's own web UI
-#: and REST server), and the driver's JVM takes longer than this to start
+#: The frame ``_MasterProbe`` sends, of Spark's RPC protocol (``network-common``): a
+#: StreamRequest (its length, 8 bytes big-endian; its type, 6; the stream id's length, 4
+#: bytes, and the id) for a file no master serves. A Spark master answers it at once with a
+#: StreamFailure ("Stream ... was not found", type 8) and logs nothing of it. The id holds a
+#: blank line, so that a web server answers the frame's first part as a request it cannot
+#: parse (a master waits for the rest of the frame, and its log shows the connection as
+#: "got disassociated").
+_STREAM_ID = b"/files/bulldozer-probe\r\n\r\n."
+_FRAME = (8 + 1 + 4 + len(_STREAM_ID)).to_bytes(8, "big") + b"\x06" + len(_STREAM_ID).to_bytes(4, "big") + _STREAM_ID
+#: how long past the probe's start an answer to the frame's first part is waited for once
+#: the driver runs: a web server on this machine answered in 1-72 ms (Python's http.server,
+#: the master's own web UI and REST server), and the driver's JVM takes longer than this to start
 _PROBE_SECONDS = 0.5
+#: how long an answer to the whole frame is waited for: a master on this machine answered
+#: in 2 ms, 118 ms the first time after it started; Spark itself waits a minute (three
+#: registrations, 20 s apart) for a master that does not answer
+_SILENT_SECONDS = 10.0
 
 
 class _MasterProbe:
@@ -164,13 +172,17 @@ class _MasterProbe:
     driver starts. A master URL naming its web UI's port (8080) or its REST server's (6066)
     instead of the master's own (7077) was taken, and Spark tried to register there for a
     minute (its constants: three tries, 20 s apart) before the run failed: such a web server
-    answers the probe at once, and the run is refused as the driver is up."""
+    answers the frame's first part at once, and the run is refused as the driver is up. A
+    service that takes a connection and never answers (a proxy holding it, a program that
+    reads and says nothing) cost the same minute: ``silent`` asks it the whole frame, which
+    a master answers at once."""
 
-    def __init__(self, node: str, connection: Any) -> None:
+    def __init__(self, node: str, address: tuple[str, int], connection: Any) -> None:
         import time
 
-        self.node = node
-        self.answer = b""
+        self.node, self.address = node, address
+        self.answer = b""  # to the frame's first part
+        self.reply = b""  # to the whole frame (``silent``)
         self._started = time.monotonic()
         self._thread = threading.Thread(target=self._ask, args=(connection,), name="spark-master-probe", daemon=True)
         self._thread.start()
@@ -178,7 +190,7 @@ class _MasterProbe:
     def _ask(self, connection: Any) -> None:
         with contextlib.suppress(OSError), connection:
             connection.settimeout(2.0)
-            connection.sendall(_PROBE)
+            connection.sendall(_FRAME[:-1])
             self.answer = connection.recv(256)
 
     def web_server(self) -> str | None:
@@ -189,6 +201,35 @@ class _MasterProbe:
 
         self._thread.join(max(0.0, self._started + _PROBE_SECONDS - time.monotonic()))
         return _web_answer(self.answer)
+
+    def silent(self, seconds: float = _SILENT_SECONDS) -> bool:
+        """Whether what listens, asked the whole frame on a new connection, answered nothing
+        in ``seconds``: no byte, no close, no reset. Not asked of a master that requires
+        authentication (``_authenticates``): it logs a stream request from a peer that has
+        not authenticated as an error, with its stack trace."""
+        import socket
+
+        try:
+            connection = socket.create_connection(self.address, timeout=seconds)
+        except OSError:
+            return False  # it took the first: gone since, or refusing; Spark says which
+        with connection:
+            try:
+                connection.sendall(_FRAME)
+                self.reply = connection.recv(256)
+            except TimeoutError:
+                return True
+            except OSError:
+                pass  # reset: something answered
+        return False
+
+
+def _authenticates(conf: Any, gateway: Any) -> bool:
+    """Whether the driver authenticates to its master (``spark.authenticate``): set in the
+    run's Spark properties, or in the operator's Spark defaults, which spark-submit made the
+    driver JVM's system properties. Any value but ``false`` counts: the probe holds back."""
+    value = conf.get("spark.authenticate") or gateway.jvm.java.lang.System.getProperty("spark.authenticate")
+    return value is not None and str(value).strip().lower() != "false"
 
 
 def _web_answer(answer: bytes) -> str | None:
@@ -230,7 +271,8 @@ def _start_context(
     probe: _MasterProbe | None = None,
 ) -> Any:
     """The SparkContext ``spark_context`` starts, its driver given the ``packages``
-    (``PACKAGES``); refused before it registers when ``probe`` found a web server."""
+    (``PACKAGES``); refused before it registers when ``probe`` found a web server, or a
+    service that answers nothing."""
     from pyspark import SparkConf, SparkContext
 
     prefix = f"spark.sql.catalog.{catalog_name}"
@@ -301,12 +343,18 @@ def _start_context(
             "(a master takes applications on its own port, 7077 by default; its web UI's is 8080, its REST "
             "server's 6066)"
         )
+    if probe is not None and not _authenticates(spark_conf, gateway) and probe.silent():
+        raise LoadError(
+            f"the Spark master {master} did not answer: what listens at {probe.node} took the connection and "
+            f"said nothing in {_SILENT_SECONDS:.0f} s, where a Spark master answers at once (is it the master's "
+            "port, 7077 by default? is a proxy or firewall holding the connection?)"
+        )
     context = SparkContext(conf=spark_conf, gateway=gateway)
     if master.startswith("spark://") and context.applicationId.startswith(_UNREGISTERED_APPLICATION):
-        # Something took the connection but never answered as a master (nor as a web server:
-        # ``_MasterProbe``): Spark tried three times, 20 s apart (its constants), and is
-        # stopping the context. The run failed with a Java stack trace as its one line, from
-        # the first job of a stopped context.
+        # Something answered the probe but not as a master (a worker's port, a master that
+        # requires authentication the driver lacks, another Spark version): Spark tried three
+        # times, 20 s apart (its constants), and is stopping the context. The run failed with
+        # a Java stack trace as its one line, from the first job of a stopped context.
         context.stop()
         raise LoadError(
             f"the Spark master {master} did not take the application: what listens there did not answer as a "
