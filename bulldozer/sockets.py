@@ -19,13 +19,16 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import ssl
     from collections.abc import Callable
     from pathlib import Path
+    from typing import Any
 
 __all__ = [
     "LOOPBACK_HOSTS",
     "SOCKET_PATH_MAX",
     "at_unix_path",
+    "certificate_names",
     "client_refusal",
     "fits",
     "host_of",
@@ -152,26 +155,44 @@ def speaks_tls(address: str, timeout: float = 2.0) -> bool:
 _H2_START = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 
 
-def client_refusal(
+def certificate_names(
     address: str, ca: bytes | None, cert: bytes | None, key: bytes | None, timeout: float = 2.0
-) -> str | None:
-    """Does the TLS server at ``address`` (``host:port``) refuse a client that shows ``cert``
-    and ``key`` (PEM; None: no certificate)? The handshake is made as a gRPC client makes it
-    (HTTP/2 asked, the server's certificate checked against ``ca``, else the system's CAs),
-    then an HTTP/2 connection is started. A server that requires a client certificate it
-    trusts refuses one without with an alert (its name is returned: TLS 1.2's handshake, or
-    some servers under TLS 1.3) or, as gRPC's does under TLS 1.3, by closing the connection
-    without a word after the handshake ("closed"). None: it answered (it took the client),
-    or no verdict (no connection, a handshake that failed on the server's certificate, no
-    answer within ``timeout``). The certificate and key are read from memory
-    (``memfd_create``), not written to a file."""
+) -> list[str] | None:
+    """The names (DNS names and IP addresses of its subject alternative names, else its
+    common name) of the certificate the TLS server at ``address`` presents, checked against
+    ``ca`` (else the system's CAs) but not against a host name, the client showing ``cert``
+    and ``key`` (PEM) if given; None when it cannot be read (no connection, a handshake that
+    failed, a chain not trusted)."""
     import socket
     import ssl
 
     if (reached := host_port(address)) is None:
         return None
+    context = _client_context(ca, cert, key)
+    if context is None:
+        return None
+    try:
+        with (
+            socket.create_connection(reached, timeout=timeout) as raw,
+            context.wrap_socket(raw, server_hostname=reached[0]) as tls,
+        ):
+            seen: dict[str, Any] = dict(tls.getpeercert() or {})  # ssl's decoded certificate
+    except (ssl.SSLError, OSError):
+        return None
+    names = [str(value) for kind, value in seen.get("subjectAltName", ()) if kind in ("DNS", "IP Address")]
+    common = [str(value) for part in seen.get("subject", ()) for kind, value in part if kind == "commonName"]
+    return names or common or None
+
+
+def _client_context(ca: bytes | None, cert: bytes | None, key: bytes | None) -> ssl.SSLContext | None:
+    """A TLS client's context as a gRPC client makes one (HTTP/2 asked, the server's
+    certificate checked against ``ca``, else the system's CAs; no host name checked: gRPC's
+    handshake, which came first, did that), showing ``cert`` and ``key`` (PEM, read from
+    memory: ``memfd_create``, not written to a file) if given; None when they do not load."""
+    import ssl
+
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.check_hostname = False  # gRPC's handshake, which came first, checked it
+    context.check_hostname = False
     context.set_alpn_protocols(["h2"])
     try:
         if ca:
@@ -188,6 +209,29 @@ def client_refusal(
                 for fd in files:
                     os.close(fd)
     except (ssl.SSLError, OSError, ValueError):  # UnicodeDecodeError is a ValueError
+        return None
+    return context
+
+
+def client_refusal(
+    address: str, ca: bytes | None, cert: bytes | None, key: bytes | None, timeout: float = 2.0
+) -> str | None:
+    """Does the TLS server at ``address`` (``host:port``) refuse a client that shows ``cert``
+    and ``key`` (PEM; None: no certificate)? The handshake is made as a gRPC client makes it
+    (HTTP/2 asked, the server's certificate checked against ``ca``, else the system's CAs),
+    then an HTTP/2 connection is started (``_client_context``). A server that requires a client certificate it
+    trusts refuses one without with an alert (its name is returned: TLS 1.2's handshake, or
+    some servers under TLS 1.3) or, as gRPC's does under TLS 1.3, by closing the connection
+    without a word after the handshake ("closed"). None: it answered (it took the client),
+    or no verdict (no connection, a handshake that failed on the server's certificate, no
+    answer within ``timeout``)."""
+    import socket
+    import ssl
+
+    if (reached := host_port(address)) is None:
+        return None
+    context = _client_context(ca, cert, key)
+    if context is None:
         return None
     try:
         raw = socket.create_connection(reached, timeout=timeout)

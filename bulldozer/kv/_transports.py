@@ -295,7 +295,8 @@ class GrpcTransport(Transport):
         except grpc.RpcError as err:
             if err.code() == grpc.StatusCode.UNAVAILABLE:
                 first = _attempt_error(err.details() or "")
-                if (lost := _lost_cause(first) or self._tls_unasked(first) or self._client_refused(first)) is not None:
+                lost = _lost_cause(first) or self._wrong_host(first) or self._tls_unasked(first)
+                if (lost := lost or self._client_refused(first)) is not None:
                     raise BackendUnavailableError(
                         f"the KV DAL at {self.target}{_through_proxy(self.target)} {lost}"
                     ) from None
@@ -317,6 +318,25 @@ class GrpcTransport(Transport):
             )
         raise BackendUnavailableError(
             f"the KV DAL at {self.target} did not answer within {timeout:.0f} s{_through_proxy(self.target)}{said}"
+        )
+
+    def _wrong_host(self, error: str) -> str | None:
+        """When the DAL's certificate is trusted but not for the host the client reached it by
+        (``error``: gRPC's failed hostname check), what to say of it: the names it is for,
+        when this process can read them (``sockets.certificate_names``). The client waited
+        the whole timeout, then said the DAL "did not answer"."""
+        if "Hostname Verification Check failed" not in error:
+            return None
+        host = _address_of(self.target).rpartition(":")[0].strip("[]") or self.target
+        names = None
+        if self._material is not None and self._reached_directly():
+            from bulldozer.sockets import certificate_names
+
+            names = certificate_names(_address_of(self.target), *self._material)
+        held = f" (it is for {', '.join(names)})" if names else ""
+        return (
+            f"presented a certificate that is not for {host}{held}: reach the DAL by a name its certificate holds "
+            "(BULLDOZER_ENDPOINT), or give it a certificate for this one"
         )
 
     def _tls_unasked(self, error: str) -> str | None:
@@ -416,9 +436,21 @@ def _lost_cause(error: str) -> str | None:
     hint = {
         "WRONG_VERSION_NUMBER": "what listens there does not speak TLS (a DAL served without TLS is reached without "
         "BULLDOZER_TLS_CA)",
-        "CERTIFICATE_VERIFY_FAILED": "its certificate is not signed by a CA the client trusts (BULLDOZER_TLS_CA)",
+        "CERTIFICATE_VERIFY_FAILED": _VERIFY_HINTS.get(detail or "", _UNTRUSTED),
     }.get(verdict)
     return f"refused the TLS handshake: {verdict}" + (f": {detail}" if detail else "") + (f"; {hint}" if hint else "")
+
+
+_UNTRUSTED = "its certificate is not signed by a CA the client trusts (BULLDOZER_TLS_CA)"
+#: OpenSSL's verdicts on the DAL's certificate chain that no other CA would mend: the chain
+#: is trusted, but a certificate of it (the DAL's own, or its CA's) is out of its dates.
+#: They were said to be a CA the client does not trust.
+_VERIFY_HINTS = {
+    "certificate has expired": "a certificate of its chain has expired, the DAL's own or its CA's "
+    "(BULLDOZER_TLS_CA): renew it",
+    "certificate is not yet valid": "a certificate of its chain is not valid yet, the DAL's own or its CA's "
+    "(BULLDOZER_TLS_CA): is this machine's clock right?",
+}
 
 
 #: how long closing a channel may wait for its calls in flight to end (``GrpcTransport.close``)

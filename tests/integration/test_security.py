@@ -53,7 +53,8 @@ def _write(folder: Path, stem: str, key: ec.EllipticCurvePrivateKey, cert: x509.
 
 
 def make_pki(folder: Path) -> Path:
-    """ca, rogue-ca, server (127.0.0.1 / localhost), and clients loader, ops, stranger (+ rogue)."""
+    """ca, rogue-ca, server (127.0.0.1 / localhost), and clients loader, ops, stranger (+ rogue);
+    servers whose certificate expired, is not valid yet, or is for other names."""
     now = datetime.datetime.now(datetime.UTC)
 
     def ca(stem: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
@@ -72,7 +73,17 @@ def make_pki(folder: Path) -> Path:
         _write(folder, stem, key, cert)
         return key, cert
 
-    def leaf(stem: str, cn: str, issuer: tuple[ec.EllipticCurvePrivateKey, x509.Certificate], server: bool) -> None:
+    def leaf(
+        stem: str,
+        cn: str,
+        issuer: tuple[ec.EllipticCurvePrivateKey, x509.Certificate],
+        server: bool,
+        valid: tuple[datetime.timedelta, datetime.timedelta] = (
+            -datetime.timedelta(minutes=5),
+            datetime.timedelta(days=1),
+        ),
+        names: list[x509.GeneralName] | None = None,
+    ) -> None:
         key = _key()
         builder = (
             x509.CertificateBuilder()
@@ -80,13 +91,13 @@ def make_pki(folder: Path) -> Path:
             .issuer_name(issuer[1].subject)
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
+            .not_valid_before(now + valid[0])
+            .not_valid_after(now + valid[1])
         )
         if server:
             builder = builder.add_extension(
                 x509.SubjectAlternativeName(
-                    [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+                    names or [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
                 ),
                 critical=False,
             )
@@ -98,6 +109,10 @@ def make_pki(folder: Path) -> Path:
     for name in ("loader", "ops", "stranger"):
         leaf(name, name, good, server=False)
     leaf("rogue-loader", "loader", rogue, server=False)
+    day = datetime.timedelta(days=1)
+    leaf("expired-server", "localhost", good, server=True, valid=(-10 * day, -day))
+    leaf("future-server", "localhost", good, server=True, valid=(day, 10 * day))
+    leaf("other-server", "other", good, server=True, names=[x509.DNSName("dal.example"), x509.DNSName("kv.example")])
     return folder
 
 
@@ -284,6 +299,40 @@ def test_a_dal_reached_with_the_wrong_tls_settings_is_one_line_at_once(pki: Path
     finally:
         tls_server.stop(0)
         plain_server.stop(0)
+
+
+def test_a_dal_certificate_out_of_its_dates_or_for_another_name_is_one_line_at_once(pki: Path, tmp_path: Path) -> None:
+    """The DAL's certificate expired, or not valid yet: the client said its CA was not one it
+    trusts (BULLDOZER_TLS_CA), which no CA would mend. A certificate for other names than
+    the one the DAL is reached by: the client waited the whole timeout, then said the DAL
+    "did not answer". Each is one line at once now, the names the certificate holds with
+    it when the client knows its PEM files (as every command's does)."""
+    ca = (pki / "ca.pem").read_bytes()
+    verdicts = {
+        "expired-server": "refused the TLS handshake: CERTIFICATE_VERIFY_FAILED: certificate has expired; a "
+        "certificate of its chain has expired, the DAL's own or its CA's (BULLDOZER_TLS_CA): renew it",
+        "future-server": "refused the TLS handshake: CERTIFICATE_VERIFY_FAILED: certificate is not yet valid; a "
+        "certificate of its chain is not valid yet, the DAL's own or its CA's (BULLDOZER_TLS_CA): is this "
+        "machine's clock right?",
+        "other-server": "presented a certificate that is not for 127.0.0.1 (it is for dal.example, kv.example): "
+        "reach the DAL by a name its certificate holds (BULLDOZER_ENDPOINT), or give it a certificate for this one",
+    }
+    for stem, verdict in verdicts.items():
+        engine = create_engine({"type": "embedded", "path": str(tmp_path / stem), "map_size": 1024**3})
+        server, port = create_server(
+            "127.0.0.1:0", engine, credentials=server_credentials(pki / f"{stem}.pem", pki / f"{stem}.key")
+        )
+        try:
+            for made in ({"tls": (ca, None, None)}, {"credentials": material_credentials((ca, None, None))}):
+                with KvClient(f"127.0.0.1:{port}", **made) as client:
+                    started = time.monotonic()
+                    with pytest.raises(BackendUnavailableError) as refused:
+                        client.wait_ready(10)
+                    took = time.monotonic() - started
+                said = verdict if "tls" in made else verdict.replace(" (it is for dal.example, kv.example)", "")
+                assert (str(refused.value), took < 5) == (f"the KV DAL at 127.0.0.1:{port} {said}", True), took
+        finally:
+            server.stop(0)
 
 
 def test_cli_serves_tls_with_tokens(pki: Path, tmp_path: Path) -> None:
