@@ -335,6 +335,65 @@ def test_a_dal_certificate_out_of_its_dates_or_for_another_name_is_one_line_at_o
             server.stop(0)
 
 
+def test_a_dal_serves_its_tls_files_renewed_in_place_without_a_restart(
+    pki: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A DAL's certificate renewed in place (a new file renamed over the old, as renewals
+    write them), then its client CA: each connection made after is served the new files,
+    with no restart. The server kept the files it started with: once its certificate
+    expired, every client was refused until someone restarted it. A renewal half done (a key
+    that is not the certificate's yet) is logged, and the previous files stay served."""
+    caplog.set_level(logging.INFO, "bulldozer.kv.server.auth")
+    folder = tmp_path / "tls"
+    folder.mkdir()
+
+    def place(name: str, source: str) -> None:
+        staged = folder / f".{name}.new"
+        staged.write_bytes((pki / source).read_bytes())
+        os.replace(staged, folder / name)
+
+    place("server.pem", "expired-server.pem")
+    place("server.key", "expired-server.key")
+    place("client-ca.pem", "rogue-ca.pem")
+    engine = create_engine({"type": "embedded", "path": str(tmp_path / "kv"), "map_size": 1024**3})
+    server, port = create_server(
+        "127.0.0.1:0",
+        engine,
+        credentials=server_credentials(folder / "server.pem", folder / "server.key", folder / "client-ca.pem"),
+    )
+    material = tuple((pki / name).read_bytes() for name in ("ca.pem", "loader.pem", "loader.key"))
+
+    def said() -> str:
+        with KvClient(f"127.0.0.1:{port}", tls=material) as client:
+            try:
+                client.wait_ready(5)
+            except BackendUnavailableError as refused:
+                return str(refused).removeprefix(f"the KV DAL at 127.0.0.1:{port} ")
+            return "ready"
+
+    try:
+        assert said().startswith("refused the TLS handshake: CERTIFICATE_VERIFY_FAILED: certificate has expired")
+        place("server.pem", "server.pem")
+        place("server.key", "server.key")
+        assert said().startswith("did not accept this client's certificate")  # its client CA is still the rogue one
+        place("client-ca.pem", "ca.pem")
+        assert said() == "ready"
+        caplog.clear()
+        place("server.pem", "other-server.pem")  # half renewed: the key is still the previous certificate's
+        assert said() == "ready"
+        (warned,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert warned == (
+            f"the TLS files changed, and do not load: the TLS certificate {folder / 'server.pem'} and key "
+            f"{folder / 'server.key'}: the key is not the certificate's; new connections keep the previous ones"
+        )
+        assert said() == "ready"  # logged once: the files have not changed since
+        assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
+        place("server.key", "other-server.key")  # the renewal done
+        assert said().startswith("presented a certificate that is not for 127.0.0.1 (it is for dal.example")
+    finally:
+        server.stop(0)
+
+
 def test_cli_serves_tls_with_tokens(pki: Path, tmp_path: Path) -> None:
     auth = tmp_path / "auth.yaml"
     auth.write_text(json.dumps(AUTH))

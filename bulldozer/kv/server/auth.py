@@ -29,6 +29,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import hmac
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -46,6 +47,8 @@ from bulldozer.errors import (
 )
 from bulldozer.redaction import yaml_problem, yaml_where
 from bulldozer.settings import environment
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "AuthConfig",
@@ -275,13 +278,73 @@ class AuthInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
 
 
 def server_credentials(cert: Path, key: Path, client_ca: Path | None = None) -> grpc.ServerCredentials:
-    """TLS for the server; with ``client_ca``, mutual TLS (a client certificate is required)."""
-    from bulldozer.kv.tls import check_tls_files
+    """TLS for the server; with ``client_ca``, mutual TLS (a client certificate is required).
 
-    check_tls_files(client_ca, cert, key)
-    try:
-        pair = (key.read_bytes(), cert.read_bytes())
-        ca = client_ca.read_bytes() if client_ca else None
-    except OSError as exc:
-        raise InvalidArgumentError(f"cannot read a TLS file: {exc}") from None
-    return grpc.ssl_server_credentials([pair], root_certificates=ca, require_client_auth=ca is not None)
+    The files are read again when they change (``_RenewedTls``): a certificate renewed in
+    place — as cert-manager, an ACME client or an operator's script renews one before it
+    expires — is served to every connection made after, with no restart. The server kept
+    the files it started with: once they expired, every client was refused until someone
+    restarted it."""
+    files = _RenewedTls(cert, key, client_ca)
+    return grpc.dynamic_ssl_server_credentials(
+        files.initial, files.fetch, require_client_authentication=client_ca is not None
+    )
+
+
+class _RenewedTls:
+    """A server's TLS files (certificate, key, client CA), for gRPC's dynamic credentials:
+    ``fetch`` runs before every new connection's handshake and answers the files' new
+    configuration when they changed since it last looked (their inode, size or time, the
+    links to them followed: a Kubernetes secret is renewed by swapping a link), else None.
+    Changed files that do not load — a key not yet the new certificate's, half written — are
+    logged, once, and the previous configuration stays; they are read again when they change
+    again. Connections made before keep theirs."""
+
+    def __init__(self, cert: Path, key: Path, client_ca: Path | None) -> None:
+        self._files = (cert, key, client_ca)
+        self._lock = threading.Lock()
+        self._seen = self._signature()
+        self.initial = self._configuration()
+
+    def _signature(self) -> tuple[tuple[int, int, int, int] | None, ...]:
+        def of(path: Path | None) -> tuple[int, int, int, int] | None:
+            try:
+                found = os.stat(path) if path is not None else None
+            except OSError:
+                return None  # gone for a moment (a rename in progress): changed
+            return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns) if found else None
+
+        return tuple(of(path) for path in self._files)
+
+    def _configuration(self) -> Any:
+        """The files' configuration, or InvalidArgumentError in one line (``check_tls_files``)."""
+        from bulldozer.kv.tls import check_tls_files
+
+        cert, key, client_ca = self._files
+        check_tls_files(client_ca, cert, key)
+        try:
+            pair = (key.read_bytes(), cert.read_bytes())
+            ca = client_ca.read_bytes() if client_ca else None
+        except OSError as exc:
+            raise InvalidArgumentError(f"cannot read a TLS file: {exc}") from None
+        return grpc.ssl_server_certificate_configuration([pair], root_certificates=ca)
+
+    def fetch(self) -> Any:
+        with self._lock:
+            now = self._signature()
+            if now == self._seen:
+                return None
+            self._seen = now
+            try:
+                configuration = self._configuration()
+            except InvalidArgumentError as exc:
+                log.warning("the TLS files changed, and do not load: %s; new connections keep the previous ones", exc)
+                return None
+            except Exception:  # whatever it is, a connection is not the place to raise it (gRPC logs and drops)
+                log.exception("the TLS files changed, and could not be read; new connections keep the previous ones")
+                return None
+            if self._signature() != now:  # changed again while read: read once they settle
+                self._seen = ()
+                return None
+            log.info("the TLS files changed: connections made from now on use them")
+            return configuration
