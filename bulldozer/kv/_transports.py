@@ -325,13 +325,14 @@ class GrpcTransport(Transport):
         (``error``: gRPC's failed hostname check), what to say of it: the names it is for,
         when this process can read them (``sockets.certificate_names``). The client waited
         the whole timeout, then said the DAL "did not answer"."""
+        from bulldozer.sockets import certificate_names, host_port
+
         if "Hostname Verification Check failed" not in error:
             return None
-        host = _address_of(self.target).rpartition(":")[0].strip("[]") or self.target
+        reached = host_port(_address_of(self.target))
+        host = reached[0] if reached else self.target
         names = None
         if self._material is not None and self._reached_directly():
-            from bulldozer.sockets import certificate_names
-
             names = certificate_names(_address_of(self.target), *self._material)
         held = f" (it is for {', '.join(names)})" if names else ""
         return (

@@ -308,11 +308,13 @@ class _RenewedTls:
 
     def _signature(self) -> tuple[tuple[int, int, int, int] | None, ...]:
         def of(path: Path | None) -> tuple[int, int, int, int] | None:
+            if path is None:
+                return None
             try:
-                found = os.stat(path) if path is not None else None
+                found = os.stat(path)
             except OSError:
                 return None  # gone for a moment (a rename in progress): changed
-            return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns) if found else None
+            return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns)
 
         return tuple(of(path) for path in self._files)
 
