@@ -26,6 +26,7 @@ from bulldozer.cli.common import (
     with_store,
 )
 from bulldozer.cli.output import Column, Format, Output, emit, fmt_time, output_format
+from bulldozer.cli.progress import reporting
 
 if TYPE_CHECKING:
     from bulldozer.kv import KvClient
@@ -176,8 +177,10 @@ def namespace_verify(
         if not targets and not as_json:
             ok("no alias points at a version: nothing to verify")
         audits = []
+        show = not as_json and err_console.is_terminal
         for target in targets:
-            audit = audit_version(client, target)
+            with reporting(f"verify {target.name}", "records", bar=show, lines=not show and not as_json) as progress:
+                audit = audit_version(client, target, progress.update)
             audits.append(audit)
             if not as_json and audit.intact:
                 ok(

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
-import time
-from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -37,11 +34,10 @@ from bulldozer.cli.common import (
     with_store,
 )
 from bulldozer.cli.output import Column, Format, Output, emit, fmt_time, output_format
+from bulldozer.cli.progress import reporting
 from bulldozer.errors import BulldozerError, InvalidArgumentError, RetentionError
 
 if TYPE_CHECKING:
-    from rich.progress import Progress
-
     from bulldozer.kv.client import KvClient
     from bulldozer.spec.loader import LoadedSpec
     from bulldozer.versioning.run_state import RunRecord
@@ -274,58 +270,6 @@ def _failure_json(
     return data
 
 
-#: without a terminal (a scheduler's task log), a run prints its progress this often
-PROGRESS_LINE_SECONDS = 10.0
-
-
-class _ProgressLines:
-    """The load's progress as a line every ``every`` seconds, for logs where no bar shows."""
-
-    def __init__(self, every: float) -> None:
-        self.every = every
-        self.started = time.monotonic()
-        self.last = self.started
-
-    def update(self, done: int, total: int) -> None:
-        now = time.monotonic()
-        if now - self.last < self.every:
-            return
-        self.last = now
-        rate = done / (now - self.started) if now > self.started else 0.0
-        of = f" of {total:,}" if total else ""
-        eta = f", about {max(total - done, 0) / rate:,.0f} s left" if total and rate else ""
-        err_console.print(f"· load: {done:,}{of} rows, {rate:,.0f} rows/s{eta}", highlight=False)
-
-
-@contextlib.contextmanager
-def _progress_bar(show: bool) -> Iterator[Progress | None]:
-    """The run's progress bar on the terminal, or None where none shows (``--json``, ``-q``,
-    a scheduler's log): rich's progress module is then not imported (9 ms of a run's start)."""
-    if not show:
-        yield None
-        return
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    columns = (
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]} rows/s"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=err_console, transient=True) as bar:
-        bar.add_task("load", total=None, rate="-")
-        yield bar
-
-
 def _run(
     client: KvClient,
     loaded: LoadedSpec,
@@ -367,7 +311,8 @@ def _run(
     if process.owned():
         process.use_load_memory_pool()
     show = not (quiet or as_json) and err_console.is_terminal
-    with _progress_bar(show) as bar:
+    with reporting("load", "rows", bar=show, lines=not show and not as_json and not quiet) as progress:
+        bar = progress.bar
 
         def on_stage(stage: str) -> None:
             if stage == "load":
@@ -379,15 +324,7 @@ def _run(
             if not show and not as_json and not quiet:
                 err_console.print(f"· {stage}")
 
-        lines = _ProgressLines(PROGRESS_LINE_SECONDS) if not show and not as_json and not quiet else None
-
-        def on_progress(done: int, total: int) -> None:
-            if bar is not None:
-                elapsed = bar.tasks[0].elapsed or 0.0
-                rate = f"{done / elapsed:,.0f}" if elapsed else "-"
-                bar.update(bar.task_ids[0], completed=done, total=total or None, rate=rate)
-            if lines is not None:
-                lines.update(done, total)
+        on_progress = progress.update
 
         try:
             if stage is not None:

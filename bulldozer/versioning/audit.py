@@ -16,6 +16,7 @@ the way back is the operator's (``bulldozer rollback``, or run the job again).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,8 +72,11 @@ class Audit:
         )
 
 
-def audit_version(client: KvClient, version: NamespaceRecord) -> Audit:
-    """Read every record of ``version`` (a sealed version a reader may read) and measure it."""
+def audit_version(
+    client: KvClient, version: NamespaceRecord, progress: Callable[[int, int], None] = lambda done, total: None
+) -> Audit:
+    """Read every record of ``version`` (a sealed version a reader may read) and measure it;
+    ``progress`` is told the records read so far, of those its seal measured, at each page."""
     if version.state not in READABLE or not version.verified:
         raise NamespaceStateError(
             f"{version.name} is {version.state.value}: only a sealed version (SEALED, ACTIVE or RETIRED) has a "
@@ -83,4 +87,5 @@ def audit_version(client: KvClient, version: NamespaceRecord) -> Audit:
     for page in client.scan_pages(namespace=version.name, page_size=PAGE_SIZE):
         records = page.records
         measured.add(digest_lists([r.key for r in records], [r.value for r in records]))
+        progress(measured.count, version.record_count)
     return Audit(version, measured.count, measured.value, time.monotonic() - started)

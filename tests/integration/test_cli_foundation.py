@@ -334,20 +334,35 @@ def test_warehouse_sample_command(tmp_path: Path) -> None:
 
 def test_a_run_without_a_terminal_prints_progress_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Where no progress bar can show (a scheduler's task log), the load's progress is a
-    line every PROGRESS_LINE_SECONDS: rows done of the total, the rate and the time left."""
-    from bulldozer.cli import run_cmds
+    line every PROGRESS_LINE_SECONDS: rows done of the total, the rate and the time left;
+    and so is ``namespace verify``'s reading back of a version (a 10 M-row version through
+    its layers took 86 s here, and said nothing until it was done)."""
+    from bulldozer.cli import progress
     from bulldozer.warehouse.sample import create_sample_warehouse
 
     home = tmp_path / "home"
     create_sample_warehouse(home, rows=2_000)
-    monkeypatch.setattr(run_cmds, "PROGRESS_LINE_SECONDS", 0.0)
+    monkeypatch.setattr(progress, "PROGRESS_LINE_SECONDS", 0.0)
+    result = runner.invoke(app, ["run", TEMPLATE, "--home", str(home), "--json"])
+    assert result.exit_code == 0, result.output
+    assert "· load:" not in result.stderr  # --json: no progress
     result = runner.invoke(app, ["run", TEMPLATE, "--home", str(home)])
     assert result.exit_code == 0, result.output
     assert re.search(r"· load: [\d,]+ of 2,000 rows, [\d,]+ rows/s", result.stderr), result.stderr
-    monkeypatch.setattr(run_cmds, "PROGRESS_LINE_SECONDS", 3600.0)
+    verified = runner.invoke(app, ["namespace", "verify", "user_item_scores", "--home", str(home)])
+    assert verified.exit_code == 0, verified.output
+    version = verified.stdout.split()[1]
+    assert re.search(
+        rf"^· verify {version}: 2,000 of 2,000 records, [\d,]+ records/s, about 0 s left$", verified.stderr, re.M
+    ), verified.stderr
+    as_json = runner.invoke(app, ["namespace", "verify", "user_item_scores", "--home", str(home), "--json"])
+    assert as_json.exit_code == 0 and "· verify" not in as_json.stderr, as_json.stderr
+    monkeypatch.setattr(progress, "PROGRESS_LINE_SECONDS", 3600.0)
     quiet = runner.invoke(app, ["run", TEMPLATE, "--home", str(home)])
     assert quiet.exit_code == 0, quiet.output
     assert "· load:" not in quiet.stderr  # not before an interval has passed
+    quiet = runner.invoke(app, ["namespace", "verify", "user_item_scores", "--home", str(home)])
+    assert quiet.exit_code == 0 and "· verify" not in quiet.stderr, quiet.stderr
 
 
 def test_home_for_a_dal_elsewhere_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
