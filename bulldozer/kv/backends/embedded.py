@@ -400,34 +400,29 @@ class EmbeddedEngine(StorageEngine):
         return found
 
     @staticmethod
-    def _merged(txn: Any, data: list[Any], tombs: list[Any], after: bytes | None) -> Iterator[tuple[bytes, Any]]:
+    def _after(txn: Any, db: Any, after: bytes | None) -> Iterator[tuple[Any, Any]]:
+        """The pairs of ``db`` in key order, after ``after`` (from its first with None)."""
+        cursor = txn.cursor(db=db)
+        found = cursor.set_range(after) if after is not None else cursor.first()
+        if found and after is not None and cursor.key() == after:
+            found = cursor.next()
+        if found:
+            yield from cursor.iternext()
+
+    @classmethod
+    def _merged(cls, txn: Any, data: list[Any], tombs: list[Any], after: bytes | None) -> Iterator[tuple[bytes, Any]]:
         """Every visible pair through the layers, in key order, after ``after`` (one layer:
-        its cursor alone, with nothing to merge)."""
-        import heapq
-        from itertools import groupby
-        from operator import itemgetter
-
-        def pairs(db: Any) -> Iterator[tuple[Any, Any]]:
-            cursor = txn.cursor(db=db)
-            found = cursor.set_range(after) if after is not None else cursor.first()
-            if found and after is not None and cursor.key() == after:
-                found = cursor.next()
-            if found:
-                yield from cursor.iternext()
-
+        its cursor alone, with nothing to merge): the pairs of the layers' overlay, whose
+        tombstones are merged in as streams. Each pair of a lower layer was looked up in
+        every tombstone database above it before: scanning a 10.45 M-record version through
+        6 layers in pages of 10,000 took 35.4-48.4 s, now 14.3-16.4 s (alternating, same
+        records), and ``bulldozer namespace verify`` of it 85.6 s, now 48.8 s."""
         if len(data) == 1:
-            yield from pairs(data[0])
+            yield from cls._after(txn, data[0], after)
             return
-
-        def layer(i: int, db: Any) -> Iterator[tuple[bytes, int, Any]]:
-            for key, value in pairs(db):
-                yield bytes(key), i, value
-
-        for key, group in groupby(heapq.merge(*(layer(i, db) for i, db in enumerate(data))), key=itemgetter(0)):
-            _, newest, value = next(group)
-            if any(txn.get(key, db=tombs[j]) is not None for j in range(newest)):
-                continue
-            yield key, value
+        for key, value in cls._overlay(txn, data, tombs, after):
+            if value is not None:
+                yield key, value
 
     @contextlib.contextmanager
     def _write(self, buffers: bool = False) -> Iterator[Any]:
@@ -850,18 +845,20 @@ class EmbeddedEngine(StorageEngine):
             )
         return super().measure(name)
 
-    @staticmethod
-    def _overlay(txn: Any, data: list[Any], tombs: list[Any]) -> Iterator[tuple[bytes, Any]]:
+    @classmethod
+    def _overlay(
+        cls, txn: Any, data: list[Any], tombs: list[Any], after: bytes | None = None
+    ) -> Iterator[tuple[bytes, Any]]:
         """What layers (newest first) change over the version below the last of them: for
-        every key one of them holds or deletes, in key order, the value the newest such
-        layer holds, or None where it deletes the key (a layer's own pair wins over its
-        tombstone, as reads take it)."""
+        every key one of them holds or deletes, in key order (after ``after``), the value the
+        newest such layer holds, or None where it deletes the key (a layer's own pair wins
+        over its tombstone, as reads take it)."""
         import heapq
         from itertools import groupby
         from operator import itemgetter
 
         def entries(db: Any, layer: int, kind: int) -> Iterator[tuple[bytes, int, int, Any]]:
-            for key, value in txn.cursor(db=db).iternext():
+            for key, value in cls._after(txn, db, after):
                 yield bytes(key), layer, kind, value
 
         streams = [entries(db, i, 0) for i, db in enumerate(data)]
