@@ -416,7 +416,8 @@ class EmbeddedEngine(StorageEngine):
         tombstones are merged in as streams. Each pair of a lower layer was looked up in
         every tombstone database above it before: scanning a 10.45 M-record version through
         6 layers in pages of 10,000 took 35.4-48.4 s, now 14.3-16.4 s (alternating, same
-        records), and ``bulldozer namespace verify`` of it 85.6 s, now 48.8 s."""
+        records); ``bulldozer namespace verify`` of the next version, 7 layers deep, took 85.6 s,
+        now 48.8 s."""
         if len(data) == 1:
             yield from cls._after(txn, data[0], after)
             return
