@@ -3,6 +3,7 @@ load stage read per second of that stage (``load.plan.measured_rate``)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -59,3 +60,12 @@ def test_runs_of_another_engine_failed_or_unmeasured_are_not_taken() -> None:
         "measured by local run f1",
     )
     assert measured_rate(skipped, "spark", "full")[1] == "measured by spark run s1"
+
+
+def test_older_records_than_the_newest_of_the_planned_mode_are_not_read() -> None:
+    def newest_first() -> Iterator[RunRecord | None]:
+        yield record("d1", "delta", load=0.2)
+        yield record("f2", load=5.0)
+        raise AssertionError("an older record was read")
+
+    assert measured_rate(newest_first(), "local", "full")[1] == "measured by local run f2"
