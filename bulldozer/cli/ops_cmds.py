@@ -177,9 +177,8 @@ def namespace_verify(
         if not targets and not as_json:
             ok("no alias points at a version: nothing to verify")
         audits = []
-        show = not as_json and err_console.is_terminal
         for target in targets:
-            with reporting(f"verify {target.name}", "records", bar=show, lines=not show and not as_json) as progress:
+            with reporting(f"verify {target.name}", "records", quiet=as_json) as progress:
                 audit = audit_version(client, target, progress.update)
             audits.append(audit)
             if not as_json and audit.intact:

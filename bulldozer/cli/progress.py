@@ -40,28 +40,35 @@ class _Lines:
 
 
 class Reporter:
-    """Where a command's progress goes: ``bar`` (the terminal's bar, or None) and the lines."""
+    """Where a command's progress goes: the terminal's bar, the log's lines, or nowhere."""
 
     def __init__(self, bar: Progress | None, lines: _Lines | None) -> None:
-        self.bar, self._lines = bar, lines
+        self._bar, self._lines = bar, lines
+
+    def stage(self, name: str) -> None:
+        """The command entered its step ``name``: the bar's title, or a line of its own."""
+        if self._bar is not None:
+            self._bar.update(self._bar.task_ids[0], description=name)
+        if self._lines is not None:
+            err_console.print(f"· {name}")
 
     def update(self, done: int, total: int) -> None:
         """``done`` of ``total`` (0: not known yet)."""
-        if self.bar is not None:
-            elapsed = self.bar.tasks[0].elapsed or 0.0
+        if self._bar is not None:
+            elapsed = self._bar.tasks[0].elapsed or 0.0
             rate = f"{done / elapsed:,.0f}" if elapsed else "-"
-            self.bar.update(self.bar.task_ids[0], completed=done, total=total or None, rate=rate)
+            self._bar.update(self._bar.task_ids[0], completed=done, total=total or None, rate=rate)
         if self._lines is not None:
             self._lines.update(done, total)
 
 
 @contextlib.contextmanager
-def reporting(what: str, unit: str, *, bar: bool, lines: bool) -> Iterator[Reporter]:
-    """A reporter of ``what``'s progress in ``unit``: on a bar (``bar``; rich's progress
-    module is imported only then: 9 ms of a run's start), else a line every
-    ``PROGRESS_LINE_SECONDS`` (``lines``), else nowhere."""
-    if not bar:
-        yield Reporter(None, _Lines(what, unit, PROGRESS_LINE_SECONDS) if lines else None)
+def reporting(what: str, unit: str, *, quiet: bool) -> Iterator[Reporter]:
+    """A reporter of ``what``'s progress in ``unit``: nowhere when ``quiet`` (``--json``,
+    ``-q``), else on a bar where stderr is a terminal (rich's progress module is imported
+    only then: 9 ms of a run's start), else a line every ``PROGRESS_LINE_SECONDS``."""
+    if quiet or not err_console.is_terminal:
+        yield Reporter(None, None if quiet else _Lines(what, unit, PROGRESS_LINE_SECONDS))
         return
     from rich.progress import (
         BarColumn,

@@ -18,7 +18,6 @@ from bulldozer.cli.common import (
     Json,
     Token,
     console,
-    err_console,
     fail,
     handle_errors,
     line,
@@ -310,19 +309,14 @@ def _run(
     load_engine = create_load_engine(engine.value, **({"master": master} if master else {}))
     if process.owned():
         process.use_load_memory_pool()
-    show = not (quiet or as_json) and err_console.is_terminal
-    with reporting("load", "rows", bar=show, lines=not show and not as_json and not quiet) as progress:
-        bar = progress.bar
+    with reporting("load", "rows", quiet=quiet or as_json) as progress:
 
         def on_stage(stage: str) -> None:
             if stage == "load":
                 # Everything imported and built so far lives to the end of the run: keep the
                 # collector from walking it again at every full collection during the load.
                 process.started()
-            if bar is not None:
-                bar.update(bar.task_ids[0], description=stage)
-            if not show and not as_json and not quiet:
-                err_console.print(f"· {stage}")
+            progress.stage(stage)
 
         on_progress = progress.update
 
