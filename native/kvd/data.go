@@ -47,7 +47,7 @@ func init() {
 // Limits are the reference DAL's request limits (bulldozer.kv.server.rules.Limits, after the
 // engine lowered the key limit).
 type Limits struct {
-	MaxKeyBytes, MaxValueBytes, MaxBatchRecords, MaxBatchGetKeys int
+	MaxKeyBytes, MaxValueBytes, MaxBatchRecords, MaxBatchGetKeys, MaxScanPage int
 }
 
 // store is what the fast path writes to and reads from: the embedded (LMDB) store, or
@@ -68,6 +68,9 @@ type store interface {
 	// sample is the readable version's seeded sample of count pairs (see sample.go); ok is
 	// false when the reference DAL must answer.
 	sample(ctx context.Context, target *kvpb.Target, count int, seed uint64) (name string, pairs []sampled, scanned uint64, ok bool)
+	// scan is up to limit of the readable version's pairs in key order past after (see
+	// scan.go); ok is false when the reference DAL must answer.
+	scan(ctx context.Context, target *kvpb.Target, after []byte, limit int) (name string, keys, values [][]byte, ok bool)
 }
 
 type dataServer struct {
@@ -707,27 +710,4 @@ func (s *dataServer) deleteNative(req *kvpb.DeleteRequest) (uint64, bool) {
 		}
 	}
 	return s.store.delete(name, keys)
-}
-
-// Scan is served by the reference DAL (its pages are large; the call overhead this process
-// saves matters for point reads, not for scans).
-func (s *dataServer) Scan(req *kvpb.ScanRequest, stream kvpb.KvData_ScanServer) error {
-	s.stats.served("Scan", false)
-	upstream, err := s.backend.Scan(forwarded(stream.Context()), req)
-	if err != nil {
-		return err
-	}
-	for {
-		resp, err := upstream.Recv()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			stream.SetTrailer(upstream.Trailer())
-			return err
-		}
-		if err := stream.Send(resp); err != nil {
-			return err
-		}
-	}
 }

@@ -46,6 +46,7 @@ func main() {
 	maxValue := flag.Int("max-value-bytes", shared.LimitsMaxValueBytes, "largest value")
 	maxBatch := flag.Int("max-batch-records", shared.LimitsMaxBatchRecords, "most records in one put batch")
 	maxGet := flag.Int("max-batch-get-keys", shared.LimitsMaxBatchGetKeys, "most keys in one batch get")
+	maxScanPage := flag.Int("max-scan-page", shared.LimitsMaxScanPage, "most records in one page of a scan")
 	maxMsg := flag.Int("max-message-bytes", shared.LimitsMaxMessageBytes, "largest request or response")
 	maxWrites := flag.Int("max-writes-in-flight", shared.LimitsMaxWritesInFlight, "most write calls (PutBatch, PutStream) taken at once; one more is refused as busy before its message is read (admission.go)")
 	readyFile := flag.String("ready-file", "", "write the bound port here once listening")
@@ -91,7 +92,7 @@ func main() {
 		return
 	}
 	if err := run(*listen, *backend, *engine, *store, lmdb.Options{MapSize: *mapSize, MaxDBs: *maxDBs, MaxReaders: 512, WriteMap: *writeMap},
-		Limits{MaxKeyBytes: *maxKey, MaxValueBytes: *maxValue, MaxBatchRecords: *maxBatch, MaxBatchGetKeys: *maxGet},
+		Limits{MaxKeyBytes: *maxKey, MaxValueBytes: *maxValue, MaxBatchRecords: *maxBatch, MaxBatchGetKeys: *maxGet, MaxScanPage: *maxScanPage},
 		*maxMsg, *maxWrites, *readyFile, *metricsListen, *grace, *parent); err != nil {
 		slog.Error("stopped", "error", err.Error())
 		fmt.Fprintln(os.Stderr, "bulldozer-kvd:", err)
@@ -202,7 +203,7 @@ func measure(dir string, opts lmdb.Options, name string) (count, digest, size ui
 		return 0, 0, 0, fmt.Errorf("version %s: its layers cannot be read", name)
 	}
 	hasher := newPairHasher()
-	err = store.env.VisiblePairs(data, tombs, nil, func(keys, values [][]byte) error {
+	err = store.env.VisiblePairs(data, tombs, nil, 0, nil, func(keys, values [][]byte) error {
 		for i, key := range keys {
 			digest += hasher.hash(key, values[i])
 			size += uint64(len(key) + len(values[i]))

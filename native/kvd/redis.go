@@ -27,6 +27,11 @@ func (redisStore) sample(context.Context, *kvpb.Target, int, uint64) (string, []
 	return "", nil, 0, false
 }
 
+// scan: the reference DAL answers (a Redis version is scanned in its key buckets' order).
+func (redisStore) scan(context.Context, *kvpb.Target, []byte, int) (string, [][]byte, [][]byte, bool) {
+	return "", nil, nil, false
+}
+
 func (s redisStore) getMany(ctx context.Context, target *kvpb.Target, keys [][]byte) (string, [][]byte, bool) {
 	ns, alias, pinned, ok := parseTarget(target)
 	if !ok || target.GetSchemaGeneration() != 0 {

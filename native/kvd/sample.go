@@ -43,6 +43,18 @@ func (h *largestFirst) Pop() any {
 
 var errNotReadable = errors.New("not readable")
 
+// readableNow is the check a read's transaction makes first: version name is readable
+// (errNotReadable when it is not).
+func (m *lmdbStore) readableNow(name string) func(*lmdb.Txn) error {
+	return func(txn *lmdb.Txn) error {
+		state, found, err := txn.Get(m.meta.states, []byte(name))
+		if err == nil && (!found || !readable[string(state)]) {
+			err = errNotReadable
+		}
+		return err
+	}
+}
+
 // sample reads the readable version target addresses through its layers in one read
 // transaction and keeps its count pairs of smallest seeded key hash; scanned is the pairs
 // it holds. ok is false when the reference DAL must answer.
@@ -51,16 +63,9 @@ func (m *lmdbStore) sample(_ context.Context, target *kvpb.Target, count int, se
 	if !ok {
 		return "", nil, 0, false
 	}
-	readableNow := func(txn *lmdb.Txn) error {
-		state, found, err := txn.Get(m.meta.states, []byte(name))
-		if err == nil && (!found || !readable[string(state)]) {
-			err = errNotReadable
-		}
-		return err
-	}
 	hasher := xxhash.NewWithSeed(seed)
 	top := make(largestFirst, 0, count)
-	err := m.env.VisiblePairs(data, tombs, readableNow, func(keys, values [][]byte) error {
+	err := m.env.VisiblePairs(data, tombs, nil, 0, m.readableNow(name), func(keys, values [][]byte) error {
 		for i, key := range keys {
 			hasher.ResetWithSeed(seed)
 			_, _ = hasher.Write(key)

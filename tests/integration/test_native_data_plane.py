@@ -206,6 +206,97 @@ def test_layered_deletes_and_ingests_through_either_plane_make_one_digest(
     assert totals["served"]["Sample"] == 2 and "Sample" not in totals.get("forwarded", {})
 
 
+def test_the_front_scans_through_layers_page_for_page_as_the_dal_does(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The front serves a scan itself, through a version's layers (a base, a delta over it,
+    a delta over that: new keys, updates, deletes of the base's keys and of a layer's own):
+    every page — its version, its records, its token — is the one the DAL sends, whatever
+    the page size (none, over the limit of a page) and the limit, and a token from either
+    resumes on either. A scan the front cannot serve (a version not readable, unknown, or
+    dropped under a token) gets the DAL's own error."""
+    engine = _embedded(tmp_path)
+    native, native_port = create_server("127.0.0.1:0", engine, data_plane="native")
+    python, python_port = create_server("127.0.0.1:0", engine, data_plane="python")
+    fast, slow = KvClient(f"127.0.0.1:{native_port}"), KvClient(f"127.0.0.1:{python_port}")
+
+    def pages(client: KvClient, **kwargs: Any) -> list[tuple[str, list[tuple[bytes, bytes]], bytes]]:
+        return [
+            (p.namespace, [(r.key, r.value) for r in p.records], p.next_page_token) for p in client.scan_pages(**kwargs)
+        ]
+
+    def seal(name: str, contents: dict[bytes, bytes]) -> None:
+        want = digest_pairs(sorted(contents.items()))
+        assert fast.seal(name, want.count, want.value).verified
+
+    scans = 0
+    try:
+        fast.wait_ready()
+        v1 = dict(_pairs(3_000))
+        fast.create_namespace("deep__v1", "deep")
+        fast.put("deep__v1", sorted(v1.items()))
+        seal("deep__v1", v1)
+        fast.create_namespace("deep__v2", "deep", base="deep__v1")
+        fast.put("deep__v2", _pairs(100, start=5_000))
+        fast.ingest("deep__v2")
+        gone = [b"key-%08d" % i for i in range(0, 3_000, 7)]
+        fast.delete("deep__v2", gone)
+        v2 = {k: v for k, v in (v1 | dict(_pairs(100, start=5_000))).items() if k not in set(gone)}
+        seal("deep__v2", v2)
+        fast.create_namespace("deep__v3", "deep", base="deep__v2")
+        fast.delete("deep__v3", [b"key-%08d" % i for i in (*range(5_000, 5_010), *range(1_000, 1_050))])
+        fast.put("deep__v3", _pairs(100, start=300, value=b"new-"))
+        fast.ingest("deep__v3")
+        v3 = {k: v for k, v in v2.items() if not (b"key-00005000" <= k < b"key-00005010")}
+        v3 = {k: v for k, v in v3.items() if not (b"key-00001000" <= k < b"key-00001050")} | dict(
+            _pairs(100, start=300, value=b"new-")
+        )
+        seal("deep__v3", v3)
+        fast.compare_and_set_alias("deep", None, "deep__v3")
+        targets = [{"namespace": "deep__v1"}, {"namespace": "deep__v2"}, {"namespace": "deep__v3"}, {"alias": "deep"}]
+        for target, contents in zip(targets, (v1, v2, v3, v3), strict=True):
+            for page_size, limit in ((1, 13), (7, 0), (999, 0), (0, 0), (20_000, 0), (999, 2_500), (1_000, 40)):
+                got = pages(fast, page_size=page_size, limit=limit, **target)
+                assert got == pages(slow, page_size=page_size, limit=limit, **target), (target, page_size, limit)
+                scans += 1
+                records = [pair for _, page, _ in got for pair in page]
+                assert records == sorted(contents.items())[: limit or None]
+            # a token from either plane resumes on either, on the version it named
+            token = pages(slow, page_size=500, **target)[0][2]
+            rest = pages(fast, page_size=500, page_token=token, **target)
+            assert rest == pages(slow, page_size=500, page_token=token, **target)
+            scans += 1
+            assert [pair for _, page, _ in rest for pair in page] == sorted(contents.items())[500:]
+        # what only the DAL answers: the same error from either plane
+        fast.create_namespace("deep__v4", "deep", base="deep__v3")
+        solo = dict(_pairs(50))
+        fast.create_namespace("solo__v1", "solo")
+        fast.put("solo__v1", sorted(solo.items()))
+        seal("solo__v1", solo)
+        token = pages(fast, namespace="solo__v1", page_size=10)[0][2]
+        scans += 1
+        fast.drop("solo__v1")
+        refused: list[tuple[dict[str, Any], type[Exception]]] = [
+            ({"namespace": "deep__v4"}, NamespaceStateError),  # LOADING
+            ({"namespace": "deep__v9"}, NamespaceNotFoundError),
+            ({"namespace": "solo__v1", "page_token": token}, NamespaceStateError),  # dropped
+        ]
+        for request, error in refused:
+            messages = []
+            for client in (fast, slow):
+                with pytest.raises(error) as raised:
+                    pages(client, **request)
+                messages.append(str(raised.value))
+            assert messages[0] == messages[1]
+    finally:
+        fast.close()
+        slow.close()
+        native.stop(5, close_engine=False)
+        python.stop(5)
+    totals = _totals(capfd.readouterr().err)
+    assert totals["served"]["Scan"] == scans and totals["forwarded"]["Scan"] == 3
+
+
 def test_reads_and_writes_through_filtered_layers_match_the_python_engine(tmp_path: Path) -> None:
     """Through a chain of sealed layers, the front looks keys up through each layer's key
     filter (built on a request of enough keys, stored, and dropped with the layer's data;

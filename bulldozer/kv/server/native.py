@@ -1,8 +1,8 @@
 """The native data plane: ``bulldozer-kvd`` (``native/kvd``, Go) in front of the DAL.
 
 With ``bulldozer serve --data-plane native`` (the default ``auto`` picks it when it can),
-the public address is served by ``bulldozer-kvd``. It stores batch puts and answers gets
-and batch gets straight from the store (the embedded store, or Redis: pipelined from Go
+the public address is served by ``bulldozer-kvd``. It stores batch puts and answers gets,
+batch gets, samples and (on the embedded store) scans straight from the store (the embedded store, or Redis: pipelined from Go
 under the engine's write fence and running digest, whose rules it reads from
 ``proto/bulldozer/kv/v1/shared.yaml``), and relays every other call, and every request
 off its fast path, to this Python DAL, which then listens on a private Unix socket over
@@ -145,6 +145,7 @@ class NativeFront:
             f"--max-value-bytes={limits.max_value_bytes}",
             f"--max-batch-records={limits.max_batch_records}",
             f"--max-batch-get-keys={limits.max_batch_get_keys}",
+            f"--max-scan-page={limits.max_scan_page}",
             f"--max-message-bytes={limits.max_message_bytes}",
             f"--max-writes-in-flight={limits.max_writes_in_flight}",
             f"--ready-file={ready_file}",

@@ -79,7 +79,7 @@ class Limits:
     #: write calls (PutBatch, PutStream) taken at once; one more is refused as busy
     #: (``DalBusyError``) and the client's batch writer sends it again after a pause
     max_writes_in_flight: int = shared.LIMITS_MAX_WRITES_IN_FLIGHT
-    max_scan_page: int = 10_000
+    max_scan_page: int = shared.LIMITS_MAX_SCAN_PAGE
     #: Stored metadata of one namespace, each bounded so that any record fits a response and
     #: a page of ListNamespaces always holds at least one (both are at most a quarter of
     #: ``max_message_bytes``): the schema's descriptor set, and all labels together.

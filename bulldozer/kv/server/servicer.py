@@ -13,7 +13,7 @@ from bulldozer.kv import convert
 from bulldozer.kv.convert import PRINCIPAL_KEY
 from bulldozer.kv.server.rules import KvDal
 from bulldozer.kv.types import utcnow
-from bulldozer.kv.v1 import kv_pb2, kv_pb2_grpc
+from bulldozer.kv.v1 import kv_pb2, kv_pb2_grpc, shared
 
 __all__ = ["AliasesServicer", "DataServicer", "NamespacesServicer", "principal_of"]
 
@@ -109,7 +109,7 @@ class DataServicer(kv_pb2_grpc.KvDataServicer):
                 target = {"namespace": pinned}
             after = last
         remaining = request.limit or None
-        page = min(request.page_size or 1000, self.dal.limits.max_scan_page)
+        page = min(request.page_size or shared.LIMITS_DEFAULT_SCAN_PAGE, self.dal.limits.max_scan_page)
         while True:
             want = page if remaining is None else min(page, remaining)
             name, records = self.dal.scan(after=after, limit=want, **target)

@@ -673,7 +673,10 @@ static void kvd_merged_close(kvd_merged *m) {
 	memset(m, 0, sizeof *m);
 }
 
-static int kvd_merged_open(MDB_txn *txn, const MDB_dbi *data, const MDB_dbi *tombs, size_t n, int flat, kvd_merged *m) {
+// A non-empty after (after_len bytes) starts the view past that key: every stream at its
+// first key greater (the caller's key is read only during the call).
+static int kvd_merged_open(MDB_txn *txn, const MDB_dbi *data, const MDB_dbi *tombs, size_t n, int flat,
+                           const char *after, size_t after_len, kvd_merged *m) {
 	size_t s;
 	int rc;
 	memset(m, 0, sizeof *m);
@@ -685,7 +688,14 @@ static int kvd_merged_open(MDB_txn *txn, const MDB_dbi *data, const MDB_dbi *tom
 	if (!m->cur || !m->keys || !m->vals || !m->live) { kvd_merged_close(m); return ENOMEM; }
 	for (s = 0; s < m->streams; s++) {
 		if ((rc = mdb_cursor_open(txn, s % 2 ? tombs[s / 2] : data[s / 2], &m->cur[s]))) { kvd_merged_close(m); return rc; }
-		rc = mdb_cursor_get(m->cur[s], &m->keys[s], &m->vals[s], MDB_FIRST);
+		if (after_len) {
+			m->keys[s].mv_data = (void *)after; m->keys[s].mv_size = after_len;
+			rc = mdb_cursor_get(m->cur[s], &m->keys[s], &m->vals[s], MDB_SET_RANGE);
+			if (rc == 0 && m->keys[s].mv_size == after_len && memcmp(m->keys[s].mv_data, after, after_len) == 0)
+				rc = mdb_cursor_get(m->cur[s], &m->keys[s], &m->vals[s], MDB_NEXT);
+		} else {
+			rc = mdb_cursor_get(m->cur[s], &m->keys[s], &m->vals[s], MDB_FIRST);
+		}
 		if (rc && rc != MDB_NOTFOUND) { kvd_merged_close(m); return rc; }
 		m->live[s] = rc == 0;
 	}
@@ -763,7 +773,7 @@ static int kvd_merge_layers(MDB_env *env, MDB_dbi states, const char *name, size
 		if ((rc = mdb_stat(txn, own_tomb, &st))) goto done;
 		if (st.ms_entries) { *outcome = KVD_NOT_EMPTY; goto done; }
 	}
-	if ((rc = kvd_merged_open(txn, data, tombs, n, flat, &m))) goto done;
+	if ((rc = kvd_merged_open(txn, data, tombs, n, flat, NULL, 0, &m))) goto done;
 	if ((rc = mdb_cursor_open(txn, own, &put)) || (!flat && (rc = mdb_cursor_open(txn, own_tomb, &del)))) goto done;
 	tv.mv_data = (void *)tombstone; tv.mv_size = tombstone_len;
 	while ((rc = kvd_merged_next(&m, &k, &v, &pair)) == 0) {
@@ -1404,10 +1414,11 @@ func flatness(data, tombs []DBI) (C.int, error) {
 // VisiblePairs calls fn with every pair a read through layers (data/tombs, newest first,
 // as the merged view in kvd_merged_open takes them: with one tombstone handle fewer, the last
 // layer is the chain's bottom) sees, in key order, a batch at a time, in one read
-// transaction: a consistent snapshot, which first (when not nil) looks at first. The slices
-// point into the map and are valid only during the call; first's or fn's error stops the
-// walk and is returned.
-func (e *Env) VisiblePairs(data, tombs []DBI, first func(*Txn) error, fn func(keys, values [][]byte) error) error {
+// transaction: a consistent snapshot, which first (when not nil) looks at first. It starts
+// past the key after (from the first key when after is empty) and stops after limit pairs
+// (0: at the end). The slices point into the map and are valid only during the call;
+// first's or fn's error stops the walk and is returned.
+func (e *Env) VisiblePairs(data, tombs []DBI, after []byte, limit int, first func(*Txn) error, fn func(keys, values [][]byte) error) error {
 	cflat, err := flatness(data, tombs)
 	if err != nil {
 		return err
@@ -1423,7 +1434,8 @@ func (e *Env) VisiblePairs(data, tombs []DBI, first func(*Txn) error, fn func(ke
 		}
 	}
 	var m C.kvd_merged
-	if err := check(C.kvd_merged_open(txn.txn, dbis(data), dbis(tombs), C.size_t(len(data)), cflat, &m)); err != nil {
+	if err := check(C.kvd_merged_open(txn.txn, dbis(data), dbis(tombs), C.size_t(len(data)), cflat,
+		ptr(after), C.size_t(len(after)), &m)); err != nil {
 		return err
 	}
 	defer C.kvd_merged_close(&m)
@@ -1433,9 +1445,13 @@ func (e *Env) VisiblePairs(data, tombs []DBI, first func(*Txn) error, fn func(ke
 	vs := (*[batch]C.MDB_val)(C.malloc(C.size_t(batch) * C.size_t(unsafe.Sizeof(C.MDB_val{}))))
 	defer C.free(unsafe.Pointer(vs))
 	keys, values := make([][]byte, batch), make([][]byte, batch)
-	for {
+	for left := limit; ; left -= batch {
+		want := batch
+		if limit > 0 && left < batch {
+			want = left
+		}
 		var got C.size_t
-		if err := check(C.kvd_merged_pairs(&m, batch, &ks[0], &vs[0], &got)); err != nil {
+		if err := check(C.kvd_merged_pairs(&m, C.size_t(want), &ks[0], &vs[0], &got)); err != nil {
 			return err
 		}
 		n := int(got)
@@ -1448,8 +1464,8 @@ func (e *Env) VisiblePairs(data, tombs []DBI, first func(*Txn) error, fn func(ke
 				return err
 			}
 		}
-		if n < batch {
-			return nil
+		if n < want || limit > 0 && left <= batch {
+			return nil // the end, or limit pairs
 		}
 	}
 }

@@ -3,6 +3,7 @@ package lmdb
 import (
 	"fmt"
 	"math/rand"
+	"slices"
 	"sort"
 	"testing"
 
@@ -163,13 +164,15 @@ func TestMergeLayersIntoTheBottomMakesAFlatVersion(t *testing.T) {
 	// a read through the chain (VisiblePairs: what a seal measures) sees the same, in key order
 	seen := map[string]string{}
 	var last []byte
-	err := env.VisiblePairs(data, tombs, nil, func(keys, values [][]byte) error {
+	var order []string
+	err := env.VisiblePairs(data, tombs, nil, 0, nil, func(keys, values [][]byte) error {
 		for i, k := range keys {
 			if last != nil && string(k) <= string(last) {
 				return fmt.Errorf("%q after %q", k, last)
 			}
 			last = append(last[:0], k...)
 			seen[string(k)] = string(values[i])
+			order = append(order, string(k))
 		}
 		return nil
 	})
@@ -179,6 +182,54 @@ func TestMergeLayersIntoTheBottomMakesAFlatVersion(t *testing.T) {
 	for k, v := range want {
 		if seen[k] != v {
 			t.Fatalf("visible %s: %q, want %q", k, seen[k], v)
+		}
+	}
+	// read in pages (a scan's: each past the last key of the one before, limit pairs), the
+	// walk yields the same pairs in the same order, whatever the page size
+	for _, size := range []int{1, 7, 1024, 1025, 2500} {
+		var paged []string
+		var after []byte
+		for {
+			n := 0
+			err := env.VisiblePairs(data, tombs, after, size, nil, func(keys, values [][]byte) error {
+				for i, k := range keys {
+					if seen[string(k)] != string(values[i]) {
+						return fmt.Errorf("%s: %q", k, values[i])
+					}
+					paged = append(paged, string(k))
+				}
+				n += len(keys)
+				return nil
+			})
+			if err != nil || n > size {
+				t.Fatalf("a page of %d: %d pairs, %v", size, n, err)
+			}
+			if n < size {
+				break
+			}
+			after = []byte(paged[len(paged)-1])
+		}
+		if !slices.Equal(paged, order) {
+			t.Fatalf("in pages of %d: %d keys, want %d in the same order", size, len(paged), len(order))
+		}
+	}
+	// past a key no layer holds, or one only a tombstone names: from the next visible key
+	for _, after := range []string{"k00100a", "zz", "zy", "a"} {
+		var first string
+		_ = env.VisiblePairs(data, tombs, []byte(after), 1, nil, func(keys, _ [][]byte) error {
+			first = string(keys[0])
+			return nil
+		})
+		i, _ := slices.BinarySearch(order, after)
+		if i < len(order) && order[i] == after {
+			i++
+		}
+		wantFirst := "" // past the last key: nothing
+		if i < len(order) {
+			wantFirst = order[i]
+		}
+		if first != wantFirst {
+			t.Fatalf("past %q: %q, want %q", after, first, wantFirst)
 		}
 	}
 	loading, merged, err := env.MergeLayers(states, into, own, 0, data, tombs)

@@ -17,6 +17,10 @@ const LimitsMaxBatchGetKeys = 10000
 
 const LimitsMaxMessageBytes = 0x4000000
 
+const LimitsDefaultScanPage = 1000
+
+const LimitsMaxScanPage = 10000
+
 const LimitsEmbeddedMaxKeyBytes = 511
 
 const LimitsMaxWritesInFlight = 8
