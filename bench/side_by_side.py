@@ -966,6 +966,11 @@ def delta_section(ctx: Context) -> None:
                     f"  {kind} steady delta {step + 1}: {delta.seconds:.2f} s "
                     f"(create {entry['steady_create_s'][-1]:.2f})"
                 )
+            entry.update(read_back_layers(home, "features_delta", s.repeat))
+            ctx.say(
+                f"  {kind} verify of the layered version: {med(entry['verify_s']):.2f} s "
+                f"(the raw walk {med(entry['raw_walk_s']):.2f} s)"
+            )
             # a whole cycle of the chain: warm deltas until one compacts it flat (the DAL logs it)
             with warm_loader(home) as loader:
                 for step in range(s.delta_cycle):
@@ -1016,6 +1021,23 @@ def delta_section(ctx: Context) -> None:
                     f"{med(steady):.2f}",
                     f"full run of a snapshot: {med(entry['full_s']):.1f} s",
                     f"{med(steady) / med(entry['full_s']):.3f}",
+                )
+            )
+        if entry.get("verify_s"):
+            verify, raw = med(entry["verify_s"]), med(entry["raw_walk_s"])
+            ctx.rows.append(
+                Row(
+                    "6 delta",
+                    f"{kind}: `bulldozer namespace verify` of the live layered version (the chain at its depth "
+                    f"limit: {entry['verify_records']:,} records read back through the DAL's Scan and measured; "
+                    f"the read alone {med(entry['verify_read_s']):.2f} s), whole command, s; ratio: the raw "
+                    "walk's time over it",
+                    f"{verify:.2f}",
+                    f"the raw engine's walk through the same layers (bulldozer-kvd --measure, what a seal runs): "
+                    f"{raw:.2f} s",
+                    f"{raw / verify:.2f}",
+                    "≥ 0.5",
+                    verdict(raw / verify, 0.5),
                 )
             )
         if entry.get("cycle_s"):
@@ -1150,6 +1172,37 @@ def upserts_section(ctx: Context) -> None:
         )
     )
     ctx.raw["upserts"] = entry
+
+
+def read_back_layers(home: Path, alias: str, repeat: int) -> dict[str, Any]:
+    """``bulldozer namespace verify ALIAS`` (the whole command) and the raw engine's walk of
+    the same version through its layers (``EmbeddedEngine.measure``: bulldozer-kvd
+    --measure, in a process of its own), alternating, ``repeat`` times each."""
+    from bulldozer.kv.backends import create_engine
+    from bulldozer.kv.backends.embedded import EmbeddedEngine
+    from bulldozer.kv.connect import embedded_store_path
+    from bulldozer.kv.server.native import kvd_binary
+
+    out: dict[str, Any] = {"verify_s": [], "verify_read_s": [], "raw_walk_s": []}
+    for _ in range(repeat):
+        verify = run_cli(["namespace", "verify", alias, "--json"], home)  # exits 1 unless intact
+        out["verify_s"].append(verify.seconds)
+        out["verify_read_s"].append(verify.output["seconds"])  # its read alone, start-up aside
+        out["verify_records"] = verify.output["records"]
+        engine = create_engine({"type": "embedded", "path": str(embedded_store_path(home))})
+        try:
+            kvd = kvd_binary()
+            if kvd is None or not isinstance(engine, EmbeddedEngine):
+                raise RuntimeError("the raw walk needs bulldozer-kvd (scripts/build_native.sh)")
+            engine.use_kvd(kvd)
+            started = time.perf_counter()
+            measured = engine.measure(verify.output["namespace"])
+            out["raw_walk_s"].append(time.perf_counter() - started)
+        finally:
+            engine.close()
+        if measured.count != verify.output["records"]:
+            raise RuntimeError(f"the raw walk read {measured.count:,} records, verify {verify.output['records']:,}")
+    return out
 
 
 def compactions(home: Path) -> int:

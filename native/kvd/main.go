@@ -2,10 +2,12 @@
 //
 // It listens where the DAL was asked to listen and serves batch puts, gets and batch gets
 // straight from the store: the embedded (LMDB) store, or Redis (--engine redis, its
-// configuration as JSON on standard input; package redisstore). Every other call, and every request that is not
+// configuration as JSON on standard input; package redisstore); on the embedded store,
+// also ingests, deletes, samples and scans. Every other call, and every request that is not
 // on the fast path, goes to the reference DAL (the Python server over the same store,
 // listening on a private socket), so the lifecycle rules and error answers stay in one
-// place. See data.go and proxy.go. It is started and stopped by `bulldozer serve`.
+// place. See data.go, sample.go, scan.go and proxy.go. It is started and stopped by
+// `bulldozer serve`.
 package main
 
 import (

@@ -8,6 +8,7 @@ chosen, and that `bulldozer serve` stops when the front dies.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -18,6 +19,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,23 @@ def engine(request: pytest.FixtureRequest, tmp_path: Path) -> StorageEngine:
 
 def _pairs(n: int, start: int = 0, value: bytes = b"value-") -> list[tuple[bytes, bytes]]:
     return [(b"key-%08d" % i, value + b"%d" % i * 3) for i in range(start, start + n)]
+
+
+@contextlib.contextmanager
+def _both_planes(engine: StorageEngine) -> Iterator[tuple[KvClient, KvClient]]:
+    """Clients of the front (bulldozer-kvd) and of the Python DAL, both serving ``engine``."""
+    native, native_port = create_server("127.0.0.1:0", engine, data_plane="native")
+    python, python_port = create_server("127.0.0.1:0", engine, data_plane="python")
+    fast, slow = KvClient(f"127.0.0.1:{native_port}"), KvClient(f"127.0.0.1:{python_port}")
+    try:
+        fast.wait_ready()
+        slow.wait_ready()
+        yield fast, slow
+    finally:
+        fast.close()
+        slow.close()
+        native.stop(5, close_engine=False)
+        python.stop(5)
 
 
 def _totals(stderr: str) -> dict[str, dict[str, int]]:
@@ -108,12 +127,7 @@ def test_writes_through_either_plane_make_one_digest(engine: StorageEngine) -> N
     """Batches stored by bulldozer-kvd and by the Python engine over one store, a retried
     batch and a key written twice with another value: the seal's digest is of what is
     stored, whoever stored it."""
-    native, native_port = create_server("127.0.0.1:0", engine, data_plane="native")
-    python, python_port = create_server("127.0.0.1:0", engine, data_plane="python")
-    fast, slow = KvClient(f"127.0.0.1:{native_port}"), KvClient(f"127.0.0.1:{python_port}")
-    try:
-        fast.wait_ready()
-        slow.wait_ready()
+    with _both_planes(engine) as (fast, slow):
         fast.create_namespace("mix__v1", "mix")
         first, second = _pairs(3_000), _pairs(3_000, start=3_000)
         fast.put("mix__v1", first)
@@ -136,11 +150,6 @@ def test_writes_through_either_plane_make_one_digest(engine: StorageEngine) -> N
         expected = digest_pairs(changed + first[1:])
         sealed = fast.seal("mix__v2", expected_records=len(first), expected_digest=expected.value)
         assert sealed.digest == expected.value
-    finally:
-        fast.close()
-        slow.close()
-        native.stop(5, close_engine=False)
-        python.stop(5)
 
 
 def test_layered_deletes_and_ingests_through_either_plane_make_one_digest(
@@ -153,11 +162,7 @@ def test_layered_deletes_and_ingests_through_either_plane_make_one_digest(
     a put that hides a base's pair it did not delete makes it inexact on both planes. The
     front samples a layered version itself, as the DAL does."""
     engine = _embedded(tmp_path)
-    native, native_port = create_server("127.0.0.1:0", engine, data_plane="native")
-    python, python_port = create_server("127.0.0.1:0", engine, data_plane="python")
-    fast, slow = KvClient(f"127.0.0.1:{native_port}"), KvClient(f"127.0.0.1:{python_port}")
-    try:
-        fast.wait_ready()
+    with _both_planes(engine) as (fast, slow):
         base = _pairs(1_000)
         fast.create_namespace("lay__v1", "lay")
         fast.put("lay__v1", base)
@@ -195,11 +200,6 @@ def test_layered_deletes_and_ingests_through_either_plane_make_one_digest(
             assert engine.stored_digest(name) is None
             shadowed = digest_pairs(sorted((dict(base) | {b"key-00000500": b"shadow"}).items()))
             assert client.seal(name, shadowed.count, shadowed.value).verified
-    finally:
-        fast.close()
-        slow.close()
-        native.stop(5, close_engine=False)
-        python.stop(5)
     totals = _totals(capfd.readouterr().err)
     assert totals["served"]["Delete"] == 2 and "Delete" not in totals.get("forwarded", {})
     assert totals["served"]["Ingest"] >= 4 and "Ingest" not in totals.get("forwarded", {})
@@ -216,22 +216,19 @@ def test_the_front_scans_through_layers_page_for_page_as_the_dal_does(
     resumes on either. A scan the front cannot serve (a version not readable, unknown, or
     dropped under a token) gets the DAL's own error."""
     engine = _embedded(tmp_path)
-    native, native_port = create_server("127.0.0.1:0", engine, data_plane="native")
-    python, python_port = create_server("127.0.0.1:0", engine, data_plane="python")
-    fast, slow = KvClient(f"127.0.0.1:{native_port}"), KvClient(f"127.0.0.1:{python_port}")
+    with _both_planes(engine) as (fast, slow):
 
-    def pages(client: KvClient, **kwargs: Any) -> list[tuple[str, list[tuple[bytes, bytes]], bytes]]:
-        return [
-            (p.namespace, [(r.key, r.value) for r in p.records], p.next_page_token) for p in client.scan_pages(**kwargs)
-        ]
+        def pages(client: KvClient, **kwargs: Any) -> list[tuple[str, list[tuple[bytes, bytes]], bytes]]:
+            return [
+                (p.namespace, [(r.key, r.value) for r in p.records], p.next_page_token)
+                for p in client.scan_pages(**kwargs)
+            ]
 
-    def seal(name: str, contents: dict[bytes, bytes]) -> None:
-        want = digest_pairs(sorted(contents.items()))
-        assert fast.seal(name, want.count, want.value).verified
+        def seal(name: str, contents: dict[bytes, bytes]) -> None:
+            want = digest_pairs(sorted(contents.items()))
+            assert fast.seal(name, want.count, want.value).verified
 
-    scans = 0
-    try:
-        fast.wait_ready()
+        scans = 0
         v1 = dict(_pairs(3_000))
         fast.create_namespace("deep__v1", "deep")
         fast.put("deep__v1", sorted(v1.items()))
@@ -288,11 +285,6 @@ def test_the_front_scans_through_layers_page_for_page_as_the_dal_does(
                     pages(client, **request)
                 messages.append(str(raised.value))
             assert messages[0] == messages[1]
-    finally:
-        fast.close()
-        slow.close()
-        native.stop(5, close_engine=False)
-        python.stop(5)
     totals = _totals(capfd.readouterr().err)
     assert totals["served"]["Scan"] == scans and totals["forwarded"]["Scan"] == 3
 
@@ -305,24 +297,20 @@ def test_reads_and_writes_through_filtered_layers_match_the_python_engine(tmp_pa
     in the top layer, in a middle one, in the bottom, deleted by a newer layer, and in
     none."""
     engine = _embedded(tmp_path)
-    native, native_port = create_server("127.0.0.1:0", engine, data_plane="native")
-    python, python_port = create_server("127.0.0.1:0", engine, data_plane="python")
-    fast, slow = KvClient(f"127.0.0.1:{native_port}"), KvClient(f"127.0.0.1:{python_port}")
-    keys = [b"key-%08d" % i for i in range(8_000)]
+    with _both_planes(engine) as (fast, slow):
+        keys = [b"key-%08d" % i for i in range(8_000)]
 
-    def seal(name: str) -> None:
-        fast.ingest(name)
-        contents = sorted((bytes(k), bytes(v)) for chunk in engine.iterate(name) for k, v in chunk)
-        want = digest_pairs(contents)
-        assert fast.seal(name, want.count, want.value).verified
+        def seal(name: str) -> None:
+            fast.ingest(name)
+            contents = sorted((bytes(k), bytes(v)) for chunk in engine.iterate(name) for k, v in chunk)
+            want = digest_pairs(contents)
+            assert fast.seal(name, want.count, want.value).verified
 
-    def filtered() -> set[str]:
-        filters = engine.env.open_db(shared.STORE_META_FILTERS.encode())
-        with engine.env.begin() as txn:
-            return {bytes(k).decode() for k, _ in txn.cursor(db=filters)}
+        def filtered() -> set[str]:
+            filters = engine.env.open_db(shared.STORE_META_FILTERS.encode())
+            with engine.env.begin() as txn:
+                return {bytes(k).decode() for k, _ in txn.cursor(db=filters)}
 
-    try:
-        fast.wait_ready()
         fast.create_namespace("fil__v1", "fil")
         fast.put("fil__v1", _pairs(3_000))
         seal("fil__v1")
@@ -365,11 +353,6 @@ def test_reads_and_writes_through_filtered_layers_match_the_python_engine(tmp_pa
         assert filtered() == {"fil__v1"}
         fast.drop("fil__v1")
         assert filtered() == set()
-    finally:
-        fast.close()
-        slow.close()
-        native.stop(5, close_engine=False)
-        python.stop(5)
 
 
 def test_choosing_the_data_plane(
