@@ -434,12 +434,16 @@ class KvClient:
         limit: int = 0,
         page_size: int = 1000,
         page_token: bytes = b"",
+        columnar: bool = False,
     ) -> Iterator[kv_pb2.ScanResponse]:
+        """The scan's pages; ``columnar`` asks for each page's records in its ``columnar``
+        field (a server that predates it sends ``records``: read whichever a page holds)."""
         request = kv_pb2.ScanRequest(
             target=self._target(namespace, alias),
             limit=limit,
             page_size=page_size,
             page_token=page_token,
+            columnar=columnar,
         )
         yield from self._t.stream(self._t.data, "Scan", request, 3600.0)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -30,6 +30,16 @@ ERROR_DOMAIN = shared.ERRORS_DOMAIN
 #: Metadata a client may send to name who acts (kept in the alias history when no
 #: authentication overrides it).
 PRINCIPAL_KEY = "bulldozer-principal"
+
+
+def columnar(pairs: Sequence[tuple[bytes, bytes]]) -> kv_pb2.ColumnarRecords:
+    """Pairs laid out column-wise (a columnar scan page)."""
+    return kv_pb2.ColumnarRecords(
+        keys=b"".join(k for k, _ in pairs),
+        key_lengths=[len(k) for k, _ in pairs],
+        values=b"".join(v for _, v in pairs),
+        value_lengths=[len(v) for _, v in pairs],
+    )
 
 
 def timestamp(when: datetime) -> Timestamp:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bulldozer.codec.digest import Digest, digest_lists
+from bulldozer.codec.digest import Digest, digest_columns, digest_lists
 from bulldozer.errors import NamespaceStateError
 from bulldozer.kv.client import KvClient
 from bulldozer.kv.types import READABLE, NamespaceRecord
@@ -84,8 +84,11 @@ def audit_version(
         )
     started = time.monotonic()
     measured = Digest()
-    for page in client.scan_pages(namespace=version.name, page_size=PAGE_SIZE):
-        records = page.records
-        measured.add(digest_lists([r.key for r in records], [r.value for r in records]))
+    for page in client.scan_pages(namespace=version.name, page_size=PAGE_SIZE, columnar=True):
+        if page.HasField("columnar"):
+            c = page.columnar
+            measured.add(digest_columns(c.keys, c.key_lengths, c.values, c.value_lengths))
+        if page.records:  # a server that predates columnar pages
+            measured.add(digest_lists([r.key for r in page.records], [r.value for r in page.records]))
         progress(measured.count, version.record_count)
     return Audit(version, measured.count, measured.value, time.monotonic() - started)

@@ -28,8 +28,8 @@ func (redisStore) sample(context.Context, *kvpb.Target, int, uint64) (string, []
 }
 
 // scan: the reference DAL answers (a Redis version is scanned in its key buckets' order).
-func (redisStore) scan(context.Context, *kvpb.Target, []byte, int) (string, [][]byte, [][]byte, bool) {
-	return "", nil, nil, false
+func (redisStore) scan(context.Context, *kvpb.Target, []byte, int) (string, *kvpb.ColumnarRecords, bool) {
+	return "", nil, false
 }
 
 func (s redisStore) getMany(ctx context.Context, target *kvpb.Target, keys [][]byte) (string, [][]byte, bool) {

@@ -21,32 +21,38 @@ import (
 	"bulldozer/kvd/internal/shared"
 )
 
-// scanPage is up to limit of the readable version's pairs past after (from its first key
-// when after is empty), copied out of the store; ok is false when the reference DAL must answer.
-func (m *lmdbStore) scan(_ context.Context, target *kvpb.Target, after []byte, limit int) (name string, keys, values [][]byte, ok bool) {
+// scan is up to limit of the readable version's pairs past after (from its first key when
+// after is empty), copied out of the store into one page laid out column-wise; ok is false
+// when the reference DAL must answer.
+func (m *lmdbStore) scan(_ context.Context, target *kvpb.Target, after []byte, limit int) (name string, page *kvpb.ColumnarRecords, ok bool) {
 	name, _, data, tombs, ok := m.target(target)
 	if !ok {
-		return "", nil, nil, false
+		return "", nil, false
 	}
-	keys, values = make([][]byte, 0, limit), make([][]byte, 0, limit)
+	page = &kvpb.ColumnarRecords{KeyLengths: make([]uint32, 0, limit), ValueLengths: make([]uint32, 0, limit)}
 	err := m.env.VisiblePairs(data, tombs, after, limit, m.readableNow(name), func(ks, vs [][]byte) error {
-		size := 0
-		for i := range ks {
-			size += len(ks[i]) + len(vs[i])
+		if page.Keys == nil {
+			// room for the page at the first batch's sizes, up to a message's worth: a blob
+			// regrown as it filled made a scan of 10 M records 3.3 s, against 2.4 s
+			k, v := 0, 0
+			for i := range ks {
+				k, v = k+len(ks[i]), v+len(vs[i])
+			}
+			page.Keys = make([]byte, 0, min(k*limit/len(ks)+k, shared.LimitsMaxMessageBytes))
+			page.Values = make([]byte, 0, min(v*limit/len(ks)+v, shared.LimitsMaxMessageBytes))
 		}
-		arena := make([]byte, 0, size) // one copy per batch, out of the map before the transaction ends
-		for i := range ks {
-			arena = append(arena, ks[i]...)
-			keys = append(keys, arena[len(arena)-len(ks[i]):len(arena):len(arena)])
-			arena = append(arena, vs[i]...)
-			values = append(values, arena[len(arena)-len(vs[i]):len(arena):len(arena)])
+		for i := range ks { // copied out of the map before the transaction ends
+			page.Keys = append(page.Keys, ks[i]...)
+			page.Values = append(page.Values, vs[i]...)
+			page.KeyLengths = append(page.KeyLengths, uint32(len(ks[i])))
+			page.ValueLengths = append(page.ValueLengths, uint32(len(vs[i])))
 		}
 		return nil
 	})
 	if err != nil {
-		return "", nil, nil, false
+		return "", nil, false
 	}
-	return name, keys, values, true
+	return name, page, true
 }
 
 // scanStart is where a scan request starts: its target and the key it resumes past (a page
@@ -96,7 +102,7 @@ func (s *dataServer) Scan(req *kvpb.ScanRequest, stream kvpb.KvData_ScanServer) 
 		if remaining > 0 && remaining < uint64(want) {
 			want = int(remaining)
 		}
-		name, keys, values, ok := s.store.scan(stream.Context(), target, after, want)
+		name, records, ok := s.store.scan(stream.Context(), target, after, want)
 		if !ok && pinned == "" {
 			return s.forwardScan(req, stream)
 		}
@@ -104,18 +110,25 @@ func (s *dataServer) Scan(req *kvpb.ScanRequest, stream kvpb.KvData_ScanServer) 
 			// the version stopped being readable between pages: the DAL goes on from the
 			// last key sent (and refuses, with its error)
 			return s.forwardScan(&kvpb.ScanRequest{Target: target, Limit: remaining, PageSize: req.GetPageSize(),
-				PageToken: append([]byte(pinned+"\x00"), after...)}, stream)
+				PageToken: append([]byte(pinned+"\x00"), after...), Columnar: req.GetColumnar()}, stream)
 		}
+		got := len(records.KeyLengths)
 		if remaining > 0 {
-			remaining -= uint64(len(keys))
+			remaining -= uint64(got)
 		}
-		done := len(keys) < want || req.GetLimit() > 0 && remaining == 0
-		resp := &kvpb.ScanResponse{Namespace: name, Records: make([]*kvpb.KeyValue, len(keys))}
-		for i := range keys {
-			resp.Records[i] = &kvpb.KeyValue{Key: keys[i], Value: values[i]}
+		done := got < want || req.GetLimit() > 0 && remaining == 0
+		var last []byte // the page's last key
+		if got > 0 {
+			last = records.Keys[len(records.Keys)-int(records.KeyLengths[got-1]):]
 		}
-		if !done && len(keys) > 0 {
-			resp.NextPageToken = append([]byte(name+"\x00"), keys[len(keys)-1]...)
+		resp := &kvpb.ScanResponse{Namespace: name}
+		if req.GetColumnar() {
+			resp.Columnar = records
+		} else {
+			resp.Records = keyValues(records)
+		}
+		if !done && got > 0 {
+			resp.NextPageToken = append([]byte(name+"\x00"), last...)
 		}
 		if err := stream.Send(resp); err != nil {
 			return err
@@ -125,8 +138,20 @@ func (s *dataServer) Scan(req *kvpb.ScanRequest, stream kvpb.KvData_ScanServer) 
 			s.metrics.request("Scan", "OK", started)
 			return nil
 		}
-		pinned, target, after = name, pinnedTarget(target, name), keys[len(keys)-1]
+		pinned, target, after = name, pinnedTarget(target, name), last
 	}
+}
+
+// keyValues are columnar records as messages (their keys and values pointing into c).
+func keyValues(c *kvpb.ColumnarRecords) []*kvpb.KeyValue {
+	out := make([]*kvpb.KeyValue, len(c.KeyLengths))
+	k, v := 0, 0
+	for i := range out {
+		kn, vn := int(c.KeyLengths[i]), int(c.ValueLengths[i])
+		out[i] = &kvpb.KeyValue{Key: c.Keys[k : k+kn : k+kn], Value: c.Values[v : v+vn : v+vn]}
+		k, v = k+kn, v+vn
+	}
+	return out
 }
 
 // forwardScan relays a scan to the reference DAL and its pages back.

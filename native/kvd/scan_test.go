@@ -22,19 +22,19 @@ type pagedStore struct {
 	targets                 []string
 }
 
-func (p *pagedStore) scan(_ context.Context, target *kvpb.Target, after []byte, limit int) (string, [][]byte, [][]byte, bool) {
+func (p *pagedStore) scan(_ context.Context, target *kvpb.Target, after []byte, limit int) (string, *kvpb.ColumnarRecords, bool) {
 	p.calls++
 	p.targets = append(p.targets, show(target))
 	if p.calls > p.readablePages {
-		return "", nil, nil, false
+		return "", nil, false
 	}
-	var keys, values [][]byte
-	for i := 0; i < p.n && len(keys) < limit; i++ {
+	var records []*kvpb.KeyValue
+	for i := 0; i < p.n && len(records) < limit; i++ {
 		if k := []byte(fmt.Sprintf("k%03d", i)); string(k) > string(after) {
-			keys, values = append(keys, k), append(values, []byte("v"))
+			records = append(records, &kvpb.KeyValue{Key: k, Value: []byte("v")})
 		}
 	}
-	return "s__v1", keys, values, true
+	return "s__v1", columnar(records), true
 }
 
 // sentPages records what a scan sent its caller.
@@ -82,11 +82,27 @@ func show(t *kvpb.Target) string {
 
 func byAlias(a string) *kvpb.Target { return &kvpb.Target{Target: &kvpb.Target_Alias{Alias: a}} }
 
+// pageKeys are a page's keys, in whichever form it holds its records.
+func pageKeys(p *kvpb.ScanResponse) (keys []string) {
+	for _, r := range p.Records {
+		keys = append(keys, string(r.Key))
+	}
+	if c := p.Columnar; c != nil {
+		at := 0
+		for i, n := range c.KeyLengths {
+			keys = append(keys, string(c.Keys[at:at+int(n)]))
+			if string(c.Values[i:i+1]) != "v" || len(c.ValueLengths) != len(c.KeyLengths) {
+				keys = append(keys, "a value not laid out")
+			}
+			at += int(n)
+		}
+	}
+	return keys
+}
+
 func keysOf(pages []*kvpb.ScanResponse) (keys []string) {
 	for _, p := range pages {
-		for _, r := range p.Records {
-			keys = append(keys, string(r.Key))
-		}
+		keys = append(keys, pageKeys(p)...)
 	}
 	return keys
 }
@@ -117,6 +133,9 @@ func TestScanPagesAndWhereTheyGoOn(t *testing.T) {
 		{"from a token, by name", &kvpb.ScanRequest{Target: &kvpb.Target{Target: &kvpb.Target_Namespace{Namespace: "other"}}, PageToken: []byte("s__v1\x00k005")}, 10, 9, []int{4}, 1, nil, "namespace s__v1"},
 		{"unreadable partway", &kvpb.ScanRequest{Target: alias, PageSize: 4, Limit: 9}, 10, 1, []int{4, 0}, 2,
 			&kvpb.ScanRequest{Target: byAlias("s@s__v1"), Limit: 5, PageToken: []byte("s__v1\x00k003"), PageSize: 4}, "alias s"},
+		{"columnar pages", &kvpb.ScanRequest{Target: alias, PageSize: 4, Columnar: true}, 10, 9, []int{4, 4, 2}, 3, nil, "alias s"},
+		{"unreadable partway, columnar", &kvpb.ScanRequest{Target: alias, PageSize: 4, Columnar: true}, 10, 1, []int{4, 0}, 2,
+			&kvpb.ScanRequest{Target: byAlias("s@s__v1"), PageToken: []byte("s__v1\x00k003"), PageSize: 4, Columnar: true}, "alias s"},
 		{"unreadable at once", &kvpb.ScanRequest{Target: alias, PageSize: 4}, 10, 0, []int{0}, 1,
 			&kvpb.ScanRequest{Target: alias, PageSize: 4}, "alias s"},
 		{"a malformed token", &kvpb.ScanRequest{Target: alias, PageToken: []byte("no separator")}, 10, 9, []int{0}, 0,
@@ -137,15 +156,19 @@ func TestScanPagesAndWhereTheyGoOn(t *testing.T) {
 			}
 			var sizes []int
 			for i, p := range stream.pages {
-				sizes = append(sizes, len(p.Records))
+				keys := pageKeys(p)
+				sizes = append(sizes, len(keys))
 				last := i == len(stream.pages)-1
 				if p.Namespace == "from the DAL" {
 					continue
 				}
-				if want := len(p.Records) > 0 && !last; (len(p.NextPageToken) > 0) != want {
+				if c.req.Columnar && len(p.Records) > 0 || !c.req.Columnar && p.Columnar != nil {
+					t.Errorf("page %d: %d records, columnar %v, for a request columnar %v", i, len(p.Records), p.Columnar != nil, c.req.Columnar)
+				}
+				if want := len(keys) > 0 && !last; (len(p.NextPageToken) > 0) != want {
 					t.Errorf("page %d: token %q", i, p.NextPageToken)
 				}
-				if len(p.NextPageToken) > 0 && string(p.NextPageToken) != "s__v1\x00"+string(p.Records[len(p.Records)-1].Key) {
+				if len(p.NextPageToken) > 0 && string(p.NextPageToken) != "s__v1\x00"+keys[len(keys)-1] {
 					t.Errorf("page %d: token %q", i, p.NextPageToken)
 				}
 			}

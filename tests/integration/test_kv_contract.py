@@ -405,6 +405,36 @@ def test_scan_is_resumable_with_a_page_token(kv: Harness) -> None:
         assert keys == [k for k, _ in pairs(1000)]
 
 
+def test_a_columnar_scan_sends_the_same_pages(kv: Harness) -> None:
+    """Asked for columnar pages (a reader of a whole version), a scan sends the same pages —
+    their version, records in the same order, tokens — each page's records laid out
+    column-wise and none as messages."""
+
+    def unpacked(c: Any) -> list[tuple[bytes, bytes]]:
+        keys, values, at, vat = [], [], 0, 0
+        for kn, vn in zip(c.key_lengths, c.value_lengths, strict=True):
+            keys.append(c.keys[at : at + kn])
+            values.append(c.values[vat : vat + vn])
+            at, vat = at + kn, vat + vn
+        assert (at, vat) == (len(c.keys), len(c.values))
+        return list(zip(keys, values, strict=True))
+
+    alias = kv.alias()
+    name = kv.loaded(alias, [*pairs(2500), (b"empty-value", b"")])
+    kv.client.compare_and_set_alias(alias, None, name)
+    for kwargs in ({"page_size": 300}, {"page_size": 1000, "limit": 1234}, {"namespace": name, "page_size": 5000}):
+        target = {} if "namespace" in kwargs else {"alias": alias}
+        by_record = list(kv.client.scan_pages(**target, **kwargs))  # type: ignore[arg-type]
+        by_column = list(kv.client.scan_pages(**target, **kwargs, columnar=True))  # type: ignore[arg-type]
+        assert [(p.namespace, p.next_page_token) for p in by_column] == [
+            (p.namespace, p.next_page_token) for p in by_record
+        ]
+        for rows, columns in zip(by_record, by_column, strict=True):
+            assert not columns.records and columns.HasField("columnar")
+            assert unpacked(columns.columnar) == [(r.key, r.value) for r in rows.records]
+    assert sum(len(p.columnar.key_lengths) for p in kv.client.scan_pages(alias=alias, columnar=True)) == 2501
+
+
 def test_malformed_page_token(kv: Harness) -> None:
     alias = kv.alias()
     name = kv.loaded(alias, pairs(5))

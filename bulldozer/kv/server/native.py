@@ -1,15 +1,15 @@
 """The native data plane: ``bulldozer-kvd`` (``native/kvd``, Go) in front of the DAL.
 
 With ``bulldozer serve --data-plane native`` (the default ``auto`` picks it when it can),
-the public address is served by ``bulldozer-kvd``. It stores batch puts and answers gets,
-batch gets, samples and (on the embedded store) scans straight from the store (the embedded store, or Redis: pipelined from Go
+the public address is served by ``bulldozer-kvd``. It stores batch puts and answers gets
+and batch gets straight from the store (the embedded store, or Redis: pipelined from Go
 under the engine's write fence and running digest, whose rules it reads from
-``proto/bulldozer/kv/v1/shared.yaml``), and relays every other call, and every request
-off its fast path, to this Python DAL, which then listens on a private Unix socket over
-the same store. So there is one set of lifecycle rules and error answers (here), and
-the hot calls skip Python's per-call cost: measured on this 2-core machine, an empty
-Python-to-Python gRPC call took 0.73 ms at the median; the same call answered in Go took
-0.46 ms.
+``proto/bulldozer/kv/v1/shared.yaml``; on the embedded store, samples and scans too), and
+relays every other call, and every request off its fast path, to this Python DAL, which
+then listens on a private Unix socket over the same store. So there is one set of
+lifecycle rules and error answers (here), and the hot calls skip Python's per-call cost:
+measured on this 2-core machine, an empty Python-to-Python gRPC call took 0.73 ms at the
+median; the same call answered in Go took 0.46 ms.
 
 Available for the embedded and Redis engines without TLS or authentication (those stay
 with the Python data plane); ``scripts/build_native.sh`` builds the binary (``bootstrap.sh`` runs it).

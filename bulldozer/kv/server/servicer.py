@@ -122,11 +122,14 @@ class DataServicer(kv_pb2_grpc.KvDataServicer):
                 remaining -= len(records)
             done = len(records) < want or remaining == 0
             token = b"" if done or not records else name.encode() + b"\x00" + records[-1][0]
-            yield kv_pb2.ScanResponse(
-                namespace=name,
-                records=[kv_pb2.KeyValue(key=k, value=v) for k, v in records],
-                next_page_token=token,
-            )
+            if request.columnar:
+                yield kv_pb2.ScanResponse(namespace=name, columnar=convert.columnar(records), next_page_token=token)
+            else:
+                yield kv_pb2.ScanResponse(
+                    namespace=name,
+                    records=[kv_pb2.KeyValue(key=k, value=v) for k, v in records],
+                    next_page_token=token,
+                )
             if done:
                 return
             after = records[-1][0]

@@ -383,11 +383,17 @@ class ScanRequest(_message.Message):
     LIMIT_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    COLUMNAR_FIELD_NUMBER: _builtins.int
     limit: _builtins.int
     """Total records to return (0 = all)."""
     page_token: _builtins.bytes
     """Resume after the page that returned this token."""
     page_size: _builtins.int
+    columnar: _builtins.bool
+    """Send each page's records in ScanResponse.columnar rather than in records (a reader of
+    a whole version: no message per record to build or parse). A server that predates the
+    field sends records; a reader takes whichever a page holds.
+    """
     @_builtins.property
     def target(self) -> Global___Target: ...
     def __init__(
@@ -397,10 +403,11 @@ class ScanRequest(_message.Message):
         limit: _builtins.int = ...,
         page_token: _builtins.bytes = ...,
         page_size: _builtins.int = ...,
+        columnar: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["target", b"target"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "page_size", b"page_size", "page_token", b"page_token", "target", b"target"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["columnar", b"columnar", "limit", b"limit", "page_size", b"page_size", "page_token", b"page_token", "target", b"target"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -413,21 +420,27 @@ class ScanResponse(_message.Message):
     NAMESPACE_FIELD_NUMBER: _builtins.int
     RECORDS_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    COLUMNAR_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     next_page_token: _builtins.bytes
     """Empty on the last page."""
     @_builtins.property
     def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___KeyValue]: ...
+    @_builtins.property
+    def columnar(self) -> Global___ColumnarRecords:
+        """The page's records, when the request asked for them columnar (records is then empty)."""
+
     def __init__(
         self,
         *,
         namespace: _builtins.str = ...,
         records: _abc.Iterable[Global___KeyValue] | None = ...,
         next_page_token: _builtins.bytes = ...,
+        columnar: Global___ColumnarRecords | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["columnar", b"columnar"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "next_page_token", b"next_page_token", "records", b"records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["columnar", b"columnar", "namespace", b"namespace", "next_page_token", b"next_page_token", "records", b"records"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
