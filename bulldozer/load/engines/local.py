@@ -257,10 +257,6 @@ class LocalEngine(LoadEngine):
                     done_rows += batch.num_rows
                     progress(done_rows, expected)
                     throttle.wait(batch.num_rows)
-                if result.key_hashes:
-                    # sorted for the duplicate check while the ledger's thread awaits the last
-                    # acknowledgements and writes (an fsync), instead of after them
-                    result.key_hashes = [np.sort(np.concatenate(result.key_hashes))]
                 for done in recorded:
                     done.result()  # a failed acknowledgement or ledger write fails the load
         return result
