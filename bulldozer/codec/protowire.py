@@ -23,10 +23,20 @@ def varint(value: int) -> bytes:
 
 
 def packed_varints(values: Any) -> bytes:
-    """``values`` (non-negative, below 2**32) as protobuf writes a packed ``repeated uint32``."""
+    """``values`` (non-negative, below 2**32) as protobuf writes a packed ``repeated uint32``.
+
+    Where every value is below 128, each is one byte, the value itself: the lengths of a
+    batch whose keys and values are all shorter than 128 bytes (a flat feature row's) are
+    then packed in one cast, 0.06 ms for 100,000 of them against 1.5 ms through the
+    general path below. The run's main thread packs two such arrays for every batch it
+    sends: a 500 k-row flat run (8 batches) took 832 → 822 ms and 796 → 786 ms, its load
+    stage 193 → 186 ms and 182 → 180 ms (two runs of 14 alternating pairs, medians)."""
     v = np.asarray(values, dtype=np.uint64)
-    if len(v) and int(v.max()) >= 1 << 32:
+    top = int(v.max()) if len(v) else 0
+    if top >= 1 << 32:
         raise ValueError("a length does not fit a uint32")
+    if top < 0x80:
+        return v.astype(np.uint8).tobytes()
     sizes = np.ones(len(v), dtype=np.int64)
     for bits in (7, 14, 21, 28):
         sizes += v >= (1 << bits)

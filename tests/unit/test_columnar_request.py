@@ -53,6 +53,16 @@ def test_packed_varints(values: list[int]) -> None:
     assert (b"\x12" + varint(len(packed)) + packed if values else b"") == expected
 
 
+@given(st.lists(st.integers(min_value=0, max_value=300), max_size=200))
+def test_packed_varints_of_short_lengths(values: list[int]) -> None:
+    """Lengths around one byte's limit (127 / 128), as most batches' are: the one-byte path
+    and the general one give protobuf's bytes."""
+    expected = kv_pb2.ColumnarRecords(key_lengths=values).SerializeToString()
+    for given_as in (values, np.array(values, dtype=np.int64), np.array(values, dtype=np.uint32)):
+        packed = packed_varints(given_as)
+        assert (b"\x12" + varint(len(packed)) + packed if values else b"") == expected
+
+
 def test_packed_varints_refuses_values_over_uint32() -> None:
     with pytest.raises(ValueError, match="uint32"):
         packed_varints([2**32])
