@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
-from bench.machine_load import LoadSampler, busy_share, cpu_times, describe
+from bench.machine_load import LoadSampler, busy_share, cpu_times, describe, returned_to_host_kib
 
 
 def test_busy_share_is_the_busy_part_of_the_time_that_passed() -> None:
@@ -37,7 +38,7 @@ def test_a_section_that_keeps_a_core_busy_is_seen_busy_and_described() -> None:
 
 
 def test_a_section_shorter_than_a_sample_has_its_busy_share_as_a_whole() -> None:
-    with LoadSampler(interval=60) as sampler, sampler.section("brief"):
+    with LoadSampler(interval=60, reported_kib=Path("/nonexistent")) as sampler, sampler.section("brief"):
         until = time.perf_counter() + 0.1
         while time.perf_counter() < until:
             pass
@@ -52,3 +53,31 @@ def test_the_background_is_measured_before_anything_starts() -> None:
     assert 0.0 <= sampler.background["cpu_busy"] <= 1.0
     assert sampler.background["load_1m"] >= 0.0
     assert describe(sampler.summary()).count("before the run") == 1
+
+
+def test_memory_returned_to_the_host_is_counted_per_section_where_the_kernel_reports_it(tmp_path: Path) -> None:
+    reported = tmp_path / "reported_kib"
+    reported.write_text("1000\n")
+    assert returned_to_host_kib(reported) == 1000
+    assert returned_to_host_kib(tmp_path / "missing") is None
+    sampler = LoadSampler(interval=60, reported_kib=reported)
+    with sampler, sampler.section("quiet"):
+        pass
+    with sampler.section("churn"):
+        reported.write_text(str(1000 + 3 * 2**20))  # 3 GiB handed back meanwhile
+    sections = sampler.summary()["sections"]
+    assert sections["quiet"]["returned_to_host_kib"] == 0
+    assert sections["churn"]["returned_to_host_kib"] == 3 * 2**20
+    assert describe(sampler.summary()).endswith(
+        "returned to the host (free page reporting: its next first "
+        "touch faults on the host, see bench.machine_load): quiet 0.0 GiB, "
+        "churn 3.0 GiB"
+    )
+
+
+def test_no_host_memory_is_said_where_the_kernel_does_not_report_it(tmp_path: Path) -> None:
+    sampler = LoadSampler(interval=60, reported_kib=tmp_path / "missing")
+    with sampler, sampler.section("any"):
+        pass
+    assert "returned_to_host_kib" not in sampler.summary()["sections"]["any"]
+    assert "host" not in describe(sampler.summary())
