@@ -113,6 +113,21 @@ def settle(run: Callable[[], CliRun], home: Path, most: int = 4) -> list[dict[st
     return runs
 
 
+def steady_spec(source: Path, path: Path) -> Path:
+    """``source``'s job spec written to ``path`` with a retention that drops each version
+    the moment it retires (``keep_versions: 1``, ``grace_period: 0s``): a daily job's store
+    past its first day, when yesterday's retired version leaves as today's is written, so
+    ``settle`` can bring the store to its size. Under the template's own retention (two
+    versions kept, retired ones for 24 h) every run of a benchmark keeps its version, and
+    the store's file grows by a version a run for as long as the benchmark lasts."""
+    import yaml
+
+    spec = yaml.safe_load(source.read_text())
+    spec["key_value_dal"]["retention"] = {"keep_versions": 1, "grace_period": "0s"}
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
 def grew_after_settling(settled: list[dict[str, float]], grew: int) -> str:
     """A note for a benchmark row when the store's file grew by more than 1 % of its settled
     size during the measured runs (``grew`` bytes), else ''."""

@@ -51,3 +51,24 @@ def test_growth_in_the_measured_runs_is_told_beyond_one_percent(tmp_path: Path) 
     assert isinstance(done, CliRun) and grew == 3 * MIB
     assert grew_after_settling(settled, grew) == "; it grew 3 MiB more in the measured runs"
     assert grew_after_settling(settled, MIB) == ""
+
+
+def test_a_steady_spec_is_the_template_with_versions_dropped_as_they_retire(tmp_path: Path) -> None:
+    from datetime import timedelta
+
+    from bench.common import steady_spec
+    from bench.side_by_side import SAMPLE_SPEC
+    from bulldozer.spec.loader import load_spec
+
+    template = load_spec(SAMPLE_SPEC).spec
+    assert (template.key_value_dal.retention.keep_versions, template.key_value_dal.retention.grace_period) == (
+        2,
+        timedelta(hours=24),
+    )  # under it, every run a benchmark makes keeps its version: the store grows for good
+    steady = load_spec(steady_spec(SAMPLE_SPEC, tmp_path / "steady.yaml")).spec
+    retention = steady.key_value_dal.retention
+    assert (retention.keep_versions, retention.grace_period) == (1, timedelta(0))
+    mended = template.model_copy(
+        update={"key_value_dal": template.key_value_dal.model_copy(update={"retention": retention})}
+    )
+    assert steady == mended  # nothing else of the job changed
