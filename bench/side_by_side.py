@@ -658,11 +658,8 @@ def engines_section(ctx: Context) -> None:
     home = ctx.root / "engines-home"
     ctx.say(f"engines: building the nested sample table ({s.spark_rows:,} rows)")
     create_sample_warehouse(home, rows=s.spark_rows)
-    # Every engine writes into a store at its size, as a daily job's does (bench.common.
-    # steady_spec): under the template's retention the file grew by a version every run,
-    # and a Spark run's seal wrote that growth 2.3x slower than a local run's (verify 1.21-
-    # 1.33 s against 0.52-0.57; 0.40-0.42 against 0.40-0.56 at its size; 4 interleaved
-    # rounds of each engine in each store on the 2-core machine)
+    # every engine writes into a store at its size, as a daily job's does (bench.common.
+    # steady_spec; the README's section 4 says what the file's growth cost a Spark run)
     spec = steady_spec(SAMPLE_SPEC, ctx.root / "engines.yaml")
     engines["settle"] = settle(lambda: bulldozer_run(home, spec)[2], home)
     ctx.say(f"  the store settled after {len(engines['settle'])} local runs")
@@ -716,7 +713,7 @@ def engines_section(ctx: Context) -> None:
         engines["store_grew_bytes"] = grew
     local_rate = med(engines["local_rows_per_s"])
     at_size = (
-        f"; every engine writes into a store at its size (the template's spec dropping each version as it "
+        "; every engine writes into a store at its size (the template's spec dropping each version as it "
         f"retires: grown in {len(engines['settle'])} local runs before the rounds"
         + grew_after_settling(engines["settle"], engines["store_grew_bytes"])
         + ")"
