@@ -107,6 +107,20 @@ def test_a_dataframe_becomes_the_live_version_byte_identical_to_the_local_engine
     assert dal.describe(local.version).digest == info.digest  # the same records, byte for byte
 
 
+def test_the_driver_jvm_compiles_with_c2_later(spark: Any) -> None:
+    """The driver JVM took ``session.C2_LATER``: each Tier4 threshold as the JVM itself reports
+    it (HotSpot's diagnostic bean), not as the options were written."""
+    from bulldozer.load.engines.spark.session import C2_LATER
+
+    jvm = spark.sparkContext._jvm
+    bean = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
+    )
+    asked = dict(option.removeprefix("-XX:").split("=") for option in C2_LATER)
+    assert len(asked) == 4
+    assert {name: bean.getVMOption(name).getValue() for name in asked} == asked
+
+
 def test_options_name_the_job_without_a_spec(spark: Any, dal: KvClient) -> None:
     frame = spark.createDataFrame([(i, f"name-{i}", i * 0.5) for i in range(500)], "id long, name string, score double")
     _write(frame, alias="by_options", key_columns="id", endpoint=dal.target, min_rows="10")
