@@ -220,6 +220,54 @@ def test_an_event_log_the_operators_spark_defaults_enable_keeps_no_catalog_secre
     assert [name for name, value in secrets.items() if value in text] == []
 
 
+def test_the_operators_spark_defaults_join_what_bulldozer_sets_instead_of_being_dropped(tmp_path: Path) -> None:
+    """Spark takes a setting given to the context over ``spark-defaults.conf``'s, so the
+    operator's Java options for the driver (a system property, a JVM flag) and its redaction
+    pattern were dropped without a word. Now each joins Bulldozer's
+    (``session.JOINED_WITH_DEFAULTS``): the operator's flag wins over Bulldozer's, a name
+    either pattern matches is redacted; a setting Bulldozer sets itself is named in the log."""
+    import os
+    import subprocess
+    import sys
+
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "spark-defaults.conf").write_text(
+        "# the operator's\n"
+        "spark.driver.extraJavaOptions  -Dbulldozer.probe=operator \\\n"
+        "    -XX:Tier4InvocationThreshold=7000\n"
+        "spark.redaction.regex=(?i)house[.]key\n"
+        "spark.ui.enabled true\n"
+    )
+    script = (
+        "import logging, sys\n"
+        "logging.basicConfig(level=logging.INFO)\n"
+        "from bulldozer.load.engines.spark.session import spark_context, stop_spark_session\n"
+        "context = spark_context(home=sys.argv[1], master='local[1]')\n"
+        "jvm = context._jvm\n"
+        "bean = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(\n"
+        "    jvm.java.lang.Class.forName('com.sun.management.HotSpotDiagnosticMXBean'))\n"
+        "regex = jvm.java.util.regex.Pattern.compile(context.getConf().get('spark.redaction.regex'))\n"
+        "print(jvm.java.lang.System.getProperty('bulldozer.probe'),\n"
+        "      bean.getVMOption('Tier4InvocationThreshold').getValue(),\n"
+        "      bean.getVMOption('Tier4CompileThreshold').getValue(),\n"
+        "      *[regex.matcher(name).find() for name in ('spark.house.key', 'JDBC.PASSWORD', 'spark.app.name')])\n"
+        "stop_spark_session()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "home")],
+        env={**os.environ, "SPARK_CONF_DIR": str(conf)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    # the operator's property and flag (theirs last), Bulldozer's other C2 thresholds; both patterns
+    assert done.stdout.split()[-6:] == ["operator", "7000", "150000", "True", "True", "False"], done.stdout
+    (said,) = [line for line in done.stderr.splitlines() if "spark-defaults.conf" in line]
+    assert said.endswith("which Bulldozer sets itself: spark.ui.enabled"), said
+
+
 def test_a_partial_class_archive_of_a_process_that_is_gone_is_deleted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

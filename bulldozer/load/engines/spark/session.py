@@ -18,7 +18,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -340,6 +340,7 @@ def _start_context(
         options["spark.jars"] = f"{packages['spark.jars']},{options['spark.jars']}"  # ours and theirs
     if JAVA_JAR.is_file():  # on the driver's class path from its start (a context's jars reach executors only)
         options["spark.jars"] = ",".join(filter(None, (options.get("spark.jars"), str(JAVA_JAR))))
+    options = with_operator_defaults(options, operator_spark_defaults())
     # A cluster's executors are asked for as the context starts, and Spark copies and
     # unpacks the context's archives on the driver before that: added once it runs, the
     # executors' environment is unpacked on the driver while their JVMs start. Measured
@@ -389,6 +390,65 @@ def _start_context(
         # the Python workers run the shipped environment's interpreter (package.archive_conf)
         context.pythonExec = EXECUTOR_PYTHON
     return context
+
+
+#: The settings Bulldozer gives the driver that the operator's ``spark-defaults.conf`` may
+#: give too, where both count: Spark takes a setting given to the context over the file's, so
+#: the file's was dropped without a word (its Java options, its redaction of secrets, its
+#: jars and SQL extensions). Each joins the two values: the Java options the operator's
+#: last (the JVM takes an option's last value, so theirs win), a name either pattern matches
+#: redacted, both lists of jars and extensions.
+JOINED_WITH_DEFAULTS: dict[str, Callable[[str, str], str]] = {
+    "spark.driver.extraJavaOptions": lambda ours, theirs: f"{ours} {theirs}",
+    "spark.redaction.regex": lambda ours, theirs: f"(?:{ours})|(?:{theirs})",
+    "spark.jars": lambda ours, theirs: f"{ours},{theirs}",
+    "spark.sql.extensions": lambda ours, theirs: f"{ours},{theirs}",
+}
+
+
+def operator_spark_defaults() -> dict[str, str]:
+    """The operator's Spark defaults: ``spark-defaults.conf`` in the configuration folder
+    Spark's launcher reads (``settings.spark_class_path_folders``' first), read as the
+    launcher reads it (a Java properties file in UTF-8, bytes that are not UTF-8 replaced, each
+    value trimmed); none without the file. One that cannot be read is one line, as the
+    launcher would refuse it."""
+    import pyspark
+    from jproperties import Properties, PropertyError
+
+    (_, folder), *_ = spark_class_path_folders(Path(pyspark.__file__).parent)
+    path = folder / "spark-defaults.conf"
+    if not path.is_file():
+        return {}
+    read = Properties()
+    try:
+        read.load(path.read_bytes().decode("utf-8", errors="replace"))
+    except (OSError, PropertyError) as exc:
+        why = getattr(exc, "strerror", None) or str(exc)
+        raise LoadError(f"the operator's Spark defaults {path} cannot be read: {why}") from None
+    return {str(key): str(value.data).strip() for key, value in read.items()}
+
+
+def with_operator_defaults(options: dict[str, str], defaults: dict[str, str]) -> dict[str, str]:
+    """``options`` with the operator's ``defaults`` joined in where both count
+    (``JOINED_WITH_DEFAULTS``). The other settings both give are Bulldozer's to set (its
+    master, the driver's memory and address, its catalog...): their names, never their
+    values, are logged once, as the file's values Spark will not use."""
+    joined = dict(options)
+    for key, join in JOINED_WITH_DEFAULTS.items():
+        if options.get(key) and defaults.get(key):
+            joined[key] = join(options[key], defaults[key])
+    replaced = sorted(
+        key
+        for key, value in defaults.items()
+        if key in options and key not in JOINED_WITH_DEFAULTS and value != options[key]
+    )
+    if replaced:
+        log.info(
+            "the Spark driver does not use these settings of the operator's spark-defaults.conf, which Bulldozer "
+            "sets itself: %s",
+            ", ".join(replaced),
+        )
+    return joined
 
 
 def _add_archive(context: Any, archive: str) -> None:

@@ -1,0 +1,51 @@
+"""The operator's ``spark-defaults.conf`` and the settings Bulldozer gives Spark's driver
+(``session.operator_spark_defaults``, ``session.with_operator_defaults``): where both count,
+the two values are joined; where Bulldozer sets a setting itself, the file's is named."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from bulldozer.errors import LoadError
+from bulldozer.load.engines.spark import session
+
+
+def test_lists_are_joined_and_a_setting_bulldozer_owns_is_named_without_its_value(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ours = {
+        "spark.jars": "/opt/ours.jar",
+        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        "spark.driver.memory": "2g",
+        "spark.app.name": "bulldozer",
+    }
+    theirs = {
+        "spark.jars": "/opt/theirs.jar",
+        "spark.sql.extensions": "com.example.Extensions",
+        "spark.driver.memory": "8g",
+        "spark.app.name": "bulldozer",  # the same value: nothing to say
+        "spark.eventLog.enabled": "true",  # not Bulldozer's: Spark takes it from the file
+    }
+    with caplog.at_level(logging.INFO, logger=session.log.name):
+        joined = session.with_operator_defaults(ours, theirs)
+    assert joined == {
+        **ours,
+        "spark.jars": "/opt/ours.jar,/opt/theirs.jar",
+        "spark.sql.extensions": f"{ours['spark.sql.extensions']},com.example.Extensions",
+    }
+    (said,) = [r.getMessage() for r in caplog.records if "spark-defaults.conf" in r.getMessage()]
+    assert said.endswith("sets itself: spark.driver.memory") and "8g" not in said
+
+
+def test_a_defaults_file_the_launcher_would_refuse_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "spark-defaults.conf").write_text("spark.driver.extraJavaOptions -Dx=\\uZZZZ\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    with pytest.raises(LoadError, match=r"^the operator's Spark defaults .*spark-defaults.conf cannot be read: "):
+        session.operator_spark_defaults()
+    (tmp_path / "spark-defaults.conf").write_bytes(b"spark.app.name caf\xe9 \n# \xff\n")  # not UTF-8: replaced
+    assert session.operator_spark_defaults() == {"spark.app.name": "caf\ufffd"}
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "none"))
+    assert session.operator_spark_defaults() == {}
