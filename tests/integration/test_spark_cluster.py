@@ -79,6 +79,25 @@ def test_a_job_on_a_standalone_cluster_stores_what_the_local_engine_stores(
     where = session.sparkContext.parallelize(range(4), 4).map(lambda _: __import__("bulldozer").__file__).collect()
     shared = f"/.cache/bulldozer/spark-env/{ident}/lib/"
     assert all(shared in path and not path.startswith(str(REPO)) for path in where), where
+    # the executor JVMs start with the driver's later C2 (session.C2_LATER): each task reads
+    # the command line of the JVM its Python worker descends from
+    from bulldozer.load.engines.spark.session import C2_LATER
+
+    def tier4_flags(_: object) -> list[str]:  # in a task (defined here: shipped by value)
+        import os
+
+        pid = os.getppid()
+        while pid > 1:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+            if args[0].endswith(b"java"):
+                return [arg.decode() for arg in args if arg.startswith(b"-XX:Tier4")]
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        return []
+
+    flags = session.sparkContext.parallelize(range(2), 2).map(tier4_flags).collect()
+    assert flags == [list(C2_LATER)] * 2, flags
     try:
         # while this session holds the worker's cores, another application's run gets no
         # executor: it fails in one line instead of waiting for ever

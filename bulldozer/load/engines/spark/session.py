@@ -57,15 +57,16 @@ PACKAGES = (ICEBERG_RUNTIME, ICEBERG_AWS_BUNDLE, SQLITE_JDBC, POSTGRES_JDBC, MAR
 #: what the packages depend on that the driver does not run: pgjdbc's Checker Framework
 #: annotations (compile-time only), so the packages resolve to one jar each
 EXCLUDED = "org.checkerframework:checker-qual"
-#: The driver JVM compiles a method with C2, Java's optimizing compiler, once it has run ten
-#: times as often as Java's defaults ask (the Tier4 thresholds; C1 still compiles early). A
-#: Spark start runs thousands of methods a few thousand times each, and with the defaults C2
-#: compiled them on one of the machine's cores while the start and the run's Python side
-#: wanted both; the methods a long job runs hot still reach C2. Measured on the 2-core
-#: machine, interleaved rounds (README, "Spark"): 2 M nested rows read in place, whole command
-#: median 6.43 -> 5.97 s on ``local[2]`` (4 rounds each), 8.93 -> 8.55 s on the loopback
-#: cluster (7 each); 1.6 M rows in one file read by key on ``local[2]`` (the JVM reading and
-#: shuffling every row) 22.08-22.75 -> 20.66-21.97 s (2 each). C1 alone
+#: The driver's and the executors' JVMs compile a method with C2, Java's optimizing compiler,
+#: once it has run ten times as often as Java's defaults ask (the Tier4 thresholds; C1 still
+#: compiles early). A Spark start runs thousands of methods a few thousand times each, and
+#: with the defaults C2 compiled them on one of the machine's cores while the start and the
+#: run's Python side wanted both; the methods a long job runs hot still reach C2. Measured on
+#: the 2-core machine, interleaved rounds (README, "Spark"): 2 M nested rows read in place,
+#: whole command median 6.43 -> 5.97 s on ``local[2]`` (4 rounds each); on the loopback
+#: cluster 8.93 -> 8.55 s with the driver's (7 each), and 8.55 -> 8.22 s and 9.41 -> 8.94 s
+#: with the executors' too (7 and 6 each); 1.6 M rows in one file read by key on ``local[2]``
+#: (the JVM reading and shuffling every row) 22.08-22.75 -> 20.66-21.97 s (2 each). C1 alone
 #: (``-XX:TieredStopAtLevel=1``) started as fast but read by key in 25.5-28.7 s.
 C2_LATER = (
     "-XX:Tier4InvocationThreshold=50000",
@@ -322,6 +323,9 @@ def _start_context(
         ),
         "spark.driver.host": settings.spark_driver_host,
         "spark.driver.bindAddress": settings.spark_driver_host,
+        # a cluster's executor JVMs start as the driver's does (in local mode the driver
+        # runs the tasks): the operator's executor options from spark-defaults.conf follow
+        "spark.executor.extraJavaOptions": " ".join(C2_LATER),
         # the batches of the Python workers land in jemalloc's pool (bulldozer.cli.process)
         "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "jemalloc",
         # the Python workers import nothing from their working directory: in local mode the
@@ -400,6 +404,7 @@ def _start_context(
 #: redacted, both lists of jars and extensions.
 JOINED_WITH_DEFAULTS: dict[str, Callable[[str, str], str]] = {
     "spark.driver.extraJavaOptions": lambda ours, theirs: f"{ours} {theirs}",
+    "spark.executor.extraJavaOptions": lambda ours, theirs: f"{ours} {theirs}",
     "spark.redaction.regex": lambda ours, theirs: f"(?:{ours})|(?:{theirs})",
     "spark.jars": lambda ours, theirs: f"{ours},{theirs}",
     "spark.sql.extensions": lambda ours, theirs: f"{ours},{theirs}",
