@@ -512,6 +512,25 @@ def spark_class_path_folders(spark_home: Path) -> list[tuple[str, Path]]:
     return folders
 
 
+def spark_properties_files(spark_home: Path) -> list[Path]:
+    """The properties files spark-submit reads the driver's defaults from, the one that wins
+    last: ``spark-defaults.conf`` in the configuration folder (``spark_class_path_folders``'
+    first), unless ``PYSPARK_SUBMIT_ARGS`` (which pyspark starts spark-submit with) names a
+    ``--properties-file`` without ``--load-spark-defaults``; then that file (Spark's
+    ``SparkSubmitArguments``: the named file's settings win over the defaults')."""
+    import shlex
+
+    args = shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", ""))
+    named = [
+        arg.partition("=")[2] if arg.startswith("--properties-file=") else args[at + 1]
+        for at, arg in enumerate(args)
+        if arg.startswith("--properties-file=") or (arg == "--properties-file" and at + 1 < len(args))
+    ]
+    (_, conf), *_ = spark_class_path_folders(spark_home)
+    defaults = [conf / "spark-defaults.conf"] if not named or "--load-spark-defaults" in args else []
+    return defaults + [Path(file) for file in named[-1:]]
+
+
 #: The variables gRPC's C core takes its HTTP proxy from, the first one set winning
 GRPC_PROXY_VARIABLES = ("grpc_proxy", "https_proxy", "http_proxy")
 

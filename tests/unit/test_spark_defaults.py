@@ -49,3 +49,21 @@ def test_a_defaults_file_the_launcher_would_refuse_is_one_line(tmp_path: Path, m
     assert session.operator_spark_defaults() == {"spark.app.name": "caf\ufffd"}
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "none"))
     assert session.operator_spark_defaults() == {}
+
+
+def test_a_properties_file_pyspark_submit_args_names_replaces_the_defaults_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """spark-submit reads ``--properties-file`` instead of ``spark-defaults.conf``, or over
+    it with ``--load-spark-defaults`` (its settings winning): so does the join."""
+    (tmp_path / "spark-defaults.conf").write_text("spark.jars /opt/defaults.jar\nspark.app.name defaults\n")
+    (tmp_path / "job.conf").write_text("spark.jars=/opt/named.jar\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", f"--properties-file {tmp_path / 'job.conf'} pyspark-shell")
+    assert session.operator_spark_defaults() == {"spark.jars": "/opt/named.jar"}
+    monkeypatch.setenv(
+        "PYSPARK_SUBMIT_ARGS", f"--load-spark-defaults --properties-file={tmp_path / 'job.conf'} pyspark-shell"
+    )
+    assert session.operator_spark_defaults() == {"spark.jars": "/opt/named.jar", "spark.app.name": "defaults"}
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "pyspark-shell")
+    assert session.operator_spark_defaults() == {"spark.jars": "/opt/defaults.jar", "spark.app.name": "defaults"}

@@ -26,7 +26,13 @@ from bulldozer import locks, scratch
 from bulldozer.errors import LoadError
 from bulldozer.load.engines.spark.catalog import JAVA_JAR, spark_catalog_properties
 from bulldozer.redaction import SECRET_SETTING
-from bulldozer.settings import java_executable, load_settings, pyspark_python, spark_class_path_folders
+from bulldozer.settings import (
+    java_executable,
+    load_settings,
+    pyspark_python,
+    spark_class_path_folders,
+    spark_properties_files,
+)
 from bulldozer.spec.models import EMBEDDED_CATALOG
 from bulldozer.warehouse.catalog import bulldozer_home, embedded_catalog_properties
 
@@ -413,24 +419,25 @@ JOINED_WITH_DEFAULTS: dict[str, Callable[[str, str], str]] = {
 
 def operator_spark_defaults() -> dict[str, str]:
     """The operator's Spark defaults: ``spark-defaults.conf`` in the configuration folder
-    Spark's launcher reads (``settings.spark_class_path_folders``' first), read as the
-    launcher reads it (a Java properties file in UTF-8, bytes that are not UTF-8 replaced, each
-    value trimmed); none without the file. One that cannot be read is one line, as the
-    launcher would refuse it."""
+    Spark's launcher reads, or the properties file ``PYSPARK_SUBMIT_ARGS`` names
+    (``settings.spark_properties_files``), read as spark-submit reads them (Java properties
+    files in UTF-8, bytes that are not UTF-8 replaced, each value trimmed); none without a
+    file. One that cannot be read is one line, as spark-submit would refuse it."""
     import pyspark
     from jproperties import Properties, PropertyError
 
-    (_, folder), *_ = spark_class_path_folders(Path(pyspark.__file__).parent)
-    path = folder / "spark-defaults.conf"
-    if not path.is_file():
-        return {}
-    read = Properties()
-    try:
-        read.load(path.read_bytes().decode("utf-8", errors="replace"))
-    except (OSError, PropertyError) as exc:
-        why = getattr(exc, "strerror", None) or str(exc)
-        raise LoadError(f"the operator's Spark defaults {path} cannot be read: {why}") from None
-    return {str(key): str(value.data).strip() for key, value in read.items()}
+    settings: dict[str, str] = {}
+    for path in spark_properties_files(Path(pyspark.__file__).parent):
+        if not path.is_file():
+            continue
+        read = Properties()
+        try:
+            read.load(path.read_bytes().decode("utf-8", errors="replace"))
+        except (OSError, PropertyError) as exc:
+            why = getattr(exc, "strerror", None) or str(exc)
+            raise LoadError(f"the operator's Spark defaults {path} cannot be read: {why}") from None
+        settings.update({str(key): str(value.data).strip() for key, value in read.items()})
+    return settings
 
 
 def with_operator_defaults(options: dict[str, str], defaults: dict[str, str]) -> dict[str, str]:
