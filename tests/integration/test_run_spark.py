@@ -84,9 +84,12 @@ def test_spark_v2_after_the_table_changes_and_a_failing_gate_keeps_it(home: Path
 def test_the_first_spark_run_leaves_the_driver_s_class_archive_and_the_next_starts_from_it(
     dal: KvClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A machine's first Spark run has its driver JVM write the archive of the classes it
-    loaded as it exits (``session._class_archive_options``); the archive is kept only once
-    complete, and later runs start from it. Neither writes anything else on stdout."""
+    """A machine's first Spark run resolves the packages and keeps their files
+    (``session._packages``); the next, its driver JVM having them on its class path
+    (``session._local_class_path``), writes the archive of the classes it loaded as it exits
+    (``session._class_archive_options``; the first makes none: its class path differs); the
+    archive is kept only once complete, and later runs start from it. None writes anything
+    else on stdout."""
     import json
 
     from bulldozer.load.engines.spark import session
@@ -99,26 +102,31 @@ def test_the_first_spark_run_leaves_the_driver_s_class_archive_and_the_next_star
             "--endpoint", dal.target]  # fmt: skip
     first = _cli(args, home, env={"BULLDOZER_CACHE": str(cache)})
     assert first.returncode == 0, first.stderr
-    kept = sorted(path.name for path in (cache / "spark").iterdir())
-    archives = [name for name in kept if name.endswith(".jsa")]
-    assert len(archives) == 1 and archives[0].startswith("driver-"), kept
-    # and the local files Spark resolved the packages to (``session._packages``)
-    jars = [name for name in kept if name.startswith("jars-")]
-    assert len(jars) == 1 and len(kept) == 2, kept
-    files = (cache / "spark" / jars[0]).read_text().split()
+    # the local files Spark resolved the packages to (``session._packages``), and no archive
+    (jars,) = [path.name for path in (cache / "spark").iterdir()]
+    assert jars.startswith("jars-"), jars
+    files = (cache / "spark" / jars).read_text().split()
     assert len(files) == len(session.PACKAGES) and all(Path(f).is_file() and f.endswith(".jar") for f in files), files
     second = _cli(args, home, env={"BULLDOZER_CACHE": str(cache)})
     assert second.returncode == 0, second.stderr
-    records = [json.loads(done.stdout) for done in (first, second)]
-    assert records[0]["digest"] == records[1]["digest"] and records[1]["engine_start"] > 0
+    kept = sorted(path.name for path in (cache / "spark").iterdir())
+    archives = [name for name in kept if name.endswith(".jsa")]
+    assert len(archives) == 1 and archives[0].startswith("driver-") and len(kept) == 2, kept
+    third = _cli(args, home, env={"BULLDOZER_CACHE": str(cache)})
+    assert third.returncode == 0, third.stderr
+    records = [json.loads(done.stdout) for done in (first, second, third)]
+    assert len({record["digest"] for record in records}) == 1 and records[2]["engine_start"] > 0
     assert sorted(path.name for path in (cache / "spark").iterdir()) == kept  # used, not rebuilt
     # which options a driver gets: the archive to start from once it exists, else the one to
     # write; the resolved jars once known, else the packages to resolve
     try:
         monkeypatch.setenv("BULLDOZER_CACHE", str(cache))
-        assert session._class_archive_options()[0] == f"-XX:SharedArchiveFile={cache / 'spark' / archives[0]}"
+        local = session._local_class_path(session._packages())
+        assert local[: len(files)] == [Path(f) for f in files]
+        assert session._class_archive_options(local)[0] == f"-XX:SharedArchiveFile={cache / 'spark' / archives[0]}"
         assert session._packages() == {"spark.jars": ",".join(files)}
         monkeypatch.setenv("BULLDOZER_CACHE", str(tmp_path / "empty"))
+        assert session._class_archive_options(local, make=False) == []
         assert session._class_archive_options()[0].startswith("-XX:ArchiveClassesAtExit=")
         assert session._packages() == {
             "spark.jars.packages": ",".join(session.PACKAGES),
