@@ -851,7 +851,7 @@ def _class_path_files(class_path: Sequence[Path] = ()) -> list[str]:
 
     jars = sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar"))
     files = []
-    for jar in [*jars, JAVA_JAR, *class_path]:
+    for jar in dict.fromkeys([*jars, JAVA_JAR, *class_path]):  # Bulldozer's jar once, when a local driver's
         with contextlib.suppress(OSError):  # Bulldozer's jar is not built: none on the class path
             stat = jar.stat()
             files.append(f"{jar}:{stat.st_size}:{stat.st_mtime_ns}")
