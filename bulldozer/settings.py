@@ -513,11 +513,11 @@ def spark_class_path_folders(spark_home: Path) -> list[tuple[str, Path]]:
 
 
 def spark_properties_files(spark_home: Path) -> list[Path]:
-    """The properties files spark-submit reads the driver's defaults from, the one that wins
-    last: ``spark-defaults.conf`` in the configuration folder (``spark_class_path_folders``'
-    first), unless ``PYSPARK_SUBMIT_ARGS`` (which pyspark starts spark-submit with) names a
-    ``--properties-file`` without ``--load-spark-defaults``; then that file (Spark's
-    ``SparkSubmitArguments``: the named file's settings win over the defaults')."""
+    """The properties files spark-submit reads the driver's defaults from, a later one's
+    settings winning: ``spark-defaults.conf`` in the configuration folder
+    (``spark_class_path_folders``' first), and the ``--properties-file`` that
+    ``PYSPARK_SUBMIT_ARGS`` (which pyspark starts spark-submit with) names, which replaces
+    it unless ``--load-spark-defaults`` is given too (Spark's ``SparkSubmitArguments``)."""
     import shlex
 
     args = shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", ""))

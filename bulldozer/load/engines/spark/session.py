@@ -419,9 +419,9 @@ def _start_context(
 #: The settings Bulldozer gives the driver that the operator's ``spark-defaults.conf`` may
 #: give too, where both count: Spark takes a setting given to the context over the file's, so
 #: the file's was dropped without a word (its Java options, its redaction of secrets, its
-#: jars and SQL extensions). Each joins the two values: the Java options the operator's
-#: last (the JVM takes an option's last value, so theirs win), a name either pattern matches
-#: redacted, both lists of jars and extensions.
+#: jars and SQL extensions). Each joins the two values: the JVMs' options the operator's last
+#: (the JVM takes an option's last value, so theirs win), a name either pattern matches
+#: redacted, both lists of jars, class path entries and extensions.
 JOINED_WITH_DEFAULTS: dict[str, Callable[[str, str], str]] = {
     "spark.driver.extraJavaOptions": lambda ours, theirs: f"{ours} {theirs}",
     "spark.executor.extraJavaOptions": lambda ours, theirs: f"{ours} {theirs}",
@@ -851,7 +851,7 @@ def _class_path_files(class_path: Sequence[Path] = ()) -> list[str]:
 
     jars = sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar"))
     files = []
-    for jar in dict.fromkeys([*jars, JAVA_JAR, *class_path]):  # Bulldozer's jar once, when a local driver's
+    for jar in dict.fromkeys([*jars, JAVA_JAR, *class_path]):  # Bulldozer's counted once (a local driver's too)
         with contextlib.suppress(OSError):  # Bulldozer's jar is not built: none on the class path
             stat = jar.stat()
             files.append(f"{jar}:{stat.st_size}:{stat.st_mtime_ns}")
