@@ -67,3 +67,22 @@ def test_a_properties_file_pyspark_submit_args_names_replaces_the_defaults_file(
     assert session.operator_spark_defaults() == {"spark.jars": "/opt/named.jar", "spark.app.name": "defaults"}
     monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "pyspark-shell")
     assert session.operator_spark_defaults() == {"spark.jars": "/opt/defaults.jar", "spark.app.name": "defaults"}
+
+
+def test_the_resolved_packages_are_kept_beside_the_operators_jars(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """spark-submit resolves the packages into spark.jars with the jars given: the
+    operator's (from spark-defaults.conf) among them. The packages' files are still kept
+    for the next start (``session._remember_jars``), which then neither resolves again nor,
+    when local, starts without a class-data archive."""
+    monkeypatch.setenv("BULLDOZER_CACHE", str(tmp_path / "cache"))
+    ivy = tmp_path / "ivy"
+    ivy.mkdir()
+    packages = [ivy / "{}_{}-{}.jar".format(*package.split(":")) for package in session.PACKAGES]
+    theirs = tmp_path / "operator.jar"
+    for jar in [*packages, theirs]:
+        jar.write_bytes(b"PK\x05\x06" + bytes(18))
+    resolved = [theirs.as_uri(), *(jar.as_uri() for jar in reversed(packages)), session.JAVA_JAR.as_uri()]
+    session._remember_jars(",".join(resolved))
+    assert session._packages() == {"spark.jars": ",".join(map(str, packages))}

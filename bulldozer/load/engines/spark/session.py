@@ -797,14 +797,18 @@ def _resolving(ivy: str | None = None) -> Iterator[dict[str, str]]:
 
 def _remember_jars(resolved: str) -> None:
     """Keep the local files spark-submit resolved the packages to (``spark.jars`` of a
-    context started with ``spark.jars.packages``) for the next start."""
+    context started with ``spark.jars.packages``) for the next start: each package's by the
+    name Ivy gives its file (``GROUP_ARTIFACT-VERSION.jar``), the other jars given with them
+    (Bulldozer's, the operator's ``spark.jars``) left out. Counted by number instead, the
+    operator's jars made every start resolve again, and a local one without an archive."""
     from urllib.parse import urlparse
     from urllib.request import url2pathname
 
     uris = [urlparse(jar) for jar in resolved.split(",") if jar]
-    jars = [url2pathname(uri.path) for uri in uris if uri.scheme in ("file", "")]
-    jars = [jar for jar in jars if Path(jar) != JAVA_JAR]  # Bulldozer's own, not a package
-    if len(jars) != len(PACKAGES) or not all(Path(jar).is_file() for jar in jars):
+    files = {Path(url2pathname(uri.path)).name: url2pathname(uri.path) for uri in uris if uri.scheme in ("file", "")}
+    names = ["{}_{}-{}.jar".format(*package.split(":")) for package in PACKAGES]
+    jars = [files.get(name, "") for name in names]
+    if not all(jar and Path(jar).is_file() for jar in jars):
         return
     record = _jars_record()
     try:
