@@ -79,6 +79,12 @@ def test_a_job_on_a_standalone_cluster_stores_what_the_local_engine_stores(
     where = session.sparkContext.parallelize(range(4), 4).map(lambda _: __import__("bulldozer").__file__).collect()
     shared = f"/.cache/bulldozer/spark-env/{ident}/lib/"
     assert all(shared in path and not path.startswith(str(REPO)) for path in where), where
+    # and pyspark from the worker's pyspark.zip unpacked and compiled in that cache, not
+    # compiled from the zip at each start (node_cache.unzipped_spark_path)
+    pyspark_files = (
+        session.sparkContext.parallelize(range(2), 2).map(lambda _: __import__("pyspark").__file__).collect()
+    )
+    assert all("/.cache/bulldozer/spark-python/" in path for path in pyspark_files), pyspark_files
     # the executor JVMs start with the driver's later C2 (session.C2_LATER): each task reads
     # the command line of the JVM its Python worker descends from
     from bulldozer.load.engines.spark.session import C2_LATER

@@ -121,6 +121,32 @@ def test_the_driver_jvm_compiles_with_c2_later(spark: Any) -> None:
     assert {name: bean.getVMOption(name).getValue() for name in asked} == asked
 
 
+def test_the_workers_import_pyspark_with_bytecode_not_from_spark_s_zip(spark: Any) -> None:
+    """Spark puts its ``pyspark.zip`` and py4j's first on its Python workers' path, which
+    Python imports by compiling their sources at every start; the daemon replaces them with
+    the folders they are unpacked and compiled in, in the user's cache (``node_cache``)."""
+    from bulldozer.settings import load_settings
+
+    def where_pyspark_is(_: Any) -> tuple[str, str, bool]:  # pickled by value: the test module stays here
+        """In a Python worker: the files pyspark and py4j were imported from, and whether
+        the bytecode of ``pyspark.worker`` was there to import."""
+        import importlib.util
+        import os
+
+        import py4j
+        import pyspark
+        import pyspark.worker
+
+        cached = importlib.util.cache_from_source(pyspark.worker.__file__ or "")
+        return pyspark.__file__ or "", py4j.__file__ or "", os.path.isfile(cached)
+
+    found = spark.sparkContext.parallelize(range(2), 2).map(where_pyspark_is).collect()
+    cache = load_settings().cache_folder() / "spark-python"
+    for pyspark_file, py4j_file, compiled in found:
+        assert Path(pyspark_file).is_relative_to(cache) and Path(py4j_file).is_relative_to(cache)
+        assert ".zip" not in pyspark_file and compiled
+
+
 def test_options_name_the_job_without_a_spec(spark: Any, dal: KvClient) -> None:
     frame = spark.createDataFrame([(i, f"name-{i}", i * 0.5) for i in range(500)], "id long, name string, score double")
     _write(frame, alias="by_options", key_columns="id", endpoint=dal.target, min_rows="10")

@@ -55,7 +55,6 @@ from bulldozer.errors import LoadError, SchemaError, UnreadableFilesError
 from bulldozer.kv.client import KvClient
 from bulldozer.load.engines.base import LoadPlan, LoadResult, Progress, SplitDone, SplitResult
 from bulldozer.load.engines.local import LocalEngine, SplitReader, scan_tasks, source_scan
-from bulldozer.load.engines.spark.datasource import FORMAT, BulldozerWriter, Layout, register, worker_error
 from bulldozer.load.engines.spark.row_filter import spark_row_filter
 from bulldozer.load.engines.spark.session import (
     ICEBERG_RUNTIME,
@@ -69,7 +68,7 @@ from bulldozer.warehouse.files import snapshot_files, task_files, verify_files
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ICEBERG_RUNTIME", "SQLITE_JDBC", "SparkEngine", "spark_session", "stop_spark_session", "worker_error"]
+__all__ = ["ICEBERG_RUNTIME", "SQLITE_JDBC", "SparkEngine", "spark_session", "stop_spark_session"]
 
 #: data-file bytes per write task when the spec does not set ``write.partitions``
 BYTES_PER_PARTITION = 64 * 1024 * 1024
@@ -188,7 +187,10 @@ class SparkEngine(LocalEngine):
         return spark_context(*args), None
 
     def load(self, plan: LoadPlan, client: KvClient, on_split: SplitDone, progress: Progress) -> LoadResult:
+        # pyspark.sql on first use: the executors' worker daemon imports this package before
+        # it chooses where pyspark is imported from (``daemon``)
         from bulldozer.kv.tls import settings_tls_material
+        from bulldozer.load.engines.spark.datasource import FORMAT, BulldozerWriter, Layout, register, worker_error
         from bulldozer.settings import load_settings
         from bulldozer.versioning.run_state import ledger_of
 

@@ -49,6 +49,7 @@ from pathlib import Path
 
 from bulldozer import scratch
 from bulldozer.errors import InvalidArgumentError
+from bulldozer.load.engines.spark import node_cache
 from bulldozer.settings import python_command
 
 __all__ = [
@@ -275,58 +276,6 @@ def archive_conf(archive: Path | None = None) -> dict[str, str]:
     }
 
 
-#: what the launcher runs, under the base interpreter alone (``-s -I``), when the folder
-#: it runs the environment from is missing: unpack the shipped file into a folder of its own
-#: and rename that into place. The first rename wins, the others drop theirs, and no start
-#: runs a folder half unpacked. A zip's file modes are kept. In the node's cache it then
-#: drops what it need not keep: folders a killed start left half unpacked (or removed) an hour ago,
-#: and environments beyond the ``_KEEP`` used last that no start used for a day (a start
-#: touches its folder), so an environment a running application still reads stays.
-_UNPACK = """\
-import os, shutil, sys, tempfile, time, zipfile
-
-source, target, keep = sys.argv[1], sys.argv[2], int(sys.argv[3])
-parent = os.path.dirname(target)
-partial = tempfile.mkdtemp(prefix=".unpacking-", dir=parent)
-try:
-    with zipfile.ZipFile(source) as packed:
-        for info in packed.infolist():
-            path = packed.extract(info, partial)
-            mode = (info.external_attr >> 16) & 0o777
-            if mode and not info.is_dir():
-                os.chmod(path, mode)
-    try:
-        os.rename(partial, target)
-        partial = None
-    except OSError:
-        if not os.path.isdir(target):
-            raise
-finally:
-    if partial is not None:
-        shutil.rmtree(partial, ignore_errors=True)
-if keep:
-    now, others = time.time(), []
-    for name in os.listdir(parent):
-        path = os.path.join(parent, name)
-        try:
-            used = os.stat(path).st_mtime
-        except OSError:
-            continue
-        if name.startswith((".unpacking-", ".removing-")):
-            if now - used > 3600:
-                shutil.rmtree(path, ignore_errors=True)
-        elif path != target and not name.startswith("."):
-            others.append((used, path))
-    for used, path in sorted(others, reverse=True)[keep - 1:]:
-        if now - used > 86400:
-            gone = tempfile.mkdtemp(prefix=".removing-", dir=parent)
-            try:
-                os.rename(path, os.path.join(gone, "env"))
-            except OSError:
-                pass
-            shutil.rmtree(gone, ignore_errors=True)
-"""
-
 #: environments a node's cache keeps at least (each ~410 MB unpacked)
 _KEEP = 3
 
@@ -378,5 +327,5 @@ PYTHONPATH="$env/{site}${{PYTHONPATH:+:$PYTHONPATH}}" exec {python} -s "$@"
     output = folder / "bulldozer-launcher.zip"
     with zipfile.ZipFile(output, "w") as archive:
         _write_entry(archive, "bin/python", launcher, 0o755, zipfile.ZIP_STORED)
-        _write_entry(archive, "bin/unpack.py", _UNPACK, 0o644, zipfile.ZIP_STORED)
+        _write_entry(archive, "bin/unpack.py", Path(node_cache.__file__).read_text(), 0o644, zipfile.ZIP_STORED)
     return output
