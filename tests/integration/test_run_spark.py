@@ -86,7 +86,7 @@ def test_the_first_spark_run_leaves_the_driver_s_class_archive_and_the_next_star
 ) -> None:
     """A machine's first Spark run resolves the packages and keeps their files
     (``session._packages``); the next, its driver JVM having them on its class path
-    (``session._local_class_path``), writes the archive of the classes it loaded as it exits
+    (``session._driver_class_path``), writes the archive of the classes it loaded as it exits
     (``session._class_archive_options``; the first makes none: its class path differs); the
     archive is kept only once complete, and later runs start from it. None writes anything
     else on stdout."""
@@ -121,7 +121,7 @@ def test_the_first_spark_run_leaves_the_driver_s_class_archive_and_the_next_star
     # write; the resolved jars once known, else the packages to resolve
     try:
         monkeypatch.setenv("BULLDOZER_CACHE", str(cache))
-        local = session._local_class_path(session._packages())
+        local = session._driver_class_path(session._packages())
         assert local[: len(files)] == [Path(f) for f in files]
         assert session._class_archive_options(local)[0] == f"-XX:SharedArchiveFile={cache / 'spark' / archives[0]}"
         assert session._packages() == {"spark.jars": ",".join(files)}

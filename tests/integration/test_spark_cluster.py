@@ -115,6 +115,41 @@ def test_a_job_on_a_standalone_cluster_stores_what_the_local_engine_stores(
     assert dal.describe(local.version).digest == dal.describe(on_cluster.version).digest  # byte for byte
 
 
+def test_a_cluster_s_executors_get_iceberg_s_jars_with_spark_sql_alone(home: Path, archive: Path) -> None:
+    """The split reads' tasks run Python alone: the executors fetch the packages' jars (133 MB)
+    only once Spark SQL starts on the context (the by-key path: Iceberg's reader), and
+    Bulldozer's jar never (the driver's class path has them all: session._sql_jars)."""
+    from bulldozer.load.engines.spark import session
+    from bulldozer.load.engines.spark.catalog import JAVA_JAR
+    from bulldozer.load.engines.spark.package import archive_conf
+
+    master, conf = services.spark_master(), archive_conf(archive)
+    stop_spark_session()
+    if "spark.jars.packages" in session._packages():  # the first start here resolves them into spark.jars
+        session.spark_context("lake", None, str(home), master, conf)
+        stop_spark_session()
+    try:
+        context = session.spark_context("lake", None, str(home), master, conf)
+        driver = context.getConf().get("spark.driver.extraClassPath", "")
+        assert "iceberg-spark-runtime" in driver and (str(JAVA_JAR) in driver or not JAVA_JAR.is_file())
+
+        def shipped() -> list[str]:
+            return [jar for jar in context._jsc.sc().listJars().mkString("\n").split("\n") if jar]
+
+        assert shipped() == []
+        spark = session.spark_session("lake", None, str(home), master, conf)
+        jars = shipped()
+        assert any("iceberg-spark-runtime" in jar for jar in jars) and not any(JAVA_JAR.name in jar for jar in jars)
+        assert (
+            spark.sql("SELECT count(DISTINCT user_id, item_id, locale) FROM lake.sample.user_item_scores").collect()[0][
+                0
+            ]
+            == 3_000
+        )
+    finally:
+        stop_spark_session()
+
+
 def test_a_master_and_its_worker_answer_the_probe_and_log_no_error_of_it() -> None:
     """``_MasterProbe`` against a real master: no web server, and not silent, as Spark's
     protocol reads its frame: a StreamFailure (type 8) for the stream it asked. The master

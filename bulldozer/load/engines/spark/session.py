@@ -81,6 +81,9 @@ C2_LATER = (
     "-XX:Tier4BackEdgeThreshold=400000",
 )
 _SESSION: Any = None
+#: the packages' files a cluster's executors take when Spark SQL starts on the context
+#: (``spark_session``), not before (``_sql_jars``)
+_SQL_JARS: list[str] = []
 _CONTEXT: Any = None
 _CONTEXT_KEY: tuple[object, ...] = ()
 _CONTEXT_LOCK = threading.Lock()
@@ -106,6 +109,8 @@ def spark_session(
         from pyspark.sql import SparkSession
 
         _SESSION = SparkSession.builder.getOrCreate()  # on spark_context's context
+        for jar in _SQL_JARS:  # Iceberg's reader and writer run in the executors' JVMs
+            _SESSION.sparkContext._jsc.addJar(jar)  # Spark's Java API (pyspark has no addJar)
     return _SESSION
 
 
@@ -120,7 +125,7 @@ def spark_context(
     SQL), configured for the Iceberg catalog as ``spark_session`` needs; reused while the
     catalog, home, master and ``conf`` are the same. Safe to call from a thread other than
     the one that uses it (the engine starts it ahead, ``SparkEngine.prepare``)."""
-    global _CONTEXT, _CONTEXT_KEY
+    global _CONTEXT, _CONTEXT_KEY, _SQL_JARS
     key = (
         catalog_name,
         tuple(sorted((properties or {}).items())),
@@ -141,7 +146,7 @@ def spark_context(
         level = spark_log_level()
         with _resolving((conf or {}).get("spark.jars.ivy")) as packages:
             context = _start_context(catalog_name, properties, home, master, conf, settings, level, packages, probe)
-        _CONTEXT, _CONTEXT_KEY = context, key
+        _CONTEXT, _CONTEXT_KEY, _SQL_JARS = context, key, _sql_jars(master, packages)
         return context
 
 
@@ -300,11 +305,11 @@ def _start_context(
 
     prefix = f"spark.sql.catalog.{catalog_name}"
     defaults = operator_spark_defaults()
-    ours = _local_class_path(packages) if master.startswith("local") else []
+    resolving = "spark.jars.packages" in packages
+    ours = _driver_class_path(packages) if master.startswith("local") or not resolving else []
     theirs = [Path(entry) for entry in defaults.get("spark.driver.extraClassPath", "").split(os.pathsep) if entry]
     # a local driver's first start on a machine resolves the packages (into spark.jars): the
     # next, with their files on its class path, makes the archive (one made now, never used)
-    resolving = "spark.jars.packages" in packages
     sharing = _class_archive_options([*ours, *theirs], make=not (resolving and master.startswith("local")))
     options = {
         "spark.app.name": "bulldozer",
@@ -353,9 +358,10 @@ def _start_context(
     catalog = properties or embedded_catalog_properties(home)
     java = spark_catalog_properties(catalog_name, catalog, settings.catalog_timeout)
     options.update({f"{prefix}.{k}": v for k, v in java.items()})
-    # the jars: a local driver's on its class path (``_local_class_path``), else spark.jars:
-    # the packages', the run's, and Bulldozer's (the driver's from its start; a context's
-    # jars reach executors only)
+    # the jars: the driver's on its class path (``_driver_class_path``) once the packages are
+    # resolved (a cluster's executors get the packages' files with Spark SQL, ``_sql_jars``),
+    # else spark.jars: the packages', the run's, and Bulldozer's (the driver's from its
+    # start; a context's jars reach executors only)
     jars = [(conf or {}).get("spark.jars", "")]
     if ours:
         options["spark.driver.extraClassPath"] = os.pathsep.join(map(str, ours))
@@ -478,10 +484,11 @@ def with_operator_defaults(options: dict[str, str], defaults: dict[str, str]) ->
     return joined
 
 
-def _local_class_path(packages: dict[str, str]) -> list[Path]:
-    """What a ``local`` driver (whose JVM runs the tasks too) takes on its class path rather
-    than as ``spark.jars``: the packages' files once resolved (``_packages``) and Bulldozer's
-    jar if built. As ``spark.jars`` the executor fetched each from the driver's file server
+def _driver_class_path(packages: dict[str, str]) -> list[Path]:
+    """What the driver takes on its class path rather than as ``spark.jars``: the packages'
+    files once resolved (``_packages``) and Bulldozer's jar if built. A ``local`` driver's JVM
+    runs the tasks too; a cluster's executors get the packages' files with Spark SQL
+    (``_sql_jars``). As ``spark.jars`` a local executor fetched each from the driver's file server
     into a folder of its own before its first task (0.35 s here, Iceberg's runtime and AWS
     bundle most of it), and their classes were outside the class-data archive. Measured on
     the 2-core machine, interleaved rounds (README, "Spark"): 2 M nested rows read in place,
@@ -489,6 +496,19 @@ def _local_class_path(packages: dict[str, str]) -> list[Path]:
     20.2-20.8 s (2 each)."""
     jars = [Path(jar) for jar in packages.get("spark.jars", "").split(",") if jar]
     return [*jars, JAVA_JAR] if JAVA_JAR.is_file() else jars
+
+
+def _sql_jars(master: str, packages: dict[str, str]) -> list[str]:
+    """The packages' files a cluster's executors take only when Spark SQL starts on the
+    context (``spark_session``: Iceberg's reader and writer, the by-key path), once resolved:
+    the split reads' tasks run Python alone, and the executors fetched the jars from the
+    driver before their first task (133 MB: Iceberg's runtime, its AWS bundle, the catalogs'
+    JDBC drivers; 0.39 s of an executor's start in its log on the loopback cluster). Bulldozer's
+    jar is the driver's alone. None for a local driver (its class path is the executor's) or
+    packages being resolved (spark-submit puts them in ``spark.jars``)."""
+    if master.startswith("local") or "spark.jars.packages" in packages:
+        return []
+    return [jar for jar in packages.get("spark.jars", "").split(",") if jar]
 
 
 def _add_archive(context: Any, archive: str) -> None:
@@ -1026,12 +1046,12 @@ def _driver_tmp() -> Path:
 
 def stop_spark_session() -> None:
     """Stop the context ``spark_context`` keeps and its session (a no-op without one)."""
-    global _SESSION, _CONTEXT, _CONTEXT_KEY
+    global _SESSION, _CONTEXT, _CONTEXT_KEY, _SQL_JARS
     if _SESSION is not None:
         _SESSION.stop()
     elif _CONTEXT is not None:
         _CONTEXT.stop()
-    _SESSION, _CONTEXT, _CONTEXT_KEY = None, None, ()
+    _SESSION, _CONTEXT, _CONTEXT_KEY, _SQL_JARS = None, None, (), []
 
 
 #: log4j2 configuration of the driver: the console at ``-Dbulldozer.spark.level``
