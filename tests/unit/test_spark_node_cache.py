@@ -23,6 +23,7 @@ def _zips(folder: Path) -> list[str]:
     with zipfile.ZipFile(folder / "pyspark.zip", "w") as packed:
         packed.writestr("pyspark/__init__.py", "")
         packed.writestr("pyspark/probe.py", "WHERE = __file__\n")
+        packed.writestr("pyspark/pandas/frame.py", "")  # pyspark's pandas API: not compiled
     with zipfile.ZipFile(folder / "py4j-0.10.9.9-src.zip", "w") as packed:
         packed.writestr("py4j/__init__.py", "WHERE = __file__\n")
     return [str(folder / "pyspark.zip"), str(folder / "py4j-0.10.9.9-src.zip")]
@@ -44,6 +45,8 @@ def test_spark_s_zips_are_unpacked_once_with_their_bytecode_and_the_rest_of_the_
     probe = Path(unzipped[1]) / "pyspark" / "probe.py"
     pyc = Path(importlib.util.cache_from_source(str(probe))).read_bytes()
     assert pyc[:4] == importlib.util.MAGIC_NUMBER and int.from_bytes(pyc[4:8], "little") == 0b01
+    frame = Path(unzipped[1]) / "pyspark" / "pandas" / "frame.py"
+    assert frame.is_file() and not Path(importlib.util.cache_from_source(str(frame))).exists()
     done = subprocess.run(
         [sys.executable, "-c", "import pyspark.probe, py4j; print(pyspark.probe.WHERE); print(py4j.WHERE)"],
         env={"PYTHONPATH": os.pathsep.join(unzipped[1:3]), "PYTHONDONTWRITEBYTECODE": "1"},
