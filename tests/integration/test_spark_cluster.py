@@ -10,6 +10,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -148,6 +149,54 @@ def test_a_cluster_s_executors_get_iceberg_s_jars_with_spark_sql_alone(home: Pat
         )
     finally:
         stop_spark_session()
+
+
+def test_executors_start_from_their_node_s_class_archive_which_the_first_without_one_makes(
+    home: Path, archive: Path
+) -> None:
+    """An executor JVM that did not map the worker folder's class-data archive has its node
+    make it once the JVM exited (``executor_archive``): the next application's executors
+    start from it."""
+    from bulldozer.load.engines.spark import session
+    from bulldozer.load.engines.spark.package import archive_conf
+
+    master, conf = services.spark_master(), archive_conf(archive)
+
+    def sharing(_: object) -> tuple[str, bool]:  # in a task: its JVM's archive, and whether the JVM maps it
+        import os
+
+        pid = os.getppid()
+        while pid > 1:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+            if args[0].endswith(b"java"):
+                asked = [arg.decode() for arg in args if arg.startswith(b"-XX:SharedArchiveFile=")][-1]
+                path = os.path.realpath(os.path.join(os.readlink(f"/proc/{pid}/cwd"), asked.split("=", 1)[1]))
+                with open(f"/proc/{pid}/maps") as maps:
+                    return path, any(line.rstrip("\n").endswith(f" {path}") for line in maps)
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        return "", False
+
+    def application() -> tuple[str, bool]:
+        try:
+            context = session.spark_context("lake", None, str(home), master, conf)
+            found: set[tuple[str, bool]] = set(context.parallelize(range(2), 2).map(sharing).collect())
+            (one,) = found  # both tasks in the worker's one executor
+            return one
+        finally:
+            stop_spark_session()
+
+    stop_spark_session()
+    path, mapped = application()
+    if mapped:  # made after an earlier test's application: once more without it
+        Path(path).unlink()
+        path, mapped = application()
+    assert not mapped and Path(path).parent.name == "work", path  # the worker's folder (spark.sh)
+    deadline = time.monotonic() + 120  # made after the JVM exited (the application stopped)
+    while not Path(path).exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert application() == (path, True)
 
 
 def test_a_master_and_its_worker_answer_the_probe_and_log_no_error_of_it() -> None:

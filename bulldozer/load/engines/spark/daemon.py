@@ -22,6 +22,7 @@ from __future__ import annotations
 import sys
 
 from bulldozer.errors import BulldozerError
+from bulldozer.load.engines.spark.executor_archive import ensure as ensure_executor_archive
 from bulldozer.load.engines.spark.node_cache import unzipped_spark_path
 from bulldozer.settings import load_settings
 
@@ -39,6 +40,7 @@ def _imported_with_bytecode() -> None:
 
 
 _imported_with_bytecode()
+ensure_executor_archive()  # before the imports: the build it may start forks a smaller process
 
 import pyiceberg.io.pyarrow  # noqa: E402, F401
 from pyspark import daemon  # noqa: E402

@@ -24,6 +24,7 @@ from typing import Any
 
 from bulldozer import locks, scratch
 from bulldozer.errors import LoadError
+from bulldozer.load.engines.spark import executor_archive
 from bulldozer.load.engines.spark.catalog import JAVA_JAR, spark_catalog_properties
 from bulldozer.redaction import SECRET_SETTING
 from bulldozer.settings import (
@@ -371,6 +372,7 @@ def _start_context(
     if any(jars):
         options["spark.jars"] = ",".join(filter(None, jars))
     options = with_operator_defaults(options, defaults)
+    _ask_executors_for_their_archive(master, options)
     # A cluster's executors are asked for as the context starts, and Spark copies and
     # unpacks the context's archives on the driver before that: added once it runs, the
     # executors' environment is unpacked on the driver while their JVMs start. Measured
@@ -420,6 +422,24 @@ def _start_context(
         # the Python workers run the shipped environment's interpreter (package.archive_conf)
         context.pythonExec = EXECUTOR_PYTHON
     return context
+
+
+def _ask_executors_for_their_archive(master: str, options: dict[str, str]) -> None:
+    """On a standalone cluster (``spark://``), the executor JVMs start from their worker's
+    class-data archive, made on the node by the first executor without one
+    (``executor_archive``): its options go first in ``options``' executor Java options.
+    Nothing when the operator's options say how the executors share classes (``-Xshare:``,
+    an archive of their own): ``-Xshare:on`` with an archive not made yet would stop every
+    executor."""
+    executor = options.get("spark.executor.extraJavaOptions", "")
+    if not master.startswith("spark://") or re.search(
+        r"-Xshare:|-XX:(SharedArchiveFile|ArchiveClassesAtExit)", executor
+    ):
+        return
+    import pyspark
+
+    node = executor_archive.java_options(executor_archive.identity(pyspark.__version__, options))
+    options["spark.executor.extraJavaOptions"] = " ".join([*node, executor]).strip()
 
 
 #: The settings Bulldozer gives the driver that the operator's ``spark-defaults.conf`` may
@@ -910,7 +930,7 @@ def _class_archive_options(class_path: Sequence[Path] = (), make: bool = True) -
             crowded,
         )
         return []
-    quiet = "-Xlog:disable -Xlog:all=warning,cds*=off:stderr"
+    quiet = " ".join(executor_archive.QUIET)
     scratch.sweep_partials(path.parent, "*.jsa.*.partial")
     if path.exists():
         with contextlib.suppress(OSError):
