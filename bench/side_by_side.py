@@ -687,6 +687,18 @@ def engines_section(ctx: Context) -> None:
                 ["--master", f"spark://127.0.0.1:{port}"],
                 {"BULLDOZER_SPARK_ARCHIVE": str(archive)},
             )
+            # the rounds time a node in its steady state, as a daily job's cluster is: the new
+            # cluster's first application runs before them, timed apart (its node unpacks the
+            # environment and pyspark, and makes the executors' class-data archive once the
+            # application ended: bulldozer.load.engines.spark.executor_archive)
+            flags, env = spark_runs["spark_cluster"]
+            cold = run_cli(["run", str(spec), "--engine", "spark", *flags, "--json", "-q"], home, env)
+            engines["spark_cluster_first_s"] = cold.seconds
+            engines["spark_cluster_node_s"] = node_builds_done()
+            ctx.say(
+                f"  spark_cluster, the new cluster's first application: {cold.seconds:.1f} s; its node's builds "
+                f"done {engines['spark_cluster_node_s']:.1f} s after it"
+            )
         grew = 0
         for rep in range(s.repeat):  # interleaved: each round runs every engine once
             local, grown = measured_growth(lambda: bulldozer_run(home, spec), home)
@@ -746,11 +758,18 @@ def engines_section(ctx: Context) -> None:
                 f"{local_load / load:.2f}× slower",
             )
         )
+        after_first = ""
+        if name == "spark_cluster":
+            after_first = (
+                f"; the rounds after the new cluster's first application (its cold node: "
+                f"{engines['spark_cluster_first_s']:.1f} s)"
+            )
         ctx.rows.append(
             Row(
                 "4 engines",
                 f"whole command rows/s (JVM start-up included), nested sample {s.spark_rows:,} rows: local vs {label}"
-                + at_size,
+                + at_size
+                + after_first,
                 f"{label} {rate:,.0f}, {mib(med(engines[f'{name}_peak_rss_kib']))} (driver + JVM)",
                 f"local {local_rate:,.0f}, {mib(med(engines['local_peak_rss_kib']))}",
                 f"{local_rate / rate:.2f}× slower",
@@ -793,6 +812,25 @@ def engines_section(ctx: Context) -> None:
         )
     engines["scaling"] = scaling
     ctx.raw["engines"] = engines
+
+
+def node_builds_done(most: float = 180.0) -> float:
+    """Wait until no executor node builds its class-data archive any more (``python -s -I
+    .../executor_archive.py``, started by an executor's Python daemon, dumping once its JVM
+    exited), ``most`` seconds at most; the seconds waited."""
+    started = time.monotonic()
+    while time.monotonic() - started < most:
+        building = False
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            building = building or any(arg.endswith(b"/engines/spark/executor_archive.py") for arg in args)
+        if not building:
+            break
+        time.sleep(0.5)
+    return time.monotonic() - started
 
 
 def spark_one_file(ctx: Context, engines: dict[str, Any]) -> None:
