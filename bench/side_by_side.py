@@ -815,9 +815,11 @@ def engines_section(ctx: Context) -> None:
 
 
 def node_builds_done(most: float = 180.0) -> float:
-    """Wait until no executor node builds its class-data archive any more (``python -s -I
-    .../executor_archive.py``, started by an executor's Python daemon, dumping once its JVM
-    exited), ``most`` seconds at most; the seconds waited."""
+    """Wait until no executor node builds its class-data archive any more (``executor_archive.
+    BUILD``, started by an executor's Python daemon, dumping once its JVM exited), ``most``
+    seconds at most; the seconds waited."""
+    from bulldozer.load.engines.spark.executor_archive import BUILD
+
     started = time.monotonic()
     while time.monotonic() - started < most:
         building = False
@@ -826,7 +828,7 @@ def node_builds_done(most: float = 180.0) -> float:
                 args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            building = building or any(arg.endswith(b"/engines/spark/executor_archive.py") for arg in args)
+            building = building or BUILD.encode() in args
         if not building:
             break
         time.sleep(0.5)

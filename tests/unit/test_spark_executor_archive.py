@@ -118,13 +118,13 @@ def _lock(worker: Path) -> Path:
 
 
 def _building(jvm: int) -> bool:
-    """Whether a build for JVM ``jvm`` runs (``python -s -I .../executor_archive.py JVM FD TARGET``)."""
+    """Whether a build for JVM ``jvm`` runs (``python -s -P -c BUILD JVM FD TARGET``)."""
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if len(args) > 4 and args[3].endswith(b"/executor_archive.py") and args[4] == str(jvm).encode():
+        if args[4:6] == [executor_archive.BUILD.encode(), str(jvm).encode()]:
             return True
     return False
 

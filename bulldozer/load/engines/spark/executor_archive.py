@@ -17,8 +17,8 @@ see the nodes' files. So the work is split:
   says nothing. The JVM also lists the classes it loads into its working folder
   (``CLASS_LIST``; the worker deletes the folder with the application).
 - On the node, the executor's Python worker daemon calls ``ensure``. When the JVM did not
-  map the archive, it starts this file as a detached script (``build``, standard library
-  only) that waits for the JVM to exit (the application's end; ``WAIT_SECONDS`` at most),
+  map the archive, it starts a detached process (``BUILD``: ``main``, then ``build``) in the
+  daemon's environment that waits for the JVM to exit (the application's end; ``WAIT_SECONDS`` at most),
   dumps a static archive of the classes it listed, with the JVM's own options and class
   path (``-Xshare:dump``), at the lowest CPU priority, into a partial file, and renames it
   into place: the node's next executor starts from it. One build at a time per archive
@@ -51,12 +51,15 @@ import sys
 import tempfile
 import time
 
+from bulldozer.load.engines.spark.node_cache import stale
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
 __all__ = [
     "ARCHIVE",
+    "BUILD",
     "CLASS_LIST",
     "EXECUTOR_MAIN",
     "KEPT",
@@ -68,6 +71,7 @@ __all__ = [
     "ensure",
     "identity",
     "java_options",
+    "main",
 ]
 
 #: an executor archive's file name
@@ -89,6 +93,10 @@ KEPT = 2
 _WITH_VALUE = frozenset({"-cp", "-classpath", "--class-path", "-p", "--module-path", "--add-modules", "--add-opens"})
 #: Spark's placeholders in executor options, replaced per application and executor
 _PLACEHOLDER = re.compile(r"\{\{[A-Z_]+\}\}")
+#: a build's partial files (its class list's copy, its archive being dumped)
+_PARTIAL = re.compile(r"\.bulldozer-classes-.*\.partial")
+#: the program ``ensure`` starts a build with (``python -s -P -c BUILD JVM FD TARGET``)
+BUILD = "from bulldozer.load.engines.spark.executor_archive import main; main()"
 
 
 def identity(spark_version: str, conf: Mapping[str, str]) -> str:
@@ -178,7 +186,7 @@ def ensure(jvm: int | None = None) -> bool:
         listed = os.open(os.path.join(cwd, CLASS_LIST), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             subprocess.Popen(
-                [sys.executable, "-s", "-I", os.path.abspath(__file__), str(jvm), str(listed), target],
+                [sys.executable, "-s", "-P", "-c", BUILD, str(jvm), str(listed), target],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -281,25 +289,14 @@ def build(jvm: int, listed: int, target: str) -> bool:
 def _drop_unused(folder: str, made: str) -> None:
     """Delete the folder's other archives (and their locks) but the ``KEPT`` used last and
     those used within a day, and partial files a killed build left an hour ago."""
-    now, others = time.time(), []
-    for name in os.listdir(folder):
-        path = os.path.join(folder, name)
-        try:
-            used = os.lstat(path).st_mtime
-        except OSError:
-            continue
-        if name.startswith(".bulldozer-classes-") and name.endswith(".partial") and now - used > 3600:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-        elif ARCHIVE.fullmatch(name) and path != made:
-            others.append((used, path))
-    for used, path in sorted(others, reverse=True)[KEPT - 1 :]:
-        if now - used > 86400:
-            for gone in (path, f"{path[: -len('.jsa')]}.lock"):
-                with contextlib.suppress(OSError):
-                    os.unlink(gone)
+    partials, unused = stale(folder, made, KEPT, ARCHIVE.fullmatch, _PARTIAL.fullmatch)
+    for path in [*partials, *unused, *(f"{path[: -len('.jsa')]}.lock" for path in unused)]:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
-if __name__ == "__main__":  # ensure's detached build: JVM_PID CLASS_LIST_FD TARGET
-    with contextlib.suppress(Exception):
-        build(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
+def main(argv: Sequence[str] | None = None) -> None:
+    """``ensure``'s detached build (``BUILD``): JVM_PID CLASS_LIST_FD TARGET."""
+    jvm, listed, target = sys.argv[1:] if argv is None else argv
+    with contextlib.suppress(Exception):  # nothing to report to: its output goes nowhere
+        build(int(jvm), int(listed), target)

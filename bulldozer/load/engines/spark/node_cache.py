@@ -31,7 +31,11 @@ import tempfile
 import time
 import zipfile
 
-__all__ = ["NOT_COMPILED", "SPARK_ZIPS", "SPARK_ZIPS_KEPT", "private", "unpack", "unzipped_spark_path"]
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the launcher runs this file)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["NOT_COMPILED", "SPARK_ZIPS", "SPARK_ZIPS_KEPT", "private", "stale", "unpack", "unzipped_spark_path"]
 
 #: Spark's zips on a Python worker's path (``SPARK_HOME/python/lib``), by file name
 SPARK_ZIPS = re.compile(r"pyspark\.zip|py4j-[0-9A-Za-z.]+-src\.zip")
@@ -42,6 +46,8 @@ SPARK_ZIPS_KEPT = 6
 #: 0.38 s instead of 1.2 s on a node's first start). Imported all the same, if ever: from
 #: source, as from the zip
 NOT_COMPILED = re.compile(r"/pyspark/(pandas|ml|mllib|testing|pipelines)/|/tests/")
+#: what a start unpacks into, and what a clean-up renames a folder to before removing it
+_UNPACKING = re.compile(r"\.(unpacking|removing)-")
 
 
 def unpack(source: str, target: str, keep: int = 0, compiled: bool = False) -> None:
@@ -82,24 +88,36 @@ def unpack(source: str, target: str, keep: int = 0, compiled: bool = False) -> N
 
 
 def _drop_unused(parent: str, target: str, keep: int) -> None:
-    now, others = time.time(), []
+    partials, unused = stale(parent, target, keep, lambda name: not name.startswith("."), _UNPACKING.match)
+    for path in partials:
+        shutil.rmtree(path, ignore_errors=True)
+    for path in unused:
+        gone = tempfile.mkdtemp(prefix=".removing-", dir=parent)
+        with contextlib.suppress(OSError):
+            os.rename(path, os.path.join(gone, "unpacked"))
+        shutil.rmtree(gone, ignore_errors=True)
+
+
+def stale(
+    parent: str, made: str, keep: int, entry: Callable[[str], object], partial: Callable[[str], object]
+) -> tuple[list[str], list[str]]:
+    """What the cache folder ``parent`` need not keep, by its names: the partial ones
+    (``partial``) a killed start left over an hour ago, and the entries (``entry``) besides
+    ``made`` beyond the ``keep`` used last (a start marks what it uses) that none used for a
+    day, so that one a running application still reads stays."""
+    now, partials, others = time.time(), [], []
     for name in os.listdir(parent):
         path = os.path.join(parent, name)
         try:
             used = os.stat(path).st_mtime
         except OSError:
             continue
-        if name.startswith((".unpacking-", ".removing-")):
+        if partial(name):
             if now - used > 3600:
-                shutil.rmtree(path, ignore_errors=True)
-        elif path != target and not name.startswith("."):
+                partials.append(path)
+        elif entry(name) and path != made:
             others.append((used, path))
-    for used, path in sorted(others, reverse=True)[keep - 1 :]:
-        if now - used > 86400:
-            gone = tempfile.mkdtemp(prefix=".removing-", dir=parent)
-            with contextlib.suppress(OSError):
-                os.rename(path, os.path.join(gone, "unpacked"))
-            shutil.rmtree(gone, ignore_errors=True)
+    return partials, [path for used, path in sorted(others, reverse=True)[keep - 1 :] if now - used > 86400]
 
 
 def private(folder: str) -> bool:
