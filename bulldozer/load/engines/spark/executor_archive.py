@@ -46,16 +46,14 @@ import fcntl
 import hashlib
 import os
 import re
+import stat
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 
 from bulldozer.load.engines.spark.node_cache import stale
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
 
 __all__ = [
     "ARCHIVE",
@@ -148,8 +146,6 @@ def _writable_by_others(folder: str) -> bool:
         info = os.lstat(folder)
     except OSError:
         return True
-    import stat
-
     return not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or bool(info.st_mode & 0o022)
 
 
@@ -227,8 +223,8 @@ def dump_command(args: Sequence[str], java: str, class_list: str, output: str) -
 
 def _started(pid: int) -> str:
     """The start time of process ``pid`` (tells it from a later one given the same number)."""
-    with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
-        return stat.read().rsplit(")", 1)[1].split()[19]
+    with open(f"/proc/{pid}/stat", encoding="utf-8") as status:
+        return status.read().rsplit(")", 1)[1].split()[19]
 
 
 def _complete_lines(fd: int) -> bytes:
@@ -258,7 +254,7 @@ def build(jvm: int, listed: int, target: str) -> bool:
         with contextlib.suppress(OSError, IndexError):
             while time.monotonic() < deadline and _started(jvm) == born:
                 time.sleep(0.5)
-        if _recent(target):  # built while this one waited for the lock's holder
+        if _recent(target):  # made by another build since ``ensure`` looked, before this one took the lock
             return False
         os.nice(19)
         fd, class_list = tempfile.mkstemp(prefix=".bulldozer-classes-", suffix=".partial", dir=folder)
