@@ -5,23 +5,98 @@
 
 The generated modules are checked in so a wheel needs no protoc; --check (run by the test
 command) makes sure they always match the .proto source.
+
+The generated code also names the grpcio and protobuf releases it needs at run time: those of
+the generator that wrote it (``FLOORS``), and nothing else in it depends on the generator's
+release. So --check compares everything but those floors, and holds the floors against the
+ones pyproject.toml declares: an install pyproject allows must be able to import the code (a
+newer grpcio-tools, as a fresh install may get, writes the same code with higher floors).
 """
 
 from __future__ import annotations
 
 import argparse
-import filecmp
+import re
 import shutil
 import sys
 import tempfile
+import tomllib
 from pathlib import Path
 
 from grpc_tools import protoc
+from packaging.requirements import Requirement
+from packaging.version import Version
 
 REPO = Path(__file__).resolve().parent.parent
 SOURCE = "bulldozer/kv/v1/kv.proto"
 OUT = REPO / "bulldozer" / "kv" / "v1"
 GENERATED = ["kv_pb2.py", "kv_pb2.pyi", "kv_pb2_grpc.py", "kv_pb2_grpc.pyi"]
+#: per generated file: the distribution whose release it needs at least, and the pattern of
+#: what says which (its groups: that release's parts, joined by dots)
+FLOORS = {
+    "kv_pb2.py": ("protobuf", re.compile(r"^# Protobuf Python Version: (\d+)\.(\d+)\.(\d+)$", re.M)),
+    "kv_pb2_grpc.py": ("grpcio", re.compile(r"^GRPC_GENERATED_VERSION = '(\d+)\.(\d+)\.(\d+)'$", re.M)),
+}
+#: the generated protobuf module checks that release again, in numbers (major, minor, patch)
+PROTOBUF_CHECK = re.compile(
+    r"(ValidateProtobufRuntimeVersion\(\n\s*_runtime_version\.Domain\.PUBLIC,\n)\s*\d+,\n\s*\d+,\n\s*\d+,\n"
+)
+
+
+def floor(name: str, text: str) -> Version | None:
+    """The release of its distribution that generated file ``name`` (``text``) needs at least."""
+    if name not in FLOORS:
+        return None
+    found = FLOORS[name][1].search(text)
+    return Version(".".join(found.groups())) if found else None
+
+
+def without_floors(name: str, text: str) -> str:
+    """``text`` with the generator's release left out of it."""
+    if name in FLOORS:
+        text = FLOORS[name][1].sub("<floor>", text)
+    return PROTOBUF_CHECK.sub(r"\1<floor>\n", text) if name == "kv_pb2.py" else text
+
+
+def declared_floors(pyproject: Path) -> dict[str, Version | None]:
+    """The lowest release ``pyproject``'s dependencies allow of each distribution FLOORS names
+    (None: no ``>=`` bound)."""
+    dependencies = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"]
+    floors: dict[str, Version | None] = {}
+    for line in dependencies:
+        requirement = Requirement(line)
+        if requirement.name in {dist for dist, _ in FLOORS.values()}:
+            bounds = [Version(s.version) for s in requirement.specifier if s.operator in (">=", "==", "~=")]
+            floors[requirement.name] = max(bounds) if bounds else None
+    return floors
+
+
+def problems(fresh: Path, out: Path = OUT, pyproject: Path = REPO / "pyproject.toml") -> list[str]:
+    """What makes the checked-in code (in ``out``) not the generator's output for the .proto
+    source (in ``fresh``), or not importable with every release ``pyproject`` allows."""
+    said: list[str] = []
+    stale = [
+        name
+        for name in GENERATED
+        if not (out / name).exists()
+        or without_floors(name, (fresh / name).read_text(encoding="utf-8"))
+        != without_floors(name, (out / name).read_text(encoding="utf-8"))
+    ]
+    if stale:
+        said.append(f"generated KV DAL code is stale: {', '.join(stale)}; run scripts/gen_kv_proto.py")
+    declared = declared_floors(pyproject)
+    for name, (dist, _) in FLOORS.items():
+        needed = floor(name, (out / name).read_text(encoding="utf-8")) if (out / name).exists() else None
+        if needed is None:
+            said.append(f"{name} names no {dist} release it needs: the generator's output changed form")
+            continue
+        allowed = declared.get(dist)
+        if allowed is None or allowed < needed:
+            said.append(
+                f"pyproject.toml allows {dist} below {needed}, which the generated {name} needs: "
+                f"declare {dist}>={needed}"
+            )
+    return said
 
 
 def generate(into: Path) -> None:
@@ -51,16 +126,12 @@ def main() -> int:
         generate(Path(tmp))
         fresh = Path(tmp) / "bulldozer" / "kv" / "v1"
         if args.check:
-            stale = [
-                n for n in GENERATED if not (OUT / n).exists() or not filecmp.cmp(fresh / n, OUT / n, shallow=False)
-            ]
-            if stale:
-                print(
-                    f"generated KV DAL code is stale: {', '.join(stale)}; run scripts/gen_kv_proto.py",
-                    file=sys.stderr,
-                )
+            said = problems(fresh)
+            for line in said:
+                print(line, file=sys.stderr)
+            if said:
                 return 1
-            print("generated KV DAL code is in sync with proto/")
+            print("generated KV DAL code is in sync with proto/, and pyproject.toml's grpcio and protobuf can run it")
             return 0
         OUT.mkdir(parents=True, exist_ok=True)
         for name in GENERATED:
