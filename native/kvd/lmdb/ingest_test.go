@@ -17,7 +17,13 @@ import (
 // databases.
 func loadingVersion(t testing.TB, name string) (env *Env, states, digests, stage, data DBI) {
 	t.Helper()
-	env, err := Open(t.TempDir(), Options{MapSize: 4 << 30, MaxDBs: 16, MaxReaders: 16}) // a sparse file
+	return loadingVersionIn(t, name, 4<<30) // a sparse file
+}
+
+// loadingVersionIn is loadingVersion in a store whose map holds mapSize bytes.
+func loadingVersionIn(t testing.TB, name string, mapSize int64) (env *Env, states, digests, stage, data DBI) {
+	t.Helper()
+	env, err := Open(t.TempDir(), Options{MapSize: mapSize, MaxDBs: 16, MaxReaders: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,24 +149,7 @@ func TestAnIngestMergesKeysInByteOrderWhateverTheirFirstBytes(t *testing.T) {
 // space), returns the error and leaves every run staged for the next ingest.
 func TestAnIngestThatFailsMidwayReturnsItsErrorAndLeavesTheRunsStaged(t *testing.T) {
 	const name = "v__v20260101000000_abcdef"
-	env, err := Open(t.TempDir(), Options{MapSize: 17 << 20, MaxDBs: 16, MaxReaders: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(env.Close)
-	dbis := map[string]DBI{}
-	for _, db := range []string{shared.StoreMetaStates, shared.StoreMetaDigests, shared.StoreMetaStage, shared.StoreDataPrefix + name} {
-		if err := env.createDB(db); err != nil {
-			t.Fatal(err)
-		}
-		if dbis[db], err = env.DBI(db); err != nil {
-			t.Fatal(err)
-		}
-	}
-	states, digests, stage_, data := dbis[shared.StoreMetaStates], dbis[shared.StoreMetaDigests], dbis[shared.StoreMetaStage], dbis[shared.StoreDataPrefix+name]
-	if err := env.put(states, []byte(name), []byte(shared.StatesWritable)); err != nil {
-		t.Fatal(err)
-	}
+	env, states, digests, stage_, data := loadingVersionIn(t, name, 17<<20)
 	value := strings.Repeat("v", 40)
 	for run := 0; run < 5; run++ { // about 14 MiB staged in a 17 MiB map: merged beside them, the map overflows early
 		var keys, values []string
@@ -193,24 +182,40 @@ func TestAnIngestThatFailsMidwayReturnsItsErrorAndLeavesTheRunsStaged(t *testing
 // An ingest of 2 M records of 200 bytes in 20 staged runs (a nested 2 M-row version's seal):
 // the merge and the appends into a B-tree three levels deep.
 func BenchmarkIngest(b *testing.B) {
-	const name, runs, perRun = "v__v20260101000000_abcdef", 20, 100_000
-	value := bytes.Repeat([]byte{'v'}, 190)
+	benchmarkIngest(b, 20, 100_000, 190, func(j, run int) []byte {
+		return binary.AppendUvarint(nil, uint64(j*20+run)*2654435761%(1<<40))
+	})
+}
+
+// An ingest of 5 M flat records (a 4-byte varint key, 35-byte values) in 50 staged runs of
+// 100 k (a flat 5 M-row version's seal): the merge's comparisons and the appends dominate.
+func BenchmarkIngestFlat(b *testing.B) {
+	benchmarkIngest(b, 50, 100_000, 35, func(j, run int) []byte {
+		return append([]byte{0x08}, binary.AppendUvarint(nil, uint64(j*50+run))...)
+	})
+}
+
+// benchmarkIngest times the ingest of runs staged runs of perRun records, the j-th of run
+// run keyed key(j, run), each value valueLen bytes.
+func benchmarkIngest(b *testing.B, runs, perRun, valueLen int, key func(j, run int) []byte) {
+	const name = "v__v20260101000000_abcdef"
+	value := bytes.Repeat([]byte{'v'}, valueLen)
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		env, states, digests, stage_, data := loadingVersion(b, name)
 		for run := 0; run < runs; run++ {
 			var batch Batch
 			for j := 0; j < perRun; j++ {
-				key := binary.AppendUvarint(nil, uint64(j*runs+run)*2654435761%(1<<40))
-				batch.Keys, batch.Values = append(batch.Keys, key...), append(batch.Values, value...)
-				batch.KeyLengths, batch.ValueLengths = append(batch.KeyLengths, uint32(len(key))), append(batch.ValueLengths, uint32(len(value)))
+				k := key(j, run)
+				batch.Keys, batch.Values = append(batch.Keys, k...), append(batch.Values, value...)
+				batch.KeyLengths, batch.ValueLengths = append(batch.KeyLengths, uint32(len(k))), append(batch.ValueLengths, uint32(len(value)))
 			}
-			if _, err := env.StageBatch(stage_, states, digests, name, batch, Digest{Count: perRun}); err != nil {
+			if _, err := env.StageBatch(stage_, states, digests, name, batch, Digest{Count: uint64(perRun)}); err != nil {
 				b.Fatal(err)
 			}
 		}
 		b.StartTimer()
-		if _, _, records, err := env.Ingest(data, stage_, states, digests, name, Layers{}); err != nil || records != runs*perRun {
+		if _, _, records, err := env.Ingest(data, stage_, states, digests, name, Layers{}); err != nil || records != uint64(runs*perRun) {
 			b.Fatalf("ingest: %d records, %v", records, err)
 		}
 		b.StopTimer()
@@ -329,33 +334,5 @@ func TestALayeredIngestIsExactOnlyForPutsOfKeysItDeletedOrNothingBelowHolds(t *t
 		if exact() {
 			t.Fatalf("chunks of %d bytes: a put hiding a pair below that was not deleted left the digest exact", chunk)
 		}
-	}
-}
-
-// An ingest of 5 M flat records (a 4-byte varint key, 35-byte values) in 50 staged runs of
-// 100 k (a flat 5 M-row version's seal): the merge's comparisons and the appends dominate.
-func BenchmarkIngestFlat(b *testing.B) {
-	const name, runs, perRun = "v__v20260101000000_abcdef", 50, 100_000
-	value := bytes.Repeat([]byte{'v'}, 35)
-	for i := 0; i < b.N; i++ {
-		b.StopTimer()
-		env, states, digests, stage_, data := loadingVersion(b, name)
-		for run := 0; run < runs; run++ {
-			var batch Batch
-			for j := 0; j < perRun; j++ {
-				key := append([]byte{0x08}, binary.AppendUvarint(nil, uint64(j*runs+run))...)
-				batch.Keys, batch.Values = append(batch.Keys, key...), append(batch.Values, value...)
-				batch.KeyLengths, batch.ValueLengths = append(batch.KeyLengths, uint32(len(key))), append(batch.ValueLengths, uint32(len(value)))
-			}
-			if _, err := env.StageBatch(stage_, states, digests, name, batch, Digest{Count: perRun}); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.StartTimer()
-		if _, _, records, err := env.Ingest(data, stage_, states, digests, name, Layers{}); err != nil || records != runs*perRun {
-			b.Fatalf("ingest: %d records, %v", records, err)
-		}
-		b.StopTimer()
-		env.Close()
 	}
 }
