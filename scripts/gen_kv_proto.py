@@ -44,28 +44,29 @@ PROTOBUF_CHECK = re.compile(
 
 
 def floor(name: str, text: str) -> Version | None:
-    """The release of its distribution that generated file ``name`` (``text``) needs at least."""
-    if name not in FLOORS:
-        return None
+    """The release of its distribution that generated file ``name`` of FLOORS (``text``) needs
+    at least."""
     found = FLOORS[name][1].search(text)
     return Version(".".join(found.groups())) if found else None
 
 
-def without_floors(name: str, text: str) -> str:
-    """``text`` with the generator's release left out of it."""
-    if name in FLOORS:
-        text = FLOORS[name][1].sub("<floor>", text)
-    return PROTOBUF_CHECK.sub(r"\1<floor>\n", text) if name == "kv_pb2.py" else text
+def without_floors(text: str) -> str:
+    """A generated file's ``text`` with the generator's release left out of it (each pattern
+    matches in its own file only)."""
+    for _, pattern in FLOORS.values():
+        text = pattern.sub("<floor>", text)
+    return PROTOBUF_CHECK.sub(r"\1<floor>\n", text)
 
 
 def declared_floors(pyproject: Path) -> dict[str, Version | None]:
     """The lowest release ``pyproject``'s dependencies allow of each distribution FLOORS names
     (None: no ``>=`` bound)."""
     dependencies = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"]
+    named = {dist for dist, _ in FLOORS.values()}
     floors: dict[str, Version | None] = {}
     for line in dependencies:
         requirement = Requirement(line)
-        if requirement.name in {dist for dist, _ in FLOORS.values()}:
+        if requirement.name in named:
             bounds = [Version(s.version) for s in requirement.specifier if s.operator in (">=", "==", "~=")]
             floors[requirement.name] = max(bounds) if bounds else None
     return floors
@@ -79,8 +80,8 @@ def problems(fresh: Path, out: Path = OUT, pyproject: Path = REPO / "pyproject.t
         name
         for name in GENERATED
         if not (out / name).exists()
-        or without_floors(name, (fresh / name).read_text(encoding="utf-8"))
-        != without_floors(name, (out / name).read_text(encoding="utf-8"))
+        or without_floors((fresh / name).read_text(encoding="utf-8"))
+        != without_floors((out / name).read_text(encoding="utf-8"))
     ]
     if stale:
         said.append(f"generated KV DAL code is stale: {', '.join(stale)}; run scripts/gen_kv_proto.py")
