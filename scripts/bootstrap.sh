@@ -41,19 +41,26 @@ command -v cargo >/dev/null 2>&1 || {
 # run's caller takes 27 ms without it, bulldozer.cli.loader.client), which a wheel install
 # never pays.
 # setuptools calls the mode transitional: where it refuses it, its default is used.
+# Every distribution, the build's own too, at the release constraints.txt pins
+# (scripts/gen_constraints.py): a clean clone installs what the tests last passed with, not
+# what was released that day.
+pinned=(--constraint constraints.txt --build-constraint constraints.txt)
 editable() {
-  PYTHONWARNINGS=ignore .venv/bin/python -m pip install --quiet --config-settings editable_mode=compat "$@" \
+  PYTHONWARNINGS=ignore .venv/bin/python -m pip install --quiet "${pinned[@]}" \
+    --config-settings editable_mode=compat "$@" \
     || { echo "bootstrap: an editable install with setuptools' default import hook" >&2
-         .venv/bin/python -m pip install --quiet "$@"; }
+         .venv/bin/python -m pip install --quiet "${pinned[@]}" "$@"; }
 }
 
 stamp=.venv/.bulldozer-installed
-# reinstalled (and the kernels rebuilt) when the project's metadata or the kernels' sources change
-want="$(cat pyproject.toml native/kernels/Cargo.toml native/kernels/Cargo.lock native/kernels/src/*.rs \
-  | sha256sum | cut -c1-16) $EXTRAS compat"
+# reinstalled (and the kernels rebuilt) when the project's metadata, its pins or the kernels'
+# sources change
+want="$(cat pyproject.toml constraints.txt native/kernels/Cargo.toml native/kernels/Cargo.lock \
+  native/kernels/src/*.rs | sha256sum | cut -c1-16) $EXTRAS compat"
 if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
   echo "bootstrap: installing bulldozer[$EXTRAS] into .venv"
-  .venv/bin/python -m pip install --quiet --upgrade pip
+  # pip first (a new virtualenv's may not know --build-constraint)
+  .venv/bin/python -m pip install --quiet --constraint constraints.txt --upgrade pip
   editable -e ".[$EXTRAS]"
   echo "$want" > "$stamp"
 fi

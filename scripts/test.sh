@@ -13,6 +13,7 @@ ruff format --check bulldozer tests scripts bench dags
 echo "== generated code"
 python scripts/gen_kv_proto.py --check
 python scripts/gen_shared.py --check
+python scripts/gen_constraints.py --check
 echo "== go (native/kvd)"
 command -v go >/dev/null || { echo "test: Go >= 1.26 is required (native/kvd, the DAL's native data plane)" >&2; exit 1; }
 (cd native/kvd && test -z "$(gofmt -l .)" || { gofmt -l .; echo "gofmt: files above need formatting" >&2; exit 1; })
