@@ -1,12 +1,14 @@
 """Feast's own virtual environment, so its pins never touch Bulldozer's.
 
 Made on first use under ``~/.cache/bulldozer/feast-<version>`` (or
-``$BULLDOZER_FEAST_VENV``) with ``pip install 'feast[redis]==<version>.*'`` from PyPI, and
-reused afterwards; a marker file is written only after a complete install, so an
-interrupted one is redone."""
+``$BULLDOZER_FEAST_VENV``) with ``pip install 'feast[redis]==<version>.*'`` from PyPI, at the
+releases bench/feast-constraints.txt pins (scripts/gen_constraints.py), and reused
+afterwards; a marker file naming the pins is written only after a complete install, so an
+interrupted one, or one of other pins, is redone."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -14,6 +16,8 @@ import sys
 from pathlib import Path
 
 FEAST_VERSION = "0.67"
+FEAST_REQUIREMENT = f"feast[redis]=={FEAST_VERSION}.*"
+FEAST_CONSTRAINTS = Path(__file__).resolve().parent / "feast-constraints.txt"
 WORKER = Path(__file__).resolve().parent / "feast_worker.py"
 
 
@@ -27,10 +31,11 @@ def feast_python(log: bool = True) -> Path:
     venv = feast_venv()
     python = venv / "bin" / "python"
     marker = venv / ".bulldozer-complete"
-    if marker.exists() and python.exists():
+    made = f"{FEAST_VERSION} {hashlib.sha256(FEAST_CONSTRAINTS.read_bytes()).hexdigest()[:16]}\n"
+    if python.exists() and marker.exists() and marker.read_text() == made:
         return python
     if log:
-        print(f"installing feast[redis]=={FEAST_VERSION}.* into {venv} (once, about a minute) ...", flush=True)
+        print(f"installing {FEAST_REQUIREMENT} into {venv} (once, about a minute) ...", flush=True)
     shutil.rmtree(venv, ignore_errors=True)
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", str(venv)], check=True)
@@ -42,11 +47,13 @@ def feast_python(log: bool = True) -> Path:
             "install",
             "--quiet",
             "--disable-pip-version-check",
-            f"feast[redis]=={FEAST_VERSION}.*",
+            "--constraint",
+            str(FEAST_CONSTRAINTS),
+            FEAST_REQUIREMENT,
         ],
         check=True,
     )
-    marker.write_text(FEAST_VERSION + "\n")
+    marker.write_text(made)
     return python
 
 
