@@ -35,16 +35,17 @@ command -v cargo >/dev/null 2>&1 || {
   exit 1
 }
 
+# Every distribution, the build's own too, at the release constraints.txt pins
+# (scripts/gen_constraints.py): a clean clone installs what the tests last passed with, not
+# what was released that day.
+pinned=(--constraint constraints.txt --build-constraint constraints.txt)
+
 # Editable, as a path entry: setuptools' "compat" mode puts the project folder on sys.path
 # with a .pth file. Its default for this layout is an import hook whose module imports
 # pathlib, re and importlib.util into every Python process as it starts (12-13 ms; a warm
 # run's caller takes 27 ms without it, bulldozer.cli.loader.client), which a wheel install
 # never pays.
 # setuptools calls the mode transitional: where it refuses it, its default is used.
-# Every distribution, the build's own too, at the release constraints.txt pins
-# (scripts/gen_constraints.py): a clean clone installs what the tests last passed with, not
-# what was released that day.
-pinned=(--constraint constraints.txt --build-constraint constraints.txt)
 editable() {
   PYTHONWARNINGS=ignore .venv/bin/python -m pip install --quiet "${pinned[@]}" \
     --config-settings editable_mode=compat "$@" \
