@@ -1,8 +1,22 @@
 #!/usr/bin/env bash
-# Create .venv and install Bulldozer with the extras the tests need. Idempotent: a second
-# run with an unchanged pyproject.toml takes a fraction of a second.
+# Create .venv and install Bulldozer with the extras the tests need, at the releases
+# constraints.txt pins. Idempotent: a second run with nothing changed takes a fraction of a
+# second.
+#
+#   scripts/bootstrap.sh            # .venv, and the native data plane and Java classes
+#   scripts/bootstrap.sh --floors   # .venv-floors: every requirement at the lowest release
+#                                   # pyproject.toml allows (constraints-floors.txt), for the
+#                                   # test command's unit tests; the native parts are .venv's
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+venv=.venv
+pins=constraints.txt
+case "${1:-}" in
+  "") ;;
+  --floors) venv=.venv-floors pins=constraints-floors.txt ;;
+  *) echo "bootstrap: unknown argument '$1' (expected nothing or --floors)" >&2; exit 2 ;;
+esac
 
 EXTRAS=${BULLDOZER_EXTRAS:-dev,sql,postgres,mysql,hive,spark,cassandra,redis,airflow,lineage,ui}
 
@@ -19,10 +33,10 @@ find_python() {
   return 1
 }
 
-if [ ! -x .venv/bin/python ]; then
+if [ ! -x "$venv/bin/python" ]; then
   py=$(find_python)
-  echo "bootstrap: creating .venv with $($py --version)"
-  "$py" -m venv .venv
+  echo "bootstrap: creating $venv with $($py --version)"
+  "$py" -m venv "$venv"
 fi
 
 # The install compiles the kernels (native/kernels, Rust): rustup's cargo, where a
@@ -35,10 +49,10 @@ command -v cargo >/dev/null 2>&1 || {
   exit 1
 }
 
-# Every distribution, the build's own too, at the release constraints.txt pins
-# (scripts/gen_constraints.py): a clean clone installs what the tests last passed with, not
-# what was released that day.
-pinned=(--constraint constraints.txt --build-constraint constraints.txt)
+# Every distribution, the build's own too, at the release constraints.txt (or
+# constraints-floors.txt) pins (scripts/gen_constraints.py): a clean clone installs what the
+# tests last passed with, not what was released that day.
+pinned=(--constraint "$pins" --build-constraint constraints.txt)
 
 # Editable, as a path entry: setuptools' "compat" mode puts the project folder on sys.path
 # with a .pth file. Its default for this layout is an import hook whose module imports
@@ -47,21 +61,21 @@ pinned=(--constraint constraints.txt --build-constraint constraints.txt)
 # never pays.
 # setuptools calls the mode transitional: where it refuses it, its default is used.
 editable() {
-  PYTHONWARNINGS=ignore .venv/bin/python -m pip install --quiet "${pinned[@]}" \
+  PYTHONWARNINGS=ignore "$venv/bin/python" -m pip install --quiet "${pinned[@]}" \
     --config-settings editable_mode=compat "$@" \
     || { echo "bootstrap: an editable install with setuptools' default import hook" >&2
-         .venv/bin/python -m pip install --quiet "${pinned[@]}" "$@"; }
+         "$venv/bin/python" -m pip install --quiet "${pinned[@]}" "$@"; }
 }
 
-stamp=.venv/.bulldozer-installed
+stamp=$venv/.bulldozer-installed
 # reinstalled (and the kernels rebuilt) when the project's metadata, its pins or the kernels'
 # sources change
-want="$(cat pyproject.toml constraints.txt native/kernels/Cargo.toml native/kernels/Cargo.lock \
+want="$(cat pyproject.toml constraints.txt "$pins" native/kernels/Cargo.toml native/kernels/Cargo.lock \
   native/kernels/src/*.rs | sha256sum | cut -c1-16) $EXTRAS compat"
 if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
-  echo "bootstrap: installing bulldozer[$EXTRAS] into .venv"
+  echo "bootstrap: installing bulldozer[$EXTRAS] into $venv"
   # pip first (a new virtualenv's may not know --build-constraint)
-  .venv/bin/python -m pip install --quiet --constraint constraints.txt --upgrade pip
+  "$venv/bin/python" -m pip install --quiet --constraint constraints.txt --upgrade pip
   editable -e ".[$EXTRAS]"
   echo "$want" > "$stamp"
 fi
@@ -71,7 +85,8 @@ fi
 # PYTHONDONTWRITEBYTECODE set (as on these machines) Python would compile every module from
 # source in every process (≈ 60 ms per run and per DAL start). compileall only rewrites
 # what changed, and Python checks each .pyc against its source as it imports it.
-.venv/bin/python -m compileall -q bulldozer
+"$venv/bin/python" -m compileall -q bulldozer
+[ "$venv" = .venv ] || exit 0
 
 # The native data plane (bulldozer-kvd, Go): rebuilt when its sources are newer than it.
 if command -v go >/dev/null 2>&1; then

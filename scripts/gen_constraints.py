@@ -1,8 +1,10 @@
 """Pin the Python distributions of the project's environments: constraints.txt for a
-development install, bench/feast-constraints.txt for the benchmarks' Feast.
+development install, constraints-floors.txt for the lowest releases pyproject.toml allows,
+bench/feast-constraints.txt for the benchmarks' Feast.
 
     python scripts/gen_constraints.py            # keep the pins the requirements still allow, resolve the rest
     python scripts/gen_constraints.py --upgrade  # resolve every pin anew: the newest releases allowed
+                                                 # (delete one file to resolve it anew alone)
     python scripts/gen_constraints.py --check    # exit 1 unless the pins agree with the requirements and .venv
 
 pyproject.toml says which releases Bulldozer works with (ranges, for whoever installs it as a
@@ -14,11 +16,19 @@ of bench/feast-constraints.txt. Without them a clean clone installed whatever ha
 released that day: a new grpcio-tools turned CI red on a clean clone with no change of the
 project's.
 
+pyproject.toml's floors are tested too: constraints-floors.txt pins each requirement
+Bulldozer runs with (the project's and its extras', not the test tools') at the lowest
+release pyproject.toml allows, and the test command runs the unit tests in a virtualenv
+installed from it (scripts/bootstrap.sh --floors). A floor no release of which works with the
+others is found when the pins are written (pip finds no set of releases); one that does not
+work, when the unit tests run.
+
 The pins are pip's own resolution (``pip install --dry-run --report``, ignoring what is
 installed) on this interpreter and platform. --check (run by the test command) says what
 disagrees: a requirement not pinned, or whose pin it refuses (the requirements changed, the
-pins not refreshed), and for the development install, a distribution of the project's
-installed dependencies whose installed release is not its pin, or that is not pinned at all.
+pins not refreshed), and, in the virtualenv of an environment (.venv, .venv-floors), a
+distribution of the project's installed dependencies whose installed release is not its pin,
+or that is not pinned at all.
 """
 
 from __future__ import annotations
@@ -51,14 +61,19 @@ _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)$")
 @dataclass(frozen=True)
 class Environment:
     """A pinned environment: its constraints file, what pip resolves for it (``wanted``:
-    pip's requirement arguments), what its pins must satisfy (``requirements``), and, where
-    this process can see it, what it has installed (``installed``)."""
+    pip's requirement arguments), what its pins must satisfy (``requirements``), and its
+    virtualenv, where the project makes one."""
 
     path: Path
     what: str
     wanted: Callable[[], list[str]]
     requirements: Callable[[], list[Requirement]]
-    installed: Callable[[], dict[NormalizedName, str]] | None = None
+    venv: Path | None = None
+
+    def running(self) -> bool:
+        """Whether this process runs in the environment's virtualenv (its installed
+        releases are then checked against its pins)."""
+        return self.venv is not None and Path(sys.prefix).resolve() == self.venv.resolve()
 
     @property
     def name(self) -> str:
@@ -112,16 +127,48 @@ def _development_wanted() -> list[str]:
     return [f"{REPO}[{','.join(extras(project))}]", *_build_requires(project), "pip"]
 
 
+def _here(declared: Iterable[str]) -> list[Requirement]:
+    """The requirements ``declared`` that apply on this interpreter."""
+    found = [Requirement(raw) for raw in declared]
+    return [r for r in found if r.marker is None or r.marker.evaluate({"extra": ""})]
+
+
+def _declared(project: dict[str, object], tools: bool) -> list[Requirement]:
+    """The project's requirements and its extras' that apply here: with ``tools``, only the
+    ``dev`` extra's (the test command's tools), else all the others (what Bulldozer runs with)."""
+    table: dict[str, object] = project["project"]  # type: ignore[assignment]
+    extras: dict[str, list[str]] = table["optional-dependencies"]  # type: ignore[assignment]
+    if tools:
+        return _here(extras["dev"])
+    declared: list[str] = list(table["dependencies"])  # type: ignore[call-overload]
+    for name, extra in extras.items():
+        declared += [] if name == "dev" else extra
+    return _here(declared)
+
+
 def _development_requirements() -> list[Requirement]:
     """What a development install must satisfy on this interpreter: the project's
     requirements, those of every extra, its build requirements, and pip."""
     project = pyproject()
-    table: dict[str, object] = project["project"]  # type: ignore[assignment]
-    declared: list[str] = list(table["dependencies"])  # type: ignore[call-overload]
-    for extra in table["optional-dependencies"].values():  # type: ignore[attr-defined]
-        declared += extra
-    found = [Requirement(raw) for raw in [*declared, *_build_requires(project), "pip"]]
-    return [r for r in found if r.marker is None or r.marker.evaluate({"extra": ""})]
+    return [*_declared(project, False), *_declared(project, True), *_here([*_build_requires(project), "pip"])]
+
+
+def floor(requirement: Requirement) -> str | None:
+    """The lowest release ``requirement`` allows, as written (its ``==`` or ``>=`` bound)."""
+    return next((s.version for s in requirement.specifier if s.operator in ("==", ">=")), None)
+
+
+def _floors_requirements() -> list[Requirement]:
+    """What the floors environment's pins must be: each requirement Bulldozer runs with at
+    its floor (one without a floor, e.g. an extra of another requirement, left to pip), and
+    the test command's tools at their constraints.txt pins."""
+    project = pyproject()
+    lowest = [Requirement(f"{r.name}=={low}") for r in _declared(project, False) if (low := floor(r)) is not None]
+    tools = read_pins(DEVELOPMENT.path.read_text(), DEVELOPMENT.name)
+    unpinned = [r.name for r in _declared(project, True) if canonicalize_name(r.name) not in tools]
+    if unpinned:
+        raise ValueError(f"{DEVELOPMENT.name} does not pin {', '.join(unpinned)}: refresh it first")
+    return lowest + [Requirement(f"{r.name}=={tools[canonicalize_name(r.name)]}") for r in _declared(project, True)]
 
 
 def installed_dependencies() -> dict[NormalizedName, str]:
@@ -150,7 +197,16 @@ DEVELOPMENT = Environment(
     "# extra, its build requirements and pip (pyproject.toml keeps the ranges it works with)",
     _development_wanted,
     _development_requirements,
-    installed_dependencies,
+    REPO / ".venv",
+)
+FLOORS = Environment(
+    REPO / "constraints-floors.txt",
+    "of the floors environment (scripts/bootstrap.sh --floors), which the test command\n"
+    "# runs the unit tests in: each requirement at the lowest release pyproject.toml allows, the\n"
+    "# test tools at constraints.txt's pins",
+    lambda: [f"{REPO}[{','.join(extras(pyproject()))}]", *map(str, _floors_requirements())],
+    _floors_requirements,
+    REPO / ".venv-floors",
 )
 FEAST = Environment(
     FEAST_CONSTRAINTS,
@@ -158,7 +214,7 @@ FEAST = Environment(
     lambda: [FEAST_REQUIREMENT],
     lambda: [Requirement(FEAST_REQUIREMENT)],
 )
-ENVIRONMENTS = [DEVELOPMENT, FEAST]
+ENVIRONMENTS = [DEVELOPMENT, FLOORS, FEAST]
 
 
 def resolve(env: Environment, pins: dict[NormalizedName, Version] | None) -> dict[str, str]:
@@ -224,7 +280,7 @@ def main() -> int:
         for env in ENVIRONMENTS:
             pins = read_pins(env.path.read_text(), env.name) if env.path.exists() else {}
             if args.check:
-                found = problems(env, pins, env.installed() if env.installed else None)
+                found = problems(env, pins, installed_dependencies() if env.running() else None)
                 said += found
                 if not found:
                     print(f"{env.name} pins {len(pins)} distributions, as their requirements allow")

@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 #: The pyiceberg releases these shortcuts are written against (as pinned in pyproject.toml).
-PYICEBERG = ">=0.9,<0.13"
+PYICEBERG = ">=0.12,<0.13"
 #: Private functions of ``pyiceberg.io.pyarrow`` used here.
 PRIVATE_MODULE_FUNCTIONS = (
     "_get_column_projection_values",

@@ -1,6 +1,7 @@
 """scripts/gen_constraints.py: constraints.txt pins what pyproject.toml requires, within its
-ranges, and the test environment holds the pinned releases; bench/feast-constraints.txt pins
-the benchmarks' Feast; --check says what disagrees."""
+ranges, and the test environment holds the pinned releases; constraints-floors.txt pins each
+requirement at its floor; bench/feast-constraints.txt pins the benchmarks' Feast; --check says
+what disagrees."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from tests.conftest import REPO
 
 sys.path.insert(0, str(REPO / "scripts"))
 import gen_constraints
-from gen_constraints import DEVELOPMENT, FEAST
+from gen_constraints import DEVELOPMENT, FEAST, FLOORS
 
 
 def _name(name: str) -> NormalizedName:
@@ -105,3 +106,22 @@ def test_a_refresh_keeps_only_the_pins_the_requirements_still_allow() -> None:
     wanted = [Requirement("grpcio>=1.85.1,<2"), Requirement("pyyaml>=6")]
     pins = {_name(n): Version(v) for n, v in {"grpcio": "1.80", "pyyaml": "6.0.2", "six": "1.17"}.items()}
     assert gen_constraints.allowed(pins, wanted) == {"pyyaml": Version("6.0.2"), "six": Version("1.17")}
+
+
+def test_the_floor_pins_are_pyproject_s_floors_and_the_tools_pins() -> None:
+    floors = gen_constraints.read_pins(FLOORS.path.read_text(), FLOORS.name)
+    assert gen_constraints.problems(FLOORS, floors, None) == []
+    pins = gen_constraints.read_pins(DEVELOPMENT.path.read_text())
+    assert floors[_name("pyarrow")] < pins[_name("pyarrow")]  # pyproject's floor, not the newest
+    assert floors[_name("pytest")] == pins[_name("pytest")]  # a test tool at its pin
+    raised = {**floors, _name("pyarrow"): Version("22.0")}
+    assert gen_constraints.problems(FLOORS, raised, None)[0] == (
+        "constraints-floors.txt pins pyarrow==22.0, which pyarrow==21 refuses"
+    )
+
+
+def test_a_floor_is_the_lowest_release_a_requirement_names() -> None:
+    assert gen_constraints.floor(Requirement("pyarrow>=21,<27")) == "21"
+    assert gen_constraints.floor(Requirement("pyspark==4.1.4")) == "4.1.4"
+    assert gen_constraints.floor(Requirement("pyiceberg[hive]")) is None
+    assert gen_constraints.floor(Requirement("x<2")) is None
