@@ -122,9 +122,13 @@ def _build_requires(project: dict[str, object]) -> list[str]:
     return list(project["build-system"]["requires"])  # type: ignore[index]
 
 
+def _with_extras() -> str:
+    """pip's requirement argument for the project with every extra."""
+    return f"{REPO}[{','.join(extras(pyproject()))}]"
+
+
 def _development_wanted() -> list[str]:
-    project = pyproject()
-    return [f"{REPO}[{','.join(extras(project))}]", *_build_requires(project), "pip"]
+    return [_with_extras(), *_build_requires(pyproject()), "pip"]
 
 
 def _here(declared: Iterable[str]) -> list[Requirement]:
@@ -204,7 +208,7 @@ FLOORS = Environment(
     "of the floors environment (scripts/bootstrap.sh --floors), which the test command\n"
     "# runs the unit tests in: each requirement at the lowest release pyproject.toml allows, the\n"
     "# test tools at constraints.txt's pins",
-    lambda: [f"{REPO}[{','.join(extras(pyproject()))}]", *map(str, _floors_requirements())],
+    lambda: [_with_extras(), *map(str, _floors_requirements())],
     _floors_requirements,
     REPO / ".venv-floors",
 )
