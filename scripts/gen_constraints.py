@@ -157,9 +157,12 @@ def _development_requirements() -> list[Requirement]:
     return [*_declared(project, False), *_declared(project, True), *_here([*_build_requires(project), "pip"])]
 
 
-def floor(requirement: Requirement) -> str | None:
-    """The lowest release ``requirement`` allows, as written (its ``==`` or ``>=`` bound)."""
-    return next((s.version for s in requirement.specifier if s.operator in ("==", ">=")), None)
+def floor(requirement: Requirement) -> Version | None:
+    """The lowest release ``requirement`` allows, as written: its highest ``>=``, ``==`` or
+    ``~=`` bound (None: it has none). scripts/gen_kv_proto.py holds pyproject.toml's grpcio
+    and protobuf floors to the generated code with it."""
+    bounds = [Version(s.version) for s in requirement.specifier if s.operator in (">=", "==", "~=")]
+    return max(bounds) if bounds else None
 
 
 def _floors_requirements() -> list[Requirement]:

@@ -23,6 +23,7 @@ import tempfile
 import tomllib
 from pathlib import Path
 
+import gen_constraints  # beside this script: the one reading of a requirement's floor
 from grpc_tools import protoc
 from packaging.requirements import Requirement
 from packaging.version import Version
@@ -63,13 +64,8 @@ def declared_floors(pyproject: Path) -> dict[str, Version | None]:
     (None: no ``>=`` bound)."""
     dependencies = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"]
     named = {dist for dist, _ in FLOORS.values()}
-    floors: dict[str, Version | None] = {}
-    for line in dependencies:
-        requirement = Requirement(line)
-        if requirement.name in named:
-            bounds = [Version(s.version) for s in requirement.specifier if s.operator in (">=", "==", "~=")]
-            floors[requirement.name] = max(bounds) if bounds else None
-    return floors
+    requirements = [Requirement(line) for line in dependencies]
+    return {r.name: gen_constraints.floor(r) for r in requirements if r.name in named}
 
 
 def problems(fresh: Path, out: Path = OUT, pyproject: Path = REPO / "pyproject.toml") -> list[str]:

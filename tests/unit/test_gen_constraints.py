@@ -121,7 +121,8 @@ def test_the_floor_pins_are_pyproject_s_floors_and_the_tools_pins() -> None:
 
 
 def test_a_floor_is_the_lowest_release_a_requirement_names() -> None:
-    assert gen_constraints.floor(Requirement("pyarrow>=21,<27")) == "21"
-    assert gen_constraints.floor(Requirement("pyspark==4.1.4")) == "4.1.4"
+    assert gen_constraints.floor(Requirement("pyarrow>=21,<27")) == Version("21")
+    assert gen_constraints.floor(Requirement("pyspark==4.1.4")) == Version("4.1.4")
+    assert gen_constraints.floor(Requirement("x~=1.4.2")) == Version("1.4.2")
     assert gen_constraints.floor(Requirement("pyiceberg[hive]")) is None
     assert gen_constraints.floor(Requirement("x<2")) is None
