@@ -202,49 +202,32 @@ func (s *Store) WriteBatch(ctx context.Context, name string, b Batch, d Digest) 
 		return false, err
 	}
 	// one HSET per bucket: key, then field, value pairs (a key repeated in the batch is set
-	// twice, the later value winning, and counted once), laid out by a counting sort on the
-	// bucket in one array of arguments
-	n := len(b.KeyLengths)
-	raw := make([]rawArg, 2*n)
-	buckets := make([]uint32, n)
-	starts := make([]int, s.buckets+1) // per bucket: where its arguments start
-	var kp, vp uint32
-	for i, kl := range b.KeyLengths {
-		vl := b.ValueLengths[i]
-		raw[2*i], raw[2*i+1] = b.Keys[kp:kp+kl], b.Values[vp:vp+vl]
-		kp, vp = kp+kl, vp+vl
-		buckets[i] = uint32(s.Bucket(raw[2*i]))
-		starts[buckets[i]+1] += 2
-	}
-	used := 0
+	// twice, the later value winning, and counted once). The pairs are first copied out in
+	// bucket order (a counting sort on the bucket, each bucket's pairs in batch order), so the
+	// arguments, and the bytes they point at, are then read front to back as they are sent
+	// (layOut): taken straight from the batch, every argument was a cache miss.
+	raw, starts := s.layOut(b)
+	flat := make([]any, 0, len(raw)+2*int(s.buckets))
+	bounds := make([]int, 0, s.buckets+1) // where each used bucket's arguments start in flat
+	keys := make([]string, 0, s.buckets)
 	for bucket := range s.buckets {
-		if starts[bucket+1] > 0 {
-			starts[bucket+1] += 2 // "hset" and the bucket's key
-			used++
-		}
-		starts[bucket+1] += starts[bucket]
-	}
-	flat := make([]any, starts[s.buckets])
-	at := make([]int, s.buckets)
-	for bucket := range s.buckets {
-		if at[bucket] = starts[bucket]; starts[bucket+1] > starts[bucket] {
-			flat[at[bucket]], flat[at[bucket]+1] = "hset", s.dataKey(name, bucket)
-			at[bucket] += 2
-		}
-	}
-	for i, bucket := range buckets {
-		flat[at[bucket]], flat[at[bucket]+1] = &raw[2*i], &raw[2*i+1]
-		at[bucket] += 2
-	}
-	pipe := s.c.Pipeline()
-	cmds := make([]*redis.Cmd, 0, used)
-	for bucket := range s.buckets {
-		a := flat[starts[bucket]:starts[bucket+1]]
-		if len(a) == 0 {
+		if starts[bucket+1] == starts[bucket] {
 			continue
 		}
+		key := s.dataKey(name, bucket)
+		bounds, keys = append(bounds, len(flat)), append(keys, key)
+		flat = append(flat, "hset", key)
+		for i := starts[bucket]; i < starts[bucket+1]; i++ {
+			flat = append(flat, &raw[i])
+		}
+	}
+	bounds = append(bounds, len(flat))
+	pipe := s.c.Pipeline()
+	cmds := make([]*redis.Cmd, 0, len(keys))
+	for j, key := range keys {
+		a := flat[bounds[j]:bounds[j+1]]
 		if (len(a)-2)/2 >= shared.RedisHashtablePairs { // the hash-table marker (shared.yaml)
-			pipe.HSet(ctx, s.dataKey(name, bucket), shared.RedisHashtableField, hashtableValue)
+			pipe.HSet(ctx, key, shared.RedisHashtableField, hashtableValue)
 		}
 		cmds = append(cmds, pipe.Do(ctx, a...))
 	}
@@ -269,6 +252,53 @@ func (s *Store) WriteBatch(ctx context.Context, name string, b Batch, d Digest) 
 		return true, err
 	}
 	return true, nil
+}
+
+// layOut copies a batch's pairs into one buffer in bucket order (each bucket's pairs in
+// batch order): its arguments (key, value, key, value, ...) as slices of that buffer, and
+// where each bucket's start (starts[bucket]*2; starts has Buckets()+1 entries). One pass
+// reads the batch front to back and writes to as many places as there are buckets, where
+// sending the pairs in bucket order straight from the batch read them at random: profiled,
+// 45 % of this process's CPU went to go-redis copying arguments it had to fetch from memory.
+// Side by side on the benchmark's 500 k-row feature table into Redis (bench/run's feast
+// section; medians of 18 runs, the two builds alternating): this process's CPU 0.170 ->
+// 0.115 s, the load stage 0.407 -> 0.336 s, the whole command 0.893 -> 0.798 s.
+func (s *Store) layOut(b Batch) ([]rawArg, []int) {
+	n := len(b.KeyLengths)
+	buckets := make([]uint32, n)
+	starts := make([]int, s.buckets+1) // pairs per bucket, then where each bucket's start
+	at := make([]int, s.buckets+1)     // bytes per bucket, then where each bucket's start
+	var kp uint32
+	for i, kl := range b.KeyLengths {
+		bucket := s.Bucket(b.Keys[kp : kp+kl])
+		kp += kl
+		buckets[i] = uint32(bucket)
+		starts[bucket+1]++
+		at[bucket+1] += int(kl + b.ValueLengths[i])
+	}
+	for bucket := range s.buckets {
+		starts[bucket+1] += starts[bucket]
+		at[bucket+1] += at[bucket]
+	}
+	next := make([]int, s.buckets)
+	copy(next, starts)
+	data := make([]byte, len(b.Keys)+len(b.Values))
+	raw := make([]rawArg, 2*n)
+	var vp uint32
+	kp = 0
+	for i, bucket := range buckets {
+		kl, vl := int(b.KeyLengths[i]), int(b.ValueLengths[i])
+		o, pair := at[bucket], next[bucket]
+		copy(data[o:o+kl], b.Keys[kp:])
+		copy(data[o+kl:o+kl+vl], b.Values[vp:])
+		raw[2*pair], raw[2*pair+1] = data[o:o+kl:o+kl], data[o+kl:o+kl+vl:o+kl+vl]
+		at[bucket], next[bucket] = o+kl+vl, pair+1
+		kp, vp = kp+uint32(kl), vp+uint32(vl)
+	}
+	for bucket := range starts {
+		starts[bucket] *= 2
+	}
+	return raw, starts
 }
 
 // rawArg is a key or a value as a go-redis argument: a pointer to it goes into an interface
