@@ -260,9 +260,10 @@ func (s *Store) WriteBatch(ctx context.Context, name string, b Batch, d Digest) 
 // reads the batch front to back and writes to as many places as there are buckets, where
 // sending the pairs in bucket order straight from the batch read them at random: profiled,
 // 45 % of this process's CPU went to go-redis copying arguments it had to fetch from memory.
-// Side by side on the benchmark's 500 k-row feature table into Redis (bench/run's feast
-// section; medians of 18 runs, the two builds alternating): this process's CPU 0.170 ->
-// 0.115 s, the load stage 0.407 -> 0.336 s, the whole command 0.893 -> 0.798 s.
+// Side by side on the benchmark's 500 k-row feature table into Redis (the two builds
+// alternating, three sessions of 12-24 runs each): this process's CPU per load 0.145-0.190
+// -> 0.115-0.120 s. The run's time moved by -11 %, -3 % and +2 % (medians): Redis's own
+// thread, 0.2 s of CPU per load, sets its pace; the CPU is left to the other processes.
 func (s *Store) layOut(b Batch) ([]rawArg, []int) {
 	n := len(b.KeyLengths)
 	buckets := make([]uint32, n)
