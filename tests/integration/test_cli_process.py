@@ -34,6 +34,9 @@ atexit.register(lambda: print("GC", gc.isenabled(), "BLAS", os.environ.get("OPEN
                               "PLUGINS", os.environ.get("PYDANTIC_DISABLE_PLUGINS")))
 from bulldozer.cli import process
 atexit.register(lambda: print("UNBUILT", len(process.unbuilt_models())))
+atexit.register(lambda: "pyarrow" in sys.modules and print(  # Arrow's default pool, what mimalloc served
+    "ARROW", sys.modules["pyarrow"].default_memory_pool().backend_name,
+    sys.modules["pyarrow"].mimalloc_memory_pool().max_memory()))
 import bulldozer.cli.main
 sys.argv = ["bulldozer", *sys.argv[1:]]
 bulldozer.cli.main.main()
@@ -230,6 +233,19 @@ def test_pydantic_plugins_stay_off_unless_the_environment_chose(home: Path) -> N
     assert plain.returncode == 0 and chosen.returncode == 0, plain.stderr + chosen.stderr
     assert "PLUGINS __all__" in plain.stdout  # unset (empty) counts as unset for pydantic too
     assert "PLUGINS logfire" in chosen.stdout
+
+
+def test_arrows_own_allocations_come_from_jemalloc_unless_the_environment_chose(home: Path) -> None:
+    """Arrow's C++ allocates from the pool ``ARROW_DEFAULT_MEMORY_POOL`` names as pyarrow is
+    imported, whatever ``pa.set_memory_pool`` says later (the Parquet reader's buffers among
+    them): the CLI names jemalloc, so mimalloc serves nothing; an operator's choice stands."""
+    spec = home / "job.yaml"
+    spec.write_text(TEMPLATE)
+    plain = _cli(home, "run", str(spec), "-q", env={"ARROW_DEFAULT_MEMORY_POOL": ""})
+    chosen = _cli(home, "run", str(spec), "-q", env={"ARROW_DEFAULT_MEMORY_POOL": "system"})
+    assert plain.returncode == 0 and chosen.returncode == 0, plain.stderr + chosen.stderr
+    assert "ARROW jemalloc 0\n" in plain.stdout, plain.stdout
+    assert "ARROW system 0\n" in chosen.stdout, chosen.stdout
 
 
 def test_a_query_run_exits_without_a_leak_report(home: Path) -> None:
