@@ -87,8 +87,9 @@ an Airflow worker) leave the interpreter as they found it.
   (2 MiB each, cleared by the kernel as first touched: 4 % of the run's CPU in one profile),
   jemalloc none. Side by side on that run, alternating, 10 runs each: 0.73 → 0.61 s (system
   CPU 0.31 → 0.19 s, the load stage 0.27 → 0.14 s) right after the benchmark had freed
-  memory, 0.80 → 0.73 s (0.25 → 0.21 s, 0.19 → 0.17 s) an hour later; in an earlier session
-  (8 runs each) within noise. What it saves depends on the huge pages the kernel has free.
+  memory, 0.80 → 0.73 s (0.25 → 0.21 s, 0.19 → 0.17 s) an hour later; in two other sessions
+  the medians were within noise (0.655 → 0.660 s, the slowest run 0.88 → 0.77 s). What it
+  saves depends on the huge pages the kernel has free.
 """
 
 from __future__ import annotations
