@@ -207,29 +207,23 @@ func (s *Store) WriteBatch(ctx context.Context, name string, b Batch, d Digest) 
 	// arguments, and the bytes they point at, are then read front to back as they are sent
 	// (layOut): taken straight from the batch, every argument was a cache miss.
 	raw, starts := s.layOut(b)
-	flat := make([]any, 0, len(raw)+2*int(s.buckets))
-	bounds := make([]int, 0, s.buckets+1) // where each used bucket's arguments start in flat
-	keys := make([]string, 0, s.buckets)
+	pipe := s.c.Pipeline()
+	cmds := make([]*redis.Cmd, 0, s.buckets)
 	for bucket := range s.buckets {
-		if starts[bucket+1] == starts[bucket] {
+		pairs := raw[starts[bucket]:starts[bucket+1]]
+		if len(pairs) == 0 {
 			continue
 		}
 		key := s.dataKey(name, bucket)
-		bounds, keys = append(bounds, len(flat)), append(keys, key)
-		flat = append(flat, "hset", key)
-		for i := starts[bucket]; i < starts[bucket+1]; i++ {
-			flat = append(flat, &raw[i])
-		}
-	}
-	bounds = append(bounds, len(flat))
-	pipe := s.c.Pipeline()
-	cmds := make([]*redis.Cmd, 0, len(keys))
-	for j, key := range keys {
-		a := flat[bounds[j]:bounds[j+1]]
-		if (len(a)-2)/2 >= shared.RedisHashtablePairs { // the hash-table marker (shared.yaml)
+		if len(pairs)/2 >= shared.RedisHashtablePairs { // the hash-table marker (shared.yaml)
 			pipe.HSet(ctx, key, shared.RedisHashtableField, hashtableValue)
 		}
-		cmds = append(cmds, pipe.Do(ctx, a...))
+		args := make([]any, 0, 2+len(pairs))
+		args = append(args, "hset", key)
+		for i := range pairs {
+			args = append(args, &pairs[i])
+		}
+		cmds = append(cmds, pipe.Do(ctx, args...))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return true, err
