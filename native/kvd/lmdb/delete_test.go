@@ -92,7 +92,8 @@ func TestDeletesTombstoneKeysInAnyOrderOfCalls(t *testing.T) {
 }
 
 // The cost of a delta version's deletes per key (go test -bench Delete ./lmdb): each key is
-// checked against the filter of every layer above the bottom, which holds it.
+// checked against the filter of every layer above the bottom, which holds it (the bottom's
+// own filter, built as a delta's first write builds it, is not consulted: kvd_delete_filters).
 func BenchmarkDeleteThroughLayers(b *testing.B) {
 	const upper, bottomKeys, layerKeys, deleted = 4, 400_000, 20_000, 50_000
 	layerKeysOf := func(first, n, step int) []string {
@@ -107,6 +108,10 @@ func BenchmarkDeleteThroughLayers(b *testing.B) {
 		layers = append(layers, layerKeysOf(i+1, layerKeys, bottomKeys/layerKeys*3))
 	}
 	env, _, stage, states, digests, below, db := layeredStore(b, "v__v20260102999999_abcdef", layers, layerKeysOf(0, bottomKeys, 3))
+	bottom := len(below.Data) - 1 // with its filter, as a delta's first write builds it
+	if built, err := env.BuildFilter(below.Filters, states, below.Names[bottom], below.Data[bottom], 0, 1<<30); err != nil || built != FilterBuilt {
+		b.Fatal(built, err)
+	}
 	var keys []byte
 	var klens []uint32
 	for k := 0; k < deleted; k++ { // bottom keys, in key order
@@ -155,7 +160,8 @@ func deleteThroughLayers(b *testing.B, env *Env, stage, states, digests DBI, bel
 // away the same pairs, leaves the same tombstones and own pairs, and the same running digest,
 // as one that searches them in its write transaction: keys the namespace holds itself, keys
 // its own tombstones hide already, keys an upper layer holds or hides with a tombstone, keys
-// the bottom holds, and keys nothing holds.
+// the bottom holds, and keys nothing holds. Both take the same whether the bottom has its
+// filter (built by a delta's first write, which a delete does not consult) or not.
 func TestDeletesSearchingBelowFirstTakeWhatTheWriteTransactionWould(t *testing.T) {
 	const name = "v__v20260102000000_abcdef"
 	key := func(i int) string { return fmt.Sprintf("k%05d", i) }
@@ -171,7 +177,7 @@ func TestDeletesSearchingBelowFirstTakeWhatTheWriteTransactionWould(t *testing.T
 		own, stage, states, digests DBI
 		layers                      Layers
 	}
-	open := func() store {
+	open := func(bottomFilter bool) store {
 		env, db, put := testEnv(t)
 		s := store{env: env, states: db(shared.StoreMetaStates), digests: db(shared.StoreMetaDigests), stage: db(shared.StoreMetaStage)}
 		s.layers.Filters = db(shared.StoreMetaFilters)
@@ -197,6 +203,10 @@ func TestDeletesSearchingBelowFirstTakeWhatTheWriteTransactionWould(t *testing.T
 				if built, err := env.BuildFilter(s.layers.Filters, s.states, layer, data, tomb, 1<<30); err != nil || built != FilterBuilt {
 					t.Fatal(built, err)
 				}
+			} else if bottomFilter {
+				if built, err := env.BuildFilter(s.layers.Filters, s.states, layer, data, 0, 1<<30); err != nil || built != FilterBuilt {
+					t.Fatal(built, err)
+				}
 			}
 		}
 		s.own, s.layers.Tombs = db(shared.StoreDataPrefix+name), db(shared.StoreTombstonePrefix+name)
@@ -219,9 +229,9 @@ func TestDeletesSearchingBelowFirstTakeWhatTheWriteTransactionWould(t *testing.T
 	t.Cleanup(func() { DeleteSplitMin = saved; runtime.GOMAXPROCS(procs) })
 	// what a store holds after the deletes: how many each call took away, the namespace's own
 	// pairs and tombstones, and its running digest
-	outcome := func(splitMin int) []string {
+	outcome := func(splitMin int, bottomFilter bool) []string {
 		DeleteSplitMin = splitMin
-		s := open()
+		s := open(bottomFilter)
 		var got []string
 		for start := 0; start < len(doomed); start += 1000 { // three calls: later ones among tombstones
 			keys, klens := laidOut(doomed[start:min(start+1000, len(doomed))])
@@ -250,13 +260,20 @@ func TestDeletesSearchingBelowFirstTakeWhatTheWriteTransactionWould(t *testing.T
 		}
 		return append(got, fmt.Sprintf("digest %x", digest))
 	}
-	inTxn, split := outcome(1<<30), outcome(1)
-	if len(inTxn) != len(split) {
-		t.Fatalf("%d lines vs %d", len(inTxn), len(split))
-	}
-	for i := range inTxn {
-		if inTxn[i] != split[i] {
-			t.Errorf("searched in the write transaction: %s; searched first: %s", inTxn[i], split[i])
+	inTxn := outcome(1<<30, false)
+	for _, way := range []struct {
+		name         string
+		splitMin     int
+		bottomFilter bool
+	}{{"searched first", 1, false}, {"with the bottom's filter", 1 << 30, true}, {"searched first with the bottom's filter", 1, true}} {
+		got := outcome(way.splitMin, way.bottomFilter)
+		if len(inTxn) != len(got) {
+			t.Fatalf("%s: %d lines vs %d", way.name, len(got), len(inTxn))
+		}
+		for i := range inTxn {
+			if inTxn[i] != got[i] {
+				t.Errorf("searched in the write transaction: %s; %s: %s", inTxn[i], way.name, got[i])
+			}
 		}
 	}
 	if inTxn[0] == "deleted 0" {

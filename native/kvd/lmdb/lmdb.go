@@ -421,6 +421,21 @@ static int kvd_filter_mask(MDB_txn *txn, MDB_dbi filters, const char *name, size
 	return 0;
 }
 
+// The filters a delete's search below consults (kvd_layer_filters): every layer's but the
+// bottom's. A delete's keys are the base's (the removed files' rows a delta version takes
+// away or replaces), so the bottom holds nearly every one an upper layer does not, and its
+// filter rules out almost none of them. It would cost a cache miss a key all the same: the
+// filter of a 10 M-key bottom is 12.5 MB, where an upper layer's (a delta's keys) stays in
+// the cache. Side by side on a 10 M-row version eight layers deep, 70 k keys a delta, medians
+// of 12 deletes, four sets alternating: 0.0695 -> 0.0637 s, and 0.0721 -> 0.0635 s in a
+// second session. A lookup's or an ingest's keys may be absent (a new key), and those keep
+// the bottom's filter.
+static int kvd_delete_filters(MDB_txn *txn, MDB_dbi filters, const char *names, const uint32_t *nlens, size_t n, MDB_val *out) {
+	int rc = kvd_layer_filters(txn, filters, names, nlens, n, out);
+	if (!rc && n) { out[n - 1].mv_data = NULL; out[n - 1].mv_size = 0; }
+	return rc;
+}
+
 // Whether a layer below a layered namespace holds k visibly (EmbeddedEngine._lookup_many):
 // the first of data[0..n) that holds it, unless a tombstone of a newer one hides it (every
 // layer but the last has tombstones, tombs[0..n-1)). *found is 1 and *out its value when so.
@@ -487,7 +502,7 @@ static int kvd_below_many(MDB_txn *txn, const MDB_dbi *data, const MDB_dbi *tomb
 	MDB_val k;
 	size_t i;
 	int rc, f;
-	if ((rc = kvd_layer_filters(txn, filters, names, nlens, nbelow, fbuf))) return rc;
+	if ((rc = kvd_delete_filters(txn, filters, names, nlens, nbelow, fbuf))) return rc;
 	for (i = 0; i < n; keys += klens[i], i++) {
 		k.mv_data = (void *)keys; k.mv_size = klens[i];
 		if ((rc = kvd_below(txn, data, tombs, fbuf, nbelow, &k, &out[i], &f))) return rc;
@@ -830,7 +845,7 @@ static int kvd_delete_find(MDB_txn *txn, MDB_dbi states, MDB_dbi stage, const ch
 	free(prefix);
 	if (rc && rc != MDB_NOTFOUND) return rc;
 	if (*outcome != KVD_STORED) return 0;
-	if (nbelow && !below_found && (rc = kvd_layer_filters(txn, filters, below_names, below_nlens, nbelow, below_filters))) return rc;
+	if (nbelow && !below_found && (rc = kvd_delete_filters(txn, filters, below_names, below_nlens, nbelow, below_filters))) return rc;
 	for (i = 0; i < n; kp += klens[i], i++) {
 		k.mv_data = (void *)kp; k.mv_size = klens[i];
 		flags[i] = 0;
