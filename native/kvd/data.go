@@ -106,7 +106,8 @@ type meta struct{ namespaces, aliases, states, digests, stage, layers, filters l
 // the base twice (the loader's check that none is there, and the ingest's check that its
 // put hides nothing), and they are absent: without the bottom's filter, each searched its
 // B-tree (about 1.5 us a key in a 10 M-row version). The bottom's filter is built by the
-// first delta made on it, and every later one, and every read, uses it.
+// first delta made on it, and every later one's ingest, and every read, uses it; a delete
+// does not (its keys are the base's: lmdb's kvd_delete_filters).
 // A layer of more than filterMaxEntries keys (data and tombstones) gets none (62.5 MiB at
 // 10 bits a key; about 2 s to build, once).
 const (
