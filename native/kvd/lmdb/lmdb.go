@@ -426,10 +426,10 @@ static int kvd_filter_mask(MDB_txn *txn, MDB_dbi filters, const char *name, size
 // away or replaces), so the bottom holds nearly every one an upper layer does not, and its
 // filter rules out almost none of them. It would cost a cache miss a key all the same: the
 // filter of a 10 M-key bottom is 12.5 MB, where an upper layer's (a delta's keys) stays in
-// the cache. Side by side on a 10 M-row version eight layers deep, 70 k keys a delta, medians
-// of 12 deletes, four sets alternating: 0.0695 -> 0.0637 s, and 0.075 -> 0.069 s in a
-// second session; a warm delta's load stage 0.160 -> 0.147 s (18 runs each). A lookup's or an ingest's keys may be absent (a new key), and those keep
-// the bottom's filter.
+// the cache. Side by side on a 10 M-row version whose chain is at its depth limit, 70 k keys
+// a delta, medians of 12 deletes, four sets alternating: 0.0695 -> 0.0637 s, and 0.075 ->
+// 0.069 s in a second session; a warm delta's load stage 0.160 -> 0.147 s (18 runs each). A
+// lookup's or an ingest's keys may be absent (a new key): those keep the bottom's filter.
 static int kvd_delete_filters(MDB_txn *txn, MDB_dbi filters, const char *names, const uint32_t *nlens, size_t n, MDB_val *out) {
 	int rc = kvd_layer_filters(txn, filters, names, nlens, n, out);
 	if (!rc && n) { out[n - 1].mv_data = NULL; out[n - 1].mv_size = 0; }
@@ -495,7 +495,8 @@ static int kvd_tomb_walk(MDB_txn *txn, MDB_dbi own_tomb, struct kvd_tomb_walk *w
 // kvd_below for n keys (laid end to end, ascending) in the caller's read transaction:
 // found[i] is 1, and out[i] the value (valid until the transaction ends), when a layer holds
 // keys[i] visibly. A delete of many keys runs this on several threads before its write
-// transaction (Env.Delete), the layers below a LOADING namespace being sealed.
+// transaction (Env.Delete), the layers below a LOADING namespace being sealed; it is a
+// delete's search, so the bottom's filter is not consulted (kvd_delete_filters).
 static int kvd_below_many(MDB_txn *txn, const MDB_dbi *data, const MDB_dbi *tombs, size_t nbelow, MDB_dbi filters,
                           const char *names, const uint32_t *nlens, MDB_val *fbuf,
                           const char *keys, const uint32_t *klens, size_t n, MDB_val *out, unsigned char *found) {
