@@ -101,13 +101,13 @@ type meta struct{ namespaces, aliases, states, digests, stage, layers, filters l
 // (lmdb.Env.BuildFilter: one pass over the layer's keys): a lookup of a few keys costs
 // less than a pass over a layer. A read builds those of every layer but the bottom (the
 // whole version the chain started from, which a reader may ask for a few hundred keys
-// while nothing else needs its filter); a write to a version made from a base (a delta's
-// deletes and its ingest) builds the bottom's too. A delta's new keys are searched for in
-// the base twice (the loader's check that none is there, and the ingest's check that its
-// put hides nothing), and they are absent: without the bottom's filter, each searched its
-// B-tree (about 1.5 us a key in a 10 M-row version). The bottom's filter is built by the
-// first delta made on it, and every later one's ingest, and every read, uses it; a delete
-// does not (its keys are the base's: lmdb's kvd_delete_filters).
+// while nothing else needs its filter); a delta's ingest builds the bottom's too. A delta's
+// new keys are searched for in the base twice (the loader's check that none is there, and
+// the ingest's check that its put hides nothing), and they are absent: without the bottom's
+// filter, each searched its B-tree (about 1.5 us a key in a 10 M-row version). The bottom's
+// filter is built by the first delta made on it, and every later one's ingest, and every
+// read, uses it. A delete neither consults nor builds it (its keys are the base's: lmdb's
+// kvd_delete_filters); it builds the upper layers' it consults.
 // A layer of more than filterMaxEntries keys (data and tombstones) gets none (62.5 MiB at
 // 10 bits a key; about 2 s to build, once).
 const (
@@ -388,7 +388,9 @@ func (m *lmdbStore) delete(name string, keys [][]byte) (uint64, bool) {
 	if !ok {
 		return 0, false
 	}
-	m.filterBelow(layers, len(keys))
+	if len(layers.Names) > 0 { // the upper layers' filters: a delete does not consult the bottom's
+		m.filter(layers.Names, layers.Data, layers.Below, len(keys), false)
+	}
 	sorted := slices.Clone(keys)
 	slices.SortFunc(sorted, bytes.Compare)
 	sorted = slices.CompactFunc(sorted, bytes.Equal)

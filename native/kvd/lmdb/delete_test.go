@@ -93,7 +93,7 @@ func TestDeletesTombstoneKeysInAnyOrderOfCalls(t *testing.T) {
 
 // The cost of a delta version's deletes per key (go test -bench Delete ./lmdb): each key is
 // checked against the filter of every layer above the bottom, which holds it (the bottom's
-// own filter, built as a delta's first write builds it, is not consulted: kvd_delete_filters).
+// own filter, built as a delta's first ingest builds it, is not consulted: kvd_delete_filters).
 func BenchmarkDeleteThroughLayers(b *testing.B) {
 	const upper, bottomKeys, layerKeys, deleted = 4, 400_000, 20_000, 50_000
 	layerKeysOf := func(first, n, step int) []string {
@@ -108,7 +108,7 @@ func BenchmarkDeleteThroughLayers(b *testing.B) {
 		layers = append(layers, layerKeysOf(i+1, layerKeys, bottomKeys/layerKeys*3))
 	}
 	env, _, stage, states, digests, below, db := layeredStore(b, "v__v20260102999999_abcdef", layers, layerKeysOf(0, bottomKeys, 3))
-	bottom := len(below.Data) - 1 // with its filter, as a delta's first write builds it
+	bottom := len(below.Data) - 1 // with its filter, as a delta's first ingest builds it
 	if built, err := env.BuildFilter(below.Filters, states, below.Names[bottom], below.Data[bottom], 0, 1<<30); err != nil || built != FilterBuilt {
 		b.Fatal(built, err)
 	}
@@ -161,7 +161,7 @@ func deleteThroughLayers(b *testing.B, env *Env, stage, states, digests DBI, bel
 // as one that searches them in its write transaction: keys the namespace holds itself, keys
 // its own tombstones hide already, keys an upper layer holds or hides with a tombstone, keys
 // the bottom holds, and keys nothing holds. Both take the same whether the bottom has its
-// filter (built by a delta's first write, which a delete does not consult) or not.
+// filter (built by a delta's first ingest, which a delete does not consult) or not.
 func TestDeletesSearchingBelowFirstTakeWhatTheWriteTransactionWould(t *testing.T) {
 	const name = "v__v20260102000000_abcdef"
 	key := func(i int) string { return fmt.Sprintf("k%05d", i) }
