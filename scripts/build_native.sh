@@ -21,13 +21,18 @@ cache=$root/native/.cache
 mkdir -p "$cache/bin" "$root/native/bin"
 command -v go >/dev/null || { echo "build_native: Go is not installed; the DAL will use its Python data plane" >&2; exit 1; }
 
-# 1. LMDB sources, the release py-lmdb bundles.
+# 1. LMDB sources, the release py-lmdb bundles. mdb.c goes to lmdb/c/, where the Go tool does
+#    not compile it on its own: lmdb/search.c compiles it in one unit with the data plane's
+#    searches that read LMDB's pages (a checkout built before kept it in lmdb/: moved).
 ver=$("$py" -c 'import importlib.metadata as m; print(m.version("lmdb"))')
-if [[ ! -f $kvd/lmdb/mdb.c || "$(cat "$kvd/lmdb/VERSION" 2>/dev/null)" != "$ver" ]]; then
+mkdir -p "$kvd/lmdb/c"
+[[ -f $kvd/lmdb/mdb.c ]] && mv -f "$kvd/lmdb/mdb.c" "$kvd/lmdb/c/mdb.c"
+if [[ ! -f $kvd/lmdb/c/mdb.c || "$(cat "$kvd/lmdb/VERSION" 2>/dev/null)" != "$ver" ]]; then
   echo "build_native: fetching LMDB sources (py-lmdb $ver sdist)"
   "$py" -m pip download "lmdb==$ver" --no-binary :all: --no-deps -d "$cache" -q
   tar -xzf "$cache/lmdb-$ver.tar.gz" -C "$cache"
-  cp "$cache/lmdb-$ver/lib/"{mdb.c,midl.c,lmdb.h,midl.h} "$kvd/lmdb/"
+  cp "$cache/lmdb-$ver/lib/mdb.c" "$kvd/lmdb/c/"
+  cp "$cache/lmdb-$ver/lib/"{midl.c,lmdb.h,midl.h} "$kvd/lmdb/"
   echo "$ver" >"$kvd/lmdb/VERSION"
 fi
 

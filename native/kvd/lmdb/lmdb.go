@@ -1,5 +1,6 @@
 // Package lmdb is the small part of LMDB the data plane needs, over the C library built
-// from the same sources py-lmdb bundles (scripts/build_native.sh copies them here).
+// from the same sources py-lmdb bundles (scripts/build_native.sh copies them here; mdb.c
+// to c/, compiled in search.c's unit).
 //
 // The environment is opened with MDB_NOTLS, so a read transaction is not tied to an OS
 // thread and may be used from any goroutine (one at a time). Write transactions are run
@@ -8,7 +9,7 @@
 package lmdb
 
 /*
-#cgo CFLAGS: -O2 -w
+#cgo CFLAGS: -O2 -w -I${SRCDIR}
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@ package lmdb
 #include <stdint.h>
 #include <fcntl.h>
 #include "lmdb.h"
+#include "search.h"
 
 // Start writing the store's dirty pages to disk, without waiting for the writes (Linux;
 // elsewhere nothing: the next fsync writes them).
@@ -496,18 +498,56 @@ static int kvd_tomb_walk(MDB_txn *txn, MDB_dbi own_tomb, struct kvd_tomb_walk *w
 // found[i] is 1, and out[i] the value (valid until the transaction ends), when a layer holds
 // keys[i] visibly. A delete of many keys runs this on several threads before its write
 // transaction (Env.Delete), the layers below a LOADING namespace being sealed; it is a
-// delete's search, so the bottom's filter is not consulted (kvd_delete_filters).
+// delete's search, so the bottom's filter is not consulted (kvd_delete_filters). The keys
+// go through the layers KVD_BELOW_CHUNK at a time, layer by layer, each layer searched for
+// all of them at once (kvd_search_many): a key a layer holds or deletes goes no further, one
+// its filter rules out skips that layer, as in kvd_below.
+#define KVD_BELOW_CHUNK 256
 static int kvd_below_many(MDB_txn *txn, const MDB_dbi *data, const MDB_dbi *tombs, size_t nbelow, MDB_dbi filters,
                           const char *names, const uint32_t *nlens, MDB_val *fbuf,
                           const char *keys, const uint32_t *klens, size_t n, MDB_val *out, unsigned char *found) {
-	MDB_val k;
-	size_t i;
-	int rc, f;
+	MDB_val all[KVD_BELOW_CHUNK], ask[KVD_BELOW_CHUNK], got[KVD_BELOW_CHUNK];
+	size_t pending[KVD_BELOW_CHUNK], asked[KVD_BELOW_CHUNK];
+	unsigned char hit[KVD_BELOW_CHUNK], hashed[KVD_BELOW_CHUNK];
+	uint64_t hash[KVD_BELOW_CHUNK];
+	size_t at, m, i, j, x, np, na, nt, keep;
+	int rc;
 	if ((rc = kvd_delete_filters(txn, filters, names, nlens, nbelow, fbuf))) return rc;
-	for (i = 0; i < n; keys += klens[i], i++) {
-		k.mv_data = (void *)keys; k.mv_size = klens[i];
-		if ((rc = kvd_below(txn, data, tombs, fbuf, nbelow, &k, &out[i], &f))) return rc;
-		found[i] = (unsigned char)f;
+	for (at = 0; at < n; at += m) {
+		m = n - at < KVD_BELOW_CHUNK ? n - at : KVD_BELOW_CHUNK;
+		for (i = 0; i < m; keys += klens[at + i], i++) {
+			all[i].mv_data = (void *)keys; all[i].mv_size = klens[at + i];
+			pending[i] = i;
+			hashed[i] = 0;
+			found[at + i] = 0;
+		}
+		np = m;
+		for (j = 0; j < nbelow && np; j++) {
+			// the pending keys this layer's filter lets through are searched in it; the others skip it
+			na = keep = 0;
+			for (i = 0; i < np; i++) {
+				x = pending[i];
+				if (fbuf[j].mv_data) {  // the key's hash once, whatever the layers checked
+					if (!hashed[x]) { hash[x] = kvd_key_hash(all[x].mv_data, all[x].mv_size); hashed[x] = 1; }
+					if (!kvd_filter_may_hashed(&fbuf[j], hash[x])) { pending[keep++] = x; continue; }
+				}
+				ask[na] = all[x];
+				asked[na++] = x;
+			}
+			if (na && (rc = kvd_search_many(txn, data[j], ask, na, got, hit))) return rc;
+			for (i = nt = 0; i < na; i++) {
+				if (hit[i]) { out[at + asked[i]] = got[i]; found[at + asked[i]] = 1; }
+				else { ask[nt] = ask[i]; asked[nt++] = asked[i]; }
+			}
+			// a key this layer neither holds nor deletes goes on to the next (the bottom has no tombstones)
+			if (j + 1 < nbelow && nt) {
+				if ((rc = kvd_search_many(txn, tombs[j], ask, nt, got, hit))) return rc;
+				for (i = 0; i < nt; i++) {
+					if (!hit[i]) pending[keep++] = asked[i];
+				}
+			}
+			np = keep;
+		}
 	}
 	return 0;
 }
@@ -909,17 +949,23 @@ static int kvd_delete_apply(MDB_txn *txn, MDB_dbi own, MDB_dbi own_tomb, MDB_dbi
 }
 
 // Look n keys up (laid end to end in keys) in one call; out[i].mv_data is NULL when a key
-// is missing. The values point into the map and are valid until the transaction ends.
+// is missing. The values point into the map and are valid until the transaction ends. The
+// keys are searched KVD_BELOW_CHUNK at a time with kvd_search_many.
 static int kvd_get_many(MDB_txn *txn, MDB_dbi dbi, const char *keys, const uint32_t *klens, size_t n, MDB_val *out) {
-	MDB_val k;
-	size_t i;
+	MDB_val ask[KVD_BELOW_CHUNK];
+	unsigned char hit[KVD_BELOW_CHUNK];
+	size_t at, m, i;
 	int rc;
 	const char *kp = keys;
-	for (i = 0; i < n; kp += klens[i], i++) {
-		k.mv_data = (void *)kp; k.mv_size = klens[i];
-		rc = mdb_get(txn, dbi, &k, &out[i]);
-		if (rc == MDB_NOTFOUND) { out[i].mv_data = NULL; out[i].mv_size = 0; }
-		else if (rc) return rc;
+	for (at = 0; at < n; at += m) {
+		m = n - at < KVD_BELOW_CHUNK ? n - at : KVD_BELOW_CHUNK;
+		for (i = 0; i < m; kp += klens[at + i], i++) {
+			ask[i].mv_data = (void *)kp; ask[i].mv_size = klens[at + i];
+		}
+		if ((rc = kvd_search_many(txn, dbi, ask, m, &out[at], hit))) return rc;
+		for (i = 0; i < m; i++) {
+			if (!hit[i]) { out[at + i].mv_data = NULL; out[at + i].mv_size = 0; }
+		}
 	}
 	return 0;
 }
@@ -1567,6 +1613,15 @@ func (e *Env) createDB(name string) error {
 // put writes one record (tests only).
 func (e *Env) put(dbi DBI, key, value []byte) error {
 	return check(C.kvd_create_and_put(e.env, nil, C.MDB_dbi(dbi), ptr(key), C.size_t(len(key)), ptr(value), C.size_t(len(value))))
+}
+
+// depth is the height of dbi's B-tree (tests only: a search through branch pages).
+func (t *Txn) depth(dbi DBI) (int, error) {
+	var st C.MDB_stat
+	if err := check(C.mdb_stat(t.txn, C.MDB_dbi(dbi), &st)); err != nil {
+		return 0, err
+	}
+	return int(st.ms_depth), nil
 }
 
 // Txn is a read-only transaction.
