@@ -288,7 +288,21 @@ func TestALayeredIngestIsExactOnlyForPutsOfKeysItDeletedOrNothingBelowHolds(t *t
 		bottom = append(bottom, fmt.Sprintf("key-%06d", 2*i+1)) // odd keys: even ones are fresh
 	}
 	upper := [][]string{{"key-000003", "key-002001"}}
-	for _, chunk := range []int{1 << 30, 256} {
+	// the hiding put alone (checked by the last check before the commit), or among hundreds
+	// of fresh ones (the puts are checked below 256 at a time and before each commit: it
+	// lands in neither the first nor the last check)
+	hidingAlone := []string{"key-003003"}
+	hidingAmong := []string{"key-003003"}
+	for i := 1000; i < 2000; i++ {
+		if i%5 != 0 {
+			hidingAmong = append(hidingAmong, fmt.Sprintf("key-%06d", 2*i))
+		}
+	}
+	for _, c := range []struct {
+		chunk  int
+		hiding []string
+	}{{1 << 30, hidingAlone}, {256, hidingAlone}, {1 << 30, hidingAmong}, {256, hidingAmong}} {
+		chunk := c.chunk
 		env, own, stage_, states, digests, layers, _ := layeredStore(t, name, upper, bottom)
 		env.IngestChunkBytes = chunk
 		var doomed []byte
@@ -330,9 +344,14 @@ func TestALayeredIngestIsExactOnlyForPutsOfKeysItDeletedOrNothingBelowHolds(t *t
 		if !exact() {
 			t.Fatalf("chunks of %d bytes: puts of deleted and fresh keys made the running digest inexact", chunk)
 		}
-		stage(t, env, stage_, states, digests, name, []string{"key-003003"}, []string{"hides the bottom's pair"})
+		hidingValues := make([]string, len(c.hiding))
+		for i := range hidingValues {
+			hidingValues[i] = "hides the bottom's pair, or is fresh"
+		}
+		stage(t, env, stage_, states, digests, name, c.hiding, hidingValues)
 		if exact() {
-			t.Fatalf("chunks of %d bytes: a put hiding a pair below that was not deleted left the digest exact", chunk)
+			t.Fatalf("chunks of %d bytes, %d puts: a put hiding a pair below that was not deleted left the digest exact",
+				chunk, len(c.hiding))
 		}
 	}
 }

@@ -494,60 +494,105 @@ static int kvd_tomb_walk(MDB_txn *txn, MDB_dbi own_tomb, struct kvd_tomb_walk *w
 	return 0;
 }
 
-// kvd_below for n keys (laid end to end, ascending) in the caller's read transaction:
-// found[i] is 1, and out[i] the value (valid until the transaction ends), when a layer holds
-// keys[i] visibly. A delete of many keys runs this on several threads before its write
-// transaction (Env.Delete), the layers below a LOADING namespace being sealed; it is a
-// delete's search, so the bottom's filter is not consulted (kvd_delete_filters). The keys
-// go through the layers KVD_BELOW_CHUNK at a time, layer by layer, each layer searched for
-// all of them at once (kvd_search_many): a key a layer holds or deletes goes no further, one
-// its filter rules out skips that layer, as in kvd_below.
+// kvd_below for m keys (at most KVD_BELOW_CHUNK, in any order): found[i] is 1, and out[i]
+// the value (valid until the transaction ends), when a layer holds all[i] visibly. The
+// keys go through the layers one after the other, each layer taking all the pending keys
+// at once: its filter's block of every key is prefetched before any is probed (the bottom's
+// filter is megabytes, a cache miss a key), the keys it lets through are searched in its
+// data together (kvd_search_many), and those its data does not hold in its tombstones. A
+// key a layer holds or deletes goes no further, one its filter rules out skips that layer:
+// the rules kvd_below applies one key at a time.
 #define KVD_BELOW_CHUNK 256
-static int kvd_below_many(MDB_txn *txn, const MDB_dbi *data, const MDB_dbi *tombs, size_t nbelow, MDB_dbi filters,
-                          const char *names, const uint32_t *nlens, MDB_val *fbuf,
-                          const char *keys, const uint32_t *klens, size_t n, MDB_val *out, unsigned char *found) {
-	MDB_val all[KVD_BELOW_CHUNK], ask[KVD_BELOW_CHUNK], got[KVD_BELOW_CHUNK];
+static int kvd_below_batch(MDB_txn *txn, const MDB_dbi *data, const MDB_dbi *tombs, const MDB_val *fbuf, size_t nbelow,
+                           const MDB_val *all, size_t m, MDB_val *out, unsigned char *found) {
+	MDB_val ask[KVD_BELOW_CHUNK], got[KVD_BELOW_CHUNK];
 	size_t pending[KVD_BELOW_CHUNK], asked[KVD_BELOW_CHUNK];
 	unsigned char hit[KVD_BELOW_CHUNK], hashed[KVD_BELOW_CHUNK];
 	uint64_t hash[KVD_BELOW_CHUNK];
-	size_t at, m, i, j, x, np, na, nt, keep;
+	const unsigned char *block;
+	size_t i, j, x, np, na, nt, keep;
+	int rc, filtered;
+	for (i = 0; i < m; i++) {
+		pending[i] = i;
+		hashed[i] = 0;
+		found[i] = 0;
+	}
+	np = m;
+	for (j = 0; j < nbelow && np; j++) {
+		filtered = fbuf != NULL && fbuf[j].mv_data != NULL;
+		if (filtered) {  // each key's hash once, whatever the layers checked
+			for (i = 0; i < np; i++) {
+				x = pending[i];
+				if (!hashed[x]) { hash[x] = kvd_key_hash(all[x].mv_data, all[x].mv_size); hashed[x] = 1; }
+				block = kvd_filter_block(fbuf[j].mv_data, hash[x]);
+				__builtin_prefetch(block);
+				__builtin_prefetch(block + 63);  // a block may straddle two lines
+			}
+		}
+		na = keep = 0;
+		for (i = 0; i < np; i++) {
+			x = pending[i];
+			if (filtered && !kvd_filter_may_hashed(&fbuf[j], hash[x])) {
+				pending[keep++] = x;  // not in this layer: on to the next
+				continue;
+			}
+			ask[na] = all[x];
+			asked[na++] = x;
+		}
+		if (na && (rc = kvd_search_many(txn, data[j], ask, na, got, hit))) return rc;
+		for (i = nt = 0; i < na; i++) {
+			if (hit[i]) { out[asked[i]] = got[i]; found[asked[i]] = 1; }
+			else { ask[nt] = ask[i]; asked[nt++] = asked[i]; }
+		}
+		// a key this layer neither holds nor deletes goes on to the next (the bottom has no tombstones)
+		if (j + 1 < nbelow && nt) {
+			if ((rc = kvd_search_many(txn, tombs[j], ask, nt, got, hit))) return rc;
+			for (i = 0; i < nt; i++) {
+				if (!hit[i]) pending[keep++] = asked[i];
+			}
+		}
+		np = keep;
+	}
+	return 0;
+}
+
+// kvd_below for n keys (laid end to end, ascending) in the caller's read transaction,
+// KVD_BELOW_CHUNK at a time (kvd_below_batch): found[i] is 1, and out[i] the value (valid
+// until the transaction ends), when a layer holds keys[i] visibly. A delete of many keys
+// runs this on several threads before its write transaction (Env.Delete), the layers below
+// a LOADING namespace being sealed; it is a delete's search, so the bottom's filter is not
+// consulted (kvd_delete_filters).
+static int kvd_below_many(MDB_txn *txn, const MDB_dbi *data, const MDB_dbi *tombs, size_t nbelow, MDB_dbi filters,
+                          const char *names, const uint32_t *nlens, MDB_val *fbuf,
+                          const char *keys, const uint32_t *klens, size_t n, MDB_val *out, unsigned char *found) {
+	MDB_val all[KVD_BELOW_CHUNK];
+	size_t at, m, i;
 	int rc;
 	if ((rc = kvd_delete_filters(txn, filters, names, nlens, nbelow, fbuf))) return rc;
 	for (at = 0; at < n; at += m) {
 		m = n - at < KVD_BELOW_CHUNK ? n - at : KVD_BELOW_CHUNK;
 		for (i = 0; i < m; keys += klens[at + i], i++) {
 			all[i].mv_data = (void *)keys; all[i].mv_size = klens[at + i];
-			pending[i] = i;
-			hashed[i] = 0;
-			found[at + i] = 0;
 		}
-		np = m;
-		for (j = 0; j < nbelow && np; j++) {
-			// the pending keys this layer's filter lets through are searched in it; the others skip it
-			na = keep = 0;
-			for (i = 0; i < np; i++) {
-				x = pending[i];
-				if (fbuf[j].mv_data) {  // the key's hash once, whatever the layers checked
-					if (!hashed[x]) { hash[x] = kvd_key_hash(all[x].mv_data, all[x].mv_size); hashed[x] = 1; }
-					if (!kvd_filter_may_hashed(&fbuf[j], hash[x])) { pending[keep++] = x; continue; }
-				}
-				ask[na] = all[x];
-				asked[na++] = x;
-			}
-			if (na && (rc = kvd_search_many(txn, data[j], ask, na, got, hit))) return rc;
-			for (i = nt = 0; i < na; i++) {
-				if (hit[i]) { out[at + asked[i]] = got[i]; found[at + asked[i]] = 1; }
-				else { ask[nt] = ask[i]; asked[nt++] = asked[i]; }
-			}
-			// a key this layer neither holds nor deletes goes on to the next (the bottom has no tombstones)
-			if (j + 1 < nbelow && nt) {
-				if ((rc = kvd_search_many(txn, tombs[j], ask, nt, got, hit))) return rc;
-				for (i = 0; i < nt; i++) {
-					if (!hit[i]) pending[keep++] = asked[i];
-				}
-			}
-			np = keep;
-		}
+		if ((rc = kvd_below_batch(txn, data, tombs, fbuf, nbelow, all, m, &out[at], &found[at]))) return rc;
+	}
+	return 0;
+}
+
+// The puts an ingest found in none of its own tombstones (npend of them, pend[i] pointing
+// into the staged runs), checked against the layers below at once (kvd_below_batch): one a
+// layer below holds makes *repeated 1, the running digest inexact. *npend is 0 after.
+static int kvd_ingest_below(MDB_txn *txn, const MDB_dbi *below_data, const MDB_dbi *below_tombs, const MDB_val *below_filters,
+                            size_t nbelow, const MDB_val *pend, size_t *npend, int *repeated) {
+	MDB_val out[KVD_BELOW_CHUNK];
+	unsigned char found[KVD_BELOW_CHUNK];
+	size_t i, n = *npend;
+	int rc;
+	*npend = 0;
+	if (!n) return 0;
+	if ((rc = kvd_below_batch(txn, below_data, below_tombs, below_filters, nbelow, pend, n, out, found))) return rc;
+	for (i = 0; i < n; i++) {
+		if (found[i]) { *repeated = 1; break; }
 	}
 	return 0;
 }
@@ -580,6 +625,8 @@ static int kvd_ingest(MDB_env *env, MDB_dbi data, MDB_dbi stage, MDB_dbi states,
 	struct kvd_run *runs = NULL, **heap = NULL;
 	MDB_val *below_filters = NULL;
 	struct kvd_tomb_walk tombs = {0};
+	MDB_val pend[KVD_BELOW_CHUNK];  // puts to check against the layers below (kvd_ingest_below)
+	size_t npend = 0;
 	size_t nruns = 0, cap = 0, live, i;
 	unsigned char *prefix = NULL;
 	uint64_t records = 0, last_number = 0;
@@ -651,18 +698,21 @@ static int kvd_ingest(MDB_env *env, MDB_dbi data, MDB_dbi stage, MDB_dbi states,
 		if (rc) goto done;
 		if (nbelow && !repeated) {
 			// a put hides a pair its bases hold that it has not deleted first (not in its own
-			// tombstones): the running digest still counts that pair, so it becomes inexact
-			int hides, deleted;
-			MDB_val hidden;
+			// tombstones): the running digest still counts that pair, so it becomes inexact.
+			// Such puts are checked below KVD_BELOW_CHUNK at a time, before each commit.
+			int deleted;
 			k.mv_data = (void *)key; k.mv_size = klen;
 			if ((rc = kvd_tomb_walk(txn, own_tomb, &tombs, &k, &deleted))) goto done;
 			if (!deleted) {
-				if ((rc = kvd_below(txn, below_data, below_tombs, below_filters, nbelow, &k, &hidden, &hides))) goto done;
-				repeated = hides;
+				pend[npend].mv_data = (void *)key; pend[npend++].mv_size = klen;
+				if (npend == KVD_BELOW_CHUNK &&
+				    (rc = kvd_ingest_below(txn, below_data, below_tombs, below_filters, nbelow, pend, &npend, &repeated)))
+					goto done;
 			}
 		}
 		chunk += (size_t)klen + vlen;
 		if (chunk >= chunk_bytes && live) {
+			if ((rc = kvd_ingest_below(txn, below_data, below_tombs, below_filters, nbelow, pend, &npend, &repeated))) goto done;
 			if (repeated && (rc = kvd_add_digest(txn, digests, name, name_len, 0, 0, 0, 0))) goto done;
 			mdb_cursor_close(dcur); dcur = NULL;
 			mdb_cursor_close(cur); cur = NULL;
@@ -690,6 +740,7 @@ static int kvd_ingest(MDB_env *env, MDB_dbi data, MDB_dbi stage, MDB_dbi states,
 		if ((rc = mdb_cursor_del(cur, 0))) goto done;
 	}
 	if (rc && rc != MDB_NOTFOUND && rc != EINVAL) goto done;
+	if ((rc = kvd_ingest_below(txn, below_data, below_tombs, below_filters, nbelow, pend, &npend, &repeated))) goto done;
 	if (repeated && (rc = kvd_add_digest(txn, digests, name, name_len, 0, 0, 0, 0))) goto done;
 	mdb_cursor_close(dcur); dcur = NULL;
 	mdb_cursor_close(cur); cur = NULL;
