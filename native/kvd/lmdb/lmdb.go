@@ -438,34 +438,6 @@ static int kvd_delete_filters(MDB_txn *txn, MDB_dbi filters, const char *names, 
 	return rc;
 }
 
-// Whether a layer below a layered namespace holds k visibly (EmbeddedEngine._lookup_many):
-// the first of data[0..n) that holds it, unless a tombstone of a newer one hides it (every
-// layer but the last has tombstones, tombs[0..n-1)). *found is 1 and *out its value when so.
-// A layer whose filter (filters[j], when filters is not NULL) rules k out is skipped.
-static int kvd_below(MDB_txn *txn, const MDB_dbi *data, const MDB_dbi *tombs, const MDB_val *filters, size_t n,
-                     MDB_val *k, MDB_val *out, int *found) {
-	MDB_val t;
-	size_t j;
-	int rc, hashed = 0;
-	uint64_t h = 0;
-	*found = 0;
-	for (j = 0; j < n; j++) {
-		if (filters && filters[j].mv_data) {  // the key's hash once, whatever the layers checked
-			if (!hashed) { h = kvd_key_hash(k->mv_data, k->mv_size); hashed = 1; }
-			if (!kvd_filter_may_hashed(&filters[j], h)) continue;
-		}
-		rc = mdb_get(txn, data[j], k, out);
-		if (rc == 0) { *found = 1; return 0; }
-		if (rc != MDB_NOTFOUND) return rc;
-		if (j + 1 < n) {
-			rc = mdb_get(txn, tombs[j], k, &t);
-			if (rc == 0) return 0;
-			if (rc != MDB_NOTFOUND) return rc;
-		}
-	}
-	return 0;
-}
-
 // A walk through a namespace's own tombstones in key order (kvd_tomb_walk), for puts
 // checked in key order: the cursor stays on the page of the last key found, which LMDB's
 // MDB_SET_RANGE searches first, so most checks search one page, not the tree from its root.
@@ -494,21 +466,23 @@ static int kvd_tomb_walk(MDB_txn *txn, MDB_dbi own_tomb, struct kvd_tomb_walk *w
 	return 0;
 }
 
-// kvd_below for m keys (at most KVD_BELOW_CHUNK, in any order): found[i] is 1, and out[i]
-// the value (valid until the transaction ends), when a layer holds all[i] visibly. The
-// keys go through the layers one after the other, each layer taking all the pending keys
-// at once: its filter's block of every key is prefetched before any is probed (the bottom's
-// filter is megabytes, a cache miss a key), the keys it lets through are searched in its
-// data together (kvd_search_many), and those its data does not hold in its tombstones. A
-// key a layer holds or deletes goes no further, one its filter rules out skips that layer:
-// the rules kvd_below applies one key at a time.
-#define KVD_BELOW_CHUNK 256
+// Whether the layers below a layered namespace hold each of m keys visibly
+// (EmbeddedEngine._lookup_many), m at most KVD_SEARCH_CHUNK, in any order: found[i] is 1,
+// and out[i] the value (valid until the transaction ends), when the first of data[0..n)
+// that holds all[i] is not hidden by a tombstone of a newer one (every layer but the last
+// has tombstones, tombs[0..n-1)). A layer whose filter (fbuf[j], when fbuf is not NULL)
+// rules a key out is skipped for it. The keys go through the layers one after the other,
+// each layer taking all the pending keys at once: its filter's block of every key is
+// prefetched before any is probed (the bottom's filter is megabytes, a cache miss a key),
+// the keys it lets through are searched in its data together (kvd_search_many), and those
+// its data does not hold in its tombstones. A key a layer holds or deletes goes no further.
+#define KVD_SEARCH_CHUNK 256
 static int kvd_below_batch(MDB_txn *txn, const MDB_dbi *data, const MDB_dbi *tombs, const MDB_val *fbuf, size_t nbelow,
                            const MDB_val *all, size_t m, MDB_val *out, unsigned char *found) {
-	MDB_val ask[KVD_BELOW_CHUNK], got[KVD_BELOW_CHUNK];
-	size_t pending[KVD_BELOW_CHUNK], asked[KVD_BELOW_CHUNK];
-	unsigned char hit[KVD_BELOW_CHUNK], hashed[KVD_BELOW_CHUNK];
-	uint64_t hash[KVD_BELOW_CHUNK];
+	MDB_val ask[KVD_SEARCH_CHUNK], got[KVD_SEARCH_CHUNK];
+	size_t pending[KVD_SEARCH_CHUNK], asked[KVD_SEARCH_CHUNK];
+	unsigned char hit[KVD_SEARCH_CHUNK], hashed[KVD_SEARCH_CHUNK];
+	uint64_t hash[KVD_SEARCH_CHUNK];
 	const unsigned char *block;
 	size_t i, j, x, np, na, nt, keep;
 	int rc, filtered;
@@ -556,21 +530,21 @@ static int kvd_below_batch(MDB_txn *txn, const MDB_dbi *data, const MDB_dbi *tom
 	return 0;
 }
 
-// kvd_below for n keys (laid end to end, ascending) in the caller's read transaction,
-// KVD_BELOW_CHUNK at a time (kvd_below_batch): found[i] is 1, and out[i] the value (valid
-// until the transaction ends), when a layer holds keys[i] visibly. A delete of many keys
-// runs this on several threads before its write transaction (Env.Delete), the layers below
-// a LOADING namespace being sealed; it is a delete's search, so the bottom's filter is not
-// consulted (kvd_delete_filters).
+// The layers below for n keys (laid end to end, ascending) in the caller's read
+// transaction, KVD_SEARCH_CHUNK at a time (kvd_below_batch): found[i] is 1, and out[i] the
+// value (valid until the transaction ends), when a layer holds keys[i] visibly. A delete of
+// many keys runs this on several threads before its write transaction (Env.Delete), the
+// layers below a LOADING namespace being sealed; it is a delete's search, so the bottom's
+// filter is not consulted (kvd_delete_filters).
 static int kvd_below_many(MDB_txn *txn, const MDB_dbi *data, const MDB_dbi *tombs, size_t nbelow, MDB_dbi filters,
                           const char *names, const uint32_t *nlens, MDB_val *fbuf,
                           const char *keys, const uint32_t *klens, size_t n, MDB_val *out, unsigned char *found) {
-	MDB_val all[KVD_BELOW_CHUNK];
+	MDB_val all[KVD_SEARCH_CHUNK];
 	size_t at, m, i;
 	int rc;
 	if ((rc = kvd_delete_filters(txn, filters, names, nlens, nbelow, fbuf))) return rc;
 	for (at = 0; at < n; at += m) {
-		m = n - at < KVD_BELOW_CHUNK ? n - at : KVD_BELOW_CHUNK;
+		m = n - at < KVD_SEARCH_CHUNK ? n - at : KVD_SEARCH_CHUNK;
 		for (i = 0; i < m; keys += klens[at + i], i++) {
 			all[i].mv_data = (void *)keys; all[i].mv_size = klens[at + i];
 		}
@@ -584,8 +558,8 @@ static int kvd_below_many(MDB_txn *txn, const MDB_dbi *data, const MDB_dbi *tomb
 // layer below holds makes *repeated 1, the running digest inexact. *npend is 0 after.
 static int kvd_ingest_below(MDB_txn *txn, const MDB_dbi *below_data, const MDB_dbi *below_tombs, const MDB_val *below_filters,
                             size_t nbelow, const MDB_val *pend, size_t *npend, int *repeated) {
-	MDB_val out[KVD_BELOW_CHUNK];
-	unsigned char found[KVD_BELOW_CHUNK];
+	MDB_val out[KVD_SEARCH_CHUNK];
+	unsigned char found[KVD_SEARCH_CHUNK];
 	size_t i, n = *npend;
 	int rc;
 	*npend = 0;
@@ -612,7 +586,8 @@ static int kvd_ingest_below(MDB_txn *txn, const MDB_dbi *below_data, const MDB_d
 // the runs read in the first transaction stay in the map until the last deletes them.
 // *runs_out and *records_out are what was merged. A layered namespace (nbelow > 0: its
 // tombstones own_tomb, the layers below it below_data and their tombstones below_tombs)
-// checks whether each put hides a pair below that it has not deleted (kvd_tomb_walk, kvd_below).
+// checks whether each put hides a pair below that it has not deleted (kvd_tomb_walk,
+// kvd_ingest_below).
 static int kvd_ingest(MDB_env *env, MDB_dbi data, MDB_dbi stage, MDB_dbi states, MDB_dbi digests,
                       const char *name, size_t name_len, const char *writable, size_t writable_len,
                       MDB_dbi own_tomb, const MDB_dbi *below_data, const MDB_dbi *below_tombs, size_t nbelow,
@@ -625,7 +600,7 @@ static int kvd_ingest(MDB_env *env, MDB_dbi data, MDB_dbi stage, MDB_dbi states,
 	struct kvd_run *runs = NULL, **heap = NULL;
 	MDB_val *below_filters = NULL;
 	struct kvd_tomb_walk tombs = {0};
-	MDB_val pend[KVD_BELOW_CHUNK];  // puts to check against the layers below (kvd_ingest_below)
+	MDB_val pend[KVD_SEARCH_CHUNK];  // puts to check against the layers below (kvd_ingest_below)
 	size_t npend = 0;
 	size_t nruns = 0, cap = 0, live, i;
 	unsigned char *prefix = NULL;
@@ -699,13 +674,13 @@ static int kvd_ingest(MDB_env *env, MDB_dbi data, MDB_dbi stage, MDB_dbi states,
 		if (nbelow && !repeated) {
 			// a put hides a pair its bases hold that it has not deleted first (not in its own
 			// tombstones): the running digest still counts that pair, so it becomes inexact.
-			// Such puts are checked below KVD_BELOW_CHUNK at a time, before each commit.
+			// Such puts are checked below KVD_SEARCH_CHUNK at a time, before each commit.
 			int deleted;
 			k.mv_data = (void *)key; k.mv_size = klen;
 			if ((rc = kvd_tomb_walk(txn, own_tomb, &tombs, &k, &deleted))) goto done;
 			if (!deleted) {
 				pend[npend].mv_data = (void *)key; pend[npend++].mv_size = klen;
-				if (npend == KVD_BELOW_CHUNK &&
+				if (npend == KVD_SEARCH_CHUNK &&
 				    (rc = kvd_ingest_below(txn, below_data, below_tombs, below_filters, nbelow, pend, &npend, &repeated)))
 					goto done;
 			}
@@ -911,7 +886,8 @@ done:
 // holds it visibly (it then gets a tombstone); out[i] the pair the delete takes away (its
 // own, else the one below unless its own tombstone already hides it), NULL when none. With
 // below_found (kvd_below_many's answers, searched beforehand), the layers below are not
-// searched again: bit 4 of flags[i] then says the pair below is taken (out[i] is NULL).
+// searched again: bit 4 of flags[i] then says the pair below is taken (out[i] is NULL);
+// without, they are searched here, KVD_SEARCH_CHUNK keys at a time (kvd_below_batch).
 static int kvd_delete_find(MDB_txn *txn, MDB_dbi states, MDB_dbi stage, const char *name, size_t name_len,
                            const char *writable, size_t writable_len, MDB_dbi own, MDB_dbi own_tomb,
                            const MDB_dbi *below_data, const MDB_dbi *below_tombs, size_t nbelow,
@@ -919,9 +895,10 @@ static int kvd_delete_find(MDB_txn *txn, MDB_dbi states, MDB_dbi stage, const ch
                            const char *keys, const uint32_t *klens, size_t n, const unsigned char *below_found,
                            MDB_val *out, unsigned char *flags, int *outcome) {
 	MDB_cursor *cur;
-	MDB_val k, v, below;
-	size_t i;
-	int rc, found;
+	MDB_val k, v, all[KVD_SEARCH_CHUNK], below[KVD_SEARCH_CHUNK];
+	unsigned char found[KVD_SEARCH_CHUNK];
+	size_t at, m, i;
+	int rc;
 	const char *kp = keys;
 	unsigned char *prefix;
 	*outcome = KVD_STORED;
@@ -938,30 +915,31 @@ static int kvd_delete_find(MDB_txn *txn, MDB_dbi states, MDB_dbi stage, const ch
 	if (rc && rc != MDB_NOTFOUND) return rc;
 	if (*outcome != KVD_STORED) return 0;
 	if (nbelow && !below_found && (rc = kvd_delete_filters(txn, filters, below_names, below_nlens, nbelow, below_filters))) return rc;
-	for (i = 0; i < n; kp += klens[i], i++) {
-		k.mv_data = (void *)kp; k.mv_size = klens[i];
-		flags[i] = 0;
-		out[i].mv_data = NULL; out[i].mv_size = 0;
-		rc = mdb_get(txn, own, &k, &out[i]);
-		if (rc == 0) flags[i] |= 1;
-		else if (rc != MDB_NOTFOUND) return rc;
-		if (!nbelow) continue;
-		if (below_found) {  // searched below already (kvd_below_many): the caller has the pair
-			if (!below_found[i]) continue;
-			flags[i] |= 2;
-			if (flags[i] & 1) continue;
-			rc = mdb_get(txn, own_tomb, &k, &v);
-			if (rc == MDB_NOTFOUND) flags[i] |= 4;
-			else if (rc) return rc;
-			continue;
+	for (at = 0; at < n; at += m) {
+		m = n - at < KVD_SEARCH_CHUNK ? n - at : KVD_SEARCH_CHUNK;
+		for (i = 0; i < m; kp += klens[at + i], i++) {
+			all[i].mv_data = (void *)kp; all[i].mv_size = klens[at + i];
 		}
-		if ((rc = kvd_below(txn, below_data, below_tombs, below_filters, nbelow, &k, &below, &found))) return rc;
-		if (!found) continue;
-		flags[i] |= 2;
-		if (flags[i] & 1) continue;
-		rc = mdb_get(txn, own_tomb, &k, &v);
-		if (rc == MDB_NOTFOUND) out[i] = below;
-		else if (rc) return rc;
+		// the layers below, unless searched already (kvd_below_many: the caller has the pairs)
+		if (nbelow && !below_found &&
+		    (rc = kvd_below_batch(txn, below_data, below_tombs, below_filters, nbelow, all, m, below, found)))
+			return rc;
+		for (i = 0; i < m; i++) {
+			size_t x = at + i;
+			flags[x] = 0;
+			out[x].mv_data = NULL; out[x].mv_size = 0;
+			rc = mdb_get(txn, own, &all[i], &out[x]);
+			if (rc == 0) flags[x] |= 1;
+			else if (rc != MDB_NOTFOUND) return rc;
+			if (!nbelow || !(below_found ? below_found[x] : found[i])) continue;
+			flags[x] |= 2;
+			if (flags[x] & 1) continue;
+			rc = mdb_get(txn, own_tomb, &all[i], &v);
+			if (rc == MDB_NOTFOUND) {
+				if (below_found) flags[x] |= 4;  // the caller has the pair below
+				else out[x] = below[i];
+			} else if (rc) return rc;
+		}
 	}
 	return 0;
 }
@@ -1001,15 +979,15 @@ static int kvd_delete_apply(MDB_txn *txn, MDB_dbi own, MDB_dbi own_tomb, MDB_dbi
 
 // Look n keys up (laid end to end in keys) in one call; out[i].mv_data is NULL when a key
 // is missing. The values point into the map and are valid until the transaction ends. The
-// keys are searched KVD_BELOW_CHUNK at a time with kvd_search_many.
+// keys are searched KVD_SEARCH_CHUNK at a time with kvd_search_many.
 static int kvd_get_many(MDB_txn *txn, MDB_dbi dbi, const char *keys, const uint32_t *klens, size_t n, MDB_val *out) {
-	MDB_val ask[KVD_BELOW_CHUNK];
-	unsigned char hit[KVD_BELOW_CHUNK];
+	MDB_val ask[KVD_SEARCH_CHUNK];
+	unsigned char hit[KVD_SEARCH_CHUNK];
 	size_t at, m, i;
 	int rc;
 	const char *kp = keys;
 	for (at = 0; at < n; at += m) {
-		m = n - at < KVD_BELOW_CHUNK ? n - at : KVD_BELOW_CHUNK;
+		m = n - at < KVD_SEARCH_CHUNK ? n - at : KVD_SEARCH_CHUNK;
 		for (i = 0; i < m; kp += klens[at + i], i++) {
 			ask[i].mv_data = (void *)kp; ask[i].mv_size = klens[at + i];
 		}
