@@ -530,6 +530,16 @@ static int kvd_below_batch(MDB_txn *txn, const MDB_dbi *data, const MDB_dbi *tom
 	return 0;
 }
 
+// The next chunk of keys laid end to end (keys[at..], lengths klens) as MDB_vals in all: at
+// most KVD_SEARCH_CHUNK of the n keys; returns how many, and moves *keys past them.
+static size_t kvd_key_chunk(const char **keys, const uint32_t *klens, size_t at, size_t n, MDB_val *all) {
+	size_t m = n - at < KVD_SEARCH_CHUNK ? n - at : KVD_SEARCH_CHUNK, i;
+	for (i = 0; i < m; *keys += klens[at + i], i++) {
+		all[i].mv_data = (void *)*keys; all[i].mv_size = klens[at + i];
+	}
+	return m;
+}
+
 // The layers below for n keys (laid end to end, ascending) in the caller's read
 // transaction, KVD_SEARCH_CHUNK at a time (kvd_below_batch): found[i] is 1, and out[i] the
 // value (valid until the transaction ends), when a layer holds keys[i] visibly. A delete of
@@ -540,14 +550,11 @@ static int kvd_below_many(MDB_txn *txn, const MDB_dbi *data, const MDB_dbi *tomb
                           const char *names, const uint32_t *nlens, MDB_val *fbuf,
                           const char *keys, const uint32_t *klens, size_t n, MDB_val *out, unsigned char *found) {
 	MDB_val all[KVD_SEARCH_CHUNK];
-	size_t at, m, i;
+	size_t at, m;
 	int rc;
 	if ((rc = kvd_delete_filters(txn, filters, names, nlens, nbelow, fbuf))) return rc;
 	for (at = 0; at < n; at += m) {
-		m = n - at < KVD_SEARCH_CHUNK ? n - at : KVD_SEARCH_CHUNK;
-		for (i = 0; i < m; keys += klens[at + i], i++) {
-			all[i].mv_data = (void *)keys; all[i].mv_size = klens[at + i];
-		}
+		m = kvd_key_chunk(&keys, klens, at, n, all);
 		if ((rc = kvd_below_batch(txn, data, tombs, fbuf, nbelow, all, m, &out[at], &found[at]))) return rc;
 	}
 	return 0;
@@ -916,10 +923,7 @@ static int kvd_delete_find(MDB_txn *txn, MDB_dbi states, MDB_dbi stage, const ch
 	if (*outcome != KVD_STORED) return 0;
 	if (nbelow && !below_found && (rc = kvd_delete_filters(txn, filters, below_names, below_nlens, nbelow, below_filters))) return rc;
 	for (at = 0; at < n; at += m) {
-		m = n - at < KVD_SEARCH_CHUNK ? n - at : KVD_SEARCH_CHUNK;
-		for (i = 0; i < m; kp += klens[at + i], i++) {
-			all[i].mv_data = (void *)kp; all[i].mv_size = klens[at + i];
-		}
+		m = kvd_key_chunk(&kp, klens, at, n, all);
 		// the layers below, unless searched already (kvd_below_many: the caller has the pairs)
 		if (nbelow && !below_found &&
 		    (rc = kvd_below_batch(txn, below_data, below_tombs, below_filters, nbelow, all, m, below, found)))
@@ -987,10 +991,7 @@ static int kvd_get_many(MDB_txn *txn, MDB_dbi dbi, const char *keys, const uint3
 	int rc;
 	const char *kp = keys;
 	for (at = 0; at < n; at += m) {
-		m = n - at < KVD_SEARCH_CHUNK ? n - at : KVD_SEARCH_CHUNK;
-		for (i = 0; i < m; kp += klens[at + i], i++) {
-			ask[i].mv_data = (void *)kp; ask[i].mv_size = klens[at + i];
-		}
+		m = kvd_key_chunk(&kp, klens, at, n, ask);
 		if ((rc = kvd_search_many(txn, dbi, ask, m, &out[at], hit))) return rc;
 		for (i = 0; i < m; i++) {
 			if (!hit[i]) { out[at + i].mv_data = NULL; out[at + i].mv_size = 0; }
