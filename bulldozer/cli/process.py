@@ -62,8 +62,9 @@ an Airflow worker) leave the interpreter as they found it.
   by module and object by object to free memory the kernel frees at once (20-30 ms of a
   run's exit, measured side by side on a 500 k-row run). An unexpected exception, or a
   failed flush of stdout, ends the usual way. This module imports nothing heavy at import
-  (the finders below are plain classes, their machinery imported when used), so that the
-  entry point can use it before it hands a run over to a warm loader.
+  (the finders below are plain classes, their machinery imported when used; ``signal``,
+  whose constants are an ``enum``, by the functions that use it), so that the entry point
+  can use it before it hands a run over to a warm loader.
 - Compiling ahead (``compile_ahead``, applied by the ``bulldozer`` entry point to a run that
   no warm loader took): when the bytecode cache holds none of a run's modules (an install
   that compiled nothing, an image built with ``PYTHONDONTWRITEBYTECODE``, a new
@@ -97,7 +98,6 @@ from __future__ import annotations
 import atexit
 import gc
 import os
-import signal
 import sys
 import warnings
 
@@ -229,6 +229,8 @@ def claim() -> None:
     as it is known; ``started`` for a run, once it is set up): what start-up allocates
     (imported modules, pyiceberg's objects) lives to the end, and the full
     collections it set off walked all of it for nothing, 0.15-0.2 s of a run."""
+    import signal
+
     global _owned
     _owned = True
     gc.disable()
@@ -410,7 +412,9 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM or SIGHUP reached a command-line process (``claim``): raised in its main
     thread, so the command unwinds as from Ctrl-C."""
 
-    def __init__(self, signum: int = signal.SIGTERM) -> None:
+    def __init__(self, signum: int) -> None:
+        import signal
+
         super().__init__(f"the process got {signal.Signals(signum).name}")
         self.signum = signum
 
@@ -426,6 +430,8 @@ def interruption(exc: KeyboardInterrupt) -> tuple[str, int]:
     if isinstance(exc, TimeLimitExceeded):
         return str(exc), 1
     if isinstance(exc, Terminated):
+        import signal
+
         said = "terminated" if exc.signum == signal.SIGTERM else "terminated (SIGHUP: the terminal it ran in hung up)"
         return said, 128 + exc.signum
     return "interrupted", 130
@@ -445,6 +451,8 @@ class TimeLimit:
     def __enter__(self) -> None:
         if self.seconds is None or not _owned:
             return
+        import signal
+
         try:
             self.previous = signal.signal(signal.SIGALRM, self._expired)
         except ValueError:  # not the main thread: no signal reaches this block
@@ -454,6 +462,8 @@ class TimeLimit:
 
     def __exit__(self, *exc: object) -> None:
         if self.armed:
+            import signal
+
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self.previous)
             self.armed = False
@@ -463,6 +473,8 @@ class TimeLimit:
 
 
 def _terminate(signum: int, frame: object) -> None:
+    import signal
+
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM or SIGHUP ends the process at once
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
     if signum == signal.SIGHUP:

@@ -217,6 +217,8 @@ def test_the_caller_hands_over_without_importing_the_settings(home: Path) -> Non
     assert not [m for m in imported if m.startswith(("bulldozer.settings", "pydantic", "pyarrow", "grpc"))]
     # nor the standard library's heavier modules: the caller's start is what a warm run pays
     assert not [m for m in imported if m in ("typing", "pathlib", "hashlib", "bulldozer.errors")]
+    # nor sockets, signals and JSON through their Python modules (enum, re: the C modules do)
+    assert not [m for m in imported if m in ("enum", "re", "json", "socket", "signal", "selectors")]
 
 
 def test_a_run_shows_its_progress_in_colour_on_its_callers_terminal(home: Path) -> None:

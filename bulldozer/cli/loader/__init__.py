@@ -44,11 +44,80 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
-__all__ = ["REQUEST_HEADER", "loader_folder", "option", "registry", "registry_link", "socket_path"]
+__all__ = [
+    "REQUEST_HEADER",
+    "flat_json",
+    "loader_folder",
+    "option",
+    "registry",
+    "registry_link",
+    "socket_path",
+    "to_json",
+]
 
 #: a request to the loader: this header (the JSON body's length), then the body; the caller's
 #: descriptors travel with the first bytes (SCM_RIGHTS). Replies are JSON lines.
 REQUEST_HEADER = struct.Struct("!I")
+
+
+# The caller's side of the wire writes and reads JSON without the json module: importing
+# it imports re and enum (json's decoder compiles regular expressions), ≈ 10 ms of a
+# hand-over's start. Strings are quoted and unquoted by json's own C helpers (``_json``).
+def _quote(text: str) -> str:
+    from _json import encode_basestring_ascii
+
+    return str(encode_basestring_ascii(text))
+
+
+def to_json(value: object) -> str:
+    """``value`` (a str, an int, a list of them or a str-keyed dict of them, nested) as the
+    JSON ``json.dumps`` writes for it (ASCII, its separators); TypeError for anything else."""
+    if isinstance(value, str):
+        return _quote(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int.__repr__(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(to_json(item) for item in value) + "]"
+    if isinstance(value, dict) and all(isinstance(key, str) for key in value):
+        return "{" + ", ".join(f"{_quote(key)}: {to_json(item)}" for key, item in value.items()) + "}"
+    raise TypeError(f"not sent to a loader: {type(value).__name__}")
+
+
+def flat_json(line: bytes) -> dict[str, int | str] | None:
+    """A JSON object of str keys and int or str values as ``json.dumps`` writes one (what
+    the loader replies to a run: its pid, its exit code, why it refused); None for any other
+    line, which the caller takes as no reply."""
+    from _json import scanstring
+
+    try:
+        text = line.decode()
+        if text[:1] != "{" or text[-1:] != "}":
+            return None
+        fields: dict[str, int | str] = {}
+        at = 1
+        while text[at:] != "}":
+            if text[at] != '"':
+                return None
+            key, at = scanstring(text, at + 1)
+            if text[at : at + 2] != ": ":
+                return None
+            at += 2
+            value: int | str
+            if text[at] == '"':
+                value, at = scanstring(text, at + 1)
+            else:
+                end = at + (text[at] == "-")
+                while "0" <= text[end] <= "9":
+                    end += 1
+                value, at = int(text[at:end]), end  # ValueError when no digit follows
+            fields[key] = value
+            if text[at:] != "}":
+                if text[at : at + 2] != ", ":
+                    return None
+                at += 2
+        return fields
+    except (UnicodeDecodeError, ValueError, IndexError):
+        return None
 
 
 def loader_folder(home: Path) -> Path:
