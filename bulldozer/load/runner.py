@@ -648,12 +648,14 @@ class JobRun:
     # -- running ----------------------------------------------------------------
 
     def finish(self) -> RunRecord:
-        self.stop_beating()
+        # the heartbeat's last beat goes with the run's record: one request, not two in turn
+        last_beat = self.heartbeat.last_beat() if self.heartbeat is not None else {}
+        self.heartbeat = None
         record = self.record
         if record.outcome != "pinned":
             record.outcome = "succeeded"
         record.finished = _now()
-        self.client.set_labels(record.version, {STAGE_LABEL: "done", RUN_LABEL: record.to_json()})
+        self.client.set_labels(record.version, {STAGE_LABEL: "done", RUN_LABEL: record.to_json(), **last_beat})
         log.info("run %s: %s now points at %s (%d rows)", record.run_id, record.alias, record.version, record.rows)
         return record
 

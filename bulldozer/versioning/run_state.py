@@ -477,6 +477,8 @@ class Heartbeat:
         self.version, self._write, self._every, self._clock = version, write, every, clock
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        #: the last beat is the caller's to write (``last_beat``), not the thread's
+        self._handed_over = False
 
     def start(self) -> Heartbeat:
         if self._thread is None:
@@ -511,9 +513,24 @@ class Heartbeat:
         if self._thread is not None:
             self._thread.join(timeout=max(0.0, timeout))
 
+    def last_beat(self, wait: float = LAST_BEAT_WAIT_SECONDS) -> dict[str, str]:
+        """Stop beating and return the last beat's label, marked ended, for the caller to
+        write with its own last labels (a finished run: with its record, one request where
+        the beat and the record took two, one after the other); none when it was not beating
+        or had stopped already. Returns once a beat being written is (at most ``wait``
+        seconds), so that none lands after the caller's."""
+        if self._thread is None or self._stopped.is_set():
+            return {}
+        self._handed_over = True
+        self.end()
+        self.wait_ended(wait)
+        return {HEARTBEAT_LABEL: Beat.now(True, self._clock).to_json()}
+
     def _beat(self) -> None:
         while True:
             ended = self._stopped.is_set()
+            if ended and self._handed_over:
+                return
             try:
                 self._write({HEARTBEAT_LABEL: Beat.now(ended, self._clock).to_json()})
             except Exception as exc:  # the DAL away for a moment, the version gone: the run will say

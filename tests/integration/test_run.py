@@ -40,7 +40,7 @@ from bulldozer.schema.compile import load_message_classes
 from bulldozer.spec import load_spec_text
 from bulldozer.spec.loader import LoadedSpec
 from bulldozer.spec.models import CatalogConfig
-from bulldozer.versioning.run_state import RUN_LABEL
+from bulldozer.versioning.run_state import RUN_LABEL, beat_of
 from bulldozer.warehouse.catalog import open_catalog
 from bulldozer.warehouse.sample import create_sample_warehouse, overwrite_sample
 from tests.conftest import REPO
@@ -97,6 +97,9 @@ def test_v1_then_v2_switches_consumers_atomically(home: Path, dal: KvClient) -> 
     assert record["outcome"] == "succeeded" and record["previous"] == first.version
     assert {g["gate"] for g in record["gates"]} >= {"min_rows", "max_row_count_change", "max_null_fraction[nickname]"}
     assert set(record["timings"]) == {"schema", "create", "load", "verify", "flip", "retention"}
+    # the heartbeat's last beat, written with the run's record, says the run ended
+    beat = beat_of(dal.describe(second.version))
+    assert beat is not None and beat.ended and beat.pid == os.getpid()
 
 
 def test_a_failing_quality_gate_leaves_the_alias_on_v1(home: Path, dal: KvClient) -> None:

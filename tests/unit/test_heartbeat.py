@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -57,6 +58,29 @@ def test_the_heartbeat_is_written_at_once_then_every_interval_until_stopped() ->
     assert [b.ended for b in beats] == [False] * (count - 1) + [True]  # the last says the run ended
     time.sleep(0.1)
     assert len(beats) == count  # stopped: the run's last word is its own
+
+
+def test_the_last_beat_handed_to_the_caller_is_written_by_the_caller_alone() -> None:
+    """A finished run writes its last beat with its record (``last_beat``): one request."""
+    beats: list[Beat] = []
+
+    def write(labels: dict[str, str]) -> None:
+        beat = Beat.from_json(labels[HEARTBEAT_LABEL])
+        assert beat is not None
+        beats.append(beat)
+
+    heartbeat = Heartbeat("scores__v1", write, every=0.05).start()
+    time.sleep(0.12)
+    last = heartbeat.last_beat()
+    count = len(beats)
+    assert count >= 2 and not any(b.ended for b in beats)
+    beat = Beat.from_json(last[HEARTBEAT_LABEL])
+    assert beat is not None and beat.ended and beat.pid == os.getpid() and beat.at >= beats[-1].at
+    time.sleep(0.12)
+    assert len(beats) == count  # the thread wrote no more, its last beat neither
+    assert heartbeat.last_beat() == {}  # stopped: nothing more to hand over
+    heartbeat.stop()
+    assert len(beats) == count
 
 
 def test_a_heartbeat_that_cannot_be_written_keeps_trying_and_never_raises() -> None:
@@ -265,3 +289,28 @@ def test_a_dal_that_does_not_say_its_clock_leaves_a_client_on_its_own(monkeypatc
     )
     monkeypatch.setattr("bulldozer.kv.server.servicer.utcnow", lambda: utcnow() + timedelta(minutes=10))
     assert abs(KvClient.in_process(KvDal(MemoryEngine())).now() - utcnow()) < timedelta(seconds=1)
+
+
+def test_a_client_asks_for_the_store_once_for_its_clock_and_its_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's heartbeat asks the DAL's clock (``DescribeStore``), then its load the store's
+    limits: one answer serves both while it is at most ``CLOCK_OFFSET_SECONDS`` old."""
+    from bulldozer.kv import KvClient
+    from bulldozer.kv.server.servicer import NamespacesServicer
+
+    asked: list[int] = []
+    served = NamespacesServicer.DescribeStore
+
+    def counted(self: Any, request: Any, context: Any) -> Any:
+        asked.append(1)
+        return served(self, request, context)
+
+    monkeypatch.setattr(NamespacesServicer, "DescribeStore", counted)
+    client = KvClient.in_process(KvDal(MemoryEngine()))
+    client.now()
+    info = client.describe_store()
+    assert info is not None and info.engine == "memory" and len(asked) == 1
+    assert client.describe_store() == info and len(asked) == 1
+    monkeypatch.setattr("bulldozer.kv.client.CLOCK_OFFSET_SECONDS", 0.0)  # an answer that old is asked again
+    assert client.describe_store() == info and len(asked) == 2
+    other = KvClient.in_process(KvDal(MemoryEngine()))
+    assert other.describe_store() == info and len(asked) == 3  # a client's answer is its own
