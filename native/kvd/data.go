@@ -391,10 +391,17 @@ func (m *lmdbStore) delete(name string, keys [][]byte) (uint64, bool) {
 	if len(layers.Names) > 0 { // the upper layers' filters: a delete does not consult the bottom's
 		m.filter(layers.Names, layers.Data, layers.Below, len(keys), false)
 	}
-	sorted := slices.Clone(keys)
-	slices.SortFunc(sorted, bytes.Compare)
-	sorted = slices.CompactFunc(sorted, bytes.Equal)
-	blob := make([]byte, 0, len(sorted)*16)
+	sorted := keys // a delta's deletes come in byte order, each key once (bulldozer.load.delta)
+	if !ascending(keys) {
+		sorted = slices.Clone(keys)
+		slices.SortFunc(sorted, bytes.Compare)
+		sorted = slices.CompactFunc(sorted, bytes.Equal)
+	}
+	size := 0
+	for _, k := range sorted {
+		size += len(k)
+	}
+	blob := make([]byte, 0, size)
 	lengths := make([]uint32, len(sorted))
 	for i, k := range sorted {
 		blob = append(blob, k...)
@@ -406,6 +413,17 @@ func (m *lmdbStore) delete(name string, keys [][]byte) (uint64, bool) {
 		slog.Warn("delete: forwarded to the reference DAL", "namespace", name, "error", err.Error())
 	}
 	return deleted, ok && err == nil
+}
+
+// ascending is whether keys are in byte order, each once: a delete's keys are then taken as
+// they come, neither copied nor sorted again (a warm delta's 70 k keys: 2–12 ms of the call).
+func ascending(keys [][]byte) bool {
+	for i := 1; i < len(keys); i++ {
+		if bytes.Compare(keys[i-1], keys[i]) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // -- reads ----------------------------------------------------------------------------------

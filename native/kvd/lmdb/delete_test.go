@@ -264,7 +264,15 @@ func TestDeletesSearchingBelowFirstTakeWhatTheWriteTransactionWould(t *testing.T
 		name         string
 		splitMin     int
 		bottomFilter bool
-	}{{"searched first", 1, false}, {"with the bottom's filter", 1 << 30, true}, {"searched first with the bottom's filter", 1, true}} {
+		procs        int
+	}{
+		{"searched first", 1, false, 4},
+		{"with the bottom's filter", 1 << 30, true, 4},
+		{"searched first with the bottom's filter", 1, true, 4},
+		// one part of a call's 1000 keys: searched and hashed searchChunk keys at a time
+		{"searched first on one core", 1, true, 1},
+	} {
+		runtime.GOMAXPROCS(way.procs)
 		got := outcome(way.splitMin, way.bottomFilter)
 		if len(inTxn) != len(got) {
 			t.Fatalf("%s: %d lines vs %d", way.name, len(got), len(inTxn))
