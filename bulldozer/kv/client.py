@@ -150,17 +150,17 @@ class KvClient:
 
     # -- namespaces -------------------------------------------------------------
 
-    def _store_info(self, max_age: float | None = None) -> _StoreAnswer:
+    def _store_info(self) -> _StoreAnswer:
         """``DescribeStore``'s answer (its ``info`` None from a DAL too old to have the
-        call), asked one call at a time: a caller that finds one in flight (a run's heartbeat
-        asking for the clock as its load asks for the limits) waits for its answer. With
-        ``max_age``, the client's last answer when it is at most that many seconds old."""
+        call): the client's last one while it is at most ``CLOCK_OFFSET_SECONDS`` old. Asked
+        one call at a time: a caller that finds one in flight (a run's heartbeat asking for
+        the clock as its load asks for the limits) waits for its answer."""
         from bulldozer.errors import UnimplementedError
 
         lock = self.__dict__.get("_store_lock") or self.__dict__.setdefault("_store_lock", threading.Lock())
         with lock:
             said = self._store_said
-            if max_age is not None and said is not None and time.monotonic() - said.at <= max_age:
+            if said is not None and time.monotonic() - said.at <= CLOCK_OFFSET_SECONDS:
                 return said
             before = utcnow()
             try:
@@ -179,7 +179,7 @@ class KvClient:
         it is at most ``CLOCK_OFFSET_SECONDS`` old: a run asks for its clock (``now``, its
         heartbeat's first beat) as its load asks for its limits, and a warm delta's control
         calls are one after the other (≈ 2 ms each of its ≈ 38 ms of them)."""
-        info = self._store_info(CLOCK_OFFSET_SECONDS).info
+        info = self._store_info().info
         return None if info is None else convert.store_info_from(info)
 
     def now(self) -> datetime:
@@ -192,7 +192,7 @@ class KvClient:
         does not say (an older release); a DAL that does not answer raises, as any call."""
         known = self._dal_offset
         if known is None or time.monotonic() - known[1] > CLOCK_OFFSET_SECONDS:
-            answer = self._store_info(CLOCK_OFFSET_SECONDS)  # one describe_store took serves
+            answer = self._store_info()  # one describe_store took serves too
             info = answer.info
             said = info.now.ToDatetime(tzinfo=UTC) if info is not None and info.HasField("now") else None
             offset = timedelta(0) if said is None else said - answer.given
