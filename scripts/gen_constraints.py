@@ -45,6 +45,7 @@ import tomllib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import Requirement
 from packaging.utils import NormalizedName, canonicalize_name
@@ -224,20 +225,56 @@ FEAST = Environment(
 ENVIRONMENTS = [DEVELOPMENT, FLOORS, FEAST]
 
 
+#: the Python releases the pins serve besides this interpreter's: the other patch releases
+#: of its minor release (a resolution here cannot pin what only another minor release can
+#: install). A dependency one of them needs and this one does not is pinned too: redis needs
+#: async-timeout below 3.11.3 (Debian 12's python3 is 3.11.2), and a test environment made
+#: there installed it at whatever release was newest.
+OTHER_PYTHONS = tuple(f"{sys.version_info.major}.{sys.version_info.minor}.{patch}" for patch in (0, 99))
+
+
+def elsewhere(items: list[dict[str, Any]]) -> list[str]:
+    """The requirements of pip's resolved ``items`` (its report's ``install``) that another
+    of ``OTHER_PYTHONS`` needs and this interpreter does not, without their markers."""
+    found = []
+    for item in items:
+        extras = ["", *(item.get("requested_extras") or [])]
+        for raw in item["metadata"].get("requires_dist") or []:
+            requirement = Requirement(raw)
+            marker = requirement.marker
+            if marker is None or any(marker.evaluate({"extra": e}) for e in extras):
+                continue
+            if any(
+                marker.evaluate({"extra": e, "python_version": v.rsplit(".", 1)[0], "python_full_version": v})
+                for v in OTHER_PYTHONS
+                for e in extras
+            ):
+                requirement.marker = None
+                found.append(str(requirement))
+    return found
+
+
 def resolve(env: Environment, pins: dict[NormalizedName, Version] | None) -> dict[str, str]:
-    """pip's resolution of ``env``'s requirements, ignoring what is installed; with ``pins``,
-    those pins are kept (as constraints). A ValueError when pip finds none."""
-    with tempfile.TemporaryDirectory() as tmp:
-        command = [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed"]
-        command += ["--report", f"{tmp}/report.json"]
-        if pins:
-            (Path(tmp) / "keep.txt").write_text("".join(f"{name}=={version}\n" for name, version in pins.items()))
-            command += ["--constraint", f"{tmp}/keep.txt"]
-        done = subprocess.run([*command, *env.wanted()], env={**os.environ, "PYTHONWARNINGS": "ignore"})
-        if done.returncode != 0:
-            kept = " with the pins it keeps (--upgrade resolves every pin anew)" if pins else ""
-            raise ValueError(f"{env.name}: pip found no set of releases{kept}")
-        report = json.loads((Path(tmp) / "report.json").read_text())
+    """pip's resolution of ``env``'s requirements, ignoring what is installed, with what
+    another supported Python needs besides (``elsewhere``); with ``pins``, those pins are
+    kept (as constraints). A ValueError when pip finds none."""
+    more: list[str] = []
+    while True:
+        with tempfile.TemporaryDirectory() as tmp:
+            command = [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed"]
+            command += ["--report", f"{tmp}/report.json"]
+            if pins:
+                (Path(tmp) / "keep.txt").write_text("".join(f"{name}=={version}\n" for name, version in pins.items()))
+                command += ["--constraint", f"{tmp}/keep.txt"]
+            done = subprocess.run([*command, *env.wanted(), *more], env={**os.environ, "PYTHONWARNINGS": "ignore"})
+            if done.returncode != 0:
+                kept = " with the pins it keeps (--upgrade resolves every pin anew)" if pins else ""
+                raise ValueError(f"{env.name}: pip found no set of releases{kept}")
+            report = json.loads((Path(tmp) / "report.json").read_text())
+        wanted = sorted(set(more) | set(elsewhere(report["install"])))
+        if wanted == more:
+            break
+        more = wanted
     resolved = {item["metadata"]["name"]: item["metadata"]["version"] for item in report["install"]}
     return {name: version for name, version in resolved.items() if canonicalize_name(name) != PROJECT}
 

@@ -126,3 +126,33 @@ def test_a_floor_is_the_lowest_release_a_requirement_names() -> None:
     assert gen_constraints.floor(Requirement("x~=1.4.2")) == Version("1.4.2")
     assert gen_constraints.floor(Requirement("pyiceberg[hive]")) is None
     assert gen_constraints.floor(Requirement("x<2")) is None
+
+
+def test_a_dependency_another_patch_release_needs_is_pinned_too() -> None:
+    """redis needs async-timeout below Python 3.11.3 (Debian 12's python3 is 3.11.2): a test
+    environment made there installed it unpinned, where the pins were resolved on a later
+    3.11. ``elsewhere`` names what another patch release of this interpreter's minor release
+    needs and this one does not, for the resolution, without their markers."""
+    v = sys.version_info
+    minor, following = f"{v.major}.{v.minor}", f"{v.major}.{v.minor + 1}"
+    items = [
+        {"metadata": {"name": "redis", "requires_dist": [f'early>=4.0.3; python_full_version < "{minor}.1"']}},
+        {
+            "metadata": {
+                "name": "lib",
+                "requires_dist": [
+                    f'late; extra == "fast" and python_full_version > "{minor}.50"',  # an extra asked for
+                    f'later; extra == "slow" and python_full_version > "{minor}.50"',  # an extra not asked for
+                    f'next; python_version >= "{following}"',  # another minor release: not resolvable here
+                    'foo; sys_platform == "win32"',  # not this platform, whatever the Python
+                    "always",  # no marker: resolved here
+                ],
+            },
+            "requested_extras": ["fast"],
+        },
+    ]
+    # what applies on this interpreter already is resolved here, not named
+    expected = [] if v.micro < 1 else ["early>=4.0.3"]
+    expected += [] if v.micro > 50 else ["late"]
+    assert gen_constraints.elsewhere(items) == expected
+    assert expected  # no patch release is both below 1 and above 50: the test names something
