@@ -24,11 +24,12 @@ others is found when the pins are written (pip finds no set of releases); one th
 work, when the unit tests run.
 
 The pins are pip's own resolution (``pip install --dry-run --report``, ignoring what is
-installed) on this interpreter and platform. --check (run by the test command) says what
-disagrees: a requirement not pinned, or whose pin it refuses (the requirements changed, the
-pins not refreshed), and, in the virtualenv of an environment (.venv, .venv-floors), a
-distribution of the project's installed dependencies whose installed release is not its pin,
-or that is not pinned at all.
+installed) on this interpreter and platform, with what another patch release of this
+Python needs besides (``elsewhere``: redis needs async-timeout below 3.11.3). --check (run
+by the test command) says what disagrees: a requirement not pinned, or whose pin it refuses
+(the requirements changed, the pins not refreshed), and, in the virtualenv of an environment
+(.venv, .venv-floors), a distribution of the project's installed dependencies whose
+installed release is not its pin, or that is not pinned at all.
 """
 
 from __future__ import annotations
