@@ -257,8 +257,9 @@ def elsewhere(items: list[dict[str, Any]]) -> list[str]:
 
 def resolve(env: Environment, pins: dict[NormalizedName, Version] | None) -> dict[str, str]:
     """pip's resolution of ``env``'s requirements, ignoring what is installed, with what
-    another supported Python needs besides (``elsewhere``); with ``pins``, those pins are
-    kept (as constraints). A ValueError when pip finds none."""
+    another patch release of this Python needs besides (``elsewhere``, until it names
+    nothing new); with ``pins``, those pins are kept (as constraints). A ValueError when pip
+    finds none."""
     more: list[str] = []
     while True:
         with tempfile.TemporaryDirectory() as tmp:
