@@ -7,18 +7,20 @@ import contextlib
 import functools
 import json
 import sys
+import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar, cast
 
 import typer
-from rich.console import Console
-from rich.text import Text
 
-from bulldozer.cli.process import interruption, to_null
+from bulldozer.cli.process import interruption
 from bulldozer.errors import BulldozerError, InvalidArgumentError, SpecError
 from bulldozer.redaction import visible
 
 if TYPE_CHECKING:
+    from rich.text import Text
+
+    from bulldozer.cli.consoles import OutputConsole
     from bulldozer.kv.client import KvClient
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "fail",
     "handle_errors",
     "line",
+    "made",
     "ok",
     "open_client",
     "open_version",
@@ -56,35 +59,61 @@ Token = Annotated[str | None, typer.Option(help="Bearer token (default: $BULLDOZ
 Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
-# soft_wrap: never break lines at the terminal width (output is read by scripts and tests too);
-# markup off: a string is printed as written (a path, a name, a pattern with brackets in it),
-# the styled parts of a line are made with ``line``
-class OutputConsole(Console):
-    """A console whose reader may go away (``| head``, a log pipe closed): what is left of
-    its output goes nowhere, and the command goes on to its end and its own exit code.
-    rich's own exits 1 at once, so ``bulldozer run SPEC 2>&1 | head -1`` stopped the run
-    at its second line, and a run whose ``✓`` line met a closed pipe after the flip said
-    it failed (exit 1 is promised only when the alias did not move)."""
+class _Console:
+    """A console (``consoles.OutputConsole``) made at its first use — an attribute read or
+    set — with the standard streams and environment as they are then, and made again after
+    ``forget``. Until a command prints through it, rich stays unimported (bulldozer.cli.consoles)."""
 
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            to_null(self.file.fileno())  # Python's own buffer flushes there at exit
+    __slots__ = ("_made", "_stderr")
+    _lock = threading.Lock()
+
+    def __init__(self, stderr: bool) -> None:
+        object.__setattr__(self, "_stderr", stderr)
+        object.__setattr__(self, "_made", None)
+
+    def _console(self) -> OutputConsole:
+        made: OutputConsole | None = self._made
+        if made is None:
+            from bulldozer.cli.consoles import ERR_OPTIONS, OPTIONS, OutputConsole
+
+            with self._lock:  # one console, whichever thread prints first
+                made = self._made
+                if made is None:
+                    made = OutputConsole(**(ERR_OPTIONS if self._stderr else OPTIONS))
+                    object.__setattr__(self, "_made", made)
+        return made
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._console(), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._console(), name, value)
+
+    def forget(self) -> None:
+        object.__setattr__(self, "_made", None)
 
 
-_CONSOLE: dict[str, Any] = {"highlight": False, "soft_wrap": True, "markup": False}
-_ERR_CONSOLE: dict[str, Any] = {"stderr": True, "highlight": False, "soft_wrap": True, "markup": False}
-console = OutputConsole(**_CONSOLE)
-err_console = OutputConsole(**_ERR_CONSOLE)
+_out, _err = _Console(stderr=False), _Console(stderr=True)
+#: standard output's and standard error's consoles (rich's, made as a command first prints)
+console = cast("OutputConsole", _out)
+err_console = cast("OutputConsole", _err)
+
+
+def made(handle: OutputConsole) -> OutputConsole:
+    """The console behind ``console`` or ``err_console`` (made now if it was not yet), for
+    a rich object that holds the console it prints through (``Progress(console=...)``):
+    the handles pass on attribute reads and writes, not the protocols rich uses on such a
+    console (``with console:``)."""
+    return cast(_Console, handle)._console()
 
 
 def remake_consoles() -> None:
-    """Make both consoles again, in place, for this process's standard streams and
-    environment as they are now: a console reads whether its stream is a terminal, and the
+    """Make both consoles again, at their next use, for this process's standard streams and
+    environment as they are then: a console reads whether its stream is a terminal, and the
     colour variables, when it is made. The warm loader imports the command line once; each
     command it forks has its caller's terminal and environment (bulldozer.cli.loader)."""
-    console.__init__(**_CONSOLE)  # type: ignore[misc]
-    err_console.__init__(**_ERR_CONSOLE)  # type: ignore[misc]
+    _out.forget()
+    _err.forget()
 
 
 P = ParamSpec("P")
@@ -99,6 +128,8 @@ def line(*parts: str | tuple[str, str]) -> Text:
     """One line of output from its parts: a text, or a (text, style) pair. Each text is
     printed as written — never read as rich markup (``[prod].yaml`` stayed ``.yaml``) — and
     ``visible`` (a terminal control character in it is shown, not acted on)."""
+    from rich.text import Text
+
     return Text.assemble(*((visible(p), "") if isinstance(p, str) else (visible(p[0]), p[1]) for p in parts))
 
 

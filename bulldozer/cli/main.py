@@ -90,8 +90,6 @@ def reflowed(command: Any) -> Any:
     source came out ragged; one marked ``\\b``, a table or examples, keeps its lines), and
     square brackets escaped, which rich read as markup (``^[a-z][a-z0-9_]{0,62}$`` printed
     as ``^{0,62}$``, ``[default: …]`` not at all)."""
-    from rich.markup import escape
-
     if command.help:
         paragraphs = inspect.cleandoc(command.help).split("\n\n")
         command.help = escape(
@@ -103,6 +101,17 @@ def reflowed(command: Any) -> Any:
     for sub in getattr(command, "commands", {}).values():
         reflowed(sub)
     return command
+
+
+def escape(text: str) -> str:
+    """``text`` with what rich reads as a markup tag escaped: ``rich.markup.escape``, which
+    imports rich's text and style modules (15-18 ms of every command's start, where a
+    command asked for JSON prints nothing through rich). tests/unit/test_cli_help.py checks
+    that both escape every help text of the command line, and the edge cases, alike."""
+    import re
+
+    escaped = re.sub(r"(\\*)(\[[a-z#/@][^[]*?])", lambda m: f"{m[1]}{m[1]}\\{m[2]}", text)
+    return escaped + "\\" if escaped.endswith("\\") and not escaped.endswith("\\\\") else escaped
 
 
 def parse_ahead(argv: list[str]) -> None:

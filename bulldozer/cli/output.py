@@ -14,11 +14,8 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 import typer
-from rich import box
-from rich.table import Table
-from rich.text import Text
 
-from bulldozer.cli.common import OutputConsole, console, print_json, visible
+from bulldozer.cli.common import console, print_json, visible
 from bulldozer.names import short_version
 
 __all__ = ["Column", "Format", "Output", "emit", "fmt_time", "output_format"]
@@ -103,6 +100,12 @@ def emit(rows: Sequence[dict[str, Any]], columns: Sequence[Column], fmt: Format,
     if not rows:  # a table of headers only read as if the listing had failed
         console.print(visible(f"{title}: none"))
         return
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    from bulldozer.cli.consoles import OutputConsole
+
     wide = fmt is Format.wide
     shown = [c for c in columns if wide or not c.wide_only]
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)

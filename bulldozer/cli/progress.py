@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from bulldozer.cli.common import err_console
+from bulldozer.cli.common import err_console, made
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -87,6 +87,6 @@ def reporting(what: str, unit: str, *, quiet: bool) -> Iterator[Reporter]:
         TimeElapsedColumn(),
         TimeRemainingColumn(),
     )
-    with Progress(*columns, console=err_console, transient=True) as shown:
+    with Progress(*columns, console=made(err_console), transient=True) as shown:
         shown.add_task(what, total=None, rate="-")
         yield Reporter(shown, None)

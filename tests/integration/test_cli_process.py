@@ -71,6 +71,39 @@ def test_a_local_run_does_without_pandas(home: Path) -> None:
     assert "GC True BLAS 1 PLUGINS __all__" in done.stdout  # off while the run set up, on again from its load
 
 
+#: the CLI's main, then (on stderr, as the interpreter exits) the rich modules it imported
+_RICH = """
+import atexit, sys
+atexit.register(lambda: print("RICH", sorted(m for m in sys.modules if m.split(".")[0] == "rich"), file=sys.stderr))
+import bulldozer.cli.main
+sys.argv = ["bulldozer", *sys.argv[1:]]
+bulldozer.cli.main.main()
+"""
+
+
+def test_a_run_asked_for_json_imports_no_rich(home: Path) -> None:
+    """rich's consoles are made when a command first prints through them (cli.common,
+    cli.consoles), and help texts are escaped without rich (cli.main.escape): a run asked
+    for JSON, which prints its record without rich, starts without importing it (24-25 ms),
+    and one that prints its lines prints them through it as ever."""
+    spec = home / "job.yaml"
+    spec.write_text(TEMPLATE)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "BULLDOZER_HOME": str(home)}
+        done = subprocess.run([sys.executable, "-c", _RICH, "run", str(spec), *args], capture_output=True, text=True,
+                              timeout=300, env=env, cwd=REPO)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done
+
+    as_json = run("--json", "-q")
+    assert json.loads(as_json.stdout)["rows"] == 2_000
+    assert "RICH []" in as_json.stderr, as_json.stderr
+    lines = run("-q")
+    assert "2,000 rows" in lines.stdout and "✓" in lines.stdout
+    assert "'rich.console'" in lines.stderr, lines.stderr
+
+
 def test_a_run_builds_only_the_pyiceberg_models_it_uses(home: Path) -> None:
     """pyiceberg's pydantic models are built when first used (process.DEFERRED_MODELS): a
     run reads its table's metadata (validated by the models it builds) and leaves the rest

@@ -465,9 +465,9 @@ def test_a_version_is_named_by_its_short_id_everywhere(home: Path, dal: KvClient
 def test_listings_fit_80_columns_and_print_wide_json_and_tsv(
     home: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from bulldozer.cli.common import console
+    from bulldozer.cli.common import console, made
 
-    monkeypatch.setattr(console, "width", 80)
+    monkeypatch.setattr(made(console), "width", 80)
     first = run_job(spec(), dal, home=str(home))
     second = run_job(spec(), dal, home=str(home))
     rollback(dal, "user_item_scores", reason="a long reason " * 8)

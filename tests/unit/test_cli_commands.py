@@ -127,3 +127,41 @@ def test_square_brackets_in_a_help_text_are_printed(
     plane's ``[default: …]`` not at all."""
     assert "Job name and alias (^[a-z][a-z0-9_]{0,62}$)." in _help(["init"], capsys, monkeypatch)
     assert "[default: $BULLDOZER_DATA_PLANE, else auto] Who answers" in _help(["serve"], capsys, monkeypatch)
+
+
+def _help_texts() -> list[str]:
+    """Every help text of the command line as written: each command's and each option's."""
+    texts = []
+    for _, command in _commands(typer.main.get_command(build()), "bulldozer"):
+        texts += [command.help or ""] + [getattr(p, "help", None) or "" for p in command.params]
+    return [t for t in texts if t]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[bold]x[/bold]",
+        "a [default: 1] b [x] c",
+        r"\[not a tag]",
+        r"\\[a tag after two backslashes]",
+        "[#ff0000]red[/] [@click]link[/]",
+        "[A capital is no tag] [1] [] [",
+        "ends with one backslash \\",
+        "ends with two backslashes \\\\",
+        "nested [a [b] c]",
+        "",
+    ],
+)
+def test_help_texts_are_escaped_as_rich_escapes_them(text: str) -> None:
+    """``bulldozer.cli.main.escape`` keeps rich out of a command's start; rich's own escape
+    is the rule it must follow, on these edge cases and on every help text of the command line."""
+    from rich.markup import escape as richs
+
+    from bulldozer.cli.main import escape
+
+    assert escape(text) == richs(text)
+    if not text:  # once: the command line's own texts, some with brackets in them
+        texts = _help_texts()
+        assert any("[" in t for t in texts)
+        for t in texts:
+            assert escape(t) == richs(t), t

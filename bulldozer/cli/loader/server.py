@@ -48,6 +48,7 @@ PRELOAD = (
     "typer._click.decorators",
     "rich.console",
     "rich.progress",
+    "bulldozer.cli.consoles",  # the command line's consoles, made when a command first prints
     "pyarrow",
     "pyarrow.parquet",
     "pyarrow.compute",
