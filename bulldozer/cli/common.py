@@ -72,16 +72,16 @@ class _Console:
         object.__setattr__(self, "_made", None)
 
     def _console(self) -> OutputConsole:
-        made: OutputConsole | None = self._made
-        if made is None:
+        it: OutputConsole | None = self._made
+        if it is None:
             from bulldozer.cli.consoles import ERR_OPTIONS, OPTIONS, OutputConsole
 
             with self._lock:  # one console, whichever thread prints first
-                made = self._made
-                if made is None:
-                    made = OutputConsole(**(ERR_OPTIONS if self._stderr else OPTIONS))
-                    object.__setattr__(self, "_made", made)
-        return made
+                it = self._made
+                if it is None:
+                    it = OutputConsole(**(ERR_OPTIONS if self._stderr else OPTIONS))
+                    object.__setattr__(self, "_made", it)
+        return it
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._console(), name)

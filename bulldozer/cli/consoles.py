@@ -1,8 +1,8 @@
 """The terminal consoles the command line prints through (rich's), made when a command
 first prints through one (``bulldozer.cli.common.console``): a command asked for JSON
-prints its output without them, and importing rich's console, text and markup modules
-took 24-25 ms of such a command's start on the 2-core machine (five imports, each after
-the rest of a run's command line)."""
+prints its output without them, and importing rich's console, table, text and markup
+modules took 24-25 ms of such a command's start on the 2-core machine (measured after the
+rest of a run's command line was imported)."""
 
 from __future__ import annotations
 

@@ -106,7 +106,7 @@ def reflowed(command: Any) -> Any:
 def escape(text: str) -> str:
     """``text`` with what rich reads as a markup tag escaped: ``rich.markup.escape``, which
     imports rich's text and style modules (15-18 ms of every command's start, where a
-    command asked for JSON prints nothing through rich). tests/unit/test_cli_help.py checks
+    command asked for JSON prints nothing through rich). tests/unit/test_cli_commands.py checks
     that both escape every help text of the command line, and the edge cases, alike."""
     import re
 
