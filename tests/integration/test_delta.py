@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -451,6 +451,60 @@ def test_a_delta_reads_only_the_changed_files(tmp_path: Path, dal: KvClient, mon
     table.overwrite(rows(list(range(3000)), random.Random(3)))
     record = run_job(job("items", "auto"), dal, home=str(home))
     assert record.mode == "full" and "a full run reads less" in record.full_reason
+
+
+def test_a_deltas_changed_files_are_read_while_its_version_is_made(
+    tmp_path: Path, dal: KvClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The changed files are read on a thread of their own from the moment the plan is known
+    (``delta.read_ahead``), so the reading overlaps the create stage's calls to the store, in
+    a run and in a scheduler's load stage alike (on the code before, the load stage read them
+    on the main thread); a read that fails fails the load stage, leaving the version FAILED
+    and the alias where it was."""
+    import threading
+
+    import bulldozer.load.delta as delta
+    from bulldozer.errors import LoadError
+    from bulldozer.load.runner import run_stage
+
+    home = tmp_path / "home"
+    table = make_table(home)
+    run_job(job("items", "delta"), dal, home=str(home))
+    events: list[str] = []
+    read_of: Callable[..., Any] = delta._Read.of.__func__  # type: ignore[attr-defined]
+    create = KvClient.create_namespace
+
+    def reading(cls: Any, *args: Any) -> Any:
+        events.append(f"read on {threading.current_thread().name}")
+        return read_of(cls, *args)
+
+    def creating(self: KvClient, *args: Any, **kwargs: Any) -> Any:
+        events.append("create")
+        return create(self, *args, **kwargs)
+
+    monkeypatch.setattr(delta._Read, "of", classmethod(reading))
+    monkeypatch.setattr(KvClient, "create_namespace", creating)
+    runs: list[Callable[[], RunRecord]] = [
+        lambda: run_job(job("items", "delta"), dal, home=str(home)),
+        lambda: run_stage("load", job("items", "delta"), dal, run_key="day-3", home=str(home)),
+    ]
+    for day, run in enumerate(runs):
+        events.clear()
+        table.append(rows(list(range(1000 + 10 * day, 1010 + 10 * day)), random.Random(day)))
+        assert run().mode == "delta"
+        assert sorted(events) == ["create", "read on delta-read-ahead"]  # once, on its thread
+
+    def failing(cls: Any, *args: Any) -> Any:
+        raise LoadError("a changed file could not be read")
+
+    live = dal.get_alias("items").namespace
+    monkeypatch.setattr(delta._Read, "of", classmethod(failing))
+    table.append(rows(list(range(2000, 2010)), random.Random(7)))
+    with pytest.raises(LoadError, match="could not be read"):
+        run_job(job("items", "delta"), dal, home=str(home))
+    failed = dal.list_namespaces("items")[-1]
+    assert failed.state == State.FAILED and "could not be read" in failed.failure_reason
+    assert dal.get_alias("items").namespace == live
 
 
 def test_a_delta_of_a_branch_or_tag_equals_a_full_rebuild_also_when_the_ref_moves_back(

@@ -710,24 +710,69 @@ fn pair_sums(
 
 // ------------------------------------------------------------------------------- diff
 
-/// `n` items' indices in the byte order of the items (ties: the earlier first). Sorted by
-/// each item's first eight bytes as one number (`prefix8`) and only items whose first eight
-/// bytes tie compared whole: comparing slices throughout took 31-43 ms for 100 k keys
-/// (most of a 10 M-row delta's diff), this takes about a fifth of that.
-fn key_order(offsets: &[u64], data: &[u8], n: usize) -> Vec<usize> {
-    let mut keyed: Vec<(u64, usize)> = (0..n).map(|i| (prefix8(item(data, offsets, i)), i)).collect();
-    keyed.sort_unstable(); // by prefix, then index
-    let mut order: Vec<usize> = keyed.iter().map(|&(_, i)| i).collect();
-    let mut start = 0;
-    while start < n {
-        let end = start + keyed[start..].iter().take_while(|x| x.0 == keyed[start].0).count();
-        if end - start > 1 {
-            // a stable sort keeps tied items in index order
-            order[start..end].sort_by(|&i, &j| item(data, offsets, i).cmp(item(data, offsets, j)));
+/// One side of a diff in the byte order of its keys: `order[k]` is the index of the `k`-th
+/// key, `prefix[k]` its first eight bytes as one number (`prefix8`) and `len[k]` its length,
+/// laid out in that order so that the merge compares two keys from these arrays alone,
+/// without reading the keys (which sit in file order: the `k`-th key in byte order is
+/// anywhere in the data, and reading it there is a cache miss). Only keys longer than
+/// eight bytes whose prefixes tie are read whole.
+struct KeyOrder {
+    order: Vec<usize>,
+    prefix: Vec<u64>,
+    len: Vec<u64>,
+}
+
+impl KeyOrder {
+    /// `n` items sorted by their bytes (ties: the earlier first). Sorted by each item's
+    /// first eight bytes as one number (`prefix8`) and only items whose first eight bytes tie
+    /// compared whole: comparing slices throughout took 31-43 ms for 100 k keys (most of a
+    /// 10 M-row delta's diff), this takes about a fifth of that.
+    fn of(offsets: &[u64], data: &[u8], n: usize) -> KeyOrder {
+        let mut keyed: Vec<(u64, usize)> = (0..n).map(|i| (prefix8(item(data, offsets, i)), i)).collect();
+        keyed.sort_unstable(); // by prefix, then index
+        let mut order: Vec<usize> = keyed.iter().map(|&(_, i)| i).collect();
+        let mut start = 0;
+        while start < n {
+            let end = start + keyed[start..].iter().take_while(|x| x.0 == keyed[start].0).count();
+            if end - start > 1 {
+                // a stable sort keeps tied items in index order
+                order[start..end].sort_by(|&i, &j| item(data, offsets, i).cmp(item(data, offsets, j)));
+            }
+            start = end;
         }
-        start = end;
+        let prefix = keyed.iter().map(|&(p, _)| p).collect(); // a tie's items share their prefix
+        let len = order.iter().map(|&i| offsets[i + 1] - offsets[i]).collect();
+        KeyOrder { order, prefix, len }
     }
-    order
+
+    /// How the `k`-th key of this side compares with the `l`-th of `other` (each side's
+    /// offsets and data given). Two keys of at most eight bytes with the same prefix are
+    /// the same bytes but for the zeros `prefix8` pads them with: the shorter comes first.
+    fn cmp_with(
+        &self,
+        k: usize,
+        (offsets, data): (&[u64], &[u8]),
+        other: &KeyOrder,
+        l: usize,
+        (other_offsets, other_data): (&[u64], &[u8]),
+    ) -> std::cmp::Ordering {
+        match self.prefix[k].cmp(&other.prefix[l]) {
+            std::cmp::Ordering::Equal if self.len[k] <= 8 && other.len[l] <= 8 => self.len[k].cmp(&other.len[l]),
+            std::cmp::Ordering::Equal => {
+                item(data, offsets, self.order[k]).cmp(item(other_data, other_offsets, other.order[l]))
+            }
+            decided => decided,
+        }
+    }
+
+    /// Up to `limit` indices of items equal to the item before them in byte order.
+    fn repeats(&self, offsets: &[u64], data: &[u8], limit: usize) -> Vec<u64> {
+        (1..self.order.len())
+            .filter(|&k| self.cmp_with(k - 1, (offsets, data), self, k, (offsets, data)).is_eq())
+            .map(|k| self.order[k] as u64)
+            .take(limit)
+            .collect()
+    }
 }
 
 /// The first eight bytes of `s` as a big-endian number, zero-padded: when two items' numbers
@@ -740,14 +785,56 @@ fn prefix8(s: &[u8]) -> u64 {
     u64::from_be_bytes(b)
 }
 
-/// Up to `limit` indices of items equal to the item before them in `order`.
-fn repeats(offsets: &[u64], data: &[u8], order: &[usize], limit: usize) -> Vec<u64> {
-    order
-        .windows(2)
-        .filter(|w| item(data, offsets, w[0]) == item(data, offsets, w[1]))
-        .map(|w| w[1] as u64)
-        .take(limit)
-        .collect()
+/// `NONE` in a merge step: the key is on the other side only.
+const NONE: usize = usize::MAX;
+
+/// The keys of both sides merged in byte order, as (index into `old`, index into `new`)
+/// pairs, `NONE` for the side that lacks the key; from the sorted sides alone (`KeyOrder`).
+fn merged(a: &KeyOrder, old: (&[u64], &[u8]), b: &KeyOrder, new: (&[u64], &[u8])) -> Vec<(usize, usize)> {
+    let (n, m) = (a.order.len(), b.order.len());
+    let mut steps = Vec::with_capacity(n.max(m));
+    let (mut i, mut j) = (0, 0);
+    while i < n || j < m {
+        let order = if i == n {
+            std::cmp::Ordering::Greater
+        } else if j == m {
+            std::cmp::Ordering::Less
+        } else {
+            a.cmp_with(i, old, b, j, new)
+        };
+        match order {
+            std::cmp::Ordering::Less => {
+                steps.push((a.order[i], NONE));
+                i += 1;
+            }
+            std::cmp::Ordering::Greater => {
+                steps.push((NONE, b.order[j]));
+                j += 1;
+            }
+            std::cmp::Ordering::Equal => {
+                steps.push((a.order[i], b.order[j]));
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    steps
+}
+
+/// Whether each old item whose key the new side has too (`steps`' pairs) has the same value
+/// there, by old index. Compared in the old side's order, not the keys': a file rewritten
+/// keeps its rows in their order, so both sides' values are then read front to back, where
+/// in key order each comparison read two values from anywhere (a 10 M-row delta's 70 k
+/// pairs of 90-byte values: most of the diff's time, waiting on memory).
+fn same_values(steps: &[(usize, usize)], n_old: usize, old: (&[u64], &[u8]), new: (&[u64], &[u8])) -> Vec<bool> {
+    let mut partner = vec![NONE; n_old];
+    for &(i, j) in steps {
+        if i != NONE && j != NONE {
+            partner[i] = j;
+        }
+    }
+    let ((ovo, ov), (nvo, nv)) = (old, new);
+    partner.iter().enumerate().map(|(i, &j)| j != NONE && item(ov, ovo, i) == item(nv, nvo, j)).collect()
 }
 
 fn u64_bytes<'py>(py: Python<'py>, v: &[u64]) -> Bound<'py, PyBytes> {
@@ -791,43 +878,27 @@ fn diff_pairs<'py>(
     check_offsets(nvo, n_new, nv.len(), "diff new values")?;
     let (deleted, changed, fresh, doomed, unchanged, old_repeats, new_repeats) = py.detach(|| {
         let (a, b) = std::thread::scope(|scope| {  // the two sides sorted on two cores
-            let old_order = scope.spawn(|| key_order(oko, ok, n_old));
-            let new_order = key_order(nko, nk, n_new);
+            let old_order = scope.spawn(|| KeyOrder::of(oko, ok, n_old));
+            let new_order = KeyOrder::of(nko, nk, n_new);
             (old_order.join().expect("sorting the old keys"), new_order)
         });
-        let (old_repeats, new_repeats) = (repeats(oko, ok, &a, 3), repeats(nko, nk, &b, 3));
+        let (old_repeats, new_repeats) = (a.repeats(oko, ok, 3), b.repeats(nko, nk, 3));
         let (mut deleted, mut changed, mut fresh, mut unchanged) = (Vec::new(), Vec::new(), Vec::new(), 0u64);
         let mut doomed = Vec::new();
         if old_repeats.is_empty() && new_repeats.is_empty() {
-            let (mut i, mut j) = (0, 0);
-            while i < a.len() || j < b.len() {
-                let order = if i == a.len() {
-                    std::cmp::Ordering::Greater
-                } else if j == b.len() {
-                    std::cmp::Ordering::Less
+            let steps = merged(&a, (oko, ok), &b, (nko, nk));
+            let same = same_values(&steps, n_old, (ovo, ov), (nvo, nv));
+            for (i, j) in steps {
+                if j == NONE {
+                    deleted.push(i as u64);
+                    doomed.push(i as u64);
+                } else if i == NONE {
+                    fresh.push(j as u64);
+                } else if same[i] {
+                    unchanged += 1;
                 } else {
-                    item(ok, oko, a[i]).cmp(item(nk, nko, b[j]))
-                };
-                match order {
-                    std::cmp::Ordering::Less => {
-                        deleted.push(a[i] as u64);
-                        doomed.push(a[i] as u64);
-                        i += 1;
-                    }
-                    std::cmp::Ordering::Greater => {
-                        fresh.push(b[j] as u64);
-                        j += 1;
-                    }
-                    std::cmp::Ordering::Equal => {
-                        if item(ov, ovo, a[i]) == item(nv, nvo, b[j]) {
-                            unchanged += 1;
-                        } else {
-                            changed.push(b[j] as u64);
-                            doomed.push(a[i] as u64);
-                        }
-                        i += 1;
-                        j += 1;
-                    }
+                    changed.push(j as u64);
+                    doomed.push(i as u64);
                 }
             }
         }
