@@ -44,7 +44,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from bulldozer.codec.digest import Digest, digest_arrays
 from bulldozer.errors import CatalogError, DuplicateKeyError, LoadError, UnreadableFilesError
@@ -65,6 +65,7 @@ if TYPE_CHECKING:
 __all__ = ["AUTO_MAX_CHANGE", "DeltaChanges", "DeltaPlan", "apply_delta", "plan_delta"]
 
 log = logging.getLogger("bulldozer.run")
+_T = TypeVar("_T")
 
 #: mode auto writes a full version when the changed files hold more than this fraction of
 #: the rows of the two snapshots' files (reading them is then most of a full run's work)
@@ -510,14 +511,11 @@ class _Read:
         the GIL), then diffed. Measured against reading one side after the other and
         hashing Python lists: 0.2 → 0.12 s (10 M rows, 1 % changed). The removed side gets
         the base's records of the keys ``plan.by_key`` deletes too (``_Rows.add_base_records``)."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(1, thread_name_prefix="delta-read") as pool:
-            # the removed rows are the base's records, encoded as it stored them (checked or not)
-            base_rows = RowEncoder(job.proto, checked=False)
-            reading = pool.submit(_Rows().read, table, plan.removed_scan, plan.removed, base_rows)
-            new = _Rows().read(table, plan.added_scan, plan.added, RowEncoder(job.proto, limits=limits))
-            old = reading.result()
+        # the removed rows are the base's records, encoded as it stored them (checked or not)
+        base_rows = RowEncoder(job.proto, checked=False)
+        reading = _in_background("delta-read", _Rows().read, table, plan.removed_scan, plan.removed, base_rows)
+        new = _Rows().read(table, plan.added_scan, plan.added, RowEncoder(job.proto, limits=limits))
+        old = reading.result()
         if plan.by_key:
             old.add_base_records(plan, table, job, client)
         old_k, new_k = _one_array(old.keys), _one_array(new.keys)
@@ -526,24 +524,31 @@ class _Read:
 
 
 def read_ahead(plan: DeltaPlan, table: Any, job: JobSchema, client: KvClient) -> Future[_Read]:
-    """The changed files read and diffed (``_Read.of``) on a thread of its own, started as
+    """The changed files read and diffed (``_Read.of``) on a thread of their own, started as
     soon as the run has its plan: the reading then overlaps the create stage's calls to the
     store (the version made on its base, its labels), where the load stage began it only
-    after them (measured: ``JobRun.create``). A daemon thread: a run that fails before its
-    load does not wait for it."""
+    after them (measured: ``JobRun.create``). The load stage raises what the read raised."""
+    return _in_background("delta-read-ahead", lambda: _Read.of(plan, table, job, client, client.describe_store()))
+
+
+def _in_background(name: str, work: Callable[..., _T], *args: Any) -> Future[_T]:
+    """``work(*args)`` on a daemon thread called ``name``: its result, or what it raised, in
+    the future. A daemon, so that a process that ends meanwhile (a run that failed before
+    its load, or was interrupted) does not wait for the read to finish, as it waited for a
+    ``ThreadPoolExecutor``'s thread."""
     import threading
     from concurrent.futures import Future
 
-    future: Future[_Read] = Future()
+    future: Future[_T] = Future()
 
-    def read() -> None:
+    def run() -> None:
         future.set_running_or_notify_cancel()
         try:
-            future.set_result(_Read.of(plan, table, job, client, client.describe_store()))
-        except BaseException as exc:  # the load stage raises it as its own
+            future.set_result(work(*args))
+        except BaseException as exc:  # for the caller to raise
             future.set_exception(exc)
 
-    threading.Thread(target=read, name="delta-read-ahead", daemon=True).start()
+    threading.Thread(target=run, name=name, daemon=True).start()
     return future
 
 
