@@ -507,6 +507,62 @@ def test_a_deltas_changed_files_are_read_while_its_version_is_made(
     assert dal.get_alias("items").namespace == live
 
 
+#: a delta run whose create fails while its changed files are still being read (each read
+#: takes a minute), in a process of its own: exit code 3 once the run has failed
+_FAILS_BEFORE_ITS_LOAD = """
+import random, sys, time
+from pathlib import Path
+
+import bulldozer.load.delta as delta
+from bulldozer.errors import BackendUnavailableError
+from bulldozer.kv import KvClient, KvDal, create_engine
+from bulldozer.load.runner import run_job
+from tests.integration.test_delta import job, make_table, rows
+
+home = Path(sys.argv[1])
+table = make_table(home)
+client = KvClient.in_process(KvDal(create_engine({"type": "memory"})), principal="tester")
+assert run_job(job("items", "delta"), client, home=str(home)).mode == "full"
+table.append(rows(list(range(1000, 1010)), random.Random(2)))
+read = delta._Rows.read
+
+def slow(self, *args):
+    time.sleep(60)
+    return read(self, *args)
+
+def refused(self, *args, **kwargs):
+    raise BackendUnavailableError("the DAL went away")
+
+delta._Rows.read, KvClient.create_namespace = slow, refused
+try:
+    run_job(job("items", "delta"), client, home=str(home))
+except BackendUnavailableError:
+    print("the run failed", flush=True)
+sys.exit(3)
+"""
+
+
+def test_a_delta_that_fails_before_its_load_does_not_wait_at_exit_for_its_read(tmp_path: Path) -> None:
+    """The changed files are read on daemon threads (``delta._in_background``): a process
+    whose run failed in its create stage, while the files were still being read, ends at
+    once. On the code before, the interpreter waited at exit for the removed side's read
+    (a ``ThreadPoolExecutor``'s thread): here, a minute."""
+    import subprocess
+    import sys
+    import time
+
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", _FAILS_BEFORE_ITS_LOAD, str(tmp_path / "home")],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode, done.stdout.strip()) == (3, "the run failed"), done.stderr[-2000:]
+    assert time.monotonic() - started < 40  # not the minute the reads take
+
+
 def test_a_delta_of_a_branch_or_tag_equals_a_full_rebuild_also_when_the_ref_moves_back(
     tmp_path: Path, dal: KvClient
 ) -> None:
