@@ -101,15 +101,11 @@ def peak_of_descendants(root: int, done: threading.Event, every: float = 0.25) -
 
 
 def main() -> None:
-    """``python -m bench.measured_cli [--entry] ARGS``: ``bulldozer ARGS`` run by the
-    ``bulldozer`` command's entry point, as users run it: in this process, or with
-    ``--entry`` handed over to a warm loader when one runs (bulldozer.cli.loader); without
-    it, with ``BULLDOZER_LOADER=off``, so no loader takes it."""
+    """``python -m bench.measured_cli ARGS``: ``bulldozer ARGS`` run by the ``bulldozer``
+    command's entry point in this process, with ``BULLDOZER_LOADER=off``, so no loader takes
+    it (a run handed over is started as the installed command: ``bench.common.run_cli``)."""
     args = sys.argv[1:]
-    if args[:1] == ["--entry"]:
-        args = args[1:]
-    else:
-        os.environ["BULLDOZER_LOADER"] = "off"
+    os.environ["BULLDOZER_LOADER"] = "off"
     module = "bulldozer.cli.entry"
     sys.argv = ["bulldozer", *args]
     try:

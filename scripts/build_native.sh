@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build the native data plane of the KV DAL: native/kvd (Go) -> native/bin/bulldozer-kvd.
+# Build the native data plane of the KV DAL: native/kvd (Go) -> native/bin/bulldozer-kvd, and the
+# bulldozer command's launcher: native/launcher (Go) -> native/bin/bulldozer.
 #
 #   scripts/build_native.sh            # fetch what is missing, generate, build
 #
@@ -53,4 +54,6 @@ map="Mbulldozer/kv/v1/kv.proto=bulldozer/kvd/internal/kvpb;kvpb"
 cd "$kvd"
 CGO_ENABLED=1 go build -trimpath -o "$root/native/bin/bulldozer-kvd" .
 go build -trimpath -o "$root/native/bin/kvd-batchget" ./cmd/kvd-batchget  # a benchmark client (bench/kv.py)
+# the bulldozer command's native launcher (the standard library only): bootstrap.sh installs it
+(cd "$root/native/launcher" && go build -trimpath -ldflags="-s -w" -o "$root/native/bin/bulldozer" .)
 echo "build_native: built native/bin/bulldozer-kvd ($("$root/native/bin/bulldozer-kvd" -version))"

@@ -14,10 +14,12 @@ echo "== generated code"
 python scripts/gen_kv_proto.py --check
 python scripts/gen_shared.py --check
 python scripts/gen_constraints.py --check
-echo "== go (native/kvd)"
+echo "== go (native/kvd, native/launcher)"
 command -v go >/dev/null || { echo "test: Go >= 1.26 is required (native/kvd, the DAL's native data plane)" >&2; exit 1; }
-(cd native/kvd && test -z "$(gofmt -l .)" || { gofmt -l .; echo "gofmt: files above need formatting" >&2; exit 1; })
-(cd native/kvd && go vet ./... && go test ./...)
+for module in native/kvd native/launcher; do
+  (cd "$module" && test -z "$(gofmt -l .)" || { gofmt -l .; echo "gofmt: files above need formatting" >&2; exit 1; })
+  (cd "$module" && go vet ./... && go test ./...)
+done
 echo "== mypy"
 mypy
 echo "== unit tests on the lowest releases pyproject.toml allows (.venv-floors)"

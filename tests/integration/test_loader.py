@@ -8,11 +8,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,13 +30,31 @@ pytestmark = pytest.mark.integration
 TEMPLATE = (REPO / "templates" / "move_data_to_kv_dal.yaml").read_text()
 
 
+#: the Python caller: the ``bulldozer`` command's entry point, which hands a run over
+PYTHON = [sys.executable, "-m", "bulldozer.cli.entry"]
+#: the native launcher scripts/bootstrap.sh installs as the ``bulldozer`` command (native/launcher)
+LAUNCHER = Path(sys.executable).parent / "bulldozer"
+
+
+def _native() -> list[str]:
+    """The native caller: the installed ``bulldozer`` command, which must be the launcher."""
+    assert LAUNCHER.read_bytes()[:4] == b"\x7fELF", f"{LAUNCHER} is not the native launcher (scripts/bootstrap.sh)"
+    return [str(LAUNCHER)]
+
+
+@pytest.fixture(params=["python", "native"])
+def caller(request: pytest.FixtureRequest) -> list[str]:
+    """Each hand-over test runs through both callers: they must do the same."""
+    return PYTHON if request.param == "python" else _native()
+
+
 def _bulldozer(home: Path, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
-               **kwargs: object) -> subprocess.CompletedProcess[str]:  # fmt: skip
-    """``bulldozer ARGS`` through the command's entry point (which hands a run over)."""
+               caller: list[str] = PYTHON) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """``bulldozer ARGS`` through ``caller`` (which hands a run over)."""
     return subprocess.run(
-        [sys.executable, "-m", "bulldozer.cli.entry", *args],
+        [*caller, *args],
         capture_output=True, text=True, timeout=120, cwd=cwd or REPO,
-        env={**os.environ, "BULLDOZER_HOME": str(home), **(env or {})}, **kwargs,  # type: ignore[arg-type]
+        env={**os.environ, "BULLDOZER_HOME": str(home), **(env or {})},
     )  # fmt: skip
 
 
@@ -66,11 +86,13 @@ def _dal_starts(home: Path) -> int:
     return sum(p.read_text().count("KV DAL serving") for p in (home / "logs").glob("dal-*.log"))
 
 
-def test_a_run_is_handed_over_and_uses_the_loaders_dal(home: Path) -> None:
+def test_a_run_is_handed_over_and_uses_the_loaders_dal(home: Path, caller: list[str]) -> None:
     before = status(home)
     assert before is not None and before["dal"]
     starts = _dal_starts(home)
-    done = _bulldozer(home, "run", "job.yaml", "--json", "-q", cwd=home)  # a path relative to the caller's cwd
+    done = _bulldozer(
+        home, "run", "job.yaml", "--json", "-q", cwd=home, caller=caller
+    )  # a path relative to the caller's cwd
     assert done.returncode == 0, done.stderr
     record = json.loads(done.stdout)
     assert (record["outcome"], record["rows"]) == ("succeeded", 2_000)
@@ -80,10 +102,12 @@ def test_a_run_is_handed_over_and_uses_the_loaders_dal(home: Path) -> None:
     assert _dal_starts(home) == starts  # no DAL was started for the run: the loader's answered
 
 
-def test_the_same_command_runs_here_without_the_loader(home: Path) -> None:
+def test_the_same_command_runs_here_without_the_loader(home: Path, caller: list[str]) -> None:
     served = status(home)["served"]  # type: ignore[index]
     starts = _dal_starts(home)
-    done = _bulldozer(home, "run", str(home / "job.yaml"), "--json", "-q", env={"BULLDOZER_LOADER": "off"})
+    done = _bulldozer(
+        home, "run", str(home / "job.yaml"), "--json", "-q", env={"BULLDOZER_LOADER": "off"}, caller=caller
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["rows"] == 2_000
     assert status(home)["served"] == served  # type: ignore[index]
@@ -107,7 +131,7 @@ def test_a_caller_choosing_another_data_plane_gets_the_dal_it_chose(home: Path) 
     assert "(data plane: python" in new and "(data plane: native" not in new, new
 
 
-def test_the_callers_environment_and_errors_are_the_commands(home: Path) -> None:
+def test_the_callers_environment_and_errors_are_the_commands(home: Path, caller: list[str]) -> None:
     """The child reads the caller's environment, not the loader's: a spec's ${VAR} is the
     caller's variable, and without it the run fails as it would here, with the same one
     line and exit code."""
@@ -115,47 +139,49 @@ def test_the_callers_environment_and_errors_are_the_commands(home: Path) -> None
     spec.write_text(TEMPLATE.replace("  # endpoint: dal.example.com:7110", "  endpoint: ${LOADER_TEST_DAL}"))
     served = status(home)["served"]  # type: ignore[index]
     exposed = {"BULLDOZER_SPEC_VARIABLES": "LOADER_TEST_*"}
-    done = _bulldozer(home, "run", str(spec), "-q", env={"LOADER_TEST_DAL": "embedded", **exposed})
+    done = _bulldozer(home, "run", str(spec), "-q", env={"LOADER_TEST_DAL": "embedded", **exposed}, caller=caller)
     assert done.returncode == 0, done.stderr
     assert status(home)["served"] == served + 1  # type: ignore[index]
-    there = _bulldozer(home, "run", str(spec), "-q", env=exposed)
+    there = _bulldozer(home, "run", str(spec), "-q", env=exposed, caller=caller)
     assert status(home)["served"] == served + 2  # type: ignore[index]
-    here = _bulldozer(home, "run", str(spec), "-q", env={"BULLDOZER_LOADER": "off", **exposed})
+    here = _bulldozer(home, "run", str(spec), "-q", env={"BULLDOZER_LOADER": "off", **exposed}, caller=caller)
     assert there.returncode == here.returncode == 2
     assert there.stderr == here.stderr and "LOADER_TEST_DAL is not set" in there.stderr, there.stderr
     assert "Traceback" not in there.stderr
-    bad = _bulldozer(home, "run", str(home / "missing.yaml"))
+    bad = _bulldozer(home, "run", str(home / "missing.yaml"), caller=caller)
     assert bad.returncode == 2 and bad.stderr.strip().endswith("no such file"), bad.stderr
 
 
 @contextlib.contextmanager
-def _stuck_run(home: Path, output: int = subprocess.DEVNULL) -> Iterator[subprocess.Popen[str]]:
+def _stuck_run(
+    home: Path, output: int = subprocess.DEVNULL, caller: list[str] = PYTHON
+) -> Iterator[subprocess.Popen[str]]:
     """A caller whose run the loader took and that waits, until the test ends it, on a DAL
     that accepts connections but never answers."""
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen()
         env = {**os.environ, "BULLDOZER_HOME": str(home), "BULLDOZER_ENDPOINT": f"127.0.0.1:{silent.getsockname()[1]}"}
-        caller = subprocess.Popen([sys.executable, "-m", "bulldozer.cli.entry", "run", str(home / "job.yaml"), "-q"],
-                                  env=env, stdout=output, stderr=output, text=True)  # fmt: skip
+        proc = subprocess.Popen([*caller, "run", str(home / "job.yaml"), "-q"],
+                                env=env, stdout=output, stderr=output, text=True)  # fmt: skip
         deadline = time.monotonic() + 30
         while (status(home) or {}).get("running", 0) == 0:
-            assert caller.poll() is None and time.monotonic() < deadline, "the run never reached the loader"
+            assert proc.poll() is None and time.monotonic() < deadline, "the run never reached the loader"
             time.sleep(0.05)
         try:
-            yield caller
+            yield proc
         finally:
-            if caller.poll() is None:
-                caller.kill()
-                caller.wait()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
-def test_the_command_dies_with_its_caller(home: Path) -> None:
+def test_the_command_dies_with_its_caller(home: Path, caller: list[str]) -> None:
     """A caller killed mid-command takes its command with it (as a one-shot process would
     be gone)."""
-    with _stuck_run(home) as caller:
-        caller.send_signal(signal.SIGKILL)
-        caller.wait()
+    with _stuck_run(home, caller=caller) as proc:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
         deadline = time.monotonic() + 10
         while (status(home) or {}).get("running", 1) != 0:
             assert time.monotonic() < deadline, "the command outlived its caller"
@@ -170,10 +196,10 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_a_command_killed_in_the_loader_gives_its_caller_the_exit_code(home: Path) -> None:
+def test_a_command_killed_in_the_loader_gives_its_caller_the_exit_code(home: Path, caller: list[str]) -> None:
     """A command says its exit code itself as it ends; one that cannot (killed) gets it said
     by the loader, from its exit status."""
-    with _stuck_run(home) as caller:
+    with _stuck_run(home, caller=caller) as proc:
         loader = (status(home) or {})["pid"]
         deadline = time.monotonic() + 10
         while True:  # the loader counts the command as it forks it; the child then makes its group
@@ -186,18 +212,18 @@ def test_a_command_killed_in_the_loader_gives_its_caller_the_exit_code(home: Pat
             time.sleep(0.02)
         assert len(commands) == 1, children
         os.kill(commands[0], signal.SIGKILL)
-        assert caller.wait(timeout=30) == 128 + signal.SIGKILL
+        assert proc.wait(timeout=30) == 128 + signal.SIGKILL
 
 
 @pytest.mark.parametrize(
     ("signum", "code", "line"), [(signal.SIGINT, 130, "error: interrupted"), (signal.SIGTERM, 143, "error: terminated")]
 )
-def test_ctrl_c_and_sigterm_reach_the_command(home: Path, signum: int, code: int, line: str) -> None:
-    with _stuck_run(home, subprocess.PIPE) as caller:
+def test_ctrl_c_and_sigterm_reach_the_command(home: Path, caller: list[str], signum: int, code: int, line: str) -> None:
+    with _stuck_run(home, subprocess.PIPE, caller) as proc:
         time.sleep(0.3)
-        caller.send_signal(signum)
-        _, err = caller.communicate(timeout=30)
-    assert caller.returncode == code
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == code
     assert err.strip().splitlines()[-1] == line
 
 
@@ -221,7 +247,7 @@ def test_the_caller_hands_over_without_importing_the_settings(home: Path) -> Non
     assert not [m for m in imported if m in ("enum", "re", "json", "socket", "signal", "selectors")]
 
 
-def test_a_run_shows_its_progress_in_colour_on_its_callers_terminal(home: Path) -> None:
+def test_a_run_shows_its_progress_in_colour_on_its_callers_terminal(home: Path, caller: list[str]) -> None:
     """The loader has no terminal, but the command it runs has its caller's: on a terminal,
     the run's closing line is styled, as the same command run here styles it (the command
     line's consoles are made in the loader, and made again for each command it runs)."""
@@ -233,7 +259,7 @@ def test_a_run_shows_its_progress_in_colour_on_its_callers_terminal(home: Path) 
         leader, follower = pty.openpty()
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "bulldozer.cli.entry", "run", "job.yaml"],
+                [*caller, "run", "job.yaml"],
                 stdin=follower, stdout=follower, stderr=follower, cwd=home, close_fds=True,
                 env={**base, "BULLDOZER_HOME": str(home), "TERM": "xterm-256color", **env},
             )  # fmt: skip
@@ -264,19 +290,19 @@ def test_a_run_shows_its_progress_in_colour_on_its_callers_terminal(home: Path) 
     assert status(home)["served"] == served + 2  # type: ignore[index]  # in the loader, not here
 
 
-def test_a_run_of_another_home_is_refused_and_runs_here(home: Path, tmp_path: Path) -> None:
+def test_a_run_of_another_home_is_refused_and_runs_here(home: Path, tmp_path: Path, caller: list[str]) -> None:
     """Every loader of the user is asked; one for another home refuses (so does any loader
     when the caller says BULLDOZER_LOADER=off), and the command runs in the caller."""
     other = tmp_path / "other"
     create_sample_warehouse(other, rows=1_500)
     served = status(home)["served"]  # type: ignore[index]
-    done = _bulldozer(other, "run", str(home / "job.yaml"), "--json", "-q")
+    done = _bulldozer(other, "run", str(home / "job.yaml"), "--json", "-q", caller=caller)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["rows"] == 1_500
     assert status(home)["served"] == served  # type: ignore[index]
 
 
-def test_a_loader_older_than_the_installation_runs_nothing_more(tmp_path: Path) -> None:
+def test_a_loader_older_than_the_installation_runs_nothing_more(tmp_path: Path, caller: list[str]) -> None:
     """An upgrade while a loader runs (here: its data plane's binary rebuilt; likewise any
     file of the package, or an installed distribution): the loader kept forking its old
     code, imports and DAL, and a spec using what the upgrade added was refused by the run
@@ -297,7 +323,7 @@ def test_a_loader_older_than_the_installation_runs_nothing_more(tmp_path: Path) 
     started = _bulldozer(home, "loader", "start", env=env)
     assert started.returncode == 0, started.stdout + started.stderr
     try:
-        first = _bulldozer(home, "run", str(home / "job.yaml"), "-q", env=env)
+        first = _bulldozer(home, "run", str(home / "job.yaml"), "-q", env=env, caller=caller)
         assert first.returncode == 0 and first.stderr == "", first.stderr
         assert status(home)["served"] == 1  # type: ignore[index]
         shutil.copy(built, tmp_path / "rebuilt")
@@ -308,7 +334,7 @@ def test_a_loader_older_than_the_installation_runs_nothing_more(tmp_path: Path) 
         again = _bulldozer(home, "loader", "start", env=env)
         assert again.returncode == 1 and "with code older than this installation" in again.stderr, again.stderr
 
-        second = _bulldozer(home, "run", str(home / "job.yaml"), "--json", "-q", env=env)
+        second = _bulldozer(home, "run", str(home / "job.yaml"), "--json", "-q", env=env, caller=caller)
         assert second.returncode == 0, second.stderr
         assert json.loads(second.stdout)["rows"] == 1_500
         assert second.stderr.strip().splitlines() == [
@@ -321,7 +347,7 @@ def test_a_loader_older_than_the_installation_runs_nothing_more(tmp_path: Path) 
         assert status(home) is None
         renewed = _bulldozer(home, "loader", "start", env=env)
         assert renewed.returncode == 0, renewed.stdout + renewed.stderr
-        third = _bulldozer(home, "run", str(home / "job.yaml"), "-q", env=env)
+        third = _bulldozer(home, "run", str(home / "job.yaml"), "-q", env=env, caller=caller)
         assert third.returncode == 0 and third.stderr == "", third.stderr
         assert status(home)["served"] == 1  # type: ignore[index]
     finally:
@@ -338,6 +364,49 @@ def test_a_registry_others_may_enter_is_not_used(tmp_path: Path, monkeypatch: py
     assert _loaders() == [str(folder / "x.sock")]
     folder.chmod(0o733)
     assert _loaders() == []
+
+
+def test_the_native_launcher_uses_the_registry_the_python_caller_uses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The launcher finds the registry where ``registry()`` says, sends to the sockets listed
+    there (every command: here ``--version``), and to none while others may enter it. The
+    socket here takes the request and closes without a reply: the command then runs here."""
+    import threading
+
+    short = Path(tempfile.mkdtemp(prefix="reg", dir="/tmp"))  # a socket's path must be short
+    try:
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(short))
+        folder = Path(registry())
+        folder.mkdir(mode=0o700)
+        requests: list[bytes] = []
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+            listener.bind(str(folder / "x.sock"))
+            listener.listen()
+
+            def take() -> None:
+                while True:
+                    try:
+                        conn, _ = listener.accept()
+                    except OSError:  # closed: the test is done
+                        return
+                    with conn:
+                        data, fds, _, _ = socket.recv_fds(conn, 65536, 3)
+                        for fd in fds:  # the caller's output: held, the caller's pipes stay open
+                            os.close(fd)
+                        requests.append(data)
+
+            taker = threading.Thread(target=take, daemon=True)
+            taker.start()
+            for mode, sent in ((0o733, 0), (0o700, 1)):
+                folder.chmod(mode)
+                done = _bulldozer(tmp_path, "--version", caller=_native())
+                assert done.returncode == 0 and done.stdout.startswith("bulldozer "), done.stderr
+                assert len(requests) == sent, oct(mode)
+            listener.shutdown(socket.SHUT_RDWR)
+        assert b'"argv": ["--version"]' in requests[0]
+    finally:
+        shutil.rmtree(short)
 
 
 def test_only_its_user_can_reach_it(home: Path) -> None:
@@ -438,7 +507,7 @@ def test_a_run_in_the_loader_imports_nothing(tmp_path: Path) -> None:
     assert adapters == ["run record adapters built: 1"] * 2, adapters  # the one preload built
 
 
-def test_a_deep_home_and_temporary_directory_take_a_run_and_a_loader(tmp_path: Path) -> None:
+def test_a_deep_home_and_temporary_directory_take_a_run_and_a_loader(tmp_path: Path, caller: list[str]) -> None:
     """A Unix socket's path has at most 107 bytes. With a $TMPDIR deep in a scheduler's work
     folder the embedded DAL could not listen (every run failed at its schema stage), and with
     a deep home the loader could not (``AF_UNIX path too long``): both work, and nothing
@@ -458,7 +527,9 @@ def test_a_deep_home_and_temporary_directory_take_a_run_and_a_loader(tmp_path: P
     try:
         served = status(home)
         assert served is not None and served["dal"]
-        warm = _bulldozer(home, "run", "job.yaml", "--json", "-q", cwd=home, env={"TMPDIR": str(scratch)})
+        warm = _bulldozer(
+            home, "run", "job.yaml", "--json", "-q", cwd=home, env={"TMPDIR": str(scratch)}, caller=caller
+        )
         assert warm.returncode == 0, warm.stderr
         assert json.loads(warm.stdout)["rows"] == 2_000
         assert status(home)["served"] == served["served"] + 1  # type: ignore[index]
@@ -467,3 +538,49 @@ def test_a_deep_home_and_temporary_directory_take_a_run_and_a_loader(tmp_path: P
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     assert status(home) is None and not socket_path(home).exists()
     assert list(scratch.iterdir()) == []
+
+
+def test_the_native_launcher_runs_what_no_loader_takes_in_python(home: Path, tmp_path: Path) -> None:
+    """The native launcher sends every command; the loader refuses what it does not take
+    (``takes``: the Python caller's rule), and the command then runs in Python, as the
+    Python caller runs it: the same output and exit code, nothing served. With no loader
+    registered at all, a run runs in Python too."""
+    native = _native()
+    served = status(home)["served"]  # type: ignore[index]
+    for args in (["--version"], ["validate", "job.yaml"], ["run", "job.yaml", "--help"], ["namespace", "nope"]):
+        there = _bulldozer(home, *args, cwd=home, caller=native)
+        here = _bulldozer(home, *args, cwd=home)
+
+        # the usage lines name the command as it was started (a help's padded to the width)
+        def named(text: str) -> list[str]:
+            return [line.rstrip() for line in text.replace("python -m bulldozer.cli.entry", "bulldozer").splitlines()]
+
+        assert (there.returncode, named(there.stdout), named(there.stderr)) == (
+            here.returncode,
+            named(here.stdout),
+            named(here.stderr),
+        ), args
+        assert there.returncode == (2 if args[0] == "namespace" else 0), there.stderr
+    assert status(home)["served"] == served  # type: ignore[index]
+    alone = _bulldozer(home, "run", "job.yaml", "--json", "-q", cwd=home, caller=native,
+                       env={"XDG_RUNTIME_DIR": str(tmp_path)})  # fmt: skip
+    assert alone.returncode == 0, alone.stderr
+    assert json.loads(alone.stdout)["rows"] == 2_000
+    assert status(home)["served"] == served  # type: ignore[index]
+
+
+def test_the_native_launcher_sends_bytes_no_encoding_has_as_they_are(home: Path, tmp_path: Path) -> None:
+    """Python holds a byte no UTF-8 sequence takes (a working directory's, a variable's) as a
+    lone surrogate, and the loader turns it back into that byte: the launcher's request says
+    it so (``\\udcff``), so the command runs in the same folder, with the same environment."""
+    folder = tmp_path / os.fsdecode(b"caf\xc3\xa9 \xff")
+    folder.mkdir()
+    (folder / "job.yaml").write_text(TEMPLATE)
+    served = status(home)["served"]  # type: ignore[index]
+    done = subprocess.run(
+        [*_native(), "run", "job.yaml", "--json", "-q"], capture_output=True, text=True, timeout=120, cwd=folder,
+        env={**os.environb, b"BULLDOZER_HOME": os.fsencode(home), b"LOADER_TEST_BYTES": b"\xfe\"\\\n\xe2\x9c\x93"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["rows"] == 2_000
+    assert status(home)["served"] == served + 1  # type: ignore[index]  # in the loader, in that folder

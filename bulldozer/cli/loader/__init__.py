@@ -52,6 +52,7 @@ __all__ = [
     "registry",
     "registry_link",
     "socket_path",
+    "takes",
     "to_json",
 ]
 
@@ -143,6 +144,18 @@ def registry_link(home: Path) -> Path:
     from pathlib import Path
 
     return Path(registry()) / (hashlib.sha256(str(home).encode()).hexdigest()[:24] + ".sock")
+
+
+def takes(argv: Sequence[str]) -> bool:
+    """Whether a loader takes ``bulldozer ARGV``: only ``run``, and not on Spark (see the
+    package's docstring). The one rule for both callers: the Python one asks it before it
+    connects, and the loader refuses what it does not take (``"refused": "not taken"``), which
+    is how the native one (native/launcher), which sends every command, learns it."""
+    from bulldozer.cli.commands import invoked
+
+    if invoked(argv) != "run" or "--help" in argv or "--version" in argv:
+        return False
+    return option(argv[argv.index("run") :], "--engine") in (None, "local")
 
 
 def option(argv: Sequence[str], name: str) -> str | None:

@@ -27,8 +27,7 @@ import stat
 import struct
 import sys
 
-from bulldozer.cli.commands import invoked
-from bulldozer.cli.loader import REQUEST_HEADER, flat_json, option, registry, socket_path, to_json
+from bulldozer.cli.loader import REQUEST_HEADER, flat_json, registry, socket_path, takes, to_json
 from bulldozer.sockets import at_unix_path
 
 TYPE_CHECKING = False
@@ -41,13 +40,6 @@ __all__ = ["hand_over", "request", "status"]
 
 #: how long the loader may take to fork the command (it answers in milliseconds)
 _FIRST_REPLY_SECONDS = 30.0
-
-
-def _takes(argv: Sequence[str]) -> bool:
-    """Only ``run``, and not on Spark (see the package's docstring)."""
-    if invoked(argv) != "run" or "--help" in argv or "--version" in argv:
-        return False
-    return option(argv[argv.index("run") :], "--engine") in (None, "local")
 
 
 def _loaders() -> list[str]:
@@ -120,7 +112,7 @@ def status(home: Path) -> dict[str, Any] | None:
 
 def hand_over(argv: Sequence[str]) -> int | None:
     """Run ``bulldozer ARGV`` in a loader that takes it; its exit code, or None to run it here."""
-    if not _takes(argv):
+    if not takes(argv):
         return None
     loaders = _loaders()
     if not loaders:

@@ -27,7 +27,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bulldozer.cli.loader import REQUEST_HEADER, loader_folder, option, registry, registry_link, socket_path
+from bulldozer.cli.loader import (
+    REQUEST_HEADER,
+    loader_folder,
+    option,
+    registry,
+    registry_link,
+    socket_path,
+    takes,
+)
 from bulldozer.errors import BackendUnavailableError
 from bulldozer.sockets import at_unix_path
 
@@ -366,6 +374,12 @@ def _handle(state: _State, conn: socket.socket, stack: contextlib.ExitStack) -> 
                       "dal": state.dal.address if state.dal is not None else None})  # fmt: skip
         conn.close()
         return
+    if not takes(request["argv"]):  # the native caller sends every command (``takes``)
+        for fd in fds:
+            os.close(fd)
+        _reply(conn, {"refused": "not taken"})
+        conn.close()
+        return
     if state.stopping or len(fds) != 3 or _callers_home(request) != state.home:
         for fd in fds:
             os.close(fd)
@@ -399,15 +413,15 @@ def _handle(state: _State, conn: socket.socket, stack: contextlib.ExitStack) -> 
 
 
 def _check(request: Any) -> None:
-    """A request is a status query, or a command: arguments (``run`` among them), working
+    """A request is a status query, or a command: arguments, working
     directory, environment and umask, each of its type (ValueError otherwise)."""
     if not isinstance(request, dict):
         raise ValueError("not a JSON object")
     if request.get("op") == "status":
         return
     argv, cwd, env, umask = (request.get(k) for k in ("argv", "cwd", "env", "umask"))
-    if not (isinstance(argv, list) and all(isinstance(a, str) for a in argv) and "run" in argv):
-        raise ValueError("argv is not a list of strings with a run command")
+    if not (isinstance(argv, list) and all(isinstance(a, str) for a in argv)):
+        raise ValueError("argv is not a list of strings")
     if not (isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
         raise ValueError("env is not a mapping of strings")
     if not (isinstance(cwd, str) and os.path.isabs(cwd) and isinstance(umask, int)):

@@ -1,0 +1,3 @@
+module bulldozer/launcher
+
+go 1.22
