@@ -214,10 +214,14 @@ class WarmLoader:
         return [self.pid, *descendants(self.pid)]
 
     def rss_kib(self) -> int:
-        """Resident memory of the loader and its descendants now."""
-        from bench.measured_cli import status_kib
-
-        return sum(status_kib(pid, "VmRSS") for pid in self.processes())
+        """Resident memory of the loader and its descendants now: their proportional set
+        sizes (``Pss``), so the pages the loader shares with the child it forked ahead
+        (bulldozer.cli.loader.server's spare) count once, not once per process."""
+        total = 0
+        for pid in self.processes():
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/smaps_rollup") as rollup:
+                total += next((int(line.split()[1]) for line in rollup if line.startswith("Pss:")), 0)
+        return total
 
     def major_faults(self) -> int:
         """Major page faults of the loader and its descendants so far (those of the children

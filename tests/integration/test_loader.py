@@ -215,6 +215,34 @@ def test_a_command_killed_in_the_loader_gives_its_caller_the_exit_code(home: Pat
         assert proc.wait(timeout=30) == 128 + signal.SIGKILL
 
 
+def test_a_command_runs_in_the_child_the_loader_forked_ahead_for_it(home: Path) -> None:
+    """The loader forks the child the next command gets ahead of it (a spare, waiting): the
+    command runs in it, and the loader forks the next one once the command has ended."""
+    loader = (status(home) or {})["pid"]
+    itself = Path(f"/proc/{loader}/cmdline").read_bytes()
+
+    def forks(leading: bool) -> list[int]:  # the loader's own children (not its DAL); a command leads its group
+        children = [int(p) for p in Path(f"/proc/{loader}/task/{loader}/children").read_text().split()]
+        return sorted(
+            pid for pid in children
+            if _alive(pid) and Path(f"/proc/{pid}/cmdline").read_bytes() == itself and (os.getpgid(pid) == pid) is leading
+        )  # fmt: skip
+
+    def soon(leading: bool, unlike: list[int]) -> list[int]:
+        deadline = time.monotonic() + 10
+        while (found := forks(leading)) in ([], unlike) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return found
+
+    spare = soon(False, [])
+    assert len(spare) == 1, spare
+    with _stuck_run(home):
+        assert soon(True, []) == spare  # the command runs in the spare
+        assert forks(False) == []  # none is forked while it runs
+    following = soon(False, spare)
+    assert len(following) == 1 and following != spare, following
+
+
 @pytest.mark.parametrize(
     ("signum", "code", "line"), [(signal.SIGINT, 130, "error: interrupted"), (signal.SIGTERM, 143, "error: terminated")]
 )
