@@ -377,21 +377,10 @@ def _handle(state: _State, conn: socket.socket, stack: contextlib.ExitStack) -> 
             log.warning("refused a connection from uid %d (pid %d): not this loader's user", uid, pid)
             conn.close()
             return
-        data, fds, _, _ = socket.recv_fds(conn, 65536, 3)
-        if not data and not fds:  # a probe (another loader checking the registry's links)
+        body, fds = _message(conn, 3, _MAX_REQUEST)
+        if body is None:  # a probe (another loader checking the registry's links)
             conn.close()
             return
-        if len(data) < REQUEST_HEADER.size:
-            raise ValueError("no request")
-        (size,) = REQUEST_HEADER.unpack_from(data)
-        if size > _MAX_REQUEST:
-            raise ValueError(f"a request of {size} bytes")
-        body = bytearray(data[REQUEST_HEADER.size :])
-        while len(body) < size:
-            chunk = conn.recv(size - len(body))
-            if not chunk:
-                raise ValueError("the request was cut short")
-            body += chunk
         request = json.loads(body)
         _check(request)
     except (OSError, ValueError, RecursionError) as exc:
@@ -505,28 +494,46 @@ def _await(state: _State, channel: socket.socket) -> None:
     (``_hand``) and become it; exit when the channel closes without one (the loader
     discarded it, stopped, or died)."""
     try:
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         # a Ctrl-C or a hang-up reaching the loader's group stops the loader, which ends this
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        _child_signals(interrupt=signal.SIG_IGN, hang_up=signal.SIG_IGN)
         _leave_loader(state)
-        data, fds, _, _ = socket.recv_fds(channel, 65536, 4)
-        if len(data) < REQUEST_HEADER.size or len(fds) != 4:
+        body, fds = _message(channel, 4, 2 * _MAX_REQUEST)
+        if body is None or len(fds) != 4:
             os._exit(0)
-        (size,) = REQUEST_HEADER.unpack_from(data)
-        body = bytearray(data[REQUEST_HEADER.size :])
-        while len(body) < size:
-            chunk = channel.recv(size - len(body))
-            if not chunk:
-                os._exit(0)
-            body += chunk
         channel.close()
         message = json.loads(body)
         conn = socket.socket(fileno=fds[0])
     except BaseException:  # the spare must reach os._exit, whatever happened
         os._exit(0)
     _become(state, conn, fds[1:], message["request"], int(message["caller"]))
+
+
+def _message(sock: socket.socket, maxfds: int, limit: int) -> tuple[bytes | None, list[int]]:
+    """A message on ``sock`` (``REQUEST_HEADER``, then a body of at most ``limit`` bytes) and
+    the descriptors that came with its first bytes; None for the body when nothing came.
+    ValueError when it is not one (the descriptors closed then)."""
+    data, fds, _, _ = socket.recv_fds(sock, 65536, maxfds)
+    try:
+        if not data:
+            if fds:
+                raise ValueError("descriptors without a request")
+            return None, fds
+        if len(data) < REQUEST_HEADER.size:
+            raise ValueError("no request")
+        (size,) = REQUEST_HEADER.unpack_from(data)
+        if size > limit:
+            raise ValueError(f"a request of {size} bytes")
+        body = bytearray(data[REQUEST_HEADER.size :])
+        while len(body) < size:
+            chunk = sock.recv(size - len(body))
+            if not chunk:
+                raise ValueError("the request was cut short")
+            body += chunk
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return bytes(body), fds
 
 
 def _check(request: Any) -> None:
@@ -572,10 +579,7 @@ def _become(state: _State, conn: socket.socket, fds: list[int], request: dict[st
     code = 70  # EX_SOFTWARE, if anything below fails before the command runs
     _reply(conn, {"pid": os.getpid()})
     try:
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGHUP, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _child_signals(interrupt=signal.default_int_handler, hang_up=signal.SIG_DFL)
         _leave_loader(state)
         os.setpgid(0, 0)  # its own group: the caller's signals reach it (and its DAL) alone
         for target, fd in enumerate(fds):
@@ -621,6 +625,15 @@ def _become(state: _State, conn: socket.socket, fds: list[int], request: dict[st
             sys.stderr.flush()
         _reply(conn, {"exit": code & 0xFF})  # what the loader would read from the exit status
         os._exit(code)
+
+
+def _child_signals(interrupt: Any, hang_up: Any) -> None:
+    """In a child: none of the loader's signal handling (its wakeup descriptor, its handlers);
+    SIGTERM kills, SIGINT and SIGHUP get these."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGHUP, hang_up)
 
 
 def _leave_loader(state: _State) -> None:
