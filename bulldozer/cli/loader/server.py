@@ -8,9 +8,9 @@ channel or a thread pool; the children do, after the fork.
 
 The child a command gets is forked ahead (a *spare*, ``_Spare``): it waits for a command
 (``_await``), and the loader hands it the next one it takes. The loader forks a spare as it
-starts and whenever a command has ended and none is left (not while one runs: on two cores
-that fork slowed the command it ran beside), and forks a command's child itself when it has
-none (commands at once, a spare killed or of an earlier DAL). A fork of the loader (some
+starts and whenever a command has ended and none is left (not as it hands one over: on two
+cores that fork slowed the command it ran beside), and forks a command's child itself when
+it has none (commands at once, a spare killed or of an earlier DAL). A fork of the loader (some
 300 MiB of pages) took 5-10 ms of a warm run's start; a spare takes it off the command's path.
 2,000-row runs through the loader, alternating with one forking each command (79 each, a
 busy machine): paired median -9.8 ms, faster in 49 of 79 (forking the next spare while the
@@ -443,11 +443,22 @@ def _handle(state: _State, conn: socket.socket, stack: contextlib.ExitStack) -> 
 
 
 def _spawn_spare(state: _State) -> None:
-    """Fork the child the next command will get (``_Spare``)."""
+    """Fork the child the next command will get (``_Spare``); none when the machine refuses a
+    process or a descriptor now (the next command's child is forked for it, as before)."""
     if state.stopping or state.spare is not None:
         return
-    ours, theirs = socket.socketpair()
-    pid = os.fork()
+    try:
+        ours, theirs = socket.socketpair()
+    except OSError as exc:
+        log.warning("no spare child for the next command: %s", exc)
+        return
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        ours.close()
+        theirs.close()
+        log.warning("no spare child for the next command: %s", exc)
+        return
     if pid == 0:
         ours.close()
         _await(state, theirs)  # never returns
