@@ -25,7 +25,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -96,7 +95,8 @@ func registry() string {
 	return filepath.Join(dir, "bulldozer-loaders-"+strconv.Itoa(os.Getuid()))
 }
 
-// loaders are the registered loaders' sockets, in name order; none when the registry is not
+// loaders are the registered loaders' sockets, in name order (os.ReadDir sorts them, as the
+// Python caller's sorted() does); none when the registry is not
 // a folder this user owns and no one else may enter.
 func loaders() []string {
 	folder := registry()
@@ -115,7 +115,6 @@ func loaders() []string {
 			socks = append(socks, filepath.Join(folder, e.Name()))
 		}
 	}
-	sort.Strings(socks)
 	return socks
 }
 

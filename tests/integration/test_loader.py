@@ -196,21 +196,33 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _forks(home: Path, commands: bool) -> list[int]:
+    """The live children the loader forked itself (not its DAL): its commands, which lead
+    their own group, or (``commands`` False) its spare. A command that has exited and waits
+    to be reaped is still listed: it is left out (under load, one was killed instead)."""
+    loader = (status(home) or {})["pid"]
+    itself = Path(f"/proc/{loader}/cmdline").read_bytes()
+    children = [int(pid) for pid in Path(f"/proc/{loader}/task/{loader}/children").read_text().split()]
+    return sorted(
+        pid for pid in children
+        if _alive(pid) and Path(f"/proc/{pid}/cmdline").read_bytes() == itself and (os.getpgid(pid) == pid) is commands
+    )  # fmt: skip
+
+
+def _soon(home: Path, commands: bool, unlike: list[int]) -> list[int]:
+    """``_forks`` once it lists some other than ``unlike`` (or after 10 s)."""
+    deadline = time.monotonic() + 10
+    while (found := _forks(home, commands)) in ([], unlike) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return found
+
+
 def test_a_command_killed_in_the_loader_gives_its_caller_the_exit_code(home: Path, caller: list[str]) -> None:
     """A command says its exit code itself as it ends; one that cannot (killed) gets it said
     by the loader, from its exit status."""
     with _stuck_run(home, caller=caller) as proc:
-        loader = (status(home) or {})["pid"]
-        deadline = time.monotonic() + 10
-        while True:  # the loader counts the command as it forks it; the child then makes its group
-            children = Path(f"/proc/{loader}/task/{loader}/children").read_text().split()
-            # it leads its own group, and is not an earlier test's command that has exited and
-            # waits to be reaped (a zombie is still listed: under load, one was killed instead)
-            commands = [int(pid) for pid in children if os.getpgid(int(pid)) == int(pid) and _alive(int(pid))]
-            if commands or time.monotonic() > deadline:
-                break
-            time.sleep(0.02)
-        assert len(commands) == 1, children
+        commands = _soon(home, True, [])  # counted as the loader forks it; the child then makes its group
+        assert len(commands) == 1, commands
         os.kill(commands[0], signal.SIGKILL)
         assert proc.wait(timeout=30) == 128 + signal.SIGKILL
 
@@ -218,28 +230,12 @@ def test_a_command_killed_in_the_loader_gives_its_caller_the_exit_code(home: Pat
 def test_a_command_runs_in_the_child_the_loader_forked_ahead_for_it(home: Path) -> None:
     """The loader forks the child the next command gets ahead of it (a spare, waiting): the
     command runs in it, and the loader forks the next one once the command has ended."""
-    loader = (status(home) or {})["pid"]
-    itself = Path(f"/proc/{loader}/cmdline").read_bytes()
-
-    def forks(leading: bool) -> list[int]:  # the loader's own children (not its DAL); a command leads its group
-        children = [int(p) for p in Path(f"/proc/{loader}/task/{loader}/children").read_text().split()]
-        return sorted(
-            pid for pid in children
-            if _alive(pid) and Path(f"/proc/{pid}/cmdline").read_bytes() == itself and (os.getpgid(pid) == pid) is leading
-        )  # fmt: skip
-
-    def soon(leading: bool, unlike: list[int]) -> list[int]:
-        deadline = time.monotonic() + 10
-        while (found := forks(leading)) in ([], unlike) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        return found
-
-    spare = soon(False, [])
+    spare = _soon(home, False, [])
     assert len(spare) == 1, spare
     with _stuck_run(home):
-        assert soon(True, []) == spare  # the command runs in the spare
-        assert forks(False) == []  # none is forked while it runs
-    following = soon(False, spare)
+        assert _soon(home, True, []) == spare  # the command runs in the spare
+        assert _forks(home, False) == []  # none is forked while it runs
+    following = _soon(home, False, spare)
     assert len(following) == 1 and following != spare, following
 
 
