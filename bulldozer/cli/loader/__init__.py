@@ -23,7 +23,7 @@ run's version stays LOADING and resumable, as after any crash) when the caller i
 
 So a run through the loader is the one-shot run, started faster: same code (a loader whose
 installation changed since it started — an upgraded package or distribution, a rebuilt data
-plane — refuses every command, which runs on its own, and stops: ``server.code_stamp``), same settings
+plane — refuses every command, which runs on its own, and stops: ``installed``), same settings
 (read by the child from the caller's environment), same isolation (one process per run,
 nothing of one run survives into the next), and the one-shot command stays correct on its
 own — with no loader running, or ``BULLDOZER_LOADER=off``, nothing changes. Runs with

@@ -46,6 +46,7 @@ from bulldozer.cli.loader import (
     socket_path,
     takes,
 )
+from bulldozer.cli.loader.installed import CodeWatch, Installed
 from bulldozer.errors import BackendUnavailableError
 from bulldozer.sockets import at_unix_path
 
@@ -131,10 +132,10 @@ class _State:
     listener: socket.socket
     selector: selectors.BaseSelector
     wake: socket.socket
+    code: CodeWatch  # whether the installed code changed since it started
     dal: Any = None  # the warm embedded DAL (bulldozer.kv.connect.EmbeddedDal) or None
     children: dict[int, _Child] = field(default_factory=dict)
     spare: _Spare | None = None
-    code: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # ``code_stamp`` when it started
     served: int = 0
     started: float = field(default_factory=time.time)
     stopping: bool = False
@@ -156,44 +157,6 @@ def preload() -> float:
 
     run_record_adapter()  # a run reads its live version's record: 20 ms of a warm delta's 0.22 s
     return time.perf_counter() - began
-
-
-def code_stamp() -> dict[str, tuple[int, int, int]]:
-    """What a command would run: every file of the bulldozer package (bytecode caches aside)
-    and the native data plane's binary, by (inode, modification time, size), and the
-    installed distributions (their ``.dist-info`` names hold their versions). A loader runs
-    the code it imported when it started; once an upgrade (``pip install``, ``git pull``
-    and the bootstrap, a rebuilt data plane) has changed any of it, a command it forked
-    would run the old code, and import the rest from the new (≈ 1 ms a command here: 334
-    entries, 0.4 % of a warm delta run)."""
-    import sysconfig
-
-    import bulldozer
-    from bulldozer.kv.server.native import kvd_binary
-
-    stamp: dict[str, tuple[int, int, int]] = {}
-    folders = [os.path.dirname(bulldozer.__file__)]
-    while folders:
-        with os.scandir(folders.pop()) as entries:
-            for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    if entry.name != "__pycache__":
-                        folders.append(entry.path)
-                    continue
-                with contextlib.suppress(OSError):  # gone meanwhile: missing from the stamp
-                    st = entry.stat()
-                    stamp[entry.path] = (st.st_ino, st.st_mtime_ns, st.st_size)
-    kvd = kvd_binary()
-    if kvd is not None:
-        with contextlib.suppress(OSError):
-            st = kvd.stat()
-            stamp[str(kvd)] = (st.st_ino, st.st_mtime_ns, st.st_size)
-    for library in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}:
-        with contextlib.suppress(OSError):
-            for name in os.listdir(library):
-                if name.endswith(".dist-info"):
-                    stamp[os.path.join(library, name)] = (0, 0, 0)
-    return stamp
 
 
 def _listen(path: Path) -> socket.socket:
@@ -231,7 +194,7 @@ def serve(home: Path, warm_dal: bool = True) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # SIGHUP: the terminal it ran in closed
         signal.signal(sig, lambda *_: None)  # handled in the loop, through the wakeup fd
     selector = selectors.DefaultSelector()
-    state = _State(home, listener, selector, wake_r, code=code_stamp())
+    state = _State(home, listener, selector, wake_r, CodeWatch(Installed.here()))
     selector.register(listener, selectors.EVENT_READ, "accept")
     selector.register(wake_r, selectors.EVENT_READ, "signal")
     (folder / "loader.pid").write_text(str(os.getpid()))
@@ -250,6 +213,7 @@ def serve(home: Path, warm_dal: bool = True) -> int:
                 _forget(state, child)
             selector.close()
             listener.close()
+            state.code.close()
             if link is not None and _links_to(link, path):
                 link.unlink()
             with contextlib.suppress(FileNotFoundError):
@@ -391,7 +355,7 @@ def _handle(state: _State, conn: socket.socket, stack: contextlib.ExitStack) -> 
         return
     if request.get("op") == "status":
         _reply(conn, {"pid": os.getpid(), "home": str(state.home), "running": len(state.children),
-                      "served": state.served, "since": state.started, "upgraded": code_stamp() != state.code,
+                      "served": state.served, "since": state.started, "upgraded": state.code.changed(),
                       "dal": state.dal.address if state.dal is not None else None})  # fmt: skip
         conn.close()
         return
@@ -407,7 +371,7 @@ def _handle(state: _State, conn: socket.socket, stack: contextlib.ExitStack) -> 
         _reply(conn, {"refused": "stopping" if state.stopping else "not this loader's home"})
         conn.close()
         return
-    if code_stamp() != state.code:  # an upgrade since it started: its children would run old code
+    if state.code.changed():  # an upgrade since it started: its children would run old code
         for fd in fds:
             os.close(fd)
         log.warning("the installed code changed since the loader started: it stops, and commands run on their own")
@@ -662,6 +626,7 @@ def _leave_loader(state: _State) -> None:
     if spare is not None:
         spare.channel.close()
         os.close(spare.pidfd)
+    state.code.close()
 
 
 def _run_cli() -> int:
