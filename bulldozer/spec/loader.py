@@ -266,13 +266,13 @@ _OPEN = (
 _CLOSE = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
 
 
-def _too_deep(text: str) -> yaml.Mark | None:
-    """Where the text nests deeper than MAX_DEPTH collections, found by PyYAML's scanner
-    (a loop) before its composer (a recursion, which a deep document overflows) runs; None
-    when it does not (a scanner error is left for the parse to report)."""
+def _too_deep(text: str, loader: type[Any] = yaml.SafeLoader) -> yaml.Mark | None:
+    """Where the text nests deeper than MAX_DEPTH collections, found by a scanner (a loop)
+    before a composer (a recursion, which a deep document overflows) runs; None when it does
+    not (a scanner error is left for the parse to report)."""
     depth = 0
     try:
-        for token in yaml.scan(text, Loader=yaml.SafeLoader):
+        for token in yaml.scan(text, Loader=loader):
             if isinstance(token, _OPEN):
                 depth += 1
                 if depth > MAX_DEPTH:
@@ -285,8 +285,34 @@ def _too_deep(text: str) -> yaml.Mark | None:
     return None
 
 
+#: libyaml's parser, where PyYAML was built with it (its wheels are)
+_C_LOADER: type[Any] | None = getattr(yaml, "CSafeLoader", None)
+
+
+def _fast_node(text: str) -> yaml.Node | None:
+    """The document's root node as libyaml composes it (the nodes, marks and tags PyYAML's
+    own parser gives a valid document), or None whenever anything is off (no libyaml, a
+    character YAML does not allow, nesting past MAX_DEPTH, any YAML error, no document):
+    PyYAML's own parser then reads the text again and says what is wrong, as it always has.
+    In a forked warm run the pure-Python scan and composition of a spec took 3-4 ms of the
+    start, libyaml's 0.3-0.7 ms (this machine, running slow)."""
+    if _C_LOADER is None or yaml.reader.Reader.NON_PRINTABLE.search(text) or _too_deep(text, _C_LOADER) is not None:
+        return None
+    loader = _C_LOADER(text)
+    try:
+        node: yaml.Node | None = loader.get_single_node()
+    except yaml.YAMLError:
+        return None
+    finally:
+        loader.dispose()
+    return node
+
+
 def _parse(text: str, source: str, env: Mapping[str, str]) -> tuple[Any, _Builder]:
     builder = _Builder(source, env)
+    node = _fast_node(text)
+    if isinstance(node, yaml.MappingNode):
+        return _built(node, builder)
     if not text.strip():
         builder.add(None, (), "the file is empty; a job spec is a YAML mapping")
         return None, builder
@@ -320,6 +346,10 @@ def _parse(text: str, source: str, env: Mapping[str, str]) -> tuple[Any, _Builde
     if not isinstance(node, yaml.MappingNode):
         builder.add(node.start_mark, (), "the document root must be a mapping of sections")
         return None, builder
+    return _built(node, builder)
+
+
+def _built(node: yaml.MappingNode, builder: _Builder) -> tuple[Any, _Builder]:
     builder.positions.marks[()] = (node.start_mark.line + 1, node.start_mark.column + 1)
     try:
         data = builder.build(node, (), 0)
