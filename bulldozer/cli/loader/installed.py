@@ -97,25 +97,33 @@ class Installed:
 
     def package_folders(self) -> list[str]:
         """The package's folder and every folder under it but bytecode caches."""
-        found, pending = [], [self.package]
+        return [folder for folder, _ in self._package()]
+
+    def _package(self) -> list[tuple[str, list[os.DirEntry[str]]]]:
+        """Each of ``package_folders`` with the files in it, in one pass over the tree."""
+        found: list[tuple[str, list[os.DirEntry[str]]]] = []
+        pending = [self.package]
         while pending:
             folder = pending.pop()
-            found.append(folder)
+            files: list[os.DirEntry[str]] = []
             with contextlib.suppress(OSError), os.scandir(folder) as entries:
-                pending += [e.path for e in entries if e.is_dir(follow_symlinks=False) and e.name != "__pycache__"]
+                for entry in entries:
+                    if not entry.is_dir(follow_symlinks=False):
+                        files.append(entry)
+                    elif entry.name != "__pycache__":
+                        pending.append(entry.path)
+            found.append((folder, files))
         return found
 
     def stamp(self) -> Stamp:
         """Each file that counts by (inode, modification time, size); each distribution by
         its ``.dist-info`` name."""
         stamp: Stamp = {}
-        for folder in self.package_folders():
-            with contextlib.suppress(OSError), os.scandir(folder) as entries:
-                for entry in entries:
-                    if not entry.is_dir(follow_symlinks=False):
-                        with contextlib.suppress(OSError):  # gone meanwhile: missing from the stamp
-                            st = entry.stat()
-                            stamp[entry.path] = (st.st_ino, st.st_mtime_ns, st.st_size)
+        for _, files in self._package():
+            for entry in files:
+                with contextlib.suppress(OSError):  # gone meanwhile: missing from the stamp
+                    st = entry.stat()
+                    stamp[entry.path] = (st.st_ino, st.st_mtime_ns, st.st_size)
         if self.binary is not None:
             with contextlib.suppress(OSError):
                 st = os.stat(self.binary)
