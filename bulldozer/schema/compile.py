@@ -11,11 +11,14 @@ and protobuf's versions and this module's source: ``_descriptor_key``) and read 
 the next time. In a warm run's freshly forked process the compile took a median of 12.6 ms
 (protoc run in this process, its scratch folder, the comments stripped), reading a kept one
 2.7 ms. The cache is this user's own: a folder or file another user owns, or others may
-write, is not read.
+write, is not read. It holds at most ``KEPT_DESCRIPTORS`` sets: reading one marks it used
+(its modification time), and keeping a new one removes the least recently used beyond that,
+and any half-written file a killed process left.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -24,6 +27,7 @@ import stat
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +48,13 @@ __all__ = [
 ]
 
 _PROTOC_LOCK = threading.Lock()
+
+#: the most descriptor sets the cache keeps (a few kB each): about one per job and schema
+#: change a user runs; the least recently used beyond it are removed
+KEPT_DESCRIPTORS = 512
+
+#: a half-written entry (``.part``) older than this is a killed writer's, and removed
+_STALE_PART_SECONDS = 3600.0
 
 
 def protoc_include_dir() -> str:
@@ -183,10 +194,14 @@ def _kept_descriptor(key: str, proto_name: str) -> bytes | None:
             if not (_ours(os.stat(folder)) and _ours(os.fstat(f.fileno()))):
                 return None
             data = f.read()
-        files = descriptor_pb2.FileDescriptorSet.FromString(data).file
+            files = descriptor_pb2.FileDescriptorSet.FromString(data).file
+            if not any(file.name == proto_name for file in files):
+                return None
+            with contextlib.suppress(OSError):  # a read-only cache is still read
+                os.utime(f.fileno())  # used now: the last to be removed (_prune)
     except Exception:  # missing, unreadable, not a descriptor set, no settings: compile it
         return None
-    return data if any(file.name == proto_name for file in files) else None
+    return data
 
 
 def _keep_descriptor(key: str, descriptor_set: bytes) -> None:
@@ -203,8 +218,31 @@ def _keep_descriptor(key: str, descriptor_set: bytes) -> None:
             os.replace(f.name, folder / f"{key}.binpb")
         except OSError:
             os.unlink(f.name)
+        _prune(folder)
     except Exception:
         return
+
+
+def _prune(folder: Path) -> None:
+    """Remove the least recently used descriptor sets beyond ``KEPT_DESCRIPTORS`` and the
+    half-written files of writers killed more than an hour ago. Another process may remove
+    the same file at the same time: a file already gone is no error."""
+    kept: list[tuple[float, str]] = []
+    stale_before = time.time() - _STALE_PART_SECONDS
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            try:
+                modified = entry.stat(follow_symlinks=False).st_mtime
+            except OSError:
+                continue
+            if entry.name.endswith(".binpb"):
+                kept.append((modified, entry.name))
+            elif entry.name.endswith(".part") and modified < stale_before:
+                (folder / entry.name).unlink(missing_ok=True)
+    if len(kept) > KEPT_DESCRIPTORS:
+        kept.sort()
+        for _, name in kept[: len(kept) - KEPT_DESCRIPTORS]:
+            (folder / name).unlink(missing_ok=True)
 
 
 def _own_comments_only(descriptor_set: bytes, proto_name: str) -> bytes:

@@ -99,3 +99,39 @@ def test_an_unwritable_cache_is_no_error(protoc_runs: list[list[str]], tmp_path:
     for _ in range(2):
         assert compile_proto(TEXT, NAME, python=False).descriptor_set
     assert len(protoc_runs) == 2
+
+
+def _named(index: int) -> str:
+    return TEXT.replace("message V", f"message V{index}")
+
+
+def test_the_cache_keeps_the_most_recently_used_sets(
+    protoc_runs: list[list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(compile_module, "KEPT_DESCRIPTORS", 3)
+    paths: dict[int, Path] = {}
+    for index in range(3):
+        before = set(_kept(tmp_path))
+        compile_proto(_named(index), NAME, python=False)
+        (paths[index],) = set(_kept(tmp_path)) - before
+        os.utime(paths[index], (1_000_000 + index, 1_000_000 + index))  # compiled long ago, 0 first
+    runs = len(protoc_runs)
+    compile_proto(_named(0), NAME, python=False)  # read from the cache: 0 is used now, 1 the least lately
+    assert len(protoc_runs) == runs
+    compile_proto(_named(3), NAME, python=False)  # a fourth set: one of the three goes
+    assert len(protoc_runs) == runs + 1
+    assert set(_kept(tmp_path)) - set(paths.values()) and len(_kept(tmp_path)) == 3
+    assert not paths[1].exists() and paths[0].exists() and paths[2].exists()
+
+
+def test_a_killed_writers_half_written_file_is_removed(protoc_runs: list[list[str]], tmp_path: Path) -> None:
+    folder = tmp_path / "cache" / "descriptors"
+    folder.mkdir(parents=True, mode=0o700)
+    stale, fresh = folder / ".old.part", folder / ".new.part"
+    stale.write_bytes(b"half")
+    fresh.write_bytes(b"half")
+    os.utime(stale, (1_000_000, 1_000_000))
+    compile_proto(TEXT, NAME, python=False)
+    assert not stale.exists(), "a file left by a writer killed long ago is removed"
+    assert fresh.exists(), "a file another writer may be writing now is left alone"
+    assert len(_kept(tmp_path)) == 1
