@@ -161,3 +161,19 @@ def test_code_on_a_network_file_system_is_scanned(
         assert watch.changed()
     finally:
         watch.close()
+
+
+@pytest.mark.parametrize("kernel", [True, False], ids=["inotify", "scan"])
+@pytest.mark.parametrize("changed_first", [True, False], ids=["changed", "unchanged"])
+def test_a_closed_watch_says_what_it_saw_until_closed(
+    installed: Installed, tmp_path: Path, kernel: bool, changed_first: bool
+) -> None:
+    """A loader's child closes the watch it inherits: the watch then answers as it had, never
+    "changed" for a change it did not see (nor forgets one it had)."""
+    watch = CodeWatch(installed, use_inotify=kernel)
+    if changed_first:
+        _append(tmp_path / "pkg" / "sub" / "mod.py")
+    watch.close()
+    watch.close()  # again: nothing more
+    assert watch.changed() is changed_first
+    assert not watch.watched_by_kernel

@@ -147,8 +147,8 @@ class CodeWatch:
         if use_inotify:
             self._watch()
         # scanned only where the kernel does not watch (after trying: a change between is in
-        # one or the other)
-        self._stamp = installed.stamp() if self._fd is None else {}
+        # one or the other); None where it does
+        self._stamp: Stamp | None = installed.stamp() if self._fd is None else None
         self._changed = False
 
     @property
@@ -157,12 +157,17 @@ class CodeWatch:
 
     def changed(self) -> bool:
         if not self._changed:
-            self._changed = self._queued() if self._fd is not None else self.installed.stamp() != self._stamp
+            if self._fd is not None:
+                self._changed = self._queued()
+            elif self._stamp is not None:
+                self._changed = self.installed.stamp() != self._stamp
         return self._changed
 
     def close(self) -> None:
-        """Stop watching (a loader's child closes what the loader holds)."""
+        """Stop watching (a loader's child closes what the loader holds); ``changed`` then
+        says what the kernel had reported until now."""
         if self._fd is not None:
+            self.changed()
             os.close(self._fd)
             self._fd = None
 
