@@ -43,6 +43,7 @@ from bulldozer.schema import compile_proto, generate_proto, iceberg, render_prot
 from bulldozer.schema.compile import load_message_classes, protoc_include_dir
 from bulldozer.settings import python_command
 from bulldozer.spec.models import ProtobufConfig
+from tests.java_compiler import JavaCompiler
 from tests.schemas import spec_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -131,7 +132,8 @@ def toolchains(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
             pytest.fail(f"{tool} is required to check the generated clients (scripts/bootstrap.sh installs it)")
     root = tmp_path_factory.mktemp("readers")
     jar = maven_jar(f"com.google.protobuf:protobuf-java:{_protobuf_java()}", root)
-    yield {"jar": jar, "protoc": java_protoc(), "go": go_plugins()[0], "root": root}
+    with JavaCompiler() as javac:  # the module's 45 builds in one JVM
+        yield {"jar": jar, "protoc": java_protoc(), "go": go_plugins()[0], "root": root, "javac": javac}
 
 
 def maven_jar(coordinates: str, folder: Path) -> Path:
@@ -158,8 +160,8 @@ def protoc_javac(tools: dict[str, Any], folder: Path, classpath: list[Path]) -> 
         return "protoc: " + made.stderr
     sources = [str(p) for p in (folder / "src").rglob("*.java")]
     cp = ":".join(str(jar) for jar in classpath)
-    built = run(["javac", "-nowarn", "-cp", cp, "-d", str(folder / "classes"), *sources], folder)
-    return "" if built.returncode == 0 else "javac: " + built.stderr.split("error: ", 1)[-1].splitlines()[0]
+    code, said = tools["javac"].javac(["-nowarn", "-cp", cp, "-d", str(folder / "classes"), *sources])
+    return "" if code == 0 else "javac: " + said.split("error: ", 1)[-1].splitlines()[0]
 
 
 def java_errors(tools: dict[str, Any], texts: list[str], packages: list[str] | None = None) -> list[str]:
