@@ -1,10 +1,15 @@
 """Feast's own virtual environment, so its pins never touch Bulldozer's.
 
-Made on first use under ``~/.cache/bulldozer/feast-<version>`` (or
+Made on first use under ``~/.cache/bulldozer/feast-<version>-<interpreter>`` (or
 ``$BULLDOZER_FEAST_VENV``) with ``pip install 'feast[redis]==<version>.*'`` from PyPI, at the
 releases bench/feast-constraints.txt pins (scripts/gen_constraints.py), and reused
 afterwards; a marker file naming the pins is written only after a complete install, so an
-interrupted one, or one of other pins, is redone."""
+interrupted one, or one of other pins, is redone.
+
+Feast runs on the interpreter Bulldozer's venv was made with (scripts/bootstrap.sh chooses
+it): builds of one Python release differ in speed (pyenv's 3.11.7 took 1.20x the time of
+Debian's 3.11.2 for a one-shot run here), so both sides of a comparison run on the same one.
+Each interpreter has a venv of its own, and the marker names it too."""
 
 from __future__ import annotations
 
@@ -21,8 +26,14 @@ FEAST_CONSTRAINTS = Path(__file__).resolve().parent / "feast-constraints.txt"
 WORKER = Path(__file__).resolve().parent / "feast_worker.py"
 
 
+def base_python() -> str:
+    """The interpreter this process's venv was made with (its real path)."""
+    return os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+
+
 def feast_venv() -> Path:
-    default = Path.home() / ".cache" / "bulldozer" / f"feast-{FEAST_VERSION}"
+    made_with = hashlib.sha256(base_python().encode()).hexdigest()[:8]
+    default = Path.home() / ".cache" / "bulldozer" / f"feast-{FEAST_VERSION}-{made_with}"
     return Path(os.environ.get("BULLDOZER_FEAST_VENV", default))
 
 
@@ -31,14 +42,14 @@ def feast_python(log: bool = True) -> Path:
     venv = feast_venv()
     python = venv / "bin" / "python"
     marker = venv / ".bulldozer-complete"
-    made = f"{FEAST_VERSION} {hashlib.sha256(FEAST_CONSTRAINTS.read_bytes()).hexdigest()[:16]}\n"
+    pins = hashlib.sha256(FEAST_CONSTRAINTS.read_bytes()).hexdigest()[:16]
+    made = f"{FEAST_VERSION} {pins} {base_python()}\n"
     if python.exists() and marker.exists() and marker.read_text() == made:
         return python
     if log:
         print(f"installing {FEAST_REQUIREMENT} into {venv} (once, about a minute) ...", flush=True)
     shutil.rmtree(venv, ignore_errors=True)
-    base = getattr(sys, "_base_executable", sys.executable)
-    subprocess.run([base, "-m", "venv", str(venv)], check=True)
+    subprocess.run([base_python(), "-m", "venv", str(venv)], check=True)
     subprocess.run(
         [
             str(python),
