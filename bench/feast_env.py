@@ -7,7 +7,7 @@ afterwards; a marker file naming the pins is written only after a complete insta
 interrupted one, or one of other pins, is redone.
 
 Feast runs on the interpreter Bulldozer's venv was made with (scripts/bootstrap.sh chooses
-it): builds of one Python release differ in speed (pyenv's 3.11.7 took 1.20x the time of
+it): builds of one Python release differ in speed (pyenv's 3.11.7 took 1.15x the time of
 Debian's 3.11.2 for a one-shot run here), so both sides of a comparison run on the same one.
 Each interpreter has a venv of its own, and the marker names it too."""
 

@@ -61,7 +61,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import feature_table
+from bench import feast_env, feature_table
 from bench.common import (
     REPO,
     CliRun,
@@ -1291,6 +1291,8 @@ def machine() -> dict[str, Any]:
         "memory_gib": round(int(mem) / 1024**2, 1),
         "platform": platform.platform(),
         "python": platform.python_version(),
+        # the build (scripts/bootstrap.sh chooses it; Feast's venv is made with the same one)
+        "python_executable": feast_env.base_python(),
     }
 
 

@@ -26,8 +26,9 @@ EXTRAS=${BULLDOZER_EXTRAS:-dev,sql,postgres,mysql,hive,spark,cassandra,redis,air
 # python3.11 and python3 on PATH (all of each, not the first: a pyenv shim and the system's),
 # those of the newest minor release found, the fastest at a short run of plain Python code.
 # Builds of one release differ by how they were compiled: here pyenv's 3.11.7 (no
-# profile-guided optimisation, a shared libpython) ran that code in 1.73x the time Debian's
-# 3.11.2 took, a one-shot run of 500 k rows 1.20x, `bulldozer --version` 1.26x.
+# profile-guided optimisation, a shared libpython) took 1.20-1.73x the time of Debian's 3.11.2
+# on plain Python code, 1.15x on a one-shot run of 500 k rows and 1.30x on `bulldozer
+# --version` (medians of 20, the two alternating).
 PROBE='
 import os, sys, timeit
 import ensurepip, venv  # it can make a venv with pip (a distribution may ship them apart)
