@@ -22,9 +22,10 @@ esac
 
 EXTRAS=${BULLDOZER_EXTRAS:-dev,sql,postgres,mysql,hive,spark,cassandra,redis,airflow,lineage,ui}
 
-# The interpreter the venv is made with: PYTHON when set; else, of every python3.12,
-# python3.11 and python3 on PATH (all of each, not the first: a pyenv shim and the system's),
-# those of the newest minor release found, the fastest at a short run of plain Python code.
+# The interpreter the venv is made with: PYTHON when set; else the release the first of
+# python3.12, python3.11 and python3 on PATH that can make a venv is, in its fastest build on
+# PATH (every match of each name, not the first: a pyenv shim and the system's) at a short
+# run of plain Python code.
 # Builds of one release differ by how they were compiled: here pyenv's 3.11.7 (no
 # profile-guided optimisation, a shared libpython) took 1.20-1.73x the time of Debian's 3.11.2
 # on plain Python code, 1.15x on a one-shot run of 500 k rows and 1.30x on `bulldozer
@@ -51,12 +52,14 @@ find_python() {
     echo "bootstrap: PYTHON=$PYTHON is not a Python 3.11 or newer" >&2
     return 1
   fi
-  local found
-  found=$(for name in python3.12 python3.11 python3; do
+  local probed minor found
+  probed=$(for name in python3.12 python3.11 python3; do
     type -ap "$name" 2>/dev/null || true
   done | while read -r candidate; do
     "$candidate" -c "$PROBE" 2>/dev/null || true
-  done | sort -t $'\t' -k3,3 -u | sort -t $'\t' -k1,1nr -k2,2n | head -n 1 | cut -f3-)
+  done)
+  minor=$(head -n 1 <<<"$probed" | cut -f1)
+  found=$(awk -F '\t' -v minor="$minor" '$1 == minor' <<<"$probed" | sort -t $'\t' -k2,2n | head -n 1 | cut -f3-)
   if [ -z "$found" ]; then
     echo "bootstrap: Python 3.11 or newer, with its venv and ensurepip modules, is required" \
       "(set PYTHON=/path/to/python3.11)" >&2

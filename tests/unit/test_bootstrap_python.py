@@ -1,6 +1,6 @@
 """The interpreter ``scripts/bootstrap.sh`` makes a new venv with (``--which-python``): PYTHON
-when set; else, of every python3.12, python3.11 and python3 on PATH, those of the newest minor
-release, the fastest at its probe. Each fake interpreter here answers the probe as a real
+when set; else the release of the first of python3.12, python3.11 and python3 on PATH that
+answers, in its fastest build on PATH at the probe. Each fake interpreter here answers the probe as a real
 one does (minor release, seconds, real path, tab-separated), or fails as one without venv or
 ensurepip does."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-TOOLS = ("sort", "cut", "head", "dirname")  # what the script runs before it answers
+TOOLS = ("sort", "cut", "head", "dirname", "awk")  # what the script runs before it answers
 
 
 def fake(folder: Path, name: str, answer: str | None) -> None:
@@ -63,9 +63,15 @@ def test_of_one_release_on_path_the_fastest_is_taken_wherever_it_stands(interpre
         assert (made.returncode, made.stdout) == (0, "/usr/bin/python3.11\n"), (order, made.stderr)
 
 
-def test_the_newest_minor_release_comes_before_speed(interpreters: Path) -> None:
+def test_the_release_is_the_first_names_that_answers_and_speed_chooses_its_build(interpreters: Path) -> None:
     made = which_python(interpreters, ["shims", "system", "newer"])
     assert (made.returncode, made.stdout) == (0, "/opt/python3.12/bin/python3.12\n"), made.stderr
+    # a python3 of a newer release than the python3.11 beside it: 3.11 is still the release
+    fake(interpreters / "next", "python3", "13\t0.010\t/opt/python3.13/bin/python3.13")
+    made = which_python(interpreters, ["next", "shims", "system"])
+    assert (made.returncode, made.stdout) == (0, "/usr/bin/python3.11\n"), made.stderr
+    made = which_python(interpreters, ["next", "broken"])  # and the release when it is the only one
+    assert (made.returncode, made.stdout) == (0, "/opt/python3.13/bin/python3.13\n"), made.stderr
 
 
 def test_python_names_the_interpreter_and_an_old_one_is_refused(interpreters: Path) -> None:
