@@ -10,6 +10,8 @@ import threading
 from pathlib import Path
 from types import TracebackType
 
+from tests import jvm
+
 SOURCE = Path(__file__).resolve().parent / "java" / "Javac.java"
 
 
@@ -18,9 +20,7 @@ class JavaCompiler:
     exit code and stderr (one build at a time, in the order asked)."""
 
     def __init__(self) -> None:
-        self._process = subprocess.Popen(
-            ["java", "-XX:+UseSerialGC", str(SOURCE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-        )
+        self._process = subprocess.Popen(jvm.java(str(SOURCE)), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self._lock = threading.Lock()
 
     def javac(self, args: list[str]) -> tuple[int, str]:

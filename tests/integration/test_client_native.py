@@ -20,6 +20,7 @@ from bulldozer.kv.tls import channel_credentials
 from bulldozer.load.runner import run_job
 from bulldozer.names import new_version_name, short_version
 from bulldozer.warehouse.sample import create_sample_warehouse
+from tests import jvm
 from tests.conftest import REPO
 from tests.integration.kv_fixtures import seal_as_loaded
 from tests.integration.test_kv_server import _free_port, _start, stop_servers
@@ -138,14 +139,14 @@ def test_java_client_builds_and_reads_a_key(loaded_dal: dict[str, Any], tmp_path
     generate("java", loaded_dal, again)
     assert tree(out) == tree(again)  # deterministic
     assert (out / "src/main/java/dev/bulldozer/kv/v1/KvDataGrpc.java").exists()
-    run(["mvn", "-q", "-B", "package"], out)
+    run(["mvn", "-q", "-B", "package"], out, jvm.maven_env())
     (jar,) = (out / "target").glob("*-all.jar")  # runnable, with its dependencies: the README's command
     readme = (out / "README.md").read_text()
     assert f"java -jar target/{jar.name} HOST:PORT" in readme and "Java 8 or newer" in readme
     assert _class_major(out / "target" / "classes") == 52  # Java 8 class files: the stated floor
 
     def java(*args: str, endpoint: str = loaded_dal["endpoint"], env: dict[str, str] | None = None) -> Any:
-        return json.loads(run(["java", "-jar", str(jar), endpoint, *args], out, env))
+        return json.loads(run(jvm.java("-jar", str(jar), endpoint, *args), out, env))
 
     assert java(json.dumps(KEY)) == loaded_dal["v2"]
     assert java(json.dumps(KEY), endpoint=loaded_dal["secure"], env=loaded_dal["secure_env"]) == loaded_dal["v2"]
@@ -153,7 +154,7 @@ def test_java_client_builds_and_reads_a_key(loaded_dal: dict[str, Any], tmp_path
     assert java(json.dumps(KEY), loaded_dal["first"]) == loaded_dal["v1"]  # pinned: the full name
     assert java(json.dumps(KEY), short_version(loaded_dal["first"])) == loaded_dal["v1"]  # or the short id
     refused = subprocess.run(
-        ["java", "-jar", str(jar), loaded_dal["endpoint"], json.dumps(KEY), loaded_dal["breaking"]],
+        jvm.java("-jar", str(jar), loaded_dal["endpoint"], json.dumps(KEY), loaded_dal["breaking"]),
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert refused.returncode != 0 and "schema generation 2" in refused.stderr  # refused, not misread

@@ -6,6 +6,7 @@ near-misses, which is accepted, builds in all three and round-trips in Python.""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -43,6 +44,7 @@ from bulldozer.schema import compile_proto, generate_proto, iceberg, render_prot
 from bulldozer.schema.compile import load_message_classes, protoc_include_dir
 from bulldozer.settings import python_command
 from bulldozer.spec.models import ProtobufConfig
+from tests import jvm
 from tests.java_compiler import JavaCompiler
 from tests.schemas import spec_for
 
@@ -121,8 +123,10 @@ def with_options(text: str, *options: str) -> str:
     return text.replace('syntax = "proto3";', 'syntax = "proto3";' + "".join(f"\noption {o};" for o in options), 1)
 
 
-def run(command: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
+def run(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        command, cwd=cwd, capture_output=True, text=True, timeout=600, check=False, env={**os.environ, **(env or {})}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +143,9 @@ def toolchains(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
 def maven_jar(coordinates: str, folder: Path) -> Path:
     """The jar of ``GROUP:ARTIFACT:VERSION``, fetched by Maven into ``folder``."""
     got = run(
-        ["mvn", "-q", "-B", "dependency:copy", f"-Dartifact={coordinates}", f"-DoutputDirectory={folder}"], folder
+        ["mvn", "-q", "-B", "dependency:copy", f"-Dartifact={coordinates}", f"-DoutputDirectory={folder}"],
+        folder,
+        jvm.maven_env(),
     )
     assert got.returncode == 0, got.stdout[-2000:]
     _, artifact, version = coordinates.split(":")
@@ -321,6 +327,6 @@ def test_a_java_client_builds_whatever_java_lang_or_import_names_its_job_and_mes
     )
     job = build_job_schema(spec, schema_of([("a", S), ("b", L)]))
     generate_java_client(spec, job, tmp_path / "java")
-    built = run(["mvn", "-q", "-B", "package"], tmp_path / "java")
+    built = run(["mvn", "-q", "-B", "package"], tmp_path / "java", jvm.maven_env())
     assert built.returncode == 0, built.stdout[-3000:]
     assert list((tmp_path / "java" / "target").glob("*-all.jar"))
