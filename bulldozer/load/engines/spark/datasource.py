@@ -26,12 +26,14 @@ alias and flips the alias to it:
   driver killed at any point leaves a LOADING or SEALED version the alias never pointed at.
 
 ``bulldozer run --engine spark`` writes with the same writer (``SparkEngine``), for the
-version the runner created: through this source when Spark reads the table (it passes
-``load_version`` and ``layout``), or in an RDD job whose tasks read their file splits
-themselves (``BulldozerWriter.write_splits``) and whose results the driver hands to
-``commit``. In both the commit records the partitions' results on the version for the
-runner, which verifies and flips as for every engine (so scheduled runs keep their separate
-verify and flip stages).
+version the runner created, not through this source: in a ``mapInArrow`` job when Spark
+reads the table (``BulldozerWriter.write_arrow``), or in an RDD job whose tasks read their
+file splits themselves (``BulldozerWriter.write_splits``); the driver hands the tasks'
+results to ``commit``, which records them on the version for the runner, which verifies
+and flips as for every engine (so scheduled runs keep their separate verify and flip
+stages). A write through the source costs three Python processes more on the driver, one
+after the other (Spark's lookup of the source, its write planning and its commit), each
+importing pyspark and Bulldozer.
 
 The source is found by name (``format("bulldozer")``) once ``register(spark)`` ran, or
 without it when ``bulldozer`` is installed (not editable) where Spark's Python runs:
@@ -40,9 +42,7 @@ Spark looks up top-level ``pyspark_*`` modules, and ``pyspark_bulldozer`` is one
 
 from __future__ import annotations
 
-import base64
 import logging
-import pickle
 import re
 import weakref
 from collections.abc import Iterator
@@ -59,7 +59,16 @@ from bulldozer.spec.models import WriteTuning
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FORMAT", "BulldozerDataSource", "BulldozerWriter", "PartitionResult", "register", "worker_error"]
+__all__ = [
+    "FORMAT",
+    "RESULT_SCHEMA",
+    "BulldozerDataSource",
+    "BulldozerWriter",
+    "PartitionResult",
+    "collected_results",
+    "register",
+    "worker_error",
+]
 
 #: ``df.write.format(FORMAT)``
 FORMAT = "bulldozer"
@@ -77,8 +86,6 @@ JOB_OPTIONS = (
     "keep_versions",
     "owner",
 )
-#: The options ``SparkEngine`` passes (not for users: the runner made the version).
-LOAD_OPTIONS = ("load_version", "layout", "write_id")
 
 
 @dataclass
@@ -90,6 +97,17 @@ class PartitionResult(WriterCommitMessage):
     digest: int
     bytes: int
     null_counts: dict[str, int] = field(default_factory=dict)
+
+
+#: The schema of ``BulldozerWriter.write_arrow``'s rows: a task's ``PartitionResult`` as JSON.
+RESULT_SCHEMA = "result string"
+
+
+def collected_results(rows: list[Any]) -> list[WriterCommitMessage | None]:
+    """The ``PartitionResult``s of the rows a ``write_arrow`` job collected."""
+    import json
+
+    return [PartitionResult(**json.loads(row.result)) for row in rows]
 
 
 @dataclass
@@ -129,16 +147,6 @@ class Layout:
             in_flight=tuning.in_flight_batches,
         )
 
-    def encode_for_options(self) -> str:
-        return base64.b64encode(pickle.dumps(self)).decode()
-
-    @staticmethod
-    def from_option(text: str) -> Layout:
-        layout = pickle.loads(base64.b64decode(text))
-        if not isinstance(layout, Layout):
-            raise InvalidArgumentError("the layout option does not hold a Bulldozer layout")
-        return layout
-
 
 @dataclass
 class _Job:
@@ -171,6 +179,18 @@ class BulldozerWriter(DataSourceArrowWriter):
 
         with read_ahead(batches(), READ_AHEAD, "split-reader") as stream:
             yield self.write(stream)
+
+    def write_arrow(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """``write`` as a ``DataFrame.mapInArrow`` function (``SparkEngine``'s by-key job):
+        the task's result as one row of ``RESULT_SCHEMA``, for the driver to collect and
+        hand to ``commit``."""
+        import json
+        from dataclasses import asdict
+
+        import pyarrow as pa
+
+        result = json.dumps(asdict(self.write(batches)))
+        yield pa.RecordBatch.from_arrays([pa.array([result], pa.string())], names=["result"])
 
     def write(self, iterator: Iterator[Any]) -> PartitionResult:
         from pyspark import TaskContext
@@ -326,11 +346,6 @@ class BulldozerDataSource(DataSource):
 
     def writer(self, schema: Any, overwrite: bool) -> BulldozerWriter:
         options = {str(k).lower(): str(v) for k, v in self.options.items() if k.lower() != "path"}
-        if "load_version" in options:
-            unknown = sorted(set(options) - set(LOAD_OPTIONS))
-            if unknown:
-                raise InvalidArgumentError(f"unknown option(s) with load_version: {', '.join(unknown)}")
-            return BulldozerWriter(Layout.from_option(options["layout"]), write_id=options.get("write_id", ""))
         if not overwrite:
             raise InvalidArgumentError(
                 'write with .mode("overwrite"): every write makes a whole new version of the alias and replaces '

@@ -350,6 +350,11 @@ def _start_context(
         # the Python workers import nothing from their working directory: in local mode the
         # driver's, wherever the command was started (bulldozer.settings.python_command)
         "spark.executorEnv.PYTHONSAFEPATH": "1",
+        # what Spark SQL's Python runners add to their workers' environment: with it in
+        # every job's, the RDD jobs' (the start's, split reads) and Spark SQL's (the by-key
+        # write) fork their workers from one daemon, which the start brought up; else the
+        # by-key write started a second daemon (importing Bulldozer again, about 1 s)
+        "spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK": "1",
         "spark.sql.shuffle.partitions": "8",
         # Python workers forked with Bulldozer's modules already imported (``daemon``)
         "spark.python.daemon.module": "bulldozer.load.engines.spark.daemon",
