@@ -3,7 +3,8 @@
 * It talks to one small transport interface (``bulldozer.kv._transports``): gRPC (retries
   with backoff for UNAVAILABLE in the channel's service config, a deadline on every call),
   or a ``KvDal`` in the same process through :meth:`KvClient.in_process` — same interface,
-  no network — or any transport a test brings (:meth:`KvClient.over`).
+  no network — or both for a DAL this process hosts behind its data plane
+  (:meth:`KvClient.hosted`), or any transport a test brings (:meth:`KvClient.over`).
 * Failed calls raise the very exceptions the server raised.
 * Never one RPC per record: :meth:`KvClient.writer` (``bulldozer.kv._writer``) batches by
   count and bytes and keeps a bounded number of batches in flight.
@@ -26,7 +27,7 @@ import grpc
 
 from bulldozer.errors import DalBusyError
 from bulldozer.kv import convert
-from bulldozer.kv._transports import GrpcTransport, InProcessTransport, Transport, translate
+from bulldozer.kv._transports import GrpcTransport, HostedTransport, InProcessTransport, Transport, translate
 from bulldozer.kv._writer import BatchWriter, ReplayableStream, WriteStats, sent_again_while_busy
 from bulldozer.kv.convert import PRINCIPAL_KEY
 from bulldozer.kv.types import AliasChange, AliasRecord, NamespaceRecord, State, StoreInfo, utcnow
@@ -114,6 +115,21 @@ class KvClient:
         client.token, client.credentials, client.tls = None, None, None
         client.timeout = 30.0
         client._t = InProcessTransport(dal, principal)
+        return client
+
+    @classmethod
+    def hosted(
+        cls, target: str, dal: Callable[[], Any], *, timeout: float = 30.0, token: str | None = None
+    ) -> KvClient:
+        """A client of a DAL this process hosts behind its data plane at ``target``
+        (``bulldozer.kv.connect.HostedDal``): data calls go to ``target``, namespace and
+        alias calls to the ``KvDal`` that ``dal`` returns once the DAL has started
+        (``HostedTransport``)."""
+        client = cls(target, timeout=timeout, token=token)
+        wire = client._t
+        assert isinstance(wire, GrpcTransport)
+        principal = next(value for key, value in wire.metadata if key == PRINCIPAL_KEY)
+        client._t = HostedTransport(wire, dal, principal)
         return client
 
     @classmethod

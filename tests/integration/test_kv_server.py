@@ -86,6 +86,73 @@ def test_a_dal_a_command_hosts_for_itself_serves_health_without_reflection(tmp_p
         channel.close()
 
 
+def test_a_hosted_dal_takes_its_commands_namespace_and_alias_calls_in_process(tmp_path: Path) -> None:
+    """A command's client of the DAL it hosts (``KvClient.hosted``) calls the DAL's namespace
+    and alias services in process, and only its data calls go to kvd: with the DAL's own
+    gRPC server stopped (kvd can relay nothing), a version is still created, written, sealed
+    and made live, and read back through kvd. The alias's history names the client's
+    principal, as over gRPC."""
+    from bulldozer.kv.client import _default_principal
+    from bulldozer.kv.connect import connect, host_embedded_dal
+    from bulldozer.kv.server.app import NativeServer
+
+    with connect("embedded", tmp_path) as via_connect:
+        assert type(via_connect.transport).__name__ == "HostedTransport"
+        assert via_connect.list_aliases() == []
+    with host_embedded_dal(tmp_path) as dal:
+        client = KvClient.hosted(dal.address, dal.reference)
+        dal.wait()
+        assert isinstance(dal.running, NativeServer)  # kvd in front: the data calls' way
+        dal.running.server.stop(0).wait()  # what kvd would relay now fails
+        with KvClient(dal.address, timeout=5) as relayed, pytest.raises(BackendUnavailableError):
+            relayed.list_aliases()
+        name = new_version_name("hosted")
+        client.create_namespace(name, "hosted")
+        data = [(b"k%d" % i, b"v%d" % i) for i in range(100)]
+        client.put(name, data)
+        seal_as_loaded(client, name, data)
+        client.compare_and_set_alias("hosted", None, name)
+        assert client.batch_get([b"k7", b"nope"], alias="hosted") == (name, [b"v7", None])
+        (change,) = client.alias_history("hosted")
+        assert change.principal == f"{_default_principal()} (unauthenticated)"
+        client.close()
+
+
+def test_an_interruption_lands_after_a_hosted_dals_call_in_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A namespace call made in process is one section an interruption does not land in:
+    Ctrl-C (or SIGTERM, a time limit) arriving while the DAL changes a record is raised as
+    the call returns, the change made whole, as the DAL's server would have finished it. An
+    error that is not the DAL's own is answered as the server answers it: INTERNAL, one line."""
+    from bulldozer import interrupts
+    from bulldozer.errors import KvError
+    from bulldozer.kv.connect import host_embedded_dal
+    from bulldozer.kv.server.rules import KvDal
+
+    with host_embedded_dal(tmp_path) as dal, KvClient.hosted(dal.address, dal.reference) as client:
+        name = new_version_name("shield")
+        client.create_namespace(name, "shield")
+        transition = KvDal._change
+
+        def interrupted(self: KvDal, *args: object, **kwargs: object) -> object:
+            interrupts.interrupt(KeyboardInterrupt())  # as the signal handler does, mid-call
+            return transition(self, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(KvDal, "_change", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            client.set_labels(name, {"seen": "yes"})
+        monkeypatch.setattr(KvDal, "_change", transition)
+        assert client.describe(name).labels["seen"] == "yes"
+
+        def broken(self: KvDal, name: str) -> object:
+            raise ValueError("a bug")
+
+        monkeypatch.setattr(KvDal, "describe", broken)
+        with pytest.raises(KvError, match=r"^internal error \(ValueError\); see the DAL's log$"):
+            client.describe(name)
+
+
 def test_metrics_count_requests_and_records(server: tuple[object, int, Metrics]) -> None:
     _, port, metrics = server
     with KvClient(f"127.0.0.1:{port}") as client:
