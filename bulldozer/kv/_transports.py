@@ -527,20 +527,22 @@ class HostedTransport(Transport):
     calls over gRPC (``wire``) to the data plane in front of it (``bulldozer-kvd``, which
     stores and reads itself and relays the rest to the DAL). Over gRPC, each control call went
     from this process to kvd and back into this process's DAL server, whose threads then
-    waited for the interpreter the run's own threads were busy with: 2-8 ms a call, against
-    well under one in process. Measured on the benchmark's 500 k-row one-shot run into the
-    embedded store, alternating with the gRPC path, 24 pairs: its create, flip and retention
-    stages 5, 6 and 7 ms -> 2, 2 and 3 ms (medians); the whole command 27 ms faster and 15 ms
-    of CPU less (medians of the pairs' differences, on a busy 1.29 s), within its noise.
+    waited for the interpreter the run's own threads were busy with: 2-8 ms a call. Measured
+    on the benchmark's 500 k-row one-shot run into the embedded store, alternating with the
+    gRPC path, 24 pairs: the create, flip and retention stages 4, 5 and 6 ms -> 2, 2.5 and
+    4 ms; the whole command 1.099 -> 1.062 s and 1.275 -> 1.220 CPU-s (medians; the median of
+    the pairs' differences 28 ms and 30 CPU-ms, within the runs' noise).
 
     The first control call waits for the DAL to start (``wire``'s gate), then asks ``dal``
-    for it (the ``KvDal`` its server runs). A control call is one section an interruption
-    does not land in (``bulldozer.interrupts.shielded``): it is raised as the call returns,
-    so that the DAL's change is made whole or not at all, as its server would have made it
-    (the server finishes a call whose client was interrupted). An exception that is not a
-    Bulldozer error is logged with the DAL's lines (logger ``bulldozer.kv.server``) and
-    raised as ``KvError``, as the server answers it (INTERNAL). Calls have no deadline here:
-    they wait for the store as the server's threads did."""
+    for it (the ``KvDal`` its server runs). Each call then runs on a thread of its own, as a
+    server's call would, and is waited for as a gRPC call is: an interruption (Ctrl-C,
+    SIGTERM, a time limit) ends the wait, not the call, which the DAL finishes whole; a call
+    not answered within its timeout raises ``BackendUnavailableError`` (the store's one
+    writer held elsewhere, say by a process stopped in the middle of a write). An exception
+    that is not a Bulldozer error is logged with the DAL's lines (logger
+    ``bulldozer.kv.server``) and raised as ``KvError``, as the server answers it (INTERNAL).
+    ``close`` waits for calls still running (``CLOSE_SECONDS`` at most), so that the DAL is
+    not stopped under one."""
 
     def __init__(self, wire: GrpcTransport, dal: Callable[[], Any], principal: str) -> None:
         self.wire = wire
@@ -550,6 +552,7 @@ class HostedTransport(Transport):
         self._dal, self._principal = dal, principal
         self._local: InProcessTransport | None = None
         self._lock = threading.Lock()
+        self._running: set[Future[Any]] = set()
 
     def _in_process(self) -> InProcessTransport:
         local = self._local
@@ -561,23 +564,40 @@ class HostedTransport(Transport):
                 local = self._local
         return local
 
-    def _local_call(self, call: Callable[[], Any]) -> Any:
-        try:
-            with shielded():
-                return call()
-        except BulldozerError:
-            raise
-        except Exception as exc:
-            import logging
+    def _local_call(self, stub: _Service, method: str, timeout: float, call: Callable[[Any, Any], Any]) -> Any:
+        """``call(local transport, its service stub)`` on a thread of its own, waited for at
+        most ``timeout`` seconds."""
+        local = self._in_process()
+        service = getattr(local, stub.name)
+        answer: Future[Any] = Future()
 
-            logging.getLogger("bulldozer.kv.server").exception("unexpected error", exc_info=exc)
-            raise KvError(f"internal error ({type(exc).__name__}); see the DAL's log") from None
+        def run() -> None:
+            try:
+                answer.set_result(call(local, service))
+            except BulldozerError as exc:
+                answer.set_exception(exc)
+            except BaseException as exc:
+                import logging
+
+                logging.getLogger("bulldozer.kv.server").error("%s: unexpected error", method, exc_info=exc)
+                answer.set_exception(KvError(f"internal error ({type(exc).__name__}); see the DAL's log"))
+            finally:
+                with self._lock:
+                    self._running.discard(answer)
+
+        with self._lock:
+            self._running.add(answer)
+        threading.Thread(target=run, name=f"kv-dal-{method}", daemon=True).start()
+        try:
+            return answer.result(timeout)
+        except TimeoutError:
+            raise BackendUnavailableError(
+                f"the KV DAL is not reachable (deadline_exceeded): {method} did not finish within {timeout:g} s"
+            ) from None
 
     def call(self, stub: Any, method: str, request: Any, timeout: float) -> Any:
         if isinstance(stub, _Service):
-            local = self._in_process()
-            service = getattr(local, stub.name)
-            return self._local_call(lambda: local.call(service, method, request, timeout))
+            return self._local_call(stub, method, timeout, lambda t, s: t.call(s, method, request, timeout))
         return self.wire.call(stub, method, request, timeout)
 
     def future(self, stub: Any, method: str, request: Any, timeout: float) -> Any:
@@ -595,16 +615,14 @@ class HostedTransport(Transport):
 
     def stream(self, stub: Any, method: str, request: Any, timeout: float) -> Iterator[Any]:
         if isinstance(stub, _Service):
-            local = self._in_process()
-            service = getattr(local, stub.name)
-            return iter(self._local_call(lambda: list(local.stream(service, method, request, timeout))))
+            return iter(
+                self._local_call(stub, method, timeout, lambda t, s: list(t.stream(s, method, request, timeout)))
+            )
         return self.wire.stream(stub, method, request, timeout)
 
     def client_stream(self, stub: Any, method: str, requests: Iterator[Any], timeout: float) -> Any:
         if isinstance(stub, _Service):
-            local = self._in_process()
-            service = getattr(local, stub.name)
-            return self._local_call(lambda: local.client_stream(service, method, requests, timeout))
+            return self._local_call(stub, method, timeout, lambda t, s: t.client_stream(s, method, requests, timeout))
         return self.wire.client_stream(stub, method, requests, timeout)
 
     def set_gate(self, gate: Callable[[], None]) -> None:
@@ -614,4 +632,14 @@ class HostedTransport(Transport):
         self.wire.wait_ready(timeout)
 
     def close(self) -> None:
+        from concurrent.futures import wait
+
+        with self._lock:
+            running = set(self._running)
+        if running and wait(running, CLOSE_SECONDS).not_done:
+            import logging
+
+            logging.getLogger(__name__).warning(
+                "a call to the KV DAL in this process did not end within %.0f s; the DAL stops under it", CLOSE_SECONDS
+            )
         self.wire.close()

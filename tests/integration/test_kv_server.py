@@ -118,32 +118,51 @@ def test_a_hosted_dal_takes_its_commands_namespace_and_alias_calls_in_process(tm
         client.close()
 
 
-def test_an_interruption_lands_after_a_hosted_dals_call_in_process(
+def test_a_hosted_dals_call_in_process_is_waited_for_as_a_grpc_call_is(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A namespace call made in process is one section an interruption does not land in:
-    Ctrl-C (or SIGTERM, a time limit) arriving while the DAL changes a record is raised as
-    the call returns, the change made whole, as the DAL's server would have finished it. An
-    error that is not the DAL's own is answered as the server answers it: INTERNAL, one line."""
-    from bulldozer import interrupts
+    """A namespace call made in process runs on a thread of its own and is waited for as a
+    gRPC call: an interruption ends the wait, not the call, which the DAL finishes whole; a
+    call not answered within the client's timeout (the store's writer held elsewhere) raises
+    BackendUnavailableError instead of waiting for ever; an error that is not the DAL's own
+    is answered as the server answers it: INTERNAL, one line."""
     from bulldozer.errors import KvError
     from bulldozer.kv.connect import host_embedded_dal
     from bulldozer.kv.server.rules import KvDal
 
-    with host_embedded_dal(tmp_path) as dal, KvClient.hosted(dal.address, dal.reference) as client:
-        name = new_version_name("shield")
-        client.create_namespace(name, "shield")
-        transition = KvDal._change
+    change = KvDal._change
+    release = threading.Event()
 
-        def interrupted(self: KvDal, *args: object, **kwargs: object) -> object:
-            interrupts.interrupt(KeyboardInterrupt())  # as the signal handler does, mid-call
-            return transition(self, *args, **kwargs)  # type: ignore[arg-type]
+    def held(self: KvDal, *args: object, **kwargs: object) -> object:
+        release.wait(10)  # as when another process holds the store's one writer
+        return change(self, *args, **kwargs)  # type: ignore[arg-type]
 
-        monkeypatch.setattr(KvDal, "_change", interrupted)
-        with pytest.raises(KeyboardInterrupt):
-            client.set_labels(name, {"seen": "yes"})
-        monkeypatch.setattr(KvDal, "_change", transition)
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    with host_embedded_dal(tmp_path) as dal, KvClient.hosted(dal.address, dal.reference, timeout=2) as client:
+        name = new_version_name("waited")
+        client.create_namespace(name, "waited")
+        monkeypatch.setattr(KvDal, "_change", held)
+        previous = signal.signal(signal.SIGUSR1, interrupt)
+        try:
+            threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+            with pytest.raises(KeyboardInterrupt):
+                client.set_labels(name, {"seen": "yes"})
+        finally:
+            signal.signal(signal.SIGUSR1, previous)
+        assert "seen" not in client.describe(name).labels  # still waiting for the writer
+        release.set()  # the call the interruption left goes on, and ends whole
+        for _ in range(100):
+            if client.describe(name).labels.get("seen") == "yes":
+                break
+            threading.Event().wait(0.05)
         assert client.describe(name).labels["seen"] == "yes"
+
+        release.clear()
+        with pytest.raises(BackendUnavailableError, match=r"SetLabels did not finish within 2 s"):
+            client.set_labels(name, {"late": "yes"})
+        release.set()
 
         def broken(self: KvDal, name: str) -> object:
             raise ValueError("a bug")
