@@ -474,6 +474,16 @@ class _LocalContext:
         return "in-process"
 
 
+def _answered(call: Callable[[], Any]) -> Future[Any]:
+    """A future already done: what ``call`` returned, or the Bulldozer error it raised."""
+    done: Future[Any] = Future()
+    try:
+        done.set_result(call())
+    except BulldozerError as exc:
+        done.set_exception(exc)
+    return done
+
+
 class InProcessTransport(Transport):
     """A ``KvDal`` in this process, through the very servicers a server runs (validation,
     error mapping): the same interface as gRPC, no network."""
@@ -490,12 +500,7 @@ class InProcessTransport(Transport):
         return getattr(stub, method)(request, self.context)
 
     def future(self, stub: Any, method: str, request: Any, timeout: float) -> Any:
-        done: Future[Any] = Future()
-        try:
-            done.set_result(self.call(stub, method, request, timeout))
-        except BulldozerError as exc:
-            done.set_exception(exc)
-        return done
+        return _answered(lambda: self.call(stub, method, request, timeout))
 
     def put_batch_future(self, payload: bytes, timeout: float) -> Any:
         return self.future(self.data, "PutBatch", kv_pb2.PutBatchRequest.FromString(payload), timeout)
@@ -602,12 +607,7 @@ class HostedTransport(Transport):
 
     def future(self, stub: Any, method: str, request: Any, timeout: float) -> Any:
         if isinstance(stub, _Service):
-            done: Future[Any] = Future()
-            try:
-                done.set_result(self.call(stub, method, request, timeout))
-            except BulldozerError as exc:
-                done.set_exception(exc)
-            return done
+            return _answered(lambda: self.call(stub, method, request, timeout))
         return self.wire.future(stub, method, request, timeout)
 
     def put_batch_future(self, payload: bytes, timeout: float) -> Any:
