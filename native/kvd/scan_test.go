@@ -6,6 +6,7 @@ import (
 	"io"
 	"slices"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -193,5 +194,41 @@ func TestScanPagesAndWhereTheyGoOn(t *testing.T) {
 				t.Errorf("forwarded %v, want %s", backend.forwarded, c.wantForwarded)
 			}
 		})
+	}
+}
+
+// failingPages is a caller that takes sendable pages and then goes away: its next Send fails.
+type failingPages struct {
+	sentPages
+	sendable int
+}
+
+func (f *failingPages) Send(r *kvpb.ScanResponse) error {
+	if len(f.pages) == f.sendable {
+		return io.ErrClosedPipe
+	}
+	return f.sentPages.Send(r)
+}
+
+// The next page is read while the last one is sent, never more than one ahead: a caller
+// that goes away gets the send's error, and the scan returns only once its reader has
+// stopped reading (no page read after it returns, none more than one past the failed send).
+func TestAScanReadsOnePageAheadAndStopsWithItsCaller(t *testing.T) {
+	for sendable := 0; sendable < 4; sendable++ {
+		store := &pagedStore{n: 100, readablePages: 100}
+		s := &dataServer{store: store, backend: &dal{}, stats: newStats(), limits: Limits{MaxScanPage: 10}}
+		stream := &failingPages{sendable: sendable}
+		err := s.Scan(&kvpb.ScanRequest{Target: byAlias("s"), PageSize: 10}, stream)
+		if err != io.ErrClosedPipe {
+			t.Fatalf("%d pages sendable: %v", sendable, err)
+		}
+		read := store.calls
+		if read < sendable+1 || read > sendable+2 {
+			t.Errorf("%d pages sendable: %d read", sendable, read)
+		}
+		time.Sleep(10 * time.Millisecond)
+		if store.calls != read {
+			t.Errorf("%d pages sendable: a page read after the scan returned", sendable)
+		}
 	}
 }

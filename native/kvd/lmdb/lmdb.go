@@ -751,15 +751,45 @@ done:
 typedef struct {
 	MDB_cursor **cur;
 	MDB_val *keys, *vals;
-	int *live;
-	size_t streams;
+	// order: the live streams by their keys, least first (of equal keys the lowest stream
+	// first; live of them); moved: room for the streams a key moves on. alone is 1 when the
+	// first stream's key is below every other's, 0 when another is at it too, -1 unknown.
+	// A key from the first stream alone costs one compare (with the second's key), one from
+	// several a binary search among the live streams per stream moved: a 10 M-record walk
+	// through 8 layers spent 42 % of its time comparing keys with every stream's, twice.
+	size_t *order, *moved;
+	size_t live, streams;
+	int alone;
 } kvd_merged;
 
 static void kvd_merged_close(kvd_merged *m) {
 	size_t s;
 	if (m->cur) { for (s = 0; s < m->streams; s++) if (m->cur[s]) mdb_cursor_close(m->cur[s]); }
-	free(m->cur); free(m->keys); free(m->vals); free(m->live);
+	free(m->cur); free(m->keys); free(m->vals); free(m->order); free(m->moved);
 	memset(m, 0, sizeof *m);
+}
+
+// memcmp order, the shorter first of two keys equal as far as it goes (LMDB's order).
+static int kvd_key_cmp(const MDB_val *a, const MDB_val *b) {
+	size_t l = a->mv_size < b->mv_size ? a->mv_size : b->mv_size;
+	int c = memcmp(a->mv_data, b->mv_data, l);
+	return c ? c : (a->mv_size > b->mv_size) - (a->mv_size < b->mv_size);
+}
+
+// Stream s (at its key) into order, after every live stream before it.
+static void kvd_merged_insert(kvd_merged *m, size_t s) {
+	size_t lo = 0, hi = m->live, mid;
+	int c;
+	while (lo < hi) {
+		mid = lo + (hi - lo) / 2;
+		c = kvd_key_cmp(&m->keys[m->order[mid]], &m->keys[s]);
+		if (c < 0 || (c == 0 && m->order[mid] < s)) lo = mid + 1;
+		else hi = mid;
+	}
+	memmove(m->order + lo + 1, m->order + lo, (m->live - lo) * sizeof *m->order);
+	m->order[lo] = s;
+	m->live++;
+	m->alone = -1;
 }
 
 // A non-empty after (after_len bytes) starts the view past that key: every stream at its
@@ -773,8 +803,9 @@ static int kvd_merged_open(MDB_txn *txn, const MDB_dbi *data, const MDB_dbi *tom
 	m->cur = calloc(m->streams, sizeof *m->cur);
 	m->keys = calloc(m->streams, sizeof *m->keys);
 	m->vals = calloc(m->streams, sizeof *m->vals);
-	m->live = calloc(m->streams, sizeof *m->live);
-	if (!m->cur || !m->keys || !m->vals || !m->live) { kvd_merged_close(m); return ENOMEM; }
+	m->order = calloc(m->streams, sizeof *m->order);
+	m->moved = calloc(m->streams, sizeof *m->moved);
+	if (!m->cur || !m->keys || !m->vals || !m->order || !m->moved) { kvd_merged_close(m); return ENOMEM; }
 	for (s = 0; s < m->streams; s++) {
 		if ((rc = mdb_cursor_open(txn, s % 2 ? tombs[s / 2] : data[s / 2], &m->cur[s]))) { kvd_merged_close(m); return rc; }
 		if (after_len) {
@@ -786,7 +817,7 @@ static int kvd_merged_open(MDB_txn *txn, const MDB_dbi *data, const MDB_dbi *tom
 			rc = mdb_cursor_get(m->cur[s], &m->keys[s], &m->vals[s], MDB_FIRST);
 		}
 		if (rc && rc != MDB_NOTFOUND) { kvd_merged_close(m); return rc; }
-		m->live[s] = rc == 0;
+		if (rc == 0) kvd_merged_insert(m, s);
 	}
 	return 0;
 }
@@ -794,26 +825,38 @@ static int kvd_merged_open(MDB_txn *txn, const MDB_dbi *data, const MDB_dbi *tom
 // The next key: *pair is 1 with its value in *v, or 0 where the newest word is a tombstone.
 // MDB_NOTFOUND past the last key.
 static int kvd_merged_next(kvd_merged *m, MDB_val *k, MDB_val *v, int *pair) {
-	size_t s, best = m->streams;
+	size_t best, g, i, s;
 	int rc;
-	for (s = 0; s < m->streams; s++) {
-		if (!m->live[s]) continue;
-		if (best == m->streams) { best = s; continue; }
-		size_t l = m->keys[s].mv_size < m->keys[best].mv_size ? m->keys[s].mv_size : m->keys[best].mv_size;
-		int c = memcmp(m->keys[s].mv_data, m->keys[best].mv_data, l);
-		if (c < 0 || (c == 0 && m->keys[s].mv_size < m->keys[best].mv_size)) best = s;
-	}
-	if (best == m->streams) return MDB_NOTFOUND;
+	if (!m->live) return MDB_NOTFOUND;
+	best = m->order[0];
 	*k = m->keys[best];
 	*v = m->vals[best];
 	*pair = best % 2 == 0;
-	// every stream at this key moves past it (k points into a source page, unchanged)
-	for (s = 0; s < m->streams; s++) {
-		if (!m->live[s]) continue;
-		if (s != best && (m->keys[s].mv_size != k->mv_size || memcmp(m->keys[s].mv_data, k->mv_data, k->mv_size) != 0)) continue;
-		rc = mdb_cursor_get(m->cur[s], &m->keys[s], &m->vals[s], MDB_NEXT);
+	if (m->alone < 0) m->alone = m->live == 1 || kvd_key_cmp(&m->keys[m->order[1]], k) != 0;
+	if (m->alone) {
+		// the first stream alone holds the key: it moves on, first still while below the second
+		rc = mdb_cursor_get(m->cur[best], &m->keys[best], &m->vals[best], MDB_NEXT);
+		if (rc == 0 && (m->live == 1 || kvd_key_cmp(&m->keys[best], &m->keys[m->order[1]]) < 0)) return 0;
 		if (rc && rc != MDB_NOTFOUND) return rc;
-		m->live[s] = rc == 0;
+		m->live--;
+		memmove(m->order, m->order + 1, m->live * sizeof *m->order);
+		m->alone = -1;
+		if (rc == 0) kvd_merged_insert(m, best);
+		return 0;
+	}
+	// every stream at this key (the first g of order) moves past it (k points into a source
+	// page, unchanged)
+	for (g = 2; g < m->live && kvd_key_cmp(&m->keys[m->order[g]], k) == 0; g++) ;
+	memcpy(m->moved, m->order, g * sizeof *m->order);
+	m->live -= g;
+	memmove(m->order, m->order + g, m->live * sizeof *m->order);
+	m->alone = -1;
+	for (i = 0; i < g; i++) {
+		s = m->moved[i];
+		rc = mdb_cursor_get(m->cur[s], &m->keys[s], &m->vals[s], MDB_NEXT);
+		if (rc == MDB_NOTFOUND) continue;
+		if (rc) return rc;
+		kvd_merged_insert(m, s);
 	}
 	return 0;
 }
@@ -830,6 +873,36 @@ static int kvd_merged_pairs(kvd_merged *m, size_t max, MDB_val *keys, MDB_val *v
 		if (pair) (*got)++;
 	}
 	return 0;
+}
+
+// Up to max of the visible pairs next, copied into a page laid out column-wise: keys end to
+// end into kbuf (kcap bytes) and their lengths into klens, values likewise into vbuf and
+// vlens; *got pairs, *kused and *vused bytes. A pair that does not fit is left in *pk and
+// *pv with *full 1 (the caller makes room and takes it); fewer than max pairs without it
+// only at the end.
+static int kvd_merged_page(kvd_merged *m, size_t max, char *kbuf, size_t kcap, uint32_t *klens,
+                           char *vbuf, size_t vcap, uint32_t *vlens, size_t *got, size_t *kused, size_t *vused,
+                           MDB_val *pk, MDB_val *pv, int *full) {
+	MDB_val k, v;
+	size_t n = 0, ku = 0, vu = 0;
+	int rc = 0, pair;
+	*full = 0;
+	while (n < max) {
+		rc = kvd_merged_next(m, &k, &v, &pair);
+		if (rc == MDB_NOTFOUND) { rc = 0; break; }
+		if (rc) break;
+		if (!pair) continue;
+		if (k.mv_size > kcap - ku || v.mv_size > vcap - vu) { *pk = k; *pv = v; *full = 1; break; }
+		if (k.mv_size) memcpy(kbuf + ku, k.mv_data, k.mv_size);
+		if (v.mv_size) memcpy(vbuf + vu, v.mv_data, v.mv_size);
+		klens[n] = (uint32_t)k.mv_size;
+		vlens[n] = (uint32_t)v.mv_size;
+		ku += k.mv_size;
+		vu += v.mv_size;
+		n++;
+	}
+	*got = n; *kused = ku; *vused = vu;
+	return rc;
 }
 
 // Merge layers into a LOADING version made from the layer below them (the merged view
@@ -1515,6 +1588,102 @@ func flatness(data, tombs []DBI) (C.int, error) {
 	return 0, fmt.Errorf("%d layers' data but %d layers' tombstones", len(data), len(tombs))
 }
 
+// openMerged opens m, the merged view of VisiblePairs, in a read transaction of its own
+// that first (when not nil) looks at first; end closes both.
+func (e *Env) openMerged(data, tombs []DBI, after []byte, first func(*Txn) error, m *C.kvd_merged) (end func(), err error) {
+	cflat, err := flatness(data, tombs)
+	if err != nil {
+		return nil, err
+	}
+	txn, err := e.BeginRead()
+	if err != nil {
+		return nil, err
+	}
+	if first != nil {
+		if err := first(txn); err != nil {
+			txn.Abort()
+			return nil, err
+		}
+	}
+	if err := check(C.kvd_merged_open(txn.txn, dbis(data), dbis(tombs), C.size_t(len(data)), cflat,
+		ptr(after), C.size_t(len(after)), m)); err != nil {
+		txn.Abort()
+		return nil, err
+	}
+	return func() { C.kvd_merged_close(m); txn.Abort() }, nil
+}
+
+// A Page is pairs laid out column-wise: keys end to end and their lengths, values likewise.
+type Page struct {
+	Keys, Values             []byte
+	KeyLengths, ValueLengths []uint32
+}
+
+// pageSample is how many pairs VisiblePage copies before it sizes the rest of the page
+// from them: a page regrown as it filled made a scan of 10 M records 3.3 s, against 2.4 s.
+const pageSample = 1024
+
+// VisiblePage is up to limit (at least 1) of the pairs VisiblePairs sees past after, copied
+// out of the map into one page in the walk itself: no slice per pair, no call per batch.
+// Its blobs are sized from its first pairs, up to a message's worth
+// (shared.LimitsMaxMessageBytes), and grow when a pair does not fit.
+func (e *Env) VisiblePage(data, tombs []DBI, after []byte, limit int, first func(*Txn) error) (*Page, error) {
+	var m C.kvd_merged
+	end, err := e.openMerged(data, tombs, after, first, &m)
+	if err != nil {
+		return nil, err
+	}
+	defer end()
+	page := &Page{KeyLengths: make([]uint32, limit), ValueLengths: make([]uint32, limit)}
+	sample := min(limit, pageSample)
+	page.Keys, page.Values = make([]byte, 32*sample), make([]byte, 64*sample)
+	got, ku, vu := 0, 0, 0
+	for got < limit {
+		want := limit - got
+		if got < sample {
+			want = sample - got
+		}
+		var n, kn, vn C.size_t
+		var pk, pv C.MDB_val
+		var full C.int
+		rc := C.kvd_merged_page(&m, C.size_t(want), ptr(page.Keys[ku:]), C.size_t(len(page.Keys)-ku), lens(page.KeyLengths[got:]),
+			ptr(page.Values[vu:]), C.size_t(len(page.Values)-vu), lens(page.ValueLengths[got:]), &n, &kn, &vn, &pk, &pv, &full)
+		if err := check(rc); err != nil {
+			return nil, err
+		}
+		got, ku, vu = got+int(n), ku+int(kn), vu+int(vn)
+		if full != 0 { // room for the pair left over, and it
+			k := unsafe.Slice((*byte)(pk.mv_data), int(pk.mv_size))
+			v := unsafe.Slice((*byte)(pv.mv_data), int(pv.mv_size))
+			page.Keys, page.Values = grown(page.Keys, ku, len(k)), grown(page.Values, vu, len(v))
+			ku += copy(page.Keys[ku:], k)
+			vu += copy(page.Values[vu:], v)
+			page.KeyLengths[got], page.ValueLengths[got] = uint32(len(k)), uint32(len(v))
+			got++
+		} else if int(n) < want {
+			break // the end
+		}
+		if got == sample && limit > sample { // the rest of the page at the sample's sizes
+			page.Keys = grown(page.Keys, ku, min(ku*(limit-got)/got, shared.LimitsMaxMessageBytes))
+			page.Values = grown(page.Values, vu, min(vu*(limit-got)/got, shared.LimitsMaxMessageBytes))
+		}
+	}
+	page.Keys, page.Values = page.Keys[:ku], page.Values[:vu]
+	page.KeyLengths, page.ValueLengths = page.KeyLengths[:got], page.ValueLengths[:got]
+	return page, nil
+}
+
+// grown is b with room for more bytes past its first used: itself when it has it, else a
+// copy of the used bytes in a buffer at least twice as long.
+func grown(b []byte, used, more int) []byte {
+	if len(b)-used >= more {
+		return b
+	}
+	out := make([]byte, max(2*len(b), used+more))
+	copy(out, b[:used])
+	return out
+}
+
 // VisiblePairs calls fn with every pair a read through layers (data/tombs, newest first,
 // as the merged view in kvd_merged_open takes them: with one tombstone handle fewer, the last
 // layer is the chain's bottom) sees, in key order, a batch at a time, in one read
@@ -1523,26 +1692,12 @@ func flatness(data, tombs []DBI) (C.int, error) {
 // (0: at the end). The slices point into the map and are valid only during the call;
 // first's or fn's error stops the walk and is returned.
 func (e *Env) VisiblePairs(data, tombs []DBI, after []byte, limit int, first func(*Txn) error, fn func(keys, values [][]byte) error) error {
-	cflat, err := flatness(data, tombs)
-	if err != nil {
-		return err
-	}
-	txn, err := e.BeginRead()
-	if err != nil {
-		return err
-	}
-	defer txn.Abort()
-	if first != nil {
-		if err := first(txn); err != nil {
-			return err
-		}
-	}
 	var m C.kvd_merged
-	if err := check(C.kvd_merged_open(txn.txn, dbis(data), dbis(tombs), C.size_t(len(data)), cflat,
-		ptr(after), C.size_t(len(after)), &m)); err != nil {
+	end, err := e.openMerged(data, tombs, after, first, &m)
+	if err != nil {
 		return err
 	}
-	defer C.kvd_merged_close(&m)
+	defer end()
 	const batch = 1024
 	ks := (*[batch]C.MDB_val)(C.malloc(C.size_t(batch) * C.size_t(unsafe.Sizeof(C.MDB_val{}))))
 	defer C.free(unsafe.Pointer(ks))

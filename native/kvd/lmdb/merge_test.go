@@ -5,6 +5,7 @@ import (
 	"math/rand"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 
 	"bulldozer/kvd/internal/shared"
@@ -267,4 +268,165 @@ func keysUpTo(n int) []string {
 		keys[j] = fmt.Sprintf("k%05d", j)
 	}
 	return keys
+}
+
+// A walk through a large bottom and many small layers (what a chain at its depth limit is)
+// sees, per key, the newest layer's word, in byte order, whatever the keys' lengths: keys
+// that are prefixes of others, keys one layer holds alone for long runs, keys several layers
+// hold at once. The merge takes the next key from the same layer while it stays below every
+// other layer's, so runs from one layer and ties between layers both come up here.
+func TestAWalkThroughLayersOfKeysOfEveryLength(t *testing.T) {
+	env, db, put := testEnv(t)
+	rng := rand.New(rand.NewSource(11))
+	key := func() string { // "a", "ab", "abba", ...: many keys are prefixes of others
+		b := make([]byte, 1+rng.Intn(7))
+		for i := range b {
+			b[i] = "ab"[rng.Intn(2)]
+		}
+		return string(b)
+	}
+	const depth = 9 // 8 layers over the bottom
+	var data, tombs []DBI
+	for i := 0; i < depth; i++ {
+		name := fmt.Sprintf("w__v%d", depth-i)
+		data = append(data, db(shared.StoreDataPrefix+name))
+		bottom := i == depth-1
+		if !bottom {
+			tombs = append(tombs, db(shared.StoreTombstonePrefix+name))
+		}
+		n := 12 // a layer changes a few keys
+		if bottom {
+			n = 400
+		}
+		for j := 0; j < n; j++ {
+			k := key()
+			kind := rng.Intn(3) // 0: a pair, 1: a tombstone, 2: both (the pair wins); the bottom: pairs
+			if bottom || kind != 1 {
+				put(data[i], k, fmt.Sprintf("layer %d value %d", i, j))
+			}
+			if !bottom && kind != 0 {
+				put(tombs[i], k, shared.StoreTombstone)
+			}
+		}
+	}
+	// want: the first layer holding the key, unless a newer layer's tombstone hides it
+	want := map[string]string{}
+	txn, _ := env.BeginRead()
+	for length := 1; length <= 7; length++ {
+		for bits := 0; bits < 1<<length; bits++ {
+			b := make([]byte, length)
+			for i := range b {
+				b[i] = "ab"[bits>>i&1]
+			}
+			for i := range data {
+				if v, found, _ := txn.Get(data[i], b); found {
+					want[string(b)] = string(v)
+					break
+				}
+				if i < len(tombs) {
+					if _, found, _ := txn.Get(tombs[i], b); found {
+						break
+					}
+				}
+			}
+		}
+	}
+	txn.Abort()
+	wantOrder := make([]string, 0, len(want))
+	for k := range want {
+		wantOrder = append(wantOrder, k)
+	}
+	sort.Strings(wantOrder) // Go's string order is byte order, the shorter of a prefix first
+	for _, size := range []int{0, 1, 5, 64} {
+		var got []string
+		var after []byte
+		for {
+			n := 0
+			err := env.VisiblePairs(data, tombs, after, size, nil, func(keys, values [][]byte) error {
+				for i, k := range keys {
+					if want[string(k)] != string(values[i]) {
+						return fmt.Errorf("%q: %q, want %q", k, values[i], want[string(k)])
+					}
+					got = append(got, string(k))
+				}
+				n += len(keys)
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("pages of %d: %v", size, err)
+			}
+			if size == 0 || n < size {
+				break
+			}
+			after = []byte(got[len(got)-1])
+		}
+		if !slices.Equal(got, wantOrder) {
+			t.Fatalf("pages of %d: %d keys %v..., want %d %v...", size, len(got), got[:min(8, len(got))], len(wantOrder), wantOrder[:min(8, len(wantOrder))])
+		}
+	}
+}
+
+// A page copied in the walk (VisiblePage: what a scan sends) holds the pairs VisiblePairs
+// sees, whatever the page's size, values empty or far larger than its first pairs' (its
+// blobs sized from them then fall short and grow).
+func TestAPageHoldsThePairsTheWalkSees(t *testing.T) {
+	env, db, put := testEnv(t)
+	bottom, layer, tombs := db(shared.StoreDataPrefix+"p__v1"), db(shared.StoreDataPrefix+"p__v2"), db(shared.StoreTombstonePrefix+"p__v2")
+	for i := 0; i < 5000; i++ {
+		value := ""
+		switch {
+		case i%7 == 0: // empty
+		case i < 1500: // the first pairs small
+			value = "v"
+		default:
+			value = strings.Repeat(string(rune('a'+i%26)), 200+i%900)
+		}
+		put(bottom, fmt.Sprintf("key%05d", i), value)
+		if i%10 == 3 {
+			put(layer, fmt.Sprintf("key%05d", i), "changed "+value)
+		}
+		if i%10 == 5 {
+			put(tombs, fmt.Sprintf("key%05d", i), shared.StoreTombstone)
+		}
+	}
+	data, tomb := []DBI{layer, bottom}, []DBI{tombs}
+	var wantKeys, wantValues []string
+	if err := env.VisiblePairs(data, tomb, nil, 0, nil, func(keys, values [][]byte) error {
+		for i := range keys {
+			wantKeys, wantValues = append(wantKeys, string(keys[i])), append(wantValues, string(values[i]))
+		}
+		return nil
+	}); err != nil || len(wantKeys) != 4500 {
+		t.Fatalf("the walk: %d pairs, %v", len(wantKeys), err)
+	}
+	for _, limit := range []int{1, 3, 1024, 1025, 4000, 10000} {
+		var keys, values []string
+		var after []byte
+		for {
+			page, err := env.VisiblePage(data, tomb, after, limit, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := len(page.KeyLengths)
+			if n > limit || len(page.ValueLengths) != n {
+				t.Fatalf("a page of %d: %d keys, %d values", limit, n, len(page.ValueLengths))
+			}
+			k, v := 0, 0
+			for i := 0; i < n; i++ {
+				kn, vn := int(page.KeyLengths[i]), int(page.ValueLengths[i])
+				keys, values = append(keys, string(page.Keys[k:k+kn])), append(values, string(page.Values[v:v+vn]))
+				k, v = k+kn, v+vn
+			}
+			if k != len(page.Keys) || v != len(page.Values) {
+				t.Fatalf("a page of %d: lengths sum to %d and %d bytes, blobs hold %d and %d", limit, k, v, len(page.Keys), len(page.Values))
+			}
+			if n < limit {
+				break
+			}
+			after = []byte(keys[len(keys)-1])
+		}
+		if !slices.Equal(keys, wantKeys) || !slices.Equal(values, wantValues) {
+			t.Fatalf("pages of %d: %d pairs, not the walk's %d", limit, len(keys), len(wantKeys))
+		}
+	}
 }
