@@ -6,7 +6,9 @@ package main
 // is copied once out of gRPC's receive buffers into a buffer kept for reuse, and its keys
 // and values are that buffer's bytes (see putRequests). Decoding it the general way copied
 // it twice more (gathered into one fresh, zeroed slice, then each bytes field into another)
-// and left two batch-sized allocations per request to the collector.
+// and left two batch-sized allocations per request to the collector. The other large
+// message, a columnar Scan page, goes out the other way round: its keys and values are sent
+// from the buffers the store read them into (scanPage).
 
 import (
 	"sync"
@@ -31,8 +33,11 @@ type codec struct{}
 func (codec) Name() string { return "proto" }
 
 func (codec) Marshal(v any) (mem.BufferSlice, error) {
-	if f, ok := v.(*frame); ok {
-		return mem.BufferSlice{mem.SliceBuffer(f.data)}, nil
+	switch m := v.(type) {
+	case *frame:
+		return mem.BufferSlice{mem.SliceBuffer(m.data)}, nil
+	case *scanPage:
+		return m.marshal(), nil
 	}
 	m, ok := v.(proto.Message)
 	if !ok {
@@ -64,6 +69,93 @@ func (codec) Unmarshal(data mem.BufferSlice, v any) error {
 		return proto.Unmarshal(data.Materialize(), m)
 	}
 	return status.Errorf(codes.Internal, "cannot unmarshal into %T", v)
+}
+
+// scanPage is a ScanResponse whose columnar records' keys and values are buffers of
+// batchBuffers (a page the store read, scanRecords): its wire bytes are the message's
+// fields around those buffers, not a copy of them, and the buffers go back to the pool
+// once gRPC has written them (mem.NewBuffer). Every other page took a second page-sized
+// buffer to marshal into, and both went to the collector: a 10 M-record scan allocated
+// 1.3 GB, and its collections were a fifth of its time.
+type scanPage struct {
+	namespace string
+	token     []byte
+	records   *scanRecords
+}
+
+// marshal is what proto.Marshal makes of the page as a ScanResponse, byte for byte
+// (namespace, next_page_token, then columnar: keys, key_lengths, values, value_lengths,
+// empty fields left out), in five pieces: the fields before the keys, the keys, the key
+// lengths and the fields before the values, the values, the value lengths.
+func (p *scanPage) marshal() mem.BufferSlice {
+	r := p.records
+	keys, values := len(r.Keys), len(r.Values)
+	keyLengths, valueLengths := packedSize(r.KeyLengths), packedSize(r.ValueLengths)
+	inner := bytesField(keys) + bytesField(keyLengths) + bytesField(values) + bytesField(valueLengths)
+	head := make([]byte, 0, bytesField(len(p.namespace))+bytesField(len(p.token))+1+protowire.SizeVarint(uint64(inner))+1+protowire.SizeVarint(uint64(keys)))
+	if p.namespace != "" {
+		head = protowire.AppendString(protowire.AppendTag(head, 1, protowire.BytesType), p.namespace)
+	}
+	if len(p.token) > 0 {
+		head = protowire.AppendBytes(protowire.AppendTag(head, 3, protowire.BytesType), p.token)
+	}
+	head = protowire.AppendVarint(protowire.AppendTag(head, 4, protowire.BytesType), uint64(inner))
+	if keys > 0 {
+		head = protowire.AppendVarint(protowire.AppendTag(head, 1, protowire.BytesType), uint64(keys))
+	}
+	mid := appendPacked(make([]byte, 0, bytesField(keyLengths)+protowire.SizeTag(3)+protowire.SizeVarint(uint64(values))), 2, r.KeyLengths, keyLengths)
+	if values > 0 {
+		mid = protowire.AppendVarint(protowire.AppendTag(mid, 3, protowire.BytesType), uint64(values))
+	}
+	tail := appendPacked(make([]byte, 0, bytesField(valueLengths)), 4, r.ValueLengths, valueLengths)
+	out := mem.BufferSlice{mem.SliceBuffer(head), pooled(r.keys), mem.SliceBuffer(mid), pooled(r.values), mem.SliceBuffer(tail)}
+	r.keys, r.values, r.ColumnarRecords = nil, nil, nil // gRPC's now
+	return out
+}
+
+// pooled is a buffer of batchBuffers as gRPC's, handed back once written; an empty one at
+// once.
+func pooled(buf *[]byte) mem.Buffer {
+	if len(*buf) == 0 {
+		batchBuffers.Put(buf)
+		return mem.SliceBuffer(nil)
+	}
+	return mem.NewBuffer(buf, &batchBuffers)
+}
+
+// bytesField is the size of a length-delimited field of field number under 16 holding n
+// bytes, 0 when n is (proto3 leaves an empty field out).
+func bytesField(n int) int {
+	if n == 0 {
+		return 0
+	}
+	return 1 + protowire.SizeVarint(uint64(n)) + n
+}
+
+// packedSize is the size of values as packed varints.
+func packedSize(values []uint32) int {
+	n := 0
+	for _, v := range values {
+		n += protowire.SizeVarint(uint64(v))
+	}
+	return n
+}
+
+// appendPacked appends values as packed field number (size: their packedSize), nothing
+// when there are none.
+func appendPacked(b []byte, number protowire.Number, values []uint32, size int) []byte {
+	if len(values) == 0 {
+		return b
+	}
+	b = protowire.AppendVarint(protowire.AppendTag(b, number, protowire.BytesType), uint64(size))
+	for _, v := range values {
+		if v < 0x80 {
+			b = append(b, byte(v))
+		} else {
+			b = protowire.AppendVarint(b, uint64(v))
+		}
+	}
+	return b
 }
 
 // putRequests are the PutBatch requests decoded into a reused buffer, and that buffer:

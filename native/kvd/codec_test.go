@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"math/rand"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/mem"
@@ -137,5 +139,61 @@ func TestBatchBuffersComeInClassesOfTheSizeAskedFor(t *testing.T) {
 	}
 	if c := p.Get(0); len(*c) != 0 || cap(*c) != 1<<smallestClass {
 		t.Fatalf("got len %d cap %d", len(*c), cap(*c))
+	}
+}
+
+// A scan page whose keys and values are pool buffers is marshaled, byte for byte, as
+// proto.Marshal marshals the same ScanResponse, with the buffers themselves among its
+// pieces (not copied): empty pages, empty values, lengths of one, two and three varint
+// bytes, with and without a next page token.
+func TestAPooledScanPageIsTheScanResponseAroundItsBuffers(t *testing.T) {
+	cases := []struct {
+		name         string
+		keys, values []string
+		namespace    string
+		token        string
+	}{
+		{"empty", nil, nil, "s__v1", ""},
+		{"one pair", []string{"k"}, []string{"v"}, "s__v1", ""},
+		{"values empty", []string{"a", "b"}, []string{"", ""}, "s__v1", "s__v1\x00b"},
+		{"long lengths", []string{strings.Repeat("k", 200), "x"}, []string{strings.Repeat("v", 20000), strings.Repeat("w", 127)}, "s__v1", "s__v1\x00x"},
+		{"no namespace", []string{"k"}, []string{"v"}, "", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			records := &kvpb.ColumnarRecords{KeyLengths: []uint32{}, ValueLengths: []uint32{}}
+			for i := range c.keys {
+				records.Keys = append(records.Keys, c.keys[i]...)
+				records.Values = append(records.Values, c.values[i]...)
+				records.KeyLengths = append(records.KeyLengths, uint32(len(c.keys[i])))
+				records.ValueLengths = append(records.ValueLengths, uint32(len(c.values[i])))
+			}
+			want, err := proto.Marshal(&kvpb.ScanResponse{Namespace: c.namespace, Columnar: records, NextPageToken: []byte(c.token)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys, values := batchBuffers.Get(len(records.Keys)), batchBuffers.Get(len(records.Values))
+			copy(*keys, records.Keys)
+			copy(*values, records.Values)
+			page := &scanRecords{ColumnarRecords: &kvpb.ColumnarRecords{Keys: *keys, KeyLengths: records.KeyLengths,
+				Values: *values, ValueLengths: records.ValueLengths}, keys: keys, values: values}
+			wire, err := codec{}.Marshal(&scanPage{namespace: c.namespace, token: []byte(c.token), records: page})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := wire.Materialize(); !bytes.Equal(got, want) {
+				t.Fatalf("marshaled %x\nwant      %x", got, want)
+			}
+			if len(records.Keys) > 0 && &wire[1].ReadOnlyData()[0] != &(*keys)[0] {
+				t.Error("the keys were copied")
+			}
+			if len(records.Values) > 0 && &wire[3].ReadOnlyData()[0] != &(*values)[0] {
+				t.Error("the values were copied")
+			}
+			if page.keys != nil || page.ColumnarRecords != nil {
+				t.Error("the page still holds the buffers it handed over")
+			}
+			wire.Free()
+		})
 	}
 }

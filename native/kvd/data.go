@@ -70,7 +70,7 @@ type store interface {
 	sample(ctx context.Context, target *kvpb.Target, count int, seed uint64) (name string, pairs []sampled, scanned uint64, ok bool)
 	// scan is up to limit of the readable version's pairs in key order past after (see
 	// scan.go); ok is false when the reference DAL must answer.
-	scan(ctx context.Context, target *kvpb.Target, after []byte, limit int) (name string, page *kvpb.ColumnarRecords, ok bool)
+	scan(ctx context.Context, target *kvpb.Target, after []byte, limit int) (name string, page *scanRecords, ok bool)
 }
 
 type dataServer struct {

@@ -28,7 +28,7 @@ func (redisStore) sample(context.Context, *kvpb.Target, int, uint64) (string, []
 }
 
 // scan: the reference DAL answers (a Redis version is scanned in its key buckets' order).
-func (redisStore) scan(context.Context, *kvpb.Target, []byte, int) (string, *kvpb.ColumnarRecords, bool) {
+func (redisStore) scan(context.Context, *kvpb.Target, []byte, int) (string, *scanRecords, bool) {
 	return "", nil, false
 }
 

@@ -24,19 +24,37 @@ import (
 	"bulldozer/kvd/internal/shared"
 )
 
+// scanRecords are a page of a scan: its records column-wise, and the buffers of
+// batchBuffers their keys and values are (nil when they are not), the page's to hand back
+// (release), or to gRPC with the page (scanPage).
+type scanRecords struct {
+	*kvpb.ColumnarRecords
+	keys, values *[]byte
+}
+
+// release hands the page's buffers back to batchBuffers; its records must not be used after.
+func (r *scanRecords) release() {
+	if r.keys != nil {
+		batchBuffers.Put(r.keys)
+		batchBuffers.Put(r.values)
+		r.keys, r.values, r.ColumnarRecords = nil, nil, nil
+	}
+}
+
 // scan is up to limit of the readable version's pairs past after (from its first key when
-// after is empty), copied out of the store into one page laid out column-wise; ok is false
-// when the reference DAL must answer.
-func (m *lmdbStore) scan(_ context.Context, target *kvpb.Target, after []byte, limit int) (name string, page *kvpb.ColumnarRecords, ok bool) {
+// after is empty), copied out of the store into one page laid out column-wise, in buffers
+// of batchBuffers; ok is false when the reference DAL must answer.
+func (m *lmdbStore) scan(_ context.Context, target *kvpb.Target, after []byte, limit int) (name string, page *scanRecords, ok bool) {
 	name, _, data, tombs, ok := m.target(target)
 	if !ok {
 		return "", nil, false
 	}
-	read, err := m.env.VisiblePage(data, tombs, after, limit, m.readableNow(name))
+	read, err := m.env.VisiblePage(data, tombs, after, limit, m.readableNow(name), &batchBuffers)
 	if err != nil {
 		return "", nil, false
 	}
-	return name, &kvpb.ColumnarRecords{Keys: read.Keys, KeyLengths: read.KeyLengths, Values: read.Values, ValueLengths: read.ValueLengths}, true
+	records := &kvpb.ColumnarRecords{Keys: *read.Keys, KeyLengths: read.KeyLengths, Values: *read.Values, ValueLengths: read.ValueLengths}
+	return name, &scanRecords{ColumnarRecords: records, keys: read.Keys, values: read.Values}, true
 }
 
 // scanStart is where a scan request starts: its target and the key it resumes past (a page
@@ -72,7 +90,7 @@ func pinnedTarget(target *kvpb.Target, name string) *kvpb.Target {
 // the reference DAL must answer from where the scan stood: target, after, remaining).
 type scanned struct {
 	name      string
-	records   *kvpb.ColumnarRecords
+	records   *scanRecords
 	ok, done  bool
 	target    *kvpb.Target
 	after     []byte
@@ -135,7 +153,10 @@ func (s *dataServer) Scan(req *kvpb.ScanRequest, stream kvpb.KvData_ScanServer) 
 	}()
 	defer func() { // the reader ends before the scan does
 		cancel()
-		for range pages {
+		for read := range pages {
+			if read.ok {
+				read.records.release()
+			}
 		}
 		<-reader
 	}()
@@ -152,17 +173,22 @@ func (s *dataServer) Scan(req *kvpb.ScanRequest, stream kvpb.KvData_ScanServer) 
 		}
 		records := read.records
 		got := len(records.KeyLengths)
-		resp := &kvpb.ScanResponse{Namespace: read.name}
-		if req.GetColumnar() {
-			resp.Columnar = records
-		} else {
-			resp.Records = keyValues(records)
-		}
+		var token []byte
 		if !read.done && got > 0 {
 			last := records.Keys[len(records.Keys)-int(records.KeyLengths[got-1]):]
-			resp.NextPageToken = append([]byte(read.name+"\x00"), last...)
+			token = append([]byte(read.name+"\x00"), last...)
 		}
-		if err := stream.Send(resp); err != nil {
+		var err error
+		switch {
+		case req.GetColumnar() && records.keys != nil: // its buffers go to gRPC with it
+			err = stream.SendMsg(&scanPage{namespace: read.name, token: token, records: records})
+		case req.GetColumnar():
+			err = stream.Send(&kvpb.ScanResponse{Namespace: read.name, Columnar: records.ColumnarRecords, NextPageToken: token})
+		default:
+			err = stream.Send(&kvpb.ScanResponse{Namespace: read.name, Records: keyValues(records.ColumnarRecords), NextPageToken: token})
+			records.release()
+		}
+		if err != nil {
 			return err
 		}
 		if read.done {

@@ -23,7 +23,7 @@ type pagedStore struct {
 	targets                 []string
 }
 
-func (p *pagedStore) scan(_ context.Context, target *kvpb.Target, after []byte, limit int) (string, *kvpb.ColumnarRecords, bool) {
+func (p *pagedStore) scan(_ context.Context, target *kvpb.Target, after []byte, limit int) (string, *scanRecords, bool) {
 	p.calls++
 	p.targets = append(p.targets, show(target))
 	if p.calls > p.readablePages {
@@ -35,7 +35,7 @@ func (p *pagedStore) scan(_ context.Context, target *kvpb.Target, after []byte, 
 			records = append(records, &kvpb.KeyValue{Key: k, Value: []byte("v")})
 		}
 	}
-	return "s__v1", columnar(records), true
+	return "s__v1", &scanRecords{ColumnarRecords: columnar(records)}, true
 }
 
 // sentPages records what a scan sent its caller.

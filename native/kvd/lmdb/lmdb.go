@@ -1613,9 +1613,18 @@ func (e *Env) openMerged(data, tombs []DBI, after []byte, first func(*Txn) error
 	return func() { C.kvd_merged_close(m); txn.Abort() }, nil
 }
 
-// A Page is pairs laid out column-wise: keys end to end and their lengths, values likewise.
+// Buffers lends pages their blobs: Get is a buffer of at least size bytes (its length
+// size), Put takes one back (a mem.BufferPool's methods).
+type Buffers interface {
+	Get(size int) *[]byte
+	Put(buf *[]byte)
+}
+
+// A Page is pairs laid out column-wise: keys end to end in Keys (its length the bytes the
+// page holds) and their lengths, values likewise; Keys and Values are buffers of the
+// Buffers the page was read with, its owner's to hand back.
 type Page struct {
-	Keys, Values             []byte
+	Keys, Values             *[]byte
 	KeyLengths, ValueLengths []uint32
 }
 
@@ -1624,19 +1633,20 @@ type Page struct {
 const pageSample = 1024
 
 // VisiblePage is up to limit (at least 1) of the pairs VisiblePairs sees past after, copied
-// out of the map into one page in the walk itself: no slice per pair, no call per batch.
-// Its blobs are sized from its first pairs, up to a message's worth
+// out of the map into one page in the walk itself (no slice per pair, no call per batch),
+// its blobs from pool. They are sized from the first pairs, up to a message's worth
 // (shared.LimitsMaxMessageBytes), and grow when a pair does not fit.
-func (e *Env) VisiblePage(data, tombs []DBI, after []byte, limit int, first func(*Txn) error) (*Page, error) {
+func (e *Env) VisiblePage(data, tombs []DBI, after []byte, limit int, first func(*Txn) error, pool Buffers) (*Page, error) {
 	var m C.kvd_merged
 	end, err := e.openMerged(data, tombs, after, first, &m)
 	if err != nil {
 		return nil, err
 	}
 	defer end()
-	page := &Page{KeyLengths: make([]uint32, limit), ValueLengths: make([]uint32, limit)}
 	sample := min(limit, pageSample)
-	page.Keys, page.Values = make([]byte, 32*sample), make([]byte, 64*sample)
+	keys, values := pool.Get(32*sample), pool.Get(64*sample)
+	*keys, *values = (*keys)[:cap(*keys)], (*values)[:cap(*values)]
+	page := &Page{Keys: keys, Values: values, KeyLengths: make([]uint32, limit), ValueLengths: make([]uint32, limit)}
 	got, ku, vu := 0, 0, 0
 	for got < limit {
 		want := limit - got
@@ -1646,41 +1656,46 @@ func (e *Env) VisiblePage(data, tombs []DBI, after []byte, limit int, first func
 		var n, kn, vn C.size_t
 		var pk, pv C.MDB_val
 		var full C.int
-		rc := C.kvd_merged_page(&m, C.size_t(want), ptr(page.Keys[ku:]), C.size_t(len(page.Keys)-ku), lens(page.KeyLengths[got:]),
-			ptr(page.Values[vu:]), C.size_t(len(page.Values)-vu), lens(page.ValueLengths[got:]), &n, &kn, &vn, &pk, &pv, &full)
+		rc := C.kvd_merged_page(&m, C.size_t(want), ptr((*keys)[ku:]), C.size_t(len(*keys)-ku), lens(page.KeyLengths[got:]),
+			ptr((*values)[vu:]), C.size_t(len(*values)-vu), lens(page.ValueLengths[got:]), &n, &kn, &vn, &pk, &pv, &full)
 		if err := check(rc); err != nil {
+			pool.Put(keys)
+			pool.Put(values)
 			return nil, err
 		}
 		got, ku, vu = got+int(n), ku+int(kn), vu+int(vn)
 		if full != 0 { // room for the pair left over, and it
 			k := unsafe.Slice((*byte)(pk.mv_data), int(pk.mv_size))
 			v := unsafe.Slice((*byte)(pv.mv_data), int(pv.mv_size))
-			page.Keys, page.Values = grown(page.Keys, ku, len(k)), grown(page.Values, vu, len(v))
-			ku += copy(page.Keys[ku:], k)
-			vu += copy(page.Values[vu:], v)
+			keys, values = grown(pool, keys, ku, len(k)), grown(pool, values, vu, len(v))
+			ku += copy((*keys)[ku:], k)
+			vu += copy((*values)[vu:], v)
 			page.KeyLengths[got], page.ValueLengths[got] = uint32(len(k)), uint32(len(v))
 			got++
 		} else if int(n) < want {
 			break // the end
 		}
 		if got == sample && limit > sample { // the rest of the page at the sample's sizes
-			page.Keys = grown(page.Keys, ku, min(ku*(limit-got)/got, shared.LimitsMaxMessageBytes))
-			page.Values = grown(page.Values, vu, min(vu*(limit-got)/got, shared.LimitsMaxMessageBytes))
+			keys = grown(pool, keys, ku, min(ku*(limit-got)/got, shared.LimitsMaxMessageBytes))
+			values = grown(pool, values, vu, min(vu*(limit-got)/got, shared.LimitsMaxMessageBytes))
 		}
 	}
-	page.Keys, page.Values = page.Keys[:ku], page.Values[:vu]
+	*keys, *values = (*keys)[:ku], (*values)[:vu]
+	page.Keys, page.Values = keys, values
 	page.KeyLengths, page.ValueLengths = page.KeyLengths[:got], page.ValueLengths[:got]
 	return page, nil
 }
 
-// grown is b with room for more bytes past its first used: itself when it has it, else a
-// copy of the used bytes in a buffer at least twice as long.
-func grown(b []byte, used, more int) []byte {
-	if len(b)-used >= more {
-		return b
+// grown is buf with room for more bytes past its first used: itself when it has it, else a
+// buffer of pool at least twice as long holding its used bytes (buf goes back to pool).
+func grown(pool Buffers, buf *[]byte, used, more int) *[]byte {
+	if len(*buf)-used >= more {
+		return buf
 	}
-	out := make([]byte, max(2*len(b), used+more))
-	copy(out, b[:used])
+	out := pool.Get(max(2*len(*buf), used+more))
+	*out = (*out)[:cap(*out)]
+	copy(*out, (*buf)[:used])
+	pool.Put(buf)
 	return out
 }
 

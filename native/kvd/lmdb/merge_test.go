@@ -403,9 +403,13 @@ func TestAPageHoldsThePairsTheWalkSees(t *testing.T) {
 		var keys, values []string
 		var after []byte
 		for {
-			page, err := env.VisiblePage(data, tomb, after, limit, nil)
+			pool := &countedBuffers{}
+			page, err := env.VisiblePage(data, tomb, after, limit, nil, pool)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if pool.lent != 2 { // the page's keys and values; every other buffer back
+				t.Fatalf("a page of %d: %d buffers not handed back", limit, pool.lent)
 			}
 			n := len(page.KeyLengths)
 			if n > limit || len(page.ValueLengths) != n {
@@ -414,11 +418,11 @@ func TestAPageHoldsThePairsTheWalkSees(t *testing.T) {
 			k, v := 0, 0
 			for i := 0; i < n; i++ {
 				kn, vn := int(page.KeyLengths[i]), int(page.ValueLengths[i])
-				keys, values = append(keys, string(page.Keys[k:k+kn])), append(values, string(page.Values[v:v+vn]))
+				keys, values = append(keys, string((*page.Keys)[k:k+kn])), append(values, string((*page.Values)[v:v+vn]))
 				k, v = k+kn, v+vn
 			}
-			if k != len(page.Keys) || v != len(page.Values) {
-				t.Fatalf("a page of %d: lengths sum to %d and %d bytes, blobs hold %d and %d", limit, k, v, len(page.Keys), len(page.Values))
+			if k != len(*page.Keys) || v != len(*page.Values) {
+				t.Fatalf("a page of %d: lengths sum to %d and %d bytes, blobs hold %d and %d", limit, k, v, len(*page.Keys), len(*page.Values))
 			}
 			if n < limit {
 				break
@@ -430,3 +434,14 @@ func TestAPageHoldsThePairsTheWalkSees(t *testing.T) {
 		}
 	}
 }
+
+// countedBuffers lends fresh buffers and counts those not handed back.
+type countedBuffers struct{ lent int }
+
+func (c *countedBuffers) Get(size int) *[]byte {
+	c.lent++
+	b := make([]byte, size)
+	return &b
+}
+
+func (c *countedBuffers) Put(*[]byte) { c.lent-- }
