@@ -769,11 +769,27 @@ static void kvd_merged_close(kvd_merged *m) {
 	memset(m, 0, sizeof *m);
 }
 
-// memcmp order, the shorter first of two keys equal as far as it goes (LMDB's order).
-static int kvd_key_cmp(const MDB_val *a, const MDB_val *b) {
-	size_t l = a->mv_size < b->mv_size ? a->mv_size : b->mv_size;
-	int c = memcmp(a->mv_data, b->mv_data, l);
-	return c ? c : (a->mv_size > b->mv_size) - (a->mv_size < b->mv_size);
+// memcmp order, the shorter first of two keys equal as far as it goes (LMDB's order),
+// compared here eight bytes at a time and then byte by byte: keys are often a few bytes (an
+// encoded integer), where a call to memcmp was most of the compare's cost.
+static inline int kvd_key_cmp(const MDB_val *a, const MDB_val *b) {
+	const unsigned char *x = a->mv_data, *y = b->mv_data;
+	size_t l = a->mv_size < b->mv_size ? a->mv_size : b->mv_size, i = 0;
+	uint64_t u, v;
+	for (; i + 8 <= l; i += 8) {
+		memcpy(&u, x + i, 8);
+		memcpy(&v, y + i, 8);
+		if (u != v) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+			u = __builtin_bswap64(u); // the bytes' order as a number's
+			v = __builtin_bswap64(v);
+#endif
+			return u < v ? -1 : 1;
+		}
+	}
+	for (; i < l; i++)
+		if (x[i] != y[i]) return x[i] < y[i] ? -1 : 1;
+	return (a->mv_size > b->mv_size) - (a->mv_size < b->mv_size);
 }
 
 // Stream s (at its key) into order, after every live stream before it.
