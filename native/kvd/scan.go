@@ -116,8 +116,8 @@ func (s *dataServer) readPages(ctx context.Context, target *kvpb.Target, after [
 				remaining -= uint64(got)
 			}
 			read.done = got < want || limit > 0 && remaining == 0
-			if got > 0 { // the page's last key
-				after = records.Keys[len(records.Keys)-int(records.KeyLengths[got-1]):]
+			if got > 0 { // the page's last key, copied: the page's buffer goes back to the pool once sent
+				after = append([]byte(nil), records.Keys[len(records.Keys)-int(records.KeyLengths[got-1]):]...)
 			}
 		}
 		select {

@@ -232,3 +232,52 @@ func TestAScanReadsOnePageAheadAndStopsWithItsCaller(t *testing.T) {
 		}
 	}
 }
+
+// reusedPages is a caller whose sent pages' keys are overwritten once sent, as a page's
+// buffer is once gRPC has written it and handed it back to the pool; sent says a page went.
+type reusedPages struct {
+	sentPages
+	keys []string
+	sent chan struct{}
+}
+
+func (r *reusedPages) Send(resp *kvpb.ScanResponse) error {
+	r.keys = append(r.keys, pageKeys(resp)...)
+	for i := range resp.Columnar.Keys {
+		resp.Columnar.Keys[i] = 0xff
+	}
+	r.sent <- struct{}{}
+	return nil
+}
+
+// gatedStore reads each page after the first only once the page before it has been sent.
+type gatedStore struct {
+	pagedStore
+	sent chan struct{}
+}
+
+func (g *gatedStore) scan(ctx context.Context, target *kvpb.Target, after []byte, limit int) (string, *scanRecords, bool) {
+	if g.calls > 0 {
+		<-g.sent
+	}
+	return g.pagedStore.scan(ctx, target, after, limit)
+}
+
+// The next page starts past the last key sent, whatever became of the page's buffer once
+// it was sent: the reader keeps its own copy of that key.
+func TestAScanGoesOnPastItsLastKeyWhateverBecomesOfThePageSent(t *testing.T) {
+	sent := make(chan struct{}, 100)
+	store := &gatedStore{pagedStore: pagedStore{n: 25, readablePages: 100}, sent: sent}
+	s := &dataServer{store: store, backend: &dal{}, stats: newStats(), limits: Limits{MaxScanPage: 10}}
+	stream := &reusedPages{sent: sent}
+	if err := s.Scan(&kvpb.ScanRequest{Target: byAlias("s"), PageSize: 10, Columnar: true}, stream); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i := 0; i < 25; i++ {
+		want = append(want, fmt.Sprintf("k%03d", i))
+	}
+	if !slices.Equal(stream.keys, want) {
+		t.Fatalf("keys %v, want %v", stream.keys, want)
+	}
+}
