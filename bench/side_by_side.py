@@ -1011,6 +1011,7 @@ def delta_section(ctx: Context) -> None:
                     delta = loader.run(["run", str(delta_spec), "--json", "-q"], home)
                     full = loader.run(["run", str(full_spec), "--json", "-q"], home)
                     entry.setdefault("warm_delta_s", []).append(delta.seconds)
+                    entry.setdefault("warm_delta_timings", []).append(delta.output["timings"])
                     entry.setdefault("warm_full_s", []).append(full.seconds)
                     entry.setdefault("warm_delta_major_faults", []).append(delta.major_faults)
                     entry.setdefault("warm_full_major_faults", []).append(full.major_faults)
@@ -1041,6 +1042,7 @@ def delta_section(ctx: Context) -> None:
                     before = compactions(home)
                     delta = loader.run(["run", str(delta_spec), "--json", "-q"], home)
                     entry.setdefault("cycle_s", []).append(delta.seconds)
+                    entry.setdefault("cycle_timings", []).append(delta.output["timings"])
                     entry.setdefault("cycle_major_faults", []).append(delta.major_faults)
                     if compactions(home) > before:
                         entry["compacted_at"] = step + 1

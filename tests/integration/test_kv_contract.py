@@ -174,6 +174,21 @@ def test_an_overwritten_key_counts_once_with_its_last_value(kv: Harness) -> None
     assert kv.client.get(b"fresh", namespace=name) == b"y"
 
 
+def test_records_sharing_a_key_are_refused_at_seal(kv: Harness) -> None:
+    """What a run leaves to the seal (``JobRun.load``): rows sharing a key, in one batch or
+    in two, sealed with the count and digest of every record the load sent."""
+    data = pairs(100)
+    for repeated in ([data[7]], [(data[7][0], b"other value")]):
+        for batches in ([data + repeated], [data, repeated]):
+            name = kv.loaded(kv.alias(), [], seal=False)
+            for batch in batches:
+                kv.client.put(name, batch)
+            sent = [pair for batch in batches for pair in batch]
+            with pytest.raises(VerificationError, match="expected"):
+                kv.client.seal(name, expected_records=len(sent), expected_digest=digest_pairs(sent).value)
+            assert kv.client.describe(name).state == State.FAILED
+
+
 def test_a_lost_batch_is_detected_at_seal(kv: Harness) -> None:
     data = pairs(300)
     name = kv.loaded(kv.alias(), [], seal=False)

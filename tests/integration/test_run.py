@@ -253,14 +253,34 @@ def test_null_fraction_gate(home: Path, dal: KvClient) -> None:
 
 
 def test_duplicate_keys_are_refused_naming_a_key(home: Path, dal: KvClient) -> None:
+    from bulldozer.load.runner import RunRecord
     from bulldozer.warehouse.sample import generate_sample
 
     t = table(home)
     t.append(generate_sample(5, variant=3).cast(t.schema().as_arrow()))  # the first 5 keys again
+    failed: list[RunRecord] = []
     with pytest.raises(DuplicateKeyError, match=r'"user_id": 1000000, "item_id": \d+, "locale": "en_US"'):
-        run_job(spec(), dal, home=str(home))
+        run_job(spec(), dal, home=str(home), on_failure=failed.append)
     (only,) = dal.list_namespaces("user_item_scores")
     assert only.state == State.FAILED
+    # the seal refused them (the store held fewer records than the load sent); the load did
+    # not look for them, and the keys were named from the hashes it kept
+    (record,) = failed
+    assert record.failed_stage == "verify" and record.error.startswith("verify: the source has rows sharing a key")
+
+
+def test_a_load_stage_run_on_its_own_refuses_duplicate_keys(home: Path, dal: KvClient) -> None:
+    """A scheduler's load task checks the keys itself: its verify task, which the seal's
+    refusal would fail, may run where the load's key hashes are not."""
+    from bulldozer.load.runner import run_stage
+    from bulldozer.warehouse.sample import generate_sample
+
+    t = table(home)
+    t.append(generate_sample(5, variant=3).cast(t.schema().as_arrow()))
+    with pytest.raises(DuplicateKeyError, match=r'"user_id": 1000000, "item_id": \d+, "locale": "en_US"'):
+        run_stage("load", spec(), dal, run_key="day-1", home=str(home))
+    (only,) = dal.list_namespaces("user_item_scores")
+    assert only.state == State.FAILED and "load: the source has rows sharing a key" in only.failure_reason
 
 
 def test_null_key_is_refused(tmp_path: Path, dal: KvClient) -> None:

@@ -188,6 +188,15 @@ class SparkEngine(LocalEngine):
         return spark_context(*args), None
 
     def load(self, plan: LoadPlan, client: KvClient, on_split: SplitDone, progress: Progress) -> LoadResult:
+        spec = plan.spec
+        started = time.perf_counter()
+        # the context first: the start ``prepare`` began imports pyspark on its thread, and
+        # this thread importing pyspark.sql meanwhile made the two imports wait on each
+        # other, which importlib ends by handing one of them the half-made module
+        # ("cannot import name 'SQLContext' from partially initialized module
+        # 'pyspark.sql'": a run failed at random, a small table's load reaching here first)
+        context, starting = self.context(plan)
+        startup = time.perf_counter() - started
         # pyspark.sql on first use: the executors' worker daemon imports this package before
         # it chooses where pyspark is imported from (``daemon``)
         from bulldozer.kv.tls import settings_tls_material
@@ -201,10 +210,6 @@ class SparkEngine(LocalEngine):
         from bulldozer.settings import load_settings
         from bulldozer.versioning.run_state import ledger_of
 
-        spec = plan.spec
-        started = time.perf_counter()
-        context, starting = self.context(plan)
-        startup = time.perf_counter() - started
         scan = source_scan(plan.table, spec, plan.snapshot_id, plan.columns)
         unreadable = self.unreadable(scan.projection().fields)
         try:
