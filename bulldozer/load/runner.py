@@ -571,6 +571,7 @@ class JobRun:
                 if shared is not None:
                     raise shared from None
                 raise
+            self.unchecked = None  # sealed: no two rows shared a key, and their hashes are not needed
         elif info.state not in (State.SEALED, State.ACTIVE, State.RETIRED):
             raise NamespaceStateError(
                 f"{record.version} is {info.state.value}" + (f": {info.failure_reason}" if info.failure_reason else "")
